@@ -1,0 +1,13 @@
+//! Pure judgement: a [`Transcript`] in, a [`Report`] (facts) with its verdict out.
+//!
+//! Nothing here does I/O or reads a clock: the same transcript always gives the same report, so
+//! every failure class is a fixture file and stored evidence can be judged again after a rule
+//! changes. Each finding comes from a [`Rule`] with a stable code, a severity and a
+//! documentation text (`docs/findings.md` is generated from [`rules::ALL`]).
+
+pub mod report;
+pub mod rules;
+
+pub use report::{Policy, Report, judge};
+pub use rules::{Finding, Rule, Severity, Status};
+pub use mcpulse_wire::transcript::Transcript;

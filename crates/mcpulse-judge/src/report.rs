@@ -1,0 +1,730 @@
+//! From a transcript to a report: the facts (era, versions, server, tools, timings, auth) and
+//! the verdict (status and findings).
+
+use crate::rules::{Finding, Rule, Severity, Status};
+use mcpulse_wire::auth;
+use mcpulse_wire::jsonrpc::{self, Message};
+use mcpulse_wire::transcript::{ConnectStage, Exchange, Outcome, Process, Step, TargetKind, Transcript, TransportKind};
+use mcpulse_wire::version::{self, Era, EraMode};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub const SCHEMA: &str = "mcpulse.report/v1";
+
+/// Thresholds the judge applies.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    /// A handshake slower than this is `slow-handshake` (degraded).
+    pub latency_budget_ms: f64,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy { latency_budget_ms: 3000.0 }
+    }
+}
+
+/// The probe report (`mcpulse.report/v1`), documented in `docs/report.md`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub schema: String,
+    pub target: String,
+    /// When the probe started, RFC 3339 UTC.
+    pub checked_at: String,
+    pub status: Status,
+    pub transport: Option<&'static str>,
+    pub era: Option<Era>,
+    pub protocol_version: Option<String>,
+    pub supported_versions: Vec<String>,
+    /// `true`/`false` when it was checked (auto mode found a modern server, or a legacy one
+    /// failed discovery); `null` when not checked.
+    pub dual_era: Option<bool>,
+    pub server: Option<ServerInfo>,
+    pub capabilities: Option<Value>,
+    pub instructions: Option<String>,
+    pub auth: AuthPosture,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auth_detail: Option<AuthDetail>,
+    pub tool_count: Option<usize>,
+    pub tools: Vec<ToolSummary>,
+    pub prompt_count: Option<usize>,
+    pub resource_count: Option<usize>,
+    pub timings_ms: Timings,
+    pub findings: Vec<Finding>,
+    /// The last stderr lines of a stdio server.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stderr: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServerInfo {
+    pub name: Option<String>,
+    pub version: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthPosture {
+    None,
+    Required,
+    Forbidden,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuthDetail {
+    pub status: u16,
+    pub www_authenticate: Option<String>,
+    pub scheme: Option<String>,
+    pub scope: Option<String>,
+    pub resource_metadata_url: Option<String>,
+    /// The protected-resource metadata document (RFC 9728), when fetched and JSON.
+    pub resource_metadata: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resource_metadata_error: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSummary {
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+/// Per-phase timings in milliseconds. Phases that did not happen are `null`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Timings {
+    pub dns: Option<f64>,
+    pub connect: Option<f64>,
+    pub tls: Option<f64>,
+    /// `server/discover` (modern) or `initialize` (legacy), including server start-up on stdio.
+    pub handshake: Option<f64>,
+    /// All pages of `tools/list`.
+    pub tools_list: Option<f64>,
+    pub total: f64,
+}
+
+/// Judges a transcript.
+pub fn judge(tr: &Transcript, policy: &Policy) -> Report {
+    let mut j = Judgement { tr, findings: Vec::new() };
+    let mut report = Report {
+        schema: SCHEMA.to_owned(),
+        target: tr.target.display.clone(),
+        checked_at: rfc3339(tr.started_unix_ms),
+        status: Status::Healthy,
+        transport: None,
+        era: None,
+        protocol_version: None,
+        supported_versions: Vec::new(),
+        dual_era: None,
+        server: None,
+        capabilities: None,
+        instructions: None,
+        auth: AuthPosture::None,
+        auth_detail: None,
+        tool_count: None,
+        tools: Vec::new(),
+        prompt_count: None,
+        resource_count: None,
+        timings_ms: Timings { total: round(tr.total_ms), ..Timings::default() },
+        findings: Vec::new(),
+        stderr: stderr_tail(&tr.processes),
+    };
+    j.connection_timings(&mut report);
+    match handshake(tr) {
+        Some(hs) => j.up(&mut report, &hs, policy),
+        None => j.not_up(&mut report),
+    }
+    j.process_findings();
+    j.envelope_findings();
+    let mut findings = j.findings;
+    // Most severe first, then in the order found.
+    findings.sort_by(|a, b| b.severity.cmp(&a.severity));
+    report.status = Status::from_findings(&findings);
+    report.findings = findings;
+    report
+}
+
+struct Judgement<'a> {
+    tr: &'a Transcript,
+    findings: Vec<Finding>,
+}
+
+/// The exchange that established the session (or the stateless discovery), and its result.
+struct Handshake<'a> {
+    ex: &'a Exchange,
+    era: Era,
+    result: Value,
+}
+
+fn handshake(tr: &Transcript) -> Option<Handshake<'_>> {
+    tr.exchanges.iter().find_map(|ex| {
+        let Some(Message::Result { result, .. }) = ex.reply().map(|d| d.message) else {
+            return None;
+        };
+        match ex.step {
+            Step::Discover if result.get("supportedVersions").is_some_and(Value::is_array) => {
+                Some(Handshake { ex, era: Era::Modern, result })
+            }
+            Step::Initialize => Some(Handshake { ex, era: Era::Legacy, result }),
+            _ => None,
+        }
+    })
+}
+
+impl Judgement<'_> {
+    fn add(&mut self, f: Finding) {
+        self.findings.push(f);
+    }
+
+    fn connection_timings(&self, report: &mut Report) {
+        if let Some(c) = self.tr.connections.iter().find(|c| c.error.is_none()) {
+            report.timings_ms.dns = c.dns_ms.map(round);
+            report.timings_ms.connect = c.connect_ms.map(round);
+            report.timings_ms.tls = c.tls_ms.map(round);
+        }
+    }
+
+    /// The server completed a handshake: facts, then what is wrong beyond it.
+    fn up(&mut self, report: &mut Report, hs: &Handshake<'_>, policy: &Policy) {
+        let tr = self.tr;
+        report.transport = Some(hs.ex.transport.as_str());
+        report.era = Some(hs.era);
+        report.timings_ms.handshake = Some(round(hs.ex.elapsed_ms));
+        let caps = hs.result.get("capabilities").cloned().filter(Value::is_object);
+        report.instructions = hs.result.get("instructions").and_then(Value::as_str).map(str::to_owned);
+        match hs.era {
+            Era::Modern => {
+                report.supported_versions = strings(hs.result.get("supportedVersions"));
+                if report.supported_versions.iter().any(|v| v == version::MODERN) {
+                    report.protocol_version = Some(version::MODERN.to_owned());
+                } else {
+                    self.add(Rule::ProtocolVersionUnknown.finding(format!(
+                        "server/discover lists supportedVersions {:?}, which does not include {}",
+                        report.supported_versions,
+                        version::MODERN
+                    )));
+                }
+                report.server = server_info(hs.result.pointer("/_meta/io.modelcontextprotocol~1serverInfo"));
+                self.modern_fields("server/discover", &hs.result);
+                // Dual-era: a legacy initialize to the same server, in auto mode.
+                if let Some(check) = tr.exchanges.iter().find(|e| e.step == Step::DualEraCheck) {
+                    let dual = matches!(check.reply().map(|d| d.message),
+                        Some(Message::Result { ref result, .. }) if result.get("protocolVersion").is_some());
+                    report.dual_era = Some(dual);
+                    if dual {
+                        let v = check.reply().and_then(|d| match d.message {
+                            Message::Result { result, .. } => result.get("protocolVersion").and_then(Value::as_str).map(str::to_owned),
+                            _ => None,
+                        });
+                        if let Some(v) = v {
+                            if !report.supported_versions.contains(&v) {
+                                report.supported_versions.push(v.clone());
+                            }
+                            self.add(Rule::DualEra.finding(format!("also answers a legacy initialize (protocol {v})")));
+                        }
+                    }
+                }
+            }
+            Era::Legacy => {
+                match hs.result.get("protocolVersion").and_then(Value::as_str) {
+                    None => self.add(Rule::ProtocolVersionMissing.finding("the initialize result has no protocolVersion")),
+                    Some(v) => {
+                        report.protocol_version = Some(v.to_owned());
+                        report.supported_versions = vec![v.to_owned()];
+                        if !version::is_known(v) {
+                            self.add(Rule::ProtocolVersionUnknown.finding(format!(
+                                "the server chose protocol version {v:?}, which is not a known MCP revision (offered {})",
+                                version::LEGACY_LATEST
+                            )));
+                        }
+                    }
+                }
+                report.server = server_info(hs.result.get("serverInfo"));
+                // Discovery was tried first (auto mode) and failed: not dual-era.
+                if tr.plan.era == EraMode::Auto && tr.exchanges.iter().any(|e| e.step == Step::Discover) {
+                    report.dual_era = Some(false);
+                    self.add(Rule::LegacyOnly.finding(format!(
+                        "server/discover did not succeed ({}); the server speaks only the legacy handshake",
+                        describe(tr.exchanges.iter().find(|e| e.step == Step::Discover))
+                    )));
+                }
+            }
+        }
+        if hs.ex.transport == TransportKind::Sse {
+            self.add(Rule::DeprecatedSse.finding("served over the legacy HTTP+SSE transport (GET stream + endpoint event)"));
+        }
+        if report.server.as_ref().is_none_or(|s| s.name.is_none()) {
+            self.add(Rule::ServerInfoMissing.finding("the server did not send serverInfo"));
+        }
+        if hs.ex.elapsed_ms > policy.latency_budget_ms {
+            self.add(Rule::SlowHandshake.finding(format!(
+                "the {} took {:.0} ms, over the {:.0} ms budget",
+                hs.ex.step.as_str(),
+                hs.ex.elapsed_ms,
+                policy.latency_budget_ms
+            )));
+        }
+        // Inventory.
+        let tools = self.list(Step::ToolsList, "tools", caps.as_ref(), hs.era);
+        if let Some(items) = &tools {
+            report.tool_count = Some(items.len());
+            report.tools = items.iter().filter_map(tool_summary).collect();
+            let ms: f64 = tr.exchanges.iter().filter(|e| e.step == Step::ToolsList).map(|e| e.elapsed_ms).sum();
+            report.timings_ms.tools_list = Some(round(ms));
+        } else if tr.exchanges.iter().any(|e| e.step == Step::ToolsList) {
+            let ms: f64 = tr.exchanges.iter().filter(|e| e.step == Step::ToolsList).map(|e| e.elapsed_ms).sum();
+            report.timings_ms.tools_list = Some(round(ms));
+        }
+        report.prompt_count = self.list(Step::PromptsList, "prompts", caps.as_ref(), hs.era).map(|v| v.len());
+        report.resource_count = self.list(Step::ResourcesList, "resources", caps.as_ref(), hs.era).map(|v| v.len());
+        report.capabilities = caps;
+        // Session clean-up.
+        for e in tr.exchanges.iter().filter(|e| e.step == Step::SessionDelete) {
+            match e.status() {
+                Some(s) if (200..300).contains(&s) || s == 405 => {}
+                _ => self.add(Rule::SessionDeleteFailed.finding(format!("DELETE of the session: {}", describe(Some(e))))),
+            }
+        }
+    }
+
+    /// All pages of one list; `None` when the list was not taken or failed. Adds the findings.
+    fn list(&mut self, step: Step, key: &str, caps: Option<&Value>, era: Era) -> Option<Vec<Value>> {
+        let pages: Vec<&Exchange> = self.tr.exchanges.iter().filter(|e| e.step == step).collect();
+        if pages.is_empty() {
+            return None;
+        }
+        let advertised = caps.is_some_and(|c| c.get(key).is_some_and(|v| !v.is_null()));
+        let mut items = Vec::new();
+        let mut cursors: Vec<String> = Vec::new();
+        for ex in &pages {
+            let result = match ex.reply().map(|d| d.message) {
+                Some(Message::Result { result, .. }) => result,
+                _ => {
+                    let why = describe(Some(ex));
+                    let page = ex.page.map(|p| if p > 1 { format!(" (page {p})") } else { String::new() }).unwrap_or_default();
+                    let (rule, sev) = match (step, advertised) {
+                        (Step::ToolsList, true) => (Rule::ToolsListFailed, Severity::Warning),
+                        (Step::ToolsList, false) => (Rule::ToolsListUnsupported, Severity::Info),
+                        (Step::PromptsList, _) => (Rule::PromptsListFailed, Severity::Warning),
+                        _ => (Rule::ResourcesListFailed, Severity::Warning),
+                    };
+                    self.add(rule.finding_with(sev, format!("{}{page} failed: {why}", step.as_str())));
+                    return None;
+                }
+            };
+            match result.get(key) {
+                Some(Value::Array(a)) => items.extend(a.iter().cloned()),
+                _ => {
+                    let rule = match step {
+                        Step::ToolsList => Rule::ToolsListFailed,
+                        Step::PromptsList => Rule::PromptsListFailed,
+                        _ => Rule::ResourcesListFailed,
+                    };
+                    self.add(rule.finding(format!("{} result has no `{key}` array", step.as_str())));
+                    return None;
+                }
+            }
+            if era == Era::Modern {
+                self.modern_fields(step.as_str(), &result);
+            }
+            if let Some(c) = result.get("nextCursor").and_then(Value::as_str) {
+                if cursors.iter().any(|s| s == c) {
+                    self.add(Rule::CursorRepeated.finding(format!(
+                        "{} returned the cursor {c:?} twice; a client following it would loop forever",
+                        step.as_str()
+                    )));
+                    return Some(items);
+                }
+                cursors.push(c.to_owned());
+            }
+        }
+        let last_has_next = pages
+            .last()
+            .and_then(|e| e.reply())
+            .is_some_and(|d| matches!(d.message, Message::Result { ref result, .. } if result.get("nextCursor").is_some_and(Value::is_string)));
+        if last_has_next && self.tr.deadline_hit_ms.is_none() {
+            self.add(Rule::PageLimit.finding(format!(
+                "{} still had more pages after {} (raise --max-pages to follow more)",
+                step.as_str(),
+                pages.len()
+            )));
+        } else if last_has_next {
+            let rule = match step {
+                Step::ToolsList => Rule::ToolsListFailed,
+                Step::PromptsList => Rule::PromptsListFailed,
+                _ => Rule::ResourcesListFailed,
+            };
+            self.add(rule.finding(format!("{} was cut short by the deadline after {} pages", step.as_str(), pages.len())));
+        }
+        Some(items)
+    }
+
+    fn modern_fields(&mut self, what: &str, result: &Value) {
+        let mut problems = Vec::new();
+        match result.get("resultType") {
+            None => problems.push("no resultType".to_owned()),
+            Some(Value::String(s)) if s == "complete" => {}
+            Some(other) => problems.push(format!("resultType {other}")),
+        }
+        match result.get("ttlMs") {
+            None => problems.push("no ttlMs".to_owned()),
+            Some(v) if v.as_i64().is_some_and(|n| n >= 0) || v.as_u64().is_some() => {}
+            Some(other) => problems.push(format!("ttlMs {other}")),
+        }
+        match result.get("cacheScope").and_then(Value::as_str) {
+            Some("public" | "private") => {}
+            None => problems.push("no cacheScope".to_owned()),
+            Some(other) => problems.push(format!("cacheScope {other:?}")),
+        }
+        if !problems.is_empty() {
+            let f = Rule::ModernResultFields.finding(format!("{what}: {}", problems.join(", ")));
+            if !self.findings.iter().any(|x| x.code == f.code && x.message == f.message) {
+                self.add(f);
+            }
+        }
+    }
+
+    /// No handshake completed: say which layer failed, from the last attempt.
+    fn not_up(&mut self, report: &mut Report) {
+        let tr = self.tr;
+        if tr.target.kind == TargetKind::Stdio {
+            report.transport = Some(TransportKind::Stdio.as_str());
+            if let Some(p) = tr.processes.iter().rev().find(|p| p.spawn_error.is_some()) {
+                let e = p.spawn_error.clone().unwrap_or_default();
+                self.add(Rule::SpawnFailed.finding(format!("could not start the server: {e}")));
+                return;
+            }
+        }
+        let attempts: Vec<&Exchange> = tr
+            .exchanges
+            .iter()
+            .filter(|e| matches!(e.step, Step::Discover | Step::Initialize | Step::SseOpen))
+            .collect();
+        let Some(last) = attempts.last().copied() else {
+            // Nothing was even sent: a connection failure, or the deadline.
+            if let Some(f) = self.connect_failure() {
+                self.add(f);
+            } else {
+                self.add(Rule::Timeout.finding("the probe ran out of time before any request completed"));
+            }
+            return;
+        };
+        report.transport = Some(last.transport.as_str());
+        if last.era == Some(Era::Modern) && last.step == Step::Discover {
+            report.era = None;
+        }
+        // Auth first: "up but gated" is a fact about the server, whatever else failed.
+        if let Some(status @ (401 | 403)) = last.status() {
+            self.auth(report, last, status);
+            return;
+        }
+        let step = last.step.as_str();
+        let finding = match &last.outcome {
+            Outcome::Timeout => Rule::Timeout.finding(format!(
+                "no reply to {step} within {} ms{}",
+                tr.plan.timeout_ms,
+                if last.transport == TransportKind::Stdio { "; the server may be stuck, or still starting" } else { "" }
+            )),
+            Outcome::TooLarge { limit } => Rule::ResponseTooLarge.finding(format!("the reply to {step} passed the {limit}-byte cap (--max-response-size)")),
+            Outcome::TransportError { message } => match self.connect_failure() {
+                Some(f) => f,
+                None if message.contains("redirect") => Rule::HttpFailed.finding(format!("{step}: {message}")),
+                None if last.transport == TransportKind::Stdio => self.exited(step, message),
+                None => Rule::HttpFailed.finding(format!("{step}: {message}")),
+            },
+            Outcome::Closed if last.transport == TransportKind::Stdio => self.exited(step, "stdout closed"),
+            Outcome::Closed if last.step == Step::SseOpen => Rule::SseNoEndpoint.finding("the SSE stream closed before the endpoint event"),
+            Outcome::Closed => Rule::HttpFailed.finding(format!("the response to {step} ended before the reply")),
+            Outcome::Endpoint { .. } => Rule::HandshakeFailed.finding("the legacy SSE endpoint was announced, but initialize was never answered"),
+            Outcome::Reply { .. } => match last.reply().map(|d| d.message) {
+                Some(Message::Error { error, .. }) => Rule::HandshakeFailed.finding(format!(
+                    "{step} was rejected: {} {}{}",
+                    error.code,
+                    error.message,
+                    self.earlier_attempts(&attempts)
+                )),
+                _ => Rule::HandshakeFailed.finding(format!("{step} got an unusable result{}", self.earlier_attempts(&attempts))),
+            },
+            Outcome::NoReply | Outcome::Accepted | Outcome::Fetched => self.no_reply(last, &attempts),
+        };
+        self.add(finding);
+    }
+
+    fn no_reply(&self, last: &Exchange, attempts: &[&Exchange]) -> Finding {
+        let step = last.step.as_str();
+        let status = last.status().unwrap_or(0);
+        if status >= 500 {
+            return Rule::ServerError.finding(format!("HTTP {status} to {step}{}", body_hint(last)));
+        }
+        if last.step == Step::SseOpen {
+            return Rule::SseNoEndpoint.finding(format!(
+                "no MCP endpoint found: {}; GET for a legacy SSE stream got HTTP {status}{}",
+                self.earlier_attempts(attempts).trim_start_matches("; "),
+                body_hint(last)
+            ));
+        }
+        if !last.frames.is_empty() {
+            let ids: Vec<String> = last
+                .frames
+                .iter()
+                .filter_map(|f| jsonrpc::decode(&f.raw).ok())
+                .filter_map(|d| d.message.response_id().map(|i| i.to_string()))
+                .collect();
+            if !ids.is_empty() {
+                if let Some(Message::Error { error, .. }) = last.frames.last().and_then(|f| jsonrpc::decode(&f.raw).ok()).map(|d| d.message) {
+                    return Rule::HandshakeFailed.finding(format!(
+                        "HTTP {status} to {step}: {} {}{}",
+                        error.code,
+                        error.message,
+                        self.earlier_attempts(attempts)
+                    ));
+                }
+                return Rule::WrongReplyId.finding(format!(
+                    "{step} was sent with id {} but the reply carried id {}",
+                    last.id.map(|i| i.to_string()).unwrap_or_default(),
+                    ids.join(", ")
+                ));
+            }
+        }
+        if (200..300).contains(&status) {
+            let what = match last.body.as_deref() {
+                None | Some("") => "an empty body".to_owned(),
+                Some(b) if looks_like_html(b) => "an HTML page".to_owned(),
+                Some(_) => format!("a body that is not JSON-RPC ({})", content_type(last)),
+            };
+            return Rule::NotJsonRpc.finding(format!("HTTP {status} to {step} with {what}: is this the MCP endpoint?"));
+        }
+        Rule::HandshakeFailed.finding(format!("HTTP {status} to {step}{}{}", body_hint(last), self.earlier_attempts(attempts)))
+    }
+
+    /// "; server/discover: HTTP 400" for the attempts before the last, for context.
+    fn earlier_attempts(&self, attempts: &[&Exchange]) -> String {
+        let n = attempts.len();
+        if n < 2 {
+            return String::new();
+        }
+        let parts: Vec<String> = attempts[..n - 1].iter().map(|e| format!("{}: {}", e.step.as_str(), describe(Some(e)))).collect();
+        format!("; earlier, {}", parts.join("; "))
+    }
+
+    fn exited(&self, step: &str, what: &str) -> Finding {
+        let p = self.tr.processes.last();
+        let how = match p.and_then(|p| p.exit.as_ref()) {
+            Some(e) => match (e.code, e.signal) {
+                (Some(c), _) => format!("exited with code {c}"),
+                (None, Some(s)) => format!("was killed by signal {s}"),
+                _ => "exited".to_owned(),
+            },
+            None => format!("stopped answering ({what})"),
+        };
+        let hint = p
+            .and_then(|p| p.stderr.last())
+            .map(|l| format!("; last stderr line: {}", l.line))
+            .unwrap_or_default();
+        Rule::ProcessExited.finding(format!("the server {how} before answering {step}{hint}"))
+    }
+
+    fn connect_failure(&self) -> Option<Finding> {
+        // Only a failure with no successful connection at all is an outage.
+        if self.tr.connections.iter().any(|c| c.error.is_none()) {
+            return None;
+        }
+        let c = self.tr.connections.iter().find(|c| c.error.is_some())?;
+        let e = c.error.as_ref()?;
+        Some(match e.stage {
+            ConnectStage::Dns => Rule::DnsFailed.finding(format!("could not resolve {}: {}", c.authority, e.message)),
+            ConnectStage::Connect => Rule::ConnectFailed.finding(format!("could not connect to {}: {}", c.authority, e.message)),
+            ConnectStage::Tls => Rule::TlsFailed.finding(format!("TLS handshake with {} failed: {}", c.authority, e.message)),
+            ConnectStage::Http => Rule::HttpFailed.finding(format!("HTTP with {} failed: {}", c.authority, e.message)),
+        })
+    }
+
+    fn auth(&mut self, report: &mut Report, ex: &Exchange, status: u16) {
+        report.auth = if status == 401 { AuthPosture::Required } else { AuthPosture::Forbidden };
+        let header = ex.header("www-authenticate").map(str::to_owned);
+        let challenge = header.as_deref().map(auth::parse_challenges).and_then(|c| c.into_iter().next());
+        let mut detail = AuthDetail {
+            status,
+            www_authenticate: header.clone(),
+            scheme: challenge.as_ref().map(|c| c.scheme.clone()),
+            scope: challenge.as_ref().and_then(|c| c.param("scope")).map(str::to_owned),
+            resource_metadata_url: challenge.as_ref().and_then(|c| c.param("resource_metadata")).map(str::to_owned),
+            resource_metadata: None,
+            resource_metadata_error: None,
+        };
+        if let Some(m) = self.tr.exchanges.iter().find(|e| e.step == Step::ResourceMetadata) {
+            let parsed = m.body.as_deref().and_then(|b| serde_json::from_str::<Value>(b).ok()).filter(Value::is_object);
+            match (m.status(), parsed) {
+                (Some(200), Some(doc)) => detail.resource_metadata = Some(doc),
+                _ => detail.resource_metadata_error = Some(format!("fetching it gave {}", describe(Some(m)))),
+            }
+        }
+        let mut msg = if status == 401 {
+            format!("the server is up but requires authentication (HTTP 401 to {})", ex.step.as_str())
+        } else {
+            format!("the server is up but refused this client (HTTP 403 to {})", ex.step.as_str())
+        };
+        match (&detail.resource_metadata, &detail.resource_metadata_url) {
+            (Some(doc), _) => {
+                let servers = strings(doc.get("authorization_servers"));
+                if !servers.is_empty() {
+                    msg.push_str(&format!("; authorization server: {}", servers.join(", ")));
+                }
+            }
+            (None, Some(url)) => msg.push_str(&format!("; resource metadata advertised at {url}")),
+            (None, None) if header.is_none() && status == 401 => msg.push_str("; no WWW-Authenticate header"),
+            _ => {}
+        }
+        if let Some(scope) = &detail.scope {
+            msg.push_str(&format!("; scope {scope:?}"));
+        }
+        msg.push_str(if status == 401 { ". Pass credentials with --header or --bearer-env" } else { "" });
+        let rule = if status == 401 { Rule::AuthRequired } else { Rule::Forbidden };
+        self.add(rule.finding(msg));
+        report.auth_detail = Some(detail);
+    }
+
+    fn process_findings(&mut self) {
+        let noise: Vec<&str> = self.tr.processes.iter().flat_map(|p| p.stdout_noise.iter().map(|l| l.line.as_str())).collect();
+        if let Some(first) = noise.first() {
+            self.add(Rule::StdoutPollution.finding(format!(
+                "{} non-JSON-RPC line(s) on stdout, first: {:?}",
+                noise.len(),
+                clip(first, 120)
+            )));
+        }
+        let stderr: usize = self.tr.processes.iter().map(|p| p.stderr.len() + p.stderr_dropped).sum();
+        if stderr > 0 {
+            self.add(Rule::Stderr.finding(format!("{stderr} line(s) on stderr")));
+        }
+    }
+
+    fn envelope_findings(&mut self) {
+        let bad = self
+            .tr
+            .exchanges
+            .iter()
+            .filter_map(|e| e.reply())
+            .any(|d| d.bad_version);
+        if bad {
+            self.add(Rule::JsonRpcEnvelope.finding("a reply lacked \"jsonrpc\": \"2.0\""));
+        }
+    }
+}
+
+/// A short account of how an exchange ended, for messages.
+pub fn describe(ex: Option<&Exchange>) -> String {
+    let Some(ex) = ex else { return "not sent".to_owned() };
+    let status = ex.status().map(|s| format!("HTTP {s}")).unwrap_or_default();
+    let tail = match &ex.outcome {
+        Outcome::Reply { .. } => match ex.reply().map(|d| d.message) {
+            Some(Message::Error { error, .. }) => format!("error {} {}", error.code, clip(&error.message, 100)),
+            _ => "a result".to_owned(),
+        },
+        Outcome::NoReply => match ex.frames.last().and_then(|f| jsonrpc::decode(&f.raw).ok()).map(|d| d.message) {
+            Some(Message::Error { error, .. }) => format!("error {} {}", error.code, clip(&error.message, 100)),
+            _ => String::new(),
+        },
+        Outcome::Accepted | Outcome::Fetched => String::new(),
+        Outcome::Endpoint { url } => format!("endpoint {url}"),
+        Outcome::Closed => "closed before a reply".to_owned(),
+        Outcome::Timeout => "timed out".to_owned(),
+        Outcome::TooLarge { limit } => format!("over the {limit}-byte cap"),
+        Outcome::TransportError { message } => message.clone(),
+    };
+    match (status.is_empty(), tail.is_empty()) {
+        (true, true) => "no answer".to_owned(),
+        (false, true) => status,
+        (true, false) => tail,
+        (false, false) => format!("{status}, {tail}"),
+    }
+}
+
+fn body_hint(ex: &Exchange) -> String {
+    match ex.body.as_deref() {
+        Some(b) if !b.trim().is_empty() && !looks_like_html(b) => format!(" ({})", clip(b.trim(), 120)),
+        Some(b) if looks_like_html(b) => " (an HTML page)".to_owned(),
+        _ => String::new(),
+    }
+}
+
+fn content_type(ex: &Exchange) -> String {
+    ex.header("content-type").unwrap_or("no content type").to_owned()
+}
+
+fn looks_like_html(b: &str) -> bool {
+    let t = b.trim_start().to_ascii_lowercase();
+    t.starts_with("<!doctype html") || t.starts_with("<html") || t.starts_with("<head") || t.starts_with("<body")
+}
+
+fn clip(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_owned();
+    }
+    let mut out: String = s.chars().take(max).collect();
+    out.push('…');
+    out
+}
+
+fn strings(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
+fn server_info(v: Option<&Value>) -> Option<ServerInfo> {
+    let v = v?.as_object()?;
+    let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
+    Some(ServerInfo { name: s("name"), version: s("version"), title: s("title") })
+}
+
+fn tool_summary(v: &Value) -> Option<ToolSummary> {
+    let name = v.get("name")?.as_str()?.to_owned();
+    let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
+    Some(ToolSummary { name, title: s("title"), description: s("description") })
+}
+
+fn stderr_tail(processes: &[Process]) -> Vec<String> {
+    let all: Vec<&str> = processes.iter().flat_map(|p| p.stderr.iter().map(|l| l.line.as_str())).collect();
+    all[all.len().saturating_sub(20)..].iter().map(|s| (*s).to_owned()).collect()
+}
+
+fn round(ms: f64) -> f64 {
+    (ms * 1000.0).round() / 1000.0
+}
+
+/// Milliseconds since the epoch as RFC 3339 UTC (civil-from-days, Howard Hinnant's algorithm).
+pub fn rfc3339(unix_ms: u64) -> String {
+    let secs = unix_ms / 1000;
+    let ms = unix_ms % 1000;
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let (h, m, s) = (rem / 3600, (rem % 3600) / 60, rem % 60);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let mo = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if mo <= 2 { y + 1 } else { y };
+    format!("{y:04}-{mo:02}-{d:02}T{h:02}:{m:02}:{s:02}.{ms:03}Z")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_dates() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(1_795_000_000_123), "2026-11-18T11:06:40.123Z");
+        assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
+    }
+}

@@ -1,0 +1,248 @@
+//! The rules: every finding mcpulse can report, with a stable code and its documentation.
+//!
+//! Codes are never reused or renamed: alerts, dashboards and CI scripts key on them.
+
+use serde::{Deserialize, Serialize};
+
+/// How bad a finding is. The verdict is the worst severity found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Info,
+    /// Makes the server `degraded`.
+    Warning,
+    /// Makes the server `down`.
+    Critical,
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Info => "info",
+            Severity::Warning => "warning",
+            Severity::Critical => "critical",
+        }
+    }
+}
+
+/// The verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Healthy,
+    Degraded,
+    Down,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Healthy => "healthy",
+            Status::Degraded => "degraded",
+            Status::Down => "down",
+        }
+    }
+
+    /// The monitoring-plugin exit code: 0 healthy, 1 degraded, 2 down.
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Status::Healthy => 0,
+            Status::Degraded => 1,
+            Status::Down => 2,
+        }
+    }
+
+    pub fn from_findings(findings: &[Finding]) -> Status {
+        match findings.iter().map(|f| f.severity).max() {
+            Some(Severity::Critical) => Status::Down,
+            Some(Severity::Warning) => Status::Degraded,
+            _ => Status::Healthy,
+        }
+    }
+}
+
+/// One reason in a verdict.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    pub code: String,
+    pub severity: Severity,
+    pub message: String,
+}
+
+macro_rules! rules {
+    ($( $variant:ident = $code:literal, $sev:ident, $summary:literal, $why:literal; )*) => {
+        /// Every rule. The variant order is the order of `docs/findings.md`.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum Rule { $( $variant, )* }
+
+        /// All rules, in documentation order.
+        pub const ALL: &[Rule] = &[ $( Rule::$variant, )* ];
+
+        impl Rule {
+            /// The stable code.
+            pub fn code(self) -> &'static str { match self { $( Rule::$variant => $code, )* } }
+            /// The severity a finding of this rule has unless the rule says otherwise.
+            pub fn severity(self) -> Severity { match self { $( Rule::$variant => Severity::$sev, )* } }
+            /// What the rule checks, in one line.
+            pub fn summary(self) -> &'static str { match self { $( Rule::$variant => $summary, )* } }
+            /// Why it matters and what to do.
+            pub fn why(self) -> &'static str { match self { $( Rule::$variant => $why, )* } }
+        }
+    };
+}
+
+rules! {
+    DnsFailed = "dns-failed", Critical,
+        "The target's host name did not resolve.",
+        "No client can reach a server whose name does not resolve. Check the host name and the resolver.";
+    ConnectFailed = "connect-failed", Critical,
+        "The TCP connection was refused or could not be made.",
+        "Nothing is listening at the address, or a firewall drops the traffic. Check that the server runs and listens on that port.";
+    TlsFailed = "tls-failed", Critical,
+        "The TLS handshake failed (untrusted, expired or mismatched certificate, or no common protocol).",
+        "Clients verify certificates; a failing handshake is an outage for all of them.";
+    HttpFailed = "http-failed", Critical,
+        "The HTTP exchange failed below the protocol: a reset, a malformed response, a redirect loop.",
+        "The server or a proxy in front of it broke the connection.";
+    Timeout = "timeout", Critical,
+        "The server did not complete the handshake (or discovery) before the deadline.",
+        "A server that accepts connections but never answers is the classic silent failure: stuck event loop, exhausted worker pool, deadlock.";
+    ServerError = "server-error", Critical,
+        "The server answered with an HTTP 5xx status.",
+        "The server or its gateway reports an internal failure.";
+    NotJsonRpc = "not-json-rpc", Critical,
+        "The server answered, but not with JSON-RPC (an HTML page, a plain-text error, an empty body).",
+        "An HTTP 200 with an error page is not a working MCP server: typically a proxy, a login wall or the wrong URL.";
+    WrongReplyId = "wrong-reply-id", Critical,
+        "The server answered with JSON-RPC messages, none of which carried the id of our request.",
+        "Clients match replies by id; a reply with the wrong id leaves every request hanging.";
+    HandshakeFailed = "handshake-failed", Critical,
+        "The server rejected the handshake: `initialize` (and, in auto mode, `server/discover`) failed.",
+        "No client can start a session with it.";
+    ResponseTooLarge = "response-too-large", Critical,
+        "A response passed the size cap before it was complete.",
+        "mcpulse caps responses (`--max-response-size`) so a misbehaving server cannot exhaust memory.";
+    SseNoEndpoint = "sse-no-endpoint", Critical,
+        "The legacy HTTP+SSE stream did not announce its `endpoint` event.",
+        "Without the endpoint event a 2024-11-05 client has nowhere to POST.";
+    SpawnFailed = "spawn-failed", Critical,
+        "The stdio server's command could not be started.",
+        "The command is missing, not executable, or not on PATH.";
+    ProcessExited = "process-exited", Critical,
+        "The stdio server exited before it completed the handshake.",
+        "Its stderr, shown with the finding, usually says why.";
+    AuthRequired = "auth-required", Warning,
+        "The server answered 401: it is up, but gated behind authentication.",
+        "Up but gated, not down. Supply credentials with `--header` or `--bearer-env` to probe further.";
+    Forbidden = "forbidden", Warning,
+        "The server answered 403: the credentials (or the Origin) are not allowed.",
+        "Up but refusing this client. Check the token's scopes, or the server's Origin allow-list.";
+    ToolsListFailed = "tools-list-failed", Warning,
+        "`tools/list` failed although the server advertises the tools capability.",
+        "Agents cannot discover tools: the server is useless to them even though the handshake works.";
+    PromptsListFailed = "prompts-list-failed", Warning,
+        "`prompts/list` failed although the server advertises the prompts capability.",
+        "Clients that show prompts will fail.";
+    ResourcesListFailed = "resources-list-failed", Warning,
+        "`resources/list` failed although the server advertises the resources capability.",
+        "Clients that read resources will fail.";
+    SlowHandshake = "slow-handshake", Warning,
+        "The handshake (or discovery) took longer than the latency budget (`--latency-budget`).",
+        "Slow handshakes are an early sign of overload and make agents time out.";
+    ProtocolVersionMissing = "protocol-version-missing", Warning,
+        "The `initialize` result carried no `protocolVersion`.",
+        "Clients cannot tell which revision to speak.";
+    ProtocolVersionUnknown = "protocol-version-unknown", Warning,
+        "The server chose a protocol version mcpulse does not know, or does not support the modern revision it claims.",
+        "Clients that do not support the version disconnect (the spec says they SHOULD).";
+    CursorRepeated = "cursor-repeated", Warning,
+        "A list returned a `nextCursor` it had returned before.",
+        "A client following the cursors would loop forever.";
+    PageLimit = "page-limit", Warning,
+        "A list still had pages after `--max-pages`.",
+        "Very long or endless pagination; the inventory is incomplete.";
+    StdoutPollution = "stdout-pollution", Warning,
+        "The stdio server wrote lines to stdout that are not JSON-RPC messages.",
+        "The spec forbids it: clients may fail to parse the stream. Log to stderr instead.";
+    JsonRpcEnvelope = "jsonrpc-envelope", Warning,
+        "A reply lacked `\"jsonrpc\": \"2.0\"`.",
+        "Strict clients reject such messages.";
+    ToolsListUnsupported = "tools-list-unsupported", Info,
+        "`tools/list` failed, and the server does not advertise the tools capability.",
+        "Consistent: a server without tools. Reported for completeness.";
+    DualEra = "dual-era", Info,
+        "The server speaks both the modern (2026-07-28) and the legacy protocol.",
+        "Old and new clients can both use it.";
+    LegacyOnly = "legacy-only", Info,
+        "The server does not speak the stateless 2026-07-28 revision.",
+        "Modern clients fall back to the legacy handshake; plan an upgrade of the server's SDK.";
+    DeprecatedSse = "deprecated-transport", Info,
+        "The server uses the legacy HTTP+SSE transport (2024-11-05), deprecated since 2025-03-26.",
+        "Move to Streamable HTTP; the old transport is scheduled for removal.";
+    ModernResultFields = "modern-result-fields", Info,
+        "A modern result lacked `resultType`, `ttlMs` or `cacheScope`, or had invalid values.",
+        "2026-07-28 requires them; clients fall back to defaults (complete, 0 ms, private).";
+    ServerInfoMissing = "server-info-missing", Info,
+        "The server did not identify itself (`serverInfo`).",
+        "Harder to tell which build is running when something breaks.";
+    SessionDeleteFailed = "session-delete-failed", Info,
+        "Ending the legacy session with `DELETE` failed (other than with 405, which is allowed).",
+        "Sessions may pile up on the server.";
+    Stderr = "stderr-output", Info,
+        "The stdio server wrote to stderr.",
+        "Allowed by the spec; shown because it is often the first clue.";
+}
+
+impl Rule {
+    /// A finding of this rule with its default severity.
+    pub fn finding(self, message: impl Into<String>) -> Finding {
+        self.finding_with(self.severity(), message)
+    }
+
+    pub fn finding_with(self, severity: Severity, message: impl Into<String>) -> Finding {
+        Finding { code: self.code().to_owned(), severity, message: message.into() }
+    }
+}
+
+/// `docs/findings.md`, generated from the rules.
+pub fn findings_doc() -> String {
+    let mut s = String::from(
+        "# Findings\n\n<!-- Generated from crates/mcpulse-judge/src/rules.rs by `cargo run -p mcpulse -- docs findings`; a test fails when this file is stale. -->\n\n\
+Every finding in a probe report has a stable `code` (never reused), a `severity` and a message. \
+The verdict is the worst severity: any `critical` finding makes the server `down` (exit code 2), any `warning` makes it `degraded` (exit code 1), otherwise it is `healthy` (exit code 0).\n\n\
+| code | severity | what it means |\n|---|---|---|\n",
+    );
+    for r in ALL {
+        s.push_str(&format!("| `{}` | {} | {} |\n", r.code(), r.severity().as_str(), r.summary()));
+    }
+    for r in ALL {
+        s.push_str(&format!("\n## `{}`\n\n**Severity:** {}\n\n{}\n\n{}\n", r.code(), r.severity().as_str(), r.summary(), r.why()));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_unique_and_kebab() {
+        let mut codes: Vec<&str> = ALL.iter().map(|r| r.code()).collect();
+        let n = codes.len();
+        codes.sort_unstable();
+        codes.dedup();
+        assert_eq!(codes.len(), n, "a code is used twice");
+        for c in codes {
+            assert!(c.chars().all(|ch| ch.is_ascii_lowercase() || ch == '-'), "{c}");
+        }
+    }
+
+    #[test]
+    fn status_is_worst_severity() {
+        assert_eq!(Status::from_findings(&[]), Status::Healthy);
+        let f = vec![Rule::DualEra.finding("x"), Rule::SlowHandshake.finding("y")];
+        assert_eq!(Status::from_findings(&f), Status::Degraded);
+        let f = vec![Rule::Timeout.finding("x"), Rule::SlowHandshake.finding("y")];
+        assert_eq!(Status::from_findings(&f), Status::Down);
+    }
+}

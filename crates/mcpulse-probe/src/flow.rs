@@ -1,0 +1,461 @@
+//! The flow of a probe over each transport. See the crate docs for the rules it follows.
+
+use crate::target::{Plan, Target, TransportMode};
+use http::Uri;
+use mcpulse_transport::Limits;
+use mcpulse_transport::clock::Clock;
+use mcpulse_transport::http::{HttpClient, resolve};
+use mcpulse_transport::legacy_sse::{self, SseStream};
+use mcpulse_transport::stdio::StdioChild;
+use mcpulse_transport::streamable_http::{self, Post};
+use mcpulse_wire::auth;
+use mcpulse_wire::jsonrpc::Message;
+use mcpulse_wire::message::{self, ListKind};
+use mcpulse_wire::transcript::{Exchange, Outcome, Step, Transcript};
+use mcpulse_wire::version::{self, Era, EraMode};
+use serde_json::Value;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::time::{Instant, timeout_at};
+
+/// Runs one probe. Never fails and never outlives `plan.timeout` by more than the stdio
+/// shutdown grace: every failure of the server is recorded in the transcript.
+pub async fn probe(target: &Target, plan: &Plan) -> Transcript {
+    let started_unix_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0);
+    let clock = Clock::start();
+    let deadline = Instant::now() + plan.timeout;
+    let mut tr = Transcript::new(target.record(), plan.record(), started_unix_ms);
+    let mut ctx = Ctx {
+        plan,
+        limits: Limits { max_response_bytes: plan.max_response_bytes },
+        deadline,
+        next_id: 0,
+        clock,
+        done_ms: None,
+        tr: &mut tr,
+    };
+    // Every transport operation honours the deadline itself; this outer bound is a safety net
+    // (a little later, so that a step can record its own timeout first).
+    let net = deadline + Duration::from_millis(50);
+    match target {
+        Target::Http { url } => {
+            let mut client = HttpClient::new(clock);
+            let _ = timeout_at(net, probe_http(&mut client, url, &mut ctx)).await;
+            let done = ctx.done_ms.unwrap_or_else(|| clock.at());
+            tr.connections = client.connections;
+            tr.total_ms = done;
+        }
+        Target::Stdio { program, args } => {
+            let mut children = Vec::new();
+            let _ = timeout_at(net, probe_stdio(program, args, &mut ctx, &mut children)).await;
+            let done = ctx.done_ms.unwrap_or_else(|| clock.at());
+            // Children the flow did not finish (the safety net fired) are killed here, their
+            // records kept.
+            for child in children {
+                tr.processes.push(child.shutdown(plan.shutdown_grace).await);
+            }
+            tr.total_ms = done;
+        }
+    }
+    if Instant::now() + Duration::from_millis(1) >= deadline {
+        tr.deadline_hit_ms = Some(tr.total_ms);
+    }
+    tr
+}
+
+struct Ctx<'a> {
+    plan: &'a Plan,
+    limits: Limits,
+    deadline: Instant,
+    next_id: i64,
+    clock: Clock,
+    /// When the last protocol step finished (before cleanup).
+    done_ms: Option<f64>,
+    tr: &'a mut Transcript,
+}
+
+impl Ctx<'_> {
+    fn id(&mut self) -> i64 {
+        self.next_id += 1;
+        self.next_id
+    }
+    fn push(&mut self, ex: Exchange) -> usize {
+        self.tr.exchanges.push(ex);
+        self.tr.exchanges.len() - 1
+    }
+    fn ex(&self, i: usize) -> &Exchange {
+        &self.tr.exchanges[i]
+    }
+    fn expired(&self) -> bool {
+        Instant::now() >= self.deadline
+    }
+    fn mark_done(&mut self) {
+        self.done_ms = Some(self.clock.at());
+    }
+}
+
+/// A connection to a server over which JSON-RPC requests can be sent.
+enum Wire<'a> {
+    Http {
+        client: &'a mut HttpClient,
+        uri: &'a Uri,
+        /// For a legacy session: the session id, if any, and the negotiated version.
+        session: Option<(Option<String>, String)>,
+    },
+    Sse { client: &'a mut HttpClient, stream: SseStream },
+    Stdio(&'a mut StdioChild),
+}
+
+/// Sends one message over `wire`, records the exchange, and returns its index.
+#[allow(clippy::too_many_arguments)]
+async fn send(
+    wire: &mut Wire<'_>,
+    ctx: &mut Ctx<'_>,
+    step: Step,
+    era: Era,
+    page: Option<u32>,
+    msg: &Value,
+    id: Option<i64>,
+    deadline: Instant,
+) -> usize {
+    let user_headers = ctx.plan.headers.as_slice();
+    let method = msg.get("method").and_then(Value::as_str).unwrap_or("").to_owned();
+    let ex = match wire {
+        Wire::Http { client, uri, session } => {
+            let mut headers = Vec::new();
+            match (era, &session) {
+                (Era::Modern, _) => {
+                    headers.push(("mcp-protocol-version".to_owned(), version::MODERN.to_owned()));
+                    headers.push(("mcp-method".to_owned(), method));
+                }
+                (Era::Legacy, Some((sid, ver))) => {
+                    if let Some(sid) = sid {
+                        headers.push(("mcp-session-id".to_owned(), sid.clone()));
+                    }
+                    headers.push(("mcp-protocol-version".to_owned(), ver.clone()));
+                }
+                (Era::Legacy, None) => {}
+            }
+            let post = Post { uri, step, era: Some(era), page, id, message: msg, headers, user_headers };
+            streamable_http::post(client, post, ctx.limits, deadline).await
+        }
+        Wire::Sse { client, stream } => {
+            stream.exchange(client, step, page, id, msg, user_headers, ctx.limits, deadline).await
+        }
+        Wire::Stdio(child) => child.exchange(step, Some(era), page, id, msg, deadline).await,
+    };
+    ctx.push(ex)
+}
+
+/// What a `server/discover` exchange means for the flow.
+#[derive(Debug, PartialEq)]
+enum Discovered {
+    /// A discover result: the capabilities.
+    Modern(Value),
+    /// A 2026 error code: a modern server that refused our request; nothing more to do.
+    ModernRefused,
+    /// Not evidence of either era (auth, 5xx, timeout, no connection): stop here.
+    Stop,
+    /// Anything else: try the legacy handshake.
+    Legacy,
+}
+
+fn classify_discover(ex: &Exchange) -> Discovered {
+    if let Some(reply) = ex.reply() {
+        return match reply.message {
+            Message::Result { result, .. } if result.get("supportedVersions").is_some_and(Value::is_array) => {
+                Discovered::Modern(result.get("capabilities").cloned().unwrap_or(Value::Null))
+            }
+            Message::Error { error, .. } if version::is_modern_error(error.code) => Discovered::ModernRefused,
+            _ if matches!(ex.status(), Some(401 | 403)) => Discovered::Stop,
+            _ if ex.status().is_some_and(|s| s >= 500) => Discovered::Stop,
+            _ => Discovered::Legacy,
+        };
+    }
+    if ex.transport == mcpulse_wire::transcript::TransportKind::Stdio {
+        // stdio: an exit, a closed stdout or silence means legacy (the spec's fallback rule).
+        return Discovered::Legacy;
+    }
+    match ex.outcome {
+        Outcome::Timeout | Outcome::TransportError { .. } | Outcome::TooLarge { .. } => return Discovered::Stop,
+        _ => {}
+    }
+    if has_modern_error(ex) {
+        return Discovered::ModernRefused;
+    }
+    match ex.status() {
+        Some(401 | 403) => Discovered::Stop,
+        Some(s) if s >= 500 => Discovered::Stop,
+        Some(_) => Discovered::Legacy,
+        // stdio: closed or silent → legacy (respawned)
+        None => Discovered::Legacy,
+    }
+}
+
+/// Whether any frame of the exchange is an error with a 2026 code (an id-less error counts).
+fn has_modern_error(ex: &Exchange) -> bool {
+    ex.frames.iter().any(|f| {
+        matches!(mcpulse_wire::jsonrpc::decode(&f.raw).map(|d| d.message),
+            Ok(Message::Error { error, .. }) if version::is_modern_error(error.code))
+    })
+}
+
+/// What an `initialize` exchange means for the flow.
+#[derive(Debug, PartialEq)]
+enum Initialized {
+    Ok { version: String, capabilities: Value },
+    Stop,
+    /// 400/404/405 without a modern body: perhaps the legacy HTTP+SSE transport.
+    TrySse,
+}
+
+fn classify_initialize(ex: &Exchange) -> Initialized {
+    if let Some(reply) = ex.reply() {
+        if let Message::Result { result, .. } = reply.message {
+            let version = result.get("protocolVersion").and_then(Value::as_str).unwrap_or("").to_owned();
+            let capabilities = result.get("capabilities").cloned().unwrap_or(Value::Null);
+            return Initialized::Ok { version, capabilities };
+        }
+    }
+    match ex.status() {
+        Some(400 | 404 | 405) if !has_modern_error(ex) => Initialized::TrySse,
+        _ => Initialized::Stop,
+    }
+}
+
+fn next_cursor(ex: &Exchange) -> Option<String> {
+    match ex.reply()?.message {
+        Message::Result { result, .. } => result.get("nextCursor").and_then(Value::as_str).map(str::to_owned),
+        _ => None,
+    }
+}
+
+/// Takes inventory: every page of tools, and of prompts and resources when advertised.
+async fn inventory(wire: &mut Wire<'_>, ctx: &mut Ctx<'_>, era: Era, capabilities: &Value) {
+    list(wire, ctx, ListKind::Tools, era).await;
+    for kind in [ListKind::Prompts, ListKind::Resources] {
+        if capabilities.get(kind.capability()).is_some_and(|c| !c.is_null()) {
+            list(wire, ctx, kind, era).await;
+        }
+    }
+}
+
+async fn list(wire: &mut Wire<'_>, ctx: &mut Ctx<'_>, kind: ListKind, era: Era) {
+    let step = match kind {
+        ListKind::Tools => Step::ToolsList,
+        ListKind::Prompts => Step::PromptsList,
+        ListKind::Resources => Step::ResourcesList,
+    };
+    let mut cursor: Option<String> = None;
+    let mut seen: Vec<String> = Vec::new();
+    for page in 1..=ctx.plan.max_pages {
+        if ctx.expired() {
+            return;
+        }
+        let id = ctx.id();
+        let msg = message::list(id, kind, cursor.as_deref(), era, &ctx.plan.client);
+        let deadline = ctx.deadline;
+        let i = send(wire, ctx, step, era, Some(page), &msg, Some(id), deadline).await;
+        match next_cursor(ctx.ex(i)) {
+            None => return,
+            Some(c) if seen.contains(&c) => return, // a repeated cursor: the judge reports it
+            Some(c) => {
+                seen.push(c.clone());
+                cursor = Some(c);
+            }
+        }
+    }
+}
+
+/// After finding a modern server, a legacy `initialize` tells whether it also serves legacy
+/// clients. Nothing else is sent in that session.
+async fn dual_era_check(wire: &mut Wire<'_>, ctx: &mut Ctx<'_>) -> Option<String> {
+    let id = ctx.id();
+    let msg = message::initialize(id, &ctx.plan.client);
+    let deadline = ctx.deadline;
+    let i = send(wire, ctx, Step::DualEraCheck, Era::Legacy, None, &msg, Some(id), deadline).await;
+    ctx.ex(i).header("mcp-session-id").map(str::to_owned)
+}
+
+async fn probe_http(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>) {
+    if ctx.plan.transport == TransportMode::Sse {
+        probe_sse(client, uri, ctx).await;
+        return;
+    }
+    if ctx.plan.era != EraMode::Legacy {
+        let id = ctx.id();
+        let msg = message::discover(id, version::MODERN, &ctx.plan.client);
+        let deadline = ctx.deadline;
+        let mut wire = Wire::Http { client, uri, session: None };
+        let i = send(&mut wire, ctx, Step::Discover, Era::Modern, None, &msg, Some(id), deadline).await;
+        match classify_discover(ctx.ex(i)) {
+            Discovered::Modern(caps) => {
+                inventory(&mut wire, ctx, Era::Modern, &caps).await;
+                ctx.mark_done();
+                if ctx.plan.era == EraMode::Auto && !ctx.expired() {
+                    if let Some(sid) = dual_era_check(&mut wire, ctx).await {
+                        let Wire::Http { client, .. } = wire else { return };
+                        delete(client, uri, ctx, sid, version::LEGACY_LATEST.to_owned()).await;
+                    }
+                }
+                return;
+            }
+            Discovered::ModernRefused => return ctx.mark_done(),
+            Discovered::Stop => {
+                let Wire::Http { client, .. } = wire else { return };
+                auth_metadata(client, uri, ctx, i).await;
+                return ctx.mark_done();
+            }
+            Discovered::Legacy if ctx.plan.era == EraMode::Modern => return ctx.mark_done(),
+            Discovered::Legacy => {}
+        }
+    }
+    let id = ctx.id();
+    let msg = message::initialize(id, &ctx.plan.client);
+    let deadline = ctx.deadline;
+    let mut wire = Wire::Http { client, uri, session: None };
+    let i = send(&mut wire, ctx, Step::Initialize, Era::Legacy, None, &msg, Some(id), deadline).await;
+    match classify_initialize(ctx.ex(i)) {
+        Initialized::Ok { version, capabilities } => {
+            let sid = ctx.ex(i).header("mcp-session-id").map(str::to_owned);
+            let negotiated = if version.is_empty() { version::LEGACY_LATEST.to_owned() } else { version };
+            let Wire::Http { client, .. } = wire else { return };
+            let mut wire = Wire::Http { client, uri, session: Some((sid.clone(), negotiated.clone())) };
+            send(&mut wire, ctx, Step::Initialized, Era::Legacy, None, &message::initialized(), None, deadline).await;
+            inventory(&mut wire, ctx, Era::Legacy, &capabilities).await;
+            ctx.mark_done();
+            if let (Some(sid), Wire::Http { client, .. }) = (sid, wire) {
+                delete(client, uri, ctx, sid, negotiated).await;
+            }
+        }
+        Initialized::Stop => {
+            let Wire::Http { client, .. } = wire else { return };
+            auth_metadata(client, uri, ctx, i).await;
+            ctx.mark_done();
+        }
+        Initialized::TrySse if ctx.plan.transport == TransportMode::StreamableHttp => ctx.mark_done(),
+        Initialized::TrySse => {
+            let Wire::Http { client, .. } = wire else { return };
+            probe_sse(client, uri, ctx).await;
+        }
+    }
+}
+
+async fn delete(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>, sid: String, version: String) {
+    if ctx.expired() {
+        return;
+    }
+    let headers = vec![("mcp-session-id".to_owned(), sid), ("mcp-protocol-version".to_owned(), version)];
+    let ex = streamable_http::delete_session(client, uri, headers, &ctx.plan.headers, ctx.deadline).await;
+    ctx.push(ex);
+}
+
+/// For a 401/403 whose challenge names protected-resource metadata, fetch it (without the
+/// user's credentials) so the report can say how to authenticate.
+async fn auth_metadata(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>, i: usize) {
+    let ex = ctx.ex(i);
+    if !matches!(ex.status(), Some(401 | 403)) {
+        return;
+    }
+    let Some(url) = ex.header("www-authenticate").and_then(auth::resource_metadata) else {
+        return;
+    };
+    let Ok(prm) = resolve(uri, &url) else { return };
+    if !matches!(prm.scheme_str(), Some("http" | "https")) {
+        return;
+    }
+    let ex = streamable_http::get_document(client, &prm, Step::ResourceMetadata, ctx.limits, ctx.deadline).await;
+    ctx.push(ex);
+}
+
+async fn probe_sse(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>) {
+    let (ex, stream) = legacy_sse::open(client, uri, &ctx.plan.headers, ctx.limits, ctx.deadline).await;
+    let i = ctx.push(ex);
+    let Some(stream) = stream else {
+        auth_metadata(client, uri, ctx, i).await;
+        return ctx.mark_done();
+    };
+    let mut wire = Wire::Sse { client, stream };
+    let id = ctx.id();
+    let msg = message::initialize(id, &ctx.plan.client);
+    let deadline = ctx.deadline;
+    let i = send(&mut wire, ctx, Step::Initialize, Era::Legacy, None, &msg, Some(id), deadline).await;
+    if let Initialized::Ok { capabilities, .. } = classify_initialize(ctx.ex(i)) {
+        send(&mut wire, ctx, Step::Initialized, Era::Legacy, None, &message::initialized(), None, deadline).await;
+        inventory(&mut wire, ctx, Era::Legacy, &capabilities).await;
+    }
+    ctx.mark_done();
+}
+
+async fn probe_stdio(program: &str, args: &[String], ctx: &mut Ctx<'_>, children: &mut Vec<StdioChild>) {
+    let spawn = |purpose: &str, ctx: &Ctx<'_>| StdioChild::spawn(program, args, purpose, ctx.limits, ctx.clock);
+    let mut child = match spawn("probe", ctx) {
+        Ok(c) => c,
+        Err(rec) => {
+            ctx.tr.processes.push(rec);
+            return ctx.mark_done();
+        }
+    };
+    let mut legacy_in_same_process = ctx.plan.era == EraMode::Legacy;
+    if ctx.plan.era != EraMode::Legacy {
+        let id = ctx.id();
+        let msg = message::discover(id, version::MODERN, &ctx.plan.client);
+        // In auto mode a silent legacy server must leave time for the fallback.
+        let deadline = if ctx.plan.era == EraMode::Auto {
+            let now = Instant::now();
+            now + ctx.deadline.saturating_duration_since(now) / 2
+        } else {
+            ctx.deadline
+        };
+        let mut wire = Wire::Stdio(&mut child);
+        let i = send(&mut wire, ctx, Step::Discover, Era::Modern, None, &msg, Some(id), deadline).await;
+        match classify_discover(ctx.ex(i)) {
+            Discovered::Modern(caps) => {
+                inventory(&mut wire, ctx, Era::Modern, &caps).await;
+                ctx.mark_done();
+                if ctx.plan.era == EraMode::Auto && !ctx.expired() {
+                    dual_era_check(&mut wire, ctx).await;
+                }
+                children.push(child);
+                return;
+            }
+            Discovered::ModernRefused | Discovered::Stop => {
+                children.push(child);
+                return ctx.mark_done();
+            }
+            Discovered::Legacy if ctx.plan.era == EraMode::Modern => {
+                children.push(child);
+                return ctx.mark_done();
+            }
+            Discovered::Legacy => {
+                // A live server that answered with an error keeps its process; one that exited
+                // or stayed silent is replaced, because some servers exit on a request sent
+                // before `initialize`.
+                legacy_in_same_process = ctx.ex(i).reply().is_some() && !child.has_exited();
+            }
+        }
+    }
+    if !legacy_in_same_process {
+        ctx.tr.processes.push(child.shutdown(ctx.plan.shutdown_grace).await);
+        child = match spawn("legacy fallback", ctx) {
+            Ok(c) => c,
+            Err(rec) => {
+                ctx.tr.processes.push(rec);
+                return ctx.mark_done();
+            }
+        };
+    }
+    let mut wire = Wire::Stdio(&mut child);
+    let id = ctx.id();
+    let msg = message::initialize(id, &ctx.plan.client);
+    let deadline = ctx.deadline;
+    let i = send(&mut wire, ctx, Step::Initialize, Era::Legacy, None, &msg, Some(id), deadline).await;
+    if let Initialized::Ok { capabilities, .. } = classify_initialize(ctx.ex(i)) {
+        send(&mut wire, ctx, Step::Initialized, Era::Legacy, None, &message::initialized(), None, deadline).await;
+        inventory(&mut wire, ctx, Era::Legacy, &capabilities).await;
+    }
+    ctx.mark_done();
+    children.push(child);
+}

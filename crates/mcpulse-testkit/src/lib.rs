@@ -1,0 +1,1 @@
+//! Dev-only test servers. See the modules.

@@ -1,0 +1,495 @@
+//! A small HTTP/1.1 client on hyper's connection API.
+//!
+//! Why not a convenience client: a prober must see what those hide. Per connection we time DNS,
+//! TCP connect and the TLS handshake separately (the phases blackbox_exporter reports); per
+//! request we keep the raw status and headers and the time to the response head; bodies are read
+//! under a byte cap and a deadline by the caller. One connection is kept alive and reused for the
+//! POSTs of a probe, as a real client would; a legacy SSE stream gets a connection of its own.
+//!
+//! Credentials are redacted by construction: headers the user supplied travel separately from
+//! protocol headers and are recorded as `<redacted>`, and they are dropped when a redirect leaves
+//! the target's origin.
+
+use crate::clock::Clock;
+use bytes::Bytes;
+use http::{Method, Request, Response, Uri};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use mcpulse_wire::redact;
+use mcpulse_wire::transcript::{ConnectError, ConnectStage, Connection, Redirect};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio::time::{Instant, timeout_at};
+
+/// The most redirects followed for one request.
+pub const MAX_REDIRECTS: usize = 5;
+
+trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
+
+/// Why a request got no response head.
+#[derive(Debug, Clone)]
+pub enum SendError {
+    /// DNS, connect, TLS or the HTTP exchange failed; already recorded as a connection.
+    Connect(ConnectError),
+    /// The deadline passed first.
+    Timeout,
+    /// The request could not even be built (a bad URL from a server's `endpoint` event).
+    Invalid(String),
+    /// More than [`MAX_REDIRECTS`], or a loop.
+    Redirects(String),
+}
+
+impl std::fmt::Display for SendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SendError::Connect(e) => {
+                let stage = match e.stage {
+                    ConnectStage::Dns => "DNS lookup failed",
+                    ConnectStage::Connect => "connection failed",
+                    ConnectStage::Tls => "TLS handshake failed",
+                    ConnectStage::Http => "HTTP exchange failed",
+                };
+                write!(f, "{stage}: {}", e.message)
+            }
+            SendError::Timeout => f.write_str("timed out waiting for the response"),
+            SendError::Invalid(m) => write!(f, "invalid request: {m}"),
+            SendError::Redirects(m) => f.write_str(m),
+        }
+    }
+}
+
+/// One request to send.
+#[derive(Debug, Clone)]
+pub struct Outgoing<'a> {
+    pub method: Method,
+    pub uri: Uri,
+    /// Protocol headers: recorded as they are.
+    pub headers: Vec<(String, String)>,
+    /// Headers the user supplied (credentials): sent, recorded redacted, dropped off-origin.
+    pub user_headers: &'a [(String, String)],
+    pub body: Option<String>,
+}
+
+impl Outgoing<'_> {
+    /// The headers as they go into a transcript.
+    pub fn recorded_headers(&self) -> Vec<(String, String)> {
+        let mut h = self.headers.clone();
+        h.extend(self.user_headers.iter().map(|(k, _)| (k.clone(), redact::REDACTED.to_owned())));
+        h
+    }
+}
+
+/// The scheme, host and port of a URI: what a connection is for.
+pub fn origin(uri: &Uri) -> String {
+    format!(
+        "{}://{}:{}",
+        uri.scheme_str().unwrap_or("http"),
+        uri.host().unwrap_or(""),
+        port_of(uri)
+    )
+}
+
+fn port_of(uri: &Uri) -> u16 {
+    uri.port_u16()
+        .unwrap_or(if uri.scheme_str() == Some("https") { 443 } else { 80 })
+}
+
+/// Resolves a possibly relative reference (an SSE `endpoint`, a `Location`) against a base.
+pub fn resolve(base: &Uri, reference: &str) -> Result<Uri, String> {
+    let reference = reference.trim();
+    if reference.contains("://") {
+        return reference.parse::<Uri>().map_err(|e| format!("{reference:?}: {e}"));
+    }
+    let scheme = base.scheme_str().unwrap_or("http");
+    let authority = base.authority().map(|a| a.as_str()).unwrap_or("");
+    let path = if reference.starts_with("//") {
+        return format!("{scheme}:{reference}").parse::<Uri>().map_err(|e| format!("{reference:?}: {e}"));
+    } else if reference.starts_with('/') {
+        reference.to_owned()
+    } else {
+        let base_path = base.path();
+        let dir = match base_path.rfind('/') {
+            Some(i) => &base_path[..=i],
+            None => "/",
+        };
+        if let Some(q) = reference.strip_prefix('?') {
+            format!("{base_path}?{q}")
+        } else {
+            format!("{dir}{reference}")
+        }
+    };
+    format!("{scheme}://{authority}{path}")
+        .parse::<Uri>()
+        .map_err(|e| format!("{reference:?}: {e}"))
+}
+
+/// The client: a clock, a lazily built TLS configuration, one kept-alive connection, and the
+/// record of every connection made.
+pub struct HttpClient {
+    clock: Clock,
+    tls: Option<Arc<rustls::ClientConfig>>,
+    idle: Option<(String, SendRequest<Full<Bytes>>)>,
+    /// Every connection attempt, in order; the probe moves these into the transcript.
+    pub connections: Vec<Connection>,
+}
+
+impl HttpClient {
+    pub fn new(clock: Clock) -> Self {
+        HttpClient { clock, tls: None, idle: None, connections: Vec::new() }
+    }
+
+    pub fn clock(&self) -> Clock {
+        self.clock
+    }
+
+    /// Sends a request, following same-method redirects (307/308, and any for GET) up to
+    /// [`MAX_REDIRECTS`]. `pooled` requests share the kept-alive connection; others (a
+    /// long-lived SSE stream) get their own.
+    pub async fn send(
+        &mut self,
+        out: &Outgoing<'_>,
+        pooled: bool,
+        deadline: Instant,
+        redirects: &mut Vec<Redirect>,
+    ) -> Result<Response<Incoming>, SendError> {
+        let first_origin = origin(&out.uri);
+        let mut uri = out.uri.clone();
+        let mut seen = vec![uri.to_string()];
+        loop {
+            let keep_user_headers = origin(&uri) == first_origin;
+            let resp = self
+                .send_once(out, &uri, keep_user_headers, pooled, deadline)
+                .await?;
+            let status = resp.status().as_u16();
+            let follow = match status {
+                307 | 308 => true,
+                301..=303 => out.method == Method::GET,
+                _ => false,
+            };
+            let location = resp
+                .headers()
+                .get(http::header::LOCATION)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            let (true, Some(location)) = (follow, location) else {
+                return Ok(resp);
+            };
+            redirects.push(Redirect { status, location: redact::url(&location) });
+            if redirects.len() > MAX_REDIRECTS {
+                return Err(SendError::Redirects(format!(
+                    "more than {MAX_REDIRECTS} redirects; last to {}",
+                    redact::url(&location)
+                )));
+            }
+            let next = resolve(&uri, &location).map_err(SendError::Invalid)?;
+            if seen.contains(&next.to_string()) {
+                return Err(SendError::Redirects(format!(
+                    "redirect loop back to {}",
+                    redact::url(&next.to_string())
+                )));
+            }
+            seen.push(next.to_string());
+            // Drain nothing: the connection that carried the redirect is dropped, not reused.
+            self.idle = None;
+            uri = next;
+        }
+    }
+
+    async fn send_once(
+        &mut self,
+        out: &Outgoing<'_>,
+        uri: &Uri,
+        user_headers: bool,
+        pooled: bool,
+        deadline: Instant,
+    ) -> Result<Response<Incoming>, SendError> {
+        let request = build(out, uri, user_headers)?;
+        let key = origin(uri);
+        // A kept-alive connection may have been closed by the server; one retry on a new one.
+        if pooled {
+            if let Some((k, mut sender)) = self.idle.take() {
+                if k == key && timeout_at(deadline, sender.ready()).await.is_ok_and(|r| r.is_ok()) {
+                    let request2 = build(out, uri, user_headers)?;
+                    match timeout_at(deadline, sender.send_request(request2)).await {
+                        Err(_) => return Err(SendError::Timeout),
+                        Ok(Ok(resp)) => {
+                            self.idle = Some((k, sender));
+                            return Ok(resp);
+                        }
+                        Ok(Err(_)) => {} // stale connection: fall through to a fresh one
+                    }
+                }
+            }
+        }
+        let mut sender = self.connect(uri, deadline).await?;
+        let resp = match timeout_at(deadline, sender.send_request(request)).await {
+            Err(_) => return Err(SendError::Timeout),
+            Ok(Err(e)) => {
+                let err = ConnectError { stage: ConnectStage::Http, message: error_chain(&e) };
+                return Err(SendError::Connect(err));
+            }
+            Ok(Ok(resp)) => resp,
+        };
+        if pooled {
+            self.idle = Some((key, sender));
+        }
+        Ok(resp)
+    }
+
+    /// Opens a connection, recording DNS, connect and TLS timings or the stage that failed.
+    async fn connect(
+        &mut self,
+        uri: &Uri,
+        deadline: Instant,
+    ) -> Result<SendRequest<Full<Bytes>>, SendError> {
+        let host = uri.host().unwrap_or("").trim_start_matches('[').trim_end_matches(']').to_owned();
+        let port = port_of(uri);
+        let tls = uri.scheme_str() == Some("https");
+        let mut rec = Connection {
+            at_ms: self.clock.at(),
+            authority: format!("{}:{port}", uri.host().unwrap_or("")),
+            addr: None,
+            tls,
+            dns_ms: None,
+            connect_ms: None,
+            tls_ms: None,
+            error: None,
+        };
+        let result = self.connect_recorded(&host, port, tls, deadline, &mut rec).await;
+        if let Err(SendError::Connect(e)) = &result {
+            rec.error = Some(e.clone());
+        }
+        self.connections.push(rec);
+        result
+    }
+
+    async fn connect_recorded(
+        &mut self,
+        host: &str,
+        port: u16,
+        tls: bool,
+        deadline: Instant,
+        rec: &mut Connection,
+    ) -> Result<SendRequest<Full<Bytes>>, SendError> {
+        let fail = |stage, message: String| SendError::Connect(ConnectError { stage, message });
+        // DNS
+        let t = Instant::now();
+        let addrs: Vec<SocketAddr> = match host.parse::<IpAddr>() {
+            Ok(ip) => vec![SocketAddr::new(ip, port)],
+            Err(_) => match timeout_at(deadline, tokio::net::lookup_host((host, port))).await {
+                Err(_) => return Err(SendError::Timeout),
+                Ok(Err(e)) => return Err(fail(ConnectStage::Dns, format!("{host}: {e}"))),
+                Ok(Ok(a)) => a.collect(),
+            },
+        };
+        rec.dns_ms = Some(self.clock.since(t));
+        if addrs.is_empty() {
+            return Err(fail(ConnectStage::Dns, format!("{host}: no addresses")));
+        }
+        // TCP: each address in turn.
+        let t = Instant::now();
+        let mut last_err = String::new();
+        let mut stream = None;
+        for addr in &addrs {
+            match timeout_at(deadline, TcpStream::connect(addr)).await {
+                Err(_) => return Err(SendError::Timeout),
+                Ok(Ok(s)) => {
+                    rec.addr = Some(addr.to_string());
+                    stream = Some(s);
+                    break;
+                }
+                Ok(Err(e)) => last_err = format!("{addr}: {e}"),
+            }
+        }
+        let Some(tcp) = stream else {
+            return Err(fail(ConnectStage::Connect, last_err));
+        };
+        rec.connect_ms = Some(self.clock.since(t));
+        let _ = tcp.set_nodelay(true);
+        // TLS
+        let io: Box<dyn Io> = if tls {
+            let t = Instant::now();
+            let config = self.tls_config().map_err(|m| fail(ConnectStage::Tls, m))?;
+            let name = rustls::pki_types::ServerName::try_from(host.to_owned())
+                .map_err(|e| fail(ConnectStage::Tls, format!("{host}: {e}")))?;
+            let connector = tokio_rustls::TlsConnector::from(config);
+            let s = match timeout_at(deadline, connector.connect(name, tcp)).await {
+                Err(_) => return Err(SendError::Timeout),
+                Ok(Err(e)) => return Err(fail(ConnectStage::Tls, error_chain(&e))),
+                Ok(Ok(s)) => s,
+            };
+            rec.tls_ms = Some(self.clock.since(t));
+            Box::new(s)
+        } else {
+            Box::new(tcp)
+        };
+        let (sender, conn) = match timeout_at(deadline, hyper::client::conn::http1::handshake(TokioIo::new(io))).await {
+            Err(_) => return Err(SendError::Timeout),
+            Ok(Err(e)) => return Err(fail(ConnectStage::Http, error_chain(&e))),
+            Ok(Ok(pair)) => pair,
+        };
+        // The connection task ends when the sender and any response body are dropped.
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        Ok(sender)
+    }
+
+    fn tls_config(&mut self) -> Result<Arc<rustls::ClientConfig>, String> {
+        if let Some(c) = &self.tls {
+            return Ok(c.clone());
+        }
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in rustls_native_certs::load_native_certs().certs {
+            let _ = roots.add(cert);
+        }
+        if roots.is_empty() {
+            return Err("no trusted root certificates found on this system (install the ca-certificates package)".into());
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let config = Arc::new(config);
+        self.tls = Some(config.clone());
+        Ok(config)
+    }
+}
+
+fn build(out: &Outgoing<'_>, uri: &Uri, user_headers: bool) -> Result<Request<Full<Bytes>>, SendError> {
+    let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+    let host = uri.authority().map(|a| a.as_str()).unwrap_or("");
+    let mut b = Request::builder()
+        .method(out.method.clone())
+        .uri(path)
+        .header(http::header::HOST, host)
+        .header(http::header::USER_AGENT, concat!("mcpulse/", env!("CARGO_PKG_VERSION")));
+    for (k, v) in &out.headers {
+        b = b.header(k.as_str(), v.as_str());
+    }
+    if user_headers {
+        for (k, v) in out.user_headers {
+            b = b.header(k.as_str(), v.as_str());
+        }
+    }
+    let body = out.body.clone().map(Bytes::from).unwrap_or_default();
+    b.body(Full::new(body)).map_err(|e| SendError::Invalid(e.to_string()))
+}
+
+/// An error and its sources, joined: "connection refused" alone rarely says enough.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(inner) = src {
+        let m = inner.to_string();
+        if !s.contains(&m) {
+            s.push_str(": ");
+            s.push_str(&m);
+        }
+        src = inner.source();
+    }
+    s
+}
+
+/// How reading a body ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BodyEnd {
+    Complete,
+    TooLarge,
+    Timeout,
+    Error(String),
+}
+
+/// Reads a whole body, up to `cap` bytes, before `deadline`.
+pub async fn read_body(body: &mut Incoming, cap: usize, deadline: Instant) -> (Vec<u8>, BodyEnd) {
+    let mut buf = Vec::new();
+    loop {
+        match next_chunk(body, deadline).await {
+            Chunk::Data(d) => {
+                if buf.len() + d.len() > cap {
+                    let room = cap - buf.len();
+                    buf.extend_from_slice(&d[..room]);
+                    return (buf, BodyEnd::TooLarge);
+                }
+                buf.extend_from_slice(&d);
+            }
+            Chunk::End => return (buf, BodyEnd::Complete),
+            Chunk::Timeout => return (buf, BodyEnd::Timeout),
+            Chunk::Error(e) => return (buf, BodyEnd::Error(e)),
+        }
+    }
+}
+
+/// One step of reading a body.
+pub enum Chunk {
+    Data(Bytes),
+    End,
+    Timeout,
+    Error(String),
+}
+
+/// The next data chunk of a body (trailers are skipped).
+pub async fn next_chunk(body: &mut Incoming, deadline: Instant) -> Chunk {
+    loop {
+        match timeout_at(deadline, body.frame()).await {
+            Err(_) => return Chunk::Timeout,
+            Ok(None) => return Chunk::End,
+            Ok(Some(Err(e))) => return Chunk::Error(error_chain(&e)),
+            Ok(Some(Ok(frame))) => {
+                if let Ok(data) = frame.into_data() {
+                    if !data.is_empty() {
+                        return Chunk::Data(data);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Response headers as recorded pairs (values lossily decoded; sensitive ones redacted).
+pub fn recorded_headers(resp: &Response<Incoming>) -> Vec<(String, String)> {
+    resp.headers()
+        .iter()
+        .map(|(k, v)| {
+            let value = if redact::is_sensitive_header(k.as_str()) {
+                redact::REDACTED.to_owned()
+            } else {
+                String::from_utf8_lossy(v.as_bytes()).into_owned()
+            };
+            (k.as_str().to_owned(), value)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolves_endpoint_references() {
+        let base: Uri = "http://127.0.0.1:3001/sse".parse().unwrap();
+        assert_eq!(resolve(&base, "/message?sessionId=1").unwrap().to_string(), "http://127.0.0.1:3001/message?sessionId=1");
+        assert_eq!(resolve(&base, "messages?x=1").unwrap().to_string(), "http://127.0.0.1:3001/messages?x=1");
+        assert_eq!(resolve(&base, "https://o.example/p").unwrap().to_string(), "https://o.example/p");
+        let deep: Uri = "http://h/a/b/sse".parse().unwrap();
+        assert_eq!(resolve(&deep, "m").unwrap().to_string(), "http://h/a/b/m");
+        assert!(resolve(&base, "http://bad host/").is_err());
+    }
+
+    #[test]
+    fn origins() {
+        let a: Uri = "http://h/x".parse().unwrap();
+        let b: Uri = "http://h:80/y".parse().unwrap();
+        let c: Uri = "https://h/x".parse().unwrap();
+        assert_eq!(origin(&a), origin(&b));
+        assert_ne!(origin(&a), origin(&c));
+    }
+}

@@ -1,0 +1,34 @@
+//! The I/O half of a probe: moving MCP frames over stdio, Streamable HTTP and legacy HTTP+SSE.
+//!
+//! Every operation here takes a deadline and *always* returns an
+//! [`Exchange`](mcpulse_wire::transcript::Exchange) describing what happened on the wire,
+//! including the failures: a refused connection, a hung server or an HTML page are recorded
+//! outcomes, not errors. This crate decides nothing about health and nothing about which era
+//! or step comes next; that is `mcpulse-probe` (flow) and `mcpulse-judge` (meaning).
+//!
+//! - [`http`]: a small HTTP/1.1 client on hyper's connection API, timing DNS, connect and TLS;
+//! - [`streamable_http`]: one JSON-RPC POST whose reply is JSON or an SSE stream;
+//! - [`legacy_sse`]: the 2024-11-05 GET stream + `endpoint` event + POST transport;
+//! - [`stdio`]: a child process in its own process group, NDJSON over its stdin/stdout.
+
+pub mod clock;
+pub mod http;
+pub mod legacy_sse;
+pub mod stdio;
+pub mod streamable_http;
+
+/// Limits every transport applies.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// The most bytes one response (body, SSE stream or stdout line) may take.
+    pub max_response_bytes: usize,
+}
+
+/// How much of a non-JSON-RPC body is kept in a transcript for a person to read.
+pub const BODY_SNIPPET: usize = 2048;
+
+/// The first `BODY_SNIPPET` bytes of a body as text, cut at a character boundary.
+pub fn snippet(bytes: &[u8]) -> String {
+    let cut = &bytes[..bytes.len().min(BODY_SNIPPET)];
+    String::from_utf8_lossy(cut).into_owned()
+}

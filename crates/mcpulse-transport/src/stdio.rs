@@ -1,0 +1,344 @@
+//! A stdio MCP server as a child process: NDJSON over its stdin and stdout, stderr captured.
+//!
+//! The child runs in a process group of its own, so that ending the probe ends the server *and*
+//! whatever it started (`npx` → `node`, `uv run` → `python`). The group is killed when the
+//! [`StdioChild`] is dropped, on every path: success, timeout, panic unwinding or the probe's
+//! deadline dropping the future. Stdout lines that are not JSON-RPC are recorded as stdout
+//! pollution; stderr lines are recorded with their time; the exit status is recorded when it
+//! comes.
+
+use crate::Limits;
+use crate::clock::Clock;
+use crate::streamable_http::start;
+use mcpulse_wire::jsonrpc::{self, Message};
+use mcpulse_wire::message;
+use mcpulse_wire::ndjson::{Line, LineDecoder};
+use mcpulse_wire::transcript::{Exchange, Exit, Frame, Outcome, Process, Request, Step, TimedLine, TransportKind};
+use mcpulse_wire::version::Era;
+use serde_json::Value;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{ChildStdin, Command};
+use tokio::sync::{mpsc, watch};
+use tokio::time::{Instant, timeout_at};
+
+/// The most stderr lines kept per process; later ones are counted, not kept.
+pub const MAX_STDERR_LINES: usize = 200;
+/// The longest stderr line kept.
+const MAX_STDERR_LINE: usize = 2000;
+
+enum Out {
+    Frame(f64, String),
+    Closed,
+}
+
+/// A running stdio server.
+pub struct StdioChild {
+    clock: Clock,
+    pgid: Option<i32>,
+    stdin: Option<ChildStdin>,
+    rx: mpsc::Receiver<Out>,
+    exited: watch::Receiver<bool>,
+    record: Arc<Mutex<Process>>,
+    closed_stdin_at: Option<Instant>,
+    stdout_closed: bool,
+}
+
+impl Drop for StdioChild {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.pgid {
+            kill_group(pgid, libc::SIGKILL);
+        }
+    }
+}
+
+fn lock(m: &Mutex<Process>) -> std::sync::MutexGuard<'_, Process> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Sends a signal to a whole process group. ESRCH (already gone) is fine.
+fn kill_group(pgid: i32, sig: i32) {
+    if pgid > 0 {
+        // SAFETY: kill(2) with a negative pid signals a process group; it has no memory effects.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::kill(-pgid, sig);
+        }
+    }
+}
+
+impl StdioChild {
+    /// Spawns `program args...`. A spawn failure is recorded in the returned `Process`.
+    pub fn spawn(program: &str, args: &[String], purpose: &str, limits: Limits, clock: Clock) -> Result<StdioChild, Process> {
+        let mut rec = Process {
+            at_ms: clock.at(),
+            program: program.to_owned(),
+            args: args.to_vec(),
+            purpose: Some(purpose.to_owned()),
+            ..Process::default()
+        };
+        let mut cmd = Command::new(program);
+        cmd.args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                rec.spawn_error = Some(match e.kind() {
+                    std::io::ErrorKind::NotFound => format!("{program}: command not found"),
+                    std::io::ErrorKind::PermissionDenied => format!("{program}: permission denied"),
+                    _ => format!("{program}: {e}"),
+                });
+                return Err(rec);
+            }
+        };
+        let pid = child.id();
+        rec.pid = pid;
+        let record = Arc::new(Mutex::new(rec));
+        let stdin = child.stdin.take();
+        let (tx, rx) = mpsc::channel(256);
+        if let Some(stdout) = child.stdout.take() {
+            let record = record.clone();
+            let max = limits.max_response_bytes;
+            tokio::spawn(async move { read_stdout(stdout, tx, record, max, clock).await });
+        }
+        if let Some(stderr) = child.stderr.take() {
+            let record = record.clone();
+            tokio::spawn(async move { read_stderr(stderr, record, clock).await });
+        }
+        let (exit_tx, exited) = watch::channel(false);
+        {
+            let record = record.clone();
+            tokio::spawn(async move {
+                let status = child.wait().await;
+                let exit = match status {
+                    Ok(s) => {
+                        use std::os::unix::process::ExitStatusExt;
+                        Exit { at_ms: clock.at(), code: s.code(), signal: s.signal(), by_probe: false }
+                    }
+                    Err(_) => Exit { at_ms: clock.at(), code: None, signal: None, by_probe: false },
+                };
+                lock(&record).exit = Some(exit);
+                let _ = exit_tx.send(true);
+            });
+        }
+        Ok(StdioChild {
+            clock,
+            pgid: pid.and_then(|p| i32::try_from(p).ok()),
+            stdin,
+            rx,
+            exited,
+            record,
+            closed_stdin_at: None,
+            stdout_closed: false,
+        })
+    }
+
+    /// Whether the child has exited.
+    pub fn has_exited(&self) -> bool {
+        *self.exited.borrow()
+    }
+
+    /// Writes one message and, for a request, waits for the reply with its id. Server-to-client
+    /// requests that arrive meanwhile are declined with `-32601`, so the server does not hang.
+    pub async fn exchange(&mut self, step: Step, era: Option<Era>, page: Option<u32>, id: Option<i64>, msg: &Value, deadline: Instant) -> Exchange {
+        let started = Instant::now();
+        let line = msg.to_string();
+        let request = Request { method: "stdio".into(), url: None, headers: Vec::new(), body: Some(line.clone()) };
+        let mut ex = start(step, TransportKind::Stdio, era, page, id, request, self.clock.at());
+        if let Err(message) = self.write_line(&line, deadline).await {
+            ex.outcome = Outcome::TransportError { message };
+            self.settle_exit(deadline).await;
+            ex.elapsed_ms = self.clock.since(started);
+            return ex;
+        }
+        let Some(sent) = id else {
+            ex.outcome = Outcome::Accepted;
+            ex.elapsed_ms = self.clock.since(started);
+            return ex;
+        };
+        loop {
+            if self.stdout_closed {
+                ex.outcome = Outcome::Closed;
+                break;
+            }
+            match timeout_at(deadline, self.rx.recv()).await {
+                Err(_) => {
+                    ex.outcome = Outcome::Timeout;
+                    break;
+                }
+                Ok(None) | Ok(Some(Out::Closed)) => {
+                    self.stdout_closed = true;
+                    ex.outcome = Outcome::Closed;
+                    break;
+                }
+                Ok(Some(Out::Frame(at_ms, raw))) => {
+                    let decoded = jsonrpc::decode(&raw);
+                    ex.frames.push(Frame { at_ms, raw, sse_event: None });
+                    let frame = ex.frames.len() - 1;
+                    match decoded.map(|d| d.message) {
+                        Ok(Message::Result { id: ref got, .. } | Message::Error { id: ref got, .. }) if got.matches(sent) => {
+                            ex.outcome = Outcome::Reply { frame };
+                            break;
+                        }
+                        Ok(Message::Request { id: req_id, .. }) => {
+                            let decline = message::method_not_found_reply(&req_id).to_string();
+                            let _ = self.write_line(&decline, deadline).await;
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        if matches!(ex.outcome, Outcome::Closed) {
+            self.settle_exit(deadline).await;
+        }
+        ex.elapsed_ms = self.clock.since(started);
+        ex
+    }
+
+    async fn write_line(&mut self, line: &str, deadline: Instant) -> Result<(), String> {
+        let Some(stdin) = self.stdin.as_mut() else {
+            return Err("stdin already closed".into());
+        };
+        let mut buf = Vec::with_capacity(line.len() + 1);
+        buf.extend_from_slice(line.as_bytes());
+        buf.push(b'\n');
+        let write = async {
+            stdin.write_all(&buf).await?;
+            stdin.flush().await
+        };
+        match timeout_at(deadline, write).await {
+            Err(_) => Err("timed out writing to the server's stdin (it is not reading)".into()),
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                Err("the server closed its stdin (broken pipe); it has probably exited".into())
+            }
+            Ok(Err(e)) => Err(format!("writing to the server's stdin: {e}")),
+            Ok(Ok(())) => Ok(()),
+        }
+    }
+
+    /// Gives a child whose stdout closed a moment to report its exit status.
+    async fn settle_exit(&mut self, deadline: Instant) {
+        let until = deadline.min(Instant::now() + Duration::from_millis(200));
+        let mut exited = self.exited.clone();
+        let _ = timeout_at(until, exited.wait_for(|e| *e)).await;
+    }
+
+    /// Ends the child the way the spec describes: close stdin, give it a moment, then SIGTERM,
+    /// then SIGKILL, always to the whole group. Returns the process record.
+    pub async fn shutdown(mut self, grace: Duration) -> Process {
+        let already = self.has_exited();
+        self.stdin = None; // EOF on the server's stdin
+        self.closed_stdin_at = Some(Instant::now());
+        let mut exited = self.exited.clone();
+        if !already && timeout_at(Instant::now() + grace, exited.wait_for(|e| *e)).await.is_err() {
+            if let Some(pgid) = self.pgid {
+                kill_group(pgid, libc::SIGTERM);
+            }
+            if timeout_at(Instant::now() + grace, exited.wait_for(|e| *e)).await.is_err() {
+                if let Some(pgid) = self.pgid {
+                    kill_group(pgid, libc::SIGKILL);
+                }
+                let _ = timeout_at(Instant::now() + grace, exited.wait_for(|e| *e)).await;
+            }
+        }
+        // Grandchildren that outlived the leader go too.
+        if let Some(pgid) = self.pgid.take() {
+            kill_group(pgid, libc::SIGKILL);
+        }
+        let mut rec = lock(&self.record).clone();
+        if !already {
+            if let Some(exit) = rec.exit.as_mut() {
+                exit.by_probe = true;
+            }
+        }
+        rec
+    }
+
+    /// The record so far (for a probe cut short).
+    pub fn record(&self) -> Process {
+        lock(&self.record).clone()
+    }
+}
+
+async fn read_stdout(mut stdout: tokio::process::ChildStdout, tx: mpsc::Sender<Out>, record: Arc<Mutex<Process>>, max: usize, clock: Clock) {
+    let mut decoder = LineDecoder::new(max);
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match stdout.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        for line in decoder.push(&buf[..n]) {
+            if !handle_line(line, &tx, &record, clock).await {
+                return;
+            }
+        }
+    }
+    if let Some(line) = decoder.finish() {
+        let _ = handle_line(line, &tx, &record, clock).await;
+    }
+    let _ = tx.send(Out::Closed).await;
+}
+
+/// Routes one stdout line; false when nobody listens any more.
+async fn handle_line(line: Line, tx: &mpsc::Sender<Out>, record: &Mutex<Process>, clock: Clock) -> bool {
+    let at_ms = clock.at();
+    match line {
+        Line::Text(t) if t.trim().is_empty() => true,
+        Line::Text(t) => {
+            if jsonrpc::decode(&t).is_ok() {
+                tx.send(Out::Frame(at_ms, t)).await.is_ok()
+            } else {
+                let mut shown = t;
+                truncate(&mut shown, MAX_STDERR_LINE);
+                lock(record).stdout_noise.push(TimedLine { at_ms, line: shown });
+                true
+            }
+        }
+        Line::TooLong { len_at_least } => {
+            let line = format!("<a stdout line of at least {len_at_least} bytes, over the response size cap, was dropped>");
+            lock(record).stdout_noise.push(TimedLine { at_ms, line });
+            true
+        }
+    }
+}
+
+async fn read_stderr(stderr: tokio::process::ChildStderr, record: Arc<Mutex<Process>>, clock: Clock) {
+    let mut lines = BufReader::new(stderr);
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        // Bounded read of one line: a stderr without newlines cannot grow memory without end.
+        let mut limited = (&mut lines).take(64 * 1024);
+        match limited.read_until(b'\n', &mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        let mut line = String::from_utf8_lossy(&buf).trim_end().to_owned();
+        truncate(&mut line, MAX_STDERR_LINE);
+        let mut rec = lock(&record);
+        if rec.stderr.len() < MAX_STDERR_LINES {
+            rec.stderr.push(TimedLine { at_ms: clock.at(), line });
+        } else {
+            rec.stderr_dropped += 1;
+        }
+    }
+}
+
+fn truncate(s: &mut String, max: usize) {
+    if s.len() > max {
+        let mut cut = max;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push('…');
+    }
+}

@@ -1,0 +1,314 @@
+//! One JSON-RPC message POSTed over Streamable HTTP, and whatever comes back: a JSON body, an
+//! SSE stream (priming events, comments, progress and log notifications before the reply), a
+//! `202`, an HTML page, a status code alone, a body that never ends.
+
+use crate::Limits;
+use crate::http::{self, BodyEnd, Chunk, HttpClient, Outgoing, SendError};
+use ::http::Method;
+use mcpulse_wire::jsonrpc::{self, Message};
+use mcpulse_wire::sse;
+use mcpulse_wire::transcript::{Exchange, Frame, HttpResponse, Outcome, Request, Step, TransportKind};
+use mcpulse_wire::version::Era;
+use serde_json::Value;
+use tokio::time::Instant;
+
+/// What to POST.
+pub struct Post<'a> {
+    pub uri: &'a ::http::Uri,
+    pub step: Step,
+    pub era: Option<Era>,
+    pub page: Option<u32>,
+    /// The id of the request, or `None` for a notification.
+    pub id: Option<i64>,
+    pub message: &'a Value,
+    /// Protocol headers (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Session-Id`, ...).
+    pub headers: Vec<(String, String)>,
+    pub user_headers: &'a [(String, String)],
+}
+
+/// A new exchange record for a request about to be sent.
+pub fn start(step: Step, transport: TransportKind, era: Option<Era>, page: Option<u32>, id: Option<i64>, request: Request, at_ms: f64) -> Exchange {
+    Exchange {
+        step,
+        transport,
+        era,
+        page,
+        at_ms,
+        id,
+        request,
+        redirects: Vec::new(),
+        response: None,
+        frames: Vec::new(),
+        body: None,
+        body_bytes: 0,
+        outcome: Outcome::Closed,
+        elapsed_ms: 0.0,
+    }
+}
+
+/// Sends one message and records the exchange. Never fails: failures are outcomes.
+pub async fn post(client: &mut HttpClient, p: Post<'_>, limits: Limits, deadline: Instant) -> Exchange {
+    let clock = client.clock();
+    let started = Instant::now();
+    let body = p.message.to_string();
+    let mut headers = vec![
+        ("content-type".to_owned(), "application/json".to_owned()),
+        ("accept".to_owned(), "application/json, text/event-stream".to_owned()),
+    ];
+    headers.extend(p.headers);
+    let out = Outgoing { method: Method::POST, uri: p.uri.clone(), headers, user_headers: p.user_headers, body: Some(body) };
+    let request = Request {
+        method: "POST".into(),
+        url: Some(mcpulse_wire::redact::url(&p.uri.to_string())),
+        headers: out.recorded_headers(),
+        body: out.body.clone(),
+    };
+    let mut ex = start(p.step, TransportKind::StreamableHttp, p.era, p.page, p.id, request, clock.at());
+    let mut redirects = Vec::new();
+    let result = client.send(&out, true, deadline, &mut redirects).await;
+    ex.redirects = redirects;
+    let resp = match result {
+        Ok(r) => r,
+        Err(e) => {
+            ex.outcome = send_error_outcome(&e);
+            ex.elapsed_ms = clock.since(started);
+            return ex;
+        }
+    };
+    ex.response = Some(HttpResponse {
+        status: resp.status().as_u16(),
+        headers: http::recorded_headers(&resp),
+        ttfb_ms: clock.since(started),
+    });
+    let is_sse = content_type(&resp).starts_with("text/event-stream");
+    let mut body = resp.into_body();
+    read_reply(&mut ex, &mut body, is_sse, p.id, limits, deadline, clock).await;
+    ex.elapsed_ms = clock.since(started);
+    ex
+}
+
+/// The outcome for a request that got no response head.
+pub fn send_error_outcome(e: &SendError) -> Outcome {
+    match e {
+        SendError::Timeout => Outcome::Timeout,
+        other => Outcome::TransportError { message: other.to_string() },
+    }
+}
+
+/// The media type of a response, lowercased, without parameters.
+pub fn content_type<B>(resp: &::http::Response<B>) -> String {
+    resp.headers()
+        .get(::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
+        .unwrap_or_default()
+}
+
+/// Reads a response body into the exchange: frames, the reply, or the body text.
+pub async fn read_reply(
+    ex: &mut Exchange,
+    body: &mut hyper::body::Incoming,
+    is_sse: bool,
+    id: Option<i64>,
+    limits: Limits,
+    deadline: Instant,
+    clock: crate::clock::Clock,
+) {
+    let status = ex.status().unwrap_or(0);
+    if id.is_none() && (200..300).contains(&status) && !is_sse {
+        // A notification: 202 and (normally) no body. Read what there is, briefly.
+        let (bytes, _) = http::read_body(body, limits.max_response_bytes, deadline).await;
+        ex.body_bytes = bytes.len();
+        if !bytes.is_empty() {
+            ex.body = Some(crate::snippet(&bytes));
+        }
+        ex.outcome = Outcome::Accepted;
+        return;
+    }
+    if is_sse {
+        read_sse_reply(ex, body, id, limits, deadline, clock).await;
+        return;
+    }
+    let (bytes, end) = http::read_body(body, limits.max_response_bytes, deadline).await;
+    ex.body_bytes = bytes.len();
+    match end {
+        BodyEnd::Complete => {}
+        BodyEnd::TooLarge => {
+            ex.body = Some(crate::snippet(&bytes));
+            ex.outcome = Outcome::TooLarge { limit: limits.max_response_bytes };
+            return;
+        }
+        BodyEnd::Timeout => {
+            ex.body = Some(crate::snippet(&bytes));
+            ex.outcome = Outcome::Timeout;
+            return;
+        }
+        BodyEnd::Error(message) => {
+            ex.body = Some(crate::snippet(&bytes));
+            ex.outcome = Outcome::TransportError { message };
+            return;
+        }
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    match jsonrpc::decode(&text) {
+        Ok(d) => {
+            ex.frames.push(Frame { at_ms: clock.at(), raw: text.into_owned(), sse_event: None });
+            ex.outcome = match (id, d.message.response_id()) {
+                (Some(sent), Some(got)) if got.matches(sent) => Outcome::Reply { frame: 0 },
+                _ => Outcome::NoReply,
+            };
+        }
+        Err(_) => {
+            if !bytes.is_empty() {
+                ex.body = Some(crate::snippet(&bytes));
+            }
+            ex.outcome = if id.is_none() && (200..300).contains(&status) { Outcome::Accepted } else { Outcome::NoReply };
+        }
+    }
+}
+
+async fn read_sse_reply(
+    ex: &mut Exchange,
+    body: &mut hyper::body::Incoming,
+    id: Option<i64>,
+    limits: Limits,
+    deadline: Instant,
+    clock: crate::clock::Clock,
+) {
+    let mut decoder = sse::Decoder::new(limits.max_response_bytes);
+    let mut total = 0usize;
+    loop {
+        match http::next_chunk(body, deadline).await {
+            Chunk::Data(d) => {
+                total += d.len();
+                ex.body_bytes = total;
+                for item in decoder.push(&d) {
+                    match item {
+                        sse::Item::TooLarge { .. } => {
+                            ex.outcome = Outcome::TooLarge { limit: limits.max_response_bytes };
+                            return;
+                        }
+                        sse::Item::Event(ev) => {
+                            if let Some(done) = take_event(ex, ev, id, clock) {
+                                ex.outcome = done;
+                                return;
+                            }
+                        }
+                    }
+                }
+                if total > limits.max_response_bytes {
+                    ex.outcome = Outcome::TooLarge { limit: limits.max_response_bytes };
+                    return;
+                }
+            }
+            Chunk::End => {
+                ex.outcome = if id.is_none() { Outcome::Accepted } else { Outcome::Closed };
+                return;
+            }
+            Chunk::Timeout => {
+                ex.outcome = Outcome::Timeout;
+                return;
+            }
+            Chunk::Error(message) => {
+                ex.outcome = Outcome::TransportError { message };
+                return;
+            }
+        }
+    }
+}
+
+/// Records one SSE event; returns the outcome when it is the reply we wait for.
+pub fn take_event(ex: &mut Exchange, ev: sse::Event, id: Option<i64>, clock: crate::clock::Clock) -> Option<Outcome> {
+    if ev.data.is_empty() {
+        return None; // priming event (2025-11-25) or an empty keep-alive
+    }
+    let kind = ev.event.clone();
+    let decoded = jsonrpc::decode(&ev.data);
+    ex.frames.push(Frame { at_ms: clock.at(), raw: ev.data, sse_event: kind });
+    let frame = ex.frames.len() - 1;
+    match (decoded, id) {
+        (Ok(d), Some(sent)) => match d.message {
+            Message::Result { id: ref got, .. } | Message::Error { id: ref got, .. } if got.matches(sent) => {
+                Some(Outcome::Reply { frame })
+            }
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// GETs a small JSON document (protected-resource metadata) without the user's credentials.
+pub async fn get_document(client: &mut HttpClient, uri: &::http::Uri, step: Step, limits: Limits, deadline: Instant) -> Exchange {
+    let clock = client.clock();
+    let started = Instant::now();
+    let out = Outgoing {
+        method: Method::GET,
+        uri: uri.clone(),
+        headers: vec![("accept".into(), "application/json".into())],
+        user_headers: &[],
+        body: None,
+    };
+    let request = Request { method: "GET".into(), url: Some(mcpulse_wire::redact::url(&uri.to_string())), headers: out.recorded_headers(), body: None };
+    let mut ex = start(step, TransportKind::StreamableHttp, None, None, None, request, clock.at());
+    let mut redirects = Vec::new();
+    let result = client.send(&out, false, deadline, &mut redirects).await;
+    ex.redirects = redirects;
+    let resp = match result {
+        Ok(r) => r,
+        Err(e) => {
+            ex.outcome = send_error_outcome(&e);
+            ex.elapsed_ms = clock.since(started);
+            return ex;
+        }
+    };
+    ex.response = Some(HttpResponse { status: resp.status().as_u16(), headers: http::recorded_headers(&resp), ttfb_ms: clock.since(started) });
+    let cap = limits.max_response_bytes.min(DOCUMENT_CAP);
+    let mut body = resp.into_body();
+    let (bytes, end) = http::read_body(&mut body, cap, deadline).await;
+    ex.body_bytes = bytes.len();
+    ex.body = Some(String::from_utf8_lossy(&bytes).into_owned());
+    ex.outcome = match end {
+        BodyEnd::Complete => Outcome::Fetched,
+        BodyEnd::TooLarge => Outcome::TooLarge { limit: cap },
+        BodyEnd::Timeout => Outcome::Timeout,
+        BodyEnd::Error(message) => Outcome::TransportError { message },
+    };
+    ex.elapsed_ms = clock.since(started);
+    ex
+}
+
+/// The most bytes of a metadata document kept.
+pub const DOCUMENT_CAP: usize = 64 * 1024;
+
+/// Ends a legacy Streamable HTTP session with `DELETE` (a `405` is an acceptable answer).
+pub async fn delete_session(
+    client: &mut HttpClient,
+    uri: &::http::Uri,
+    headers: Vec<(String, String)>,
+    user_headers: &[(String, String)],
+    deadline: Instant,
+) -> Exchange {
+    let clock = client.clock();
+    let started = Instant::now();
+    let out = Outgoing { method: Method::DELETE, uri: uri.clone(), headers, user_headers, body: None };
+    let request = Request { method: "DELETE".into(), url: Some(mcpulse_wire::redact::url(&uri.to_string())), headers: out.recorded_headers(), body: None };
+    let mut ex = start(Step::SessionDelete, TransportKind::StreamableHttp, None, None, None, request, clock.at());
+    let mut redirects = Vec::new();
+    let result = client.send(&out, true, deadline, &mut redirects).await;
+    ex.redirects = redirects;
+    match result {
+        Err(e) => ex.outcome = send_error_outcome(&e),
+        Ok(resp) => {
+            ex.response = Some(HttpResponse { status: resp.status().as_u16(), headers: http::recorded_headers(&resp), ttfb_ms: clock.since(started) });
+            let mut body = resp.into_body();
+            let (bytes, _) = http::read_body(&mut body, crate::BODY_SNIPPET, deadline).await;
+            ex.body_bytes = bytes.len();
+            if !bytes.is_empty() {
+                ex.body = Some(crate::snippet(&bytes));
+            }
+            ex.outcome = Outcome::Fetched;
+        }
+    }
+    ex.elapsed_ms = clock.since(started);
+    ex
+}

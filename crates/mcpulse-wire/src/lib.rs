@@ -1,0 +1,20 @@
+//! The wire vocabulary of mcpulse, and nothing that touches a socket, a process or a clock.
+//!
+//! This crate owns:
+//! - [`jsonrpc`]: a tolerant JSON-RPC 2.0 envelope decoder that never panics and keeps the raw text;
+//! - [`version`]: MCP protocol revisions and the two eras (stateful legacy, stateless modern);
+//! - [`message`]: the exact requests a prober sends, per era;
+//! - [`ndjson`] and [`sse`]: incremental, size-capped frame decoders for stdio and HTTP bodies;
+//! - [`transcript`]: the record of what a probe saw, which the judge turns into a verdict;
+//! - [`redact`]: how secrets are kept out of that record by construction.
+//!
+//! It does not own I/O (see `mcpulse-transport`) or judgement (see `mcpulse-judge`).
+
+pub mod auth;
+pub mod jsonrpc;
+pub mod message;
+pub mod ndjson;
+pub mod redact;
+pub mod sse;
+pub mod transcript;
+pub mod version;

@@ -1,0 +1,342 @@
+//! The transcript: everything a probe saw, and nothing it concluded.
+//!
+//! A probe appends to a [`Transcript`]: the connections it opened (with DNS, connect and TLS
+//! timings), the processes it spawned (with stderr, stray stdout lines and exits), and one
+//! [`Exchange`] per request it sent (with the HTTP status, headers, every JSON-RPC frame that came
+//! back, and how the exchange ended). The judge turns a transcript into a report and a verdict.
+//! Transcripts serialise to JSON (`mcpulse.transcript/v1`), so a failure class is a fixture file
+//! and stored evidence can be judged again when a rule changes.
+//!
+//! Secrets never enter a transcript: request headers the user supplied are stored redacted and
+//! URLs are stored through [`crate::redact::url`].
+
+use crate::jsonrpc::{self, Decoded};
+use crate::version::{Era, EraMode};
+use serde::{Deserialize, Serialize};
+
+pub const SCHEMA: &str = "mcpulse.transcript/v1";
+
+/// The record of one probe.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Transcript {
+    pub schema: String,
+    pub target: TargetRecord,
+    pub plan: PlanRecord,
+    /// Wall-clock start, milliseconds since the Unix epoch. Every `at_ms` below is relative to it.
+    pub started_unix_ms: u64,
+    #[serde(default)]
+    pub connections: Vec<Connection>,
+    #[serde(default)]
+    pub processes: Vec<Process>,
+    #[serde(default)]
+    pub exchanges: Vec<Exchange>,
+    /// Set when the whole-probe deadline cut the probe short.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_hit_ms: Option<f64>,
+    pub total_ms: f64,
+}
+
+impl Transcript {
+    pub fn new(target: TargetRecord, plan: PlanRecord, started_unix_ms: u64) -> Self {
+        Transcript {
+            schema: SCHEMA.to_owned(),
+            target,
+            plan,
+            started_unix_ms,
+            connections: Vec::new(),
+            processes: Vec::new(),
+            exchanges: Vec::new(),
+            deadline_hit_ms: None,
+            total_ms: 0.0,
+        }
+    }
+}
+
+/// What was probed, as it may be shown.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TargetRecord {
+    /// The URL (redacted) or the command line.
+    pub display: String,
+    pub kind: TargetKind,
+    /// For HTTP targets: the host, for rules that treat loopback differently.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum TargetKind {
+    Http,
+    Stdio,
+}
+
+/// The settings that shaped the probe and that the judge needs.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PlanRecord {
+    pub era: EraMode,
+    pub timeout_ms: u64,
+    pub max_response_bytes: usize,
+}
+
+/// The wire transports.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum TransportKind {
+    StreamableHttp,
+    Sse,
+    Stdio,
+}
+
+impl TransportKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransportKind::StreamableHttp => "streamable-http",
+            TransportKind::Sse => "sse",
+            TransportKind::Stdio => "stdio",
+        }
+    }
+}
+
+/// One network connection attempt.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Connection {
+    pub at_ms: f64,
+    /// `host:port` as asked for.
+    pub authority: String,
+    /// The address connected to, once known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub addr: Option<String>,
+    pub tls: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ConnectError>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ConnectError {
+    pub stage: ConnectStage,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ConnectStage {
+    Dns,
+    Connect,
+    Tls,
+    Http,
+}
+
+/// One spawned stdio server.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct Process {
+    pub at_ms: f64,
+    pub program: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spawn_error: Option<String>,
+    /// Lines the server wrote to stderr (capped; see `stderr_dropped`).
+    #[serde(default)]
+    pub stderr: Vec<TimedLine>,
+    #[serde(default)]
+    pub stderr_dropped: usize,
+    /// Lines on stdout that were not JSON-RPC messages: stdout pollution.
+    #[serde(default)]
+    pub stdout_noise: Vec<TimedLine>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<Exit>,
+    /// Why this process was started (the first attempt, or a respawn for the legacy fallback).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub purpose: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TimedLine {
+    pub at_ms: f64,
+    pub line: String,
+}
+
+/// How a process ended.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Exit {
+    pub at_ms: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    /// We ended it (probe finished, or a fallback); not a crash.
+    pub by_probe: bool,
+}
+
+/// What an exchange was for.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub enum Step {
+    #[serde(rename = "server/discover")]
+    Discover,
+    #[serde(rename = "initialize")]
+    Initialize,
+    #[serde(rename = "notifications/initialized")]
+    Initialized,
+    #[serde(rename = "tools/list")]
+    ToolsList,
+    #[serde(rename = "prompts/list")]
+    PromptsList,
+    #[serde(rename = "resources/list")]
+    ResourcesList,
+    /// `GET` of a legacy HTTP+SSE stream, waiting for the `endpoint` event.
+    #[serde(rename = "sse-open")]
+    SseOpen,
+    /// `DELETE` of a legacy Streamable HTTP session.
+    #[serde(rename = "session-delete")]
+    SessionDelete,
+    /// A legacy `initialize` sent to a server already found modern, to learn if it is dual-era.
+    #[serde(rename = "dual-era-check")]
+    DualEraCheck,
+    /// `GET` of the protected-resource metadata (RFC 9728).
+    #[serde(rename = "resource-metadata")]
+    ResourceMetadata,
+}
+
+impl Step {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Step::Discover => "server/discover",
+            Step::Initialize => "initialize",
+            Step::Initialized => "notifications/initialized",
+            Step::ToolsList => "tools/list",
+            Step::PromptsList => "prompts/list",
+            Step::ResourcesList => "resources/list",
+            Step::SseOpen => "sse-open",
+            Step::SessionDelete => "session-delete",
+            Step::DualEraCheck => "dual-era-check",
+            Step::ResourceMetadata => "resource-metadata",
+        }
+    }
+}
+
+/// One request and everything that came back for it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Exchange {
+    pub step: Step,
+    pub transport: TransportKind,
+    /// The era this request speaks, for JSON-RPC requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub era: Option<Era>,
+    /// Page number (from 1) for list steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page: Option<u32>,
+    pub at_ms: f64,
+    /// The JSON-RPC id we sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<i64>,
+    pub request: Request,
+    /// Redirects followed before the final response.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub redirects: Vec<Redirect>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response: Option<HttpResponse>,
+    /// Every JSON-RPC message received while this exchange was open, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub frames: Vec<Frame>,
+    /// The body, when it was not (only) JSON-RPC frames: an HTML page, an error text, a
+    /// metadata document. Capped; see `body_bytes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
+    #[serde(default)]
+    pub body_bytes: usize,
+    pub outcome: Outcome,
+    pub elapsed_ms: f64,
+}
+
+impl Exchange {
+    /// The decoded reply with our id, when the exchange got one.
+    pub fn reply(&self) -> Option<Decoded> {
+        match self.outcome {
+            Outcome::Reply { frame } => self.frames.get(frame).and_then(|f| jsonrpc::decode(&f.raw).ok()),
+            _ => None,
+        }
+    }
+
+    pub fn status(&self) -> Option<u16> {
+        self.response.as_ref().map(|r| r.status)
+    }
+
+    /// A response header, by case-insensitive name.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.response.as_ref().and_then(|r| {
+            r.headers
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.as_str())
+        })
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct Request {
+    /// `POST`, `GET`, `DELETE`, or `stdio` for a line written to a child.
+    pub method: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<(String, String)>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Redirect {
+    pub status: u16,
+    pub location: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct HttpResponse {
+    pub status: u16,
+    #[serde(default)]
+    pub headers: Vec<(String, String)>,
+    /// Time to the response head, from the start of the exchange.
+    pub ttfb_ms: f64,
+}
+
+/// A message received: the raw text, when it arrived, and the SSE event type it came in.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Frame {
+    pub at_ms: f64,
+    pub raw: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sse_event: Option<String>,
+}
+
+/// How an exchange ended.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Outcome {
+    /// The reply with our id is `frames[frame]`.
+    Reply { frame: usize },
+    /// Accepted without a reply: `202` for a notification, or for a POST whose reply comes on
+    /// a legacy SSE stream; a line written to a child for a notification.
+    Accepted,
+    /// An HTTP response without a JSON-RPC reply to our id (see `response`, `frames`, `body`).
+    NoReply,
+    /// A legacy SSE stream announced its POST endpoint.
+    Endpoint { url: String },
+    /// The stream, body or stdout ended before a reply.
+    Closed,
+    /// The step ran out of time.
+    Timeout,
+    /// The response passed the size cap.
+    TooLarge { limit: usize },
+    /// Reading or writing failed below the protocol (reset, broken pipe, bad HTTP).
+    TransportError { message: String },
+    /// The metadata document was fetched (for non-JSON-RPC GETs).
+    Fetched,
+}

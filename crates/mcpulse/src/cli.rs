@@ -1,0 +1,135 @@
+//! The command line. `--help` is part of the contract: exit codes are documented there.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::process::ExitCode;
+
+const EXIT_CODES: &str = "\
+Exit codes (the monitoring-plugin convention, as Nagios, Icinga and Sensu expect):
+  0  healthy
+  1  degraded (up, but gated by auth, slow, or tools/list failing)
+  2  down
+  3  the probe could not run (bad arguments, unreadable input)";
+
+#[derive(Debug, Parser)]
+#[command(name = "mcpulse", version, about = "Protocol-level health checks for MCP servers", after_help = EXIT_CODES)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Probe one MCP server: handshake (or discovery), tools/list, timings, auth, a verdict.
+    #[command(after_help = PROBE_HELP)]
+    Probe(ProbeArgs),
+    /// Print generated documentation (used to keep docs/ in step with the code).
+    #[command(hide = true)]
+    Docs { which: DocKind },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum DocKind {
+    Findings,
+}
+
+const PROBE_HELP: &str = "\
+Examples:
+  mcpulse probe https://mcp.example.com/mcp
+  mcpulse probe http://127.0.0.1:3001/sse --transport sse
+  mcpulse probe --json -- npx -y @modelcontextprotocol/server-everything
+  mcpulse probe -H 'Authorization: Bearer ${TOKEN}' https://mcp.example.com/mcp
+  mcpulse probe --bearer-env MCP_TOKEN https://mcp.example.com/mcp
+
+Exit codes: 0 healthy, 1 degraded, 2 down, 3 the probe could not run.";
+
+#[derive(Debug, Args)]
+pub struct ProbeArgs {
+    /// The server's URL (Streamable HTTP or legacy HTTP+SSE). For a stdio server, give its
+    /// command after `--` instead.
+    #[arg(value_name = "URL")]
+    pub url: Option<String>,
+
+    /// A stdio server: the command and its arguments, after `--`.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+
+    /// Which protocol era to speak: auto tries the stateless 2026-07-28 `server/discover`
+    /// first and falls back to the legacy `initialize` handshake.
+    #[arg(long, value_enum, default_value_t = EraArg::Auto)]
+    pub era: EraArg,
+
+    /// Which HTTP transport: auto tries Streamable HTTP, then legacy HTTP+SSE.
+    #[arg(long, value_enum, default_value_t = TransportArg::Auto)]
+    pub transport: TransportArg,
+
+    /// Bounds the whole probe, whatever the server does (e.g. 10s, 500ms, 1m).
+    #[arg(long, default_value = "10s", value_name = "DURATION")]
+    pub timeout: String,
+
+    /// A handshake slower than this makes the server degraded.
+    #[arg(long, default_value = "3s", value_name = "DURATION")]
+    pub latency_budget: String,
+
+    /// An HTTP header to send, 'Name: value' (repeatable). `${VAR}` in the value is read from
+    /// the environment, so secrets need not be on the command line: -H 'Authorization: Bearer ${TOKEN}'.
+    /// Header values never appear in any output.
+    #[arg(short = 'H', long = "header", value_name = "NAME: VALUE")]
+    pub headers: Vec<String>,
+
+    /// Send `Authorization: Bearer <value of VAR>`.
+    #[arg(long, value_name = "VAR")]
+    pub bearer_env: Option<String>,
+
+    /// The most bytes one response may take (e.g. 8MiB, 512KiB).
+    #[arg(long, default_value = "8MiB", value_name = "SIZE")]
+    pub max_response_size: String,
+
+    /// The most pages followed per list (tools, prompts, resources).
+    #[arg(long, default_value_t = 50, value_name = "N")]
+    pub max_pages: u32,
+
+    /// Print one JSON report (schema mcpulse.report/v1) instead of the summary.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Also write the raw transcript (every request and response, secrets redacted) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub transcript: Option<std::path::PathBuf>,
+
+    /// When to use colour (auto: only on a terminal, and never with NO_COLOR set).
+    #[arg(long, value_enum, default_value_t = ColorArg::Auto)]
+    pub color: ColorArg,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum EraArg {
+    Auto,
+    Modern,
+    Legacy,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum TransportArg {
+    Auto,
+    StreamableHttp,
+    Sse,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum ColorArg {
+    Auto,
+    Always,
+    Never,
+}
+
+/// Parses the command line. Usage errors exit 3 (could not run), not clap's 2, which would
+/// read as "down" to a monitoring system; `--help` and `--version` exit 0.
+pub fn parse() -> Result<Cli, ExitCode> {
+    match Cli::try_parse() {
+        Ok(c) => Ok(c),
+        Err(e) => {
+            let _ = e.print();
+            Err(if e.use_stderr() { ExitCode::from(crate::EXIT_COULD_NOT_RUN) } else { ExitCode::SUCCESS })
+        }
+    }
+}

@@ -1,0 +1,30 @@
+//! `mcpulse`: the binary. A thin shell: parse arguments into settings, run a command, print,
+//! and map the outcome to an exit code. Logic lives in the library crates.
+
+mod cli;
+mod commands;
+mod printer;
+mod settings;
+
+use std::process::ExitCode;
+
+/// Exit code when mcpulse itself could not run (bad arguments, unreadable input).
+pub const EXIT_COULD_NOT_RUN: u8 = 3;
+
+fn main() -> ExitCode {
+    let cli = match cli::parse() {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    match commands::run(cli) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            let mut msg = format!("mcpulse: error: {e}");
+            for cause in e.chain().skip(1) {
+                msg.push_str(&format!("\n  caused by: {cause}"));
+            }
+            anstream::eprintln!("{msg}");
+            ExitCode::from(EXIT_COULD_NOT_RUN)
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! Turning command-line strings into validated settings: durations, sizes, headers with
+//! `${VAR}` taken from the environment. Every error says what to write instead.
+
+use anyhow::{Context, Result, bail};
+use std::time::Duration;
+
+/// `10s`, `500ms`, `2m`, `1h`, or a bare number of seconds.
+pub fn duration(s: &str, what: &str) -> Result<Duration> {
+    let t = s.trim();
+    let (num, unit) = match t.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
+        Some(i) => t.split_at(i),
+        None => (t, "s"),
+    };
+    let n: f64 = num
+        .parse()
+        .ok()
+        .filter(|n: &f64| n.is_finite() && *n >= 0.0)
+        .with_context(|| format!("{what} {s:?} is not a duration: write e.g. 10s, 500ms or 2m"))?;
+    let secs = match unit.trim() {
+        "ms" => n / 1000.0,
+        "s" | "" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        other => bail!("{what} {s:?}: unknown unit {other:?}; use ms, s, m or h"),
+    };
+    if secs <= 0.0 {
+        bail!("{what} must be more than zero");
+    }
+    if secs > 86_400.0 {
+        bail!("{what} {s:?} is more than a day");
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// `8MiB`, `512KiB`, `1MB`, `4096`.
+pub fn size(s: &str, what: &str) -> Result<usize> {
+    let t = s.trim();
+    let i = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(i);
+    let n: usize = num
+        .parse()
+        .with_context(|| format!("{what} {s:?} is not a size: write e.g. 8MiB, 512KiB or 4096"))?;
+    let mult: usize = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" => 1000,
+        "kib" => 1024,
+        "m" | "mb" => 1_000_000,
+        "mib" => 1024 * 1024,
+        "g" | "gb" => 1_000_000_000,
+        "gib" => 1024 * 1024 * 1024,
+        other => bail!("{what} {s:?}: unknown unit {other:?}; use KiB, MiB or GiB"),
+    };
+    let bytes = n.checked_mul(mult).with_context(|| format!("{what} {s:?} is too large"))?;
+    if bytes < 1024 {
+        bail!("{what} {s:?} is too small: allow at least 1KiB");
+    }
+    Ok(bytes)
+}
+
+/// Parses `Name: value` headers, expanding `${VAR}` from `env`.
+pub fn headers(raw: &[String], bearer_env: Option<&str>, env: &dyn Fn(&str) -> Option<String>) -> Result<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    for h in raw {
+        let Some((name, value)) = h.split_once(':') else {
+            bail!("header {:?} has no colon: write it as 'Name: value'", redact_header(h));
+        };
+        let name = name.trim();
+        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)) {
+            bail!("header name {name:?} is not a valid HTTP header name");
+        }
+        let value = expand(value.trim(), env).with_context(|| format!("in the value of header {name:?}"))?;
+        if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
+            bail!("the value of header {name:?} contains a line break or NUL");
+        }
+        out.push((name.to_owned(), value));
+    }
+    if let Some(var) = bearer_env {
+        let token = env(var).with_context(|| format!("--bearer-env {var}: the environment variable {var} is not set"))?;
+        let token = token.trim();
+        if token.is_empty() {
+            bail!("--bearer-env {var}: the environment variable {var} is empty");
+        }
+        out.push(("Authorization".to_owned(), format!("Bearer {token}")));
+    }
+    Ok(out)
+}
+
+fn redact_header(h: &str) -> String {
+    if h.len() > 12 { format!("{}…", &h[..h.char_indices().nth(12).map(|(i, _)| i).unwrap_or(h.len())]) } else { h.to_owned() }
+}
+
+/// Expands `${VAR}` (and `$$` for a literal `$`).
+fn expand(v: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String> {
+    let mut out = String::new();
+    let mut rest = v;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        if let Some(a) = after.strip_prefix('$') {
+            out.push('$');
+            rest = a;
+        } else if let Some(a) = after.strip_prefix('{') {
+            let end = a.find('}').context("unclosed ${ (write ${VAR})")?;
+            let var = &a[..end];
+            if var.is_empty() {
+                bail!("empty ${{}}");
+            }
+            let val = env(var).with_context(|| format!("the environment variable {var} is not set"))?;
+            out.push_str(&val);
+            rest = &a[end + 1..];
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(k: &str) -> Option<String> {
+        match k {
+            "TOKEN" => Some("s3cret".into()),
+            "EMPTY" => Some(" ".into()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(duration("10s", "t").unwrap(), Duration::from_secs(10));
+        assert_eq!(duration("250ms", "t").unwrap(), Duration::from_millis(250));
+        assert_eq!(duration("2", "t").unwrap(), Duration::from_secs(2));
+        assert_eq!(duration("1.5m", "t").unwrap(), Duration::from_secs(90));
+        assert!(duration("0s", "t").is_err());
+        assert!(duration("soon", "t").is_err());
+        assert!(duration("5 fortnights", "t").is_err());
+        assert!(duration("-1s", "t").is_err());
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(size("8MiB", "s").unwrap(), 8 << 20);
+        assert_eq!(size("4096", "s").unwrap(), 4096);
+        assert!(size("12", "s").is_err());
+        assert!(size("99999999999999999999GiB", "s").is_err());
+        assert!(size("lots", "s").is_err());
+    }
+
+    #[test]
+    fn header_expansion() {
+        let h = headers(&["Authorization: Bearer ${TOKEN}".into(), "X-Cost: $$5".into()], None, &env).unwrap();
+        assert_eq!(h[0], ("Authorization".into(), "Bearer s3cret".into()));
+        assert_eq!(h[1].1, "$5");
+        assert!(headers(&["NoColon".into()], None, &env).is_err());
+        assert!(headers(&["X: ${MISSING}".into()], None, &env).is_err());
+        assert!(headers(&["X: ${TOKEN".into()], None, &env).is_err());
+        assert!(headers(&["Bad Name: v".into()], None, &env).is_err());
+        let b = headers(&[], Some("TOKEN"), &env).unwrap();
+        assert_eq!(b[0].1, "Bearer s3cret");
+        assert!(headers(&[], Some("EMPTY"), &env).is_err());
+        assert!(headers(&[], Some("NOPE"), &env).is_err());
+    }
+}
