@@ -303,7 +303,8 @@ impl HttpClient {
                     stream = Some(s);
                     break;
                 }
-                Ok(Err(e)) => last_err = format!("{addr}: {e}"),
+                Ok(Err(e)) if addrs.len() > 1 => last_err = format!("{addr}: {e}"),
+                Ok(Err(e)) => last_err = e.to_string(),
             }
         }
         let Some(tcp) = stream else {
