@@ -8,6 +8,6 @@
 pub mod report;
 pub mod rules;
 
+pub use mcpulse_wire::transcript::Transcript;
 pub use report::{Policy, Report, judge};
 pub use rules::{Finding, Rule, Severity, Status};
-pub use mcpulse_wire::transcript::Transcript;

@@ -4,7 +4,9 @@
 use crate::rules::{Finding, Rule, Severity, Status};
 use mcpulse_wire::auth;
 use mcpulse_wire::jsonrpc::{self, Message};
-use mcpulse_wire::transcript::{ConnectStage, Exchange, Outcome, Process, Step, TargetKind, Transcript, TransportKind};
+use mcpulse_wire::transcript::{
+    ConnectStage, Exchange, Outcome, Process, Step, TargetKind, Transcript, TransportKind,
+};
 use mcpulse_wire::version::{self, Era, EraMode};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -20,7 +22,9 @@ pub struct Policy {
 
 impl Default for Policy {
     fn default() -> Self {
-        Policy { latency_budget_ms: 3000.0 }
+        Policy {
+            latency_budget_ms: 3000.0,
+        }
     }
 }
 
@@ -109,7 +113,10 @@ pub struct Timings {
 
 /// Judges a transcript.
 pub fn judge(tr: &Transcript, policy: &Policy) -> Report {
-    let mut j = Judgement { tr, findings: Vec::new() };
+    let mut j = Judgement {
+        tr,
+        findings: Vec::new(),
+    };
     let mut report = Report {
         schema: SCHEMA.to_owned(),
         target: tr.target.display.clone(),
@@ -129,7 +136,10 @@ pub fn judge(tr: &Transcript, policy: &Policy) -> Report {
         tools: Vec::new(),
         prompt_count: None,
         resource_count: None,
-        timings_ms: Timings { total: round(tr.total_ms), ..Timings::default() },
+        timings_ms: Timings {
+            total: round(tr.total_ms),
+            ..Timings::default()
+        },
         findings: Vec::new(),
         stderr: stderr_tail(&tr.processes),
     };
@@ -142,7 +152,7 @@ pub fn judge(tr: &Transcript, policy: &Policy) -> Report {
     j.envelope_findings();
     let mut findings = j.findings;
     // Most severe first, then in the order found.
-    findings.sort_by(|a, b| b.severity.cmp(&a.severity));
+    findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
     report.status = Status::from_findings(&findings);
     report.findings = findings;
     report
@@ -167,9 +177,17 @@ fn handshake(tr: &Transcript) -> Option<Handshake<'_>> {
         };
         match ex.step {
             Step::Discover if result.get("supportedVersions").is_some_and(Value::is_array) => {
-                Some(Handshake { ex, era: Era::Modern, result })
+                Some(Handshake {
+                    ex,
+                    era: Era::Modern,
+                    result,
+                })
             }
-            Step::Initialize => Some(Handshake { ex, era: Era::Legacy, result }),
+            Step::Initialize => Some(Handshake {
+                ex,
+                era: Era::Legacy,
+                result,
+            }),
             _ => None,
         }
     })
@@ -194,12 +212,24 @@ impl Judgement<'_> {
         report.transport = Some(hs.ex.transport.as_str());
         report.era = Some(hs.era);
         report.timings_ms.handshake = Some(round(hs.ex.elapsed_ms));
-        let caps = hs.result.get("capabilities").cloned().filter(Value::is_object);
-        report.instructions = hs.result.get("instructions").and_then(Value::as_str).map(str::to_owned);
+        let caps = hs
+            .result
+            .get("capabilities")
+            .cloned()
+            .filter(Value::is_object);
+        report.instructions = hs
+            .result
+            .get("instructions")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
         match hs.era {
             Era::Modern => {
                 report.supported_versions = strings(hs.result.get("supportedVersions"));
-                if report.supported_versions.iter().any(|v| v == version::MODERN) {
+                if report
+                    .supported_versions
+                    .iter()
+                    .any(|v| v == version::MODERN)
+                {
                     report.protocol_version = Some(version::MODERN.to_owned());
                 } else {
                     self.add(Rule::ProtocolVersionUnknown.finding(format!(
@@ -208,7 +238,10 @@ impl Judgement<'_> {
                         version::MODERN
                     )));
                 }
-                report.server = server_info(hs.result.pointer("/_meta/io.modelcontextprotocol~1serverInfo"));
+                report.server = server_info(
+                    hs.result
+                        .pointer("/_meta/io.modelcontextprotocol~1serverInfo"),
+                );
                 self.modern_fields("server/discover", &hs.result);
                 // Dual-era: a legacy initialize to the same server, in auto mode.
                 if let Some(check) = tr.exchanges.iter().find(|e| e.step == Step::DualEraCheck) {
@@ -217,21 +250,29 @@ impl Judgement<'_> {
                     report.dual_era = Some(dual);
                     if dual {
                         let v = check.reply().and_then(|d| match d.message {
-                            Message::Result { result, .. } => result.get("protocolVersion").and_then(Value::as_str).map(str::to_owned),
+                            Message::Result { result, .. } => result
+                                .get("protocolVersion")
+                                .and_then(Value::as_str)
+                                .map(str::to_owned),
                             _ => None,
                         });
                         if let Some(v) = v {
                             if !report.supported_versions.contains(&v) {
                                 report.supported_versions.push(v.clone());
                             }
-                            self.add(Rule::DualEra.finding(format!("also answers a legacy initialize (protocol {v})")));
+                            self.add(Rule::DualEra.finding(format!(
+                                "also answers a legacy initialize (protocol {v})"
+                            )));
                         }
                     }
                 }
             }
             Era::Legacy => {
                 match hs.result.get("protocolVersion").and_then(Value::as_str) {
-                    None => self.add(Rule::ProtocolVersionMissing.finding("the initialize result has no protocolVersion")),
+                    None => self.add(
+                        Rule::ProtocolVersionMissing
+                            .finding("the initialize result has no protocolVersion"),
+                    ),
                     Some(v) => {
                         report.protocol_version = Some(v.to_owned());
                         report.supported_versions = vec![v.to_owned()];
@@ -245,7 +286,9 @@ impl Judgement<'_> {
                 }
                 report.server = server_info(hs.result.get("serverInfo"));
                 // Discovery was tried first (auto mode) and failed: not dual-era.
-                if tr.plan.era == EraMode::Auto && tr.exchanges.iter().any(|e| e.step == Step::Discover) {
+                if tr.plan.era == EraMode::Auto
+                    && tr.exchanges.iter().any(|e| e.step == Step::Discover)
+                {
                     report.dual_era = Some(false);
                     self.add(Rule::LegacyOnly.finding(format!(
                         "server/discover did not succeed ({}); the server speaks only the legacy handshake",
@@ -255,7 +298,9 @@ impl Judgement<'_> {
             }
         }
         if hs.ex.transport == TransportKind::Sse {
-            self.add(Rule::DeprecatedSse.finding("served over the legacy HTTP+SSE transport (GET stream + endpoint event)"));
+            self.add(Rule::DeprecatedSse.finding(
+                "served over the legacy HTTP+SSE transport (GET stream + endpoint event)",
+            ));
         }
         if report.server.as_ref().is_none_or(|s| s.name.is_none()) {
             self.add(Rule::ServerInfoMissing.finding("the server did not send serverInfo"));
@@ -273,27 +318,59 @@ impl Judgement<'_> {
         if let Some(items) = &tools {
             report.tool_count = Some(items.len());
             report.tools = items.iter().filter_map(tool_summary).collect();
-            let ms: f64 = tr.exchanges.iter().filter(|e| e.step == Step::ToolsList).map(|e| e.elapsed_ms).sum();
+            let ms: f64 = tr
+                .exchanges
+                .iter()
+                .filter(|e| e.step == Step::ToolsList)
+                .map(|e| e.elapsed_ms)
+                .sum();
             report.timings_ms.tools_list = Some(round(ms));
         } else if tr.exchanges.iter().any(|e| e.step == Step::ToolsList) {
-            let ms: f64 = tr.exchanges.iter().filter(|e| e.step == Step::ToolsList).map(|e| e.elapsed_ms).sum();
+            let ms: f64 = tr
+                .exchanges
+                .iter()
+                .filter(|e| e.step == Step::ToolsList)
+                .map(|e| e.elapsed_ms)
+                .sum();
             report.timings_ms.tools_list = Some(round(ms));
         }
-        report.prompt_count = self.list(Step::PromptsList, "prompts", caps.as_ref(), hs.era).map(|v| v.len());
-        report.resource_count = self.list(Step::ResourcesList, "resources", caps.as_ref(), hs.era).map(|v| v.len());
+        report.prompt_count = self
+            .list(Step::PromptsList, "prompts", caps.as_ref(), hs.era)
+            .map(|v| v.len());
+        report.resource_count = self
+            .list(Step::ResourcesList, "resources", caps.as_ref(), hs.era)
+            .map(|v| v.len());
         report.capabilities = caps;
         // Session clean-up.
-        for e in tr.exchanges.iter().filter(|e| e.step == Step::SessionDelete) {
+        for e in tr
+            .exchanges
+            .iter()
+            .filter(|e| e.step == Step::SessionDelete)
+        {
             match e.status() {
                 Some(s) if (200..300).contains(&s) || s == 405 => {}
-                _ => self.add(Rule::SessionDeleteFailed.finding(format!("DELETE of the session: {}", describe(Some(e))))),
+                _ => self.add(
+                    Rule::SessionDeleteFailed
+                        .finding(format!("DELETE of the session: {}", describe(Some(e)))),
+                ),
             }
         }
     }
 
     /// All pages of one list; `None` when the list was not taken or failed. Adds the findings.
-    fn list(&mut self, step: Step, key: &str, caps: Option<&Value>, era: Era) -> Option<Vec<Value>> {
-        let pages: Vec<&Exchange> = self.tr.exchanges.iter().filter(|e| e.step == step).collect();
+    fn list(
+        &mut self,
+        step: Step,
+        key: &str,
+        caps: Option<&Value>,
+        era: Era,
+    ) -> Option<Vec<Value>> {
+        let pages: Vec<&Exchange> = self
+            .tr
+            .exchanges
+            .iter()
+            .filter(|e| e.step == step)
+            .collect();
         if pages.is_empty() {
             return None;
         }
@@ -305,14 +382,25 @@ impl Judgement<'_> {
                 Some(Message::Result { result, .. }) => result,
                 _ => {
                     let why = describe(Some(ex));
-                    let page = ex.page.map(|p| if p > 1 { format!(" (page {p})") } else { String::new() }).unwrap_or_default();
+                    let page = ex
+                        .page
+                        .map(|p| {
+                            if p > 1 {
+                                format!(" (page {p})")
+                            } else {
+                                String::new()
+                            }
+                        })
+                        .unwrap_or_default();
                     let (rule, sev) = match (step, advertised) {
                         (Step::ToolsList, true) => (Rule::ToolsListFailed, Severity::Warning),
                         (Step::ToolsList, false) => (Rule::ToolsListUnsupported, Severity::Info),
                         (Step::PromptsList, _) => (Rule::PromptsListFailed, Severity::Warning),
                         _ => (Rule::ResourcesListFailed, Severity::Warning),
                     };
-                    self.add(rule.finding_with(sev, format!("{}{page} failed: {why}", step.as_str())));
+                    self.add(
+                        rule.finding_with(sev, format!("{}{page} failed: {why}", step.as_str())),
+                    );
                     return None;
                 }
             };
@@ -324,7 +412,9 @@ impl Judgement<'_> {
                         Step::PromptsList => Rule::PromptsListFailed,
                         _ => Rule::ResourcesListFailed,
                     };
-                    self.add(rule.finding(format!("{} result has no `{key}` array", step.as_str())));
+                    self.add(
+                        rule.finding(format!("{} result has no `{key}` array", step.as_str())),
+                    );
                     return None;
                 }
             }
@@ -358,7 +448,11 @@ impl Judgement<'_> {
                 Step::PromptsList => Rule::PromptsListFailed,
                 _ => Rule::ResourcesListFailed,
             };
-            self.add(rule.finding(format!("{} was cut short by the deadline after {} pages", step.as_str(), pages.len())));
+            self.add(rule.finding(format!(
+                "{} was cut short by the deadline after {} pages",
+                step.as_str(),
+                pages.len()
+            )));
         }
         Some(items)
     }
@@ -382,7 +476,11 @@ impl Judgement<'_> {
         }
         if !problems.is_empty() {
             let f = Rule::ModernResultFields.finding(format!("{what}: {}", problems.join(", ")));
-            if !self.findings.iter().any(|x| x.code == f.code && x.message == f.message) {
+            if !self
+                .findings
+                .iter()
+                .any(|x| x.code == f.code && x.message == f.message)
+            {
                 self.add(f);
             }
         }
@@ -409,7 +507,9 @@ impl Judgement<'_> {
             if let Some(f) = self.connect_failure() {
                 self.add(f);
             } else {
-                self.add(Rule::Timeout.finding("the probe ran out of time before any request completed"));
+                self.add(
+                    Rule::Timeout.finding("the probe ran out of time before any request completed"),
+                );
             }
             return;
         };
@@ -427,29 +527,65 @@ impl Judgement<'_> {
             Outcome::Timeout => Rule::Timeout.finding(format!(
                 "no reply to {step} within {} ms{}",
                 tr.plan.timeout_ms,
-                if last.transport == TransportKind::Stdio { "; the server may be stuck, or still starting" } else { "" }
+                if last.transport == TransportKind::Stdio {
+                    "; the server may be stuck, or still starting"
+                } else {
+                    ""
+                }
             )),
-            Outcome::TooLarge { limit } => Rule::ResponseTooLarge.finding(format!("the reply to {step} passed the {limit}-byte cap (--max-response-size)")),
+            Outcome::TooLarge { limit } => Rule::ResponseTooLarge.finding(format!(
+                "the reply to {step} passed the {limit}-byte cap (--max-response-size)"
+            )),
             Outcome::TransportError { message } => match self.connect_failure() {
                 Some(f) => f,
-                None if message.contains("redirect") => Rule::HttpFailed.finding(format!("{step}: {message}")),
+                None if message.contains("redirect") => {
+                    Rule::HttpFailed.finding(format!("{step}: {message}"))
+                }
                 None if last.transport == TransportKind::Stdio => self.exited(step, message),
                 None => Rule::HttpFailed.finding(format!("{step}: {message}")),
             },
-            Outcome::Closed if last.transport == TransportKind::Stdio => self.exited(step, "stdout closed"),
-            Outcome::Closed if last.step == Step::SseOpen => Rule::SseNoEndpoint.finding("the SSE stream closed before the endpoint event"),
-            Outcome::Closed => Rule::HttpFailed.finding(format!("the response to {step} ended before the reply")),
-            Outcome::Endpoint { .. } => Rule::HandshakeFailed.finding("the legacy SSE endpoint was announced, but initialize was never answered"),
+            Outcome::Closed if last.transport == TransportKind::Stdio => {
+                self.exited(step, "stdout closed")
+            }
+            Outcome::Closed if last.step == Step::SseOpen => {
+                Rule::SseNoEndpoint.finding("the SSE stream closed before the endpoint event")
+            }
+            Outcome::Closed => {
+                Rule::HttpFailed.finding(format!("the response to {step} ended before the reply"))
+            }
+            Outcome::Endpoint { .. } => Rule::HandshakeFailed.finding(
+                "the legacy SSE endpoint was announced, but initialize was never answered",
+            ),
             Outcome::Reply { .. } => match last.reply().map(|d| d.message) {
+                // A modern server that does not support the revision we speak: up, but no
+                // common version. Degraded, not down.
+                Some(Message::Error { error, .. })
+                    if last.step == Step::Discover
+                        && error.code == version::UNSUPPORTED_PROTOCOL_VERSION =>
+                {
+                    report.era = Some(Era::Modern);
+                    report.supported_versions =
+                        strings(error.data.as_ref().and_then(|d| d.get("supported")));
+                    Rule::ProtocolVersionUnknown.finding(format!(
+                        "server/discover: the server does not support {} (it supports {:?})",
+                        version::MODERN,
+                        report.supported_versions
+                    ))
+                }
                 Some(Message::Error { error, .. }) => Rule::HandshakeFailed.finding(format!(
                     "{step} was rejected: {} {}{}",
                     error.code,
                     error.message,
                     self.earlier_attempts(&attempts)
                 )),
-                _ => Rule::HandshakeFailed.finding(format!("{step} got an unusable result{}", self.earlier_attempts(&attempts))),
+                _ => Rule::HandshakeFailed.finding(format!(
+                    "{step} got an unusable result{}",
+                    self.earlier_attempts(&attempts)
+                )),
             },
-            Outcome::NoReply | Outcome::Accepted | Outcome::Fetched => self.no_reply(last, &attempts),
+            Outcome::NoReply | Outcome::Accepted | Outcome::Fetched => {
+                self.no_reply(last, &attempts)
+            }
         };
         self.add(finding);
     }
@@ -458,12 +594,19 @@ impl Judgement<'_> {
         let step = last.step.as_str();
         let status = last.status().unwrap_or(0);
         if status >= 500 {
-            return Rule::ServerError.finding(format!("HTTP {status} to {step}{}", body_hint(last)));
+            return Rule::ServerError
+                .finding(format!("HTTP {status} to {step}{}", body_hint(last)));
         }
         if last.step == Step::SseOpen {
+            // With --transport sse the GET is the only attempt: no "earlier" part then.
+            let earlier = self.earlier_attempts(attempts);
+            let earlier = if earlier.is_empty() {
+                String::new()
+            } else {
+                format!("{}; ", earlier.trim_start_matches("; "))
+            };
             return Rule::SseNoEndpoint.finding(format!(
-                "no MCP endpoint found: {}; GET for a legacy SSE stream got HTTP {status}{}",
-                self.earlier_attempts(attempts).trim_start_matches("; "),
+                "no MCP endpoint found: {earlier}GET for a legacy SSE stream got HTTP {status}{}",
                 body_hint(last)
             ));
         }
@@ -475,7 +618,12 @@ impl Judgement<'_> {
                 .filter_map(|d| d.message.response_id().map(|i| i.to_string()))
                 .collect();
             if !ids.is_empty() {
-                if let Some(Message::Error { error, .. }) = last.frames.last().and_then(|f| jsonrpc::decode(&f.raw).ok()).map(|d| d.message) {
+                if let Some(Message::Error { error, .. }) = last
+                    .frames
+                    .last()
+                    .and_then(|f| jsonrpc::decode(&f.raw).ok())
+                    .map(|d| d.message)
+                {
                     return Rule::HandshakeFailed.finding(format!(
                         "HTTP {status} to {step}: {} {}{}",
                         error.code,
@@ -496,9 +644,15 @@ impl Judgement<'_> {
                 Some(b) if looks_like_html(b) => "an HTML page".to_owned(),
                 Some(_) => format!("a body that is not JSON-RPC ({})", content_type(last)),
             };
-            return Rule::NotJsonRpc.finding(format!("HTTP {status} to {step} with {what}: is this the MCP endpoint?"));
+            return Rule::NotJsonRpc.finding(format!(
+                "HTTP {status} to {step} with {what}: is this the MCP endpoint?"
+            ));
         }
-        Rule::HandshakeFailed.finding(format!("HTTP {status} to {step}{}{}", body_hint(last), self.earlier_attempts(attempts)))
+        Rule::HandshakeFailed.finding(format!(
+            "HTTP {status} to {step}{}{}",
+            body_hint(last),
+            self.earlier_attempts(attempts)
+        ))
     }
 
     /// "; server/discover: HTTP 400" for the attempts before the last, for context.
@@ -507,7 +661,10 @@ impl Judgement<'_> {
         if n < 2 {
             return String::new();
         }
-        let parts: Vec<String> = attempts[..n - 1].iter().map(|e| format!("{}: {}", e.step.as_str(), describe(Some(e)))).collect();
+        let parts: Vec<String> = attempts[..n - 1]
+            .iter()
+            .map(|e| format!("{}: {}", e.step.as_str(), describe(Some(e))))
+            .collect();
         format!("; earlier, {}", parts.join("; "))
     }
 
@@ -536,37 +693,78 @@ impl Judgement<'_> {
         let c = self.tr.connections.iter().find(|c| c.error.is_some())?;
         let e = c.error.as_ref()?;
         Some(match e.stage {
-            ConnectStage::Dns => Rule::DnsFailed.finding(format!("could not resolve {}: {}", c.authority, e.message)),
-            ConnectStage::Connect => Rule::ConnectFailed.finding(format!("could not connect to {}: {}", c.authority, e.message)),
-            ConnectStage::Tls => Rule::TlsFailed.finding(format!("TLS handshake with {} failed: {}", c.authority, e.message)),
-            ConnectStage::Http => Rule::HttpFailed.finding(format!("HTTP with {} failed: {}", c.authority, e.message)),
+            ConnectStage::Dns => {
+                Rule::DnsFailed.finding(format!("could not resolve {}: {}", c.authority, e.message))
+            }
+            ConnectStage::Connect => Rule::ConnectFailed.finding(format!(
+                "could not connect to {}: {}",
+                c.authority, e.message
+            )),
+            ConnectStage::Tls => Rule::TlsFailed.finding(format!(
+                "TLS handshake with {} failed: {}",
+                c.authority, e.message
+            )),
+            ConnectStage::Http => {
+                Rule::HttpFailed.finding(format!("HTTP with {} failed: {}", c.authority, e.message))
+            }
         })
     }
 
     fn auth(&mut self, report: &mut Report, ex: &Exchange, status: u16) {
-        report.auth = if status == 401 { AuthPosture::Required } else { AuthPosture::Forbidden };
+        report.auth = if status == 401 {
+            AuthPosture::Required
+        } else {
+            AuthPosture::Forbidden
+        };
         let header = ex.header("www-authenticate").map(str::to_owned);
-        let challenge = header.as_deref().map(auth::parse_challenges).and_then(|c| c.into_iter().next());
+        let challenge = header
+            .as_deref()
+            .map(auth::parse_challenges)
+            .and_then(|c| c.into_iter().next());
         let mut detail = AuthDetail {
             status,
             www_authenticate: header.clone(),
             scheme: challenge.as_ref().map(|c| c.scheme.clone()),
-            scope: challenge.as_ref().and_then(|c| c.param("scope")).map(str::to_owned),
-            resource_metadata_url: challenge.as_ref().and_then(|c| c.param("resource_metadata")).map(str::to_owned),
+            scope: challenge
+                .as_ref()
+                .and_then(|c| c.param("scope"))
+                .map(str::to_owned),
+            resource_metadata_url: challenge
+                .as_ref()
+                .and_then(|c| c.param("resource_metadata"))
+                .map(str::to_owned),
             resource_metadata: None,
             resource_metadata_error: None,
         };
-        if let Some(m) = self.tr.exchanges.iter().find(|e| e.step == Step::ResourceMetadata) {
-            let parsed = m.body.as_deref().and_then(|b| serde_json::from_str::<Value>(b).ok()).filter(Value::is_object);
+        if let Some(m) = self
+            .tr
+            .exchanges
+            .iter()
+            .find(|e| e.step == Step::ResourceMetadata)
+        {
+            let parsed = m
+                .body
+                .as_deref()
+                .and_then(|b| serde_json::from_str::<Value>(b).ok())
+                .filter(Value::is_object);
             match (m.status(), parsed) {
                 (Some(200), Some(doc)) => detail.resource_metadata = Some(doc),
-                _ => detail.resource_metadata_error = Some(format!("fetching it gave {}", describe(Some(m)))),
+                _ => {
+                    detail.resource_metadata_error =
+                        Some(format!("fetching it gave {}", describe(Some(m))))
+                }
             }
         }
         let mut msg = if status == 401 {
-            format!("the server is up but requires authentication (HTTP 401 to {})", ex.step.as_str())
+            format!(
+                "the server is up but requires authentication (HTTP 401 to {})",
+                ex.step.as_str()
+            )
         } else {
-            format!("the server is up but refused this client (HTTP 403 to {})", ex.step.as_str())
+            format!(
+                "the server is up but refused this client (HTTP 403 to {})",
+                ex.step.as_str()
+            )
         };
         match (&detail.resource_metadata, &detail.resource_metadata_url) {
             (Some(doc), _) => {
@@ -576,20 +774,35 @@ impl Judgement<'_> {
                 }
             }
             (None, Some(url)) => msg.push_str(&format!("; resource metadata advertised at {url}")),
-            (None, None) if header.is_none() && status == 401 => msg.push_str("; no WWW-Authenticate header"),
+            (None, None) if header.is_none() && status == 401 => {
+                msg.push_str("; no WWW-Authenticate header")
+            }
             _ => {}
         }
         if let Some(scope) = &detail.scope {
             msg.push_str(&format!("; scope {scope:?}"));
         }
-        msg.push_str(if status == 401 { ". Pass credentials with --header or --bearer-env" } else { "" });
-        let rule = if status == 401 { Rule::AuthRequired } else { Rule::Forbidden };
+        msg.push_str(if status == 401 {
+            ". Pass credentials with --header or --bearer-env"
+        } else {
+            ""
+        });
+        let rule = if status == 401 {
+            Rule::AuthRequired
+        } else {
+            Rule::Forbidden
+        };
         self.add(rule.finding(msg));
         report.auth_detail = Some(detail);
     }
 
     fn process_findings(&mut self) {
-        let noise: Vec<&str> = self.tr.processes.iter().flat_map(|p| p.stdout_noise.iter().map(|l| l.line.as_str())).collect();
+        let noise: Vec<&str> = self
+            .tr
+            .processes
+            .iter()
+            .flat_map(|p| p.stdout_noise.iter().map(|l| l.line.as_str()))
+            .collect();
         if let Some(first) = noise.first() {
             self.add(Rule::StdoutPollution.finding(format!(
                 "{} non-JSON-RPC line(s) on stdout, first: {:?}",
@@ -597,7 +810,12 @@ impl Judgement<'_> {
                 clip(first, 120)
             )));
         }
-        let stderr: usize = self.tr.processes.iter().map(|p| p.stderr.len() + p.stderr_dropped).sum();
+        let stderr: usize = self
+            .tr
+            .processes
+            .iter()
+            .map(|p| p.stderr.len() + p.stderr_dropped)
+            .sum();
         if stderr > 0 {
             self.add(Rule::Stderr.finding(format!("{stderr} line(s) on stderr")));
         }
@@ -618,15 +836,26 @@ impl Judgement<'_> {
 
 /// A short account of how an exchange ended, for messages.
 pub fn describe(ex: Option<&Exchange>) -> String {
-    let Some(ex) = ex else { return "not sent".to_owned() };
+    let Some(ex) = ex else {
+        return "not sent".to_owned();
+    };
     let status = ex.status().map(|s| format!("HTTP {s}")).unwrap_or_default();
     let tail = match &ex.outcome {
         Outcome::Reply { .. } => match ex.reply().map(|d| d.message) {
-            Some(Message::Error { error, .. }) => format!("error {} {}", error.code, clip(&error.message, 100)),
+            Some(Message::Error { error, .. }) => {
+                format!("error {} {}", error.code, clip(&error.message, 100))
+            }
             _ => "a result".to_owned(),
         },
-        Outcome::NoReply => match ex.frames.last().and_then(|f| jsonrpc::decode(&f.raw).ok()).map(|d| d.message) {
-            Some(Message::Error { error, .. }) => format!("error {} {}", error.code, clip(&error.message, 100)),
+        Outcome::NoReply => match ex
+            .frames
+            .last()
+            .and_then(|f| jsonrpc::decode(&f.raw).ok())
+            .map(|d| d.message)
+        {
+            Some(Message::Error { error, .. }) => {
+                format!("error {} {}", error.code, clip(&error.message, 100))
+            }
             _ => String::new(),
         },
         Outcome::Accepted | Outcome::Fetched => String::new(),
@@ -646,19 +875,26 @@ pub fn describe(ex: Option<&Exchange>) -> String {
 
 fn body_hint(ex: &Exchange) -> String {
     match ex.body.as_deref() {
-        Some(b) if !b.trim().is_empty() && !looks_like_html(b) => format!(" ({})", clip(b.trim(), 120)),
+        Some(b) if !b.trim().is_empty() && !looks_like_html(b) => {
+            format!(" ({})", clip(b.trim(), 120))
+        }
         Some(b) if looks_like_html(b) => " (an HTML page)".to_owned(),
         _ => String::new(),
     }
 }
 
 fn content_type(ex: &Exchange) -> String {
-    ex.header("content-type").unwrap_or("no content type").to_owned()
+    ex.header("content-type")
+        .unwrap_or("no content type")
+        .to_owned()
 }
 
 fn looks_like_html(b: &str) -> bool {
     let t = b.trim_start().to_ascii_lowercase();
-    t.starts_with("<!doctype html") || t.starts_with("<html") || t.starts_with("<head") || t.starts_with("<body")
+    t.starts_with("<!doctype html")
+        || t.starts_with("<html")
+        || t.starts_with("<head")
+        || t.starts_with("<body")
 }
 
 fn clip(s: &str, max: usize) -> String {
@@ -672,25 +908,44 @@ fn clip(s: &str, max: usize) -> String {
 
 fn strings(v: Option<&Value>) -> Vec<String> {
     v.and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
         .unwrap_or_default()
 }
 
 fn server_info(v: Option<&Value>) -> Option<ServerInfo> {
     let v = v?.as_object()?;
     let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
-    Some(ServerInfo { name: s("name"), version: s("version"), title: s("title") })
+    Some(ServerInfo {
+        name: s("name"),
+        version: s("version"),
+        title: s("title"),
+    })
 }
 
 fn tool_summary(v: &Value) -> Option<ToolSummary> {
     let name = v.get("name")?.as_str()?.to_owned();
     let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
-    Some(ToolSummary { name, title: s("title"), description: s("description") })
+    Some(ToolSummary {
+        name,
+        title: s("title"),
+        description: s("description"),
+    })
 }
 
 fn stderr_tail(processes: &[Process]) -> Vec<String> {
-    let all: Vec<&str> = processes.iter().flat_map(|p| p.stderr.iter().map(|l| l.line.as_str())).collect();
-    all[all.len().saturating_sub(20)..].iter().map(|s| (*s).to_owned()).collect()
+    let all: Vec<&str> = processes
+        .iter()
+        .flat_map(|p| p.stderr.iter().map(|l| l.line.as_str()))
+        .collect();
+    all[all.len().saturating_sub(20)..]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect()
 }
 
 fn round(ms: f64) -> f64 {

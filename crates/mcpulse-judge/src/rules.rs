@@ -200,7 +200,11 @@ impl Rule {
     }
 
     pub fn finding_with(self, severity: Severity, message: impl Into<String>) -> Finding {
-        Finding { code: self.code().to_owned(), severity, message: message.into() }
+        Finding {
+            code: self.code().to_owned(),
+            severity,
+            message: message.into(),
+        }
     }
 }
 
@@ -213,10 +217,21 @@ The verdict is the worst severity: any `critical` finding makes the server `down
 | code | severity | what it means |\n|---|---|---|\n",
     );
     for r in ALL {
-        s.push_str(&format!("| `{}` | {} | {} |\n", r.code(), r.severity().as_str(), r.summary()));
+        s.push_str(&format!(
+            "| `{}` | {} | {} |\n",
+            r.code(),
+            r.severity().as_str(),
+            r.summary()
+        ));
     }
     for r in ALL {
-        s.push_str(&format!("\n## `{}`\n\n**Severity:** {}\n\n{}\n\n{}\n", r.code(), r.severity().as_str(), r.summary(), r.why()));
+        s.push_str(&format!(
+            "\n## `{}`\n\n**Severity:** {}\n\n{}\n\n{}\n",
+            r.code(),
+            r.severity().as_str(),
+            r.summary(),
+            r.why()
+        ));
     }
     s
 }
@@ -233,7 +248,10 @@ mod tests {
         codes.dedup();
         assert_eq!(codes.len(), n, "a code is used twice");
         for c in codes {
-            assert!(c.chars().all(|ch| ch.is_ascii_lowercase() || ch == '-'), "{c}");
+            assert!(
+                c.chars().all(|ch| ch.is_ascii_lowercase() || ch == '-'),
+                "{c}"
+            );
         }
     }
 

@@ -9,7 +9,10 @@ use std::path::Path;
 #[test]
 fn every_transcript_fixture() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/transcripts");
-    let mut paths: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut paths: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     paths.sort();
     assert!(paths.len() >= 6, "fixtures missing in {}", dir.display());
     for path in paths {
@@ -28,8 +31,19 @@ fn judging_is_pure() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/transcripts");
     let text = std::fs::read_to_string(dir.join("everything-stdio.json")).unwrap();
     let tr: Transcript = serde_json::from_str(&text).unwrap();
-    assert_eq!(judge(&tr, &Policy::default()), judge(&tr, &Policy::default()));
+    assert_eq!(
+        judge(&tr, &Policy::default()),
+        judge(&tr, &Policy::default())
+    );
     // A tighter budget turns the same evidence degraded.
-    let strict = judge(&tr, &Policy { latency_budget_ms: 1.0 });
-    assert!(strict.findings.iter().any(|f| f.code == "slow-handshake"), "{strict:?}");
+    let strict = judge(
+        &tr,
+        &Policy {
+            latency_budget_ms: 1.0,
+        },
+    );
+    assert!(
+        strict.findings.iter().any(|f| f.code == "slow-handshake"),
+        "{strict:?}"
+    );
 }

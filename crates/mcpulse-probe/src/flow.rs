@@ -29,7 +29,9 @@ pub async fn probe(target: &Target, plan: &Plan) -> Transcript {
     let mut tr = Transcript::new(target.record(), plan.record(), started_unix_ms);
     let mut ctx = Ctx {
         plan,
-        limits: Limits { max_response_bytes: plan.max_response_bytes },
+        limits: Limits {
+            max_response_bytes: plan.max_response_bytes,
+        },
         deadline,
         next_id: 0,
         clock,
@@ -104,7 +106,10 @@ enum Wire<'a> {
         /// For a legacy session: the session id, if any, and the negotiated version.
         session: Option<(Option<String>, String)>,
     },
-    Sse { client: &'a mut HttpClient, stream: SseStream },
+    Sse {
+        client: &'a mut HttpClient,
+        stream: SseStream,
+    },
     Stdio(&'a mut StdioChild),
 }
 
@@ -121,13 +126,24 @@ async fn send(
     deadline: Instant,
 ) -> usize {
     let user_headers = ctx.plan.headers.as_slice();
-    let method = msg.get("method").and_then(Value::as_str).unwrap_or("").to_owned();
+    let method = msg
+        .get("method")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
     let ex = match wire {
-        Wire::Http { client, uri, session } => {
+        Wire::Http {
+            client,
+            uri,
+            session,
+        } => {
             let mut headers = Vec::new();
             match (era, &session) {
                 (Era::Modern, _) => {
-                    headers.push(("mcp-protocol-version".to_owned(), version::MODERN.to_owned()));
+                    headers.push((
+                        "mcp-protocol-version".to_owned(),
+                        version::MODERN.to_owned(),
+                    ));
                     headers.push(("mcp-method".to_owned(), method));
                 }
                 (Era::Legacy, Some((sid, ver))) => {
@@ -138,13 +154,37 @@ async fn send(
                 }
                 (Era::Legacy, None) => {}
             }
-            let post = Post { uri, step, era: Some(era), page, id, message: msg, headers, user_headers };
+            let post = Post {
+                uri,
+                step,
+                era: Some(era),
+                page,
+                id,
+                message: msg,
+                headers,
+                user_headers,
+            };
             streamable_http::post(client, post, ctx.limits, deadline).await
         }
         Wire::Sse { client, stream } => {
-            stream.exchange(client, step, page, id, msg, user_headers, ctx.limits, deadline).await
+            stream
+                .exchange(
+                    client,
+                    step,
+                    page,
+                    id,
+                    msg,
+                    user_headers,
+                    ctx.limits,
+                    deadline,
+                )
+                .await
         }
-        Wire::Stdio(child) => child.exchange(step, Some(era), page, id, msg, deadline).await,
+        Wire::Stdio(child) => {
+            child
+                .exchange(step, Some(era), page, id, msg, deadline)
+                .await
+        }
     };
     ctx.push(ex)
 }
@@ -165,10 +205,21 @@ enum Discovered {
 fn classify_discover(ex: &Exchange) -> Discovered {
     if let Some(reply) = ex.reply() {
         return match reply.message {
-            Message::Result { result, .. } if result.get("supportedVersions").is_some_and(Value::is_array) => {
+            Message::Result { result, .. }
+                if result.get("supportedVersions").is_some_and(Value::is_array) =>
+            {
                 Discovered::Modern(result.get("capabilities").cloned().unwrap_or(Value::Null))
             }
-            Message::Error { error, .. } if version::is_modern_error(error.code) => Discovered::ModernRefused,
+            // -32022 listing only legacy versions: a legacy server that knows the new code.
+            Message::Error { error, .. }
+                if error.code == version::UNSUPPORTED_PROTOCOL_VERSION
+                    && only_legacy(error.data.as_ref()) =>
+            {
+                Discovered::Legacy
+            }
+            Message::Error { error, .. } if version::is_modern_error(error.code) => {
+                Discovered::ModernRefused
+            }
             _ if matches!(ex.status(), Some(401 | 403)) => Discovered::Stop,
             _ if ex.status().is_some_and(|s| s >= 500) => Discovered::Stop,
             _ => Discovered::Legacy,
@@ -179,7 +230,9 @@ fn classify_discover(ex: &Exchange) -> Discovered {
         return Discovered::Legacy;
     }
     match ex.outcome {
-        Outcome::Timeout | Outcome::TransportError { .. } | Outcome::TooLarge { .. } => return Discovered::Stop,
+        Outcome::Timeout | Outcome::TransportError { .. } | Outcome::TooLarge { .. } => {
+            return Discovered::Stop;
+        }
         _ => {}
     }
     if has_modern_error(ex) {
@@ -194,6 +247,19 @@ fn classify_discover(ex: &Exchange) -> Discovered {
     }
 }
 
+/// Whether `data.supported` of a -32022 error lists versions, all of them legacy.
+fn only_legacy(data: Option<&Value>) -> bool {
+    let supported: Vec<&str> = data
+        .and_then(|d| d.get("supported"))
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    !supported.is_empty()
+        && supported
+            .iter()
+            .all(|v| version::era_of(v) == Some(Era::Legacy))
+}
+
 /// Whether any frame of the exchange is an error with a 2026 code (an id-less error counts).
 fn has_modern_error(ex: &Exchange) -> bool {
     ex.frames.iter().any(|f| {
@@ -205,19 +271,29 @@ fn has_modern_error(ex: &Exchange) -> bool {
 /// What an `initialize` exchange means for the flow.
 #[derive(Debug, PartialEq)]
 enum Initialized {
-    Ok { version: String, capabilities: Value },
+    Ok {
+        version: String,
+        capabilities: Value,
+    },
     Stop,
     /// 400/404/405 without a modern body: perhaps the legacy HTTP+SSE transport.
     TrySse,
 }
 
 fn classify_initialize(ex: &Exchange) -> Initialized {
-    if let Some(reply) = ex.reply() {
-        if let Message::Result { result, .. } = reply.message {
-            let version = result.get("protocolVersion").and_then(Value::as_str).unwrap_or("").to_owned();
-            let capabilities = result.get("capabilities").cloned().unwrap_or(Value::Null);
-            return Initialized::Ok { version, capabilities };
-        }
+    if let Some(reply) = ex.reply()
+        && let Message::Result { result, .. } = reply.message
+    {
+        let version = result
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        let capabilities = result.get("capabilities").cloned().unwrap_or(Value::Null);
+        return Initialized::Ok {
+            version,
+            capabilities,
+        };
     }
     match ex.status() {
         Some(400 | 404 | 405) if !has_modern_error(ex) => Initialized::TrySse,
@@ -227,7 +303,10 @@ fn classify_initialize(ex: &Exchange) -> Initialized {
 
 fn next_cursor(ex: &Exchange) -> Option<String> {
     match ex.reply()?.message {
-        Message::Result { result, .. } => result.get("nextCursor").and_then(Value::as_str).map(str::to_owned),
+        Message::Result { result, .. } => result
+            .get("nextCursor")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
         _ => None,
     }
 }
@@ -236,7 +315,10 @@ fn next_cursor(ex: &Exchange) -> Option<String> {
 async fn inventory(wire: &mut Wire<'_>, ctx: &mut Ctx<'_>, era: Era, capabilities: &Value) {
     list(wire, ctx, ListKind::Tools, era).await;
     for kind in [ListKind::Prompts, ListKind::Resources] {
-        if capabilities.get(kind.capability()).is_some_and(|c| !c.is_null()) {
+        if capabilities
+            .get(kind.capability())
+            .is_some_and(|c| !c.is_null())
+        {
             list(wire, ctx, kind, era).await;
         }
     }
@@ -275,7 +357,17 @@ async fn dual_era_check(wire: &mut Wire<'_>, ctx: &mut Ctx<'_>) -> Option<String
     let id = ctx.id();
     let msg = message::initialize(id, &ctx.plan.client);
     let deadline = ctx.deadline;
-    let i = send(wire, ctx, Step::DualEraCheck, Era::Legacy, None, &msg, Some(id), deadline).await;
+    let i = send(
+        wire,
+        ctx,
+        Step::DualEraCheck,
+        Era::Legacy,
+        None,
+        &msg,
+        Some(id),
+        deadline,
+    )
+    .await;
     ctx.ex(i).header("mcp-session-id").map(str::to_owned)
 }
 
@@ -288,23 +380,40 @@ async fn probe_http(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>) {
         let id = ctx.id();
         let msg = message::discover(id, version::MODERN, &ctx.plan.client);
         let deadline = ctx.deadline;
-        let mut wire = Wire::Http { client, uri, session: None };
-        let i = send(&mut wire, ctx, Step::Discover, Era::Modern, None, &msg, Some(id), deadline).await;
+        let mut wire = Wire::Http {
+            client,
+            uri,
+            session: None,
+        };
+        let i = send(
+            &mut wire,
+            ctx,
+            Step::Discover,
+            Era::Modern,
+            None,
+            &msg,
+            Some(id),
+            deadline,
+        )
+        .await;
         match classify_discover(ctx.ex(i)) {
             Discovered::Modern(caps) => {
                 inventory(&mut wire, ctx, Era::Modern, &caps).await;
                 ctx.mark_done();
-                if ctx.plan.era == EraMode::Auto && !ctx.expired() {
-                    if let Some(sid) = dual_era_check(&mut wire, ctx).await {
-                        let Wire::Http { client, .. } = wire else { return };
-                        delete(client, uri, ctx, sid, version::LEGACY_LATEST.to_owned()).await;
-                    }
+                if ctx.plan.era == EraMode::Auto
+                    && !ctx.expired()
+                    && let Some(sid) = dual_era_check(&mut wire, ctx).await
+                    && let Wire::Http { client, .. } = wire
+                {
+                    delete(client, uri, ctx, sid, version::LEGACY_LATEST.to_owned()).await;
                 }
                 return;
             }
             Discovered::ModernRefused => return ctx.mark_done(),
             Discovered::Stop => {
-                let Wire::Http { client, .. } = wire else { return };
+                let Wire::Http { client, .. } = wire else {
+                    return;
+                };
                 auth_metadata(client, uri, ctx, i).await;
                 return ctx.mark_done();
             }
@@ -315,15 +424,52 @@ async fn probe_http(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>) {
     let id = ctx.id();
     let msg = message::initialize(id, &ctx.plan.client);
     let deadline = ctx.deadline;
-    let mut wire = Wire::Http { client, uri, session: None };
-    let i = send(&mut wire, ctx, Step::Initialize, Era::Legacy, None, &msg, Some(id), deadline).await;
+    let mut wire = Wire::Http {
+        client,
+        uri,
+        session: None,
+    };
+    let i = send(
+        &mut wire,
+        ctx,
+        Step::Initialize,
+        Era::Legacy,
+        None,
+        &msg,
+        Some(id),
+        deadline,
+    )
+    .await;
     match classify_initialize(ctx.ex(i)) {
-        Initialized::Ok { version, capabilities } => {
+        Initialized::Ok {
+            version,
+            capabilities,
+        } => {
             let sid = ctx.ex(i).header("mcp-session-id").map(str::to_owned);
-            let negotiated = if version.is_empty() { version::LEGACY_LATEST.to_owned() } else { version };
-            let Wire::Http { client, .. } = wire else { return };
-            let mut wire = Wire::Http { client, uri, session: Some((sid.clone(), negotiated.clone())) };
-            send(&mut wire, ctx, Step::Initialized, Era::Legacy, None, &message::initialized(), None, deadline).await;
+            let negotiated = if version.is_empty() {
+                version::LEGACY_LATEST.to_owned()
+            } else {
+                version
+            };
+            let Wire::Http { client, .. } = wire else {
+                return;
+            };
+            let mut wire = Wire::Http {
+                client,
+                uri,
+                session: Some((sid.clone(), negotiated.clone())),
+            };
+            send(
+                &mut wire,
+                ctx,
+                Step::Initialized,
+                Era::Legacy,
+                None,
+                &message::initialized(),
+                None,
+                deadline,
+            )
+            .await;
             inventory(&mut wire, ctx, Era::Legacy, &capabilities).await;
             ctx.mark_done();
             if let (Some(sid), Wire::Http { client, .. }) = (sid, wire) {
@@ -331,24 +477,40 @@ async fn probe_http(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>) {
             }
         }
         Initialized::Stop => {
-            let Wire::Http { client, .. } = wire else { return };
+            let Wire::Http { client, .. } = wire else {
+                return;
+            };
             auth_metadata(client, uri, ctx, i).await;
             ctx.mark_done();
         }
-        Initialized::TrySse if ctx.plan.transport == TransportMode::StreamableHttp => ctx.mark_done(),
+        Initialized::TrySse if ctx.plan.transport == TransportMode::StreamableHttp => {
+            ctx.mark_done()
+        }
         Initialized::TrySse => {
-            let Wire::Http { client, .. } = wire else { return };
+            let Wire::Http { client, .. } = wire else {
+                return;
+            };
             probe_sse(client, uri, ctx).await;
         }
     }
 }
 
-async fn delete(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>, sid: String, version: String) {
+async fn delete(
+    client: &mut HttpClient,
+    uri: &Uri,
+    ctx: &mut Ctx<'_>,
+    sid: String,
+    version: String,
+) {
     if ctx.expired() {
         return;
     }
-    let headers = vec![("mcp-session-id".to_owned(), sid), ("mcp-protocol-version".to_owned(), version)];
-    let ex = streamable_http::delete_session(client, uri, headers, &ctx.plan.headers, ctx.deadline).await;
+    let headers = vec![
+        ("mcp-session-id".to_owned(), sid),
+        ("mcp-protocol-version".to_owned(), version),
+    ];
+    let ex = streamable_http::delete_session(client, uri, headers, &ctx.plan.headers, ctx.deadline)
+        .await;
     ctx.push(ex);
 }
 
@@ -359,19 +521,30 @@ async fn auth_metadata(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>, i:
     if !matches!(ex.status(), Some(401 | 403)) {
         return;
     }
-    let Some(url) = ex.header("www-authenticate").and_then(auth::resource_metadata) else {
+    let Some(url) = ex
+        .header("www-authenticate")
+        .and_then(auth::resource_metadata)
+    else {
         return;
     };
     let Ok(prm) = resolve(uri, &url) else { return };
     if !matches!(prm.scheme_str(), Some("http" | "https")) {
         return;
     }
-    let ex = streamable_http::get_document(client, &prm, Step::ResourceMetadata, ctx.limits, ctx.deadline).await;
+    let ex = streamable_http::get_document(
+        client,
+        &prm,
+        Step::ResourceMetadata,
+        ctx.limits,
+        ctx.deadline,
+    )
+    .await;
     ctx.push(ex);
 }
 
 async fn probe_sse(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>) {
-    let (ex, stream) = legacy_sse::open(client, uri, &ctx.plan.headers, ctx.limits, ctx.deadline).await;
+    let (ex, stream) =
+        legacy_sse::open(client, uri, &ctx.plan.headers, ctx.limits, ctx.deadline).await;
     let i = ctx.push(ex);
     let Some(stream) = stream else {
         auth_metadata(client, uri, ctx, i).await;
@@ -381,20 +554,47 @@ async fn probe_sse(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>) {
     let id = ctx.id();
     let msg = message::initialize(id, &ctx.plan.client);
     let deadline = ctx.deadline;
-    let i = send(&mut wire, ctx, Step::Initialize, Era::Legacy, None, &msg, Some(id), deadline).await;
+    let i = send(
+        &mut wire,
+        ctx,
+        Step::Initialize,
+        Era::Legacy,
+        None,
+        &msg,
+        Some(id),
+        deadline,
+    )
+    .await;
     if let Initialized::Ok { capabilities, .. } = classify_initialize(ctx.ex(i)) {
-        send(&mut wire, ctx, Step::Initialized, Era::Legacy, None, &message::initialized(), None, deadline).await;
+        send(
+            &mut wire,
+            ctx,
+            Step::Initialized,
+            Era::Legacy,
+            None,
+            &message::initialized(),
+            None,
+            deadline,
+        )
+        .await;
         inventory(&mut wire, ctx, Era::Legacy, &capabilities).await;
     }
     ctx.mark_done();
 }
 
-async fn probe_stdio(program: &str, args: &[String], ctx: &mut Ctx<'_>, children: &mut Vec<StdioChild>) {
-    let spawn = |purpose: &str, ctx: &Ctx<'_>| StdioChild::spawn(program, args, purpose, ctx.limits, ctx.clock);
+async fn probe_stdio(
+    program: &str,
+    args: &[String],
+    ctx: &mut Ctx<'_>,
+    children: &mut Vec<StdioChild>,
+) {
+    let spawn = |purpose: &str, ctx: &Ctx<'_>| {
+        StdioChild::spawn(program, args, purpose, ctx.limits, ctx.clock)
+    };
     let mut child = match spawn("probe", ctx) {
         Ok(c) => c,
         Err(rec) => {
-            ctx.tr.processes.push(rec);
+            ctx.tr.processes.push(*rec);
             return ctx.mark_done();
         }
     };
@@ -410,13 +610,36 @@ async fn probe_stdio(program: &str, args: &[String], ctx: &mut Ctx<'_>, children
             ctx.deadline
         };
         let mut wire = Wire::Stdio(&mut child);
-        let i = send(&mut wire, ctx, Step::Discover, Era::Modern, None, &msg, Some(id), deadline).await;
+        let i = send(
+            &mut wire,
+            ctx,
+            Step::Discover,
+            Era::Modern,
+            None,
+            &msg,
+            Some(id),
+            deadline,
+        )
+        .await;
         match classify_discover(ctx.ex(i)) {
             Discovered::Modern(caps) => {
                 inventory(&mut wire, ctx, Era::Modern, &caps).await;
                 ctx.mark_done();
                 if ctx.plan.era == EraMode::Auto && !ctx.expired() {
-                    dual_era_check(&mut wire, ctx).await;
+                    // On stdio the era belongs to the process: a dual-era server that has
+                    // served 2026-07-28 refuses a later `initialize` on the same connection
+                    // (the Python SDK 2.x answers -32022), so the check needs a fresh process.
+                    ctx.tr
+                        .processes
+                        .push(child.shutdown(ctx.plan.shutdown_grace).await);
+                    child = match spawn("dual-era check", ctx) {
+                        Ok(c) => c,
+                        Err(rec) => {
+                            ctx.tr.processes.push(*rec);
+                            return;
+                        }
+                    };
+                    dual_era_check(&mut Wire::Stdio(&mut child), ctx).await;
                 }
                 children.push(child);
                 return;
@@ -438,11 +661,13 @@ async fn probe_stdio(program: &str, args: &[String], ctx: &mut Ctx<'_>, children
         }
     }
     if !legacy_in_same_process {
-        ctx.tr.processes.push(child.shutdown(ctx.plan.shutdown_grace).await);
+        ctx.tr
+            .processes
+            .push(child.shutdown(ctx.plan.shutdown_grace).await);
         child = match spawn("legacy fallback", ctx) {
             Ok(c) => c,
             Err(rec) => {
-                ctx.tr.processes.push(rec);
+                ctx.tr.processes.push(*rec);
                 return ctx.mark_done();
             }
         };
@@ -451,11 +676,201 @@ async fn probe_stdio(program: &str, args: &[String], ctx: &mut Ctx<'_>, children
     let id = ctx.id();
     let msg = message::initialize(id, &ctx.plan.client);
     let deadline = ctx.deadline;
-    let i = send(&mut wire, ctx, Step::Initialize, Era::Legacy, None, &msg, Some(id), deadline).await;
+    let i = send(
+        &mut wire,
+        ctx,
+        Step::Initialize,
+        Era::Legacy,
+        None,
+        &msg,
+        Some(id),
+        deadline,
+    )
+    .await;
     if let Initialized::Ok { capabilities, .. } = classify_initialize(ctx.ex(i)) {
-        send(&mut wire, ctx, Step::Initialized, Era::Legacy, None, &message::initialized(), None, deadline).await;
+        send(
+            &mut wire,
+            ctx,
+            Step::Initialized,
+            Era::Legacy,
+            None,
+            &message::initialized(),
+            None,
+            deadline,
+        )
+        .await;
         inventory(&mut wire, ctx, Era::Legacy, &capabilities).await;
     }
     ctx.mark_done();
     children.push(child);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mcpulse_wire::transcript::{Frame, HttpResponse, Request, TransportKind};
+
+    fn ex(status: Option<u16>, body: Option<&str>, outcome: Outcome) -> Exchange {
+        Exchange {
+            step: Step::Discover,
+            transport: if status.is_some() {
+                TransportKind::StreamableHttp
+            } else {
+                TransportKind::Stdio
+            },
+            era: Some(Era::Modern),
+            page: None,
+            at_ms: 0.0,
+            id: Some(1),
+            request: Request::default(),
+            redirects: Vec::new(),
+            response: status.map(|status| HttpResponse {
+                status,
+                headers: Vec::new(),
+                ttfb_ms: 1.0,
+            }),
+            frames: body
+                .map(|b| {
+                    vec![Frame {
+                        at_ms: 1.0,
+                        raw: b.into(),
+                        sse_event: None,
+                    }]
+                })
+                .unwrap_or_default(),
+            body: None,
+            body_bytes: 0,
+            outcome,
+            elapsed_ms: 1.0,
+        }
+    }
+    const REPLY: Outcome = Outcome::Reply { frame: 0 };
+
+    #[test]
+    fn discover_results() {
+        let ok = ex(
+            Some(200),
+            Some(
+                r#"{"jsonrpc":"2.0","id":1,"result":{"supportedVersions":["2026-07-28"],"capabilities":{"tools":{}}}}"#,
+            ),
+            REPLY,
+        );
+        assert_eq!(
+            classify_discover(&ok),
+            Discovered::Modern(serde_json::json!({"tools":{}}))
+        );
+        let v = ex(
+            Some(400),
+            Some(
+                r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32022,"message":"u","data":{"supported":["2027-01-01"],"requested":"2026-07-28"}}}"#,
+            ),
+            REPLY,
+        );
+        assert_eq!(classify_discover(&v), Discovered::ModernRefused);
+        let legacy_knows_code = ex(
+            Some(400),
+            Some(
+                r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32022,"message":"u","data":{"supported":["2025-11-25"]}}}"#,
+            ),
+            REPLY,
+        );
+        assert_eq!(classify_discover(&legacy_knows_code), Discovered::Legacy);
+        // id-less modern error body still proves the era
+        let idless = ex(
+            Some(400),
+            Some(r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32020,"message":"h"}}"#),
+            Outcome::NoReply,
+        );
+        assert_eq!(classify_discover(&idless), Discovered::ModernRefused);
+    }
+
+    #[test]
+    fn discover_failures_that_are_not_evidence_of_an_era() {
+        for status in [401, 403, 500, 502, 503] {
+            assert_eq!(
+                classify_discover(&ex(Some(status), None, Outcome::NoReply)),
+                Discovered::Stop,
+                "{status}"
+            );
+        }
+        assert_eq!(
+            classify_discover(&ex(Some(200), None, Outcome::Timeout)),
+            Discovered::Stop
+        );
+        let refused = ex(
+            Some(200),
+            None,
+            Outcome::TransportError {
+                message: "x".into(),
+            },
+        );
+        assert_eq!(
+            classify_discover(&Exchange {
+                response: None,
+                ..refused
+            }),
+            Discovered::Stop
+        );
+    }
+
+    #[test]
+    fn discover_legacy_candidates() {
+        for status in [400, 404, 405, 406, 415, 200] {
+            assert_eq!(
+                classify_discover(&ex(Some(status), None, Outcome::NoReply)),
+                Discovered::Legacy,
+                "{status}"
+            );
+        }
+        let not_found = ex(
+            Some(200),
+            Some(r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"nf"}}"#),
+            REPLY,
+        );
+        assert_eq!(classify_discover(&not_found), Discovered::Legacy);
+        // stdio: silence, an exit or a closed stdout all mean legacy
+        for o in [
+            Outcome::Timeout,
+            Outcome::Closed,
+            Outcome::TransportError {
+                message: "pipe".into(),
+            },
+        ] {
+            assert_eq!(classify_discover(&ex(None, None, o)), Discovered::Legacy);
+        }
+    }
+
+    #[test]
+    fn initialize_results() {
+        let ok = ex(
+            Some(200),
+            Some(
+                r#"{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-06-18","capabilities":{}}}"#,
+            ),
+            REPLY,
+        );
+        assert!(
+            matches!(classify_initialize(&ok), Initialized::Ok { ref version, .. } if version == "2025-06-18")
+        );
+        for status in [400, 404, 405] {
+            assert_eq!(
+                classify_initialize(&ex(Some(status), None, Outcome::NoReply)),
+                Initialized::TrySse
+            );
+        }
+        assert_eq!(
+            classify_initialize(&ex(Some(401), None, Outcome::NoReply)),
+            Initialized::Stop
+        );
+        assert_eq!(
+            classify_initialize(&ex(Some(500), None, Outcome::NoReply)),
+            Initialized::Stop
+        );
+        let modern = ex(
+            Some(400),
+            Some(r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32022,"message":"u"}}"#),
+            Outcome::NoReply,
+        );
+        assert_eq!(classify_initialize(&modern), Initialized::Stop);
+    }
 }

@@ -13,11 +13,13 @@
 //! - stdio: `server/discover` first, waiting at most half the budget. A non-modern error from a
 //!   live process continues in the same process with `initialize`; a process that exited or stayed
 //!   silent is respawned for the legacy attempt, because some servers exit on a request sent
-//!   before `initialize`.
+//!   before `initialize`. The dual-era check (auto mode, after a modern discovery) runs in a fresh
+//!   process too: on stdio the era belongs to the process, and a dual-era server that has served
+//!   2026-07-28 may refuse a later `initialize` on the same connection.
 
 mod flow;
 mod target;
 
 pub use flow::probe;
-pub use target::{Plan, Target, TargetError, TransportMode};
 pub use mcpulse_wire::transcript::Transcript;
+pub use target::{Plan, Target, TargetError, TransportMode};

@@ -62,7 +62,10 @@ impl Target {
         if program.is_empty() {
             return Err(TargetError("the command after `--` is empty".into()));
         }
-        Ok(Target::Stdio { program: program.clone(), args: args.to_vec() })
+        Ok(Target::Stdio {
+            program: program.clone(),
+            args: args.to_vec(),
+        })
     }
 
     /// How the target appears in transcripts and reports: URL secrets redacted.
@@ -71,7 +74,9 @@ impl Target {
             Target::Http { url } => TargetRecord {
                 display: redact::url(&url.to_string()),
                 kind: TargetKind::Http,
-                host: url.host().map(|h| h.trim_start_matches('[').trim_end_matches(']').to_owned()),
+                host: url
+                    .host()
+                    .map(|h| h.trim_start_matches('[').trim_end_matches(']').to_owned()),
             },
             Target::Stdio { program, args } => {
                 let mut display = program.clone();
@@ -79,7 +84,11 @@ impl Target {
                     display.push(' ');
                     display.push_str(a);
                 }
-                TargetRecord { display, kind: TargetKind::Stdio, host: None }
+                TargetRecord {
+                    display,
+                    kind: TargetKind::Stdio,
+                    host: None,
+                }
             }
         }
     }
@@ -122,7 +131,10 @@ impl Default for Plan {
             max_response_bytes: 8 * 1024 * 1024,
             max_pages: 50,
             headers: Vec::new(),
-            client: ClientInfo { name: "mcpulse".into(), version: env!("CARGO_PKG_VERSION").into() },
+            client: ClientInfo {
+                name: "mcpulse".into(),
+                version: env!("CARGO_PKG_VERSION").into(),
+            },
             shutdown_grace: Duration::from_millis(100),
         }
     }

@@ -79,7 +79,11 @@ impl Outgoing<'_> {
     /// The headers as they go into a transcript.
     pub fn recorded_headers(&self) -> Vec<(String, String)> {
         let mut h = self.headers.clone();
-        h.extend(self.user_headers.iter().map(|(k, _)| (k.clone(), redact::REDACTED.to_owned())));
+        h.extend(
+            self.user_headers
+                .iter()
+                .map(|(k, _)| (k.clone(), redact::REDACTED.to_owned())),
+        );
         h
     }
 }
@@ -96,19 +100,27 @@ pub fn origin(uri: &Uri) -> String {
 
 fn port_of(uri: &Uri) -> u16 {
     uri.port_u16()
-        .unwrap_or(if uri.scheme_str() == Some("https") { 443 } else { 80 })
+        .unwrap_or(if uri.scheme_str() == Some("https") {
+            443
+        } else {
+            80
+        })
 }
 
 /// Resolves a possibly relative reference (an SSE `endpoint`, a `Location`) against a base.
 pub fn resolve(base: &Uri, reference: &str) -> Result<Uri, String> {
     let reference = reference.trim();
     if reference.contains("://") {
-        return reference.parse::<Uri>().map_err(|e| format!("{reference:?}: {e}"));
+        return reference
+            .parse::<Uri>()
+            .map_err(|e| format!("{reference:?}: {e}"));
     }
     let scheme = base.scheme_str().unwrap_or("http");
     let authority = base.authority().map(|a| a.as_str()).unwrap_or("");
     let path = if reference.starts_with("//") {
-        return format!("{scheme}:{reference}").parse::<Uri>().map_err(|e| format!("{reference:?}: {e}"));
+        return format!("{scheme}:{reference}")
+            .parse::<Uri>()
+            .map_err(|e| format!("{reference:?}: {e}"));
     } else if reference.starts_with('/') {
         reference.to_owned()
     } else {
@@ -140,7 +152,12 @@ pub struct HttpClient {
 
 impl HttpClient {
     pub fn new(clock: Clock) -> Self {
-        HttpClient { clock, tls: None, idle: None, connections: Vec::new() }
+        HttpClient {
+            clock,
+            tls: None,
+            idle: None,
+            connections: Vec::new(),
+        }
     }
 
     pub fn clock(&self) -> Clock {
@@ -179,7 +196,10 @@ impl HttpClient {
             let (true, Some(location)) = (follow, location) else {
                 return Ok(resp);
             };
-            redirects.push(Redirect { status, location: redact::url(&location) });
+            redirects.push(Redirect {
+                status,
+                location: redact::url(&location),
+            });
             if redirects.len() > MAX_REDIRECTS {
                 return Err(SendError::Redirects(format!(
                     "more than {MAX_REDIRECTS} redirects; last to {}",
@@ -208,29 +228,42 @@ impl HttpClient {
         pooled: bool,
         deadline: Instant,
     ) -> Result<Response<Incoming>, SendError> {
-        let request = build(out, uri, user_headers)?;
         let key = origin(uri);
         // A kept-alive connection may have been closed by the server; one retry on a new one.
-        if pooled {
-            if let Some((k, mut sender)) = self.idle.take() {
-                if k == key && timeout_at(deadline, sender.ready()).await.is_ok_and(|r| r.is_ok()) {
-                    let request2 = build(out, uri, user_headers)?;
-                    match timeout_at(deadline, sender.send_request(request2)).await {
-                        Err(_) => return Err(SendError::Timeout),
-                        Ok(Ok(resp)) => {
-                            self.idle = Some((k, sender));
-                            return Ok(resp);
-                        }
-                        Ok(Err(_)) => {} // stale connection: fall through to a fresh one
-                    }
+        if pooled
+            && let Some((k, mut sender)) = self.idle.take()
+            && k == key
+            && timeout_at(deadline, sender.ready())
+                .await
+                .is_ok_and(|r| r.is_ok())
+        {
+            match timeout_at(
+                deadline,
+                sender.send_request(build(out, uri, user_headers)?),
+            )
+            .await
+            {
+                Err(_) => return Err(SendError::Timeout),
+                Ok(Ok(resp)) => {
+                    self.idle = Some((k, sender));
+                    return Ok(resp);
                 }
+                Ok(Err(_)) => {} // stale connection: fall through to a fresh one
             }
         }
         let mut sender = self.connect(uri, deadline).await?;
-        let resp = match timeout_at(deadline, sender.send_request(request)).await {
+        let resp = match timeout_at(
+            deadline,
+            sender.send_request(build(out, uri, user_headers)?),
+        )
+        .await
+        {
             Err(_) => return Err(SendError::Timeout),
             Ok(Err(e)) => {
-                let err = ConnectError { stage: ConnectStage::Http, message: error_chain(&e) };
+                let err = ConnectError {
+                    stage: ConnectStage::Http,
+                    message: error_chain(&e),
+                };
                 return Err(SendError::Connect(err));
             }
             Ok(Ok(resp)) => resp,
@@ -247,7 +280,12 @@ impl HttpClient {
         uri: &Uri,
         deadline: Instant,
     ) -> Result<SendRequest<Full<Bytes>>, SendError> {
-        let host = uri.host().unwrap_or("").trim_start_matches('[').trim_end_matches(']').to_owned();
+        let host = uri
+            .host()
+            .unwrap_or("")
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned();
         let port = port_of(uri);
         let tls = uri.scheme_str() == Some("https");
         let mut rec = Connection {
@@ -260,7 +298,9 @@ impl HttpClient {
             tls_ms: None,
             error: None,
         };
-        let result = self.connect_recorded(&host, port, tls, deadline, &mut rec).await;
+        let result = self
+            .connect_recorded(&host, port, tls, deadline, &mut rec)
+            .await;
         if let Err(SendError::Connect(e)) = &result {
             rec.error = Some(e.clone());
         }
@@ -329,7 +369,12 @@ impl HttpClient {
         } else {
             Box::new(tcp)
         };
-        let (sender, conn) = match timeout_at(deadline, hyper::client::conn::http1::handshake(TokioIo::new(io))).await {
+        let (sender, conn) = match timeout_at(
+            deadline,
+            hyper::client::conn::http1::handshake(TokioIo::new(io)),
+        )
+        .await
+        {
             Err(_) => return Err(SendError::Timeout),
             Ok(Err(e)) => return Err(fail(ConnectStage::Http, error_chain(&e))),
             Ok(Ok(pair)) => pair,
@@ -365,14 +410,21 @@ impl HttpClient {
     }
 }
 
-fn build(out: &Outgoing<'_>, uri: &Uri, user_headers: bool) -> Result<Request<Full<Bytes>>, SendError> {
+fn build(
+    out: &Outgoing<'_>,
+    uri: &Uri,
+    user_headers: bool,
+) -> Result<Request<Full<Bytes>>, SendError> {
     let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
     let host = uri.authority().map(|a| a.as_str()).unwrap_or("");
     let mut b = Request::builder()
         .method(out.method.clone())
         .uri(path)
         .header(http::header::HOST, host)
-        .header(http::header::USER_AGENT, concat!("mcpulse/", env!("CARGO_PKG_VERSION")));
+        .header(
+            http::header::USER_AGENT,
+            concat!("mcpulse/", env!("CARGO_PKG_VERSION")),
+        );
     for (k, v) in &out.headers {
         b = b.header(k.as_str(), v.as_str());
     }
@@ -382,7 +434,8 @@ fn build(out: &Outgoing<'_>, uri: &Uri, user_headers: bool) -> Result<Request<Fu
         }
     }
     let body = out.body.clone().map(Bytes::from).unwrap_or_default();
-    b.body(Full::new(body)).map_err(|e| SendError::Invalid(e.to_string()))
+    b.body(Full::new(body))
+        .map_err(|e| SendError::Invalid(e.to_string()))
 }
 
 /// An error and its sources, joined: "connection refused" alone rarely says enough.
@@ -445,10 +498,10 @@ pub async fn next_chunk(body: &mut Incoming, deadline: Instant) -> Chunk {
             Ok(None) => return Chunk::End,
             Ok(Some(Err(e))) => return Chunk::Error(error_chain(&e)),
             Ok(Some(Ok(frame))) => {
-                if let Ok(data) = frame.into_data() {
-                    if !data.is_empty() {
-                        return Chunk::Data(data);
-                    }
+                if let Ok(data) = frame.into_data()
+                    && !data.is_empty()
+                {
+                    return Chunk::Data(data);
                 }
             }
         }
@@ -477,9 +530,18 @@ mod tests {
     #[test]
     fn resolves_endpoint_references() {
         let base: Uri = "http://127.0.0.1:3001/sse".parse().unwrap();
-        assert_eq!(resolve(&base, "/message?sessionId=1").unwrap().to_string(), "http://127.0.0.1:3001/message?sessionId=1");
-        assert_eq!(resolve(&base, "messages?x=1").unwrap().to_string(), "http://127.0.0.1:3001/messages?x=1");
-        assert_eq!(resolve(&base, "https://o.example/p").unwrap().to_string(), "https://o.example/p");
+        assert_eq!(
+            resolve(&base, "/message?sessionId=1").unwrap().to_string(),
+            "http://127.0.0.1:3001/message?sessionId=1"
+        );
+        assert_eq!(
+            resolve(&base, "messages?x=1").unwrap().to_string(),
+            "http://127.0.0.1:3001/messages?x=1"
+        );
+        assert_eq!(
+            resolve(&base, "https://o.example/p").unwrap().to_string(),
+            "https://o.example/p"
+        );
         let deep: Uri = "http://h/a/b/sse".parse().unwrap();
         assert_eq!(resolve(&deep, "m").unwrap().to_string(), "http://h/a/b/m");
         assert!(resolve(&base, "http://bad host/").is_err());

@@ -66,7 +66,15 @@ pub async fn open(
         headers: out.recorded_headers(),
         body: None,
     };
-    let mut ex = start(Step::SseOpen, TransportKind::Sse, Some(Era::Legacy), None, None, request, clock.at());
+    let mut ex = start(
+        Step::SseOpen,
+        TransportKind::Sse,
+        Some(Era::Legacy),
+        None,
+        None,
+        request,
+        clock.at(),
+    );
     let mut redirects = Vec::new();
     let result = client.send(&out, false, deadline, &mut redirects).await;
     ex.redirects = redirects;
@@ -123,7 +131,12 @@ pub async fn open(
             return;
         }
     });
-    let mut stream = SseStream { rx, task, endpoint: uri.clone(), backlog: Vec::new() };
+    let mut stream = SseStream {
+        rx,
+        task,
+        endpoint: uri.clone(),
+        backlog: Vec::new(),
+    };
     // Wait for `endpoint`; anything else before it is recorded.
     loop {
         match timeout_at(deadline, stream.rx.recv()).await {
@@ -146,13 +159,17 @@ pub async fn open(
             Ok(Some(Item::Event(ev))) if ev.kind() == "endpoint" => {
                 match http::resolve(uri, &ev.data) {
                     Ok(endpoint) => {
-                        ex.outcome = Outcome::Endpoint { url: mcpulse_wire::redact::url(&endpoint.to_string()) };
+                        ex.outcome = Outcome::Endpoint {
+                            url: mcpulse_wire::redact::url(&endpoint.to_string()),
+                        };
                         stream.endpoint = endpoint;
                         ex.elapsed_ms = clock.since(started);
                         return (ex, Some(stream));
                     }
                     Err(message) => {
-                        ex.outcome = Outcome::TransportError { message: format!("endpoint event names an invalid URL: {message}") };
+                        ex.outcome = Outcome::TransportError {
+                            message: format!("endpoint event names an invalid URL: {message}"),
+                        };
                         break;
                     }
                 }
@@ -229,7 +246,9 @@ impl SseStream {
                     break;
                 }
                 Ok(Some(Item::TooLarge)) => {
-                    ex.outcome = Outcome::TooLarge { limit: limits.max_response_bytes };
+                    ex.outcome = Outcome::TooLarge {
+                        limit: limits.max_response_bytes,
+                    };
                     break;
                 }
                 Ok(Some(Item::Event(ev))) => {

@@ -13,7 +13,9 @@ use crate::streamable_http::start;
 use mcpulse_wire::jsonrpc::{self, Message};
 use mcpulse_wire::message;
 use mcpulse_wire::ndjson::{Line, LineDecoder};
-use mcpulse_wire::transcript::{Exchange, Exit, Frame, Outcome, Process, Request, Step, TimedLine, TransportKind};
+use mcpulse_wire::transcript::{
+    Exchange, Exit, Frame, Outcome, Process, Request, Step, TimedLine, TransportKind,
+};
 use mcpulse_wire::version::Era;
 use serde_json::Value;
 use std::process::Stdio;
@@ -71,7 +73,13 @@ fn kill_group(pgid: i32, sig: i32) {
 
 impl StdioChild {
     /// Spawns `program args...`. A spawn failure is recorded in the returned `Process`.
-    pub fn spawn(program: &str, args: &[String], purpose: &str, limits: Limits, clock: Clock) -> Result<StdioChild, Process> {
+    pub fn spawn(
+        program: &str,
+        args: &[String],
+        purpose: &str,
+        limits: Limits,
+        clock: Clock,
+    ) -> Result<StdioChild, Box<Process>> {
         let mut rec = Process {
             at_ms: clock.at(),
             program: program.to_owned(),
@@ -94,7 +102,7 @@ impl StdioChild {
                     std::io::ErrorKind::PermissionDenied => format!("{program}: permission denied"),
                     _ => format!("{program}: {e}"),
                 });
-                return Err(rec);
+                return Err(Box::new(rec));
             }
         };
         let pid = child.id();
@@ -119,9 +127,19 @@ impl StdioChild {
                 let exit = match status {
                     Ok(s) => {
                         use std::os::unix::process::ExitStatusExt;
-                        Exit { at_ms: clock.at(), code: s.code(), signal: s.signal(), by_probe: false }
+                        Exit {
+                            at_ms: clock.at(),
+                            code: s.code(),
+                            signal: s.signal(),
+                            by_probe: false,
+                        }
                     }
-                    Err(_) => Exit { at_ms: clock.at(), code: None, signal: None, by_probe: false },
+                    Err(_) => Exit {
+                        at_ms: clock.at(),
+                        code: None,
+                        signal: None,
+                        by_probe: false,
+                    },
                 };
                 lock(&record).exit = Some(exit);
                 let _ = exit_tx.send(true);
@@ -146,11 +164,32 @@ impl StdioChild {
 
     /// Writes one message and, for a request, waits for the reply with its id. Server-to-client
     /// requests that arrive meanwhile are declined with `-32601`, so the server does not hang.
-    pub async fn exchange(&mut self, step: Step, era: Option<Era>, page: Option<u32>, id: Option<i64>, msg: &Value, deadline: Instant) -> Exchange {
+    pub async fn exchange(
+        &mut self,
+        step: Step,
+        era: Option<Era>,
+        page: Option<u32>,
+        id: Option<i64>,
+        msg: &Value,
+        deadline: Instant,
+    ) -> Exchange {
         let started = Instant::now();
         let line = msg.to_string();
-        let request = Request { method: "stdio".into(), url: None, headers: Vec::new(), body: Some(line.clone()) };
-        let mut ex = start(step, TransportKind::Stdio, era, page, id, request, self.clock.at());
+        let request = Request {
+            method: "stdio".into(),
+            url: None,
+            headers: Vec::new(),
+            body: Some(line.clone()),
+        };
+        let mut ex = start(
+            step,
+            TransportKind::Stdio,
+            era,
+            page,
+            id,
+            request,
+            self.clock.at(),
+        );
         if let Err(message) = self.write_line(&line, deadline).await {
             ex.outcome = Outcome::TransportError { message };
             self.settle_exit(deadline).await;
@@ -179,10 +218,17 @@ impl StdioChild {
                 }
                 Ok(Some(Out::Frame(at_ms, raw))) => {
                     let decoded = jsonrpc::decode(&raw);
-                    ex.frames.push(Frame { at_ms, raw, sse_event: None });
+                    ex.frames.push(Frame {
+                        at_ms,
+                        raw,
+                        sse_event: None,
+                    });
                     let frame = ex.frames.len() - 1;
                     match decoded.map(|d| d.message) {
-                        Ok(Message::Result { id: ref got, .. } | Message::Error { id: ref got, .. }) if got.matches(sent) => {
+                        Ok(
+                            Message::Result { id: ref got, .. }
+                            | Message::Error { id: ref got, .. },
+                        ) if got.matches(sent) => {
                             ex.outcome = Outcome::Reply { frame };
                             break;
                         }
@@ -237,11 +283,18 @@ impl StdioChild {
         self.stdin = None; // EOF on the server's stdin
         self.closed_stdin_at = Some(Instant::now());
         let mut exited = self.exited.clone();
-        if !already && timeout_at(Instant::now() + grace, exited.wait_for(|e| *e)).await.is_err() {
+        if !already
+            && timeout_at(Instant::now() + grace, exited.wait_for(|e| *e))
+                .await
+                .is_err()
+        {
             if let Some(pgid) = self.pgid {
                 kill_group(pgid, libc::SIGTERM);
             }
-            if timeout_at(Instant::now() + grace, exited.wait_for(|e| *e)).await.is_err() {
+            if timeout_at(Instant::now() + grace, exited.wait_for(|e| *e))
+                .await
+                .is_err()
+            {
                 if let Some(pgid) = self.pgid {
                     kill_group(pgid, libc::SIGKILL);
                 }
@@ -253,10 +306,8 @@ impl StdioChild {
             kill_group(pgid, libc::SIGKILL);
         }
         let mut rec = lock(&self.record).clone();
-        if !already {
-            if let Some(exit) = rec.exit.as_mut() {
-                exit.by_probe = true;
-            }
+        if !already && let Some(exit) = rec.exit.as_mut() {
+            exit.by_probe = true;
         }
         rec
     }
@@ -267,7 +318,13 @@ impl StdioChild {
     }
 }
 
-async fn read_stdout(mut stdout: tokio::process::ChildStdout, tx: mpsc::Sender<Out>, record: Arc<Mutex<Process>>, max: usize, clock: Clock) {
+async fn read_stdout(
+    mut stdout: tokio::process::ChildStdout,
+    tx: mpsc::Sender<Out>,
+    record: Arc<Mutex<Process>>,
+    max: usize,
+    clock: Clock,
+) {
     let mut decoder = LineDecoder::new(max);
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -288,7 +345,12 @@ async fn read_stdout(mut stdout: tokio::process::ChildStdout, tx: mpsc::Sender<O
 }
 
 /// Routes one stdout line; false when nobody listens any more.
-async fn handle_line(line: Line, tx: &mpsc::Sender<Out>, record: &Mutex<Process>, clock: Clock) -> bool {
+async fn handle_line(
+    line: Line,
+    tx: &mpsc::Sender<Out>,
+    record: &Mutex<Process>,
+    clock: Clock,
+) -> bool {
     let at_ms = clock.at();
     match line {
         Line::Text(t) if t.trim().is_empty() => true,
@@ -298,19 +360,27 @@ async fn handle_line(line: Line, tx: &mpsc::Sender<Out>, record: &Mutex<Process>
             } else {
                 let mut shown = t;
                 truncate(&mut shown, MAX_STDERR_LINE);
-                lock(record).stdout_noise.push(TimedLine { at_ms, line: shown });
+                lock(record)
+                    .stdout_noise
+                    .push(TimedLine { at_ms, line: shown });
                 true
             }
         }
         Line::TooLong { len_at_least } => {
-            let line = format!("<a stdout line of at least {len_at_least} bytes, over the response size cap, was dropped>");
+            let line = format!(
+                "<a stdout line of at least {len_at_least} bytes, over the response size cap, was dropped>"
+            );
             lock(record).stdout_noise.push(TimedLine { at_ms, line });
             true
         }
     }
 }
 
-async fn read_stderr(stderr: tokio::process::ChildStderr, record: Arc<Mutex<Process>>, clock: Clock) {
+async fn read_stderr(
+    stderr: tokio::process::ChildStderr,
+    record: Arc<Mutex<Process>>,
+    clock: Clock,
+) {
     let mut lines = BufReader::new(stderr);
     let mut buf = Vec::new();
     loop {
@@ -325,7 +395,10 @@ async fn read_stderr(stderr: tokio::process::ChildStderr, record: Arc<Mutex<Proc
         truncate(&mut line, MAX_STDERR_LINE);
         let mut rec = lock(&record);
         if rec.stderr.len() < MAX_STDERR_LINES {
-            rec.stderr.push(TimedLine { at_ms: clock.at(), line });
+            rec.stderr.push(TimedLine {
+                at_ms: clock.at(),
+                line,
+            });
         } else {
             rec.stderr_dropped += 1;
         }

@@ -7,7 +7,9 @@ use crate::http::{self, BodyEnd, Chunk, HttpClient, Outgoing, SendError};
 use ::http::Method;
 use mcpulse_wire::jsonrpc::{self, Message};
 use mcpulse_wire::sse;
-use mcpulse_wire::transcript::{Exchange, Frame, HttpResponse, Outcome, Request, Step, TransportKind};
+use mcpulse_wire::transcript::{
+    Exchange, Frame, HttpResponse, Outcome, Request, Step, TransportKind,
+};
 use mcpulse_wire::version::Era;
 use serde_json::Value;
 use tokio::time::Instant;
@@ -27,7 +29,15 @@ pub struct Post<'a> {
 }
 
 /// A new exchange record for a request about to be sent.
-pub fn start(step: Step, transport: TransportKind, era: Option<Era>, page: Option<u32>, id: Option<i64>, request: Request, at_ms: f64) -> Exchange {
+pub fn start(
+    step: Step,
+    transport: TransportKind,
+    era: Option<Era>,
+    page: Option<u32>,
+    id: Option<i64>,
+    request: Request,
+    at_ms: f64,
+) -> Exchange {
     Exchange {
         step,
         transport,
@@ -47,23 +57,45 @@ pub fn start(step: Step, transport: TransportKind, era: Option<Era>, page: Optio
 }
 
 /// Sends one message and records the exchange. Never fails: failures are outcomes.
-pub async fn post(client: &mut HttpClient, p: Post<'_>, limits: Limits, deadline: Instant) -> Exchange {
+pub async fn post(
+    client: &mut HttpClient,
+    p: Post<'_>,
+    limits: Limits,
+    deadline: Instant,
+) -> Exchange {
     let clock = client.clock();
     let started = Instant::now();
     let body = p.message.to_string();
     let mut headers = vec![
         ("content-type".to_owned(), "application/json".to_owned()),
-        ("accept".to_owned(), "application/json, text/event-stream".to_owned()),
+        (
+            "accept".to_owned(),
+            "application/json, text/event-stream".to_owned(),
+        ),
     ];
     headers.extend(p.headers);
-    let out = Outgoing { method: Method::POST, uri: p.uri.clone(), headers, user_headers: p.user_headers, body: Some(body) };
+    let out = Outgoing {
+        method: Method::POST,
+        uri: p.uri.clone(),
+        headers,
+        user_headers: p.user_headers,
+        body: Some(body),
+    };
     let request = Request {
         method: "POST".into(),
         url: Some(mcpulse_wire::redact::url(&p.uri.to_string())),
         headers: out.recorded_headers(),
         body: out.body.clone(),
     };
-    let mut ex = start(p.step, TransportKind::StreamableHttp, p.era, p.page, p.id, request, clock.at());
+    let mut ex = start(
+        p.step,
+        TransportKind::StreamableHttp,
+        p.era,
+        p.page,
+        p.id,
+        request,
+        clock.at(),
+    );
     let mut redirects = Vec::new();
     let result = client.send(&out, true, deadline, &mut redirects).await;
     ex.redirects = redirects;
@@ -91,7 +123,9 @@ pub async fn post(client: &mut HttpClient, p: Post<'_>, limits: Limits, deadline
 pub fn send_error_outcome(e: &SendError) -> Outcome {
     match e {
         SendError::Timeout => Outcome::Timeout,
-        other => Outcome::TransportError { message: other.to_string() },
+        other => Outcome::TransportError {
+            message: other.to_string(),
+        },
     }
 }
 
@@ -100,7 +134,13 @@ pub fn content_type<B>(resp: &::http::Response<B>) -> String {
     resp.headers()
         .get(::http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
+        .map(|v| {
+            v.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        })
         .unwrap_or_default()
 }
 
@@ -135,7 +175,9 @@ pub async fn read_reply(
         BodyEnd::Complete => {}
         BodyEnd::TooLarge => {
             ex.body = Some(crate::snippet(&bytes));
-            ex.outcome = Outcome::TooLarge { limit: limits.max_response_bytes };
+            ex.outcome = Outcome::TooLarge {
+                limit: limits.max_response_bytes,
+            };
             return;
         }
         BodyEnd::Timeout => {
@@ -152,7 +194,11 @@ pub async fn read_reply(
     let text = String::from_utf8_lossy(&bytes);
     match jsonrpc::decode(&text) {
         Ok(d) => {
-            ex.frames.push(Frame { at_ms: clock.at(), raw: text.into_owned(), sse_event: None });
+            ex.frames.push(Frame {
+                at_ms: clock.at(),
+                raw: text.into_owned(),
+                sse_event: None,
+            });
             ex.outcome = match (id, d.message.response_id()) {
                 (Some(sent), Some(got)) if got.matches(sent) => Outcome::Reply { frame: 0 },
                 _ => Outcome::NoReply,
@@ -162,7 +208,11 @@ pub async fn read_reply(
             if !bytes.is_empty() {
                 ex.body = Some(crate::snippet(&bytes));
             }
-            ex.outcome = if id.is_none() && (200..300).contains(&status) { Outcome::Accepted } else { Outcome::NoReply };
+            ex.outcome = if id.is_none() && (200..300).contains(&status) {
+                Outcome::Accepted
+            } else {
+                Outcome::NoReply
+            };
         }
     }
 }
@@ -185,7 +235,9 @@ async fn read_sse_reply(
                 for item in decoder.push(&d) {
                     match item {
                         sse::Item::TooLarge { .. } => {
-                            ex.outcome = Outcome::TooLarge { limit: limits.max_response_bytes };
+                            ex.outcome = Outcome::TooLarge {
+                                limit: limits.max_response_bytes,
+                            };
                             return;
                         }
                         sse::Item::Event(ev) => {
@@ -197,12 +249,18 @@ async fn read_sse_reply(
                     }
                 }
                 if total > limits.max_response_bytes {
-                    ex.outcome = Outcome::TooLarge { limit: limits.max_response_bytes };
+                    ex.outcome = Outcome::TooLarge {
+                        limit: limits.max_response_bytes,
+                    };
                     return;
                 }
             }
             Chunk::End => {
-                ex.outcome = if id.is_none() { Outcome::Accepted } else { Outcome::Closed };
+                ex.outcome = if id.is_none() {
+                    Outcome::Accepted
+                } else {
+                    Outcome::Closed
+                };
                 return;
             }
             Chunk::Timeout => {
@@ -218,17 +276,28 @@ async fn read_sse_reply(
 }
 
 /// Records one SSE event; returns the outcome when it is the reply we wait for.
-pub fn take_event(ex: &mut Exchange, ev: sse::Event, id: Option<i64>, clock: crate::clock::Clock) -> Option<Outcome> {
+pub fn take_event(
+    ex: &mut Exchange,
+    ev: sse::Event,
+    id: Option<i64>,
+    clock: crate::clock::Clock,
+) -> Option<Outcome> {
     if ev.data.is_empty() {
         return None; // priming event (2025-11-25) or an empty keep-alive
     }
     let kind = ev.event.clone();
     let decoded = jsonrpc::decode(&ev.data);
-    ex.frames.push(Frame { at_ms: clock.at(), raw: ev.data, sse_event: kind });
+    ex.frames.push(Frame {
+        at_ms: clock.at(),
+        raw: ev.data,
+        sse_event: kind,
+    });
     let frame = ex.frames.len() - 1;
     match (decoded, id) {
         (Ok(d), Some(sent)) => match d.message {
-            Message::Result { id: ref got, .. } | Message::Error { id: ref got, .. } if got.matches(sent) => {
+            Message::Result { id: ref got, .. } | Message::Error { id: ref got, .. }
+                if got.matches(sent) =>
+            {
                 Some(Outcome::Reply { frame })
             }
             _ => None,
@@ -238,7 +307,13 @@ pub fn take_event(ex: &mut Exchange, ev: sse::Event, id: Option<i64>, clock: cra
 }
 
 /// GETs a small JSON document (protected-resource metadata) without the user's credentials.
-pub async fn get_document(client: &mut HttpClient, uri: &::http::Uri, step: Step, limits: Limits, deadline: Instant) -> Exchange {
+pub async fn get_document(
+    client: &mut HttpClient,
+    uri: &::http::Uri,
+    step: Step,
+    limits: Limits,
+    deadline: Instant,
+) -> Exchange {
     let clock = client.clock();
     let started = Instant::now();
     let out = Outgoing {
@@ -248,8 +323,21 @@ pub async fn get_document(client: &mut HttpClient, uri: &::http::Uri, step: Step
         user_headers: &[],
         body: None,
     };
-    let request = Request { method: "GET".into(), url: Some(mcpulse_wire::redact::url(&uri.to_string())), headers: out.recorded_headers(), body: None };
-    let mut ex = start(step, TransportKind::StreamableHttp, None, None, None, request, clock.at());
+    let request = Request {
+        method: "GET".into(),
+        url: Some(mcpulse_wire::redact::url(&uri.to_string())),
+        headers: out.recorded_headers(),
+        body: None,
+    };
+    let mut ex = start(
+        step,
+        TransportKind::StreamableHttp,
+        None,
+        None,
+        None,
+        request,
+        clock.at(),
+    );
     let mut redirects = Vec::new();
     let result = client.send(&out, false, deadline, &mut redirects).await;
     ex.redirects = redirects;
@@ -261,7 +349,11 @@ pub async fn get_document(client: &mut HttpClient, uri: &::http::Uri, step: Step
             return ex;
         }
     };
-    ex.response = Some(HttpResponse { status: resp.status().as_u16(), headers: http::recorded_headers(&resp), ttfb_ms: clock.since(started) });
+    ex.response = Some(HttpResponse {
+        status: resp.status().as_u16(),
+        headers: http::recorded_headers(&resp),
+        ttfb_ms: clock.since(started),
+    });
     let cap = limits.max_response_bytes.min(DOCUMENT_CAP);
     let mut body = resp.into_body();
     let (bytes, end) = http::read_body(&mut body, cap, deadline).await;
@@ -290,16 +382,39 @@ pub async fn delete_session(
 ) -> Exchange {
     let clock = client.clock();
     let started = Instant::now();
-    let out = Outgoing { method: Method::DELETE, uri: uri.clone(), headers, user_headers, body: None };
-    let request = Request { method: "DELETE".into(), url: Some(mcpulse_wire::redact::url(&uri.to_string())), headers: out.recorded_headers(), body: None };
-    let mut ex = start(Step::SessionDelete, TransportKind::StreamableHttp, None, None, None, request, clock.at());
+    let out = Outgoing {
+        method: Method::DELETE,
+        uri: uri.clone(),
+        headers,
+        user_headers,
+        body: None,
+    };
+    let request = Request {
+        method: "DELETE".into(),
+        url: Some(mcpulse_wire::redact::url(&uri.to_string())),
+        headers: out.recorded_headers(),
+        body: None,
+    };
+    let mut ex = start(
+        Step::SessionDelete,
+        TransportKind::StreamableHttp,
+        None,
+        None,
+        None,
+        request,
+        clock.at(),
+    );
     let mut redirects = Vec::new();
     let result = client.send(&out, true, deadline, &mut redirects).await;
     ex.redirects = redirects;
     match result {
         Err(e) => ex.outcome = send_error_outcome(&e),
         Ok(resp) => {
-            ex.response = Some(HttpResponse { status: resp.status().as_u16(), headers: http::recorded_headers(&resp), ttfb_ms: clock.since(started) });
+            ex.response = Some(HttpResponse {
+                status: resp.status().as_u16(),
+                headers: http::recorded_headers(&resp),
+                ttfb_ms: clock.since(started),
+            });
             let mut body = resp.into_body();
             let (bytes, _) = http::read_body(&mut body, crate::BODY_SNIPPET, deadline).await;
             ex.body_bytes = bytes.len();

@@ -27,7 +27,9 @@ pub fn parse_challenges(header: &str) -> Vec<Challenge> {
             break;
         }
         // A token followed by '=' is a parameter of the current challenge; otherwise a scheme.
-        let tok_end = rest.find(|c: char| c == '=' || c == ',' || c.is_whitespace()).unwrap_or(rest.len());
+        let tok_end = rest
+            .find(|c: char| c == '=' || c == ',' || c.is_whitespace())
+            .unwrap_or(rest.len());
         let token = &rest[..tok_end];
         let after = rest[tok_end..].trim_start();
         if after.starts_with('=') && !out.is_empty() && !after.starts_with("==") {
@@ -63,7 +65,10 @@ pub fn parse_challenges(header: &str) -> Vec<Challenge> {
             if token.is_empty() {
                 break;
             }
-            out.push(Challenge { scheme: token.to_owned(), params: Vec::new() });
+            out.push(Challenge {
+                scheme: token.to_owned(),
+                params: Vec::new(),
+            });
             rest = &rest[tok_end..];
         }
     }
@@ -88,16 +93,29 @@ mod tests {
         assert_eq!(c.len(), 1);
         assert_eq!(c[0].scheme, "Bearer");
         assert_eq!(c[0].param("scope"), Some("files:read files:write"));
-        assert_eq!(resource_metadata(h).as_deref(), Some("https://mcp.example.com/.well-known/oauth-protected-resource"));
+        assert_eq!(
+            resource_metadata(h).as_deref(),
+            Some("https://mcp.example.com/.well-known/oauth-protected-resource")
+        );
     }
 
     #[test]
     fn several_challenges_and_garbage() {
-        let c = parse_challenges(r#"Basic realm="x", Bearer error="invalid_token", error_description="a \"q\"""#);
+        let c = parse_challenges(
+            r#"Basic realm="x", Bearer error="invalid_token", error_description="a \"q\"""#,
+        );
         assert_eq!(c.len(), 2);
         assert_eq!(c[1].param("error_description"), Some("a \"q\""));
         assert_eq!(parse_challenges("Bearer").len(), 1);
-        for junk in ["", "=", "\"", "a=\"unterminated", ",,,", "Bearer ==x", "é=ü"] {
+        for junk in [
+            "",
+            "=",
+            "\"",
+            "a=\"unterminated",
+            ",,,",
+            "Bearer ==x",
+            "é=ü",
+        ] {
             let _ = parse_challenges(junk);
         }
     }

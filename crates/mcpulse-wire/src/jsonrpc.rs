@@ -59,10 +59,23 @@ pub struct ErrorObject {
 /// One decoded JSON-RPC message.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Message {
-    Request { id: Id, method: String, params: Option<Value> },
-    Notification { method: String, params: Option<Value> },
-    Result { id: Id, result: Value },
-    Error { id: Id, error: ErrorObject },
+    Request {
+        id: Id,
+        method: String,
+        params: Option<Value>,
+    },
+    Notification {
+        method: String,
+        params: Option<Value>,
+    },
+    Result {
+        id: Id,
+        result: Value,
+    },
+    Error {
+        id: Id,
+        error: ErrorObject,
+    },
 }
 
 impl Message {
@@ -119,7 +132,9 @@ pub fn decode_value(value: Value) -> Result<Decoded, DecodeError> {
     };
     let bad_version = obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0");
     let id = match obj.get("id") {
-        Some(v) => Some(Id::from_value(v).ok_or(DecodeError::NotEnvelope("id is not a string, number or null"))?),
+        Some(v) => Some(Id::from_value(v).ok_or(DecodeError::NotEnvelope(
+            "id is not a string, number or null",
+        ))?),
         None => None,
     };
     let message = if let Some(method) = obj.get("method") {
@@ -147,11 +162,21 @@ pub fn decode_value(value: Value) -> Result<Decoded, DecodeError> {
             .unwrap_or_default()
             .to_owned();
         let data = error.get("data").cloned();
-        Message::Error { id, error: ErrorObject { code, message, data } }
+        Message::Error {
+            id,
+            error: ErrorObject {
+                code,
+                message,
+                data,
+            },
+        }
     } else {
         return Err(DecodeError::NotEnvelope("no method, result or error"));
     };
-    Ok(Decoded { message, bad_version })
+    Ok(Decoded {
+        message,
+        bad_version,
+    })
 }
 
 #[cfg(test)]
@@ -162,11 +187,20 @@ mod tests {
     #[test]
     fn decodes_each_kind() {
         let r = decode(r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}"#).unwrap();
-        assert_eq!(r.message, Message::Result { id: Id::Num(1), result: json!({"tools":[]}) });
+        assert_eq!(
+            r.message,
+            Message::Result {
+                id: Id::Num(1),
+                result: json!({"tools":[]})
+            }
+        );
         assert!(!r.bad_version);
         let e = decode(r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Server not initialized"}}"#).unwrap();
-        assert!(matches!(e.message, Message::Error { id: Id::Null, ref error } if error.code == -32000));
-        let n = decode(r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{}}"#).unwrap();
+        assert!(
+            matches!(e.message, Message::Error { id: Id::Null, ref error } if error.code == -32000)
+        );
+        let n =
+            decode(r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{}}"#).unwrap();
         assert!(matches!(n.message, Message::Notification { .. }));
         let q = decode(r#"{"jsonrpc":"2.0","id":"a","method":"roots/list"}"#).unwrap();
         assert!(matches!(q.message, Message::Request { id: Id::Str(_), .. }));
@@ -186,10 +220,22 @@ mod tests {
         assert_eq!(decode(""), Err(DecodeError::NotJson));
         assert_eq!(decode("[]"), Err(DecodeError::Batch));
         assert!(matches!(decode("42"), Err(DecodeError::NotEnvelope(_))));
-        assert!(matches!(decode(r#"{"jsonrpc":"2.0"}"#), Err(DecodeError::NotEnvelope(_))));
-        assert!(matches!(decode(r#"{"id":{},"result":1}"#), Err(DecodeError::NotEnvelope(_))));
-        assert!(matches!(decode(r#"{"id":1,"error":{"code":"x"}}"#), Err(DecodeError::NotEnvelope(_))));
-        assert!(matches!(decode(r#"{"method":5}"#), Err(DecodeError::NotEnvelope(_))));
+        assert!(matches!(
+            decode(r#"{"jsonrpc":"2.0"}"#),
+            Err(DecodeError::NotEnvelope(_))
+        ));
+        assert!(matches!(
+            decode(r#"{"id":{},"result":1}"#),
+            Err(DecodeError::NotEnvelope(_))
+        ));
+        assert!(matches!(
+            decode(r#"{"id":1,"error":{"code":"x"}}"#),
+            Err(DecodeError::NotEnvelope(_))
+        ));
+        assert!(matches!(
+            decode(r#"{"method":5}"#),
+            Err(DecodeError::NotEnvelope(_))
+        ));
     }
 
     #[test]

@@ -65,7 +65,11 @@ pub fn request(id: i64, method: &str, params: Value) -> Value {
 
 /// `server/discover` at the given modern revision.
 pub fn discover(id: i64, version: &str, client: &ClientInfo) -> Value {
-    request(id, "server/discover", json!({ "_meta": modern_meta(version, client) }))
+    request(
+        id,
+        "server/discover",
+        json!({ "_meta": modern_meta(version, client) }),
+    )
 }
 
 /// Legacy `initialize`, offering the newest legacy revision.
@@ -112,7 +116,10 @@ mod tests {
     use super::*;
 
     fn me() -> ClientInfo {
-        ClientInfo { name: "mcpulse".into(), version: "0.1.0".into() }
+        ClientInfo {
+            name: "mcpulse".into(),
+            version: "0.1.0".into(),
+        }
     }
 
     #[test]
@@ -120,8 +127,14 @@ mod tests {
         let d = discover(1, MODERN, &me());
         let meta = &d["params"]["_meta"];
         assert_eq!(meta["io.modelcontextprotocol/protocolVersion"], MODERN);
-        assert_eq!(meta["io.modelcontextprotocol/clientCapabilities"], json!({}));
-        assert_eq!(meta["io.modelcontextprotocol/clientInfo"]["name"], "mcpulse");
+        assert_eq!(
+            meta["io.modelcontextprotocol/clientCapabilities"],
+            json!({})
+        );
+        assert_eq!(
+            meta["io.modelcontextprotocol/clientInfo"]["name"],
+            "mcpulse"
+        );
     }
 
     #[test]

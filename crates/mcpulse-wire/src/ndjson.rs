@@ -25,7 +25,12 @@ pub struct LineDecoder {
 
 impl LineDecoder {
     pub fn new(max_line: usize) -> Self {
-        LineDecoder { buf: Vec::new(), max: max_line, skipping: false, skipped: 0 }
+        LineDecoder {
+            buf: Vec::new(),
+            max: max_line,
+            skipping: false,
+            skipped: 0,
+        }
     }
 
     /// Feeds bytes and returns the lines they complete.
@@ -37,11 +42,15 @@ impl LineDecoder {
                     let (head, rest) = bytes.split_at(pos);
                     bytes = &rest[1..];
                     if self.skipping {
-                        out.push(Line::TooLong { len_at_least: self.skipped + head.len() });
+                        out.push(Line::TooLong {
+                            len_at_least: self.skipped + head.len(),
+                        });
                         self.skipping = false;
                         self.skipped = 0;
                     } else if self.buf.len() + head.len() > self.max {
-                        out.push(Line::TooLong { len_at_least: self.buf.len() + head.len() });
+                        out.push(Line::TooLong {
+                            len_at_least: self.buf.len() + head.len(),
+                        });
                         self.buf.clear();
                     } else {
                         self.buf.extend_from_slice(head);
@@ -69,7 +78,9 @@ impl LineDecoder {
     pub fn finish(&mut self) -> Option<Line> {
         if self.skipping {
             self.skipping = false;
-            return Some(Line::TooLong { len_at_least: std::mem::take(&mut self.skipped) });
+            return Some(Line::TooLong {
+                len_at_least: std::mem::take(&mut self.skipped),
+            });
         }
         if self.buf.is_empty() {
             None
@@ -110,8 +121,14 @@ mod tests {
         let mut d = LineDecoder::new(4);
         assert_eq!(d.push(b"abc"), vec![]);
         assert_eq!(d.push(b"defgh"), vec![]);
-        assert_eq!(d.push(b"ij\nok\n"), vec![Line::TooLong { len_at_least: 10 }, text("ok")]);
-        assert_eq!(d.push(b"toolong\n"), vec![Line::TooLong { len_at_least: 7 }]);
+        assert_eq!(
+            d.push(b"ij\nok\n"),
+            vec![Line::TooLong { len_at_least: 10 }, text("ok")]
+        );
+        assert_eq!(
+            d.push(b"toolong\n"),
+            vec![Line::TooLong { len_at_least: 7 }]
+        );
         assert_eq!(d.push(b"tail"), vec![]);
         assert_eq!(d.finish(), Some(text("tail")));
     }

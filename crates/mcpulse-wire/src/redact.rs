@@ -10,8 +10,10 @@ pub const REDACTED: &str = "<redacted>";
 /// Response or request headers whose values are credentials whoever set them.
 pub fn is_sensitive_header(name: &str) -> bool {
     let n = name.to_ascii_lowercase();
-    matches!(n.as_str(), "authorization" | "proxy-authorization" | "cookie" | "set-cookie")
-        || n.contains("token")
+    matches!(
+        n.as_str(),
+        "authorization" | "proxy-authorization" | "cookie" | "set-cookie"
+    ) || n.contains("token")
         || n.contains("secret")
         || n.contains("api-key")
         || n.contains("apikey")
@@ -69,7 +71,10 @@ mod tests {
     #[test]
     fn urls_lose_secrets() {
         assert_eq!(url("https://h.example/mcp"), "https://h.example/mcp");
-        assert_eq!(url("https://u:p@h.example/mcp"), "https://<redacted>@h.example/mcp");
+        assert_eq!(
+            url("https://u:p@h.example/mcp"),
+            "https://<redacted>@h.example/mcp"
+        );
         assert_eq!(
             url("https://h.example/mcp?token=abc&x=1&flag#frag"),
             "https://h.example/mcp?token=<redacted>&x=<redacted>&flag"

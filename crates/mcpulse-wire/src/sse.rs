@@ -27,7 +27,9 @@ impl Event {
 pub enum Item {
     Event(Event),
     /// An event whose data grew past the cap; its data was dropped.
-    TooLarge { len_at_least: usize },
+    TooLarge {
+        len_at_least: usize,
+    },
 }
 
 /// Incremental SSE decoder.
@@ -103,7 +105,9 @@ impl Decoder {
             return;
         }
         if self.oversize && line.is_empty() {
-            out.push(Item::TooLarge { len_at_least: self.oversize_len + self.pending.data.len() });
+            out.push(Item::TooLarge {
+                len_at_least: self.oversize_len + self.pending.data.len(),
+            });
             self.reset();
             return;
         }
@@ -201,7 +205,9 @@ mod tests {
     fn comments_multiline_data_and_line_endings() {
         let mut d = Decoder::new(1024);
         let mut got = events(d.push(b": keep-alive\r\n\r\ndata: a\r"));
-        got.extend(events(d.push(b"\ndata:b\r\revent: endpoint\ndata: /m?s=1\n\n")));
+        got.extend(events(
+            d.push(b"\ndata:b\r\revent: endpoint\ndata: /m?s=1\n\n"),
+        ));
         assert_eq!(got.len(), 2);
         assert_eq!(got[0].data, "a\nb");
         assert_eq!(got[1].kind(), "endpoint");
@@ -228,13 +234,25 @@ mod tests {
         let mut d = Decoder::new(8);
         let items = d.push(b"data: 0123456789abcdef\n\ndata: ok\n\n");
         assert!(matches!(items[0], Item::TooLarge { .. }));
-        assert_eq!(items[1], Item::Event(Event { data: "ok".into(), ..Event::default() }));
+        assert_eq!(
+            items[1],
+            Item::Event(Event {
+                data: "ok".into(),
+                ..Event::default()
+            })
+        );
     }
 
     #[test]
     fn garbage_never_panics() {
         let mut d = Decoder::new(16);
-        for chunk in [&b"\x00\xff:::\r\r\n\n"[..], b"data", b":\xc3", b"\n\n", b"id: a\x00b\n\n"] {
+        for chunk in [
+            &b"\x00\xff:::\r\r\n\n"[..],
+            b"data",
+            b":\xc3",
+            b"\n\n",
+            b"id: a\x00b\n\n",
+        ] {
             let _ = d.push(chunk);
         }
     }

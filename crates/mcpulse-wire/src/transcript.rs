@@ -260,7 +260,10 @@ impl Exchange {
     /// The decoded reply with our id, when the exchange got one.
     pub fn reply(&self) -> Option<Decoded> {
         match self.outcome {
-            Outcome::Reply { frame } => self.frames.get(frame).and_then(|f| jsonrpc::decode(&f.raw).ok()),
+            Outcome::Reply { frame } => self
+                .frames
+                .get(frame)
+                .and_then(|f| jsonrpc::decode(&f.raw).ok()),
             _ => None,
         }
     }

@@ -129,7 +129,11 @@ pub fn parse() -> Result<Cli, ExitCode> {
         Ok(c) => Ok(c),
         Err(e) => {
             let _ = e.print();
-            Err(if e.use_stderr() { ExitCode::from(crate::EXIT_COULD_NOT_RUN) } else { ExitCode::SUCCESS })
+            Err(if e.use_stderr() {
+                ExitCode::from(crate::EXIT_COULD_NOT_RUN)
+            } else {
+                ExitCode::SUCCESS
+            })
         }
     }
 }

@@ -50,7 +50,9 @@ pub fn size(s: &str, what: &str) -> Result<usize> {
         "gib" => 1024 * 1024 * 1024,
         other => bail!("{what} {s:?}: unknown unit {other:?}; use KiB, MiB or GiB"),
     };
-    let bytes = n.checked_mul(mult).with_context(|| format!("{what} {s:?} is too large"))?;
+    let bytes = n
+        .checked_mul(mult)
+        .with_context(|| format!("{what} {s:?} is too large"))?;
     if bytes < 1024 {
         bail!("{what} {s:?} is too small: allow at least 1KiB");
     }
@@ -58,24 +60,38 @@ pub fn size(s: &str, what: &str) -> Result<usize> {
 }
 
 /// Parses `Name: value` headers, expanding `${VAR}` from `env`.
-pub fn headers(raw: &[String], bearer_env: Option<&str>, env: &dyn Fn(&str) -> Option<String>) -> Result<Vec<(String, String)>> {
+pub fn headers(
+    raw: &[String],
+    bearer_env: Option<&str>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<(String, String)>> {
     let mut out = Vec::new();
     for h in raw {
         let Some((name, value)) = h.split_once(':') else {
-            bail!("header {:?} has no colon: write it as 'Name: value'", redact_header(h));
+            bail!(
+                "header {:?} has no colon: write it as 'Name: value'",
+                redact_header(h)
+            );
         };
         let name = name.trim();
-        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)) {
+        if name.is_empty()
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+        {
             bail!("header name {name:?} is not a valid HTTP header name");
         }
-        let value = expand(value.trim(), env).with_context(|| format!("in the value of header {name:?}"))?;
+        let value = expand(value.trim(), env)
+            .with_context(|| format!("in the value of header {name:?}"))?;
         if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
             bail!("the value of header {name:?} contains a line break or NUL");
         }
         out.push((name.to_owned(), value));
     }
     if let Some(var) = bearer_env {
-        let token = env(var).with_context(|| format!("--bearer-env {var}: the environment variable {var} is not set"))?;
+        let token = env(var).with_context(|| {
+            format!("--bearer-env {var}: the environment variable {var} is not set")
+        })?;
         let token = token.trim();
         if token.is_empty() {
             bail!("--bearer-env {var}: the environment variable {var} is empty");
@@ -86,7 +102,14 @@ pub fn headers(raw: &[String], bearer_env: Option<&str>, env: &dyn Fn(&str) -> O
 }
 
 fn redact_header(h: &str) -> String {
-    if h.len() > 12 { format!("{}…", &h[..h.char_indices().nth(12).map(|(i, _)| i).unwrap_or(h.len())]) } else { h.to_owned() }
+    if h.len() > 12 {
+        format!(
+            "{}…",
+            &h[..h.char_indices().nth(12).map(|(i, _)| i).unwrap_or(h.len())]
+        )
+    } else {
+        h.to_owned()
+    }
 }
 
 /// Expands `${VAR}` (and `$$` for a literal `$`).
@@ -105,7 +128,8 @@ fn expand(v: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String> {
             if var.is_empty() {
                 bail!("empty ${{}}");
             }
-            let val = env(var).with_context(|| format!("the environment variable {var} is not set"))?;
+            let val =
+                env(var).with_context(|| format!("the environment variable {var} is not set"))?;
             out.push_str(&val);
             rest = &a[end + 1..];
         } else {
@@ -152,7 +176,15 @@ mod tests {
 
     #[test]
     fn header_expansion() {
-        let h = headers(&["Authorization: Bearer ${TOKEN}".into(), "X-Cost: $$5".into()], None, &env).unwrap();
+        let h = headers(
+            &[
+                "Authorization: Bearer ${TOKEN}".into(),
+                "X-Cost: $$5".into(),
+            ],
+            None,
+            &env,
+        )
+        .unwrap();
         assert_eq!(h[0], ("Authorization".into(), "Bearer s3cret".into()));
         assert_eq!(h[1].1, "$5");
         assert!(headers(&["NoColon".into()], None, &env).is_err());

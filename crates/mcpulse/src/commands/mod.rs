@@ -8,7 +8,9 @@ use anyhow::Result;
 pub fn run(cli: Cli) -> Result<u8> {
     match cli.command {
         Command::Probe(args) => probe::run(args),
-        Command::Docs { which: DocKind::Findings } => {
+        Command::Docs {
+            which: DocKind::Findings,
+        } => {
             print!("{}", mcpulse_judge::rules::findings_doc());
             Ok(0)
         }

@@ -13,10 +13,16 @@ pub fn run(args: ProbeArgs) -> Result<u8> {
         (Some(url), true) => Target::http(url)?,
         (None, false) => Target::stdio(&args.command)?,
         (Some(_), false) => bail!("give either a URL or a command after `--`, not both"),
-        (None, true) => bail!("nothing to probe: give a URL (mcpulse probe https://host/mcp) or a command (mcpulse probe -- npx -y some-mcp-server)"),
+        (None, true) => bail!(
+            "nothing to probe: give a URL (mcpulse probe https://host/mcp) or a command (mcpulse probe -- npx -y some-mcp-server)"
+        ),
     };
-    if matches!(target, Target::Stdio { .. }) && (!args.headers.is_empty() || args.bearer_env.is_some()) {
-        bail!("--header and --bearer-env apply to HTTP servers; a stdio server takes credentials from its environment");
+    if matches!(target, Target::Stdio { .. })
+        && (!args.headers.is_empty() || args.bearer_env.is_some())
+    {
+        bail!(
+            "--header and --bearer-env apply to HTTP servers; a stdio server takes credentials from its environment"
+        );
     }
     if matches!(target, Target::Stdio { .. }) && args.transport != TransportArg::Auto {
         bail!("--transport applies to HTTP servers");
@@ -49,10 +55,17 @@ pub fn run(args: ProbeArgs) -> Result<u8> {
     // Background tasks (a connection, a stream reader) must not keep the process alive.
     runtime.shutdown_background();
     if let Some(path) = &args.transcript {
-        let text = serde_json::to_string_pretty(&transcript).context("serialising the transcript")?;
-        std::fs::write(path, text + "\n").with_context(|| format!("writing the transcript to {}", path.display()))?;
+        let text =
+            serde_json::to_string_pretty(&transcript).context("serialising the transcript")?;
+        std::fs::write(path, text + "\n")
+            .with_context(|| format!("writing the transcript to {}", path.display()))?;
     }
-    let report = judge(&transcript, &Policy { latency_budget_ms: budget.as_secs_f64() * 1000.0 });
+    let report = judge(
+        &transcript,
+        &Policy {
+            latency_budget_ms: budget.as_secs_f64() * 1000.0,
+        },
+    );
     if args.json {
         printer::json::print(&report)?;
     } else {

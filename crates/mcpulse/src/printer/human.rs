@@ -27,7 +27,12 @@ pub fn render(r: &Report) -> String {
         Status::Down => ("✘", AnsiColor::Red.on_default().bold()),
     };
     let mut s = String::new();
-    s.push_str(&format!("{} {}  {}\n", paint(style, mark), paint(style, r.status.as_str()), paint(bold, &r.target)));
+    s.push_str(&format!(
+        "{} {}  {}\n",
+        paint(style, mark),
+        paint(style, r.status.as_str()),
+        paint(bold, &r.target)
+    ));
     let mut facts = Vec::new();
     if let Some(t) = r.transport {
         facts.push(format!("transport {t}"));
@@ -39,7 +44,11 @@ pub fn render(r: &Report) -> String {
         facts.push(format!("protocol {v}"));
     }
     if let Some(d) = r.dual_era {
-        facts.push(if d { "dual-era".to_owned() } else { "single-era".to_owned() });
+        facts.push(if d {
+            "dual-era".to_owned()
+        } else {
+            "single-era".to_owned()
+        });
     }
     if !facts.is_empty() {
         s.push_str(&format!("  {}\n", facts.join(" · ")));
@@ -49,11 +58,14 @@ pub fn render(r: &Report) -> String {
         let version = server.version.as_deref().unwrap_or("");
         s.push_str(&format!("  {} {name} {version}\n", paint(dim, "server")));
     }
-    let mut inv = vec![format!("auth {}", match r.auth {
-        mcpulse_judge::report::AuthPosture::None => "none",
-        mcpulse_judge::report::AuthPosture::Required => "required",
-        mcpulse_judge::report::AuthPosture::Forbidden => "forbidden",
-    })];
+    let mut inv = vec![format!(
+        "auth {}",
+        match r.auth {
+            mcpulse_judge::report::AuthPosture::None => "none",
+            mcpulse_judge::report::AuthPosture::Required => "required",
+            mcpulse_judge::report::AuthPosture::Forbidden => "forbidden",
+        }
+    )];
     if let Some(n) = r.tool_count {
         inv.push(format!("{n} tools"));
     }
@@ -66,16 +78,30 @@ pub fn render(r: &Report) -> String {
     s.push_str(&format!("  {}\n", inv.join(" · ")));
     let t = &r.timings_ms;
     let mut times = Vec::new();
-    for (name, v) in [("dns", t.dns), ("connect", t.connect), ("tls", t.tls), ("handshake", t.handshake), ("tools/list", t.tools_list)] {
+    for (name, v) in [
+        ("dns", t.dns),
+        ("connect", t.connect),
+        ("tls", t.tls),
+        ("handshake", t.handshake),
+        ("tools/list", t.tools_list),
+    ] {
         if let Some(v) = v {
             times.push(format!("{name} {}", fmt_ms(v)));
         }
     }
     times.push(format!("total {}", fmt_ms(t.total)));
-    s.push_str(&format!("  {} {}\n", paint(dim, "timings"), times.join(" · ")));
+    s.push_str(&format!(
+        "  {} {}\n",
+        paint(dim, "timings"),
+        times.join(" · ")
+    ));
     if !r.tools.is_empty() {
         let names: Vec<&str> = r.tools.iter().map(|t| t.name.as_str()).collect();
-        let shown = if names.len() > 12 { format!("{}, … ({} more)", names[..12].join(", "), names.len() - 12) } else { names.join(", ") };
+        let shown = if names.len() > 12 {
+            format!("{}, … ({} more)", names[..12].join(", "), names.len() - 12)
+        } else {
+            names.join(", ")
+        };
         s.push_str(&format!("  {} {shown}\n", paint(dim, "tools")));
     }
     if !r.findings.is_empty() {
@@ -86,7 +112,12 @@ pub fn render(r: &Report) -> String {
                 Severity::Warning => AnsiColor::Yellow.on_default().bold(),
                 Severity::Info => AnsiColor::Blue.on_default(),
             };
-            s.push_str(&format!("    {:<8} {} {}\n", paint(st, f.severity.as_str()), paint(bold, &f.code), f.message));
+            s.push_str(&format!(
+                "    {:<8} {} {}\n",
+                paint(st, f.severity.as_str()),
+                paint(bold, &f.code),
+                f.message
+            ));
         }
     }
     if r.status != Status::Healthy && !r.stderr.is_empty() {
@@ -99,5 +130,11 @@ pub fn render(r: &Report) -> String {
 }
 
 fn fmt_ms(v: f64) -> String {
-    if v >= 1000.0 { format!("{:.2}s", v / 1000.0) } else if v >= 10.0 { format!("{v:.0}ms") } else { format!("{v:.1}ms") }
+    if v >= 1000.0 {
+        format!("{:.2}s", v / 1000.0)
+    } else if v >= 10.0 {
+        format!("{v:.0}ms")
+    } else {
+        format!("{v:.1}ms")
+    }
 }
