@@ -5,6 +5,8 @@
 //! changes. Each finding comes from a [`Rule`] with a stable code, a severity and a
 //! documentation text (`docs/findings.md` is generated from [`rules::ALL`]).
 
+pub mod contract;
+pub mod drift;
 pub mod report;
 pub mod rules;
 

@@ -53,8 +53,14 @@ pub struct Report {
     pub tools: Vec<ToolSummary>,
     pub prompt_count: Option<usize>,
     pub resource_count: Option<usize>,
+    pub resource_template_count: Option<usize>,
     pub timings_ms: Timings,
     pub findings: Vec<Finding>,
+    /// Digests of the server's contract (see `contract`); null when no contract was taken.
+    pub digests: Option<Digests>,
+    /// With `--baseline`: the classified changes against it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drift: Option<crate::drift::Drift>,
     /// The last stderr lines of a stdio server.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub stderr: Vec<String>,
@@ -98,6 +104,36 @@ pub struct ToolSummary {
     pub description: Option<String>,
 }
 
+/// Contract digests: the whole, the server facts, and each item by key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Digests {
+    pub contract: String,
+    pub server: String,
+    pub tools: std::collections::BTreeMap<String, String>,
+    pub prompts: std::collections::BTreeMap<String, String>,
+    pub resources: std::collections::BTreeMap<String, String>,
+    pub resource_templates: std::collections::BTreeMap<String, String>,
+}
+
+impl Digests {
+    pub fn of(c: &crate::contract::Contract) -> Digests {
+        let map = |items: &[crate::contract::Item]| {
+            items
+                .iter()
+                .map(|i| (i.key.clone(), i.digest.clone()))
+                .collect()
+        };
+        Digests {
+            contract: c.digest.clone(),
+            server: c.server.digest.clone(),
+            tools: map(&c.tools),
+            prompts: map(&c.prompts),
+            resources: map(&c.resources),
+            resource_templates: map(&c.resource_templates),
+        }
+    }
+}
+
 /// Per-phase timings in milliseconds. Phases that did not happen are `null`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct Timings {
@@ -136,11 +172,14 @@ pub fn judge(tr: &Transcript, policy: &Policy) -> Report {
         tools: Vec::new(),
         prompt_count: None,
         resource_count: None,
+        resource_template_count: None,
         timings_ms: Timings {
             total: round(tr.total_ms),
             ..Timings::default()
         },
         findings: Vec::new(),
+        digests: crate::contract::from_transcript(tr).map(|c| Digests::of(&c)),
+        drift: None,
         stderr: stderr_tail(&tr.processes),
     };
     j.connection_timings(&mut report);
@@ -340,6 +379,14 @@ impl Judgement<'_> {
         report.resource_count = self
             .list(Step::ResourcesList, "resources", caps.as_ref(), hs.era)
             .map(|v| v.len());
+        report.resource_template_count = self
+            .list(
+                Step::ResourceTemplatesList,
+                "resourceTemplates",
+                caps.as_ref(),
+                hs.era,
+            )
+            .map(|v| v.len());
         report.capabilities = caps;
         // Session clean-up.
         for e in tr
@@ -374,7 +421,12 @@ impl Judgement<'_> {
         if pages.is_empty() {
             return None;
         }
-        let advertised = caps.is_some_and(|c| c.get(key).is_some_and(|v| !v.is_null()));
+        let cap_key = if step == Step::ResourceTemplatesList {
+            "resources"
+        } else {
+            key
+        };
+        let advertised = caps.is_some_and(|c| c.get(cap_key).is_some_and(|v| !v.is_null()));
         let mut items = Vec::new();
         let mut cursors: Vec<String> = Vec::new();
         for ex in &pages {

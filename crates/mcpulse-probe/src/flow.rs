@@ -314,7 +314,11 @@ fn next_cursor(ex: &Exchange) -> Option<String> {
 /// Takes inventory: every page of tools, and of prompts and resources when advertised.
 async fn inventory(wire: &mut Wire<'_>, ctx: &mut Ctx<'_>, era: Era, capabilities: &Value) {
     list(wire, ctx, ListKind::Tools, era).await;
-    for kind in [ListKind::Prompts, ListKind::Resources] {
+    for kind in [
+        ListKind::Prompts,
+        ListKind::Resources,
+        ListKind::ResourceTemplates,
+    ] {
         if capabilities
             .get(kind.capability())
             .is_some_and(|c| !c.is_null())
@@ -329,6 +333,7 @@ async fn list(wire: &mut Wire<'_>, ctx: &mut Ctx<'_>, kind: ListKind, era: Era) 
         ListKind::Tools => Step::ToolsList,
         ListKind::Prompts => Step::PromptsList,
         ListKind::Resources => Step::ResourcesList,
+        ListKind::ResourceTemplates => Step::ResourceTemplatesList,
     };
     let mut cursor: Option<String> = None;
     let mut seen: Vec<String> = Vec::new();

@@ -25,6 +25,7 @@ pub enum ListKind {
     Tools,
     Prompts,
     Resources,
+    ResourceTemplates,
 }
 
 impl ListKind {
@@ -33,6 +34,7 @@ impl ListKind {
             ListKind::Tools => "tools/list",
             ListKind::Prompts => "prompts/list",
             ListKind::Resources => "resources/list",
+            ListKind::ResourceTemplates => "resources/templates/list",
         }
     }
     /// The member of the result that holds the items.
@@ -41,11 +43,15 @@ impl ListKind {
             ListKind::Tools => "tools",
             ListKind::Prompts => "prompts",
             ListKind::Resources => "resources",
+            ListKind::ResourceTemplates => "resourceTemplates",
         }
     }
     /// The server capability that advertises this list.
     pub fn capability(self) -> &'static str {
-        self.items_key()
+        match self {
+            ListKind::ResourceTemplates => "resources",
+            other => other.items_key(),
+        }
     }
 }
 

@@ -191,6 +191,8 @@ pub enum Step {
     PromptsList,
     #[serde(rename = "resources/list")]
     ResourcesList,
+    #[serde(rename = "resources/templates/list")]
+    ResourceTemplatesList,
     /// `GET` of a legacy HTTP+SSE stream, waiting for the `endpoint` event.
     #[serde(rename = "sse-open")]
     SseOpen,
@@ -214,6 +216,7 @@ impl Step {
             Step::ToolsList => "tools/list",
             Step::PromptsList => "prompts/list",
             Step::ResourcesList => "resources/list",
+            Step::ResourceTemplatesList => "resources/templates/list",
             Step::SseOpen => "sse-open",
             Step::SessionDelete => "session-delete",
             Step::DualEraCheck => "dual-era-check",

@@ -22,6 +22,12 @@ pub enum Command {
     /// Probe one MCP server: handshake (or discovery), tools/list, timings, auth, a verdict.
     #[command(after_help = PROBE_HELP)]
     Probe(ProbeArgs),
+    /// Write a baseline of a server's contract (tools, prompts, resources, server facts).
+    #[command(after_help = SNAPSHOT_HELP)]
+    Snapshot(SnapshotArgs),
+    /// Compare two baselines: every change classified breaking, risky or info.
+    #[command(after_help = DIFF_HELP)]
+    Diff(DiffArgs),
     /// Print generated documentation (used to keep docs/ in step with the code).
     #[command(hide = true)]
     Docs { which: DocKind },
@@ -30,6 +36,7 @@ pub enum Command {
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum DocKind {
     Findings,
+    Drift,
 }
 
 const PROBE_HELP: &str = "\
@@ -39,11 +46,29 @@ Examples:
   mcpulse probe --json -- npx -y @modelcontextprotocol/server-everything
   mcpulse probe -H 'Authorization: Bearer ${TOKEN}' https://mcp.example.com/mcp
   mcpulse probe --bearer-env MCP_TOKEN https://mcp.example.com/mcp
+  mcpulse probe --baseline mcp.lock https://mcp.example.com/mcp
 
-Exit codes: 0 healthy, 1 degraded, 2 down, 3 the probe could not run.";
+Exit codes: 0 healthy, 1 degraded, 2 down, 3 the probe could not run.
+With --baseline: the worse of that and the drift (1 risky, 2 breaking).";
+
+/// What to probe and how: shared by `probe` and `snapshot`.
+const SNAPSHOT_HELP: &str = "\
+Examples:
+  mcpulse snapshot https://mcp.example.com/mcp -o mcp.lock
+  mcpulse snapshot -o mcp.lock -- npx -y @modelcontextprotocol/server-everything
+
+Exit codes: 0 written, 2 the server is down (no contract to take), 3 could not run.";
+
+const DIFF_HELP: &str = "\
+Examples:
+  mcpulse diff mcp.lock new.lock
+  mcpulse diff --json mcp.lock new.lock
+  mcpulse diff --accept mcp.lock new.lock     # reviewed: new.lock becomes the baseline
+
+Exit codes (a CI gate): 0 no drift or only info, 1 risky drift, 2 breaking drift, 3 could not run.";
 
 #[derive(Debug, Args)]
-pub struct ProbeArgs {
+pub struct TargetArgs {
     /// The server's URL (Streamable HTTP or legacy HTTP+SSE). For a stdio server, give its
     /// command after `--` instead.
     #[arg(value_name = "URL")]
@@ -66,10 +91,6 @@ pub struct ProbeArgs {
     #[arg(long, default_value = "10s", value_name = "DURATION")]
     pub timeout: String,
 
-    /// A handshake slower than this makes the server degraded.
-    #[arg(long, default_value = "3s", value_name = "DURATION")]
-    pub latency_budget: String,
-
     /// An HTTP header to send, 'Name: value' (repeatable). `${VAR}` in the value is read from
     /// the environment, so secrets need not be on the command line: -H 'Authorization: Bearer ${TOKEN}'.
     /// Header values never appear in any output.
@@ -87,6 +108,16 @@ pub struct ProbeArgs {
     /// The most pages followed per list (tools, prompts, resources).
     #[arg(long, default_value_t = 50, value_name = "N")]
     pub max_pages: u32,
+}
+
+#[derive(Debug, Args)]
+pub struct ProbeArgs {
+    #[command(flatten)]
+    pub target: TargetArgs,
+
+    /// A handshake slower than this makes the server degraded.
+    #[arg(long, default_value = "3s", value_name = "DURATION")]
+    pub latency_budget: String,
 
     /// Print one JSON report (schema mcpulse.report/v1) instead of the summary.
     #[arg(long)]
@@ -95,6 +126,48 @@ pub struct ProbeArgs {
     /// Also write the raw transcript (every request and response, secrets redacted) to FILE.
     #[arg(long, value_name = "FILE")]
     pub transcript: Option<std::path::PathBuf>,
+
+    /// Compare the server's contract with this baseline (from `mcpulse snapshot`) and add a
+    /// drift section; the exit code is then the worse of health and drift (2 breaking, 1 risky).
+    #[arg(long, value_name = "FILE")]
+    pub baseline: Option<std::path::PathBuf>,
+
+    /// With --baseline: after reporting, rewrite the baseline with the current contract.
+    #[arg(long, requires = "baseline")]
+    pub accept: bool,
+
+    /// When to use colour (auto: only on a terminal, and never with NO_COLOR set).
+    #[arg(long, value_enum, default_value_t = ColorArg::Auto)]
+    pub color: ColorArg,
+}
+
+#[derive(Debug, Args)]
+pub struct SnapshotArgs {
+    #[command(flatten)]
+    pub target: TargetArgs,
+
+    /// Where to write the baseline (default: standard output).
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: Option<std::path::PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The baseline (reviewed, accepted) contract.
+    #[arg(value_name = "OLD")]
+    pub old: std::path::PathBuf,
+
+    /// The contract to compare with it.
+    #[arg(value_name = "NEW")]
+    pub new: std::path::PathBuf,
+
+    /// Print the drift as JSON (schema mcpulse.drift/v1).
+    #[arg(long)]
+    pub json: bool,
+
+    /// After reporting, replace OLD with NEW (the drift was reviewed) and exit 0.
+    #[arg(long)]
+    pub accept: bool,
 
     /// When to use colour (auto: only on a terminal, and never with NO_COLOR set).
     #[arg(long, value_enum, default_value_t = ColorArg::Auto)]

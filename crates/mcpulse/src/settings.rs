@@ -141,6 +141,67 @@ fn expand(v: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String> {
     Ok(out)
 }
 
+/// Resolves the shared target arguments into a target and a plan.
+pub fn target_and_plan(
+    args: &crate::cli::TargetArgs,
+) -> Result<(mcpulse_probe::Target, mcpulse_probe::Plan)> {
+    use crate::cli::{EraArg, TransportArg};
+    use mcpulse_probe::{Plan, Target, TransportMode};
+    use mcpulse_wire::version::EraMode;
+    let target = match (&args.url, args.command.is_empty()) {
+        (Some(url), true) => Target::http(url)?,
+        (None, false) => Target::stdio(&args.command)?,
+        (Some(_), false) => bail!("give either a URL or a command after `--`, not both"),
+        (None, true) => bail!(
+            "nothing to probe: give a URL (mcpulse probe https://host/mcp) or a command (mcpulse probe -- npx -y some-mcp-server)"
+        ),
+    };
+    let stdio = matches!(target, Target::Stdio { .. });
+    if stdio && (!args.headers.is_empty() || args.bearer_env.is_some()) {
+        bail!(
+            "--header and --bearer-env apply to HTTP servers; a stdio server takes credentials from its environment"
+        );
+    }
+    if stdio && args.transport != TransportArg::Auto {
+        bail!("--transport applies to HTTP servers");
+    }
+    let env = |k: &str| std::env::var(k).ok();
+    let plan = Plan {
+        era: match args.era {
+            EraArg::Auto => EraMode::Auto,
+            EraArg::Modern => EraMode::Modern,
+            EraArg::Legacy => EraMode::Legacy,
+        },
+        transport: match args.transport {
+            TransportArg::Auto => TransportMode::Auto,
+            TransportArg::StreamableHttp => TransportMode::StreamableHttp,
+            TransportArg::Sse => TransportMode::Sse,
+        },
+        timeout: duration(&args.timeout, "--timeout")?,
+        max_response_bytes: size(&args.max_response_size, "--max-response-size")?,
+        max_pages: args.max_pages.max(1),
+        headers: headers(&args.headers, args.bearer_env.as_deref(), &env)?,
+        ..Plan::default()
+    };
+    Ok((target, plan))
+}
+
+/// Runs one probe on a single-threaded runtime (a probe is sequential; one thread starts
+/// faster and uses less memory).
+pub fn run_probe(
+    target: &mcpulse_probe::Target,
+    plan: &mcpulse_probe::Plan,
+) -> Result<mcpulse_probe::Transcript> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let transcript = runtime.block_on(mcpulse_probe::probe(target, plan));
+    // Background tasks (a kept-alive connection, a stream reader) must not keep us waiting.
+    runtime.shutdown_background();
+    Ok(transcript)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,80 +1,89 @@
-//! `mcpulse probe`: one server, one shot.
+//! `mcpulse probe`: one server, one shot; with `--baseline`, a drift check too.
 
-use crate::cli::{ColorArg, EraArg, ProbeArgs, TransportArg};
+use crate::cli::{ColorArg, ProbeArgs};
 use crate::printer;
 use crate::settings;
 use anyhow::{Context, Result, bail};
-use mcpulse_judge::{Policy, judge};
-use mcpulse_probe::{Plan, Target, TransportMode};
-use mcpulse_wire::version::EraMode;
+use mcpulse_judge::contract::{self, Contract};
+use mcpulse_judge::{Policy, drift, judge};
 
 pub fn run(args: ProbeArgs) -> Result<u8> {
-    let target = match (&args.url, args.command.is_empty()) {
-        (Some(url), true) => Target::http(url)?,
-        (None, false) => Target::stdio(&args.command)?,
-        (Some(_), false) => bail!("give either a URL or a command after `--`, not both"),
-        (None, true) => bail!(
-            "nothing to probe: give a URL (mcpulse probe https://host/mcp) or a command (mcpulse probe -- npx -y some-mcp-server)"
-        ),
-    };
-    if matches!(target, Target::Stdio { .. })
-        && (!args.headers.is_empty() || args.bearer_env.is_some())
-    {
-        bail!(
-            "--header and --bearer-env apply to HTTP servers; a stdio server takes credentials from its environment"
-        );
-    }
-    if matches!(target, Target::Stdio { .. }) && args.transport != TransportArg::Auto {
-        bail!("--transport applies to HTTP servers");
-    }
-    let timeout = settings::duration(&args.timeout, "--timeout")?;
+    let (target, plan) = settings::target_and_plan(&args.target)?;
     let budget = settings::duration(&args.latency_budget, "--latency-budget")?;
-    let env = |k: &str| std::env::var(k).ok();
-    let plan = Plan {
-        era: match args.era {
-            EraArg::Auto => EraMode::Auto,
-            EraArg::Modern => EraMode::Modern,
-            EraArg::Legacy => EraMode::Legacy,
-        },
-        transport: match args.transport {
-            TransportArg::Auto => TransportMode::Auto,
-            TransportArg::StreamableHttp => TransportMode::StreamableHttp,
-            TransportArg::Sse => TransportMode::Sse,
-        },
-        timeout,
-        max_response_bytes: settings::size(&args.max_response_size, "--max-response-size")?,
-        max_pages: args.max_pages.max(1),
-        headers: settings::headers(&args.headers, args.bearer_env.as_deref(), &env)?,
-        ..Plan::default()
+    // Read the baseline before probing: a bad file is a usage error, not a probe result.
+    let baseline = match &args.baseline {
+        Some(path) => Some(read_baseline(path)?),
+        None => None,
     };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    let transcript = runtime.block_on(mcpulse_probe::probe(&target, &plan));
-    // Background tasks (a connection, a stream reader) must not keep the process alive.
-    runtime.shutdown_background();
+    let transcript = settings::run_probe(&target, &plan)?;
     if let Some(path) = &args.transcript {
         let text =
             serde_json::to_string_pretty(&transcript).context("serialising the transcript")?;
         std::fs::write(path, text + "\n")
             .with_context(|| format!("writing the transcript to {}", path.display()))?;
     }
-    let report = judge(
+    let mut report = judge(
         &transcript,
         &Policy {
             latency_budget_ms: budget.as_secs_f64() * 1000.0,
         },
     );
+    let mut code = report.status.exit_code();
+    if let (Some(base), Some(path)) = (&baseline, &args.baseline)
+        && let Some(current) = contract::from_transcript(&transcript)
+    {
+        if base.target != current.target && !args.accept {
+            bail!(
+                "the baseline {} is for {:?}, not {:?}: take one for this target with `mcpulse snapshot`, or re-baseline with --accept",
+                path.display(),
+                base.target,
+                current.target
+            );
+        }
+        let d = drift::diff(base, &current);
+        if args.accept {
+            write_atomic(path, &current.to_lock())?;
+        } else {
+            code = code.max(d.exit_code());
+        }
+        report.drift = Some(d);
+    }
+    let color = color_choice(args.color);
     if args.json {
         printer::json::print(&report)?;
     } else {
-        let color = match args.color {
-            ColorArg::Auto => anstream::ColorChoice::Auto,
-            ColorArg::Always => anstream::ColorChoice::Always,
-            ColorArg::Never => anstream::ColorChoice::Never,
-        };
         printer::human::print(&report, color)?;
     }
-    Ok(report.status.exit_code())
+    Ok(code)
+}
+
+pub fn color_choice(c: ColorArg) -> anstream::ColorChoice {
+    match c {
+        ColorArg::Auto => anstream::ColorChoice::Auto,
+        ColorArg::Always => anstream::ColorChoice::Always,
+        ColorArg::Never => anstream::ColorChoice::Never,
+    }
+}
+
+/// Reads and validates a baseline file.
+pub fn read_baseline(path: &std::path::Path) -> Result<Contract> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the baseline {}", path.display()))?;
+    Contract::from_lock(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+/// Writes a file by renaming a temporary one over it: a crash never leaves half a baseline.
+pub fn write_atomic(path: &std::path::Path, text: &str) -> Result<()> {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "baseline".into());
+    let tmp = dir.join(format!(".{name}.mcpulse-tmp"));
+    std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("replacing {}", path.display()))?;
+    Ok(())
 }

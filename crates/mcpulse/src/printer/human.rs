@@ -113,12 +113,15 @@ pub fn render(r: &Report) -> String {
                 Severity::Info => AnsiColor::Blue.on_default(),
             };
             s.push_str(&format!(
-                "    {:<8} {} {}\n",
-                paint(st, f.severity.as_str()),
+                "    {} {} {}\n",
+                paint(st, &format!("{:<8}", f.severity.as_str())),
                 paint(bold, &f.code),
                 f.message
             ));
         }
+    }
+    if let Some(d) = &r.drift {
+        s.push_str(&render_drift(d));
     }
     if r.status != Status::Healthy && !r.stderr.is_empty() {
         s.push_str(&format!("  {}\n", paint(dim, "stderr (last lines)")));
@@ -136,5 +139,104 @@ fn fmt_ms(v: f64) -> String {
         format!("{v:.0}ms")
     } else {
         format!("{v:.1}ms")
+    }
+}
+
+/// `mcpulse diff` for people.
+pub fn print_drift(d: &mcpulse_judge::drift::Drift, color: anstream::ColorChoice) -> Result<()> {
+    let mut out = anstream::AutoStream::new(std::io::stdout().lock(), color);
+    out.write_all(render_drift(d).as_bytes())?;
+    out.flush()?;
+    Ok(())
+}
+
+/// The drift: a headline, then one line per change with where, what, and old → new.
+pub fn render_drift(d: &mcpulse_judge::drift::Drift) -> String {
+    use mcpulse_judge::drift::Class;
+    let bold = Style::new().bold();
+    let dim = Style::new().dimmed();
+    let mut s = String::new();
+    let (head, style) = match d.class {
+        None => ("no drift".to_owned(), AnsiColor::Green.on_default().bold()),
+        Some(Class::Info) => (
+            "drift: info only".to_owned(),
+            AnsiColor::Green.on_default().bold(),
+        ),
+        Some(Class::Risky) => (
+            "drift: risky".to_owned(),
+            AnsiColor::Yellow.on_default().bold(),
+        ),
+        Some(Class::Breaking) => (
+            "drift: breaking".to_owned(),
+            AnsiColor::Red.on_default().bold(),
+        ),
+    };
+    s.push_str(&format!(
+        "  {}  {} breaking · {} risky · {} info  {}\n",
+        paint(style, &head),
+        d.breaking,
+        d.risky,
+        d.info,
+        paint(
+            dim,
+            &format!("{} → {}", short(&d.baseline_digest), short(&d.digest))
+        )
+    ));
+    if d.baseline_target != d.target {
+        s.push_str(&format!(
+            "  {} baseline was taken of {}, this is {}\n",
+            paint(dim, "note"),
+            d.baseline_target,
+            d.target
+        ));
+    }
+    for c in &d.changes {
+        let st = match c.class {
+            Class::Breaking => AnsiColor::Red.on_default().bold(),
+            Class::Risky => AnsiColor::Yellow.on_default().bold(),
+            Class::Info => AnsiColor::Blue.on_default(),
+        };
+        s.push_str(&format!(
+            "    {} {} {}\n",
+            paint(st, &format!("{:<8}", c.class.as_str())),
+            paint(bold, &c.code),
+            c.path
+        ));
+        s.push_str(&format!("             {}\n", c.message));
+        match (&c.old, &c.new) {
+            (Some(o), Some(n)) => s.push_str(&format!(
+                "             {} {} → {}\n",
+                paint(dim, "was"),
+                clip(o),
+                clip(n)
+            )),
+            (Some(o), None) => {
+                s.push_str(&format!("             {} {}\n", paint(dim, "was"), clip(o)))
+            }
+            (None, Some(n)) => {
+                s.push_str(&format!("             {} {}\n", paint(dim, "now"), clip(n)))
+            }
+            (None, None) => {}
+        }
+    }
+    s
+}
+
+fn short(digest: &str) -> String {
+    digest
+        .trim_start_matches("sha256:")
+        .chars()
+        .take(12)
+        .collect()
+}
+
+fn clip(v: &serde_json::Value) -> String {
+    let t = v.to_string();
+    if t.chars().count() > 100 {
+        let mut c: String = t.chars().take(100).collect();
+        c.push('…');
+        c
+    } else {
+        t
     }
 }

@@ -1,0 +1,486 @@
+//! A server's contract: its tools, prompts, resources and resource templates as the full
+//! objects it sent, and the server-level facts, in a canonical form with digests.
+//!
+//! Canonical means: keys sorted, numbers in one spelling (`1.0`, `1e0` and `1` are the same
+//! number), local `$ref`s (`#/...`) inside schemas resolved, and transport or cache fields
+//! (`ttlMs`, `cacheScope`, `nextCursor`, the result's `_meta`) left out, because they say
+//! nothing about the contract. Items keep everything else, unknown keys included, so a diff can
+//! say exactly what changed. Digests are SHA-256 of the canonical JSON text.
+//!
+//! The contract is taken from a transcript (record, then judge), so a stored transcript yields
+//! the same contract as the live probe did.
+
+use mcpulse_wire::jsonrpc::Message;
+use mcpulse_wire::transcript::{Step, Transcript};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Number, Value};
+use sha2::{Digest, Sha256};
+
+pub const SCHEMA: &str = "mcpulse.contract/v1";
+
+/// The baseline file's content (`mcpulse snapshot`), and what `mcpulse diff` compares.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Contract {
+    pub schema: String,
+    /// The target as launched (URL or command line): a baseline's identity, not the server's
+    /// self-reported name.
+    pub target: String,
+    /// Digest of everything below.
+    pub digest: String,
+    pub server: ServerFacts,
+    pub tools: Vec<Item>,
+    pub prompts: Vec<Item>,
+    pub resources: Vec<Item>,
+    pub resource_templates: Vec<Item>,
+}
+
+/// Server-level facts that belong to the contract.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServerFacts {
+    pub era: Option<String>,
+    pub protocol_version: Option<String>,
+    pub supported_versions: Vec<String>,
+    pub capabilities: Value,
+    pub instructions: Option<String>,
+    /// `serverInfo` (self-reported; a changed version is information, not drift).
+    pub server_info: Value,
+    pub digest: String,
+}
+
+/// One tool, prompt, resource or template: its key, digest and full canonical definition.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Item {
+    /// `name` for tools and prompts, `uri` for resources, `uriTemplate` for templates.
+    pub key: String,
+    pub digest: String,
+    pub definition: Value,
+}
+
+/// The four kinds of item, with the field that keys each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Tool,
+    Prompt,
+    Resource,
+    ResourceTemplate,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 4] = [
+        Kind::Tool,
+        Kind::Prompt,
+        Kind::Resource,
+        Kind::ResourceTemplate,
+    ];
+
+    pub fn key_field(self) -> &'static str {
+        match self {
+            Kind::Tool | Kind::Prompt => "name",
+            Kind::Resource => "uri",
+            Kind::ResourceTemplate => "uriTemplate",
+        }
+    }
+    pub fn noun(self) -> &'static str {
+        match self {
+            Kind::Tool => "tool",
+            Kind::Prompt => "prompt",
+            Kind::Resource => "resource",
+            Kind::ResourceTemplate => "resource template",
+        }
+    }
+    /// The section of the contract (and the JSON path prefix in diffs).
+    pub fn section(self) -> &'static str {
+        match self {
+            Kind::Tool => "tools",
+            Kind::Prompt => "prompts",
+            Kind::Resource => "resources",
+            Kind::ResourceTemplate => "resource_templates",
+        }
+    }
+    fn step(self) -> Step {
+        match self {
+            Kind::Tool => Step::ToolsList,
+            Kind::Prompt => Step::PromptsList,
+            Kind::Resource => Step::ResourcesList,
+            Kind::ResourceTemplate => Step::ResourceTemplatesList,
+        }
+    }
+    fn result_key(self) -> &'static str {
+        match self {
+            Kind::Tool => "tools",
+            Kind::Prompt => "prompts",
+            Kind::Resource => "resources",
+            Kind::ResourceTemplate => "resourceTemplates",
+        }
+    }
+}
+
+impl Contract {
+    pub fn items(&self, kind: Kind) -> &[Item] {
+        match kind {
+            Kind::Tool => &self.tools,
+            Kind::Prompt => &self.prompts,
+            Kind::Resource => &self.resources,
+            Kind::ResourceTemplate => &self.resource_templates,
+        }
+    }
+
+    /// The baseline file text: pretty, sorted, stable, ending in a newline.
+    pub fn to_lock(&self) -> String {
+        let v = serde_json::to_value(self).unwrap_or(Value::Null);
+        let mut s = serde_json::to_string_pretty(&canonical(&v)).unwrap_or_default();
+        s.push('\n');
+        s
+    }
+
+    /// Reads a baseline file, with a message that says what is wrong.
+    pub fn from_lock(text: &str) -> Result<Contract, String> {
+        let c: Contract =
+            serde_json::from_str(text).map_err(|e| format!("not a valid mcpulse baseline: {e}"))?;
+        if c.schema != SCHEMA {
+            return Err(format!(
+                "baseline schema is {:?}; this mcpulse reads {SCHEMA:?}",
+                c.schema
+            ));
+        }
+        Ok(c)
+    }
+}
+
+/// The contract of the server in a transcript; `None` when no handshake completed or the
+/// tools could not be listed (a contract with a hole in it would read as drift).
+pub fn from_transcript(tr: &Transcript) -> Option<Contract> {
+    let (era, result) = tr.exchanges.iter().find_map(|ex| {
+        let Some(Message::Result { result, .. }) = ex.reply().map(|d| d.message) else {
+            return None;
+        };
+        match ex.step {
+            Step::Discover if result.get("supportedVersions").is_some_and(Value::is_array) => {
+                Some(("modern", result))
+            }
+            Step::Initialize => Some(("legacy", result)),
+            _ => None,
+        }
+    })?;
+    let supported: Vec<String> = match era {
+        "modern" => strings(result.get("supportedVersions")),
+        _ => result
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .map(|v| vec![v.to_owned()])
+            .unwrap_or_default(),
+    };
+    let protocol_version = match era {
+        "modern" => supported
+            .iter()
+            .find(|v| v.as_str() == mcpulse_wire::version::MODERN)
+            .cloned(),
+        _ => result
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+    };
+    let server_info = match era {
+        "modern" => result
+            .pointer("/_meta/io.modelcontextprotocol~1serverInfo")
+            .cloned(),
+        _ => result.get("serverInfo").cloned(),
+    }
+    .unwrap_or(Value::Null);
+    let mut lists: Vec<Vec<Value>> = Vec::new();
+    for kind in Kind::ALL {
+        let pages: Vec<_> = tr
+            .exchanges
+            .iter()
+            .filter(|e| e.step == kind.step())
+            .collect();
+        let mut items = Vec::new();
+        for ex in &pages {
+            match ex.reply().map(|d| d.message) {
+                Some(Message::Result { result, .. }) => {
+                    if let Some(Value::Array(a)) = result.get(kind.result_key()) {
+                        items.extend(a.iter().cloned());
+                    }
+                }
+                _ if kind == Kind::Tool => return None,
+                _ => {}
+            }
+        }
+        if kind == Kind::Tool && pages.is_empty() {
+            return None;
+        }
+        lists.push(items);
+    }
+    let [tools, prompts, resources, resource_templates]: [Vec<Value>; 4] = lists.try_into().ok()?;
+    Some(build(Parts {
+        target: tr.target.display.clone(),
+        era: Some(era.to_owned()),
+        protocol_version,
+        supported_versions: supported,
+        capabilities: result.get("capabilities").cloned().unwrap_or(Value::Null),
+        instructions: result
+            .get("instructions")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        server_info,
+        tools,
+        prompts,
+        resources,
+        resource_templates,
+    }))
+}
+
+/// The raw material of a contract, as a server sent it.
+#[derive(Debug, Clone, Default)]
+pub struct Parts {
+    pub target: String,
+    pub era: Option<String>,
+    pub protocol_version: Option<String>,
+    pub supported_versions: Vec<String>,
+    pub capabilities: Value,
+    pub instructions: Option<String>,
+    pub server_info: Value,
+    pub tools: Vec<Value>,
+    pub prompts: Vec<Value>,
+    pub resources: Vec<Value>,
+    pub resource_templates: Vec<Value>,
+}
+
+/// Builds the canonical contract, with its digests, from its parts.
+pub fn build(p: Parts) -> Contract {
+    let mut supported = p.supported_versions;
+    supported.sort();
+    supported.dedup();
+    let mut server = ServerFacts {
+        era: p.era,
+        protocol_version: p.protocol_version,
+        supported_versions: supported,
+        capabilities: canonical(&p.capabilities),
+        instructions: p.instructions,
+        server_info: canonical(&p.server_info),
+        digest: String::new(),
+    };
+    server.digest = digest(&serde_json::to_value(&server).unwrap_or(Value::Null));
+    let mut c = Contract {
+        schema: SCHEMA.to_owned(),
+        target: p.target,
+        digest: String::new(),
+        server,
+        tools: items_of(Kind::Tool, &p.tools),
+        prompts: items_of(Kind::Prompt, &p.prompts),
+        resources: items_of(Kind::Resource, &p.resources),
+        resource_templates: items_of(Kind::ResourceTemplate, &p.resource_templates),
+    };
+    c.digest = whole_digest(&c);
+    c
+}
+
+/// The digest of a contract: of its server facts and item digests, in order.
+pub fn whole_digest(c: &Contract) -> String {
+    let mut v = Map::new();
+    v.insert("server".into(), Value::String(c.server.digest.clone()));
+    for kind in Kind::ALL {
+        let list: Vec<Value> = c
+            .items(kind)
+            .iter()
+            .map(|i| {
+                Value::Array(vec![
+                    Value::String(i.key.clone()),
+                    Value::String(i.digest.clone()),
+                ])
+            })
+            .collect();
+        v.insert(kind.section().into(), Value::Array(list));
+    }
+    digest(&Value::Object(v))
+}
+
+fn items_of(kind: Kind, raw: &[Value]) -> Vec<Item> {
+    let mut items: Vec<Item> = raw
+        .iter()
+        .map(|v| {
+            let mut def = canonical(v);
+            if kind == Kind::Tool
+                && let Some(obj) = def.as_object_mut()
+            {
+                for key in ["inputSchema", "outputSchema"] {
+                    if let Some(schema) = obj.get(key).cloned() {
+                        obj.insert(key.to_owned(), resolve_refs(&schema));
+                    }
+                }
+            }
+            let key = def
+                .get(kind.key_field())
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned();
+            Item {
+                key,
+                digest: digest(&def),
+                definition: def,
+            }
+        })
+        .collect();
+    items.sort_by(|a, b| a.key.cmp(&b.key).then_with(|| a.digest.cmp(&b.digest)));
+    items
+}
+
+/// Canonical JSON: object keys sorted (serde_json's map is ordered), numbers with an integral
+/// value written as integers, everything else as is.
+pub fn canonical(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => {
+            Value::Object(m.iter().map(|(k, v)| (k.clone(), canonical(v))).collect())
+        }
+        Value::Array(a) => Value::Array(a.iter().map(canonical).collect()),
+        Value::Number(n) => Value::Number(canonical_number(n)),
+        other => other.clone(),
+    }
+}
+
+fn canonical_number(n: &Number) -> Number {
+    if n.is_i64() || n.is_u64() {
+        return n.clone();
+    }
+    match n.as_f64() {
+        Some(f) if f.fract() == 0.0 && f.abs() < 9.007_199_254_740_992e15 => Number::from(f as i64),
+        Some(f) => Number::from_f64(f).unwrap_or_else(|| n.clone()),
+        None => n.clone(),
+    }
+}
+
+/// `sha256:<hex>` of the canonical JSON text.
+pub fn digest(v: &Value) -> String {
+    let text = serde_json::to_string(&canonical(v)).unwrap_or_default();
+    let hash = Sha256::digest(text.as_bytes());
+    let mut s = String::with_capacity(7 + 64);
+    s.push_str("sha256:");
+    for b in hash {
+        s.push_str(&format!("{b:02x}"));
+    }
+    s
+}
+
+/// Resolves local `$ref`s (`#/...` JSON pointers) within one schema, so that moving a
+/// definition into `$defs` is not drift while changing it is. Cycles and unresolvable refs are
+/// left as they are; `$defs`/`definitions` are dropped once every ref resolved.
+pub fn resolve_refs(schema: &Value) -> Value {
+    let mut r = Resolver {
+        root: schema,
+        active: Vec::new(),
+        budget: MAX_EXPANSIONS,
+        unresolved: false,
+    };
+    let mut out = r.resolve(schema);
+    if !r.unresolved
+        && let Some(obj) = out.as_object_mut()
+    {
+        obj.remove("$defs");
+        obj.remove("definitions");
+    }
+    out
+}
+
+/// The most `$ref` expansions per schema: a schema built to explode (every definition
+/// referring twice to the next) costs this much and no more.
+const MAX_EXPANSIONS: usize = 1000;
+
+struct Resolver<'a> {
+    root: &'a Value,
+    /// The refs being expanded: a ref met again inside itself is a cycle and stays a `$ref`.
+    active: Vec<String>,
+    budget: usize,
+    unresolved: bool,
+}
+
+impl Resolver<'_> {
+    fn resolve(&mut self, v: &Value) -> Value {
+        match v {
+            Value::Object(m) => {
+                if let Some(Value::String(r)) = m.get("$ref") {
+                    match r.strip_prefix('#').and_then(|p| self.root.pointer(p)) {
+                        Some(target) if !self.active.contains(r) && self.budget > 0 => {
+                            self.budget -= 1;
+                            self.active.push(r.clone());
+                            let mut resolved = self.resolve(target);
+                            // Siblings of $ref (2020-12 allows them) override the target.
+                            if let Some(obj) = resolved.as_object_mut() {
+                                for (k, sv) in m {
+                                    if k != "$ref" {
+                                        let x = self.resolve(sv);
+                                        obj.insert(k.clone(), x);
+                                    }
+                                }
+                            }
+                            self.active.pop();
+                            return resolved;
+                        }
+                        // a cycle, the budget spent, a remote or dangling ref: left as it is
+                        _ => self.unresolved = true,
+                    }
+                }
+                Value::Object(
+                    m.iter()
+                        .map(|(k, v)| (k.clone(), self.resolve(v)))
+                        .collect(),
+                )
+            }
+            Value::Array(a) => Value::Array(a.iter().map(|x| self.resolve(x)).collect()),
+            other => other.clone(),
+        }
+    }
+}
+
+fn strings(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn numbers_have_one_spelling() {
+        let a: Value = serde_json::from_str(r#"{"b":1.0,"a":[2e0,3.5]}"#).unwrap();
+        let b: Value = serde_json::from_str(r#"{"a":[2,3.5],"b":1}"#).unwrap();
+        assert_eq!(digest(&a), digest(&b));
+        assert_eq!(
+            serde_json::to_string(&canonical(&a)).unwrap(),
+            r#"{"a":[2,3.5],"b":1}"#
+        );
+    }
+
+    #[test]
+    fn local_refs_resolve() {
+        let with_ref = json!({
+            "type": "object",
+            "properties": {"q": {"$ref": "#/$defs/Q"}},
+            "$defs": {"Q": {"type": "string", "minLength": 1}}
+        });
+        let inline =
+            json!({"type": "object", "properties": {"q": {"type": "string", "minLength": 1}}});
+        assert_eq!(resolve_refs(&with_ref), inline);
+        let cyclic = json!({"$defs": {"N": {"properties": {"next": {"$ref": "#/$defs/N"}}}}, "properties": {"n": {"$ref": "#/$defs/N"}}});
+        let r = resolve_refs(&cyclic); // the cycle stays a $ref one level down
+        assert_eq!(
+            r["properties"]["n"]["properties"]["next"]["$ref"],
+            "#/$defs/N"
+        );
+        let mut bomb = serde_json::Map::new();
+        for i in 0..40 {
+            bomb.insert(format!("D{i}"), json!({"a": {"$ref": format!("#/$defs/D{}", i + 1)}, "b": {"$ref": format!("#/$defs/D{}", i + 1)}}));
+        }
+        let bomb = json!({"$defs": bomb, "properties": {"x": {"$ref": "#/$defs/D0"}}});
+        let _ = resolve_refs(&bomb); // bounded by MAX_EXPANSIONS, not 2^40
+        let remote = json!({"properties": {"x": {"$ref": "https://example.com/s.json"}}});
+        assert_eq!(resolve_refs(&remote), remote);
+    }
+}

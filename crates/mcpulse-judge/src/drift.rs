@@ -1,0 +1,1114 @@
+//! Drift: a classified diff between two contracts.
+//!
+//! Every change is a [`Change`] with a stable code, the JSON path that changed (into the
+//! baseline file), the old and new values, and a [`Class`]:
+//! - **breaking**: a client built against the old contract fails (an item removed, a required
+//!   parameter added, a parameter removed or renamed, a type or constraint narrowed, the output
+//!   schema changed incompatibly, a capability removed, a protocol version dropped, the era
+//!   crossed);
+//! - **risky**: the contract still works but what the model reads or what a tool may do changed:
+//!   descriptions and titles (the "rug pull" after approval), annotation flips that widen risk,
+//!   invisible or bidirectional Unicode introduced, server instructions changed;
+//! - **info**: additions and widenings, and any other change, so that nothing changes silently.
+//!
+//! The codes are documented in `docs/drift.md` (generated from [`RULES`]).
+
+use crate::contract::{Contract, Item, Kind};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// How bad a change is. Ordered: `Info < Risky < Breaking`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Class {
+    Info,
+    Risky,
+    Breaking,
+}
+
+impl Class {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Class::Info => "info",
+            Class::Risky => "risky",
+            Class::Breaking => "breaking",
+        }
+    }
+    /// The CI-gate exit code: 2 breaking, 1 risky, 0 info.
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Class::Breaking => 2,
+            Class::Risky => 1,
+            Class::Info => 0,
+        }
+    }
+}
+
+/// One change.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Change {
+    pub code: String,
+    pub class: Class,
+    /// Where, as a path into the contract: `tools[search].inputSchema.properties.q.type`.
+    pub path: String,
+    pub old: Option<Value>,
+    pub new: Option<Value>,
+    pub message: String,
+}
+
+/// The drift section of a report, and the output of `mcpulse diff`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Drift {
+    pub schema: String,
+    pub baseline_target: String,
+    pub target: String,
+    pub baseline_digest: String,
+    pub digest: String,
+    /// The worst class found; `null` when nothing changed.
+    pub class: Option<Class>,
+    pub breaking: usize,
+    pub risky: usize,
+    pub info: usize,
+    pub changes: Vec<Change>,
+}
+
+impl Drift {
+    /// 2 breaking, 1 risky, 0 otherwise.
+    pub fn exit_code(&self) -> u8 {
+        self.class.map(Class::exit_code).unwrap_or(0)
+    }
+}
+
+/// (code, class, what it means) for every change code, in documentation order.
+pub const RULES: &[(&str, Class, &str)] = &[
+    (
+        "item-removed",
+        Class::Breaking,
+        "A tool, prompt, resource or resource template was removed.",
+    ),
+    (
+        "required-parameter-added",
+        Class::Breaking,
+        "A tool parameter (or prompt argument) became required: old calls lack it.",
+    ),
+    (
+        "parameter-removed",
+        Class::Breaking,
+        "A tool parameter (or prompt argument) was removed: old calls send it.",
+    ),
+    (
+        "parameter-renamed",
+        Class::Breaking,
+        "A parameter was removed and another with the same schema added: a rename.",
+    ),
+    (
+        "type-narrowed",
+        Class::Breaking,
+        "A parameter's type changed or accepts fewer types.",
+    ),
+    (
+        "enum-narrowed",
+        Class::Breaking,
+        "Values were removed from an `enum`.",
+    ),
+    (
+        "additional-properties-closed",
+        Class::Breaking,
+        "`additionalProperties` became `false`.",
+    ),
+    (
+        "constraint-tightened",
+        Class::Breaking,
+        "A bound (minimum, maximum, minLength, maxLength, minItems, maxItems) tightened, or a `pattern`/`format`/`const` was added or changed.",
+    ),
+    (
+        "output-schema-changed",
+        Class::Breaking,
+        "The output schema changed incompatibly: removed, a property removed or no longer required, a type changed.",
+    ),
+    (
+        "capability-removed",
+        Class::Breaking,
+        "The server no longer advertises a capability.",
+    ),
+    (
+        "protocol-version-dropped",
+        Class::Breaking,
+        "A protocol version the server supported is no longer supported.",
+    ),
+    (
+        "era-changed",
+        Class::Breaking,
+        "The server crossed protocol eras (stateful legacy ↔ stateless modern).",
+    ),
+    (
+        "description-changed",
+        Class::Risky,
+        "A description changed: what the model reads changed (possible tool poisoning, a \"rug pull\").",
+    ),
+    ("title-changed", Class::Risky, "A title changed."),
+    (
+        "annotation-risk-widened",
+        Class::Risky,
+        "An annotation flip widened risk: `readOnlyHint` true→false, `destructiveHint` false→true, `openWorldHint` false→true (with the spec's defaults).",
+    ),
+    (
+        "hidden-unicode-introduced",
+        Class::Risky,
+        "Invisible, bidirectional-control or tag Unicode characters appeared in a name, title or description.",
+    ),
+    (
+        "instructions-changed",
+        Class::Risky,
+        "The server's `instructions` (read by the model) changed.",
+    ),
+    (
+        "item-added",
+        Class::Info,
+        "A tool, prompt, resource or resource template was added.",
+    ),
+    (
+        "optional-parameter-added",
+        Class::Info,
+        "An optional parameter was added.",
+    ),
+    (
+        "widened",
+        Class::Info,
+        "A change that accepts more: a type or enum widened, a bound loosened, a parameter no longer required, `additionalProperties` opened.",
+    ),
+    (
+        "annotation-changed",
+        Class::Info,
+        "An annotation changed without widening risk.",
+    ),
+    (
+        "capability-added",
+        Class::Info,
+        "The server advertises a new capability.",
+    ),
+    (
+        "protocol-version-added",
+        Class::Info,
+        "The server supports a new protocol version.",
+    ),
+    (
+        "server-info-changed",
+        Class::Info,
+        "The self-reported `serverInfo` (name, version) changed.",
+    ),
+    (
+        "other-changed",
+        Class::Info,
+        "Any other change to an item or the server facts (icons, `_meta`, capability details, unknown keys).",
+    ),
+];
+
+fn class_of(code: &str) -> Class {
+    RULES
+        .iter()
+        .find(|(c, _, _)| *c == code)
+        .map(|(_, class, _)| *class)
+        .unwrap_or(Class::Info)
+}
+
+struct Diff {
+    changes: Vec<Change>,
+}
+
+impl Diff {
+    fn push(
+        &mut self,
+        code: &str,
+        path: String,
+        old: Option<&Value>,
+        new: Option<&Value>,
+        message: String,
+    ) {
+        self.changes.push(Change {
+            code: code.to_owned(),
+            class: class_of(code),
+            path,
+            old: old.cloned(),
+            new: new.cloned(),
+            message,
+        });
+    }
+}
+
+/// The classified changes from `old` to `new`.
+pub fn diff(old: &Contract, new: &Contract) -> Drift {
+    let mut d = Diff {
+        changes: Vec::new(),
+    };
+    server_diff(&mut d, old, new);
+    for kind in Kind::ALL {
+        items_diff(&mut d, kind, old.items(kind), new.items(kind));
+    }
+    let count = |c: Class| d.changes.iter().filter(|x| x.class == c).count();
+    let (breaking, risky, info) = (
+        count(Class::Breaking),
+        count(Class::Risky),
+        count(Class::Info),
+    );
+    let class = d.changes.iter().map(|c| c.class).max();
+    let mut changes = d.changes;
+    changes.sort_by_key(|c| std::cmp::Reverse(c.class));
+    Drift {
+        schema: "mcpulse.drift/v1".to_owned(),
+        baseline_target: old.target.clone(),
+        target: new.target.clone(),
+        baseline_digest: old.digest.clone(),
+        digest: new.digest.clone(),
+        class,
+        breaking,
+        risky,
+        info,
+        changes,
+    }
+}
+
+fn server_diff(d: &mut Diff, old: &Contract, new: &Contract) {
+    let (o, n) = (&old.server, &new.server);
+    if o.era != n.era {
+        d.push(
+            "era-changed",
+            "server.era".into(),
+            o.era.as_ref().map(|s| Value::String(s.clone())).as_ref(),
+            n.era.as_ref().map(|s| Value::String(s.clone())).as_ref(),
+            format!(
+                "the server moved from the {} era to the {} era",
+                o.era.as_deref().unwrap_or("?"),
+                n.era.as_deref().unwrap_or("?")
+            ),
+        );
+    }
+    for v in &o.supported_versions {
+        if !n.supported_versions.contains(v) {
+            d.push(
+                "protocol-version-dropped",
+                "server.supported_versions".into(),
+                Some(&Value::String(v.clone())),
+                None,
+                format!("protocol version {v} is no longer supported"),
+            );
+        }
+    }
+    for v in &n.supported_versions {
+        if !o.supported_versions.contains(v) {
+            d.push(
+                "protocol-version-added",
+                "server.supported_versions".into(),
+                None,
+                Some(&Value::String(v.clone())),
+                format!("protocol version {v} is now supported"),
+            );
+        }
+    }
+    let empty = Map::new();
+    let oc = o.capabilities.as_object().unwrap_or(&empty);
+    let nc = n.capabilities.as_object().unwrap_or(&empty);
+    for (k, ov) in oc {
+        match nc.get(k) {
+            None => d.push(
+                "capability-removed",
+                format!("server.capabilities.{k}"),
+                Some(ov),
+                None,
+                format!("capability {k:?} is no longer advertised"),
+            ),
+            Some(nv) if nv != ov => d.push(
+                "other-changed",
+                format!("server.capabilities.{k}"),
+                Some(ov),
+                Some(nv),
+                format!("capability {k:?} changed"),
+            ),
+            _ => {}
+        }
+    }
+    for (k, nv) in nc {
+        if !oc.contains_key(k) {
+            d.push(
+                "capability-added",
+                format!("server.capabilities.{k}"),
+                None,
+                Some(nv),
+                format!("capability {k:?} is now advertised"),
+            );
+        }
+    }
+    if o.instructions != n.instructions {
+        let ov = o.instructions.clone().map(Value::String);
+        let nv = n.instructions.clone().map(Value::String);
+        d.push(
+            "instructions-changed",
+            "server.instructions".into(),
+            ov.as_ref(),
+            nv.as_ref(),
+            "the server's instructions to the model changed".into(),
+        );
+        if let Some(text) = &n.instructions
+            && hidden_unicode(text) > hidden_unicode(o.instructions.as_deref().unwrap_or(""))
+        {
+            d.push(
+                "hidden-unicode-introduced",
+                "server.instructions".into(),
+                None,
+                nv.as_ref(),
+                format!(
+                    "the instructions now contain {} hidden Unicode character(s)",
+                    hidden_unicode(text)
+                ),
+            );
+        }
+    }
+    if o.server_info != n.server_info {
+        d.push(
+            "server-info-changed",
+            "server.server_info".into(),
+            Some(&o.server_info),
+            Some(&n.server_info),
+            "serverInfo changed".into(),
+        );
+    }
+}
+
+fn items_diff(d: &mut Diff, kind: Kind, old: &[Item], new: &[Item]) {
+    let find = |list: &[Item], key: &str| list.iter().position(|i| i.key == key);
+    for o in old {
+        let path = format!("{}[{}]", kind.section(), o.key);
+        match find(new, &o.key) {
+            None => d.push(
+                "item-removed",
+                path,
+                Some(&o.definition),
+                None,
+                format!("{} {:?} was removed", kind.noun(), o.key),
+            ),
+            Some(j) => {
+                let n = &new[j];
+                if n.digest != o.digest {
+                    item_diff(d, kind, &path, &o.definition, &n.definition);
+                }
+            }
+        }
+    }
+    for n in new {
+        if find(old, &n.key).is_none() {
+            let path = format!("{}[{}]", kind.section(), n.key);
+            d.push(
+                "item-added",
+                path.clone(),
+                None,
+                Some(&n.definition),
+                format!("{} {:?} was added", kind.noun(), n.key),
+            );
+            hidden_in_item(d, &path, &Value::Null, &n.definition);
+        }
+    }
+}
+
+fn item_diff(d: &mut Diff, kind: Kind, path: &str, old: &Value, new: &Value) {
+    let empty = Map::new();
+    let o = old.as_object().unwrap_or(&empty);
+    let n = new.as_object().unwrap_or(&empty);
+    let mut handled = vec!["name", "uri", "uriTemplate"];
+    for field in ["description", "title"] {
+        handled.push(field);
+        if o.get(field) != n.get(field) {
+            let code = if field == "description" {
+                "description-changed"
+            } else {
+                "title-changed"
+            };
+            d.push(
+                code,
+                format!("{path}.{field}"),
+                o.get(field),
+                n.get(field),
+                format!("the {}'s {field} changed", kind.noun()),
+            );
+        }
+    }
+    hidden_in_item(d, path, old, new);
+    match kind {
+        Kind::Tool => {
+            handled.extend(["annotations", "inputSchema", "outputSchema"]);
+            annotations_diff(d, path, o.get("annotations"), n.get("annotations"));
+            schema_diff(
+                d,
+                &format!("{path}.inputSchema"),
+                o.get("inputSchema").unwrap_or(&Value::Null),
+                n.get("inputSchema").unwrap_or(&Value::Null),
+            );
+            output_diff(
+                d,
+                &format!("{path}.outputSchema"),
+                o.get("outputSchema"),
+                n.get("outputSchema"),
+            );
+        }
+        Kind::Prompt => {
+            handled.push("arguments");
+            prompt_args_diff(d, path, o.get("arguments"), n.get("arguments"));
+        }
+        Kind::Resource | Kind::ResourceTemplate => {}
+    }
+    rest_diff(d, path, o, n, &handled);
+}
+
+/// Every other key of an item: reported as `other-changed`, one change per top-level key.
+fn rest_diff(
+    d: &mut Diff,
+    path: &str,
+    o: &Map<String, Value>,
+    n: &Map<String, Value>,
+    handled: &[&str],
+) {
+    let mut keys: Vec<&String> = o
+        .keys()
+        .chain(n.keys())
+        .filter(|k| !handled.contains(&k.as_str()))
+        .collect();
+    keys.sort();
+    keys.dedup();
+    for k in keys {
+        if o.get(k) != n.get(k) {
+            d.push(
+                "other-changed",
+                format!("{path}.{k}"),
+                o.get(k),
+                n.get(k),
+                format!("{k} changed"),
+            );
+        }
+    }
+}
+
+fn annotations_diff(d: &mut Diff, path: &str, old: Option<&Value>, new: Option<&Value>) {
+    if old == new {
+        return;
+    }
+    let hint = |v: Option<&Value>, k: &str, default: bool| {
+        v.and_then(|a| a.get(k))
+            .and_then(Value::as_bool)
+            .unwrap_or(default)
+    };
+    let mut widened = false;
+    // (hint, default, the value that is riskier)
+    for (k, default, risky) in [
+        ("readOnlyHint", false, false),
+        ("destructiveHint", true, true),
+        ("openWorldHint", true, true),
+    ] {
+        let (o, n) = (hint(old, k, default), hint(new, k, default));
+        if o != n && n == risky {
+            widened = true;
+            d.push(
+                "annotation-risk-widened",
+                format!("{path}.annotations.{k}"),
+                Some(&Value::Bool(o)),
+                Some(&Value::Bool(n)),
+                format!(
+                    "{k} went from {o} to {n} (with the spec's default of {default} when absent)"
+                ),
+            );
+        }
+    }
+    if !widened {
+        d.push(
+            "annotation-changed",
+            format!("{path}.annotations"),
+            old,
+            new,
+            "annotations changed without widening risk".into(),
+        );
+    }
+}
+
+fn types(s: &Value) -> Option<Vec<String>> {
+    match s.get("type")? {
+        Value::String(t) => Some(vec![t.clone()]),
+        Value::Array(a) => Some(
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect(),
+        ),
+        _ => None,
+    }
+}
+
+/// Does type set `a` accept everything `b` accepts? (`number` accepts `integer`.)
+fn accepts(a: &[String], b: &[String]) -> bool {
+    b.iter()
+        .all(|t| a.contains(t) || (t == "integer" && a.iter().any(|x| x == "number")))
+}
+
+fn required(s: &Value) -> Vec<String> {
+    s.get("required")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Input schemas, from the caller's side: what accepts less breaks old calls.
+fn schema_diff(d: &mut Diff, path: &str, old: &Value, new: &Value) {
+    if old == new {
+        return;
+    }
+    let empty = Map::new();
+    let o = old.as_object().unwrap_or(&empty);
+    let n = new.as_object().unwrap_or(&empty);
+    let mut handled: Vec<&str> = vec![
+        "type",
+        "enum",
+        "additionalProperties",
+        "properties",
+        "required",
+        "items",
+        "description",
+        "title",
+    ];
+    // type
+    match (types(old), types(new)) {
+        (Some(ot), Some(nt)) if ot != nt => {
+            if accepts(&nt, &ot) {
+                d.push(
+                    "widened",
+                    format!("{path}.type"),
+                    o.get("type"),
+                    n.get("type"),
+                    format!("type widened from {ot:?} to {nt:?}"),
+                );
+            } else {
+                d.push(
+                    "type-narrowed",
+                    format!("{path}.type"),
+                    o.get("type"),
+                    n.get("type"),
+                    format!("type changed from {ot:?} to {nt:?}"),
+                );
+            }
+        }
+        (None, Some(nt)) => d.push(
+            "type-narrowed",
+            format!("{path}.type"),
+            None,
+            n.get("type"),
+            format!("type {nt:?} is now required"),
+        ),
+        (Some(_), None) => d.push(
+            "widened",
+            format!("{path}.type"),
+            o.get("type"),
+            None,
+            "type constraint removed".into(),
+        ),
+        _ => {}
+    }
+    // enum
+    match (
+        o.get("enum").and_then(Value::as_array),
+        n.get("enum").and_then(Value::as_array),
+    ) {
+        (Some(oe), Some(ne)) => {
+            let removed: Vec<&Value> = oe.iter().filter(|v| !ne.contains(v)).collect();
+            let added: Vec<&Value> = ne.iter().filter(|v| !oe.contains(v)).collect();
+            if !removed.is_empty() {
+                d.push(
+                    "enum-narrowed",
+                    format!("{path}.enum"),
+                    o.get("enum"),
+                    n.get("enum"),
+                    format!("enum values removed: {}", list(&removed)),
+                );
+            }
+            if !added.is_empty() {
+                d.push(
+                    "widened",
+                    format!("{path}.enum"),
+                    o.get("enum"),
+                    n.get("enum"),
+                    format!("enum values added: {}", list(&added)),
+                );
+            }
+        }
+        (None, Some(_)) => d.push(
+            "enum-narrowed",
+            format!("{path}.enum"),
+            None,
+            n.get("enum"),
+            "an enum now restricts the values".into(),
+        ),
+        (Some(_), None) => d.push(
+            "widened",
+            format!("{path}.enum"),
+            o.get("enum"),
+            None,
+            "the enum restriction was removed".into(),
+        ),
+        _ => {}
+    }
+    // additionalProperties
+    let closed =
+        |m: &Map<String, Value>| m.get("additionalProperties") == Some(&Value::Bool(false));
+    if !closed(o) && closed(n) {
+        d.push(
+            "additional-properties-closed",
+            format!("{path}.additionalProperties"),
+            o.get("additionalProperties"),
+            n.get("additionalProperties"),
+            "additionalProperties is now false: extra arguments are rejected".into(),
+        );
+    } else if closed(o) && !closed(n) {
+        d.push(
+            "widened",
+            format!("{path}.additionalProperties"),
+            o.get("additionalProperties"),
+            n.get("additionalProperties"),
+            "additionalProperties opened".into(),
+        );
+    } else if o.get("additionalProperties") != n.get("additionalProperties") {
+        d.push(
+            "other-changed",
+            format!("{path}.additionalProperties"),
+            o.get("additionalProperties"),
+            n.get("additionalProperties"),
+            "additionalProperties changed".into(),
+        );
+    }
+    // bounds
+    for (k, lower) in [
+        ("minimum", true),
+        ("exclusiveMinimum", true),
+        ("minLength", true),
+        ("minItems", true),
+        ("minProperties", true),
+        ("maximum", false),
+        ("exclusiveMaximum", false),
+        ("maxLength", false),
+        ("maxItems", false),
+        ("maxProperties", false),
+    ] {
+        handled.push(k);
+        let (ov, nv) = (
+            o.get(k).and_then(Value::as_f64),
+            n.get(k).and_then(Value::as_f64),
+        );
+        let tighter = match (ov, nv) {
+            (None, Some(_)) => Some(true),
+            (Some(_), None) => Some(false),
+            (Some(a), Some(b)) if a != b => Some(if lower { b > a } else { b < a }),
+            _ => None,
+        };
+        match tighter {
+            Some(true) => d.push(
+                "constraint-tightened",
+                format!("{path}.{k}"),
+                o.get(k),
+                n.get(k),
+                format!("{k} tightened"),
+            ),
+            Some(false) => d.push(
+                "widened",
+                format!("{path}.{k}"),
+                o.get(k),
+                n.get(k),
+                format!("{k} loosened"),
+            ),
+            None => {}
+        }
+    }
+    for k in ["pattern", "format", "const"] {
+        handled.push(k);
+        match (o.get(k), n.get(k)) {
+            (a, Some(b)) if a != Some(b) => d.push(
+                "constraint-tightened",
+                format!("{path}.{k}"),
+                a,
+                Some(b),
+                format!("{k} added or changed"),
+            ),
+            (Some(a), None) => d.push(
+                "widened",
+                format!("{path}.{k}"),
+                Some(a),
+                None,
+                format!("{k} removed"),
+            ),
+            _ => {}
+        }
+    }
+    // description/title of a parameter: what the model reads
+    for k in ["description", "title"] {
+        if o.get(k) != n.get(k) && path.contains(".properties.") {
+            let code = if k == "description" {
+                "description-changed"
+            } else {
+                "title-changed"
+            };
+            d.push(
+                code,
+                format!("{path}.{k}"),
+                o.get(k),
+                n.get(k),
+                format!("parameter {k} changed"),
+            );
+        }
+    }
+    // properties and required
+    let op = o
+        .get("properties")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let np = n
+        .get("properties")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let (oreq, nreq) = (required(old), required(new));
+    let removed: Vec<&String> = op.keys().filter(|k| !np.contains_key(*k)).collect();
+    let added: Vec<&String> = np.keys().filter(|k| !op.contains_key(*k)).collect();
+    let mut renamed_to: Vec<&String> = Vec::new();
+    for r in &removed {
+        // A removed parameter whose exact schema reappears under a new name: a rename.
+        let twin = added
+            .iter()
+            .find(|a| !renamed_to.contains(a) && np.get(a.as_str()) == op.get(r.as_str()));
+        match twin {
+            Some(a) => {
+                renamed_to.push(a);
+                d.push(
+                    "parameter-renamed",
+                    format!("{path}.properties.{r}"),
+                    Some(&Value::String((*r).clone())),
+                    Some(&Value::String((*a).clone())),
+                    format!("parameter {r:?} was renamed to {a:?}"),
+                );
+            }
+            None => d.push(
+                "parameter-removed",
+                format!("{path}.properties.{r}"),
+                op.get(r.as_str()),
+                None,
+                format!("parameter {r:?} was removed"),
+            ),
+        }
+    }
+    for a in &added {
+        if renamed_to.contains(a) {
+            continue;
+        }
+        if nreq.contains(a) {
+            d.push(
+                "required-parameter-added",
+                format!("{path}.properties.{a}"),
+                None,
+                np.get(a.as_str()),
+                format!("required parameter {a:?} was added"),
+            );
+        } else {
+            d.push(
+                "optional-parameter-added",
+                format!("{path}.properties.{a}"),
+                None,
+                np.get(a.as_str()),
+                format!("optional parameter {a:?} was added"),
+            );
+        }
+        hidden_in_item(
+            d,
+            &format!("{path}.properties.{a}"),
+            &Value::Null,
+            np.get(a.as_str()).unwrap_or(&Value::Null),
+        );
+    }
+    for r in &nreq {
+        if op.contains_key(r) && np.contains_key(r) && !oreq.contains(r) {
+            d.push(
+                "required-parameter-added",
+                format!("{path}.required"),
+                None,
+                Some(&Value::String(r.clone())),
+                format!("parameter {r:?} is now required"),
+            );
+        }
+    }
+    for r in &oreq {
+        if !nreq.contains(r) && np.contains_key(r) {
+            d.push(
+                "widened",
+                format!("{path}.required"),
+                Some(&Value::String(r.clone())),
+                None,
+                format!("parameter {r:?} is no longer required"),
+            );
+        }
+    }
+    for (k, ov) in op {
+        if let Some(nv) = np.get(k) {
+            schema_diff(d, &format!("{path}.properties.{k}"), ov, nv);
+        }
+    }
+    if let (Some(oi), Some(ni)) = (o.get("items"), n.get("items")) {
+        schema_diff(d, &format!("{path}.items"), oi, ni);
+    } else if o.get("items") != n.get("items") {
+        d.push(
+            "other-changed",
+            format!("{path}.items"),
+            o.get("items"),
+            n.get("items"),
+            "items schema added or removed".into(),
+        );
+    }
+    rest_diff(d, path, o, n, &handled);
+}
+
+/// Output schemas, from the consumer's side: anything that stops promising what it promised
+/// breaks the consumer.
+fn output_diff(d: &mut Diff, path: &str, old: Option<&Value>, new: Option<&Value>) {
+    match (old, new) {
+        (None, None) => {}
+        (Some(o), None) => d.push(
+            "output-schema-changed",
+            path.into(),
+            Some(o),
+            None,
+            "the output schema was removed".into(),
+        ),
+        (None, Some(n)) => d.push(
+            "other-changed",
+            path.into(),
+            None,
+            Some(n),
+            "an output schema was added".into(),
+        ),
+        (Some(o), Some(n)) if o == n => {}
+        (Some(o), Some(n)) => {
+            let before = d.changes.len();
+            output_walk(d, path, o, n);
+            if d.changes.len() == before {
+                d.push(
+                    "other-changed",
+                    path.into(),
+                    Some(o),
+                    Some(n),
+                    "the output schema changed compatibly".into(),
+                );
+            }
+        }
+    }
+}
+
+fn output_walk(d: &mut Diff, path: &str, o: &Value, n: &Value) {
+    if let (Some(ot), Some(nt)) = (types(o), types(n))
+        && ot != nt
+    {
+        d.push(
+            "output-schema-changed",
+            format!("{path}.type"),
+            o.get("type"),
+            n.get("type"),
+            format!("output type changed from {ot:?} to {nt:?}"),
+        );
+    }
+    let empty = Map::new();
+    let op = o
+        .get("properties")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let np = n
+        .get("properties")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    for (k, ov) in op {
+        match np.get(k) {
+            None => d.push(
+                "output-schema-changed",
+                format!("{path}.properties.{k}"),
+                Some(ov),
+                None,
+                format!("output property {k:?} was removed"),
+            ),
+            Some(nv) if nv != ov => output_walk(d, &format!("{path}.properties.{k}"), ov, nv),
+            _ => {}
+        }
+    }
+    let (oreq, nreq) = (required(o), required(n));
+    for r in &oreq {
+        if !nreq.contains(r) {
+            d.push(
+                "output-schema-changed",
+                format!("{path}.required"),
+                Some(&Value::String(r.clone())),
+                None,
+                format!("output property {r:?} is no longer guaranteed"),
+            );
+        }
+    }
+}
+
+fn prompt_args_diff(d: &mut Diff, path: &str, old: Option<&Value>, new: Option<&Value>) {
+    let args = |v: Option<&Value>| -> Vec<(String, bool, Value)> {
+        v.and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| {
+                        Some((
+                            x.get("name")?.as_str()?.to_owned(),
+                            x.get("required").and_then(Value::as_bool).unwrap_or(false),
+                            x.clone(),
+                        ))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let (oa, na) = (args(old), args(new));
+    for (name, oreq, ov) in &oa {
+        let p = format!("{path}.arguments[{name}]");
+        match na.iter().find(|(n, _, _)| n == name) {
+            None => d.push(
+                "parameter-removed",
+                p,
+                Some(ov),
+                None,
+                format!("prompt argument {name:?} was removed"),
+            ),
+            Some((_, nreq, nv)) => {
+                if *nreq && !oreq {
+                    d.push(
+                        "required-parameter-added",
+                        p.clone(),
+                        Some(ov),
+                        Some(nv),
+                        format!("prompt argument {name:?} is now required"),
+                    );
+                } else if !nreq && *oreq {
+                    d.push(
+                        "widened",
+                        p.clone(),
+                        Some(ov),
+                        Some(nv),
+                        format!("prompt argument {name:?} is no longer required"),
+                    );
+                }
+                if ov.get("description") != nv.get("description") {
+                    d.push(
+                        "description-changed",
+                        format!("{p}.description"),
+                        ov.get("description"),
+                        nv.get("description"),
+                        format!("prompt argument {name:?} description changed"),
+                    );
+                }
+            }
+        }
+    }
+    for (name, req, nv) in &na {
+        if !oa.iter().any(|(n, _, _)| n == name) {
+            let code = if *req {
+                "required-parameter-added"
+            } else {
+                "optional-parameter-added"
+            };
+            d.push(
+                code,
+                format!("{path}.arguments[{name}]"),
+                None,
+                Some(nv),
+                format!("prompt argument {name:?} was added"),
+            );
+        }
+    }
+}
+
+/// Invisible, bidirectional-control and tag characters: ways to hide text from a person that a
+/// model still reads.
+pub fn is_hidden_char(c: char) -> bool {
+    matches!(c,
+        '\u{200B}'..='\u{200F}'   // zero-width space/joiners, LRM, RLM
+        | '\u{202A}'..='\u{202E}' // bidi embeddings and overrides
+        | '\u{2060}'..='\u{2064}' // word joiner, invisible operators
+        | '\u{2066}'..='\u{2069}' // bidi isolates
+        | '\u{FEFF}'              // zero-width no-break space
+        | '\u{00AD}'              // soft hyphen
+        | '\u{180E}'
+        | '\u{E0000}'..='\u{E007F}' // tag characters
+    )
+}
+
+fn hidden_unicode(s: &str) -> usize {
+    s.chars().filter(|c| is_hidden_char(*c)).count()
+}
+
+/// Every string in a value, with its path.
+fn strings_in<'a>(v: &'a Value, path: &str, out: &mut Vec<(String, &'a str)>) {
+    match v {
+        Value::String(s) => out.push((path.to_owned(), s)),
+        Value::Array(a) => {
+            for (i, x) in a.iter().enumerate() {
+                strings_in(x, &format!("{path}[{i}]"), out);
+            }
+        }
+        Value::Object(m) => {
+            for (k, x) in m {
+                strings_in(x, &format!("{path}.{k}"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn hidden_in_item(d: &mut Diff, path: &str, old: &Value, new: &Value) {
+    let mut ns = Vec::new();
+    strings_in(new, path, &mut ns);
+    let mut os = Vec::new();
+    strings_in(old, path, &mut os);
+    for (p, s) in ns {
+        let n = hidden_unicode(s);
+        let before = os
+            .iter()
+            .find(|(q, _)| *q == p)
+            .map(|(_, t)| hidden_unicode(t))
+            .unwrap_or(0);
+        if n > before {
+            d.push(
+                "hidden-unicode-introduced",
+                p,
+                None,
+                Some(&Value::String(s.to_owned())),
+                format!(
+                    "{n} hidden Unicode character(s) (zero-width, bidi control or tag) appeared"
+                ),
+            );
+        }
+    }
+}
+
+fn list(v: &[&Value]) -> String {
+    v.iter()
+        .map(|x| x.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `docs/drift.md`, generated from [`RULES`].
+pub fn drift_doc() -> String {
+    let mut s = String::from(
+        "# Drift classes\n\n<!-- Generated from crates/mcpulse-judge/src/drift.rs by `cargo run -p mcpulse -- docs drift`; a test fails when this file is stale. -->\n\n\
+`mcpulse diff` and `mcpulse probe --baseline` report every change between two contracts with a stable code, the JSON path that changed, the old and new values, and a class. \
+The CI gate exits 2 on any breaking change, 1 on any risky change, 0 when only info changes (or none) were found, and 3 when it could not run.\n\n\
+| code | class | meaning |\n|---|---|---|\n",
+    );
+    for (code, class, what) in RULES {
+        s.push_str(&format!("| `{code}` | {} | {what} |\n", class.as_str()));
+    }
+    s
+}

@@ -1,0 +1,56 @@
+//! `mcpulse snapshot`: a baseline of a server's contract.
+
+use crate::cli::SnapshotArgs;
+use crate::settings;
+use anyhow::Result;
+use mcpulse_judge::{Policy, contract, judge};
+use std::io::Write;
+
+pub fn run(args: SnapshotArgs) -> Result<u8> {
+    let (target, plan) = settings::target_and_plan(&args.target)?;
+    let transcript = settings::run_probe(&target, &plan)?;
+    let Some(c) = contract::from_transcript(&transcript) else {
+        // No contract: say why, with the probe's own findings.
+        let report = judge(&transcript, &Policy::default());
+        let mut msg = format!(
+            "mcpulse: no baseline written: could not take the contract of {} ({})",
+            report.target,
+            report.status.as_str()
+        );
+        for f in report
+            .findings
+            .iter()
+            .filter(|f| f.severity != mcpulse_judge::Severity::Info)
+        {
+            msg.push_str(&format!(
+                "\n  {} {}: {}",
+                f.severity.as_str(),
+                f.code,
+                f.message
+            ));
+        }
+        anstream::eprintln!("{msg}");
+        return Ok(2);
+    };
+    let text = c.to_lock();
+    match &args.output {
+        Some(path) => {
+            super::probe::write_atomic(path, &text)?;
+            anstream::eprintln!(
+                "mcpulse: wrote {} ({} tools, {} prompts, {} resources, {} resource templates; {})",
+                path.display(),
+                c.tools.len(),
+                c.prompts.len(),
+                c.resources.len(),
+                c.resource_templates.len(),
+                c.digest
+            );
+        }
+        None => {
+            let mut out = std::io::stdout().lock();
+            out.write_all(text.as_bytes())?;
+            out.flush()?;
+        }
+    }
+    Ok(0)
+}
