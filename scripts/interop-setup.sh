@@ -1,34 +1,82 @@
 #!/usr/bin/env bash
-# Installs the third-party MCP servers and peer clients that the interop tests and
-# the benchmark run against, from the package registries, into target/interop/.
-# Idempotent: a finished install leaves a stamp file and is not repeated.
-# Versions are pinned: these packages change weekly.
+# Installs the third-party MCP servers and peer clients that the interop tests
+# (crates/mcpulse/tests/interop.rs) and the benchmark run against, from the package
+# registries, into target/interop/ (MCPULSE_INTEROP_DIR overrides the folder; the tests
+# always read target/interop/).
+#
+# Idempotent: each finished install leaves a stamp file holding its exact pins, and is
+# repeated only when the pins below change. An install is built in a scratch folder and
+# moved into place only when it succeeded, so an interrupted run leaves nothing half-done.
+# Concurrent runs wait for each other (flock).
+#
+# Versions are pinned exactly: these packages change weekly.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 dir="${MCPULSE_INTEROP_DIR:-$root/target/interop}"
 mkdir -p "$dir"
 
+# npm: the reference server (stdio, Streamable HTTP and legacy HTTP+SSE) and the peer client.
 EVERYTHING=@modelcontextprotocol/server-everything@2026.8.31
 INSPECTOR=@modelcontextprotocol/inspector@2.12.0
-PY_MCP2="mcp==2.3.0"
-PY_MCP1="mcp==1.30.0"
+# PyPI: the Python SDK 2.x (dual-era: 2026-07-28 and 2025-11-25) with its HTTP server ...
+PY_MCP2=(mcp==2.3.0 uvicorn==0.54.0)
+# ... the Python SDK 1.x (legacy only: FastMCP, up to 2025-11-25) ...
+PY_MCP1=(mcp==1.30.0)
+# ... and a real dual-era stdio server built on the SDK 2.x, in its own folder so that its
+# dependencies cannot move the SDK pinned above.
+PY_TIME=(mcp==2.3.0 mcp-server-time==2026.10.19)
 
-stamp() { [ -f "$dir/$1.done" ]; }
-done_() { touch "$dir/$1.done"; }
+need() { command -v "$1" >/dev/null 2>&1 || { echo "interop-setup: $1 is required but not on PATH" >&2; exit 1; }; }
+need node
+need npm
+need python3
+need flock
+python3 -m pip --version >/dev/null 2>&1 || { echo "interop-setup: python3 -m pip is required" >&2; exit 1; }
 
-if ! stamp npm; then
-  echo "interop-setup: npm install $EVERYTHING $INSPECTOR" >&2
-  npm install --prefix "$dir/npm" --no-audit --no-fund --loglevel=error "$EVERYTHING" "$INSPECTOR" >&2
-  done_ npm
-fi
-if ! stamp py2; then
-  echo "interop-setup: pip install $PY_MCP2 uvicorn" >&2
-  python3 -m pip install --quiet --disable-pip-version-check --no-warn-conflicts --root-user-action=ignore --target "$dir/py2" "$PY_MCP2" uvicorn >&2
-  done_ py2
-fi
-if ! stamp py1; then
-  echo "interop-setup: pip install $PY_MCP1" >&2
-  python3 -m pip install --quiet --disable-pip-version-check --no-warn-conflicts --root-user-action=ignore --target "$dir/py1" "$PY_MCP1" >&2
-  done_ py1
-fi
+exec 9>"$dir/.lock"
+flock 9
+
+# install NAME SPEC... : runs install_NAME into $dir/NAME.tmp unless $dir/NAME.done holds SPEC.
+install() {
+  local name="$1"
+  shift
+  local spec="$*"
+  if [ -f "$dir/$name.done" ] && [ "$(cat "$dir/$name.done")" = "$spec" ] && [ -d "$dir/$name" ]; then
+    return 0
+  fi
+  echo "interop-setup: installing $name: $spec" >&2
+  rm -rf "$dir/$name.tmp" "$dir/$name.done"
+  "install_$name" "$dir/$name.tmp" "$@"
+  rm -rf "$dir/$name"
+  mv "$dir/$name.tmp" "$dir/$name"
+  printf '%s' "$spec" >"$dir/$name.done"
+}
+
+install_npm() {
+  local into="$1"
+  shift
+  mkdir -p "$into"
+  npm install --prefix "$into" --save-exact --no-audit --no-fund --no-update-notifier --loglevel=error "$@" >&2
+}
+
+install_py() {
+  local into="$1"
+  shift
+  python3 -m pip install --quiet --disable-pip-version-check --no-warn-conflicts \
+    --root-user-action=ignore --target "$into" "$@" >&2
+}
+install_py2() { install_py "$@"; }
+install_py1() { install_py "$@"; }
+install_pytime() { install_py "$@"; }
+
+install npm "$EVERYTHING" "$INSPECTOR"
+install py2 "${PY_MCP2[@]}"
+install py1 "${PY_MCP1[@]}"
+install pytime "${PY_TIME[@]}"
+
+# A last check that each install answers, so that a broken one fails here and not in a test.
+PYTHONPATH="$dir/py2" python3 -c 'import mcp.server.mcpserver, uvicorn'
+PYTHONPATH="$dir/py1" python3 -c 'import mcp.server.fastmcp'
+PYTHONPATH="$dir/pytime" python3 -c 'import mcp_server_time'
+[ -e "$dir/npm/node_modules/.bin/mcp-server-everything" ]
 echo "$dir"

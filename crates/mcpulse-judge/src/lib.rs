@@ -9,6 +9,7 @@ pub mod contract;
 pub mod drift;
 pub mod report;
 pub mod rules;
+pub mod security;
 
 pub use mcpulse_wire::transcript::Transcript;
 pub use report::{Policy, Report, judge};

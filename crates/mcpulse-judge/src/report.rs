@@ -18,12 +18,15 @@ pub const SCHEMA: &str = "mcpulse.report/v1";
 pub struct Policy {
     /// A handshake slower than this is `slow-handshake` (degraded).
     pub latency_budget_ms: f64,
+    /// An unauthenticated remote server is a high security finding, not an informational one.
+    pub expect_auth: bool,
 }
 
 impl Default for Policy {
     fn default() -> Self {
         Policy {
             latency_budget_ms: 3000.0,
+            expect_auth: false,
         }
     }
 }
@@ -56,6 +59,9 @@ pub struct Report {
     pub resource_template_count: Option<usize>,
     pub timings_ms: Timings,
     pub findings: Vec<Finding>,
+    /// The security grade, A–F (see `security` and docs/checks.md).
+    pub grade: String,
+    pub security: crate::security::Security,
     /// Digests of the server's contract (see `contract`); null when no contract was taken.
     pub digests: Option<Digests>,
     /// With `--baseline`: the classified changes against it.
@@ -178,6 +184,8 @@ pub fn judge(tr: &Transcript, policy: &Policy) -> Report {
             ..Timings::default()
         },
         findings: Vec::new(),
+        grade: String::new(),
+        security: crate::security::assess(tr, &all_tools(tr), policy.expect_auth),
         digests: crate::contract::from_transcript(tr).map(|c| Digests::of(&c)),
         drift: None,
         stderr: stderr_tail(&tr.processes),
@@ -193,6 +201,7 @@ pub fn judge(tr: &Transcript, policy: &Policy) -> Report {
     // Most severe first, then in the order found.
     findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
     report.status = Status::from_findings(&findings);
+    report.grade = report.security.grade.clone();
     report.findings = findings;
     report
 }
@@ -987,6 +996,21 @@ fn tool_summary(v: &Value) -> Option<ToolSummary> {
         title: s("title"),
         description: s("description"),
     })
+}
+
+/// Every tool object from every page of `tools/list`.
+fn all_tools(tr: &Transcript) -> Vec<Value> {
+    tr.exchanges
+        .iter()
+        .filter(|e| e.step == Step::ToolsList)
+        .filter_map(|e| match e.reply().map(|d| d.message) {
+            Some(Message::Result { result, .. }) => {
+                result.get("tools").and_then(Value::as_array).cloned()
+            }
+            _ => None,
+        })
+        .flatten()
+        .collect()
 }
 
 fn stderr_tail(processes: &[Process]) -> Vec<String> {

@@ -40,6 +40,7 @@ fn judging_is_pure() {
         &tr,
         &Policy {
             latency_budget_ms: 1.0,
+            ..Policy::default()
         },
     );
     assert!(

@@ -43,8 +43,15 @@ pub async fn probe(target: &Target, plan: &Plan) -> Transcript {
     let net = deadline + Duration::from_millis(50);
     match target {
         Target::Http { url } => {
-            let mut client = HttpClient::new(clock);
-            let _ = timeout_at(net, probe_http(&mut client, url, &mut ctx)).await;
+            let roots = plan.extra_roots.iter().map(|d| rustls_pki_der(d)).collect();
+            let mut client = HttpClient::new(clock).with_roots(roots);
+            let _ = timeout_at(net, async {
+                probe_http(&mut client, url, &mut ctx).await;
+                if plan.security {
+                    crate::security::checks(&mut client, url, &mut ctx).await;
+                }
+            })
+            .await;
             let done = ctx.done_ms.unwrap_or_else(|| clock.at());
             tr.connections = client.connections;
             tr.total_ms = done;
@@ -67,33 +74,37 @@ pub async fn probe(target: &Target, plan: &Plan) -> Transcript {
     tr
 }
 
-struct Ctx<'a> {
-    plan: &'a Plan,
-    limits: Limits,
-    deadline: Instant,
+fn rustls_pki_der(d: &[u8]) -> mcpulse_transport::http::CertificateDer<'static> {
+    mcpulse_transport::http::CertificateDer::from(d.to_vec())
+}
+
+pub(crate) struct Ctx<'a> {
+    pub(crate) plan: &'a Plan,
+    pub(crate) limits: Limits,
+    pub(crate) deadline: Instant,
     next_id: i64,
     clock: Clock,
     /// When the last protocol step finished (before cleanup).
     done_ms: Option<f64>,
-    tr: &'a mut Transcript,
+    pub(crate) tr: &'a mut Transcript,
 }
 
 impl Ctx<'_> {
-    fn id(&mut self) -> i64 {
+    pub(crate) fn id(&mut self) -> i64 {
         self.next_id += 1;
         self.next_id
     }
-    fn push(&mut self, ex: Exchange) -> usize {
+    pub(crate) fn push(&mut self, ex: Exchange) -> usize {
         self.tr.exchanges.push(ex);
         self.tr.exchanges.len() - 1
     }
-    fn ex(&self, i: usize) -> &Exchange {
+    pub(crate) fn ex(&self, i: usize) -> &Exchange {
         &self.tr.exchanges[i]
     }
-    fn expired(&self) -> bool {
+    pub(crate) fn expired(&self) -> bool {
         Instant::now() >= self.deadline
     }
-    fn mark_done(&mut self) {
+    pub(crate) fn mark_done(&mut self) {
         self.done_ms = Some(self.clock.at());
     }
 }

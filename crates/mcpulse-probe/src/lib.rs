@@ -18,6 +18,7 @@
 //!   2026-07-28 may refuse a later `initialize` on the same connection.
 
 mod flow;
+mod security;
 mod target;
 
 pub use flow::probe;

@@ -120,6 +120,10 @@ pub struct Plan {
     pub client: ClientInfo,
     /// How long a stdio child gets to exit after its stdin closes, and again after SIGTERM.
     pub shutdown_grace: Duration,
+    /// Send the security checks' extra, read-only requests (HTTP targets).
+    pub security: bool,
+    /// Extra trusted root certificates (DER), from `--ca-file`.
+    pub extra_roots: Vec<Vec<u8>>,
 }
 
 impl Default for Plan {
@@ -136,6 +140,8 @@ impl Default for Plan {
                 version: env!("CARGO_PKG_VERSION").into(),
             },
             shutdown_grace: Duration::from_millis(100),
+            security: true,
+            extra_roots: Vec::new(),
         }
     }
 }
@@ -144,6 +150,8 @@ impl Plan {
     pub fn record(&self) -> PlanRecord {
         PlanRecord {
             era: self.era,
+            security: self.security,
+            credentials: !self.headers.is_empty(),
             timeout_ms: u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX),
             max_response_bytes: self.max_response_bytes,
         }

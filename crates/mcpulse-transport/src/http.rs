@@ -19,6 +19,7 @@ use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use mcpulse_wire::redact;
 use mcpulse_wire::transcript::{ConnectError, ConnectStage, Connection, Redirect};
+pub use rustls::pki_types::CertificateDer;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -145,6 +146,11 @@ pub fn resolve(base: &Uri, reference: &str) -> Result<Uri, String> {
 pub struct HttpClient {
     clock: Clock,
     tls: Option<Arc<rustls::ClientConfig>>,
+    /// Extra trusted roots (`--ca-file`), DER.
+    extra_roots: Vec<rustls::pki_types::CertificateDer<'static>>,
+    /// Refuse to connect to loopback, private, link-local and other non-public addresses:
+    /// set while following metadata URLs named by a public server (SSRF guard).
+    pub deny_private: bool,
     idle: Option<(String, SendRequest<Full<Bytes>>)>,
     /// Every connection attempt, in order; the probe moves these into the transcript.
     pub connections: Vec<Connection>,
@@ -155,9 +161,17 @@ impl HttpClient {
         HttpClient {
             clock,
             tls: None,
+            extra_roots: Vec::new(),
+            deny_private: false,
             idle: None,
             connections: Vec::new(),
         }
+    }
+
+    /// Also trusts these roots (DER), e.g. a private CA from `--ca-file`.
+    pub fn with_roots(mut self, roots: Vec<rustls::pki_types::CertificateDer<'static>>) -> Self {
+        self.extra_roots = roots;
+        self
     }
 
     pub fn clock(&self) -> Clock {
@@ -296,6 +310,8 @@ impl HttpClient {
             dns_ms: None,
             connect_ms: None,
             tls_ms: None,
+            cert_not_before: None,
+            cert_not_after: None,
             error: None,
         };
         let result = self
@@ -331,6 +347,17 @@ impl HttpClient {
         if addrs.is_empty() {
             return Err(fail(ConnectStage::Dns, format!("{host}: no addresses")));
         }
+        if self.deny_private
+            && let Some(a) = addrs.iter().find(|a| !is_public(a.ip()))
+        {
+            return Err(fail(
+                ConnectStage::Connect,
+                format!(
+                    "refused: {host} resolves to the non-public address {}, and a public server may not point mcpulse there",
+                    a.ip()
+                ),
+            ));
+        }
         // TCP: each address in turn.
         let t = Instant::now();
         let mut last_err = String::new();
@@ -365,6 +392,16 @@ impl HttpClient {
                 Ok(Ok(s)) => s,
             };
             rec.tls_ms = Some(self.clock.since(t));
+            if let Some(v) = s
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|c| c.first())
+                .and_then(|c| mcpulse_wire::x509::validity(c.as_ref()))
+            {
+                rec.cert_not_before = Some(v.not_before);
+                rec.cert_not_after = Some(v.not_after);
+            }
             Box::new(s)
         } else {
             Box::new(tcp)
@@ -394,6 +431,11 @@ impl HttpClient {
         for cert in rustls_native_certs::load_native_certs().certs {
             let _ = roots.add(cert);
         }
+        for cert in &self.extra_roots {
+            roots
+                .add(cert.clone())
+                .map_err(|e| format!("a certificate from --ca-file was rejected: {e}"))?;
+        }
         if roots.is_empty() {
             return Err("no trusted root certificates found on this system (install the ca-certificates package)".into());
         }
@@ -417,14 +459,18 @@ fn build(
 ) -> Result<Request<Full<Bytes>>, SendError> {
     let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
     let host = uri.authority().map(|a| a.as_str()).unwrap_or("");
-    let mut b = Request::builder()
-        .method(out.method.clone())
-        .uri(path)
-        .header(http::header::HOST, host)
-        .header(
-            http::header::USER_AGENT,
-            concat!("mcpulse/", env!("CARGO_PKG_VERSION")),
-        );
+    let host_override = out
+        .headers
+        .iter()
+        .any(|(k, _)| k.eq_ignore_ascii_case("host"));
+    let mut b = Request::builder().method(out.method.clone()).uri(path);
+    if !host_override {
+        b = b.header(http::header::HOST, host);
+    }
+    let mut b = b.header(
+        http::header::USER_AGENT,
+        concat!("mcpulse/", env!("CARGO_PKG_VERSION")),
+    );
     for (k, v) in &out.headers {
         b = b.header(k.as_str(), v.as_str());
     }
@@ -436,6 +482,62 @@ fn build(
     let body = out.body.clone().map(Bytes::from).unwrap_or_default();
     b.body(Full::new(body))
         .map_err(|e| SendError::Invalid(e.to_string()))
+}
+
+/// Reads PEM certificates (a `--ca-file`). Errors say what is wrong with the file.
+pub fn read_pem_certs(pem: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+    use rustls::pki_types::pem::PemObject;
+    let mut out = Vec::new();
+    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(pem) {
+        let cert = cert.map_err(|e| format!("not a valid PEM certificate file: {e}"))?;
+        out.push(cert.as_ref().to_vec());
+    }
+    if out.is_empty() {
+        return Err("no PEM certificates (-----BEGIN CERTIFICATE-----) found".into());
+    }
+    Ok(out)
+}
+
+/// Whether an address is publicly routable: not loopback, private (RFC 1918, ULA), link-local,
+/// CGNAT, unspecified, multicast, documentation or otherwise reserved.
+pub fn is_public(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            let o = v4.octets();
+            !(v4.is_loopback()
+                || v4.is_private()
+                || v4.is_link_local()
+                || v4.is_unspecified()
+                || v4.is_broadcast()
+                || v4.is_multicast()
+                || v4.is_documentation()
+                || o[0] == 0
+                || (o[0] == 100 && (64..128).contains(&o[1]))
+                || (o[0] == 192 && o[1] == 0 && o[2] == 0)
+                || (o[0] == 198 && (18..20).contains(&o[1]))
+                || o[0] >= 240)
+        }
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return is_public(IpAddr::V4(v4));
+            }
+            let seg = v6.segments();
+            !(v6.is_loopback()
+                || v6.is_unspecified()
+                || v6.is_multicast()
+                || (seg[0] & 0xfe00) == 0xfc00
+                || (seg[0] & 0xffc0) == 0xfe80
+                || seg[0] == 0x2001 && seg[1] == 0x0db8)
+        }
+    }
+}
+
+/// Whether a host (name or literal) is loopback: `localhost`, 127.0.0.0/8, ::1.
+pub fn is_loopback_host(host: &str) -> bool {
+    let h = host.trim_start_matches('[').trim_end_matches(']');
+    h.eq_ignore_ascii_case("localhost")
+        || h.to_ascii_lowercase().ends_with(".localhost")
+        || h.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// An error and its sources, joined: "connection refused" alone rarely says enough.
@@ -545,6 +647,32 @@ mod tests {
         let deep: Uri = "http://h/a/b/sse".parse().unwrap();
         assert_eq!(resolve(&deep, "m").unwrap().to_string(), "http://h/a/b/m");
         assert!(resolve(&base, "http://bad host/").is_err());
+    }
+
+    #[test]
+    fn address_classes() {
+        for ip in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "::1",
+            "fc00::1",
+            "fe80::1",
+            "::ffff:10.0.0.1",
+            "0.0.0.0",
+        ] {
+            assert!(!is_public(ip.parse().unwrap()), "{ip}");
+        }
+        for ip in ["8.8.8.8", "1.1.1.1", "2606:4700:4700::1111"] {
+            assert!(is_public(ip.parse().unwrap()), "{ip}");
+        }
+        assert!(is_loopback_host("localhost"));
+        assert!(is_loopback_host("[::1]"));
+        assert!(is_loopback_host("127.0.0.2"));
+        assert!(!is_loopback_host("example.com"));
     }
 
     #[test]

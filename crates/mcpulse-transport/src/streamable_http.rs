@@ -427,3 +427,109 @@ pub async fn delete_session(
     ex.elapsed_ms = clock.since(started);
     ex
 }
+
+/// Sends a request and records only the response head: for a `GET` that may open an endless
+/// stream (a legacy SSE endpoint), where the status and headers are the whole answer.
+pub async fn head_only(
+    client: &mut HttpClient,
+    method: Method,
+    uri: &::http::Uri,
+    step: Step,
+    headers: Vec<(String, String)>,
+    user_headers: &[(String, String)],
+    deadline: Instant,
+) -> Exchange {
+    let clock = client.clock();
+    let started = Instant::now();
+    let out = Outgoing {
+        method: method.clone(),
+        uri: uri.clone(),
+        headers,
+        user_headers,
+        body: None,
+    };
+    let request = Request {
+        method: method.as_str().to_owned(),
+        url: Some(mcpulse_wire::redact::url(&uri.to_string())),
+        headers: out.recorded_headers(),
+        body: None,
+    };
+    let mut ex = start(
+        step,
+        TransportKind::Sse,
+        None,
+        None,
+        None,
+        request,
+        clock.at(),
+    );
+    let mut redirects = Vec::new();
+    match client.send(&out, false, deadline, &mut redirects).await {
+        Err(e) => ex.outcome = send_error_outcome(&e),
+        Ok(resp) => {
+            ex.response = Some(HttpResponse {
+                status: resp.status().as_u16(),
+                headers: http::recorded_headers(&resp),
+                ttfb_ms: clock.since(started),
+            });
+            ex.outcome = Outcome::Fetched;
+            // The body (perhaps an endless stream) is dropped unread, closing the connection.
+        }
+    }
+    ex.redirects = redirects;
+    ex.elapsed_ms = clock.since(started);
+    ex
+}
+
+/// Sends a prepared request (a malformed body, on purpose) and records the response and up to
+/// [`DOCUMENT_CAP`] bytes of its body.
+pub async fn send_raw(
+    client: &mut HttpClient,
+    out: &Outgoing<'_>,
+    step: Step,
+    limits: Limits,
+    deadline: Instant,
+) -> Exchange {
+    let clock = client.clock();
+    let started = Instant::now();
+    let request = Request {
+        method: out.method.as_str().to_owned(),
+        url: Some(mcpulse_wire::redact::url(&out.uri.to_string())),
+        headers: out.recorded_headers(),
+        body: out.body.clone(),
+    };
+    let mut ex = start(
+        step,
+        TransportKind::StreamableHttp,
+        None,
+        None,
+        None,
+        request,
+        clock.at(),
+    );
+    let mut redirects = Vec::new();
+    match client.send(out, true, deadline, &mut redirects).await {
+        Err(e) => ex.outcome = send_error_outcome(&e),
+        Ok(resp) => {
+            ex.response = Some(HttpResponse {
+                status: resp.status().as_u16(),
+                headers: http::recorded_headers(&resp),
+                ttfb_ms: clock.since(started),
+            });
+            let cap = limits.max_response_bytes.min(DOCUMENT_CAP);
+            let mut body = resp.into_body();
+            let (bytes, end) = http::read_body(&mut body, cap, deadline).await;
+            ex.body_bytes = bytes.len();
+            ex.body = Some(String::from_utf8_lossy(&bytes).into_owned());
+            ex.outcome = match end {
+                BodyEnd::Complete => Outcome::Fetched,
+                BodyEnd::TooLarge => Outcome::TooLarge { limit: cap },
+                BodyEnd::Timeout => Outcome::Timeout,
+                BodyEnd::Error(message) => Outcome::TransportError { message },
+            };
+        }
+    }
+    ex.redirects = redirects;
+    ex.elapsed_ms = clock.since(started);
+    ex
+}

@@ -18,3 +18,4 @@ pub mod redact;
 pub mod sse;
 pub mod transcript;
 pub mod version;
+pub mod x509;

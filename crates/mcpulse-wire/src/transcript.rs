@@ -74,6 +74,12 @@ pub enum TargetKind {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct PlanRecord {
     pub era: EraMode,
+    /// Whether the security checks' extra requests were sent (`--no-security` turns them off).
+    #[serde(default)]
+    pub security: bool,
+    /// The user supplied credentials (their values are never recorded).
+    #[serde(default)]
+    pub credentials: bool,
     pub timeout_ms: u64,
     pub max_response_bytes: usize,
 }
@@ -113,6 +119,11 @@ pub struct Connection {
     pub connect_ms: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_ms: Option<f64>,
+    /// The peer certificate's validity period (Unix seconds), for TLS connections.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_not_before: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_not_after: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ConnectError>,
 }
@@ -205,6 +216,18 @@ pub enum Step {
     /// `GET` of the protected-resource metadata (RFC 9728).
     #[serde(rename = "resource-metadata")]
     ResourceMetadata,
+    /// `GET` of the authorization-server metadata (RFC 8414 / OpenID discovery).
+    #[serde(rename = "auth-server-metadata")]
+    AuthServerMetadata,
+    /// The handshake again, with a foreign `Origin` (DNS-rebinding protection).
+    #[serde(rename = "origin-check")]
+    OriginCheck,
+    /// The handshake again, with a foreign `Host` (loopback targets).
+    #[serde(rename = "host-check")]
+    HostCheck,
+    /// A malformed JSON-RPC body, to see what an error response reveals.
+    #[serde(rename = "malformed-request")]
+    MalformedRequest,
 }
 
 impl Step {
@@ -221,6 +244,10 @@ impl Step {
             Step::SessionDelete => "session-delete",
             Step::DualEraCheck => "dual-era-check",
             Step::ResourceMetadata => "resource-metadata",
+            Step::AuthServerMetadata => "auth-server-metadata",
+            Step::OriginCheck => "origin-check",
+            Step::HostCheck => "host-check",
+            Step::MalformedRequest => "malformed-request",
         }
     }
 }

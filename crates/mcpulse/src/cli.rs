@@ -37,6 +37,7 @@ pub enum Command {
 pub enum DocKind {
     Findings,
     Drift,
+    Checks,
 }
 
 const PROBE_HELP: &str = "\
@@ -108,6 +109,15 @@ pub struct TargetArgs {
     /// The most pages followed per list (tools, prompts, resources).
     #[arg(long, default_value_t = 50, value_name = "N")]
     pub max_pages: u32,
+
+    /// Skip the security checks' extra requests (foreign Origin/Host, a malformed request,
+    /// OAuth metadata); the grade then rests on what the health probe saw.
+    #[arg(long)]
+    pub no_security: bool,
+
+    /// Also trust the CA certificates in this PEM file (a private CA).
+    #[arg(long, value_name = "FILE")]
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -119,9 +129,20 @@ pub struct ProbeArgs {
     #[arg(long, default_value = "3s", value_name = "DURATION")]
     pub latency_budget: String,
 
-    /// Print one JSON report (schema mcpulse.report/v1) instead of the summary.
-    #[arg(long)]
+    /// Print one JSON report (schema mcpulse.report/v1) instead of the summary; the same as
+    /// `--format json`.
+    #[arg(long, conflicts_with = "format")]
     pub json: bool,
+
+    /// Output format: a summary for people, the JSON report, or SARIF 2.1.0 for code-scanning
+    /// dashboards.
+    #[arg(long, value_enum, default_value_t = FormatArg::Human)]
+    pub format: FormatArg,
+
+    /// Treat a remote server that answers without credentials as a high security finding
+    /// (for servers that are not meant to be public).
+    #[arg(long)]
+    pub expect_auth: bool,
 
     /// Also write the raw transcript (every request and response, secrets redacted) to FILE.
     #[arg(long, value_name = "FILE")]
@@ -172,6 +193,13 @@ pub struct DiffArgs {
     /// When to use colour (auto: only on a terminal, and never with NO_COLOR set).
     #[arg(long, value_enum, default_value_t = ColorArg::Auto)]
     pub color: ColorArg,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum FormatArg {
+    Human,
+    Json,
+    Sarif,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]

@@ -18,6 +18,15 @@ fn main() -> ExitCode {
     };
     match commands::run(cli) {
         Ok(code) => ExitCode::from(code),
+        // A closed pipe (`mcpulse probe … | head`) is the reader's choice, not an error.
+        Err(e)
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) =>
+        {
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             let mut msg = format!("mcpulse: error: {e}");
             for cause in e.chain().skip(1) {

@@ -181,6 +181,16 @@ pub fn target_and_plan(
         max_response_bytes: size(&args.max_response_size, "--max-response-size")?,
         max_pages: args.max_pages.max(1),
         headers: headers(&args.headers, args.bearer_env.as_deref(), &env)?,
+        security: !args.no_security,
+        extra_roots: match &args.ca_file {
+            None => Vec::new(),
+            Some(path) => {
+                let pem = std::fs::read(path)
+                    .with_context(|| format!("reading --ca-file {}", path.display()))?;
+                mcpulse_transport::http::read_pem_certs(&pem)
+                    .map_err(|e| anyhow::anyhow!("--ca-file {}: {e}", path.display()))?
+            }
+        },
         ..Plan::default()
     };
     Ok((target, plan))

@@ -16,6 +16,7 @@ pub fn run(cli: Cli) -> Result<u8> {
             match which {
                 DocKind::Findings => print!("{}", mcpulse_judge::rules::findings_doc()),
                 DocKind::Drift => print!("{}", mcpulse_judge::drift::drift_doc()),
+                DocKind::Checks => print!("{}", mcpulse_judge::security::checks_doc()),
             }
             Ok(0)
         }

@@ -1,6 +1,6 @@
 //! `mcpulse probe`: one server, one shot; with `--baseline`, a drift check too.
 
-use crate::cli::{ColorArg, ProbeArgs};
+use crate::cli::{ColorArg, FormatArg, ProbeArgs};
 use crate::printer;
 use crate::settings;
 use anyhow::{Context, Result, bail};
@@ -26,6 +26,7 @@ pub fn run(args: ProbeArgs) -> Result<u8> {
         &transcript,
         &Policy {
             latency_budget_ms: budget.as_secs_f64() * 1000.0,
+            expect_auth: args.expect_auth,
         },
     );
     let mut code = report.status.exit_code();
@@ -48,11 +49,15 @@ pub fn run(args: ProbeArgs) -> Result<u8> {
         }
         report.drift = Some(d);
     }
-    let color = color_choice(args.color);
-    if args.json {
-        printer::json::print(&report)?;
+    let format = if args.json {
+        FormatArg::Json
     } else {
-        printer::human::print(&report, color)?;
+        args.format
+    };
+    match format {
+        FormatArg::Json => printer::json::print(&report)?,
+        FormatArg::Sarif => printer::json::print(&printer::sarif::log(&report))?,
+        FormatArg::Human => printer::human::print(&report, color_choice(args.color))?,
     }
     Ok(code)
 }

@@ -1,0 +1,1065 @@
+//! The security posture: rules over the transcript, each with a stable code, a severity, what
+//! it checks, why it matters and the evidence; and an A–F grade by a published formula.
+//!
+//! The formula (the same text is in `docs/checks.md`, generated from this file):
+//! score = 100 − Σ penalty(severity) over the rules that fired (each rule counts once, at its
+//! worst), with penalties critical 60, high 30, medium 15, low 5, info 0; the grade is A for a
+//! score ≥ 90, B ≥ 75, C ≥ 60, D ≥ 40, F below; and any critical finding makes the grade F.
+
+use crate::drift::is_hidden_char;
+use mcpulse_wire::auth;
+use mcpulse_wire::jsonrpc::Message;
+use mcpulse_wire::transcript::{
+    ConnectStage, Exchange, Step, TargetKind, Transcript, TransportKind,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// How much a security finding weighs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    Info,
+    Low,
+    Medium,
+    High,
+    Critical,
+}
+
+impl Level {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Level::Info => "info",
+            Level::Low => "low",
+            Level::Medium => "medium",
+            Level::High => "high",
+            Level::Critical => "critical",
+        }
+    }
+    /// Points off the score of 100.
+    pub fn penalty(self) -> u32 {
+        match self {
+            Level::Info => 0,
+            Level::Low => 5,
+            Level::Medium => 15,
+            Level::High => 30,
+            Level::Critical => 60,
+        }
+    }
+}
+
+/// The grade thresholds, best first: (grade, minimum score).
+pub const GRADES: &[(&str, u32)] = &[("A", 90), ("B", 75), ("C", 60), ("D", 40), ("F", 0)];
+
+/// One security finding with its evidence.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SecurityFinding {
+    pub code: String,
+    pub severity: Level,
+    pub message: String,
+    /// Which request and response showed it: `origin-check: POST http://…/mcp with Origin: http://evil.example → HTTP 200`.
+    pub evidence: Vec<String>,
+}
+
+/// The security section of a report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Security {
+    pub grade: String,
+    pub score: u32,
+    /// Whether the extra requests were sent (false with `--no-security`; the grade then rests
+    /// on what the health probe saw).
+    pub active_checks: bool,
+    pub findings: Vec<SecurityFinding>,
+}
+
+macro_rules! sec_rules {
+    ($( $variant:ident = $code:literal, $level:ident, $checks:literal, $why:literal; )*) => {
+        /// Every security rule, in documentation order.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum SecRule { $( $variant, )* }
+        pub const ALL: &[SecRule] = &[ $( SecRule::$variant, )* ];
+        impl SecRule {
+            pub fn code(self) -> &'static str { match self { $( SecRule::$variant => $code, )* } }
+            pub fn level(self) -> Level { match self { $( SecRule::$variant => Level::$level, )* } }
+            pub fn checks(self) -> &'static str { match self { $( SecRule::$variant => $checks, )* } }
+            pub fn why(self) -> &'static str { match self { $( SecRule::$variant => $why, )* } }
+        }
+    };
+}
+
+sec_rules! {
+    PlainHttpRemote = "plain-http-remote", Critical,
+        "The target is `http://` on a host that is not loopback.",
+        "Tokens and tool traffic cross the network in clear text; bearer tokens (RFC 6750) and OAuth 2.1 require TLS.";
+    TlsInvalid = "tls-invalid", Critical,
+        "The TLS handshake failed on the certificate (untrusted, expired, wrong name).",
+        "Clients either fail or are taught to skip verification, which invites interception.";
+    TlsExpiring = "tls-expiring", Medium,
+        "The server certificate expires in less than 14 days.",
+        "An expired certificate is an outage for every client; renew before it happens.";
+    OriginNotValidated = "origin-not-validated", High,
+        "A request with a foreign `Origin: http://evil.example` was accepted instead of rejected with 403. Critical for a loopback server without authentication.",
+        "The spec requires servers to validate `Origin` (403 since 2025-11-25); without it a web page can drive a local server through DNS rebinding.";
+    HostNotValidated = "host-not-validated", High,
+        "A loopback server accepted a request with a foreign `Host: evil.example`. Critical without authentication.",
+        "The conformance scenario `dns-rebinding-protection`: a rebinding attack reaches a local server under a foreign host name.";
+    NoAuthRemote = "no-auth-remote", Info,
+        "A server on a non-loopback host answered `tools/list` without any credentials. Low when it exposes tools that may be destructive.",
+        "Fine for a deliberately public server; otherwise anyone who can reach it can use its tools. Use `--expect-auth` to make it high.";
+    ChallengeMissing = "auth-challenge-missing", Medium,
+        "A 401 came without a `WWW-Authenticate` header, and no protected-resource metadata was found at the well-known URLs either.",
+        "Clients cannot discover how to authenticate (RFC 9728, MCP authorization).";
+    ResourceMetadataInvalid = "resource-metadata-invalid", Medium,
+        "The protected-resource metadata (RFC 9728) is missing, not JSON, lacks `authorization_servers`, or names another resource.",
+        "Clients cannot find the authorization server, or may send tokens meant for another resource.";
+    AuthServerMetadataMissing = "auth-server-metadata-missing", Medium,
+        "No authorization-server metadata (RFC 8414 or OpenID discovery) was found for the advertised issuer.",
+        "Clients cannot learn the endpoints and must refuse to proceed.";
+    IssuerMismatch = "issuer-mismatch", High,
+        "The authorization-server metadata's `issuer` differs from the issuer it was fetched for.",
+        "The 2026 spec requires rejecting such metadata: it is the mix-up attack's opening.";
+    PkceS256Missing = "pkce-s256-missing", High,
+        "`code_challenge_methods_supported` is absent or lacks `S256`.",
+        "MCP clients must use PKCE with S256 and must refuse an authorization server that does not advertise it.";
+    AuthEndpointsNotHttps = "auth-endpoints-not-https", High,
+        "An authorization-server endpoint (authorization, token, registration) is not HTTPS.",
+        "All authorization-server endpoints must be HTTPS: codes and tokens would travel in clear text.";
+    MetadataPrivateAddress = "metadata-private-address", High,
+        "A public server's metadata pointed at a non-public address; mcpulse refused to follow it.",
+        "A server that sends clients to internal addresses is a server-side request forgery vector.";
+    CorsWildcardCredentials = "cors-wildcard-credentials", High,
+        "`Access-Control-Allow-Origin: *` together with `Access-Control-Allow-Credentials: true`.",
+        "Any web page may make credentialed requests (browsers refuse the combination, but the intent is unsafe and proxies vary).";
+    CorsReflectsOrigin = "cors-reflects-origin", High,
+        "The server reflected the foreign `Origin` in `Access-Control-Allow-Origin`.",
+        "Any web page may read responses; with credentials allowed this hands a user's session to any site.";
+    CorsWildcard = "cors-wildcard", Low,
+        "`Access-Control-Allow-Origin: *` on a loopback server without authentication.",
+        "A browser page can call a local server directly.";
+    SessionIdWeak = "session-id-weak", Medium,
+        "An `Mcp-Session-Id` is short, low in entropy, not visible ASCII, or predictable from another.",
+        "Session ids must be secure and non-deterministic (spec: session hijacking).";
+    HiddenUnicode = "tool-hidden-unicode", High,
+        "Invisible, bidirectional-control or tag Unicode characters in a tool's name, title or description.",
+        "Text a person cannot see but the model reads: the signature of tool poisoning.";
+    Homoglyph = "tool-homoglyph", Medium,
+        "A tool name with characters outside `[A-Za-z0-9_.-]` that look like ASCII (Cyrillic, Greek, full-width).",
+        "A look-alike name can shadow a trusted tool.";
+    PromptInjection = "tool-prompt-injection", Medium,
+        "A tool description addresses the model with instructions from a small published pattern list (see below).",
+        "Descriptions are read by the model; instructions hidden in them steer the agent.";
+    ExcessiveTools = "tool-count-excessive", Low,
+        "More than 100 tools.",
+        "Clients cap the tools they show the model (often at 128); a huge surface is hard to review.";
+    DestructiveUnannotated = "tool-destructive-unannotated", Low,
+        "A tool whose name looks destructive (delete, remove, drop, …) does not declare `destructiveHint`, or declares `readOnlyHint: true`.",
+        "Clients use the hints to ask for confirmation; an honest server declares them.";
+    ErrorLeak = "error-leak", Medium,
+        "The response to a malformed request contains a stack trace or an internal file path.",
+        "Internals help an attacker; errors should say what was wrong with the request and nothing more.";
+}
+
+/// Patterns of descriptions that address the model (lowercase substrings). Published in
+/// `docs/checks.md`.
+pub const INJECTION_PATTERNS: &[&str] = &[
+    "ignore previous instructions",
+    "ignore all previous",
+    "ignore any previous",
+    "disregard previous",
+    "<important>",
+    "</important>",
+    "do not tell the user",
+    "don't tell the user",
+    "do not mention",
+    "without telling the user",
+    "system prompt",
+    "you must always",
+    "~/.ssh",
+    "id_rsa",
+    ".env file",
+    "<instructions>",
+];
+
+/// Tool names that look destructive (matched as whole words of the name).
+pub const DESTRUCTIVE_WORDS: &[&str] = &[
+    "delete",
+    "remove",
+    "rm",
+    "drop",
+    "destroy",
+    "kill",
+    "terminate",
+    "truncate",
+    "purge",
+    "wipe",
+    "erase",
+    "reset",
+    "revoke",
+    "overwrite",
+    "format",
+    "shutdown",
+];
+
+struct Ctx<'a> {
+    tr: &'a Transcript,
+    out: Vec<SecurityFinding>,
+}
+
+impl Ctx<'_> {
+    fn add(&mut self, rule: SecRule, level: Level, message: String, evidence: Vec<String>) {
+        self.out.push(SecurityFinding {
+            code: rule.code().to_owned(),
+            severity: level,
+            message,
+            evidence,
+        });
+    }
+}
+
+/// What an exchange was, for evidence: `origin-check: POST http://… → HTTP 200`.
+pub fn evidence(ex: &Exchange) -> String {
+    let url = ex.request.url.clone().unwrap_or_else(|| "stdio".into());
+    let extra: Vec<String> = ex
+        .request
+        .headers
+        .iter()
+        .filter(|(k, _)| k.eq_ignore_ascii_case("origin") || k.eq_ignore_ascii_case("host"))
+        .map(|(k, v)| format!("{k}: {v}"))
+        .collect();
+    let with = if extra.is_empty() {
+        String::new()
+    } else {
+        format!(" with {}", extra.join(", "))
+    };
+    let got = match ex.status() {
+        Some(s) => format!("HTTP {s}"),
+        None => crate::report::describe(Some(ex)),
+    };
+    format!(
+        "{}: {} {url}{with} → {got}",
+        ex.step.as_str(),
+        ex.request.method
+    )
+}
+
+/// Grades a transcript. `expect_auth` makes an unauthenticated remote server a high finding.
+pub fn assess(tr: &Transcript, tools: &[Value], expect_auth: bool) -> Security {
+    let mut c = Ctx {
+        tr,
+        out: Vec::new(),
+    };
+    let host = tr.target.host.clone().unwrap_or_default();
+    let loopback = is_loopback(&host);
+    let http = tr.target.kind == TargetKind::Http;
+    let authenticated = tr.plan.credentials;
+    let gated = tr.exchanges.iter().any(|e| matches!(e.status(), Some(401)));
+    let handshake_ok = tr.exchanges.iter().any(|e| {
+        matches!(e.step, Step::Discover | Step::Initialize)
+            && matches!(e.reply().map(|d| d.message), Some(Message::Result { .. }))
+    });
+    if http {
+        transport_rules(&mut c, loopback);
+        rebinding_rules(&mut c, loopback, authenticated || gated);
+        cors_rules(&mut c, loopback, authenticated || gated);
+        auth_rules(
+            &mut c,
+            loopback,
+            handshake_ok,
+            authenticated,
+            expect_auth,
+            tools,
+        );
+        session_rules(&mut c);
+        leak_rules(&mut c);
+    }
+    tool_rules(&mut c, tools);
+    let mut findings = c.out;
+    findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
+    let (score, grade) = grade(&findings);
+    Security {
+        grade,
+        score,
+        active_checks: tr.plan.security,
+        findings,
+    }
+}
+
+/// The published formula: each rule once at its worst, penalties summed off 100, any critical
+/// is an F.
+pub fn grade(findings: &[SecurityFinding]) -> (u32, String) {
+    let mut worst: Vec<(&str, Level)> = Vec::new();
+    for f in findings {
+        match worst.iter_mut().find(|(c, _)| *c == f.code) {
+            Some(w) => w.1 = w.1.max(f.severity),
+            None => worst.push((&f.code, f.severity)),
+        }
+    }
+    let penalty: u32 = worst.iter().map(|(_, l)| l.penalty()).sum();
+    let score = 100u32.saturating_sub(penalty);
+    let grade = if worst.iter().any(|(_, l)| *l == Level::Critical) {
+        "F"
+    } else {
+        GRADES
+            .iter()
+            .find(|(_, min)| score >= *min)
+            .map(|(g, _)| *g)
+            .unwrap_or("F")
+    };
+    (score, grade.to_owned())
+}
+
+fn is_loopback(host: &str) -> bool {
+    let h = host.trim_start_matches('[').trim_end_matches(']');
+    h.eq_ignore_ascii_case("localhost")
+        || h.to_ascii_lowercase().ends_with(".localhost")
+        || h.parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+fn transport_rules(c: &mut Ctx<'_>, loopback: bool) {
+    let tr = c.tr;
+    if tr.target.display.starts_with("http://") && !loopback {
+        c.add(
+            SecRule::PlainHttpRemote,
+            Level::Critical,
+            format!("{} is plain HTTP to a non-loopback host", tr.target.display),
+            vec![format!("target: {}", tr.target.display)],
+        );
+    }
+    for conn in &tr.connections {
+        if let Some(e) = &conn.error
+            && e.stage == ConnectStage::Tls
+        {
+            c.add(
+                SecRule::TlsInvalid,
+                Level::Critical,
+                format!("TLS with {} failed: {}", conn.authority, e.message),
+                vec![format!("connect {} → {}", conn.authority, e.message)],
+            );
+        }
+        if let Some(not_after) = conn.cert_not_after {
+            let now = (tr.started_unix_ms / 1000) as i64;
+            let days = (not_after - now) as f64 / 86_400.0;
+            if days < 14.0 {
+                let when = crate::report::rfc3339((not_after.max(0) as u64) * 1000);
+                let msg = if days < 0.0 {
+                    format!("the certificate of {} expired on {when}", conn.authority)
+                } else {
+                    format!(
+                        "the certificate of {} expires in {days:.1} days ({when})",
+                        conn.authority
+                    )
+                };
+                let level = if days < 0.0 {
+                    Level::Critical
+                } else {
+                    Level::Medium
+                };
+                let rule = if days < 0.0 {
+                    SecRule::TlsInvalid
+                } else {
+                    SecRule::TlsExpiring
+                };
+                c.add(
+                    rule,
+                    level,
+                    msg,
+                    vec![format!("certificate notAfter {when}")],
+                );
+            }
+        }
+    }
+}
+
+fn accepted(ex: &Exchange) -> bool {
+    ex.status().is_some_and(|s| (200..300).contains(&s))
+}
+
+fn rebinding_rules(c: &mut Ctx<'_>, loopback: bool, has_auth: bool) {
+    let tr = c.tr;
+    let level = if loopback && !has_auth {
+        Level::Critical
+    } else {
+        Level::High
+    };
+    if let Some(ex) = tr.exchanges.iter().find(|e| e.step == Step::OriginCheck)
+        && accepted(ex)
+    {
+        c.add(
+            SecRule::OriginNotValidated,
+            level,
+            format!("a request with the foreign Origin {} was accepted (HTTP {}); it must be rejected with 403", "http://evil.example", ex.status().unwrap_or(0)),
+            vec![evidence(ex)],
+        );
+    }
+    if let Some(ex) = tr.exchanges.iter().find(|e| e.step == Step::HostCheck)
+        && accepted(ex)
+    {
+        c.add(
+            SecRule::HostNotValidated,
+            level,
+            format!("a request with the foreign Host evil.example was accepted (HTTP {}); a loopback server must reject it", ex.status().unwrap_or(0)),
+            vec![evidence(ex)],
+        );
+    }
+}
+
+fn cors_rules(c: &mut Ctx<'_>, loopback: bool, has_auth: bool) {
+    let tr = c.tr;
+    let mut seen_wild = false;
+    for ex in &tr.exchanges {
+        let Some(acao) = ex.header("access-control-allow-origin") else {
+            continue;
+        };
+        let creds = ex
+            .header("access-control-allow-credentials")
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
+        let acao = acao.trim();
+        if acao == "*" && creds {
+            c.add(
+                SecRule::CorsWildcardCredentials,
+                Level::High,
+                "Access-Control-Allow-Origin: * with Access-Control-Allow-Credentials: true".into(),
+                vec![evidence(ex)],
+            );
+            return;
+        }
+        if ex.step == Step::OriginCheck && acao.eq_ignore_ascii_case("http://evil.example") {
+            let level = if creds { Level::High } else { Level::Medium };
+            c.add(
+                SecRule::CorsReflectsOrigin,
+                level,
+                format!(
+                    "the foreign Origin was reflected in Access-Control-Allow-Origin{}",
+                    if creds {
+                        ", with credentials allowed"
+                    } else {
+                        ""
+                    }
+                ),
+                vec![evidence(ex)],
+            );
+            return;
+        }
+        if acao == "*" {
+            seen_wild = true;
+        }
+    }
+    if seen_wild && loopback && !has_auth {
+        let ex = tr.exchanges.iter().find(|e| {
+            e.header("access-control-allow-origin")
+                .is_some_and(|v| v.trim() == "*")
+        });
+        c.add(
+            SecRule::CorsWildcard,
+            Level::Low,
+            "Access-Control-Allow-Origin: * on a loopback server without authentication".into(),
+            ex.map(evidence).into_iter().collect(),
+        );
+    }
+}
+
+fn auth_rules(
+    c: &mut Ctx<'_>,
+    loopback: bool,
+    handshake_ok: bool,
+    authenticated: bool,
+    expect_auth: bool,
+    tools: &[Value],
+) {
+    let tr = c.tr;
+    // An open remote server.
+    if handshake_ok && !authenticated && !loopback {
+        let list = tr.exchanges.iter().find(|e| {
+            e.step == Step::ToolsList
+                && matches!(e.reply().map(|d| d.message), Some(Message::Result { .. }))
+        });
+        if let Some(ex) = list {
+            let destructive = tools.iter().any(|t| {
+                t.pointer("/annotations/readOnlyHint") != Some(&Value::Bool(true))
+                    && t.pointer("/annotations/destructiveHint") != Some(&Value::Bool(false))
+            });
+            let level = if expect_auth {
+                Level::High
+            } else if destructive {
+                Level::Low
+            } else {
+                Level::Info
+            };
+            c.add(
+                SecRule::NoAuthRemote,
+                level,
+                format!(
+                    "tools/list answered without credentials on a non-loopback host{}",
+                    if destructive {
+                        "; some tools are not declared read-only or non-destructive"
+                    } else {
+                        ""
+                    }
+                ),
+                vec![evidence(ex)],
+            );
+        }
+    }
+    let Some(challenge_ex) = tr.exchanges.iter().find(|e| e.status() == Some(401)) else {
+        return;
+    };
+    let header = challenge_ex.header("www-authenticate");
+    let prm_exchanges: Vec<&Exchange> = tr
+        .exchanges
+        .iter()
+        .filter(|e| e.step == Step::ResourceMetadata)
+        .collect();
+    let prm: Option<(&Exchange, Value)> = prm_exchanges
+        .iter()
+        .filter(|e| e.status() == Some(200))
+        .find_map(|e| {
+            e.body
+                .as_deref()
+                .and_then(|b| serde_json::from_str::<Value>(b).ok())
+                .filter(Value::is_object)
+                .map(|v| (*e, v))
+        });
+    let advertised = header.and_then(auth::resource_metadata);
+    if header.is_none() && prm.is_none() {
+        let mut ev = vec![evidence(challenge_ex)];
+        ev.extend(prm_exchanges.iter().map(|e| evidence(e)));
+        c.add(SecRule::ChallengeMissing, Level::Medium, "401 without WWW-Authenticate, and no protected-resource metadata at the well-known URLs".into(), ev);
+        return;
+    }
+    if let Some(e) = prm_exchanges.iter().find(|e| e.error_refused_private()) {
+        c.add(
+            SecRule::MetadataPrivateAddress,
+            Level::High,
+            "the protected-resource metadata URL points at a non-public address".into(),
+            vec![evidence(e)],
+        );
+        return;
+    }
+    let Some((prm_ex, doc)) = prm else {
+        let mut ev = vec![evidence(challenge_ex)];
+        ev.extend(prm_exchanges.iter().map(|e| evidence(e)));
+        let msg = match advertised {
+            Some(url) => {
+                format!("resource_metadata {url} is advertised but could not be fetched as JSON")
+            }
+            None => "no protected-resource metadata found".into(),
+        };
+        c.add(SecRule::ResourceMetadataInvalid, Level::Medium, msg, ev);
+        return;
+    };
+    let servers: Vec<&str> = doc
+        .get("authorization_servers")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    if servers.is_empty() {
+        c.add(
+            SecRule::ResourceMetadataInvalid,
+            Level::Medium,
+            "the protected-resource metadata has no authorization_servers".into(),
+            vec![evidence(prm_ex)],
+        );
+    }
+    if let Some(resource) = doc.get("resource").and_then(Value::as_str) {
+        let target = tr.target.display.trim_end_matches('/');
+        if resource.trim_end_matches('/') != target {
+            c.add(
+                SecRule::ResourceMetadataInvalid,
+                Level::Medium,
+                format!(
+                    "the metadata names the resource {resource:?}, not this server ({target:?})"
+                ),
+                vec![evidence(prm_ex)],
+            );
+        }
+    } else {
+        c.add(
+            SecRule::ResourceMetadataInvalid,
+            Level::Medium,
+            "the protected-resource metadata has no resource".into(),
+            vec![evidence(prm_ex)],
+        );
+    }
+    let Some(issuer) = servers.first() else {
+        return;
+    };
+    let as_exchanges: Vec<&Exchange> = tr
+        .exchanges
+        .iter()
+        .filter(|e| e.step == Step::AuthServerMetadata)
+        .collect();
+    if let Some(e) = as_exchanges.iter().find(|e| e.error_refused_private()) {
+        c.add(
+            SecRule::MetadataPrivateAddress,
+            Level::High,
+            format!("the authorization server {issuer} is on a non-public address"),
+            vec![evidence(e)],
+        );
+        return;
+    }
+    let meta = as_exchanges
+        .iter()
+        .filter(|e| e.status() == Some(200))
+        .find_map(|e| {
+            e.body
+                .as_deref()
+                .and_then(|b| serde_json::from_str::<Value>(b).ok())
+                .filter(Value::is_object)
+                .map(|v| (*e, v))
+        });
+    let Some((as_ex, meta)) = meta else {
+        c.add(
+            SecRule::AuthServerMetadataMissing,
+            Level::Medium,
+            format!("no authorization-server metadata found for {issuer}"),
+            as_exchanges.iter().map(|e| evidence(e)).collect(),
+        );
+        return;
+    };
+    if meta
+        .get("issuer")
+        .and_then(Value::as_str)
+        .map(|s| s.trim_end_matches('/'))
+        != Some(issuer.trim_end_matches('/'))
+    {
+        c.add(
+            SecRule::IssuerMismatch,
+            Level::High,
+            format!(
+                "issuer {} does not match {issuer}",
+                meta.get("issuer")
+                    .map(ToString::to_string)
+                    .unwrap_or_else(|| "(missing)".into())
+            ),
+            vec![evidence(as_ex)],
+        );
+    }
+    let s256 = meta
+        .get("code_challenge_methods_supported")
+        .and_then(Value::as_array)
+        .is_some_and(|a| a.iter().any(|m| m == "S256"));
+    if !s256 {
+        c.add(
+            SecRule::PkceS256Missing,
+            Level::High,
+            "code_challenge_methods_supported does not include S256".into(),
+            vec![evidence(as_ex)],
+        );
+    }
+    let plain: Vec<String> = [
+        "authorization_endpoint",
+        "token_endpoint",
+        "registration_endpoint",
+    ]
+    .iter()
+    .filter_map(|k| {
+        meta.get(*k)
+            .and_then(Value::as_str)
+            .filter(|u| !u.starts_with("https://") && !is_loopback_url(u))
+            .map(|u| format!("{k} {u}"))
+    })
+    .collect();
+    if !plain.is_empty() {
+        c.add(
+            SecRule::AuthEndpointsNotHttps,
+            Level::High,
+            format!("not HTTPS: {}", plain.join(", ")),
+            vec![evidence(as_ex)],
+        );
+    }
+}
+
+fn is_loopback_url(u: &str) -> bool {
+    u.parse::<http_host::Uri>()
+        .ok()
+        .and_then(|u| u.host().map(is_loopback))
+        .unwrap_or(false)
+}
+
+/// A tiny alias so this module does not need the `http` crate: URIs parse with `serde_json`'s
+/// neighbours? No — hosts are read by hand.
+mod http_host {
+    pub struct Uri(String);
+    impl std::str::FromStr for Uri {
+        type Err = ();
+        fn from_str(s: &str) -> Result<Self, ()> {
+            let rest = s.split_once("://").ok_or(())?.1;
+            let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+            let host = authority
+                .rsplit_once('@')
+                .map(|(_, h)| h)
+                .unwrap_or(authority);
+            let host = if host.starts_with('[') {
+                host.split(']')
+                    .next()
+                    .map(|h| format!("{h}]"))
+                    .unwrap_or_default()
+            } else {
+                host.split(':').next().unwrap_or("").to_owned()
+            };
+            Ok(Uri(host))
+        }
+    }
+    impl Uri {
+        pub fn host(&self) -> Option<&str> {
+            Some(self.0.as_str()).filter(|h| !h.is_empty())
+        }
+    }
+}
+
+trait RefusedPrivate {
+    fn error_refused_private(&self) -> bool;
+}
+
+impl RefusedPrivate for Exchange {
+    fn error_refused_private(&self) -> bool {
+        matches!(&self.outcome, mcpulse_wire::transcript::Outcome::TransportError { message } if message.contains("non-public address"))
+    }
+}
+
+fn session_rules(c: &mut Ctx<'_>) {
+    let tr = c.tr;
+    let ids: Vec<(&Exchange, &str)> = tr
+        .exchanges
+        .iter()
+        .filter(|e| {
+            e.transport == TransportKind::StreamableHttp
+                && matches!(
+                    e.step,
+                    Step::Initialize | Step::DualEraCheck | Step::OriginCheck | Step::HostCheck
+                )
+        })
+        .filter_map(|e| e.header("mcp-session-id").map(|s| (e, s)))
+        .collect();
+    for (ex, id) in &ids {
+        if let Some(problem) = weak_session_id(id) {
+            c.add(
+                SecRule::SessionIdWeak,
+                Level::Medium,
+                format!("Mcp-Session-Id {:?} {problem}", clip(id)),
+                vec![evidence(ex)],
+            );
+            return;
+        }
+    }
+    if let [(e1, a), (e2, b), ..] = ids.as_slice()
+        && (a == b || common_prefix(a, b) * 4 >= a.len() * 3)
+    {
+        c.add(
+            SecRule::SessionIdWeak,
+            Level::Medium,
+            format!(
+                "two sessions got related ids ({:?} and {:?})",
+                clip(a),
+                clip(b)
+            ),
+            vec![evidence(e1), evidence(e2)],
+        );
+    }
+}
+
+fn clip(s: &str) -> String {
+    s.chars().take(40).collect()
+}
+
+fn common_prefix(a: &str, b: &str) -> usize {
+    a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count()
+}
+
+/// Why a session id is weak, if it is: not visible ASCII, or under 64 bits of estimated
+/// entropy (length × log2 of the alphabet it draws from).
+pub fn weak_session_id(id: &str) -> Option<String> {
+    if id.is_empty() || !id.bytes().all(|b| (0x21..=0x7e).contains(&b)) {
+        return Some("is not visible ASCII (0x21–0x7E), as the spec requires".into());
+    }
+    let core: String = id.chars().filter(|c| c.is_ascii_alphanumeric()).collect();
+    let alphabet = if core.chars().all(|c| c.is_ascii_digit()) {
+        10.0
+    } else if core.chars().all(|c| c.is_ascii_hexdigit()) {
+        16.0
+    } else if core
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        || core
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit())
+    {
+        36.0
+    } else {
+        62.0
+    };
+    let distinct = {
+        let mut v: Vec<char> = core.chars().collect();
+        v.sort_unstable();
+        v.dedup();
+        v.len()
+    };
+    let bits = core.len() as f64 * f64::log2(alphabet);
+    if bits < 64.0 {
+        return Some(format!(
+            "carries about {bits:.0} bits of entropy; at least 64 (128 recommended) are needed"
+        ));
+    }
+    if distinct < 6 {
+        return Some(format!("uses only {distinct} distinct characters"));
+    }
+    None
+}
+
+fn leak_rules(c: &mut Ctx<'_>) {
+    let tr = c.tr;
+    let bodies = tr
+        .exchanges
+        .iter()
+        .filter(|e| matches!(e.step, Step::MalformedRequest))
+        .filter_map(|e| e.body.as_deref().map(|b| (e, b)));
+    for (ex, body) in bodies {
+        if let Some(what) = leak(body) {
+            c.add(
+                SecRule::ErrorLeak,
+                Level::Medium,
+                format!("the error response to a malformed request contains {what}"),
+                vec![evidence(ex)],
+            );
+            return;
+        }
+    }
+}
+
+/// What a body leaks, if anything: a stack trace or an internal path.
+pub fn leak(body: &str) -> Option<&'static str> {
+    const TRACES: &[(&str, &str)] = &[
+        ("Traceback (most recent call last)", "a Python traceback"),
+        ("panicked at", "a Rust panic message"),
+        ("Exception in thread", "a Java stack trace"),
+        ("\tat ", "a stack trace"),
+        ("    at ", "a JavaScript stack trace"),
+        ("goroutine ", "a Go stack trace"),
+        ("node_modules/", "an internal node_modules path"),
+        ("/site-packages/", "an internal Python path"),
+        ("/home/", "an internal home-directory path"),
+        ("/usr/src/", "an internal source path"),
+        ("/var/www/", "an internal path"),
+        ("C:\\\\", "an internal Windows path"),
+    ];
+    TRACES
+        .iter()
+        .find(|(needle, _)| body.contains(needle))
+        .map(|(_, what)| *what)
+}
+
+fn tool_rules(c: &mut Ctx<'_>, tools: &[Value]) {
+    let text = |t: &Value, k: &str| t.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+    for t in tools {
+        let name = text(t, "name");
+        let fields = [
+            ("name", name.clone()),
+            ("title", text(t, "title")),
+            ("description", text(t, "description")),
+        ];
+        for (field, v) in &fields {
+            let n = v.chars().filter(|ch| is_hidden_char(*ch)).count();
+            if n > 0 {
+                c.add(
+                    SecRule::HiddenUnicode,
+                    Level::High,
+                    format!("tool {name:?}: {n} hidden Unicode character(s) in its {field}"),
+                    vec![format!("tools/list: {name}.{field}")],
+                );
+            }
+        }
+        if name
+            .chars()
+            .any(|ch| !ch.is_ascii() && !is_hidden_char(ch) && ch.is_alphanumeric())
+        {
+            c.add(SecRule::Homoglyph, Level::Medium, format!("tool name {name:?} contains non-ASCII letters (possible look-alike of another name)"), vec![format!("tools/list: {name}")]);
+        }
+        let desc = text(t, "description").to_lowercase();
+        if let Some(p) = INJECTION_PATTERNS.iter().find(|p| desc.contains(*p)) {
+            c.add(
+                SecRule::PromptInjection,
+                Level::Medium,
+                format!("tool {name:?}: its description contains {p:?}"),
+                vec![format!("tools/list: {name}.description")],
+            );
+        }
+        let words: Vec<String> = name
+            .split(|ch: char| !ch.is_ascii_alphanumeric())
+            .flat_map(split_camel)
+            .map(|w| w.to_lowercase())
+            .collect();
+        if words
+            .iter()
+            .any(|w| DESTRUCTIVE_WORDS.contains(&w.as_str()))
+        {
+            let ann = t.get("annotations");
+            let declared = ann.and_then(|a| a.get("destructiveHint")).is_some();
+            let read_only = ann.and_then(|a| a.get("readOnlyHint")) == Some(&Value::Bool(true));
+            if !declared || read_only {
+                let why = if read_only {
+                    "declares readOnlyHint: true"
+                } else {
+                    "does not declare destructiveHint"
+                };
+                c.add(
+                    SecRule::DestructiveUnannotated,
+                    Level::Low,
+                    format!("tool {name:?} looks destructive but {why}"),
+                    vec![format!("tools/list: {name}.annotations")],
+                );
+            }
+        }
+    }
+    if tools.len() > 100 {
+        c.add(
+            SecRule::ExcessiveTools,
+            Level::Low,
+            format!("{} tools", tools.len()),
+            vec!["tools/list".into()],
+        );
+    }
+}
+
+fn split_camel(word: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    for ch in word.chars() {
+        if ch.is_ascii_uppercase() && !cur.is_empty() {
+            out.push(std::mem::take(&mut cur));
+        }
+        cur.push(ch);
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+/// `docs/checks.md`, generated from the rules: what each checks, why, its severity, and the
+/// grade formula.
+pub fn checks_doc() -> String {
+    let mut s = String::from(
+        "# Security checks and the grade\n\n<!-- Generated from crates/mcpulse-judge/src/security.rs by `cargo run -p mcpulse -- docs checks`; a test fails when this file is stale. -->\n\n\
+`mcpulse probe` grades a server's security posture from what it can observe. For HTTP targets it sends a few extra, read-only requests \
+(`--no-security` turns them off): the successful handshake again with a foreign `Origin: http://evil.example` (and, for loopback targets, a foreign \
+`Host: evil.example`), one malformed JSON-RPC body, and for a server that answers 401 the OAuth metadata documents it names (RFC 9728 protected-resource \
+metadata, then RFC 8414 / OpenID discovery). It never calls a tool, never sends your credentials to any host but the target (the metadata \
+requests carry none), never follows a public server's metadata to a non-public address, and deletes any session a check opened.\n\n\
+## The formula\n\n\
+score = 100 − Σ penalty, over the rules that fired, each rule counted once at its worst severity\n\n\
+| severity | penalty |\n|---|---|\n",
+    );
+    for l in [
+        Level::Critical,
+        Level::High,
+        Level::Medium,
+        Level::Low,
+        Level::Info,
+    ] {
+        s.push_str(&format!("| {} | {} |\n", l.as_str(), l.penalty()));
+    }
+    s.push_str("\n| grade | score |\n|---|---|\n");
+    for (g, min) in GRADES {
+        s.push_str(&format!("| {g} | ≥ {min} |\n"));
+    }
+    s.push_str("\nAny **critical** finding makes the grade **F**, whatever the score.\n\n## The rules\n\n| code | severity | what it checks |\n|---|---|---|\n");
+    for r in ALL {
+        s.push_str(&format!(
+            "| `{}` | {} | {} |\n",
+            r.code(),
+            r.level().as_str(),
+            r.checks()
+        ));
+    }
+    for r in ALL {
+        s.push_str(&format!(
+            "\n### `{}`\n\n**Severity:** {} (default)\n\n{}\n\n**Why it matters:** {}\n",
+            r.code(),
+            r.level().as_str(),
+            r.checks(),
+            r.why()
+        ));
+    }
+    s.push_str("\n## Patterns\n\n`tool-prompt-injection` looks (case-insensitively) for these in tool descriptions:\n\n");
+    for p in INJECTION_PATTERNS {
+        s.push_str(&format!("- `{p}`\n"));
+    }
+    s.push_str("\n`tool-destructive-unannotated` treats a tool name as destructive when one of its words (split on `_`, `-`, `.` and camelCase) is one of: ");
+    s.push_str(
+        &DESTRUCTIVE_WORDS
+            .iter()
+            .map(|w| format!("`{w}`"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+    s.push_str(".\n\n`error-leak` looks for: Python tracebacks, Rust panic messages, Java, JavaScript and Go stack traces, and internal paths (`node_modules/`, `/site-packages/`, `/home/`, `/usr/src/`, `/var/www/`, `C:\\\\`).\n");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_unique() {
+        let mut codes: Vec<&str> = ALL.iter().map(|r| r.code()).collect();
+        let n = codes.len();
+        codes.sort_unstable();
+        codes.dedup();
+        assert_eq!(n, codes.len());
+    }
+
+    #[test]
+    fn formula() {
+        let f = |code: &str, severity| SecurityFinding {
+            code: code.into(),
+            severity,
+            message: String::new(),
+            evidence: Vec::new(),
+        };
+        assert_eq!(grade(&[]), (100, "A".into()));
+        assert_eq!(
+            grade(&[f("a", Level::Low), f("a", Level::Low)]),
+            (95, "A".into())
+        );
+        assert_eq!(grade(&[f("a", Level::Medium)]), (85, "B".into()));
+        assert_eq!(grade(&[f("a", Level::High)]), (70, "C".into()));
+        assert_eq!(
+            grade(&[f("a", Level::High), f("b", Level::Medium)]),
+            (55, "D".into())
+        );
+        assert_eq!(
+            grade(&[
+                f("a", Level::High),
+                f("b", Level::High),
+                f("c", Level::High)
+            ]),
+            (10, "F".into())
+        );
+        assert_eq!(grade(&[f("a", Level::Critical)]).1, "F");
+    }
+
+    #[test]
+    fn session_ids() {
+        assert!(weak_session_id("1").is_some());
+        assert!(weak_session_id("12345678").is_some());
+        assert!(weak_session_id("sess-aaaa-aaaa-aaaa-aaaa").is_some());
+        assert!(weak_session_id("has space").is_some());
+        assert!(weak_session_id("550e8400-e29b-41d4-a716-446655440000").is_none());
+        assert!(weak_session_id("9f8c2b1e4d7a6f3b0c5e8d2a1b4c7f9e").is_none());
+    }
+
+    #[test]
+    fn leaks() {
+        assert!(leak("Traceback (most recent call last):\n  File \"/app/x.py\"").is_some());
+        assert!(
+            leak("SyntaxError: Unexpected end of JSON input\n    at JSON.parse (<anonymous>)")
+                .is_some()
+        );
+        assert!(
+            leak(r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}"#)
+                .is_none()
+        );
+    }
+}

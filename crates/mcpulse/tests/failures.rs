@@ -1,0 +1,1016 @@
+//! Failure classes, end to end: the real `mcpulse` binary against scripted fake servers on
+//! loopback sockets (`mcpulse-testkit`) and scripted stdio servers (`sh` scripts), asserting on
+//! the JSON report and the exit code (0 healthy, 1 degraded, 2 down, 3 could not run).
+//!
+//! Every test is bounded: hang-like servers get a short `--timeout`, and each run must finish
+//! within its timeout plus a margin (`SLACK`). Nothing sleeps to synchronise: the fakes record
+//! each request before answering it, so once mcpulse has exited, every request it sent is in
+//! the log.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use mcpulse_testkit::http::Script;
+use mcpulse_testkit::mcp;
+use mcpulse_testkit::scenario::{self, Framing};
+use mcpulse_testkit::stdio::{read_pids, still_running_after};
+use mcpulse_testkit::{Act, Body, FakeHttp, Piece, Reply, Request, StdioScript, TempDir};
+use serde_json::{Value, json};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_mcpulse");
+/// How much longer than its `--timeout` a run may take (start-up, stdio shutdown grace, a
+/// loaded CI machine).
+const SLACK: Duration = Duration::from_secs(3);
+/// The `--timeout` for runs against servers that answer: never reached.
+const TIMEOUT: &str = "5s";
+
+/// One finished run of mcpulse.
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    elapsed: Duration,
+}
+
+impl Run {
+    /// The `--json` report.
+    fn report(&self) -> Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!(
+                "stdout is not one JSON report ({e}):\n{}\nstderr:\n{}",
+                self.stdout, self.stderr
+            )
+        })
+    }
+
+    fn codes(&self) -> Vec<String> {
+        self.report()["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["code"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    /// Asserts the status, the exit code that goes with it, and that each code was found.
+    fn expect(&self, status: &str, codes: &[&str]) {
+        let report = self.report();
+        let exit = match status {
+            "healthy" => 0,
+            "degraded" => 1,
+            "down" => 2,
+            other => panic!("no such status {other}"),
+        };
+        let context = format!(
+            "report:\n{}\nstderr:\n{}",
+            serde_json::to_string_pretty(&report).unwrap(),
+            self.stderr
+        );
+        assert_eq!(report["schema"], "mcpulse.report/v1", "{context}");
+        assert_eq!(report["status"], status, "{context}");
+        assert_eq!(self.code, Some(exit), "exit code; {context}");
+        let found = self.codes();
+        for code in codes {
+            assert!(
+                found.iter().any(|c| c == code),
+                "finding {code} missing; {context}"
+            );
+        }
+    }
+}
+
+/// Runs mcpulse with `args` (and extra environment), and fails the test if it does not finish
+/// within `bound`.
+async fn run_with(args: &[&str], env: &[(&str, &str)], bound: Duration) -> Run {
+    let mut cmd = tokio::process::Command::new(BIN);
+    cmd.args(args)
+        .envs(env.iter().copied())
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let started = Instant::now();
+    let child = cmd.spawn().expect("spawning mcpulse");
+    let out = match tokio::time::timeout(bound, child.wait_with_output()).await {
+        Ok(out) => out.expect("waiting for mcpulse"),
+        Err(_) => panic!("mcpulse {args:?} did not finish within {bound:?}"),
+    };
+    Run {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        elapsed: started.elapsed(),
+    }
+}
+
+/// `mcpulse probe --json --no-security --timeout <timeout> <extra...> <url>`, bounded by
+/// timeout + slack. These tests pin the health probe's exact requests; the security checks'
+/// extra requests have tests of their own (tests/security.rs).
+async fn probe_url(url: &str, timeout: &str, extra: &[&str]) -> Run {
+    let mut args = vec!["probe", "--json", "--no-security", "--timeout", timeout];
+    args.extend_from_slice(extra);
+    args.push(url);
+    run_with(&args, &[], parse_secs(timeout) + SLACK).await
+}
+
+/// `mcpulse probe --json --timeout <timeout> -- sh <script>`.
+async fn probe_script(script: &std::path::Path, timeout: &str) -> Run {
+    let path = script.to_str().unwrap();
+    let args = ["probe", "--json", "--timeout", timeout, "--", "sh", path];
+    run_with(&args, &[], parse_secs(timeout) + SLACK).await
+}
+
+fn parse_secs(t: &str) -> Duration {
+    Duration::from_secs(t.trim_end_matches('s').parse().unwrap())
+}
+
+async fn serve(script: Script) -> FakeHttp {
+    FakeHttp::start_script(script).await
+}
+
+/// The requests with this JSON-RPC method.
+fn with_method(reqs: &[Request], method: &str) -> Vec<Request> {
+    reqs.iter()
+        .filter(|r| r.rpc_method().as_deref() == Some(method))
+        .cloned()
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Healthy servers, each era and transport.
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn modern_server_is_healthy_and_gets_modern_headers() {
+    let server = serve(scenario::modern(false, vec![None])).await;
+    let run = probe_url(&server.url("/mcp"), TIMEOUT, &[]).await;
+    run.expect("healthy", &[]);
+    let r = run.report();
+    assert_eq!(r["transport"], "streamable-http");
+    assert_eq!(r["era"], "modern");
+    assert_eq!(r["protocol_version"], mcp::MODERN);
+    assert_eq!(r["supported_versions"], json!([mcp::MODERN]));
+    assert_eq!(
+        r["dual_era"], false,
+        "a modern-only server refuses the legacy initialize"
+    );
+    assert_eq!(r["auth"], "none");
+    assert_eq!(r["server"]["name"], "fake-mcp");
+    assert_eq!(r["tool_count"], 1);
+    assert_eq!(r["tools"][0]["name"], "tool_0");
+    assert_eq!(
+        run.codes(),
+        Vec::<String>::new(),
+        "a complete modern server earns no finding"
+    );
+
+    let reqs = server.requests();
+    assert_eq!(
+        server.methods(),
+        ["server/discover", "tools/list", "initialize"]
+    );
+    let discover = &reqs[0];
+    assert_eq!(discover.method, "POST");
+    assert_eq!(discover.path(), "/mcp");
+    assert_eq!(discover.header("mcp-protocol-version"), Some(mcp::MODERN));
+    assert_eq!(discover.header("mcp-method"), Some("server/discover"));
+    assert_eq!(discover.header("content-type"), Some("application/json"));
+    let accept = discover.header("accept").unwrap();
+    assert!(
+        accept.contains("application/json") && accept.contains("text/event-stream"),
+        "{accept}"
+    );
+    assert_eq!(discover.rpc_id(), Some(json!(1)));
+    let meta = discover.json().unwrap()["params"]["_meta"].clone();
+    assert_eq!(meta["io.modelcontextprotocol/protocolVersion"], mcp::MODERN);
+    assert_eq!(
+        meta["io.modelcontextprotocol/clientCapabilities"],
+        json!({})
+    );
+    assert_eq!(reqs[1].header("mcp-method"), Some("tools/list"));
+    assert_eq!(reqs[1].header("mcp-protocol-version"), Some(mcp::MODERN));
+    // The dual-era check is a plain legacy initialize: no modern headers, no session yet.
+    assert_eq!(reqs[2].header("mcp-protocol-version"), None);
+    assert_eq!(reqs[2].header("mcp-method"), None);
+    assert_eq!(reqs[2].header("mcp-session-id"), None);
+    assert!(
+        reqs.iter().all(|r| r.connection == reqs[0].connection),
+        "the POSTs share one kept-alive connection"
+    );
+}
+
+#[tokio::test]
+async fn dual_era_server_is_found_and_its_session_deleted() {
+    let server = serve(scenario::modern(true, vec![None])).await;
+    let run = probe_url(&server.url("/mcp"), TIMEOUT, &[]).await;
+    run.expect("healthy", &["dual-era"]);
+    let r = run.report();
+    assert_eq!(r["era"], "modern");
+    assert_eq!(r["dual_era"], true);
+    assert_eq!(r["supported_versions"], json!([mcp::MODERN, mcp::LEGACY]));
+
+    assert_eq!(
+        server.methods(),
+        ["server/discover", "tools/list", "initialize", "DELETE"]
+    );
+    let delete = server.requests().pop().unwrap();
+    assert_eq!(
+        delete.header("mcp-session-id"),
+        Some(scenario::DUAL_ERA_SESSION)
+    );
+    assert_eq!(delete.header("mcp-protocol-version"), Some(mcp::LEGACY));
+}
+
+async fn legacy_streamable(framing: Framing) {
+    let server = serve(scenario::legacy_streamable(framing)).await;
+    let run = probe_url(&server.url("/mcp"), TIMEOUT, &[]).await;
+    run.expect("healthy", &["legacy-only"]);
+    assert_eq!(run.codes(), ["legacy-only"]);
+    let r = run.report();
+    assert_eq!(r["transport"], "streamable-http");
+    assert_eq!(r["era"], "legacy");
+    assert_eq!(r["protocol_version"], mcp::LEGACY);
+    assert_eq!(r["dual_era"], false);
+    assert_eq!(r["server"]["name"], "fake-mcp");
+    assert_eq!(r["tool_count"], 2);
+    let names: Vec<&str> = r["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["echo", "add"]);
+
+    // discover (refused before initialize) → initialize → initialized → tools/list → DELETE.
+    assert_eq!(
+        server.methods(),
+        [
+            "server/discover",
+            "initialize",
+            "notifications/initialized",
+            "tools/list",
+            "DELETE"
+        ]
+    );
+    let reqs = server.requests();
+    assert_eq!(
+        reqs[1].header("mcp-session-id"),
+        None,
+        "initialize opens the session"
+    );
+    assert_eq!(
+        reqs[1].header("mcp-method"),
+        None,
+        "no modern header on a legacy request"
+    );
+    for r in &reqs[2..] {
+        assert_eq!(
+            r.header("mcp-session-id"),
+            Some(scenario::LEGACY_SESSION),
+            "{} {}",
+            r.method,
+            r.target
+        );
+        assert_eq!(
+            r.header("mcp-protocol-version"),
+            Some(mcp::LEGACY),
+            "{} {}",
+            r.method,
+            r.target
+        );
+    }
+    assert_eq!(reqs[4].method, "DELETE");
+    assert_eq!(reqs[4].path(), "/mcp");
+}
+
+#[tokio::test]
+async fn legacy_streamable_http_with_json_replies_is_healthy() {
+    legacy_streamable(Framing::Json).await;
+}
+
+#[tokio::test]
+async fn legacy_streamable_http_with_sse_replies_is_healthy() {
+    // Each reply is an event stream: an empty priming event, a progress notification, the reply.
+    legacy_streamable(Framing::Sse).await;
+}
+
+#[tokio::test]
+async fn legacy_http_sse_transport_is_healthy_but_deprecated() {
+    let server = serve(scenario::legacy_sse()).await;
+    let run = probe_url(&server.url("/sse"), TIMEOUT, &[]).await;
+    run.expect("healthy", &["deprecated-transport", "legacy-only"]);
+    let r = run.report();
+    assert_eq!(r["transport"], "sse");
+    assert_eq!(r["era"], "legacy");
+    assert_eq!(r["protocol_version"], "2024-11-05");
+    assert_eq!(r["tool_count"], 1);
+    assert_eq!(r["tools"][0]["name"], "legacy_echo");
+
+    let reqs = server.requests();
+    let seen: Vec<(String, String)> = reqs
+        .iter()
+        .map(|r| (r.method.clone(), r.target.clone()))
+        .collect();
+    let expected: Vec<(String, String)> = [
+        ("POST", "/sse"),
+        ("POST", "/sse"),
+        ("GET", "/sse"),
+        ("POST", scenario::SSE_ENDPOINT),
+        ("POST", scenario::SSE_ENDPOINT),
+        ("POST", scenario::SSE_ENDPOINT),
+    ]
+    .iter()
+    .map(|(m, t)| ((*m).to_owned(), (*t).to_owned()))
+    .collect();
+    assert_eq!(seen, expected);
+    assert_eq!(
+        server.methods()[3..],
+        ["initialize", "notifications/initialized", "tools/list"]
+    );
+    assert!(
+        reqs[2]
+            .header("accept")
+            .unwrap()
+            .contains("text/event-stream")
+    );
+}
+
+#[tokio::test]
+async fn repeated_cursor_is_reported_and_not_followed() {
+    let server = serve(scenario::modern(false, vec![Some("c1"), Some("c1")])).await;
+    let run = probe_url(&server.url("/mcp"), TIMEOUT, &[]).await;
+    run.expect("degraded", &["cursor-repeated"]);
+    assert_eq!(run.report()["tool_count"], 2);
+    let lists = with_method(&server.requests(), "tools/list");
+    assert_eq!(lists.len(), 2, "mcpulse stops at the repeated cursor");
+    assert_eq!(lists[0].json().unwrap()["params"].get("cursor"), None);
+    assert_eq!(lists[1].json().unwrap()["params"]["cursor"], "c1");
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP servers that are down, wrong, or gated.
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn server_that_never_answers_times_out() {
+    let server = FakeHttp::start(|_| Reply::silence()).await;
+    let run = probe_url(&server.url("/mcp"), "1s", &[]).await;
+    run.expect("down", &["timeout"]);
+    assert!(
+        run.elapsed >= Duration::from_millis(900),
+        "gave up early: {:?}",
+        run.elapsed
+    );
+    // A timeout is not evidence of an era: no legacy fallback.
+    assert_eq!(server.methods(), ["server/discover"]);
+}
+
+#[tokio::test]
+async fn body_dripping_one_byte_a_second_times_out() {
+    let server = FakeHttp::start(|req| {
+        let reply = mcp::result(&req.rpc_id().unwrap_or(Value::Null), mcp::discover_result());
+        Reply::json(200, &reply).with_body(Body::Drip {
+            bytes: reply.to_string().into_bytes(),
+            every: Duration::from_secs(1),
+        })
+    })
+    .await;
+    let run = probe_url(&server.url("/mcp"), "2s", &[]).await;
+    run.expect("down", &["timeout"]);
+    assert_eq!(server.methods(), ["server/discover"]);
+}
+
+#[tokio::test]
+async fn event_stream_that_never_ends_times_out() {
+    let server = FakeHttp::start(|_| {
+        Reply::chunked(
+            200,
+            "text/event-stream",
+            vec![Piece::Repeat {
+                data: b": keep-alive\n\n".to_vec(),
+                every: Duration::from_millis(100),
+            }],
+        )
+    })
+    .await;
+    let run = probe_url(&server.url("/mcp"), "1s", &[]).await;
+    run.expect("down", &["timeout"]);
+    assert_eq!(server.methods(), ["server/discover"]);
+}
+
+#[tokio::test]
+async fn html_page_with_status_200_is_not_json_rpc() {
+    let server = FakeHttp::start(|_| {
+        Reply::html(
+            200,
+            "<!DOCTYPE html><html><body><h1>Sign in</h1></body></html>",
+        )
+    })
+    .await;
+    let run = probe_url(&server.url("/mcp"), TIMEOUT, &[]).await;
+    run.expect("down", &["not-json-rpc"]);
+    assert_eq!(run.codes(), ["not-json-rpc"]);
+    let message = run.report()["findings"][0]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(message.contains("HTML"), "{message}");
+    // A 2xx without a JSON-RPC reply is a legacy candidate: initialize is tried too.
+    assert_eq!(server.methods(), ["server/discover", "initialize"]);
+}
+
+#[tokio::test]
+async fn status_503_is_a_server_error_and_stops_the_probe() {
+    let server = FakeHttp::start(|_| Reply::bytes(503, "text/plain", "upstream unavailable")).await;
+    let run = probe_url(&server.url("/mcp"), TIMEOUT, &[]).await;
+    run.expect("down", &["server-error"]);
+    let r = run.report();
+    assert_eq!(r["era"], Value::Null, "a 5xx says nothing about the era");
+    assert_eq!(
+        server.methods(),
+        ["server/discover"],
+        "a 5xx is not evidence of an era: no fallback"
+    );
+}
+
+#[tokio::test]
+async fn status_401_with_resource_metadata_is_up_but_gated() {
+    let server = serve(scenario::unauthorized(true)).await;
+    let run = probe_url(&server.url("/mcp"), TIMEOUT, &[]).await;
+    run.expect("degraded", &["auth-required"]);
+    assert_eq!(run.codes(), ["auth-required"]);
+    let r = run.report();
+    assert_eq!(r["auth"], "required");
+    assert_eq!(r["transport"], "streamable-http");
+    assert_eq!(r["era"], Value::Null);
+    let detail = &r["auth_detail"];
+    assert_eq!(detail["status"], 401);
+    assert_eq!(detail["scheme"], "Bearer");
+    assert_eq!(detail["scope"], "mcp:tools");
+    assert_eq!(
+        detail["resource_metadata_url"],
+        server.url(scenario::RESOURCE_METADATA_PATH)
+    );
+    assert_eq!(
+        detail["resource_metadata"]["authorization_servers"],
+        json!([scenario::AUTHORIZATION_SERVER])
+    );
+    assert_eq!(detail["resource_metadata"]["resource"], server.url("/mcp"));
+    let message = r["findings"][0]["message"].as_str().unwrap();
+    assert!(
+        message.contains(scenario::AUTHORIZATION_SERVER),
+        "{message}"
+    );
+
+    let reqs = server.requests();
+    assert_eq!(server.methods(), ["server/discover", "GET"]);
+    assert_eq!(reqs[1].path(), scenario::RESOURCE_METADATA_PATH);
+}
+
+#[tokio::test]
+async fn status_401_without_a_challenge_is_up_but_gated() {
+    let server = serve(scenario::unauthorized(false)).await;
+    let run = probe_url(&server.url("/mcp"), TIMEOUT, &[]).await;
+    run.expect("degraded", &["auth-required"]);
+    let r = run.report();
+    assert_eq!(r["auth"], "required");
+    assert_eq!(r["auth_detail"]["www_authenticate"], Value::Null);
+    assert_eq!(r["auth_detail"]["resource_metadata"], Value::Null);
+    let message = r["findings"][0]["message"].as_str().unwrap();
+    assert!(message.contains("no WWW-Authenticate"), "{message}");
+    assert_eq!(
+        server.methods(),
+        ["server/discover"],
+        "nothing to fetch without a challenge"
+    );
+}
+
+#[tokio::test]
+async fn nothing_at_the_url_ends_with_no_sse_endpoint() {
+    // POST 404 (a legacy candidate), initialize 404 (maybe HTTP+SSE), GET 405: nothing there.
+    let server = FakeHttp::start(|req| match req.method.as_str() {
+        "GET" => Reply::status(405).header("allow", "POST"),
+        _ => Reply::bytes(404, "text/plain", "Not Found"),
+    })
+    .await;
+    let run = probe_url(&server.url("/mcp"), TIMEOUT, &[]).await;
+    run.expect("down", &["sse-no-endpoint"]);
+    assert_eq!(server.methods(), ["server/discover", "initialize", "GET"]);
+}
+
+#[tokio::test]
+async fn reply_with_the_wrong_id_is_reported() {
+    let server = FakeHttp::start(|req| {
+        let result = match req.rpc_method().as_deref() {
+            Some("initialize") => mcp::initialize_result(mcp::LEGACY),
+            _ => mcp::discover_result(),
+        };
+        Reply::json(200, &mcp::result(&json!(999), result))
+    })
+    .await;
+    let run = probe_url(&server.url("/mcp"), TIMEOUT, &[]).await;
+    run.expect("down", &["wrong-reply-id"]);
+    let message = run.report()["findings"][0]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(message.contains("999"), "{message}");
+}
+
+#[tokio::test]
+async fn oversize_body_is_cut_at_the_cap() {
+    // 256 KiB of a JSON reply that never gets to its end, streamed in 8 KiB chunks; cap 64 KiB.
+    let server = FakeHttp::start(|_| {
+        let mut pieces = vec![Piece::Data(
+            br#"{"jsonrpc":"2.0","id":1,"result":{"padding":""#.to_vec(),
+        )];
+        pieces.extend((0..32).map(|_| Piece::Data(vec![b'x'; 8 * 1024])));
+        pieces.push(Piece::Data(br#""}}"#.to_vec()));
+        Reply::chunked(200, "application/json", pieces)
+    })
+    .await;
+    let run = probe_url(
+        &server.url("/mcp"),
+        TIMEOUT,
+        &["--max-response-size", "64KiB"],
+    )
+    .await;
+    run.expect("down", &["response-too-large"]);
+    let message = run.report()["findings"][0]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(message.contains("65536"), "{message}");
+    assert_eq!(server.methods(), ["server/discover"]);
+}
+
+#[tokio::test]
+async fn server_hanging_up_after_every_reply_is_still_healthy() {
+    // A short idle timeout: each connection is closed, unannounced, after one reply. mcpulse
+    // finds its kept-alive connection dead and must retry on a fresh one.
+    let legacy = scenario::legacy_streamable(Framing::Json);
+    let server = FakeHttp::start(move |req| legacy(req).hanging_up()).await;
+    let run = probe_url(&server.url("/mcp"), TIMEOUT, &[]).await;
+    run.expect("healthy", &["legacy-only"]);
+    assert_eq!(
+        server.methods(),
+        [
+            "server/discover",
+            "initialize",
+            "notifications/initialized",
+            "tools/list",
+            "DELETE"
+        ]
+    );
+    let connections: Vec<usize> = server.requests().iter().map(|r| r.connection).collect();
+    assert_eq!(connections, [0, 1, 2, 3, 4], "one connection per request");
+}
+
+#[tokio::test]
+async fn body_cut_short_is_an_http_failure() {
+    // Content-Length promises more than is sent before the connection closes.
+    let server = FakeHttp::start(|req| {
+        let reply = mcp::result(&req.rpc_id().unwrap_or(Value::Null), mcp::discover_result());
+        Reply::json(200, &reply)
+            .header("content-length", "100000")
+            .hanging_up()
+    })
+    .await;
+    let run = probe_url(&server.url("/mcp"), TIMEOUT, &[]).await;
+    run.expect("down", &["http-failed"]);
+    assert_eq!(
+        server.methods(),
+        ["server/discover"],
+        "a broken response is not evidence of an era"
+    );
+}
+
+#[tokio::test]
+async fn status_403_is_up_but_forbidden() {
+    let server = FakeHttp::start(|_| {
+        Reply::json(
+            403,
+            &mcp::error(&Value::Null, -32000, "Forbidden: Origin not allowed"),
+        )
+    })
+    .await;
+    let run = probe_url(&server.url("/mcp"), TIMEOUT, &[]).await;
+    run.expect("degraded", &["forbidden"]);
+    assert_eq!(run.codes(), ["forbidden"]);
+    assert_eq!(run.report()["auth"], "forbidden");
+    assert_eq!(server.methods(), ["server/discover"]);
+}
+
+#[tokio::test]
+async fn sse_stream_that_ends_before_the_endpoint_event() {
+    let server = FakeHttp::start(|req| match req.method.as_str() {
+        "GET" => Reply::sse(vec![
+            ": hello\n\n".to_owned(),
+            mcp::sse_event(Some("ping"), None, "{}"),
+        ]),
+        _ => Reply::status(405).header("allow", "GET"),
+    })
+    .await;
+    let run = probe_url(&server.url("/sse"), TIMEOUT, &[]).await;
+    run.expect("down", &["sse-no-endpoint"]);
+    assert_eq!(run.report()["transport"], "sse");
+    assert_eq!(server.methods(), ["server/discover", "initialize", "GET"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// stdio servers.
+// ---------------------------------------------------------------------------------------------
+
+/// A legacy stdio server: `initialize` and `tools/list` answered, anything else ignored.
+fn legacy_stdio() -> StdioScript {
+    StdioScript::new()
+        .on(
+            "initialize",
+            vec![Act::Result(mcp::initialize_result(mcp::LEGACY))],
+        )
+        .on(
+            "tools/list",
+            vec![Act::Result(mcp::tools_list_result(
+                mcp::tools(&["echo"]),
+                None,
+                false,
+            ))],
+        )
+}
+
+fn assert_no_survivors(pids: &[u32]) {
+    let alive = still_running_after(pids, Duration::from_secs(2));
+    mcpulse_testkit::stdio::kill(&alive);
+    assert!(
+        alive.is_empty(),
+        "processes left running after mcpulse exited: {alive:?} (of {pids:?})"
+    );
+}
+
+#[tokio::test]
+async fn stdio_server_that_exits_before_initialize_is_respawned() {
+    // Like rmcp servers: any request before `initialize` makes it exit. The first process dies
+    // on server/discover; the legacy handshake runs in a fresh one.
+    let dir = TempDir::new("respawn");
+    let pids = dir.join("pids");
+    let script = legacy_stdio()
+        .at_start(Act::RecordPid(pids.clone()))
+        .at_start(Act::SpawnGrandchild(pids.clone()))
+        .on(
+            "server/discover",
+            vec![
+                Act::Stderr("error: expected initialize, got server/discover".into()),
+                Act::Exit(1),
+            ],
+        )
+        .write(&dir, "server.sh");
+    let transcript = dir.join("transcript.json");
+    let path = script.to_str().unwrap();
+    let args = [
+        "probe",
+        "--json",
+        "--timeout",
+        TIMEOUT,
+        "--transcript",
+        transcript.to_str().unwrap(),
+        "--",
+        "sh",
+        path,
+    ];
+    let run = run_with(&args, &[], parse_secs(TIMEOUT) + SLACK).await;
+    run.expect("healthy", &["legacy-only", "stderr-output"]);
+    let r = run.report();
+    assert_eq!(r["transport"], "stdio");
+    assert_eq!(r["era"], "legacy");
+    assert_eq!(r["protocol_version"], mcp::LEGACY);
+    assert_eq!(r["tool_count"], 1);
+    assert_eq!(
+        r["stderr"],
+        json!(["error: expected initialize, got server/discover"])
+    );
+
+    let tr: Value = serde_json::from_str(&std::fs::read_to_string(&transcript).unwrap()).unwrap();
+    let purposes: Vec<&str> = tr["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["purpose"].as_str().unwrap())
+        .collect();
+    assert_eq!(purposes, ["probe", "legacy fallback"]);
+    assert_eq!(tr["processes"][0]["exit"]["code"], 1);
+    assert_eq!(tr["processes"][0]["exit"]["by_probe"], false);
+
+    let pids = read_pids(&pids);
+    assert_eq!(
+        pids.len(),
+        4,
+        "two scripts, each with a grandchild: {pids:?}"
+    );
+    assert_no_survivors(&pids);
+}
+
+#[tokio::test]
+async fn stdio_modern_server_is_healthy_and_leaves_nothing_behind() {
+    let dir = TempDir::new("modern");
+    let pids = dir.join("pids");
+    let script = StdioScript::new()
+        .at_start(Act::RecordPid(pids.clone()))
+        .at_start(Act::SpawnGrandchild(pids.clone()))
+        .on("server/discover", vec![Act::Result(mcp::discover_result())])
+        .on(
+            "tools/list",
+            vec![Act::Result(mcp::tools_list_result(
+                mcp::tools(&["a", "b", "c"]),
+                None,
+                true,
+            ))],
+        )
+        .on(
+            "initialize",
+            vec![Act::Error(-32601, "Method not found".into())],
+        )
+        .write(&dir, "server.sh");
+    let run = probe_script(&script, TIMEOUT).await;
+    run.expect("healthy", &[]);
+    assert_eq!(run.codes(), Vec::<String>::new());
+    let r = run.report();
+    assert_eq!(r["transport"], "stdio");
+    assert_eq!(r["era"], "modern");
+    assert_eq!(r["dual_era"], false);
+    assert_eq!(r["tool_count"], 3);
+    assert_eq!(r["server"]["name"], "fake-mcp");
+    // The probe process and the fresh one for the dual-era check, each with a grandchild.
+    let pids = read_pids(&pids);
+    assert_eq!(pids.len(), 4, "{pids:?}");
+    assert_no_survivors(&pids);
+}
+
+#[tokio::test]
+async fn stdio_stdout_pollution_is_a_warning() {
+    let dir = TempDir::new("pollution");
+    let script = legacy_stdio()
+        .at_start(Act::Stdout("Server listening on stdio".into()))
+        .on(
+            "server/discover",
+            vec![Act::Error(-32601, "Method not found".into())],
+        )
+        .write(&dir, "server.sh");
+    let run = probe_script(&script, TIMEOUT).await;
+    run.expect("degraded", &["stdout-pollution", "legacy-only"]);
+    let r = run.report();
+    assert_eq!(r["era"], "legacy");
+    assert_eq!(r["tool_count"], 1);
+    let pollution = r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["code"] == "stdout-pollution")
+        .unwrap();
+    assert_eq!(pollution["severity"], "warning");
+    assert!(
+        pollution["message"]
+            .as_str()
+            .unwrap()
+            .contains("Server listening on stdio"),
+        "{pollution}"
+    );
+}
+
+#[tokio::test]
+async fn stdio_server_that_exits_at_once_is_down_with_its_stderr() {
+    let dir = TempDir::new("exits");
+    let script = StdioScript::new()
+        .at_start(Act::Stderr("fatal: API_KEY is not set".into()))
+        .at_start(Act::Exit(1))
+        .write(&dir, "server.sh");
+    let run = probe_script(&script, TIMEOUT).await;
+    run.expect("down", &["process-exited"]);
+    let r = run.report();
+    assert_eq!(r["transport"], "stdio");
+    assert!(
+        r["stderr"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l == "fatal: API_KEY is not set"),
+        "{r}"
+    );
+    let exited = r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["code"] == "process-exited")
+        .unwrap();
+    assert_eq!(exited["severity"], "critical");
+}
+
+#[tokio::test]
+async fn stdio_command_that_does_not_exist_fails_to_spawn() {
+    let args = [
+        "probe",
+        "--json",
+        "--timeout",
+        TIMEOUT,
+        "--",
+        "/nonexistent/mcpulse-test-no-such-server",
+    ];
+    let run = run_with(&args, &[], parse_secs(TIMEOUT) + SLACK).await;
+    run.expect("down", &["spawn-failed"]);
+    assert_eq!(run.codes(), ["spawn-failed"]);
+    assert_eq!(run.report()["transport"], "stdio");
+}
+
+#[tokio::test]
+async fn stdio_server_that_hangs_times_out_and_is_killed_with_its_children() {
+    // It never answers, ignores stdin EOF and SIGTERM: only SIGKILL to its group ends it.
+    let dir = TempDir::new("hang");
+    let pids = dir.join("pids");
+    let script = StdioScript::new()
+        .at_start(Act::SpawnGrandchild(pids.clone()))
+        .at_start(Act::RecordPid(pids.clone()))
+        .at_start(Act::Hang)
+        .write(&dir, "server.sh");
+    let run = probe_script(&script, "2s").await;
+    run.expect("down", &["timeout"]);
+    assert_eq!(run.report()["transport"], "stdio");
+    assert!(
+        run.elapsed >= Duration::from_millis(1900),
+        "gave up early: {:?}",
+        run.elapsed
+    );
+    // Silence on discover means legacy: a second process for initialize, which hangs too.
+    let pids = read_pids(&pids);
+    assert_eq!(pids.len(), 4, "{pids:?}");
+    assert_no_survivors(&pids);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Usage errors and secrets.
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn usage_errors_exit_3_without_a_report() {
+    let url = "http://127.0.0.1:9/mcp";
+    let cases: &[&[&str]] = &[
+        &["probe", "--json"],
+        &["probe", "--json", url, "--", "sh", "-c", "true"],
+        &["probe", "--json", "--timeout", "soon", url],
+        &["probe", "--json", "--timeout", "0s", url],
+        &["probe", "--json", "-H", "NoColon", url],
+        &[
+            "probe",
+            "--json",
+            "-H",
+            "X-Token: ${MCPULSE_TEST_UNSET_VARIABLE}",
+            url,
+        ],
+        &[
+            "probe",
+            "--json",
+            "--bearer-env",
+            "MCPULSE_TEST_UNSET_VARIABLE",
+            url,
+        ],
+        &["probe", "--json", "--era", "sideways", url],
+        &["probe", "--json", "ftp://127.0.0.1/mcp"],
+    ];
+    for args in cases {
+        let run = run_with(args, &[], Duration::from_secs(10)).await;
+        assert_eq!(
+            run.code,
+            Some(3),
+            "{args:?}: stdout {:?} stderr {:?}",
+            run.stdout,
+            run.stderr
+        );
+        assert_eq!(run.stdout, "", "{args:?}: no report on stdout");
+        assert!(
+            run.stderr.contains("error"),
+            "{args:?}: stderr {:?}",
+            run.stderr
+        );
+    }
+}
+
+/// Asserts a secret appears nowhere in what mcpulse wrote.
+fn assert_hidden(secret: &str, run: &Run, transcript: Option<&std::path::Path>) {
+    assert!(
+        !run.stdout.contains(secret),
+        "secret on stdout:\n{}",
+        run.stdout
+    );
+    assert!(
+        !run.stderr.contains(secret),
+        "secret on stderr:\n{}",
+        run.stderr
+    );
+    if let Some(path) = transcript {
+        let text = std::fs::read_to_string(path).unwrap();
+        assert!(!text.contains(secret), "secret in the transcript:\n{text}");
+        assert!(
+            text.contains("<redacted>"),
+            "the transcript should show where the secret was"
+        );
+    }
+}
+
+#[tokio::test]
+async fn header_secrets_and_url_secrets_never_appear_in_output() {
+    let token = format!("tok-{}-{}", std::process::id(), line!());
+    let key = format!("key-{}-{}", std::process::id(), line!());
+    let server = serve(scenario::legacy_streamable(Framing::Json)).await;
+    let dir = TempDir::new("secrets");
+    let transcript = dir.join("transcript.json");
+    let url = server.url(&format!("/mcp?api_key={key}"));
+    let env = [("SECRET_X", token.as_str())];
+    let bound = parse_secs(TIMEOUT) + SLACK;
+    let header = "Authorization: Bearer ${SECRET_X}";
+    let json_args = [
+        "probe",
+        "--json",
+        "--no-security",
+        "--timeout",
+        TIMEOUT,
+        "-H",
+        header,
+        "--transcript",
+        transcript.to_str().unwrap(),
+        &url,
+    ];
+    let run = run_with(&json_args, &env, bound).await;
+    run.expect("healthy", &[]);
+    assert_hidden(&token, &run, Some(&transcript));
+    assert_hidden(&key, &run, Some(&transcript));
+    assert!(
+        run.report()["target"]
+            .as_str()
+            .unwrap()
+            .contains("api_key=<redacted>")
+    );
+    // The human summary too.
+    let human_args = [
+        "probe",
+        "--no-security",
+        "--timeout",
+        TIMEOUT,
+        "-H",
+        header,
+        &url,
+    ];
+    let human = run_with(&human_args, &env, bound).await;
+    assert_eq!(human.code, Some(0), "{}{}", human.stdout, human.stderr);
+    assert_hidden(&token, &human, None);
+    assert_hidden(&key, &human, None);
+
+    // ... and yet the server got them, on every request of both runs.
+    let reqs = server.requests();
+    assert_eq!(reqs.len(), 10);
+    let bearer = format!("Bearer {token}");
+    for r in &reqs {
+        assert_eq!(
+            r.header("authorization"),
+            Some(bearer.as_str()),
+            "{} {}",
+            r.method,
+            r.target
+        );
+        assert!(r.target.contains(&key), "{}", r.target);
+    }
+}
+
+#[tokio::test]
+async fn bearer_token_is_not_sent_to_the_metadata_document() {
+    let token = format!("tok-{}-{}", std::process::id(), line!());
+    let server = serve(scenario::unauthorized(true)).await;
+    let url = server.url("/mcp");
+    let args = [
+        "probe",
+        "--json",
+        "--timeout",
+        TIMEOUT,
+        "--bearer-env",
+        "MCPULSE_TEST_TOKEN",
+        &url,
+    ];
+    let run = run_with(
+        &args,
+        &[("MCPULSE_TEST_TOKEN", &token)],
+        parse_secs(TIMEOUT) + SLACK,
+    )
+    .await;
+    run.expect("degraded", &["auth-required"]);
+    assert_hidden(&token, &run, None);
+    let reqs = server.requests();
+    assert_eq!(server.methods(), ["server/discover", "GET"]);
+    assert_eq!(
+        reqs[0].header("authorization"),
+        Some(format!("Bearer {token}").as_str())
+    );
+    assert_eq!(
+        reqs[1].header("authorization"),
+        None,
+        "credentials go to the MCP endpoint only"
+    );
+}

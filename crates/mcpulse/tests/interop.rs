@@ -1,0 +1,866 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! Interop: the real `mcpulse` binary against real third-party MCP servers.
+//!
+//! Nothing here was written for mcpulse: the servers are the official reference server
+//! (npm `@modelcontextprotocol/server-everything`) in its three transports, the official
+//! Python SDK 2.x (dual-era) and 1.x (legacy only) serving two tiny scripts from
+//! `tests/fixtures/`, and a published dual-era stdio server (PyPI `mcp-server-time`).
+//! `scripts/interop-setup.sh` installs them, pinned, into `target/interop/`; a missing install
+//! fails these tests (it never skips them).
+//!
+//! HTTP servers listen on 127.0.0.1 (server-everything binds every interface; only loopback
+//! traffic is sent to it) on a port found by binding port 0 just before the start, and are
+//! killed with their whole process group when the test ends, pass or fail. stdio servers are
+//! started by mcpulse itself, after `--`.
+
+use serde_json::Value;
+use std::fmt;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+const SETUP_HINT: &str = "run scripts/interop-setup.sh first: it installs the pinned third-party MCP servers into target/interop/";
+/// How long a server may take to accept connections.
+const START_WITHIN: Duration = Duration::from_secs(20);
+/// mcpulse bounds itself with `--timeout 10s`; this is the test's own bound on the process.
+const MCPULSE_WITHIN: Duration = Duration::from_secs(30);
+
+const LEGACY: &str = "2025-11-25";
+const MODERN: &str = "2026-07-28";
+
+// ---------------------------------------------------------------------------------------------
+// Where the installs are
+// ---------------------------------------------------------------------------------------------
+
+fn interop_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/interop")
+}
+
+/// A path under target/interop/ that must exist.
+fn installed(rel: &str) -> PathBuf {
+    let p = interop_dir().join(rel);
+    assert!(p.exists(), "{} is missing: {SETUP_HINT}", p.display());
+    p
+}
+
+/// server-everything's entry point, run with `node`.
+fn everything() -> String {
+    path_str(installed("npm/node_modules/.bin/mcp-server-everything"))
+}
+
+/// The Python SDK 2.x folder, for PYTHONPATH.
+fn py2() -> String {
+    installed("py2/mcp/server/mcpserver");
+    path_str(interop_dir().join("py2"))
+}
+
+/// The Python SDK 1.x folder, for PYTHONPATH.
+fn py1() -> String {
+    installed("py1/mcp/server/fastmcp");
+    path_str(interop_dir().join("py1"))
+}
+
+/// mcp-server-time (on the SDK 2.x), for PYTHONPATH.
+fn pytime() -> String {
+    installed("pytime/mcp_server_time");
+    path_str(interop_dir().join("pytime"))
+}
+
+fn fixture(name: &str) -> String {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
+    assert!(p.exists(), "{} is missing", p.display());
+    path_str(p)
+}
+
+fn path_str(p: PathBuf) -> String {
+    p.to_str().expect("a UTF-8 path").to_owned()
+}
+
+/// A fresh file name under cargo's scratch folder for integration tests.
+fn scratch(what: &str) -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("interop");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(format!(
+        "{}-{}-{what}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Servers
+// ---------------------------------------------------------------------------------------------
+
+/// A server process in its own process group. Dropping it kills the group (and, when the test
+/// is failing, prints the end of the server's log).
+struct Server {
+    name: &'static str,
+    child: Child,
+    port: u16,
+    log: PathBuf,
+}
+
+impl Server {
+    /// Starts the command that `command(port)` builds on a free loopback port and waits until
+    /// the port accepts connections. The port is found by binding port 0 and letting it go:
+    /// should another process take it in between, the server exits and is started again on a
+    /// new port.
+    fn start(name: &'static str, command: impl Fn(u16) -> Command) -> Server {
+        let mut last_failure = String::new();
+        for _attempt in 0..3 {
+            let port = free_port();
+            let log = scratch(&format!("{name}.log"));
+            let out = File::create(&log).unwrap();
+            let err = out.try_clone().unwrap();
+            let mut cmd = command(port);
+            cmd.stdin(Stdio::null())
+                .stdout(out)
+                .stderr(err)
+                .process_group(0);
+            let child = cmd
+                .spawn()
+                .unwrap_or_else(|e| panic!("could not start {name} ({cmd:?}): {e}; {SETUP_HINT}"));
+            let mut server = Server {
+                name,
+                child,
+                port,
+                log,
+            };
+            match server.wait_until_listening() {
+                Ok(()) => return server,
+                Err(why) => {
+                    last_failure = format!("{why}\n--- its log ---\n{}", server.log_tail(40))
+                }
+            }
+            // Dropping `server` kills what is left of it.
+        }
+        panic!("{name} did not start: {last_failure}");
+    }
+
+    fn wait_until_listening(&mut self) -> Result<(), String> {
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, self.port));
+        let deadline = Instant::now() + START_WITHIN;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Err(format!(
+                    "{} exited before listening on port {} ({status})",
+                    self.name, self.port
+                ));
+            }
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                // The listener is ours only if the server is still running.
+                if self.child.try_wait().unwrap().is_none() {
+                    return Ok(());
+                }
+                continue;
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "{} did not listen on port {} within {START_WITHIN:?}",
+                    self.name, self.port
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    fn log_tail(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(pgid) = i32::try_from(self.child.id()) {
+            // SAFETY: kill(2) on the process group this test created; no memory is touched.
+            #[allow(unsafe_code)]
+            unsafe {
+                libc::kill(-pgid, libc::SIGKILL);
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            let _ = writeln!(
+                std::io::stderr(),
+                "--- {} (port {}) log, last lines ---\n{}",
+                self.name,
+                self.port,
+                self.log_tail(40)
+            );
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn everything_http(mode: &str) -> Server {
+    let bin = everything();
+    let mode = mode.to_owned();
+    Server::start("server-everything", move |port| {
+        let mut c = Command::new("node");
+        c.arg(&bin).arg(&mode).env("PORT", port.to_string());
+        c
+    })
+}
+
+fn python_http(name: &'static str, pythonpath: String, script: &str) -> Server {
+    let script = fixture(script);
+    Server::start(name, move |port| {
+        let mut c = Command::new("python3");
+        c.arg(&script)
+            .arg("http")
+            .arg(port.to_string())
+            .env("PYTHONPATH", &pythonpath)
+            .env("PYTHONDONTWRITEBYTECODE", "1");
+        c
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running mcpulse
+// ---------------------------------------------------------------------------------------------
+
+/// One run of `mcpulse probe --json`: the exit code, the report and the transcript.
+struct Run {
+    args: Vec<String>,
+    code: i32,
+    report: Value,
+    transcript: Value,
+    stderr: String,
+}
+
+impl fmt::Display for Run {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut report = self.report.clone();
+        if let Some(o) = report.as_object_mut() {
+            o.remove("instructions"); // long, and says nothing about the failure
+        }
+        writeln!(f, "mcpulse {}", self.args.join(" "))?;
+        writeln!(f, "exit code {}", self.code)?;
+        writeln!(
+            f,
+            "report: {}",
+            serde_json::to_string_pretty(&report).unwrap_or_default()
+        )?;
+        if !self.stderr.is_empty() {
+            writeln!(f, "stderr: {}", self.stderr)?;
+        }
+        write!(f, "steps: {:?}", self.steps())
+    }
+}
+
+impl Run {
+    fn status(&self) -> &str {
+        self.report["status"].as_str().unwrap_or("?")
+    }
+
+    fn codes(&self) -> Vec<&str> {
+        self.report["findings"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|f| f["code"].as_str()).collect())
+            .unwrap_or_default()
+    }
+
+    fn finding(&self, code: &str) -> &str {
+        self.report["findings"]
+            .as_array()
+            .and_then(|a| a.iter().find(|f| f["code"] == code))
+            .and_then(|f| f["message"].as_str())
+            .unwrap_or_else(|| panic!("no {code} finding\n{self}"))
+    }
+
+    /// Findings that count against the verdict (warning or critical).
+    fn problems(&self) -> Vec<&str> {
+        self.report["findings"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter(|f| f["severity"] != "info")
+                    .filter_map(|f| f["code"].as_str())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn tools(&self) -> Vec<&str> {
+        self.report["tools"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|t| t["name"].as_str()).collect())
+            .unwrap_or_default()
+    }
+
+    fn supported(&self) -> Vec<&str> {
+        self.report["supported_versions"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default()
+    }
+
+    fn exchanges(&self) -> &[Value] {
+        self.transcript["exchanges"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+    }
+
+    fn steps(&self) -> Vec<&str> {
+        self.exchanges()
+            .iter()
+            .filter_map(|e| e["step"].as_str())
+            .collect()
+    }
+
+    fn exchange(&self, step: &str) -> &Value {
+        self.exchanges()
+            .iter()
+            .find(|e| e["step"] == step)
+            .unwrap_or_else(|| panic!("no {step} exchange\n{self}"))
+    }
+
+    fn processes(&self) -> &[Value] {
+        self.transcript["processes"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+    }
+
+    /// The healthy verdict with nothing but informational findings, and exit code 0.
+    fn assert_healthy(&self) {
+        assert_eq!(self.status(), "healthy", "{self}");
+        assert_eq!(self.code, 0, "{self}");
+        assert!(self.problems().is_empty(), "{self}");
+    }
+
+    fn assert_down(&self) {
+        assert_eq!(self.status(), "down", "{self}");
+        assert_eq!(self.code, 2, "{self}");
+    }
+}
+
+fn header<'a>(headers: &'a Value, name: &str) -> Option<&'a str> {
+    headers
+        .as_array()?
+        .iter()
+        .find(|h| h[0].as_str().is_some_and(|n| n.eq_ignore_ascii_case(name)))?[1]
+        .as_str()
+}
+
+/// Runs `mcpulse probe --json --timeout 10s --latency-budget 10s --transcript FILE ARGS...`
+/// with `env` added. The latency budget is the whole timeout because these tests are about
+/// the protocol, not speed: on a loaded machine a stdio server's start-up alone (part of its
+/// handshake time) can pass the 3 s default, and "degraded" would then say nothing about
+/// interop.
+fn mcpulse(args: &[&str], env: &[(&str, &str)]) -> Run {
+    let transcript_path = scratch("transcript.json");
+    let mut all: Vec<String> = [
+        "probe",
+        "--json",
+        "--timeout",
+        "10s",
+        "--latency-budget",
+        "10s",
+        "--transcript",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    all.push(path_str(transcript_path.clone()));
+    all.extend(args.iter().map(|s| (*s).to_owned()));
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mcpulse"));
+    cmd.args(&all)
+        .envs(env.iter().copied())
+        .env("PYTHONDONTWRITEBYTECODE", "1");
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stdout.read_to_string(&mut s);
+        s
+    });
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    let deadline = Instant::now() + MCPULSE_WITHIN;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "mcpulse {} did not finish within {MCPULSE_WITHIN:?}",
+                all.join(" ")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stdout = out.join().unwrap();
+    let stderr = err.join().unwrap();
+    let code = status.code().unwrap_or(-1);
+    let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "mcpulse {} (exit {code}) printed no JSON report ({e}):\n{stdout}\n{stderr}",
+            all.join(" ")
+        )
+    });
+    let transcript: Value = std::fs::read_to_string(&transcript_path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(Value::Null);
+    Run {
+        args: all,
+        code,
+        report,
+        transcript,
+        stderr,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// server-everything (npm), legacy era, three transports
+// ---------------------------------------------------------------------------------------------
+
+const EVERYTHING_TOOLS: usize = 13;
+
+fn assert_everything(run: &Run) {
+    assert_eq!(
+        run.report["server"]["name"], "mcp-servers/everything",
+        "{run}"
+    );
+    assert_eq!(run.report["tool_count"], EVERYTHING_TOOLS, "{run}");
+    assert_eq!(run.tools().len(), EVERYTHING_TOOLS, "{run}");
+    for tool in ["echo", "get-sum", "get-tiny-image"] {
+        assert!(run.tools().contains(&tool), "{tool} missing\n{run}");
+    }
+    assert_eq!(run.report["protocol_version"], LEGACY, "{run}");
+    assert_eq!(run.supported(), [LEGACY], "{run}");
+}
+
+#[test]
+fn everything_stdio_is_healthy_and_legacy_only() {
+    let bin = everything();
+    let run = mcpulse(&["--", "node", &bin, "stdio"], &[]);
+    run.assert_healthy();
+    assert_eq!(run.report["transport"], "stdio", "{run}");
+    assert_eq!(run.report["era"], "legacy", "{run}");
+    assert_eq!(run.report["dual_era"], false, "{run}");
+    assert_everything(&run);
+    // It answers server/discover with "method not found" and stays up: the same process
+    // then completes the legacy handshake.
+    assert!(run.finding("legacy-only").contains("-32601"), "{run}");
+    assert_eq!(run.processes().len(), 1, "{run}");
+    assert!(
+        run.steps().starts_with(&["server/discover", "initialize"]),
+        "{run}"
+    );
+}
+
+#[test]
+fn everything_stdio_forced_eras() {
+    let bin = everything();
+    let legacy = mcpulse(&["--era", "legacy", "--", "node", &bin, "stdio"], &[]);
+    legacy.assert_healthy();
+    assert_eq!(legacy.report["era"], "legacy", "{legacy}");
+    assert_eq!(legacy.report["dual_era"], Value::Null, "{legacy}");
+    assert!(!legacy.codes().contains(&"legacy-only"), "{legacy}");
+    assert!(!legacy.steps().contains(&"server/discover"), "{legacy}");
+    assert_everything(&legacy);
+
+    // A modern-only client cannot use it: down, with the server's own refusal as the reason.
+    let modern = mcpulse(&["--era", "modern", "--", "node", &bin, "stdio"], &[]);
+    modern.assert_down();
+    assert_eq!(modern.report["era"], Value::Null, "{modern}");
+    let why = modern.finding("handshake-failed");
+    assert!(
+        why.contains("server/discover") && why.contains("-32601"),
+        "{modern}"
+    );
+    assert!(!modern.steps().contains(&"initialize"), "{modern}");
+}
+
+#[test]
+fn everything_streamable_http_is_healthy_and_ends_its_session() {
+    let server = everything_http("streamableHttp");
+    let run = mcpulse(&[&server.url("/mcp")], &[]);
+    run.assert_healthy();
+    assert_eq!(run.report["transport"], "streamable-http", "{run}");
+    assert_eq!(run.report["era"], "legacy", "{run}");
+    assert_eq!(run.report["dual_era"], false, "{run}");
+    assert_everything(&run);
+    // Over HTTP, server/discover without a session is a 400 with -32000 "Server not initialized".
+    let why = run.finding("legacy-only");
+    assert!(why.contains("HTTP 400") && why.contains("-32000"), "{run}");
+    // The initialize reply comes as an SSE stream (with an empty priming event first).
+    let init = run.exchange("initialize");
+    assert_eq!(
+        header(&init["response"]["headers"], "content-type"),
+        Some("text/event-stream"),
+        "{run}"
+    );
+    // The session it issued was ended with DELETE, and the server accepted that.
+    let sid = header(&init["response"]["headers"], "mcp-session-id")
+        .unwrap_or_else(|| panic!("no session id\n{run}"));
+    let delete = run.exchange("session-delete");
+    // The health probe ends with the DELETE; the security checks' requests come after it.
+    let steps = run.steps();
+    let health_end = steps.iter().position(|s| *s == "session-delete").unwrap();
+    let last_list = steps.iter().rposition(|s| s.ends_with("/list")).unwrap();
+    assert_eq!(health_end, last_list + 1, "{run}");
+    assert_eq!(delete["request"]["method"], "DELETE", "{run}");
+    assert_eq!(
+        header(&delete["request"]["headers"], "mcp-session-id"),
+        Some(sid),
+        "{run}"
+    );
+    assert_eq!(delete["response"]["status"], 200, "{run}");
+    assert!(!run.codes().contains(&"session-delete-failed"), "{run}");
+}
+
+#[test]
+fn everything_streamable_http_forced_eras() {
+    let server = everything_http("streamableHttp");
+    let legacy = mcpulse(&["--era", "legacy", &server.url("/mcp")], &[]);
+    legacy.assert_healthy();
+    assert_eq!(legacy.report["era"], "legacy", "{legacy}");
+    assert_eq!(legacy.report["dual_era"], Value::Null, "{legacy}");
+    assert_everything(&legacy);
+
+    let modern = mcpulse(&["--era", "modern", &server.url("/mcp")], &[]);
+    modern.assert_down();
+    assert_eq!(modern.report["transport"], "streamable-http", "{modern}");
+    assert_eq!(modern.report["era"], Value::Null, "{modern}");
+    assert_eq!(modern.report["tool_count"], Value::Null, "{modern}");
+    let why = modern.finding("handshake-failed");
+    assert!(
+        why.contains("HTTP 400") && why.contains("server/discover") && why.contains("-32000"),
+        "{modern}"
+    );
+    assert_eq!(modern.steps(), ["server/discover"], "{modern}");
+}
+
+#[test]
+fn everything_sse_is_found_and_flagged_deprecated() {
+    let server = everything_http("sse");
+    let url = server.url("/sse");
+
+    // auto: Streamable HTTP is tried first (404 to both POSTs), then the legacy GET stream.
+    let auto = mcpulse(&[&url], &[]);
+    auto.assert_healthy();
+    assert_eq!(auto.report["transport"], "sse", "{auto}");
+    assert_eq!(auto.report["era"], "legacy", "{auto}");
+    assert_eq!(auto.report["dual_era"], false, "{auto}");
+    assert_everything(&auto);
+    assert!(auto.codes().contains(&"deprecated-transport"), "{auto}");
+    assert!(auto.codes().contains(&"legacy-only"), "{auto}");
+    assert!(
+        auto.steps()
+            .starts_with(&["server/discover", "initialize", "sse-open"]),
+        "{auto}"
+    );
+    assert_eq!(
+        auto.exchange("sse-open")["outcome"]["kind"],
+        "endpoint",
+        "{auto}"
+    );
+
+    // --transport sse: straight to the GET stream.
+    let sse = mcpulse(&["--transport", "sse", &url], &[]);
+    sse.assert_healthy();
+    assert_eq!(sse.report["transport"], "sse", "{sse}");
+    assert_eq!(sse.report["era"], "legacy", "{sse}");
+    assert_eq!(sse.report["dual_era"], Value::Null, "{sse}");
+    assert_everything(&sse);
+    assert!(sse.codes().contains(&"deprecated-transport"), "{sse}");
+    assert!(
+        sse.steps().starts_with(&["sse-open", "initialize"]),
+        "{sse}"
+    );
+
+    // --transport streamable-http: there is no such endpoint there.
+    let streamable = mcpulse(&["--transport", "streamable-http", &url], &[]);
+    streamable.assert_down();
+    assert!(
+        streamable.finding("handshake-failed").contains("HTTP 404"),
+        "{streamable}"
+    );
+    assert!(!streamable.steps().contains(&"sse-open"), "{streamable}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The Python SDK 2.x (PyPI mcp 2.3.0): dual-era
+// ---------------------------------------------------------------------------------------------
+
+fn assert_py2_fixture(run: &Run) {
+    assert_eq!(run.report["server"]["name"], "mcpulse-fixture-py2", "{run}");
+    assert_eq!(run.report["tool_count"], 2, "{run}");
+    assert_eq!(run.tools(), ["add", "echo"], "{run}");
+}
+
+#[test]
+fn python_sdk2_streamable_http_is_modern_and_dual_era() {
+    let server = python_http("python-sdk-2", py2(), "mcp2_server.py");
+    let run = mcpulse(&[&server.url("/mcp")], &[]);
+    run.assert_healthy();
+    assert_eq!(run.report["transport"], "streamable-http", "{run}");
+    assert_eq!(run.report["era"], "modern", "{run}");
+    assert_eq!(run.report["protocol_version"], MODERN, "{run}");
+    assert_eq!(run.report["dual_era"], true, "{run}");
+    assert!(
+        run.supported().contains(&MODERN) && run.supported().contains(&LEGACY),
+        "{run}"
+    );
+    assert!(run.finding("dual-era").contains(LEGACY), "{run}");
+    assert!(!run.codes().contains(&"modern-result-fields"), "{run}");
+    assert_py2_fixture(&run);
+    assert_eq!(
+        run.exchange("server/discover")["response"]["status"],
+        200,
+        "{run}"
+    );
+    // The legacy initialize of the dual-era check opened a session; it was ended.
+    assert_eq!(
+        run.exchange("dual-era-check")["response"]["status"],
+        200,
+        "{run}"
+    );
+    assert_eq!(
+        run.exchange("session-delete")["response"]["status"],
+        200,
+        "{run}"
+    );
+    assert!(!run.steps().contains(&"initialize"), "{run}");
+}
+
+#[test]
+fn python_sdk2_streamable_http_forced_eras() {
+    let server = python_http("python-sdk-2", py2(), "mcp2_server.py");
+    let legacy = mcpulse(&["--era", "legacy", &server.url("/mcp")], &[]);
+    legacy.assert_healthy();
+    assert_eq!(legacy.report["era"], "legacy", "{legacy}");
+    assert_eq!(legacy.report["protocol_version"], LEGACY, "{legacy}");
+    assert_eq!(legacy.report["dual_era"], Value::Null, "{legacy}");
+    assert_py2_fixture(&legacy);
+    assert_eq!(
+        legacy.exchange("session-delete")["response"]["status"],
+        200,
+        "{legacy}"
+    );
+
+    let modern = mcpulse(&["--era", "modern", &server.url("/mcp")], &[]);
+    modern.assert_healthy();
+    assert_eq!(modern.report["era"], "modern", "{modern}");
+    assert_eq!(modern.report["protocol_version"], MODERN, "{modern}");
+    assert_eq!(modern.supported(), [MODERN], "{modern}");
+    assert_eq!(modern.report["dual_era"], Value::Null, "{modern}");
+    assert_py2_fixture(&modern);
+    assert!(
+        !modern.steps().contains(&"initialize") && !modern.steps().contains(&"dual-era-check"),
+        "{modern}"
+    );
+}
+
+#[test]
+fn python_sdk2_stdio_is_modern_and_dual_era() {
+    let script = fixture("mcp2_server.py");
+    let run = mcpulse(
+        &["--", "python3", &script, "stdio"],
+        &[("PYTHONPATH", &py2())],
+    );
+    run.assert_healthy();
+    assert_eq!(run.report["transport"], "stdio", "{run}");
+    assert_eq!(run.report["era"], "modern", "{run}");
+    assert_eq!(run.report["dual_era"], true, "{run}");
+    assert!(
+        run.supported().contains(&MODERN) && run.supported().contains(&LEGACY),
+        "{run}"
+    );
+    assert_py2_fixture(&run);
+}
+
+// ---------------------------------------------------------------------------------------------
+// mcp-server-time (PyPI, on the SDK 2.x): a published dual-era stdio server
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn mcp_server_time_stdio_is_modern_and_dual_era() {
+    let run = mcpulse(
+        &[
+            "--",
+            "python3",
+            "-m",
+            "mcp_server_time",
+            "--local-timezone",
+            "UTC",
+        ],
+        &[("PYTHONPATH", &pytime())],
+    );
+    run.assert_healthy();
+    assert_eq!(run.report["transport"], "stdio", "{run}");
+    assert_eq!(run.report["era"], "modern", "{run}");
+    assert_eq!(run.report["protocol_version"], MODERN, "{run}");
+    assert_eq!(run.report["dual_era"], true, "{run}");
+    assert!(
+        run.supported().contains(&MODERN) && run.supported().contains(&LEGACY),
+        "{run}"
+    );
+    assert_eq!(run.report["server"]["name"], "mcp-time", "{run}");
+    assert_eq!(run.report["server"]["version"], "2026.10.19", "{run}");
+    assert_eq!(run.tools(), ["get_current_time", "convert_time"], "{run}");
+    // The server fixes the era of its process at the first request (a later initialize gets
+    // -32022), so the dual-era check runs in a second process; both were ended by the probe.
+    let purposes: Vec<&str> = run
+        .processes()
+        .iter()
+        .filter_map(|p| p["purpose"].as_str())
+        .collect();
+    assert_eq!(purposes, ["probe", "dual-era check"], "{run}");
+    assert!(
+        run.processes().iter().all(|p| !p["exit"].is_null()),
+        "{run}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The Python SDK 1.x (PyPI mcp 1.30.0, FastMCP): legacy only
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn python_sdk1_streamable_http_is_legacy_only() {
+    let server = python_http("python-sdk-1", py1(), "mcp1_server.py");
+    let run = mcpulse(&[&server.url("/mcp")], &[]);
+    run.assert_healthy();
+    assert_eq!(run.report["transport"], "streamable-http", "{run}");
+    assert_eq!(run.report["era"], "legacy", "{run}");
+    assert_eq!(run.report["protocol_version"], LEGACY, "{run}");
+    assert_eq!(run.report["dual_era"], false, "{run}");
+    assert_eq!(run.report["server"]["name"], "mcpulse-fixture-py1", "{run}");
+    assert_eq!(run.report["server"]["version"], "1.30.0", "{run}");
+    assert_eq!(run.tools(), ["add"], "{run}");
+    // A POST without a session gets 400 -32600 "Missing session ID" (with the non-conformant
+    // id "server-error"): classified as "not modern", not a crash.
+    let why = run.finding("legacy-only");
+    assert!(why.contains("HTTP 400") && why.contains("-32600"), "{run}");
+    assert_eq!(
+        run.exchange("session-delete")["response"]["status"],
+        200,
+        "{run}"
+    );
+
+    let modern = mcpulse(&["--era", "modern", &server.url("/mcp")], &[]);
+    modern.assert_down();
+    assert!(
+        modern.finding("handshake-failed").contains("-32600"),
+        "{modern}"
+    );
+}
+
+#[test]
+fn python_sdk1_stdio_is_legacy_only() {
+    let script = fixture("mcp1_server.py");
+    let run = mcpulse(
+        &["--", "python3", &script, "stdio"],
+        &[("PYTHONPATH", &py1())],
+    );
+    run.assert_healthy();
+    assert_eq!(run.report["transport"], "stdio", "{run}");
+    assert_eq!(run.report["era"], "legacy", "{run}");
+    assert_eq!(run.report["dual_era"], false, "{run}");
+    assert_eq!(run.tools(), ["add"], "{run}");
+    // server/discover gets -32602 (and a burst of validation errors on stderr); the live
+    // process then completes the legacy handshake.
+    assert!(run.finding("legacy-only").contains("-32602"), "{run}");
+    assert!(run.codes().contains(&"stderr-output"), "{run}");
+    assert_eq!(run.processes().len(), 1, "{run}");
+}
+
+/// The security checks against the reference servers, as the conformance suite sees them:
+/// server-everything (Streamable HTTP) fails `dns-rebinding-protection`, so mcpulse must flag
+/// it; the Python SDK 2.x passes it, so mcpulse must not.
+fn security_codes(run: &Run) -> Vec<String> {
+    run.report["security"]["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["code"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn everything_streamable_http_fails_dns_rebinding_protection() {
+    let server = everything_http("streamableHttp");
+    let run = mcpulse(&[&server.url("/mcp")], &[]);
+    run.assert_healthy();
+    let codes = security_codes(&run);
+    assert!(codes.contains(&"origin-not-validated".to_owned()), "{run}");
+    assert!(codes.contains(&"host-not-validated".to_owned()), "{run}");
+    assert_eq!(run.report["grade"], "F", "{run}");
+    // The evidence names the request that showed it.
+    let f = run.report["security"]["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["code"] == "origin-not-validated")
+        .unwrap();
+    assert!(
+        f["evidence"][0].as_str().unwrap().contains("evil.example"),
+        "{run}"
+    );
+    // Sessions opened by the checks were deleted again.
+    let opened = run
+        .exchanges()
+        .iter()
+        .filter(|e| {
+            matches!(e["step"].as_str(), Some("origin-check" | "host-check"))
+                && e["response"]["status"] == 200
+        })
+        .count();
+    let deleted = run
+        .exchanges()
+        .iter()
+        .filter(|e| e["step"] == "session-delete")
+        .count();
+    assert_eq!(deleted, opened + 1, "{run}");
+}
+
+#[test]
+fn python_sdk2_passes_dns_rebinding_protection() {
+    let server = python_http("python-sdk-2", py2(), "mcp2_server.py");
+    let run = mcpulse(&[&server.url("/mcp")], &[]);
+    run.assert_healthy();
+    let codes = security_codes(&run);
+    assert!(!codes.contains(&"origin-not-validated".to_owned()), "{run}");
+    assert!(!codes.contains(&"host-not-validated".to_owned()), "{run}");
+    let origin = run.exchange("origin-check");
+    assert_eq!(origin["response"]["status"], 403, "{run}");
+    let host = run.exchange("host-check");
+    assert!(host["response"]["status"].as_u64().unwrap() >= 400, "{run}");
+    assert_eq!(run.report["grade"], "A", "{run}");
+}
