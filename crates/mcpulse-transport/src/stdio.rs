@@ -28,6 +28,8 @@ use tokio::time::{Instant, timeout_at};
 
 /// The most stderr lines kept per process; later ones are counted, not kept.
 pub const MAX_STDERR_LINES: usize = 200;
+/// How long replies may still arrive after the server process exited.
+const EXIT_DRAIN: Duration = Duration::from_millis(100);
 /// The longest stderr line kept.
 const MAX_STDERR_LINE: usize = 2000;
 
@@ -201,12 +203,29 @@ impl StdioChild {
             ex.elapsed_ms = self.clock.since(started);
             return ex;
         };
+        // A leader that exits while a grandchild keeps its stdout open would otherwise leave us
+        // waiting for an end-of-file that never comes: after the exit, replies already written
+        // get a moment to arrive, then the exchange ends as closed.
+        let mut exited = self.exited.clone();
+        let mut drain_until: Option<Instant> = None;
         loop {
             if self.stdout_closed {
                 ex.outcome = Outcome::Closed;
                 break;
             }
-            match timeout_at(deadline, self.rx.recv()).await {
+            let wait_until = drain_until.map_or(deadline, |d| d.min(deadline));
+            let received = tokio::select! {
+                r = timeout_at(wait_until, self.rx.recv()) => r,
+                _ = exited.wait_for(|e| *e), if drain_until.is_none() => {
+                    drain_until = Some(Instant::now() + EXIT_DRAIN);
+                    continue;
+                }
+            };
+            match received {
+                Err(_) if drain_until.is_some() && Instant::now() < deadline => {
+                    ex.outcome = Outcome::Closed;
+                    break;
+                }
                 Err(_) => {
                     ex.outcome = Outcome::Timeout;
                     break;
