@@ -1,0 +1,553 @@
+//! The alert policy: from state-machine events to alerts, with incidents, reminders, flapping
+//! suppression and maintenance windows. Pure: time is an argument, and the open incidents are
+//! a value the caller persists (so a restart resumes them, never duplicating or losing one).
+//!
+//! Every alert carries a deterministic deduplication key, `mcpulse-<sha256(target, kind)>`,
+//! the same on every replica and across restarts: PagerDuty (`dedup_key`) and Alertmanager
+//! (identical label sets) fold repeats into one incident, so replicas never double-page.
+
+use crate::state::{Event, Health};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+
+/// What a sink is asked to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    /// Open (or update) the incident under `dedup_key`.
+    Trigger,
+    /// Close it.
+    Resolve,
+    /// Re-send an open incident (`reminder`).
+    Remind,
+    /// A one-off change notice (auth posture, protocol, grade): no incident to close.
+    Notify,
+}
+
+/// The alert kinds; also the values of a sink's `on` filter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    Down,
+    Degraded,
+    Recovered,
+    Drift,
+    Auth,
+    Protocol,
+    Grade,
+    Flapping,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Down => "down",
+            Kind::Degraded => "degraded",
+            Kind::Recovered => "recovered",
+            Kind::Drift => "drift",
+            Kind::Auth => "auth",
+            Kind::Protocol => "protocol",
+            Kind::Grade => "grade",
+            Kind::Flapping => "flapping",
+        }
+    }
+}
+
+/// One alert, ready for the sinks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Alert {
+    pub dedup_key: String,
+    pub action: Action,
+    pub kind: Kind,
+    pub target: String,
+    /// `critical` | `warning` | `info`.
+    pub severity: String,
+    pub summary: String,
+    pub at_ms: i64,
+    /// When the incident opened (for a resolve or reminder: the original time).
+    pub started_ms: i64,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// An open incident.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Incident {
+    pub dedup_key: String,
+    /// `status`, `drift` or `flapping`.
+    pub family: String,
+    pub kind: Kind,
+    pub severity: String,
+    pub summary: String,
+    pub opened_ms: i64,
+    pub notified_ms: i64,
+}
+
+/// The open incidents of one target, by family.
+pub type Incidents = BTreeMap<String, Incident>;
+
+/// `mcpulse-` and 24 hex digits of SHA-256 over the target name and the incident family.
+pub fn dedup_key(target: &str, family: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(target.as_bytes());
+    h.update([0]);
+    h.update(family.as_bytes());
+    let d = h.finalize();
+    let mut s = String::from("mcpulse-");
+    for b in &d[..12] {
+        s.push_str(&format!("{b:02x}"));
+    }
+    s
+}
+
+/// What the policy needs to know about the target.
+pub struct Context<'a> {
+    pub target: &'a str,
+    pub labels: &'a BTreeMap<String, String>,
+    pub now_ms: i64,
+    /// Inside a maintenance window: nothing is sent, incidents are not opened.
+    pub silenced: bool,
+    pub flapping: bool,
+    /// The confirmed status after the events.
+    pub status: Health,
+    pub reminder_ms: Option<i64>,
+}
+
+/// Alerts for one target's events; updates its open incidents.
+pub fn alerts(events: &[Event], incidents: &mut Incidents, cx: &Context<'_>) -> Vec<Alert> {
+    let mut out = Vec::new();
+    let mut emit = |out: &mut Vec<Alert>,
+                    action,
+                    kind: Kind,
+                    family: &str,
+                    severity: &str,
+                    summary: String,
+                    started_ms| {
+        out.push(Alert {
+            dedup_key: dedup_key(cx.target, family),
+            action,
+            kind,
+            target: cx.target.to_owned(),
+            severity: severity.to_owned(),
+            summary,
+            at_ms: cx.now_ms,
+            started_ms,
+            labels: cx.labels.clone(),
+        });
+    };
+    for e in events {
+        match e {
+            Event::Transition {
+                to,
+                quiet: false,
+                reason,
+                from,
+                ..
+            } if !cx.flapping => {
+                status_alert(
+                    &mut out,
+                    &mut emit,
+                    incidents,
+                    cx,
+                    *to,
+                    Some((*from, reason.as_str())),
+                );
+            }
+            Event::Transition { .. } => {}
+            Event::FlappingStarted { transitions, .. } => {
+                if !cx.silenced {
+                    let summary = format!(
+                        "{} is flapping: {transitions} state changes in the flap window",
+                        cx.target
+                    );
+                    open(
+                        incidents,
+                        "flapping",
+                        Kind::Flapping,
+                        "warning",
+                        &summary,
+                        cx,
+                    );
+                    emit(
+                        &mut out,
+                        Action::Trigger,
+                        Kind::Flapping,
+                        "flapping",
+                        "warning",
+                        summary,
+                        cx.now_ms,
+                    );
+                }
+            }
+            Event::FlappingStopped { status, .. } => {
+                if let Some(inc) = incidents.remove("flapping") {
+                    emit(
+                        &mut out,
+                        Action::Resolve,
+                        Kind::Flapping,
+                        "flapping",
+                        "warning",
+                        format!("{} stopped flapping; it is {}", cx.target, status.as_str()),
+                        inc.opened_ms,
+                    );
+                }
+                // The status alerts held back while flapping: settle them now.
+                status_alert(&mut out, &mut emit, incidents, cx, *status, None);
+            }
+            Event::Drift { class, .. } => {
+                if !cx.silenced {
+                    let severity = if class == "breaking" {
+                        "critical"
+                    } else {
+                        "warning"
+                    };
+                    let summary = format!("{}: {class} drift in its contract", cx.target);
+                    open(incidents, "drift", Kind::Drift, severity, &summary, cx);
+                    emit(
+                        &mut out,
+                        Action::Trigger,
+                        Kind::Drift,
+                        "drift",
+                        severity,
+                        summary,
+                        cx.now_ms,
+                    );
+                }
+            }
+            Event::AuthChanged { from, to, .. } => notify(
+                &mut out,
+                &mut emit,
+                cx,
+                Kind::Auth,
+                format!("{}: auth posture changed from {from} to {to}", cx.target),
+            ),
+            Event::ProtocolChanged { from, to, .. } => notify(
+                &mut out,
+                &mut emit,
+                cx,
+                Kind::Protocol,
+                format!("{}: protocol changed from {from} to {to}", cx.target),
+            ),
+            Event::GradeChanged { from, to, .. } => notify(
+                &mut out,
+                &mut emit,
+                cx,
+                Kind::Grade,
+                format!("{}: security grade changed from {from} to {to}", cx.target),
+            ),
+        }
+    }
+    // Reminders for incidents still open.
+    if let (Some(every), false) = (cx.reminder_ms, cx.silenced) {
+        for inc in incidents.values_mut() {
+            if cx.now_ms - inc.notified_ms >= every
+                && !out.iter().any(|a| a.dedup_key == inc.dedup_key)
+            {
+                inc.notified_ms = cx.now_ms;
+                let family = inc.family.clone();
+                emit(
+                    &mut out,
+                    Action::Remind,
+                    inc.kind,
+                    &family,
+                    &inc.severity.clone(),
+                    format!("still open: {}", inc.summary),
+                    inc.opened_ms,
+                );
+            }
+        }
+    }
+    out
+}
+
+type Emit<'e> = dyn FnMut(&mut Vec<Alert>, Action, Kind, &str, &str, String, i64) + 'e;
+
+/// Brings the `status` incident in line with a confirmed status.
+fn status_alert(
+    out: &mut Vec<Alert>,
+    emit: &mut Emit<'_>,
+    incidents: &mut Incidents,
+    cx: &Context<'_>,
+    to: Health,
+    cause: Option<(Health, &str)>,
+) {
+    match to {
+        Health::Down | Health::Degraded => {
+            if cx.silenced {
+                return;
+            }
+            let (kind, severity) = if to == Health::Down {
+                (Kind::Down, "critical")
+            } else {
+                (Kind::Degraded, "warning")
+            };
+            if incidents.get("status").is_some_and(|i| i.kind == kind) && cause.is_none() {
+                return; // already open with this kind
+            }
+            let why = cause
+                .map(|(_, r)| r)
+                .filter(|r| !r.is_empty())
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default();
+            let summary = format!("{} is {}{why}", cx.target, to.as_str());
+            let started = incidents
+                .get("status")
+                .map(|i| i.opened_ms)
+                .unwrap_or(cx.now_ms);
+            open(incidents, "status", kind, severity, &summary, cx);
+            if let Some(i) = incidents.get_mut("status") {
+                i.opened_ms = started;
+            }
+            emit(
+                out,
+                Action::Trigger,
+                kind,
+                "status",
+                severity,
+                summary,
+                started,
+            );
+        }
+        Health::Healthy => {
+            if let Some(inc) = incidents.remove("status") {
+                emit(
+                    out,
+                    Action::Resolve,
+                    Kind::Recovered,
+                    "status",
+                    "info",
+                    format!("{} recovered (was {})", cx.target, inc.kind.as_str()),
+                    inc.opened_ms,
+                );
+            }
+        }
+        Health::Unknown => {}
+    }
+}
+
+fn open(
+    incidents: &mut Incidents,
+    family: &str,
+    kind: Kind,
+    severity: &str,
+    summary: &str,
+    cx: &Context<'_>,
+) {
+    incidents.insert(
+        family.to_owned(),
+        Incident {
+            dedup_key: dedup_key(cx.target, family),
+            family: family.to_owned(),
+            kind,
+            severity: severity.to_owned(),
+            summary: summary.to_owned(),
+            opened_ms: cx.now_ms,
+            notified_ms: cx.now_ms,
+        },
+    );
+}
+
+fn notify(
+    out: &mut Vec<Alert>,
+    emit: &mut Emit<'_>,
+    cx: &Context<'_>,
+    kind: Kind,
+    summary: String,
+) {
+    if !cx.silenced {
+        emit(
+            out,
+            Action::Notify,
+            kind,
+            kind.as_str(),
+            "info",
+            summary,
+            cx.now_ms,
+        );
+    }
+}
+
+/// Resolves the drift incident (the contract was accepted, or came back to the baseline).
+pub fn resolve_drift(incidents: &mut Incidents, cx: &Context<'_>) -> Option<Alert> {
+    let inc = incidents.remove("drift")?;
+    Some(Alert {
+        dedup_key: inc.dedup_key,
+        action: Action::Resolve,
+        kind: Kind::Drift,
+        target: cx.target.to_owned(),
+        severity: inc.severity,
+        summary: format!("{}: the contract matches its baseline again", cx.target),
+        at_ms: cx.now_ms,
+        started_ms: inc.opened_ms,
+        labels: cx.labels.clone(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{Observation, TargetState, Thresholds, observe};
+
+    fn cx<'a>(
+        labels: &'a BTreeMap<String, String>,
+        now: i64,
+        status: Health,
+        flapping: bool,
+    ) -> Context<'a> {
+        Context {
+            target: "search",
+            labels,
+            now_ms: now,
+            silenced: false,
+            flapping,
+            status,
+            reminder_ms: Some(3_600_000),
+        }
+    }
+
+    fn o(status: Health, at: i64) -> Observation {
+        Observation {
+            at_ms: at,
+            status,
+            auth: "none".into(),
+            era: None,
+            protocol_version: None,
+            grade: None,
+            contract_digest: None,
+            drift: None,
+            summary: "connect-failed".into(),
+        }
+    }
+
+    /// A minute-by-minute run through state and policy; returns every alert.
+    fn run(seq: &[Health], reminder: bool) -> (Vec<Alert>, Incidents) {
+        let t = Thresholds {
+            failure: 3,
+            success: 2,
+            flap_window_ms: 600_000,
+            flap_threshold: 4,
+        };
+        let labels = BTreeMap::new();
+        let mut s = TargetState::default();
+        let mut inc = Incidents::new();
+        let mut all = Vec::new();
+        for (i, h) in seq.iter().enumerate() {
+            let now = i as i64 * 60_000;
+            let (n, ev) = observe(&s, &o(*h, now), t, now);
+            let mut c = cx(&labels, now, n.status, n.flapping);
+            if !reminder {
+                c.reminder_ms = None;
+            }
+            all.extend(alerts(&ev, &mut inc, &c));
+            s = n;
+        }
+        (all, inc)
+    }
+
+    use Health::*;
+
+    #[test]
+    fn one_firing_one_resolved() {
+        let (a, inc) = run(
+            &[Healthy, Down, Down, Down, Down, Healthy, Healthy, Healthy],
+            true,
+        );
+        let actions: Vec<(Action, Kind)> = a.iter().map(|x| (x.action, x.kind)).collect();
+        assert_eq!(
+            actions,
+            vec![
+                (Action::Trigger, Kind::Down),
+                (Action::Resolve, Kind::Recovered)
+            ]
+        );
+        assert_eq!(a[0].dedup_key, a[1].dedup_key);
+        assert_eq!(a[1].started_ms, a[0].at_ms);
+        assert!(inc.is_empty());
+    }
+
+    #[test]
+    fn dedup_keys_are_deterministic() {
+        assert_eq!(dedup_key("search", "status"), dedup_key("search", "status"));
+        assert_ne!(dedup_key("search", "status"), dedup_key("search", "drift"));
+        assert_ne!(dedup_key("a", "bstatus"), dedup_key("ab", "status"));
+        assert_eq!(dedup_key("search", "status").len(), 8 + 24);
+    }
+
+    #[test]
+    fn reminders_while_open() {
+        let mut seq = vec![Healthy, Down, Down, Down];
+        seq.extend(std::iter::repeat_n(Down, 130));
+        let (a, _) = run(&seq, true);
+        let reminders = a.iter().filter(|x| x.action == Action::Remind).count();
+        assert_eq!(reminders, 2, "one an hour for a bit over two hours");
+        let (a, _) = run(&seq, false);
+        assert_eq!(a.iter().filter(|x| x.action == Action::Remind).count(), 0);
+    }
+
+    #[test]
+    fn maintenance_silences_and_settles_after() {
+        let labels = BTreeMap::new();
+        let mut inc = Incidents::new();
+        let ev = vec![Event::Transition {
+            from: Healthy,
+            to: Down,
+            at_ms: 0,
+            quiet: false,
+            reason: String::new(),
+        }];
+        let mut c = cx(&labels, 0, Down, false);
+        c.silenced = true;
+        assert!(alerts(&ev, &mut inc, &c).is_empty());
+        assert!(inc.is_empty());
+    }
+
+    #[test]
+    fn flapping_pages_once() {
+        let t = Thresholds {
+            failure: 1,
+            success: 1,
+            flap_window_ms: 600_000,
+            flap_threshold: 4,
+        };
+        let labels = BTreeMap::new();
+        let mut s = TargetState::default();
+        let mut inc = Incidents::new();
+        let mut all = Vec::new();
+        let seq = [
+            Healthy, Down, Healthy, Down, Healthy, Down, Healthy, Down, Healthy, Down,
+        ];
+        for (i, h) in seq.iter().enumerate() {
+            let now = i as i64 * 10_000;
+            let (n, ev) = observe(&s, &o(*h, now), t, now);
+            all.extend(alerts(
+                &ev,
+                &mut inc,
+                &cx(&labels, now, n.status, n.flapping),
+            ));
+            s = n;
+        }
+        let flapping = all
+            .iter()
+            .filter(|a| a.kind == Kind::Flapping && a.action == Action::Trigger)
+            .count();
+        assert_eq!(flapping, 1);
+        // Status alerts before flapping was detected, none after.
+        let after: Vec<_> = all
+            .iter()
+            .skip_while(|a| a.kind != Kind::Flapping)
+            .skip(1)
+            .collect();
+        assert!(after.is_empty(), "{after:?}");
+        // It calms down while down: flapping resolves, and the down incident is (re)opened.
+        let now = 30 * 60_000;
+        let (n, ev) = observe(&s, &o(Down, now), t, now);
+        let a = alerts(&ev, &mut inc, &cx(&labels, now, n.status, n.flapping));
+        assert_eq!(
+            a.iter().map(|x| (x.action, x.kind)).collect::<Vec<_>>(),
+            vec![
+                (Action::Resolve, Kind::Flapping),
+                (Action::Trigger, Kind::Down)
+            ]
+        );
+    }
+}

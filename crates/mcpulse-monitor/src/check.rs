@@ -1,0 +1,54 @@
+//! One finished check, as the store keeps it and the API shows it.
+
+use crate::alert::{Alert, Incidents};
+use crate::state::{Event, Health, Observation, TargetState};
+use serde::{Deserialize, Serialize};
+
+/// Everything one check produced, written to the store in one transaction: the result row,
+/// the target's new state and open incidents, the transitions, and the alerts to deliver.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckRecord {
+    pub target: String,
+    pub at_ms: i64,
+    /// The raw verdict of this check (not the confirmed state).
+    pub status: Health,
+    pub duration_ms: f64,
+    /// `timings_ms` of the report.
+    pub timings: serde_json::Value,
+    /// `findings` of the report (code, severity, message).
+    pub findings: serde_json::Value,
+    pub grade: Option<String>,
+    pub observation: Observation,
+    /// The state after this check.
+    pub state: TargetState,
+    pub incidents: Incidents,
+    pub events: Vec<Event>,
+    pub alerts: Vec<Alert>,
+    /// The contract (a baseline file's JSON), when one was taken and it is new for the target.
+    pub contract: Option<String>,
+}
+
+/// One row of a target's history, as the API pages it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HistoryRow {
+    pub id: i64,
+    pub at_ms: i64,
+    pub status: Health,
+    pub duration_ms: f64,
+    pub timings: serde_json::Value,
+    pub findings: serde_json::Value,
+    pub grade: Option<String>,
+}
+
+/// Uptime and latency over a window, computed from the history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Stats {
+    pub window: String,
+    pub checks: u64,
+    /// Share of checks that were healthy (degraded counts as up for uptime, as it answered).
+    pub uptime: Option<f64>,
+    pub healthy_ratio: Option<f64>,
+    pub p50_ms: Option<f64>,
+    pub p95_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+}

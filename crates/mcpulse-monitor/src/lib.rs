@@ -1,0 +1,20 @@
+//! The monitor daemon: a fleet from a config file, checked on schedules, judged, remembered,
+//! and alerted on.
+//!
+//! ```text
+//! config ─► scheduler ─► probe → judge ─► Observation ─► state::observe ─► alert::alerts
+//!                                               │               │                │
+//!                                               └──────► store (SQLite: checks, state, incidents, outbox)
+//!                                                                                └─► sinks (retry, backoff)
+//!                                 fleet snapshot ─► api (/livez /readyz /metrics /probe /api/v1/…)
+//! ```
+//!
+//! - [`config`]: the TOML file into validated types; [`import`]: MCP client config files;
+//! - [`state`]: the pure per-target state machine (thresholds, flapping, signals);
+//! - [`alert`]: the pure alert policy (incidents, dedup keys, reminders, maintenance).
+
+pub mod alert;
+pub mod check;
+pub mod config;
+pub mod import;
+pub mod state;

@@ -1,0 +1,453 @@
+//! The state of one target, and the pure function that moves it: [`observe`].
+//!
+//! ```text
+//!            failure_threshold unhealthy results in a row
+//!   healthy ─────────────────────────────────────────────► degraded | down
+//!      ▲                                                          │
+//!      └──────────── success_threshold healthy results ◄─────────┘
+//!   unknown ─► healthy on the first healthy result (no alert); ─► degraded|down after the
+//!   failure threshold (alert). degraded ⇄ down after failure_threshold results of the other.
+//!   flapping: more than flap_threshold transitions within flap_window; transitions are still
+//!   recorded but alert once, as "flapping", until the window calms down (half the threshold).
+//! ```
+//!
+//! Drift, auth posture, protocol era/version and grade are signals of their own: a change in
+//! them is an event whatever the status. Time is an input (`now_ms`), so the policy is tested
+//! without clocks.
+
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+
+/// A confirmed or observed status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum Health {
+    Unknown,
+    Healthy,
+    Degraded,
+    Down,
+}
+
+impl Health {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Health::Unknown => "unknown",
+            Health::Healthy => "healthy",
+            Health::Degraded => "degraded",
+            Health::Down => "down",
+        }
+    }
+    pub fn from_status(s: mcpulse_judge::Status) -> Health {
+        match s {
+            mcpulse_judge::Status::Healthy => Health::Healthy,
+            mcpulse_judge::Status::Degraded => Health::Degraded,
+            mcpulse_judge::Status::Down => Health::Down,
+        }
+    }
+}
+
+/// What one check found, reduced to what the state machine needs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Observation {
+    pub at_ms: i64,
+    pub status: Health,
+    /// `none` | `required` | `forbidden`.
+    pub auth: String,
+    pub era: Option<String>,
+    pub protocol_version: Option<String>,
+    pub grade: Option<String>,
+    pub contract_digest: Option<String>,
+    /// The worst drift class against the accepted contract, when drift was checked.
+    pub drift: Option<String>,
+    /// One line on why (the first finding's message), for alerts.
+    pub summary: String,
+}
+
+/// Thresholds for one target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Thresholds {
+    pub failure: u32,
+    pub success: u32,
+    pub flap_window_ms: i64,
+    pub flap_threshold: u32,
+}
+
+/// The persisted state of one target.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TargetState {
+    /// The confirmed status (what alerts and the API report).
+    pub status: Health,
+    pub since_ms: i64,
+    /// The streak that may change the confirmed status: its status and length.
+    pub streak: Option<(Health, u32)>,
+    /// Times of recent transitions, for flap detection.
+    pub transitions: VecDeque<i64>,
+    pub flapping: bool,
+    pub last: Option<Observation>,
+}
+
+impl Default for TargetState {
+    fn default() -> Self {
+        TargetState {
+            status: Health::Unknown,
+            since_ms: 0,
+            streak: None,
+            transitions: VecDeque::new(),
+            flapping: false,
+            last: None,
+        }
+    }
+}
+
+/// What changed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// The confirmed status changed. `quiet` for unknown → healthy (nothing to tell).
+    Transition {
+        from: Health,
+        to: Health,
+        at_ms: i64,
+        quiet: bool,
+        reason: String,
+    },
+    FlappingStarted {
+        at_ms: i64,
+        transitions: u32,
+    },
+    FlappingStopped {
+        at_ms: i64,
+        status: Health,
+    },
+    Drift {
+        at_ms: i64,
+        class: String,
+        digest: Option<String>,
+    },
+    AuthChanged {
+        at_ms: i64,
+        from: String,
+        to: String,
+    },
+    ProtocolChanged {
+        at_ms: i64,
+        from: String,
+        to: String,
+    },
+    GradeChanged {
+        at_ms: i64,
+        from: String,
+        to: String,
+    },
+}
+
+/// Folds one observation into the state.
+pub fn observe(
+    state: &TargetState,
+    obs: &Observation,
+    t: Thresholds,
+    now_ms: i64,
+) -> (TargetState, Vec<Event>) {
+    let mut s = state.clone();
+    let mut events = Vec::new();
+
+    // Signals that are not the status: compared with the previous observation.
+    if let Some(prev) = &state.last {
+        if prev.auth != obs.auth && obs.status != Health::Down && prev.status != Health::Down {
+            events.push(Event::AuthChanged {
+                at_ms: now_ms,
+                from: prev.auth.clone(),
+                to: obs.auth.clone(),
+            });
+        }
+        let proto = |o: &Observation| match (&o.era, &o.protocol_version) {
+            (Some(e), Some(v)) => Some(format!("{e} {v}")),
+            (Some(e), None) => Some(e.clone()),
+            _ => None,
+        };
+        if let (Some(a), Some(b)) = (proto(prev), proto(obs))
+            && a != b
+        {
+            events.push(Event::ProtocolChanged {
+                at_ms: now_ms,
+                from: a,
+                to: b,
+            });
+        }
+        if let (Some(a), Some(b)) = (&prev.grade, &obs.grade)
+            && a != b
+            && obs.status != Health::Down
+        {
+            events.push(Event::GradeChanged {
+                at_ms: now_ms,
+                from: a.clone(),
+                to: b.clone(),
+            });
+        }
+        if obs.drift.is_some()
+            && (obs.drift != prev.drift || obs.contract_digest != prev.contract_digest)
+        {
+            let class = obs.drift.clone().unwrap_or_default();
+            if class == "breaking" || class == "risky" {
+                events.push(Event::Drift {
+                    at_ms: now_ms,
+                    class,
+                    digest: obs.contract_digest.clone(),
+                });
+            }
+        }
+    } else if let Some(class) = obs.drift.as_deref()
+        && (class == "breaking" || class == "risky")
+    {
+        events.push(Event::Drift {
+            at_ms: now_ms,
+            class: class.to_owned(),
+            digest: obs.contract_digest.clone(),
+        });
+    }
+
+    // The status.
+    let observed = obs.status;
+    if observed == s.status {
+        s.streak = None;
+    } else if s.status == Health::Unknown && observed == Health::Healthy {
+        events.push(Event::Transition {
+            from: Health::Unknown,
+            to: Health::Healthy,
+            at_ms: now_ms,
+            quiet: true,
+            reason: obs.summary.clone(),
+        });
+        s.status = Health::Healthy;
+        s.since_ms = now_ms;
+        s.streak = None;
+    } else {
+        // The streak counts results on the same side (healthy vs not) of the confirmed status;
+        // leaving healthy, degraded and down count together and the latest wins.
+        let len = match s.streak {
+            Some((h, n)) if same_side(h, observed) => n + 1,
+            _ => 1,
+        };
+        s.streak = Some((observed, len));
+        let needed = if observed == Health::Healthy {
+            t.success
+        } else {
+            t.failure
+        };
+        if len >= needed {
+            let from = s.status;
+            s.status = observed;
+            s.since_ms = now_ms;
+            s.streak = None;
+            if from != Health::Unknown || observed != Health::Healthy {
+                s.transitions.push_back(now_ms);
+            }
+            events.push(Event::Transition {
+                from,
+                to: observed,
+                at_ms: now_ms,
+                quiet: false,
+                reason: obs.summary.clone(),
+            });
+        }
+    }
+
+    // Flapping, with hysteresis.
+    while s
+        .transitions
+        .front()
+        .is_some_and(|&at| at < now_ms - t.flap_window_ms)
+    {
+        s.transitions.pop_front();
+    }
+    let n = s.transitions.len() as u32;
+    if !s.flapping && n > t.flap_threshold {
+        s.flapping = true;
+        events.push(Event::FlappingStarted {
+            at_ms: now_ms,
+            transitions: n,
+        });
+    } else if s.flapping && n <= t.flap_threshold / 2 {
+        s.flapping = false;
+        events.push(Event::FlappingStopped {
+            at_ms: now_ms,
+            status: s.status,
+        });
+    }
+    s.last = Some(obs.clone());
+    (s, events)
+}
+
+fn same_side(a: Health, b: Health) -> bool {
+    (a == Health::Healthy) == (b == Health::Healthy)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: Thresholds = Thresholds {
+        failure: 3,
+        success: 2,
+        flap_window_ms: 600_000,
+        flap_threshold: 4,
+    };
+
+    fn obs(status: Health, at: i64) -> Observation {
+        Observation {
+            at_ms: at,
+            status,
+            auth: "none".into(),
+            era: Some("legacy".into()),
+            protocol_version: Some("2025-11-25".into()),
+            grade: Some("A".into()),
+            contract_digest: None,
+            drift: None,
+            summary: String::new(),
+        }
+    }
+
+    /// Runs a sequence of statuses, one a minute; returns the final state and every event.
+    fn run(seq: &[Health]) -> (TargetState, Vec<Event>) {
+        let mut s = TargetState::default();
+        let mut all = Vec::new();
+        for (i, h) in seq.iter().enumerate() {
+            let at = i as i64 * 60_000;
+            let (n, ev) = observe(&s, &obs(*h, at), T, at);
+            s = n;
+            all.extend(ev);
+        }
+        (s, all)
+    }
+
+    fn transitions(ev: &[Event]) -> Vec<(Health, Health, bool)> {
+        ev.iter()
+            .filter_map(|e| match e {
+                Event::Transition {
+                    from, to, quiet, ..
+                } => Some((*from, *to, *quiet)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    use Health::*;
+
+    #[test]
+    fn first_healthy_is_quiet() {
+        let (s, ev) = run(&[Healthy]);
+        assert_eq!(s.status, Healthy);
+        assert_eq!(transitions(&ev), vec![(Unknown, Healthy, true)]);
+    }
+
+    #[test]
+    fn failure_threshold_confirms_down() {
+        let (s, ev) = run(&[Healthy, Down, Down]);
+        assert_eq!(s.status, Healthy);
+        assert_eq!(s.streak, Some((Down, 2)));
+        assert_eq!(transitions(&ev).len(), 1);
+        let (s, ev) = run(&[Healthy, Down, Down, Down]);
+        assert_eq!(s.status, Down);
+        assert_eq!(transitions(&ev)[1], (Healthy, Down, false));
+    }
+
+    #[test]
+    fn one_slow_response_pages_nobody() {
+        let (s, ev) = run(&[Healthy, Degraded, Healthy, Degraded, Healthy]);
+        assert_eq!(s.status, Healthy);
+        assert_eq!(transitions(&ev).len(), 1);
+    }
+
+    #[test]
+    fn mixed_unhealthy_results_count_together_and_the_latest_wins() {
+        let (s, _) = run(&[Healthy, Degraded, Down, Degraded]);
+        assert_eq!(s.status, Degraded);
+    }
+
+    #[test]
+    fn success_threshold_recovers() {
+        let (s, ev) = run(&[Healthy, Down, Down, Down, Healthy]);
+        assert_eq!(s.status, Down);
+        let (s, ev2) = run(&[Healthy, Down, Down, Down, Healthy, Healthy]);
+        assert_eq!(s.status, Healthy);
+        assert_eq!(transitions(&ev2).last(), Some(&(Down, Healthy, false)));
+        assert_eq!(transitions(&ev).len() + 1, transitions(&ev2).len());
+    }
+
+    #[test]
+    fn starting_down_alerts_after_the_threshold() {
+        let (s, ev) = run(&[Down, Down, Down]);
+        assert_eq!(s.status, Down);
+        assert_eq!(transitions(&ev), vec![(Unknown, Down, false)]);
+    }
+
+    #[test]
+    fn flapping_is_detected_and_ends() {
+        let t = Thresholds {
+            failure: 1,
+            success: 1,
+            flap_window_ms: 600_000,
+            flap_threshold: 4,
+        };
+        let mut s = TargetState::default();
+        let mut events = Vec::new();
+        let seq = [
+            Healthy, Down, Healthy, Down, Healthy, Down, Healthy, Healthy,
+        ];
+        for (i, h) in seq.iter().enumerate() {
+            let at = i as i64 * 10_000;
+            let (n, ev) = observe(&s, &obs(*h, at), t, at);
+            s = n;
+            events.extend(ev);
+        }
+        assert!(s.flapping);
+        assert_eq!(
+            events
+                .iter()
+                .filter(|e| matches!(e, Event::FlappingStarted { .. }))
+                .count(),
+            1
+        );
+        // Quiet for a window: the flapping ends.
+        let at = 20 * 60_000;
+        let (n, ev) = observe(&s, &obs(Healthy, at), t, at);
+        assert!(!n.flapping);
+        assert!(matches!(
+            ev[..],
+            [Event::FlappingStopped {
+                status: Healthy,
+                ..
+            }]
+        ));
+    }
+
+    #[test]
+    fn other_signals() {
+        let s = TargetState::default();
+        let (s, _) = observe(&s, &obs(Healthy, 0), T, 0);
+        let mut o = obs(Healthy, 1);
+        o.auth = "required".into();
+        o.grade = Some("C".into());
+        o.protocol_version = Some("2026-07-28".into());
+        o.era = Some("modern".into());
+        o.drift = Some("breaking".into());
+        o.contract_digest = Some("sha256:x".into());
+        let (_, ev) = observe(&s, &o, T, 1);
+        assert!(
+            ev.iter()
+                .any(|e| matches!(e, Event::AuthChanged { to, .. } if to == "required"))
+        );
+        assert!(ev.iter().any(
+            |e| matches!(e, Event::GradeChanged { from, to, .. } if from == "A" && to == "C")
+        ));
+        assert!(
+            ev.iter().any(
+                |e| matches!(e, Event::ProtocolChanged { to, .. } if to == "modern 2026-07-28")
+            )
+        );
+        assert!(
+            ev.iter()
+                .any(|e| matches!(e, Event::Drift { class, .. } if class == "breaking"))
+        );
+    }
+}
