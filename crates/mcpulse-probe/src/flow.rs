@@ -20,6 +20,43 @@ use tokio::time::{Instant, timeout_at};
 /// Runs one probe. Never fails and never outlives `plan.timeout` by more than the stdio
 /// shutdown grace: every failure of the server is recorded in the transcript.
 pub async fn probe(target: &Target, plan: &Plan) -> Transcript {
+    let (mut tr, live) = probe_live(target, plan).await;
+    live.finish(&mut tr).await;
+    tr
+}
+
+/// The stdio servers still running when a probe's protocol steps are done. Ending them (stdin
+/// closed, then SIGTERM, then SIGKILL, each after `Plan::shutdown_grace`) can take longer than
+/// the whole protocol, yet tells nothing the verdict needs: a caller can judge and print first,
+/// then [`Live::finish`]. Dropped unfinished, the servers' process groups are killed.
+pub struct Live {
+    children: Vec<StdioChild>,
+    grace: Duration,
+}
+
+impl Live {
+    /// The transcript as it stands, with the live servers' records so far (no exit yet).
+    pub fn snapshot(&self, tr: &Transcript) -> Transcript {
+        let mut t = tr.clone();
+        t.processes
+            .extend(self.children.iter().map(StdioChild::record));
+        t
+    }
+
+    /// Ends the live servers, gracefully, and records their processes in `tr`.
+    pub async fn finish(self, tr: &mut Transcript) {
+        for child in self.children {
+            tr.processes.push(child.shutdown(self.grace).await);
+        }
+    }
+}
+
+/// Runs one probe's protocol steps and leaves the last stdio server running: see [`Live`].
+pub async fn probe_live(target: &Target, plan: &Plan) -> (Transcript, Live) {
+    let mut live = Live {
+        children: Vec::new(),
+        grace: plan.shutdown_grace,
+    };
     let started_unix_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
@@ -57,21 +94,21 @@ pub async fn probe(target: &Target, plan: &Plan) -> Transcript {
             tr.total_ms = done;
         }
         Target::Stdio { program, args } => {
-            let mut children = Vec::new();
-            let _ = timeout_at(net, probe_stdio(program, args, &mut ctx, &mut children)).await;
+            let _ = timeout_at(
+                net,
+                probe_stdio(program, args, &mut ctx, &mut live.children),
+            )
+            .await;
             let done = ctx.done_ms.unwrap_or_else(|| clock.at());
-            // Children the flow did not finish (the safety net fired) are killed here, their
-            // records kept.
-            for child in children {
-                tr.processes.push(child.shutdown(plan.shutdown_grace).await);
-            }
+            // The children left (the last server, or those the flow did not finish because
+            // the safety net fired) are ended by `Live::finish`, their records kept.
             tr.total_ms = done;
         }
     }
     if Instant::now() + Duration::from_millis(1) >= deadline {
         tr.deadline_hit_ms = Some(tr.total_ms);
     }
-    tr
+    (tr, live)
 }
 
 fn rustls_pki_der(d: &[u8]) -> mcpulse_transport::http::CertificateDer<'static> {
@@ -547,6 +584,9 @@ async fn auth_metadata(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>, i:
     if !matches!(prm.scheme_str(), Some("http" | "https")) {
         return;
     }
+    // The SSRF guard holds for this fetch too: a public target may not send mcpulse to a
+    // private address, with or without the security checks.
+    client.deny_private = target_is_public(ctx, client);
     let ex = streamable_http::get_document(
         client,
         &prm,
@@ -555,7 +595,20 @@ async fn auth_metadata(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>, i:
         ctx.deadline,
     )
     .await;
+    client.deny_private = false;
     ctx.push(ex);
+}
+
+/// Whether the target was reached on a public address: then the metadata it names may not
+/// point mcpulse at loopback, private, link-local or other non-public addresses (SSRF guard).
+pub(crate) fn target_is_public(ctx: &Ctx<'_>, client: &HttpClient) -> bool {
+    ctx.tr
+        .connections
+        .iter()
+        .chain(client.connections.iter())
+        .find_map(|c| c.addr.as_deref())
+        .and_then(|a| a.parse::<std::net::SocketAddr>().ok())
+        .is_some_and(|a| mcpulse_transport::http::is_public(a.ip()))
 }
 
 async fn probe_sse(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>) {

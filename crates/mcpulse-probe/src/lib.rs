@@ -21,6 +21,6 @@ mod flow;
 mod security;
 mod target;
 
-pub use flow::probe;
+pub use flow::{Live, probe, probe_live};
 pub use mcpulse_wire::transcript::Transcript;
 pub use target::{Plan, Target, TargetError, TransportMode};

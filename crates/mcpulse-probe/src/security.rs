@@ -9,7 +9,7 @@
 
 use crate::flow::Ctx;
 use http::{Method, Uri};
-use mcpulse_transport::http::{HttpClient, is_loopback_host, is_public, resolve};
+use mcpulse_transport::http::{HttpClient, is_loopback_host, resolve};
 use mcpulse_transport::streamable_http::{self, Post};
 use mcpulse_wire::jsonrpc::Message;
 use mcpulse_wire::transcript::{Exchange, Step, TransportKind};
@@ -180,15 +180,7 @@ async fn auth_metadata(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>) {
         return;
     }
     // The SSRF guard: a public target may not send mcpulse to private addresses.
-    let target_public = ctx
-        .tr
-        .connections
-        .iter()
-        .chain(client.connections.iter())
-        .find_map(|c| c.addr.as_deref())
-        .and_then(|a| a.parse::<std::net::SocketAddr>().ok())
-        .is_some_and(|a| is_public(a.ip()));
-    client.deny_private = target_public;
+    client.deny_private = crate::flow::target_is_public(ctx, client);
     let mut prm = fetched_json(ctx, Step::ResourceMetadata);
     if prm.is_none()
         && !ctx

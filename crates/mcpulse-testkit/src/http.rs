@@ -17,8 +17,8 @@ use serde_json::Value;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, JoinSet};
 
@@ -40,6 +40,8 @@ pub struct Request {
     pub connection: usize,
     /// The server's own address (to build absolute URLs in answers).
     pub local_addr: SocketAddr,
+    /// `https` when the server speaks TLS ([`FakeHttp::start_tls`]), else `http`.
+    pub scheme: &'static str,
 }
 
 impl Request {
@@ -71,9 +73,9 @@ impl Request {
         self.json()?.get("id").cloned()
     }
 
-    /// `http://<this server>` + `path`.
+    /// `http://<this server>` + `path` (`https://` for a TLS server).
     pub fn url_for(&self, path: &str) -> String {
-        format!("http://{}{path}", self.local_addr)
+        format!("{}://{}{path}", self.scheme, self.local_addr)
     }
 }
 
@@ -212,6 +214,7 @@ pub type Script = Arc<dyn Fn(&Request) -> Reply + Send + Sync>;
 /// A running fake server. Dropping it stops it.
 pub struct FakeHttp {
     addr: SocketAddr,
+    scheme: &'static str,
     log: Arc<Mutex<Vec<Request>>>,
     accept: JoinHandle<()>,
 }
@@ -232,6 +235,17 @@ impl FakeHttp {
     }
 
     pub async fn start_script(script: Script) -> FakeHttp {
+        FakeHttp::bind(script, None).await
+    }
+
+    /// Like [`FakeHttp::start_script`], speaking HTTPS with this TLS configuration (see
+    /// [`crate::tls`]). A client that rejects the certificate sends no request: the connection
+    /// ends in the handshake and nothing is logged.
+    pub async fn start_tls(script: Script, config: Arc<rustls::ServerConfig>) -> FakeHttp {
+        FakeHttp::bind(script, Some(tokio_rustls::TlsAcceptor::from(config))).await
+    }
+
+    async fn bind(script: Script, tls: Option<tokio_rustls::TlsAcceptor>) -> FakeHttp {
         let listener = match TcpListener::bind("127.0.0.1:0").await {
             Ok(l) => l,
             Err(e) => panic!("binding a loopback port for the fake server: {e}"),
@@ -241,17 +255,23 @@ impl FakeHttp {
             Err(e) => panic!("reading the fake server's address: {e}"),
         };
         let log = Arc::new(Mutex::new(Vec::new()));
-        let accept = tokio::spawn(accept_loop(listener, addr, script, log.clone()));
-        FakeHttp { addr, log, accept }
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let accept = tokio::spawn(accept_loop(listener, addr, tls, script, log.clone()));
+        FakeHttp {
+            addr,
+            scheme,
+            log,
+            accept,
+        }
     }
 
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
 
-    /// `http://127.0.0.1:<port><path>`.
+    /// `http://127.0.0.1:<port><path>` (`https://` for a TLS server).
     pub fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
+        format!("{}://{}{path}", self.scheme, self.addr)
     }
 
     /// Every request received so far, in order.
@@ -275,6 +295,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 async fn accept_loop(
     listener: TcpListener,
     addr: SocketAddr,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     script: Script,
     log: Arc<Mutex<Vec<Request>>>,
 ) {
@@ -286,23 +307,39 @@ async fn accept_loop(
         };
         while connections.try_join_next().is_some() {}
         let _ = stream.set_nodelay(true);
-        connections.spawn(serve(stream, n, addr, script.clone(), log.clone()));
+        let (script, log) = (script.clone(), log.clone());
+        match &tls {
+            None => {
+                connections.spawn(serve(stream, n, addr, "http", script, log));
+            }
+            Some(acceptor) => {
+                // The handshake runs in the connection's task, so a client that stalls or
+                // rejects the certificate holds up no other connection.
+                let acceptor = acceptor.clone();
+                connections.spawn(async move {
+                    if let Ok(stream) = acceptor.accept(stream).await {
+                        serve(stream, n, addr, "https", script, log).await;
+                    }
+                });
+            }
+        }
         n += 1;
     }
 }
 
 /// Serves one connection: request after request until the client closes it, a reply closes
 /// it, or a reply never ends.
-async fn serve(
-    mut stream: TcpStream,
+async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
     connection: usize,
     local_addr: SocketAddr,
+    scheme: &'static str,
     script: Script,
     log: Arc<Mutex<Vec<Request>>>,
 ) {
     let mut buf: Vec<u8> = Vec::new();
     loop {
-        let req = match read_request(&mut stream, &mut buf, connection, local_addr).await {
+        let req = match read_request(&mut stream, &mut buf, connection, local_addr, scheme).await {
             Ok(Some(r)) => r,
             Ok(None) => return,
             Err(status) => {
@@ -324,11 +361,12 @@ async fn serve(
 
 /// Reads one request; `Ok(None)` when the client closed the connection between requests,
 /// `Err(status)` for a request the server refuses to parse.
-async fn read_request(
-    stream: &mut TcpStream,
+async fn read_request<S: AsyncRead + Unpin>(
+    stream: &mut S,
     buf: &mut Vec<u8>,
     connection: usize,
     local_addr: SocketAddr,
+    scheme: &'static str,
 ) -> Result<Option<Request>, u16> {
     let head_end = loop {
         if let Some(i) = find(buf, b"\r\n\r\n") {
@@ -392,6 +430,7 @@ async fn read_request(
         body,
         connection,
         local_addr,
+        scheme,
     }))
 }
 
@@ -400,7 +439,7 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 }
 
 /// Writes a reply; `Ok(true)` when the connection can carry another request.
-async fn write_reply(stream: &mut TcpStream, reply: Reply) -> std::io::Result<bool> {
+async fn write_reply<S: AsyncWrite + Unpin>(stream: &mut S, reply: Reply) -> std::io::Result<bool> {
     let Reply {
         status,
         headers,
@@ -469,7 +508,7 @@ async fn write_reply(stream: &mut TcpStream, reply: Reply) -> std::io::Result<bo
     Ok(then == Then::KeepAlive)
 }
 
-async fn write_chunk(stream: &mut TcpStream, data: &[u8]) -> std::io::Result<()> {
+async fn write_chunk<S: AsyncWrite + Unpin>(stream: &mut S, data: &[u8]) -> std::io::Result<()> {
     if data.is_empty() {
         return Ok(()); // an empty chunk would end the body
     }

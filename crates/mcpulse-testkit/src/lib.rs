@@ -6,7 +6,11 @@
 //! - [`mcp`]: the MCP messages the fakes send (results, errors, SSE framing);
 //! - [`scenario`]: ready-made HTTP servers: modern (2026-07-28), dual-era, legacy Streamable
 //!   HTTP (JSON or SSE replies), legacy HTTP+SSE, and servers behind a 401;
-//! - [`stdio`]: generated `sh` scripts that act as stdio servers, and process liveness checks.
+//! - [`posture`]: servers with a security posture to grade, one knob per security rule, from a
+//!   server that earns no finding (foreign `Origin`/`Host`, CORS, session ids, error leaks,
+//!   OAuth metadata variants);
+//! - [`stdio`]: generated `sh` scripts that act as stdio servers, and process liveness checks;
+//! - [`tls`]: a throwaway CA issuing certificates with any validity period, for HTTPS fakes.
 //!
 //! It owns no assertions about mcpulse: tests do. Nothing here binds a fixed port, reads the
 //! environment, or outlives its owner: servers stop and temp dirs go when dropped.
@@ -15,8 +19,10 @@
 
 pub mod http;
 pub mod mcp;
+pub mod posture;
 pub mod scenario;
 pub mod stdio;
+pub mod tls;
 
 pub use http::{Body, FakeHttp, Piece, Reply, Request, Then};
 pub use stdio::{Act, StdioScript, TempDir};

@@ -22,8 +22,11 @@ pub const DUAL_ERA_SESSION: &str = "fake-dual-era-session-77";
 pub const SSE_ENDPOINT: &str = "/message?sessionId=fake-sse-9";
 /// The path of the protected-resource metadata the 401 fake advertises.
 pub const RESOURCE_METADATA_PATH: &str = "/.well-known/oauth-protected-resource/mcp";
-/// The authorization server its metadata names.
-pub const AUTHORIZATION_SERVER: &str = "https://auth.example.com";
+/// The authorization server its metadata names: a loopback port where nothing listens, so that
+/// a probe with its security checks on (which follows the metadata to the authorization
+/// server's own metadata) is refused at once and never looks up or contacts a host off this
+/// machine. (See [`crate::posture::OAuth`] for a server whose metadata can be followed.)
+pub const AUTHORIZATION_SERVER: &str = "https://127.0.0.1:1";
 
 fn bad_request(id: &Value, code: i64, message: &str) -> Reply {
     Reply::json(400, &mcp::error(id, code, message))

@@ -30,6 +30,9 @@ pub struct SseStream {
     rx: mpsc::Receiver<Item>,
     task: JoinHandle<()>,
     pub endpoint: Uri,
+    /// The origin of the URL the stream was opened at (the target's): credentials go to an
+    /// endpoint only on that origin.
+    target_origin: String,
     /// Events that arrived before anyone waited for them.
     backlog: Vec<sse::Event>,
 }
@@ -135,6 +138,7 @@ pub async fn open(
         rx,
         task,
         endpoint: uri.clone(),
+        target_origin: http::origin(uri),
         backlog: Vec::new(),
     };
     // Wait for `endpoint`; anything else before it is recorded.
@@ -200,6 +204,13 @@ impl SseStream {
         let clock: Clock = client.clock();
         let started = Instant::now();
         let endpoint = self.endpoint.clone();
+        // An `endpoint` event may name any URL; the user's credentials are for the target
+        // only, as they are dropped when a redirect leaves its origin.
+        let user_headers = if http::origin(&endpoint) == self.target_origin {
+            user_headers
+        } else {
+            &[]
+        };
         let post = streamable_http::Post {
             uri: &endpoint,
             step,

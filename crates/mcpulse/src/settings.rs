@@ -212,6 +212,43 @@ pub fn run_probe(
     Ok(transcript)
 }
 
+/// Runs one probe's protocol steps on a single-threaded runtime, like [`run_probe`], but leaves
+/// its last stdio server running: the verdict can be printed before [`Unfinished::finish`] ends
+/// the server, which can take up to twice the shutdown grace (a server that ignores the end of
+/// its stdin is sent SIGTERM only after it). Dropped unfinished, the server is killed.
+pub fn start_probe(
+    target: &mcpulse_probe::Target,
+    plan: &mcpulse_probe::Plan,
+) -> Result<(mcpulse_probe::Transcript, Unfinished)> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let (transcript, live) = runtime.block_on(mcpulse_probe::probe_live(target, plan));
+    Ok((transcript, Unfinished { runtime, live }))
+}
+
+/// A probe whose last stdio server still runs: see [`start_probe`].
+pub struct Unfinished {
+    runtime: tokio::runtime::Runtime,
+    live: mcpulse_probe::Live,
+}
+
+impl Unfinished {
+    /// The transcript to judge now: the running server's stderr and stdout so far included.
+    pub fn snapshot(&self, transcript: &mcpulse_probe::Transcript) -> mcpulse_probe::Transcript {
+        self.live.snapshot(transcript)
+    }
+
+    /// Ends the server and records its process in `transcript`.
+    pub fn finish(self, transcript: &mut mcpulse_probe::Transcript) {
+        let Unfinished { runtime, live } = self;
+        runtime.block_on(live.finish(transcript));
+        // Background tasks (a kept-alive connection, a stream reader) must not keep us waiting.
+        runtime.shutdown_background();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,23 +15,40 @@ pub fn run(args: ProbeArgs) -> Result<u8> {
         Some(path) => Some(read_baseline(path)?),
         None => None,
     };
-    let transcript = settings::run_probe(&target, &plan)?;
+    // The verdict is printed before the last stdio server is ended (up to twice the shutdown
+    // grace, for a server that ignores the end of its stdin): it does not depend on how the
+    // server exits. The transcript, written afterwards, records the exit too.
+    let (mut transcript, unfinished) = settings::start_probe(&target, &plan)?;
+    let judged = unfinished.snapshot(&transcript);
+    let verdict = report_and_print(&args, &judged, budget, baseline.as_ref());
+    unfinished.finish(&mut transcript);
     if let Some(path) = &args.transcript {
         let text =
             serde_json::to_string_pretty(&transcript).context("serialising the transcript")?;
         std::fs::write(path, text + "\n")
             .with_context(|| format!("writing the transcript to {}", path.display()))?;
     }
+    verdict
+}
+
+/// Judges the transcript (and the drift from a baseline), prints the report, and returns the
+/// exit code.
+fn report_and_print(
+    args: &ProbeArgs,
+    transcript: &mcpulse_probe::Transcript,
+    budget: std::time::Duration,
+    baseline: Option<&Contract>,
+) -> Result<u8> {
     let mut report = judge(
-        &transcript,
+        transcript,
         &Policy {
             latency_budget_ms: budget.as_secs_f64() * 1000.0,
             expect_auth: args.expect_auth,
         },
     );
     let mut code = report.status.exit_code();
-    if let (Some(base), Some(path)) = (&baseline, &args.baseline)
-        && let Some(current) = contract::from_transcript(&transcript)
+    if let (Some(base), Some(path)) = (baseline, &args.baseline)
+        && let Some(current) = contract::from_transcript(transcript)
     {
         if base.target != current.target && !args.accept {
             bail!(

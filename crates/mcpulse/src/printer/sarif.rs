@@ -115,15 +115,43 @@ pub fn log(r: &Report) -> Value {
 /// location (a command line is not a URI).
 fn location(target: &str) -> Value {
     if target.starts_with("http://") || target.starts_with("https://") {
-        json!({"physicalLocation": {"artifactLocation": {"uri": target}}})
+        json!({"physicalLocation": {"artifactLocation": {"uri": uri_reference(target)}}})
     } else {
         json!({"logicalLocations": [{"name": target, "kind": "module"}]})
     }
 }
 
+/// The target as a valid URI reference (SARIF's `artifactLocation.uri` is one): the redacted
+/// URL holds `<redacted>`, and `<`, `>` (like spaces or non-ASCII) are not URI characters, so
+/// every byte outside RFC 3986's unreserved, reserved and `%` is percent-encoded.
+fn uri_reference(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~:/?#[]@!$&'()*+,;=%".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn uris() {
+        assert_eq!(
+            uri_reference("http://h:1/mcp?api_key=<redacted>&x=a b"),
+            "http://h:1/mcp?api_key=%3Credacted%3E&x=a%20b"
+        );
+        assert_eq!(
+            uri_reference("https://<redacted>@h/p%20q"),
+            "https://%3Credacted%3E@h/p%20q"
+        );
+        assert_eq!(uri_reference("https://hé/"), "https://h%C3%A9/");
+    }
 
     #[test]
     fn names() {

@@ -1,0 +1,713 @@
+//! The fleet snapshot: what the monitor knows right now about every target, and about itself.
+//!
+//! Target tasks write one view per check ([`Fleet::update_from`]); the store writer reports its
+//! writes ([`Fleet::store_ok`], [`Fleet::store_failed`]); the daemon reports config loads. The
+//! HTTP API, `/metrics` and the status page only read ([`Fleet::snapshot`]). Everything here is
+//! in memory and cheap to clone: a reader copies what it needs and lets go of the lock before it
+//! serialises anything.
+//!
+//! This module does not decide anything about targets (that is [`crate::state`] and
+//! [`crate::alert`]) and keeps no history (that is the store). It does decide whether the
+//! monitor itself is ready ([`Snapshot::readiness`]), because only it sees all three inputs:
+//! the config, the store writes and the freshness of the checks.
+
+use crate::alert::{Incident, Incidents};
+use crate::config::{Endpoint, TargetConfig};
+use crate::state::{Health, Observation, TargetState};
+use mcpulse_judge::report::{AuthPosture, Report, Timings};
+use mcpulse_judge::{Finding, Severity};
+use mcpulse_wire::redact;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The shared, cloneable handle on the fleet snapshot. Clones share the same data.
+#[derive(Debug, Clone, Default)]
+pub struct Fleet {
+    inner: Arc<RwLock<Inner>>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    targets: BTreeMap<String, TargetView>,
+    monitor: MonitorHealth,
+}
+
+/// What the API shows about one target.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TargetView {
+    pub name: String,
+    /// `http` or `stdio`.
+    pub kind: &'static str,
+    /// The URL with userinfo and query values redacted, or the command line (secret-looking
+    /// arguments redacted; the environment is never shown).
+    pub endpoint: String,
+    pub labels: BTreeMap<String, String>,
+    pub interval_ms: i64,
+    pub timeout_ms: i64,
+    /// The confirmed status (thresholds applied), as alerts see it.
+    pub status: Health,
+    /// When the confirmed status began; `None` while it is unknown.
+    pub since_ms: Option<i64>,
+    pub flapping: bool,
+    /// Results that disagree with the confirmed status, in a row (what may change it next).
+    pub streak: Option<Streak>,
+    /// The worst drift class against the accepted contract, when there is drift.
+    pub drift: Option<String>,
+    /// The latest check; `None` before the first one.
+    pub last: Option<LastCheck>,
+    /// Open incidents, oldest first.
+    pub incidents: Vec<Incident>,
+}
+
+/// A run of results that may change the confirmed status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Streak {
+    pub status: Health,
+    pub count: u32,
+}
+
+/// The latest check of a target: the raw verdict and the facts behind it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LastCheck {
+    pub at_ms: i64,
+    /// The raw status of this one check (not the confirmed one).
+    pub status: Health,
+    /// Whole probe, milliseconds. `None` when resumed from the store without a report.
+    pub duration_ms: Option<f64>,
+    pub timings_ms: Option<Timings>,
+    pub findings: Vec<Finding>,
+    /// A–F, when the target's security checks are on.
+    pub grade: Option<String>,
+    /// 0–100, alongside the grade.
+    pub security_score: Option<u32>,
+    /// `modern` or `legacy`.
+    pub era: Option<String>,
+    pub protocol_version: Option<String>,
+    /// `none`, `required` or `forbidden`.
+    pub auth: String,
+    pub tool_count: Option<usize>,
+    /// `sha256:…` of the server's contract.
+    pub contract_digest: Option<String>,
+}
+
+impl LastCheck {
+    /// From a judged report. `with_grade` follows the target's `security` setting, as the
+    /// state machine's observation does.
+    pub fn from_report(report: &Report, at_ms: i64, with_grade: bool) -> LastCheck {
+        let grade = with_grade
+            .then(|| report.grade.clone())
+            .filter(|g| !g.is_empty());
+        LastCheck {
+            at_ms,
+            status: Health::from_status(report.status),
+            duration_ms: Some(report.timings_ms.total),
+            timings_ms: Some(report.timings_ms.clone()),
+            findings: report.findings.clone(),
+            security_score: grade.as_ref().map(|_| report.security.score),
+            grade,
+            era: report.era.map(|e| e.as_str().to_owned()),
+            protocol_version: report.protocol_version.clone(),
+            auth: auth_str(report.auth).to_owned(),
+            tool_count: report.tool_count,
+            contract_digest: report.digests.as_ref().map(|d| d.contract.clone()),
+        }
+    }
+
+    /// From the state machine's last observation (after a restart, before the first new
+    /// check): the facts it keeps, without timings, findings or counts.
+    pub fn from_observation(o: &Observation) -> LastCheck {
+        LastCheck {
+            at_ms: o.at_ms,
+            status: o.status,
+            duration_ms: None,
+            timings_ms: None,
+            findings: Vec::new(),
+            grade: o.grade.clone(),
+            security_score: None,
+            era: o.era.clone(),
+            protocol_version: o.protocol_version.clone(),
+            auth: o.auth.clone(),
+            tool_count: None,
+            contract_digest: o.contract_digest.clone(),
+        }
+    }
+}
+
+fn auth_str(a: AuthPosture) -> &'static str {
+    match a {
+        AuthPosture::None => "none",
+        AuthPosture::Required => "required",
+        AuthPosture::Forbidden => "forbidden",
+    }
+}
+
+impl TargetView {
+    /// A configured target that has not been checked yet.
+    pub fn new(cfg: &TargetConfig) -> TargetView {
+        let (kind, endpoint) = match &cfg.endpoint {
+            Endpoint::Url(u) => ("http", redact::url(u)),
+            Endpoint::Command { argv, .. } => ("stdio", command_line(argv)),
+        };
+        TargetView {
+            name: cfg.name.clone(),
+            kind,
+            endpoint,
+            labels: cfg.labels.clone(),
+            interval_ms: millis(cfg.interval),
+            timeout_ms: millis(cfg.timeout),
+            status: Health::Unknown,
+            since_ms: None,
+            flapping: false,
+            streak: None,
+            drift: None,
+            last: None,
+            incidents: Vec::new(),
+        }
+    }
+
+    /// Takes the confirmed state and open incidents (the last check is left as it is).
+    pub fn set_state(&mut self, state: &TargetState, incidents: &Incidents) {
+        self.status = state.status;
+        self.since_ms = (state.status != Health::Unknown).then_some(state.since_ms);
+        self.flapping = state.flapping;
+        self.streak = state.streak.map(|(status, count)| Streak { status, count });
+        self.drift = state.last.as_ref().and_then(|o| o.drift.clone());
+        let mut open: Vec<Incident> = incidents.values().cloned().collect();
+        open.sort_by_key(|i| i.opened_ms);
+        self.incidents = open;
+    }
+}
+
+fn millis(d: std::time::Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// A command line for display. Arguments that carry a secret-looking `name=value` (or the
+/// value after such a flag) and URLs with credentials are redacted; the environment, where
+/// the config puts credentials, is never part of it.
+fn command_line(argv: &[String]) -> String {
+    let mut out = Vec::with_capacity(argv.len());
+    let mut hide_next = false;
+    for a in argv {
+        if hide_next {
+            out.push(redact::REDACTED.to_owned());
+            hide_next = false;
+            continue;
+        }
+        if a.contains("://") {
+            out.push(redact::url(a));
+        } else if let Some((k, _)) = a.split_once('=') {
+            if secret_name(k) {
+                out.push(format!("{k}={}", redact::REDACTED));
+            } else {
+                out.push(a.clone());
+            }
+        } else {
+            if a.starts_with('-') && secret_name(a) {
+                hide_next = true;
+            }
+            out.push(a.clone());
+        }
+    }
+    out.join(" ")
+}
+
+fn secret_name(k: &str) -> bool {
+    let k = k.trim_start_matches('-').to_ascii_lowercase();
+    redact::is_sensitive_header(&k)
+        || k.contains("password")
+        || k.contains("passwd")
+        || k.ends_with("key")
+        || k.ends_with("_key")
+}
+
+/// The monitor's own health, for `/readyz` and the self metrics.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct MonitorHealth {
+    /// When the running config was (re)loaded; `None` until the first load.
+    pub config_loaded_ms: Option<i64>,
+    /// `Some(false)` once the daemon says its scheduler stopped (shutting down). `None`:
+    /// not reported, readiness then judges the scheduler by the freshness of the checks.
+    pub scheduler_running: Option<bool>,
+    /// The last successful store write.
+    pub store_last_ok_ms: Option<i64>,
+    /// The last failed store write, when it is more recent than the last success.
+    pub store_error: Option<StoreError>,
+    pub store_write_errors: u64,
+    /// Checks published since start.
+    pub checks: u64,
+    /// `/probe` requests that ran a probe, since start.
+    pub probes: u64,
+    /// `/probe` probes running now.
+    pub probes_in_flight: u64,
+}
+
+/// A failed store write.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StoreError {
+    pub at_ms: i64,
+    pub message: String,
+}
+
+/// A consistent copy of the fleet.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Snapshot {
+    /// By name.
+    pub targets: Vec<TargetView>,
+    pub monitor: MonitorHealth,
+}
+
+fn wall_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+impl Fleet {
+    pub fn new() -> Fleet {
+        Fleet::default()
+    }
+
+    // A panic while holding the lock leaves plain data behind, still consistent enough to
+    // show: a poisoned lock is used as is rather than taking the API down with it.
+    fn read(&self) -> RwLockReadGuard<'_, Inner> {
+        self.inner.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Inner> {
+        self.inner.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The configured targets, after a load or reload: new ones appear as unknown, removed
+    /// ones disappear, changed ones keep their state with the new endpoint, labels and
+    /// interval. Marks the config loaded now.
+    pub fn set_config(&self, targets: &[TargetConfig]) {
+        self.set_config_at(targets, wall_ms());
+    }
+
+    /// [`Fleet::set_config`] at a given time.
+    pub fn set_config_at(&self, targets: &[TargetConfig], now_ms: i64) {
+        let mut g = self.write();
+        let mut next = BTreeMap::new();
+        for t in targets {
+            let mut view = TargetView::new(t);
+            if let Some(old) = g.targets.remove(&t.name) {
+                view.status = old.status;
+                view.since_ms = old.since_ms;
+                view.flapping = old.flapping;
+                view.streak = old.streak;
+                view.drift = old.drift;
+                view.last = old.last;
+                view.incidents = old.incidents;
+            }
+            next.insert(t.name.clone(), view);
+        }
+        g.targets = next;
+        g.monitor.config_loaded_ms = Some(now_ms);
+    }
+
+    /// Publishes one finished check of a configured target.
+    pub fn update_from(
+        &self,
+        cfg: &TargetConfig,
+        state: &TargetState,
+        incidents: &Incidents,
+        report: &Report,
+        at_ms: i64,
+    ) {
+        let mut view = TargetView::new(cfg);
+        view.set_state(state, incidents);
+        view.last = Some(LastCheck::from_report(report, at_ms, cfg.security));
+        let mut g = self.write();
+        g.targets.insert(cfg.name.clone(), view);
+        g.monitor.checks += 1;
+    }
+
+    /// Shows a target's resumed state (after a restart, before its first new check).
+    pub fn resume(&self, cfg: &TargetConfig, state: &TargetState, incidents: &Incidents) {
+        let mut view = TargetView::new(cfg);
+        view.set_state(state, incidents);
+        view.last = state.last.as_ref().map(LastCheck::from_observation);
+        self.write().targets.insert(cfg.name.clone(), view);
+    }
+
+    /// Replaces a target's view as given.
+    pub fn update(&self, name: &str, view: TargetView) {
+        self.write().targets.insert(name.to_owned(), view);
+    }
+
+    pub fn remove(&self, name: &str) {
+        self.write().targets.remove(name);
+    }
+
+    /// One target's view.
+    pub fn get(&self, name: &str) -> Option<TargetView> {
+        self.read().targets.get(name).cloned()
+    }
+
+    /// Whether a target of this name is in the fleet.
+    pub fn contains(&self, name: &str) -> bool {
+        self.read().targets.contains_key(name)
+    }
+
+    pub fn snapshot(&self) -> Snapshot {
+        let g = self.read();
+        Snapshot {
+            targets: g.targets.values().cloned().collect(),
+            monitor: g.monitor.clone(),
+        }
+    }
+
+    /// The monitor's own health only (no target views copied).
+    pub fn monitor(&self) -> MonitorHealth {
+        self.read().monitor.clone()
+    }
+
+    /// A store write succeeded.
+    pub fn store_ok(&self, at_ms: i64) {
+        let mut g = self.write();
+        g.monitor.store_last_ok_ms = Some(at_ms);
+        g.monitor.store_error = None;
+    }
+
+    /// A store write failed.
+    pub fn store_failed(&self, at_ms: i64, message: &str) {
+        let mut g = self.write();
+        g.monitor.store_write_errors += 1;
+        g.monitor.store_error = Some(StoreError {
+            at_ms,
+            message: message.to_owned(),
+        });
+    }
+
+    /// The daemon's scheduler started (`true`) or stopped (`false`, shutting down).
+    pub fn set_scheduler_running(&self, running: bool) {
+        self.write().monitor.scheduler_running = Some(running);
+    }
+
+    /// A `/probe` request starts a probe.
+    pub fn probe_started(&self) {
+        let mut g = self.write();
+        g.monitor.probes += 1;
+        g.monitor.probes_in_flight += 1;
+    }
+
+    /// A `/probe` probe ended.
+    pub fn probe_finished(&self) {
+        let mut g = self.write();
+        g.monitor.probes_in_flight = g.monitor.probes_in_flight.saturating_sub(1);
+    }
+}
+
+/// The fleet in numbers.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    pub total: usize,
+    pub healthy: usize,
+    pub degraded: usize,
+    pub down: usize,
+    /// Not checked enough yet to have a confirmed status.
+    pub unknown: usize,
+    pub flapping: usize,
+    /// Healthy targets as a percentage of all targets, one decimal; `None` for an empty fleet.
+    pub percentage: Option<f64>,
+}
+
+/// One check of the monitor itself, as `/readyz` reports it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SelfCheck {
+    /// `component:measurement`, as the health+json draft keys its checks.
+    pub key: &'static str,
+    /// The short name `?exclude=` and `?verbose` use.
+    pub name: &'static str,
+    pub component_type: &'static str,
+    pub status: CheckStatus,
+    pub observed_value: Option<serde_json::Value>,
+    pub observed_unit: Option<&'static str>,
+    /// When the observation was made (Unix ms).
+    pub time_ms: Option<i64>,
+    pub output: Option<String>,
+}
+
+/// The health+json statuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CheckStatus {
+    Pass,
+    Warn,
+    Fail,
+}
+
+impl CheckStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckStatus::Pass => "pass",
+            CheckStatus::Warn => "warn",
+            CheckStatus::Fail => "fail",
+        }
+    }
+}
+
+/// Slack on top of two intervals and a timeout before a target's checks count as stale: the
+/// first check is spread across the interval and a busy semaphore delays a probe.
+const STALE_SLACK_MS: i64 = 30_000;
+
+impl Snapshot {
+    pub fn summary(&self) -> Summary {
+        let count = |h: Health| self.targets.iter().filter(|t| t.status == h).count();
+        let total = self.targets.len();
+        let healthy = count(Health::Healthy);
+        Summary {
+            total,
+            healthy,
+            degraded: count(Health::Degraded),
+            down: count(Health::Down),
+            unknown: count(Health::Unknown),
+            flapping: self.targets.iter().filter(|t| t.flapping).count(),
+            percentage: (total > 0)
+                .then(|| (healthy as f64 * 1000.0 / total as f64).round() / 10.0),
+        }
+    }
+
+    /// The monitor's readiness checks at `now_ms`: the config is loaded, the store takes
+    /// writes, and the scheduler keeps checks coming.
+    ///
+    /// The scheduler check needs no signal from the scheduler: a target whose last check (or,
+    /// before the first, the config load) is older than two intervals plus its timeout and
+    /// some slack is stale. Some stale targets is `warn` (probes are queueing behind the
+    /// concurrency limit, or one task is stuck); all of them is `fail`.
+    pub fn readiness(&self, now_ms: i64) -> Vec<SelfCheck> {
+        let m = &self.monitor;
+        let config = match m.config_loaded_ms {
+            Some(at) => SelfCheck {
+                key: "config:loaded",
+                name: "config",
+                component_type: "component",
+                status: CheckStatus::Pass,
+                observed_value: Some(self.targets.len().into()),
+                observed_unit: Some("targets"),
+                time_ms: Some(at),
+                output: None,
+            },
+            None => SelfCheck {
+                key: "config:loaded",
+                name: "config",
+                component_type: "component",
+                status: CheckStatus::Fail,
+                observed_value: None,
+                observed_unit: None,
+                time_ms: None,
+                output: Some("no configuration loaded yet".into()),
+            },
+        };
+        let store = match (&m.store_error, m.store_last_ok_ms) {
+            (Some(e), _) => SelfCheck {
+                key: "store:writable",
+                name: "store",
+                component_type: "datastore",
+                status: CheckStatus::Fail,
+                observed_value: Some(m.store_write_errors.into()),
+                observed_unit: Some("write errors"),
+                time_ms: Some(e.at_ms),
+                output: Some(format!("the last write failed: {}", e.message)),
+            },
+            (None, ok) => SelfCheck {
+                key: "store:writable",
+                name: "store",
+                component_type: "datastore",
+                status: CheckStatus::Pass,
+                observed_value: ok.map(|at| ((now_ms - at).max(0) as f64 / 1000.0).into()),
+                observed_unit: ok.map(|_| "s since the last write"),
+                time_ms: ok,
+                output: None,
+            },
+        };
+        let scheduler = self.scheduler_check(now_ms);
+        vec![config, store, scheduler]
+    }
+
+    fn scheduler_check(&self, now_ms: i64) -> SelfCheck {
+        let mut check = SelfCheck {
+            key: "scheduler:checks",
+            name: "scheduler",
+            component_type: "component",
+            status: CheckStatus::Pass,
+            observed_value: None,
+            observed_unit: Some("stale targets"),
+            time_ms: Some(now_ms),
+            output: None,
+        };
+        if self.monitor.scheduler_running == Some(false) {
+            check.status = CheckStatus::Fail;
+            check.output = Some("the scheduler is stopped".into());
+            return check;
+        }
+        let Some(loaded) = self.monitor.config_loaded_ms else {
+            check.status = CheckStatus::Fail;
+            check.output = Some("the scheduler waits for a configuration".into());
+            return check;
+        };
+        let stale: Vec<&str> = self
+            .targets
+            .iter()
+            .filter(|t| {
+                let since = t.last.as_ref().map_or(loaded, |l| l.at_ms.max(loaded));
+                let allowed = t.interval_ms.saturating_mul(2) + t.timeout_ms + STALE_SLACK_MS;
+                now_ms - since > allowed
+            })
+            .map(|t| t.name.as_str())
+            .collect();
+        check.observed_value = Some(stale.len().into());
+        if !stale.is_empty() {
+            let shown: Vec<&str> = stale.iter().take(5).copied().collect();
+            let more = stale.len().saturating_sub(shown.len());
+            let mut out = format!("no recent check for {}", shown.join(", "));
+            if more > 0 {
+                out.push_str(&format!(" and {more} more"));
+            }
+            check.status = if stale.len() == self.targets.len() {
+                CheckStatus::Fail
+            } else {
+                CheckStatus::Warn
+            };
+            check.output = Some(out);
+        }
+        check
+    }
+}
+
+/// How many findings of each severity a check produced (for the metrics).
+pub fn severity_counts(findings: &[Finding]) -> [(Severity, usize); 3] {
+    let n = |s: Severity| findings.iter().filter(|f| f.severity == s).count();
+    [
+        (Severity::Critical, n(Severity::Critical)),
+        (Severity::Warning, n(Severity::Warning)),
+        (Severity::Info, n(Severity::Info)),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Defaults, target_from};
+
+    fn cfg(name: &str, endpoint: Endpoint) -> TargetConfig {
+        target_from(
+            name.into(),
+            endpoint,
+            Vec::new(),
+            &Defaults::default(),
+            BTreeMap::new(),
+            "test".into(),
+        )
+    }
+
+    #[test]
+    fn endpoints_are_redacted() {
+        let v = TargetView::new(&cfg(
+            "a",
+            Endpoint::Url("https://user:pw@example.com/mcp?key=s3cret".into()),
+        ));
+        assert_eq!(
+            v.endpoint,
+            "https://<redacted>@example.com/mcp?key=<redacted>"
+        );
+        let v = TargetView::new(&cfg(
+            "b",
+            Endpoint::Command {
+                argv: vec![
+                    "server".into(),
+                    "--api-key".into(),
+                    "s3cret".into(),
+                    "--token=abc".into(),
+                    "--root".into(),
+                    "/srv".into(),
+                ],
+                env: BTreeMap::from([("SECRET".into(), "x".into())]),
+            },
+        ));
+        assert_eq!(
+            v.endpoint,
+            "server --api-key <redacted> --token=<redacted> --root /srv"
+        );
+        assert_eq!(v.kind, "stdio");
+    }
+
+    #[test]
+    fn summary_counts_and_percentage() {
+        let f = Fleet::new();
+        let targets: Vec<TargetConfig> = ["a", "b", "c"]
+            .iter()
+            .map(|n| cfg(n, Endpoint::Url(format!("http://{n}.example/mcp"))))
+            .collect();
+        f.set_config_at(&targets, 0);
+        let mut s = TargetState {
+            status: Health::Healthy,
+            since_ms: 5,
+            ..TargetState::default()
+        };
+        f.resume(&targets[0], &s, &Incidents::new());
+        s.status = Health::Down;
+        f.resume(&targets[1], &s, &Incidents::new());
+        let sum = f.snapshot().summary();
+        assert_eq!(
+            (sum.total, sum.healthy, sum.down, sum.unknown),
+            (3, 1, 1, 1)
+        );
+        assert_eq!(sum.percentage, Some(33.3));
+        assert_eq!(Fleet::new().snapshot().summary().percentage, None);
+    }
+
+    #[test]
+    fn readiness() {
+        let f = Fleet::new();
+        let checks = f.snapshot().readiness(0);
+        assert_eq!(checks[0].status, CheckStatus::Fail, "no config yet");
+        let t = cfg("a", Endpoint::Url("http://a.example/mcp".into()));
+        f.set_config_at(std::slice::from_ref(&t), 1_000);
+        let at = |now| {
+            f.snapshot()
+                .readiness(now)
+                .iter()
+                .map(|c| c.status)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(at(2_000), vec![CheckStatus::Pass; 3]);
+        // Two 60 s intervals, the 10 s timeout and the slack later, still nothing: stale.
+        assert_eq!(at(1_000 + 160_001)[2], CheckStatus::Fail);
+        f.store_failed(3_000, "disk I/O error");
+        assert_eq!(at(4_000)[1], CheckStatus::Fail);
+        f.store_ok(5_000);
+        assert_eq!(at(6_000)[1], CheckStatus::Pass);
+        f.set_scheduler_running(false);
+        assert_eq!(at(6_000)[2], CheckStatus::Fail);
+    }
+
+    #[test]
+    fn reload_keeps_state() {
+        let f = Fleet::new();
+        let a = cfg("a", Endpoint::Url("http://a.example/mcp".into()));
+        f.set_config_at(std::slice::from_ref(&a), 0);
+        let s = TargetState {
+            status: Health::Down,
+            since_ms: 7,
+            ..TargetState::default()
+        };
+        f.resume(&a, &s, &Incidents::new());
+        let mut a2 = a.clone();
+        a2.labels.insert("team".into(), "search".into());
+        let b = cfg("b", Endpoint::Url("http://b.example/mcp".into()));
+        f.set_config_at(&[a2, b], 10);
+        let snap = f.snapshot();
+        assert_eq!(snap.targets.len(), 2);
+        assert_eq!(snap.targets[0].status, Health::Down);
+        assert_eq!(snap.targets[0].since_ms, Some(7));
+        assert_eq!(snap.targets[0].labels["team"], "search");
+        assert_eq!(snap.targets[1].status, Health::Unknown);
+        f.set_config_at(&[], 20);
+        assert!(f.snapshot().targets.is_empty());
+    }
+}

@@ -1,0 +1,246 @@
+//! One target's loop: wait for its tick, probe, judge, fold into its state, decide alerts,
+//! publish to the fleet, and hand the record to the store writer.
+//!
+//! Each target runs on its own cadence. The first check is spread across the interval by a
+//! hash of the name (no thundering herd at start-up or reload); a global semaphore bounds how
+//! many probes run at once; a tick missed because the previous check or the semaphore ran long
+//! is skipped, not piled up (`MissedTickBehavior::Skip`).
+
+use crate::alert::{self, Incidents};
+use crate::check::CheckRecord;
+use crate::config::{Endpoint, Maintenance, TargetConfig};
+use crate::state::{self, Health, Observation, TargetState, Thresholds};
+use mcpulse_judge::contract::{self, Contract};
+use mcpulse_judge::{Policy, Report, drift, judge};
+use mcpulse_probe::{Plan, Target};
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::time::{Instant, MissedTickBehavior};
+
+/// Wall-clock milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+/// Where in its interval a target's checks fall: a stable hash of its name.
+pub fn phase(name: &str, interval: Duration) -> Duration {
+    let h = Sha256::digest(name.as_bytes());
+    let n = u64::from_be_bytes([h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]]);
+    let ms = interval.as_millis().max(1) as u64;
+    Duration::from_millis(n % ms)
+}
+
+/// The probe target and plan for a configured target.
+pub fn target_and_plan(t: &TargetConfig) -> Result<(Target, Plan), String> {
+    let target = match &t.endpoint {
+        Endpoint::Url(u) => Target::http(u).map_err(|e| e.to_string())?,
+        Endpoint::Command { argv, env } => {
+            if env.is_empty() {
+                Target::stdio(argv).map_err(|e| e.to_string())?
+            } else {
+                // Environment for the server, without a shell: `env K=V program args…`.
+                let mut full = vec!["env".to_owned()];
+                full.extend(env.iter().map(|(k, v)| format!("{k}={v}")));
+                full.extend(argv.iter().cloned());
+                Target::stdio(&full).map_err(|e| e.to_string())?
+            }
+        }
+    };
+    let plan = Plan { era: t.era, timeout: t.timeout, headers: t.headers.clone(), security: t.security, ..Plan::default() };
+    Ok((target, plan))
+}
+
+/// Runs one probe. The daemon uses [`NetworkProber`]; scheduler tests use a scripted one so
+/// they can run under paused time.
+pub trait Prober: Send + Sync {
+    fn probe<'a>(&'a self, target: &'a Target, plan: &'a Plan) -> std::pin::Pin<Box<dyn std::future::Future<Output = mcpulse_probe::Transcript> + Send + 'a>>;
+}
+
+/// The real thing: `mcpulse_probe::probe`.
+pub struct NetworkProber;
+
+impl Prober for NetworkProber {
+    fn probe<'a>(&'a self, target: &'a Target, plan: &'a Plan) -> std::pin::Pin<Box<dyn std::future::Future<Output = mcpulse_probe::Transcript> + Send + 'a>> {
+        Box::pin(mcpulse_probe::probe(target, plan))
+    }
+}
+
+/// What a target task needs from the daemon.
+#[derive(Clone)]
+pub struct Shared {
+    pub prober: Arc<dyn Prober>,
+    pub semaphore: Arc<Semaphore>,
+    pub records: mpsc::Sender<CheckRecord>,
+    pub fleet: crate::fleet::Fleet,
+    pub maintenance: Arc<std::sync::RwLock<Vec<Maintenance>>>,
+}
+
+/// The mutable part of a target that survives a reload and a restart.
+#[derive(Debug, Clone, Default)]
+pub struct Memory {
+    pub state: TargetState,
+    pub incidents: Incidents,
+    /// The accepted contract (the drift baseline).
+    pub accepted: Option<Contract>,
+    /// When drift was last computed, and what it found (drift is checked no faster than the
+    /// server's `ttlMs` allows).
+    pub drift_checked_ms: i64,
+    pub drift: Option<String>,
+}
+
+/// Runs a target until `stop` turns true. Returns its memory, for a reload to carry over.
+pub async fn run(cfg: TargetConfig, mut memory: Memory, shared: Shared, mut stop: watch::Receiver<bool>) -> Memory {
+    let (target, plan) = match target_and_plan(&cfg) {
+        Ok(tp) => tp,
+        Err(e) => {
+            tracing::error!(target = %cfg.name, error = %e, "target cannot be probed");
+            return memory;
+        }
+    };
+    let start = Instant::now() + phase(&cfg.name, cfg.interval);
+    let mut ticker = tokio::time::interval_at(start, cfg.interval);
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = stop.changed() => return memory,
+        }
+        if *stop.borrow() {
+            return memory;
+        }
+        let permit = tokio::select! {
+            p = shared.semaphore.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return memory },
+            _ = stop.changed() => return memory,
+        };
+        let transcript = shared.prober.probe(&target, &plan).await;
+        drop(permit);
+        let at = now_ms();
+        let report = judge(&transcript, &Policy { latency_budget_ms: cfg.latency_budget.as_secs_f64() * 1000.0, expect_auth: false });
+        let record = check_once(&cfg, &mut memory, &transcript, &report, at, &shared);
+        shared.fleet.update_from(&cfg, &memory.state, &memory.incidents, &report, at);
+        if shared.records.send(record).await.is_err() {
+            return memory; // the writer is gone: shutting down
+        }
+    }
+}
+
+/// The pure part of a check: observation, state, alerts, the record to store.
+pub fn check_once(cfg: &TargetConfig, memory: &mut Memory, transcript: &mcpulse_probe::Transcript, report: &Report, at: i64, shared: &Shared) -> CheckRecord {
+    // Drift against the accepted contract, no faster than the server's cache TTL.
+    let mut new_contract = None;
+    if let Some(current) = contract::from_transcript(transcript) {
+        match &memory.accepted {
+            None => {
+                new_contract = Some(current.to_lock());
+                memory.accepted = Some(current);
+                memory.drift = None;
+            }
+            Some(base) if at - memory.drift_checked_ms >= ttl_ms(transcript) => {
+                let d = drift::diff(base, &current);
+                memory.drift = d.class.map(|c| c.as_str().to_owned()).filter(|c| c != "info");
+                memory.drift_checked_ms = at;
+            }
+            Some(_) => {}
+        }
+    }
+    let obs = Observation {
+        at_ms: at,
+        status: Health::from_status(report.status),
+        auth: auth_str(report),
+        era: report.era.map(|e| e.as_str().to_owned()),
+        protocol_version: report.protocol_version.clone(),
+        grade: cfg.security.then(|| report.grade.clone()).filter(|g| !g.is_empty()),
+        contract_digest: report.digests.as_ref().map(|d| d.contract.clone()),
+        drift: memory.drift.clone(),
+        summary: report.findings.iter().find(|f| f.severity != mcpulse_judge::Severity::Info).map(|f| format!("{}: {}", f.code, f.message)).unwrap_or_default(),
+    };
+    let thresholds = Thresholds {
+        failure: cfg.failure_threshold,
+        success: cfg.success_threshold,
+        flap_window_ms: cfg.flap_window.as_millis() as i64,
+        flap_threshold: cfg.flap_threshold,
+    };
+    let had_drift = memory.state.last.as_ref().and_then(|o| o.drift.clone()).is_some();
+    let (next, events) = state::observe(&memory.state, &obs, thresholds, at);
+    let silenced = shared
+        .maintenance
+        .read()
+        .map(|m| m.iter().any(|w| w.start_ms <= at && at < w.end_ms && (w.targets.is_empty() || w.targets.contains(&cfg.name))))
+        .unwrap_or(false);
+    let cx = alert::Context {
+        target: &cfg.name,
+        labels: &cfg.labels,
+        now_ms: at,
+        silenced,
+        flapping: next.flapping,
+        status: next.status,
+        reminder_ms: cfg.reminder.map(|r| r.as_millis() as i64),
+    };
+    let mut alerts = alert::alerts(&events, &mut memory.incidents, &cx);
+    if had_drift && memory.drift.is_none()
+        && let Some(a) = alert::resolve_drift(&mut memory.incidents, &cx)
+    {
+        alerts.push(a);
+    }
+    for e in &events {
+        if let state::Event::Transition { from, to, quiet: false, reason, .. } = e {
+            tracing::info!(target = %cfg.name, from = from.as_str(), to = to.as_str(), reason = %reason, "transition");
+        }
+    }
+    for a in &alerts {
+        tracing::info!(target = %a.target, kind = a.kind.as_str(), action = ?a.action, dedup_key = %a.dedup_key, summary = %a.summary, silenced, "alert");
+    }
+    tracing::debug!(target = %cfg.name, status = obs.status.as_str(), ms = report.timings_ms.total, "checked");
+    memory.state = next;
+    CheckRecord {
+        target: cfg.name.clone(),
+        at_ms: at,
+        status: obs.status,
+        duration_ms: report.timings_ms.total,
+        timings: serde_json::to_value(&report.timings_ms).unwrap_or_default(),
+        findings: serde_json::to_value(&report.findings).unwrap_or_default(),
+        grade: obs.grade.clone(),
+        observation: obs,
+        state: memory.state.clone(),
+        incidents: memory.incidents.clone(),
+        events,
+        alerts,
+        contract: new_contract,
+    }
+}
+
+fn auth_str(r: &Report) -> String {
+    serde_json::to_value(r.auth).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_else(|| "none".into())
+}
+
+/// The cache TTL the server gave for its tool list (ms; 0 when none).
+fn ttl_ms(tr: &mcpulse_probe::Transcript) -> i64 {
+    use mcpulse_wire::jsonrpc::Message;
+    use mcpulse_wire::transcript::Step;
+    tr.exchanges
+        .iter()
+        .filter(|e| e.step == Step::ToolsList)
+        .filter_map(|e| match e.reply().map(|d| d.message) {
+            Some(Message::Result { result, .. }) => result.get("ttlMs").and_then(serde_json::Value::as_i64),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0)
+        .max(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn phases_spread_and_are_stable() {
+        let i = Duration::from_secs(60);
+        assert_eq!(phase("search", i), phase("search", i));
+        assert!(phase("search", i) < i);
+        let distinct: std::collections::BTreeSet<_> = (0..100).map(|n| phase(&format!("t{n}"), i).as_secs()).collect();
+        assert!(distinct.len() > 40, "{}", distinct.len());
+    }
+}

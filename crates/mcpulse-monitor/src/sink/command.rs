@@ -1,0 +1,187 @@
+//! The command sink: runs `argv` for each alert.
+//!
+//! - `argv[0]` is executed directly, **never through a shell**: nothing in an alert (a summary can
+//!   hold text a server sent) is ever parsed as shell syntax. Write `["sh", "-c", "…"]` yourself
+//!   if you want one, and read the alert from the environment there, not by interpolation;
+//! - stdin: the alert as the webhook's JSON body ([`super::webhook`], `mcpulse.alert/v1`), then
+//!   end of file;
+//! - environment: mcpulse's own, plus `MCPULSE_ALERT_KIND`, `MCPULSE_TARGET`, `MCPULSE_ACTION`,
+//!   `MCPULSE_DEDUP_KEY`, `MCPULSE_SEVERITY`, `MCPULSE_SUMMARY` (NUL bytes, which no environment
+//!   can hold, are dropped);
+//! - stdout is discarded; the first 2 KiB of stderr go into the error message of a failure;
+//! - exit status 0 is delivered; anything else (a non-zero exit, a signal, the time limit) is a
+//!   retryable failure. A program that is not there or not executable is permanent;
+//! - the time limit (10 s by default) kills the command's whole process group, so a script's
+//!   children go with it; so does shutting the monitor down mid-run. Children a command leaves
+//!   running after it *exits* are its own business.
+
+use super::{DeliveryError, webhook};
+use crate::alert::{Action, Alert};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::Command;
+
+/// How much stderr is kept for the error message.
+const STDERR_CAP: usize = 2048;
+/// After the command exits, how long its stderr may take to reach end of file (a child it left
+/// behind can hold the pipe open).
+const STDERR_GRACE: Duration = Duration::from_millis(200);
+
+/// The environment variables a command gets, in order.
+pub fn env(alert: &Alert) -> Vec<(&'static str, String)> {
+    let action = match alert.action {
+        Action::Trigger => "trigger",
+        Action::Resolve => "resolve",
+        Action::Remind => "remind",
+        Action::Notify => "notify",
+    };
+    let clean = |s: &str| s.replace('\0', "");
+    vec![
+        ("MCPULSE_ALERT_KIND", alert.kind.as_str().to_owned()),
+        ("MCPULSE_TARGET", clean(&alert.target)),
+        ("MCPULSE_ACTION", action.to_owned()),
+        ("MCPULSE_DEDUP_KEY", clean(&alert.dedup_key)),
+        ("MCPULSE_SEVERITY", clean(&alert.severity)),
+        ("MCPULSE_SUMMARY", clean(&alert.summary)),
+    ]
+}
+
+/// Kills the process group on drop unless disarmed: covers the time limit and an aborted task.
+struct Group(Option<i32>);
+
+impl Group {
+    fn kill(&mut self) {
+        if let Some(pgid) = self.0.take()
+            && pgid > 0
+        {
+            // SAFETY: kill(2) with a negative pid signals a process group; it touches no memory.
+            // The group leader is our unreaped child, so the id cannot have been reused.
+            #[allow(unsafe_code)]
+            unsafe {
+                libc::kill(-pgid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Runs the command once for an alert.
+pub async fn run(argv: &[String], alert: &Alert, timeout: Duration) -> Result<(), DeliveryError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let Some(program) = argv.first().filter(|p| !p.is_empty()) else {
+        return Err(DeliveryError::Invalid(
+            "the command sink has no program".into(),
+        ));
+    };
+    let input = webhook::body(alert)?;
+    let mut cmd = Command::new(program);
+    cmd.args(&argv[1..])
+        .envs(env(alert))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().map_err(|e| {
+        let (message, permanent) = match e.kind() {
+            std::io::ErrorKind::NotFound => ("command not found".to_owned(), true),
+            std::io::ErrorKind::PermissionDenied => ("permission denied".to_owned(), true),
+            _ => (format!("could not start: {e}"), false),
+        };
+        DeliveryError::Spawn {
+            program: program.clone(),
+            message,
+            permanent,
+        }
+    })?;
+    let mut group = Group(child.id().and_then(|p| i32::try_from(p).ok()));
+
+    // stderr is read by its own task, so that a chatty command never blocks on a full pipe
+    // and a grandchild holding the pipe open cannot hold us past the exit.
+    let stderr = Arc::new(Mutex::new(Vec::new()));
+    let reader = child.stderr.take().map(|mut pipe| {
+        let buf = stderr.clone();
+        tokio::spawn(async move {
+            let mut chunk = [0u8; 1024];
+            loop {
+                match pipe.read(&mut chunk).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        let mut b = buf.lock().unwrap_or_else(|p| p.into_inner());
+                        let room = STDERR_CAP.saturating_sub(b.len());
+                        b.extend_from_slice(&chunk[..n.min(room)]);
+                    }
+                }
+            }
+        })
+    });
+    let stdin = child.stdin.take();
+    let feed = async move {
+        if let Some(mut stdin) = stdin {
+            // A command that does not read its stdin (or exits first) is fine: ignore EPIPE.
+            let _ = stdin.write_all(input.as_bytes()).await;
+            let _ = stdin.shutdown().await;
+        }
+    };
+    let status = tokio::time::timeout_at(deadline, async {
+        let (_, status) = tokio::join!(feed, child.wait());
+        status
+    })
+    .await;
+    let status = match status {
+        Err(_) => {
+            group.kill();
+            let _ = tokio::time::timeout(Duration::from_secs(1), child.wait()).await;
+            if let Some(r) = reader {
+                r.abort();
+            }
+            return Err(DeliveryError::Timeout(timeout));
+        }
+        Ok(Err(e)) => {
+            group.kill();
+            return Err(DeliveryError::Spawn {
+                program: program.clone(),
+                message: format!("waiting for it failed: {e}"),
+                permanent: false,
+            });
+        }
+        Ok(Ok(status)) => status,
+    };
+    // Reaped: the group id may be reused from here on, so never signal it.
+    group.0 = None;
+    if let Some(mut r) = reader
+        && tokio::time::timeout(STDERR_GRACE, &mut r).await.is_err()
+    {
+        r.abort();
+    }
+    if status.success() {
+        return Ok(());
+    }
+    let text = {
+        let b = stderr.lock().unwrap_or_else(|p| p.into_inner());
+        String::from_utf8_lossy(&b)
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect::<String>()
+            .trim()
+            .to_owned()
+    };
+    use std::os::unix::process::ExitStatusExt;
+    let status = match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with status {code}"),
+        (None, Some(sig)) => format!("was killed by signal {sig}"),
+        (None, None) => "failed".to_owned(),
+    };
+    Err(DeliveryError::Exit {
+        program: program.clone(),
+        status,
+        stderr: text,
+    })
+}

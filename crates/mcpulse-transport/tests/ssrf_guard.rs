@@ -1,0 +1,105 @@
+//! The SSRF guard (`HttpClient::deny_private`), on a real socket: while it is set, a metadata
+//! fetch to a non-public address is refused before any connection is made, with the message the
+//! judge's `metadata-private-address` rule keys on ("non-public address").
+//!
+//! The probe sets the guard only when the target itself was reached on a public address, which
+//! a loopback-only test cannot arrange end to end; so the guard is shown here on a loopback
+//! listener, and the rule on a hand-written transcript (mcpulse-judge's tests/security_rules.rs).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use mcpulse_transport::Limits;
+use mcpulse_transport::clock::Clock;
+use mcpulse_transport::http::HttpClient;
+use mcpulse_transport::streamable_http::get_document;
+use mcpulse_wire::transcript::{Outcome, Step};
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tokio::time::Instant;
+
+const LIMITS: Limits = Limits {
+    max_response_bytes: 1 << 20,
+};
+
+/// A listener that answers every connection with a tiny JSON document, counting connections.
+async fn listener() -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let c = count.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let _ = s
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}")
+                .await;
+        }
+    });
+    (addr, count)
+}
+
+#[tokio::test]
+async fn a_guarded_fetch_to_a_private_address_is_refused_without_connecting() {
+    let (addr, count) = listener().await;
+    let uri: http::Uri = format!("http://{addr}/.well-known/oauth-protected-resource")
+        .parse()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+
+    let mut client = HttpClient::new(Clock::start());
+    client.deny_private = true;
+    let ex = get_document(&mut client, &uri, Step::ResourceMetadata, LIMITS, deadline).await;
+    match &ex.outcome {
+        Outcome::TransportError { message } => {
+            assert!(message.contains("non-public address"), "{message}");
+            assert!(message.contains("127.0.0.1"), "{message}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert_eq!(ex.response, None);
+    assert_eq!(
+        count.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "no connection is made"
+    );
+    assert_eq!(client.connections.len(), 1);
+    assert_eq!(client.connections[0].addr, None);
+
+    // The same fetch without the guard (a loopback or private target may name its own
+    // network's metadata) goes through.
+    let mut client = HttpClient::new(Clock::start());
+    let ex = get_document(&mut client, &uri, Step::ResourceMetadata, LIMITS, deadline).await;
+    assert_eq!(ex.status(), Some(200), "{ex:?}");
+    assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_host_name_is_checked_after_resolution() {
+    // The check is on the resolved addresses, not on the name: `localhost` (resolved through
+    // /etc/hosts, no DNS traffic) is refused like 127.0.0.1, and so would be any public-looking
+    // name that a rebinding DNS server points at a private address.
+    let (addr, count) = listener().await;
+    let uri: http::Uri = format!("http://localhost:{}/doc", addr.port())
+        .parse()
+        .unwrap();
+    let mut client = HttpClient::new(Clock::start());
+    client.deny_private = true;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let ex = get_document(
+        &mut client,
+        &uri,
+        Step::AuthServerMetadata,
+        LIMITS,
+        deadline,
+    )
+    .await;
+    assert!(
+        matches!(&ex.outcome, Outcome::TransportError { message } if message.contains("non-public address")),
+        "{:?}",
+        ex.outcome
+    );
+    assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 0);
+}
