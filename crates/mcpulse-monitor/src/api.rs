@@ -550,21 +550,6 @@ fn resolve(cfg: &Config, target: &str) -> Result<ProbeTarget, Refusal> {
 /// The probe target for a configured target, as the scheduler builds it. The server's
 /// environment goes through `env` (no shell); it is never shown, the display comes from the
 /// fleet view.
-fn configured_target(t: &TargetConfig) -> Result<Target, String> {
-    match &t.endpoint {
-        Endpoint::Url(u) => Target::http(u).map_err(|e| e.to_string()),
-        Endpoint::Command { argv, env } if env.is_empty() => {
-            Target::stdio(argv).map_err(|e| e.to_string())
-        }
-        Endpoint::Command { argv, env } => {
-            let mut full = vec!["env".to_owned()];
-            full.extend(env.iter().map(|(k, v)| format!("{k}={v}")));
-            full.extend(argv.iter().cloned());
-            Target::stdio(&full).map_err(|e| e.to_string())
-        }
-    }
-}
-
 /// The probe's timeout: the configured one, bounded by Prometheus' scrape timeout less the
 /// offset (blackbox_exporter's rule). Half the scrape timeout at least, so a short scrape
 /// timeout still leaves the probe something.
@@ -632,19 +617,12 @@ async fn run_probe(
     // A configured target is probed exactly as the scheduler probes it; a URL with the module.
     let (target, mut plan, latency_budget, graded, shown) = match &resolved {
         ProbeTarget::Configured(t) => {
-            let target = configured_target(t).map_err(|e| {
+            let (target, plan) = crate::runner::target_and_plan(t).map_err(|e| {
                 Refusal(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     format!("target {:?} cannot be probed: {e}", t.name),
                 )
             })?;
-            let plan = Plan {
-                era: t.era,
-                timeout: t.timeout,
-                headers: t.headers.clone(),
-                security: t.security,
-                ..Plan::default()
-            };
             (target, plan, t.latency_budget, t.security, t.name.clone())
         }
         ProbeTarget::Url(u) => {

@@ -28,7 +28,10 @@ pub enum MonitorError {
     #[error("the history database {path}: {source}")]
     Store { path: String, source: StoreError },
     #[error("cannot listen on {addr}: {source} (is another monitor running? set [server] listen)")]
-    Listen { addr: String, source: std::io::Error },
+    Listen {
+        addr: String,
+        source: std::io::Error,
+    },
     #[error("{0}")]
     Other(String),
 }
@@ -65,7 +68,9 @@ pub fn load(path: &Path, opts: &Options) -> Result<Config, MonitorError> {
         }
     }
     for t in &cfg.targets {
-        runner::target_and_plan(t).map_err(|e| MonitorError::Other(format!("{}: target {:?}: {e}", path.display(), t.name)))?;
+        runner::target_and_plan(t).map_err(|e| {
+            MonitorError::Other(format!("{}: target {:?}: {e}", path.display(), t.name))
+        })?;
     }
     if let Some(l) = opts.listen {
         cfg.server.listen = l;
@@ -74,13 +79,30 @@ pub fn load(path: &Path, opts: &Options) -> Result<Config, MonitorError> {
 }
 
 /// Runs the monitor until `shutdown` resolves (or a SIGINT/SIGTERM arrives).
-pub async fn run(config_path: PathBuf, opts: Options, shutdown: impl std::future::Future<Output = ()>) -> Result<(), MonitorError> {
+pub async fn run(
+    config_path: PathBuf,
+    opts: Options,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), MonitorError> {
     let cfg = load(&config_path, &opts)?;
-    let store = Store::open(&cfg.storage.path).map_err(|source| MonitorError::Store { path: cfg.storage.path.display().to_string(), source })?;
-    let mut resumed = store.load_states().map_err(|source| MonitorError::Store { path: cfg.storage.path.display().to_string(), source })?;
+    let store = Store::open(&cfg.storage.path).map_err(|source| MonitorError::Store {
+        path: cfg.storage.path.display().to_string(),
+        source,
+    })?;
+    let mut resumed = store.load_states().map_err(|source| MonitorError::Store {
+        path: cfg.storage.path.display().to_string(),
+        source,
+    })?;
     let store = Arc::new(Mutex::new(store));
-    let listener = tokio::net::TcpListener::bind(cfg.server.listen).await.map_err(|source| MonitorError::Listen { addr: cfg.server.listen.to_string(), source })?;
-    let listen_addr = listener.local_addr().map_err(|e| MonitorError::Other(e.to_string()))?;
+    let listener = tokio::net::TcpListener::bind(cfg.server.listen)
+        .await
+        .map_err(|source| MonitorError::Listen {
+            addr: cfg.server.listen.to_string(),
+            source,
+        })?;
+    let listen_addr = listener
+        .local_addr()
+        .map_err(|e| MonitorError::Other(e.to_string()))?;
     tracing::info!(listen = %listen_addr, targets = cfg.targets.len(), db = %cfg.storage.path.display(), "mcpulse monitor starting");
 
     let fleet = Fleet::new();
@@ -90,31 +112,57 @@ pub async fn run(config_path: PathBuf, opts: Options, shutdown: impl std::future
     let wake_outbox = Arc::new(Notify::new());
     let (stop_all_tx, stop_all) = watch::channel(false);
 
-    let writer = tokio::spawn(write_loop(store.clone(), records_rx, sinks.clone(), fleet.clone(), wake_outbox.clone()));
+    let writer = tokio::spawn(write_loop(
+        store.clone(),
+        records_rx,
+        sinks.clone(),
+        fleet.clone(),
+        wake_outbox.clone(),
+    ));
     let outbox = tokio::spawn(crate::sink::run_outbox(
-        StoreOutbox { store: store.clone() },
+        StoreOutbox {
+            store: store.clone(),
+        },
         sinks.clone(),
         wake_outbox.clone(),
         stop_all.clone(),
     ));
-    let retention = tokio::spawn(retention_loop(store.clone(), cfg.storage.retention, stop_all.clone()));
-    let api_state = crate::api::ApiState::new(fleet.clone(), Arc::new(StoreHistory { store: store.clone() }), Arc::new(RwLock::new(cfg.clone())));
+    let retention = tokio::spawn(retention_loop(
+        store.clone(),
+        cfg.storage.retention,
+        stop_all.clone(),
+    ));
+    let api_state = crate::api::ApiState::new(
+        fleet.clone(),
+        Arc::new(StoreHistory {
+            store: store.clone(),
+        }),
+        Arc::new(RwLock::new(cfg.clone())),
+    );
     let api_config = api_state.config_handle();
-    let api = tokio::spawn(crate::api::serve(listener, crate::api::router(api_state), wait_true(stop_all.clone())));
+    let api = tokio::spawn(crate::api::serve(
+        listener,
+        crate::api::router(api_state),
+        wait_true(stop_all.clone()),
+    ));
 
     let shared = Shared {
         prober: Arc::new(runner::NetworkProber),
-        semaphore: Arc::new(Semaphore::new(opts.concurrency.unwrap_or(DEFAULT_CONCURRENCY))),
+        semaphore: Arc::new(Semaphore::new(
+            opts.concurrency.unwrap_or(DEFAULT_CONCURRENCY),
+        )),
         records: records_tx,
         fleet: fleet.clone(),
         maintenance: maintenance.clone(),
     };
     let mut running: BTreeMap<String, Running> = BTreeMap::new();
+    fleet.set_config(&cfg.targets);
     for t in &cfg.targets {
         let memory = resume(&store, &mut resumed, &t.name);
+        fleet.resume(t, &memory.state, &memory.incidents);
         start(&mut running, t.clone(), memory, &shared);
     }
-    fleet.set_config(&cfg.targets);
+    fleet.set_scheduler_running(true);
 
     let mut current = cfg;
     let mut hup = signal(tokio::signal::unix::SignalKind::hangup())?;
@@ -146,6 +194,7 @@ pub async fn run(config_path: PathBuf, opts: Options, shutdown: impl std::future
         }
     }
     // Shutdown: targets first (no new records), then the writer drains, then the rest.
+    fleet.set_scheduler_running(false);
     for (_, r) in std::mem::take(&mut running) {
         let _ = r.stop.send(true);
         let _ = r.task.await;
@@ -160,15 +209,22 @@ pub async fn run(config_path: PathBuf, opts: Options, shutdown: impl std::future
     Ok(())
 }
 
-fn signal(kind: tokio::signal::unix::SignalKind) -> Result<tokio::signal::unix::Signal, MonitorError> {
-    tokio::signal::unix::signal(kind).map_err(|e| MonitorError::Other(format!("installing a signal handler: {e}")))
+fn signal(
+    kind: tokio::signal::unix::SignalKind,
+) -> Result<tokio::signal::unix::Signal, MonitorError> {
+    tokio::signal::unix::signal(kind)
+        .map_err(|e| MonitorError::Other(format!("installing a signal handler: {e}")))
 }
 
 async fn wait_true(mut rx: watch::Receiver<bool>) {
     let _ = rx.wait_for(|v| *v).await;
 }
 
-fn resume(store: &Arc<Mutex<Store>>, resumed: &mut BTreeMap<String, (crate::state::TargetState, crate::alert::Incidents)>, name: &str) -> Memory {
+fn resume(
+    store: &Arc<Mutex<Store>>,
+    resumed: &mut BTreeMap<String, (crate::state::TargetState, crate::alert::Incidents)>,
+    name: &str,
+) -> Memory {
     let (state, incidents) = resumed.remove(name).unwrap_or_default();
     let accepted = store
         .lock()
@@ -176,16 +232,33 @@ fn resume(store: &Arc<Mutex<Store>>, resumed: &mut BTreeMap<String, (crate::stat
         .and_then(|s| s.accepted_contract(name).ok().flatten())
         .and_then(|text| mcpulse_judge::contract::Contract::from_lock(&text).ok());
     let drift = state.last.as_ref().and_then(|o| o.drift.clone());
-    Memory { state, incidents, accepted, drift_checked_ms: 0, drift }
+    Memory {
+        state,
+        incidents,
+        accepted,
+        drift_checked_ms: 0,
+        drift,
+    }
 }
 
-fn start(running: &mut BTreeMap<String, Running>, cfg: TargetConfig, memory: Memory, shared: &Shared) {
+fn start(
+    running: &mut BTreeMap<String, Running>,
+    cfg: TargetConfig,
+    memory: Memory,
+    shared: &Shared,
+) {
     let (stop, stop_rx) = watch::channel(false);
     let task = tokio::spawn(runner::run(cfg.clone(), memory, shared.clone(), stop_rx));
     running.insert(cfg.name.clone(), Running { cfg, stop, task });
 }
 
-async fn reload(running: &mut BTreeMap<String, Running>, _old: &Config, new: &Config, shared: &Shared, store: &Arc<Mutex<Store>>) {
+async fn reload(
+    running: &mut BTreeMap<String, Running>,
+    _old: &Config,
+    new: &Config,
+    shared: &Shared,
+    store: &Arc<Mutex<Store>>,
+) {
     let names: Vec<String> = running.keys().cloned().collect();
     for name in names {
         let keep = new.targets.iter().find(|t| t.name == name);
@@ -216,7 +289,13 @@ async fn reload(running: &mut BTreeMap<String, Running>, _old: &Config, new: &Co
 }
 
 /// Batches check records into store transactions; wakes the outbox when alerts were stored.
-async fn write_loop(store: Arc<Mutex<Store>>, mut rx: mpsc::Receiver<CheckRecord>, sinks: Arc<RwLock<Vec<AlertConfig>>>, fleet: Fleet, wake: Arc<Notify>) {
+async fn write_loop(
+    store: Arc<Mutex<Store>>,
+    mut rx: mpsc::Receiver<CheckRecord>,
+    sinks: Arc<RwLock<Vec<AlertConfig>>>,
+    fleet: Fleet,
+    wake: Arc<Notify>,
+) {
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
         while batch.len() < 1000 {
@@ -250,7 +329,11 @@ async fn write_loop(store: Arc<Mutex<Store>>, mut rx: mpsc::Receiver<CheckRecord
     }
 }
 
-async fn retention_loop(store: Arc<Mutex<Store>>, retention: Duration, mut stop: watch::Receiver<bool>) {
+async fn retention_loop(
+    store: Arc<Mutex<Store>>,
+    retention: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut tick = tokio::time::interval(Duration::from_secs(3600));
     loop {
         tokio::select! {
@@ -259,9 +342,17 @@ async fn retention_loop(store: Arc<Mutex<Store>>, retention: Duration, mut stop:
         }
         let horizon = runner::now_ms() - retention.as_millis() as i64;
         let store = store.clone();
-        let pruned = tokio::task::spawn_blocking(move || store.lock().unwrap_or_else(|p| p.into_inner()).prune(horizon)).await;
+        let pruned = tokio::task::spawn_blocking(move || {
+            store
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .prune(horizon)
+        })
+        .await;
         match pruned {
-            Ok(Ok(n)) if n > 0 => tracing::info!(rows = n, "pruned history past the retention horizon"),
+            Ok(Ok(n)) if n > 0 => {
+                tracing::info!(rows = n, "pruned history past the retention horizon")
+            }
             Ok(Err(e)) => tracing::error!(error = %e, "pruning history failed"),
             _ => {}
         }
@@ -277,7 +368,10 @@ impl crate::sink::Outbox for StoreOutbox {
     fn due(&mut self, now_ms: i64, limit: usize) -> Vec<(i64, usize, Alert, u32)> {
         let s = self.store.lock().unwrap_or_else(|p| p.into_inner());
         match s.due_alerts(now_ms, limit) {
-            Ok(items) => items.into_iter().map(|i| (i.id, i.sink, i.alert, i.attempts)).collect(),
+            Ok(items) => items
+                .into_iter()
+                .map(|i| (i.id, i.sink, i.alert, i.attempts))
+                .collect(),
             Err(e) => {
                 tracing::error!(error = %e, "reading the alert outbox failed");
                 Vec::new()
@@ -285,13 +379,23 @@ impl crate::sink::Outbox for StoreOutbox {
         }
     }
     fn delivered(&mut self, id: i64, at_ms: i64) {
-        if let Err(e) = self.store.lock().unwrap_or_else(|p| p.into_inner()).mark_delivered(id, at_ms) {
+        if let Err(e) = self
+            .store
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .mark_delivered(id, at_ms)
+        {
             tracing::error!(error = %e, "recording an alert delivery failed");
         }
     }
     fn failed(&mut self, id: i64, error: &str, next_ms: i64, permanent: bool) {
         let next = if permanent { i64::MAX } else { next_ms };
-        if let Err(e) = self.store.lock().unwrap_or_else(|p| p.into_inner()).mark_failed(id, error, next) {
+        if let Err(e) = self
+            .store
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .mark_failed(id, error, next)
+        {
             tracing::error!(error = %e, "recording an alert failure failed");
         }
     }
@@ -303,10 +407,23 @@ struct StoreHistory {
 }
 
 impl crate::api::HistorySource for StoreHistory {
-    fn history(&self, target: &str, before: Option<i64>, limit: usize) -> Result<Vec<crate::check::HistoryRow>, String> {
-        self.store.lock().unwrap_or_else(|p| p.into_inner()).history(target, before, limit).map_err(|e| e.to_string())
+    fn history(
+        &self,
+        target: &str,
+        before: Option<i64>,
+        limit: usize,
+    ) -> Result<Vec<crate::check::HistoryRow>, String> {
+        self.store
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .history(target, before, limit)
+            .map_err(|e| e.to_string())
     }
     fn stats(&self, target: &str, now_ms: i64) -> Result<Vec<crate::check::Stats>, String> {
-        self.store.lock().unwrap_or_else(|p| p.into_inner()).stats(target, now_ms).map_err(|e| e.to_string())
+        self.store
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .stats(target, now_ms)
+            .map_err(|e| e.to_string())
     }
 }

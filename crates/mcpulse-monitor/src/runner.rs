@@ -21,7 +21,10 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 /// Wall-clock milliseconds since the Unix epoch.
 pub fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 /// Where in its interval a target's checks fall: a stable hash of its name.
@@ -36,33 +39,43 @@ pub fn phase(name: &str, interval: Duration) -> Duration {
 pub fn target_and_plan(t: &TargetConfig) -> Result<(Target, Plan), String> {
     let target = match &t.endpoint {
         Endpoint::Url(u) => Target::http(u).map_err(|e| e.to_string())?,
-        Endpoint::Command { argv, env } => {
-            if env.is_empty() {
-                Target::stdio(argv).map_err(|e| e.to_string())?
-            } else {
-                // Environment for the server, without a shell: `env K=V program args…`.
-                let mut full = vec!["env".to_owned()];
-                full.extend(env.iter().map(|(k, v)| format!("{k}={v}")));
-                full.extend(argv.iter().cloned());
-                Target::stdio(&full).map_err(|e| e.to_string())?
-            }
-        }
+        Endpoint::Command { argv, .. } => Target::stdio(argv).map_err(|e| e.to_string())?,
     };
-    let plan = Plan { era: t.era, timeout: t.timeout, headers: t.headers.clone(), security: t.security, ..Plan::default() };
+    let env = match &t.endpoint {
+        Endpoint::Command { env, .. } => env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        Endpoint::Url(_) => Vec::new(),
+    };
+    let plan = Plan {
+        era: t.era,
+        timeout: t.timeout,
+        headers: t.headers.clone(),
+        security: t.security,
+        env,
+        ..Plan::default()
+    };
     Ok((target, plan))
 }
 
 /// Runs one probe. The daemon uses [`NetworkProber`]; scheduler tests use a scripted one so
 /// they can run under paused time.
 pub trait Prober: Send + Sync {
-    fn probe<'a>(&'a self, target: &'a Target, plan: &'a Plan) -> std::pin::Pin<Box<dyn std::future::Future<Output = mcpulse_probe::Transcript> + Send + 'a>>;
+    fn probe<'a>(
+        &'a self,
+        target: &'a Target,
+        plan: &'a Plan,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = mcpulse_probe::Transcript> + Send + 'a>>;
 }
 
 /// The real thing: `mcpulse_probe::probe`.
 pub struct NetworkProber;
 
 impl Prober for NetworkProber {
-    fn probe<'a>(&'a self, target: &'a Target, plan: &'a Plan) -> std::pin::Pin<Box<dyn std::future::Future<Output = mcpulse_probe::Transcript> + Send + 'a>> {
+    fn probe<'a>(
+        &'a self,
+        target: &'a Target,
+        plan: &'a Plan,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = mcpulse_probe::Transcript> + Send + 'a>>
+    {
         Box::pin(mcpulse_probe::probe(target, plan))
     }
 }
@@ -91,7 +104,12 @@ pub struct Memory {
 }
 
 /// Runs a target until `stop` turns true. Returns its memory, for a reload to carry over.
-pub async fn run(cfg: TargetConfig, mut memory: Memory, shared: Shared, mut stop: watch::Receiver<bool>) -> Memory {
+pub async fn run(
+    cfg: TargetConfig,
+    mut memory: Memory,
+    shared: Shared,
+    mut stop: watch::Receiver<bool>,
+) -> Memory {
     let (target, plan) = match target_and_plan(&cfg) {
         Ok(tp) => tp,
         Err(e) => {
@@ -117,9 +135,17 @@ pub async fn run(cfg: TargetConfig, mut memory: Memory, shared: Shared, mut stop
         let transcript = shared.prober.probe(&target, &plan).await;
         drop(permit);
         let at = now_ms();
-        let report = judge(&transcript, &Policy { latency_budget_ms: cfg.latency_budget.as_secs_f64() * 1000.0, expect_auth: false });
+        let report = judge(
+            &transcript,
+            &Policy {
+                latency_budget_ms: cfg.latency_budget.as_secs_f64() * 1000.0,
+                expect_auth: false,
+            },
+        );
         let record = check_once(&cfg, &mut memory, &transcript, &report, at, &shared);
-        shared.fleet.update_from(&cfg, &memory.state, &memory.incidents, &report, at);
+        shared
+            .fleet
+            .update_from(&cfg, &memory.state, &memory.incidents, &report, at);
         if shared.records.send(record).await.is_err() {
             return memory; // the writer is gone: shutting down
         }
@@ -127,7 +153,14 @@ pub async fn run(cfg: TargetConfig, mut memory: Memory, shared: Shared, mut stop
 }
 
 /// The pure part of a check: observation, state, alerts, the record to store.
-pub fn check_once(cfg: &TargetConfig, memory: &mut Memory, transcript: &mcpulse_probe::Transcript, report: &Report, at: i64, shared: &Shared) -> CheckRecord {
+pub fn check_once(
+    cfg: &TargetConfig,
+    memory: &mut Memory,
+    transcript: &mcpulse_probe::Transcript,
+    report: &Report,
+    at: i64,
+    shared: &Shared,
+) -> CheckRecord {
     // Drift against the accepted contract, no faster than the server's cache TTL.
     let mut new_contract = None;
     if let Some(current) = contract::from_transcript(transcript) {
@@ -139,7 +172,10 @@ pub fn check_once(cfg: &TargetConfig, memory: &mut Memory, transcript: &mcpulse_
             }
             Some(base) if at - memory.drift_checked_ms >= ttl_ms(transcript) => {
                 let d = drift::diff(base, &current);
-                memory.drift = d.class.map(|c| c.as_str().to_owned()).filter(|c| c != "info");
+                memory.drift = d
+                    .class
+                    .map(|c| c.as_str().to_owned())
+                    .filter(|c| c != "info");
                 memory.drift_checked_ms = at;
             }
             Some(_) => {}
@@ -151,10 +187,18 @@ pub fn check_once(cfg: &TargetConfig, memory: &mut Memory, transcript: &mcpulse_
         auth: auth_str(report),
         era: report.era.map(|e| e.as_str().to_owned()),
         protocol_version: report.protocol_version.clone(),
-        grade: cfg.security.then(|| report.grade.clone()).filter(|g| !g.is_empty()),
+        grade: cfg
+            .security
+            .then(|| report.grade.clone())
+            .filter(|g| !g.is_empty()),
         contract_digest: report.digests.as_ref().map(|d| d.contract.clone()),
         drift: memory.drift.clone(),
-        summary: report.findings.iter().find(|f| f.severity != mcpulse_judge::Severity::Info).map(|f| format!("{}: {}", f.code, f.message)).unwrap_or_default(),
+        summary: report
+            .findings
+            .iter()
+            .find(|f| f.severity != mcpulse_judge::Severity::Info)
+            .map(|f| format!("{}: {}", f.code, f.message))
+            .unwrap_or_default(),
     };
     let thresholds = Thresholds {
         failure: cfg.failure_threshold,
@@ -162,12 +206,23 @@ pub fn check_once(cfg: &TargetConfig, memory: &mut Memory, transcript: &mcpulse_
         flap_window_ms: cfg.flap_window.as_millis() as i64,
         flap_threshold: cfg.flap_threshold,
     };
-    let had_drift = memory.state.last.as_ref().and_then(|o| o.drift.clone()).is_some();
+    let had_drift = memory
+        .state
+        .last
+        .as_ref()
+        .and_then(|o| o.drift.clone())
+        .is_some();
     let (next, events) = state::observe(&memory.state, &obs, thresholds, at);
     let silenced = shared
         .maintenance
         .read()
-        .map(|m| m.iter().any(|w| w.start_ms <= at && at < w.end_ms && (w.targets.is_empty() || w.targets.contains(&cfg.name))))
+        .map(|m| {
+            m.iter().any(|w| {
+                w.start_ms <= at
+                    && at < w.end_ms
+                    && (w.targets.is_empty() || w.targets.contains(&cfg.name))
+            })
+        })
         .unwrap_or(false);
     let cx = alert::Context {
         target: &cfg.name,
@@ -179,13 +234,21 @@ pub fn check_once(cfg: &TargetConfig, memory: &mut Memory, transcript: &mcpulse_
         reminder_ms: cfg.reminder.map(|r| r.as_millis() as i64),
     };
     let mut alerts = alert::alerts(&events, &mut memory.incidents, &cx);
-    if had_drift && memory.drift.is_none()
+    if had_drift
+        && memory.drift.is_none()
         && let Some(a) = alert::resolve_drift(&mut memory.incidents, &cx)
     {
         alerts.push(a);
     }
     for e in &events {
-        if let state::Event::Transition { from, to, quiet: false, reason, .. } = e {
+        if let state::Event::Transition {
+            from,
+            to,
+            quiet: false,
+            reason,
+            ..
+        } = e
+        {
             tracing::info!(target = %cfg.name, from = from.as_str(), to = to.as_str(), reason = %reason, "transition");
         }
     }
@@ -212,7 +275,10 @@ pub fn check_once(cfg: &TargetConfig, memory: &mut Memory, transcript: &mcpulse_
 }
 
 fn auth_str(r: &Report) -> String {
-    serde_json::to_value(r.auth).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_else(|| "none".into())
+    serde_json::to_value(r.auth)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_else(|| "none".into())
 }
 
 /// The cache TTL the server gave for its tool list (ms; 0 when none).
@@ -223,7 +289,9 @@ fn ttl_ms(tr: &mcpulse_probe::Transcript) -> i64 {
         .iter()
         .filter(|e| e.step == Step::ToolsList)
         .filter_map(|e| match e.reply().map(|d| d.message) {
-            Some(Message::Result { result, .. }) => result.get("ttlMs").and_then(serde_json::Value::as_i64),
+            Some(Message::Result { result, .. }) => {
+                result.get("ttlMs").and_then(serde_json::Value::as_i64)
+            }
             _ => None,
         })
         .max()
@@ -240,7 +308,9 @@ mod tests {
         let i = Duration::from_secs(60);
         assert_eq!(phase("search", i), phase("search", i));
         assert!(phase("search", i) < i);
-        let distinct: std::collections::BTreeSet<_> = (0..100).map(|n| phase(&format!("t{n}"), i).as_secs()).collect();
+        let distinct: std::collections::BTreeSet<_> = (0..100)
+            .map(|n| phase(&format!("t{n}"), i).as_secs())
+            .collect();
         assert!(distinct.len() > 40, "{}", distinct.len());
     }
 }

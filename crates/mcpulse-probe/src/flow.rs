@@ -658,7 +658,7 @@ async fn probe_stdio(
     children: &mut Vec<StdioChild>,
 ) {
     let spawn = |purpose: &str, ctx: &Ctx<'_>| {
-        StdioChild::spawn(program, args, purpose, ctx.limits, ctx.clock)
+        StdioChild::spawn(program, args, &ctx.plan.env, purpose, ctx.limits, ctx.clock)
     };
     let mut child = match spawn("probe", ctx) {
         Ok(c) => c,

@@ -124,6 +124,8 @@ pub struct Plan {
     pub security: bool,
     /// Extra trusted root certificates (DER), from `--ca-file`.
     pub extra_roots: Vec<Vec<u8>>,
+    /// Environment variables for a stdio server (credentials: never recorded).
+    pub env: Vec<(String, String)>,
 }
 
 impl Default for Plan {
@@ -142,6 +144,7 @@ impl Default for Plan {
             shutdown_grace: Duration::from_millis(100),
             security: true,
             extra_roots: Vec::new(),
+            env: Vec::new(),
         }
     }
 }

@@ -78,6 +78,7 @@ impl StdioChild {
     pub fn spawn(
         program: &str,
         args: &[String],
+        env: &[(String, String)],
         purpose: &str,
         limits: Limits,
         clock: Clock,
@@ -91,6 +92,7 @@ impl StdioChild {
         };
         let mut cmd = Command::new(program);
         cmd.args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

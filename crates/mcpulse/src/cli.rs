@@ -28,9 +28,75 @@ pub enum Command {
     /// Compare two baselines: every change classified breaking, risky or info.
     #[command(after_help = DIFF_HELP)]
     Diff(DiffArgs),
+    /// Run the monitor daemon over a fleet from a config file.
+    #[command(after_help = MONITOR_HELP)]
+    Monitor(MonitorArgs),
+    /// Validate a monitor config file (exit 0 valid, 1 invalid with file:line:column).
+    CheckConfig(CheckConfigArgs),
+    /// Start a built-in fleet of demo MCP servers and the monitor over them.
+    Demo(DemoArgs),
     /// Print generated documentation (used to keep docs/ in step with the code).
     #[command(hide = true)]
     Docs { which: DocKind },
+    /// A demo MCP server, as `mcpulse demo` runs it (`demo-server stdio`).
+    #[command(hide = true)]
+    DemoServer { which: DemoServerKind },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum DemoServerKind {
+    Stdio,
+}
+
+const MONITOR_HELP: &str = "\
+Examples:
+  mcpulse monitor --config mcpulse.toml
+  mcpulse monitor --config mcpulse.toml --import ~/.cursor/mcp.json
+
+Signals: SIGINT/SIGTERM stop cleanly; SIGHUP reloads the config (an invalid file is reported
+and the running config kept). See docs/monitor.md.";
+
+#[derive(Debug, Args)]
+pub struct MonitorArgs {
+    /// The config file (TOML; see docs/monitor.md).
+    #[arg(long, short = 'c', value_name = "FILE")]
+    pub config: std::path::PathBuf,
+    /// Also monitor the mcpServers of an MCP client config (Claude Desktop, Cursor, VS Code,
+    /// Claude Code); repeatable.
+    #[arg(long, value_name = "FILE")]
+    pub import: Vec<std::path::PathBuf>,
+    /// Listen on this address instead of `[server] listen`.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// How many probes may run at once.
+    #[arg(long, value_name = "N")]
+    pub concurrency: Option<usize>,
+    /// error, warn, info (transitions and alerts), debug (every check) or trace.
+    #[arg(long, default_value = "info", value_name = "LEVEL")]
+    pub log_level: String,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckConfigArgs {
+    /// The config file.
+    #[arg(value_name = "FILE")]
+    pub config: std::path::PathBuf,
+    /// Client config files to import, as for `monitor --import`.
+    #[arg(long, value_name = "FILE")]
+    pub import: Vec<std::path::PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Where the monitor's API listens.
+    #[arg(long, default_value = "127.0.0.1:9477", value_name = "ADDR")]
+    pub listen: std::net::SocketAddr,
+    /// Also send the alerts to this webhook.
+    #[arg(long, value_name = "URL")]
+    pub webhook: Option<String>,
+    /// error, warn, info (transitions and alerts), debug (every check) or trace.
+    #[arg(long, default_value = "info", value_name = "LEVEL")]
+    pub log_level: String,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

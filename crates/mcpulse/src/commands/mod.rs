@@ -1,6 +1,8 @@
 //! One module per command; each takes resolved settings and returns an exit code.
 
+mod demo;
 mod diff;
+mod monitor;
 mod probe;
 mod snapshot;
 
@@ -12,6 +14,12 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Probe(args) => probe::run(args),
         Command::Snapshot(args) => snapshot::run(args),
         Command::Diff(args) => diff::run(args),
+        Command::Monitor(args) => monitor::run(args),
+        Command::CheckConfig(args) => monitor::check(args),
+        Command::Demo(args) => demo::run(args),
+        Command::DemoServer {
+            which: crate::cli::DemoServerKind::Stdio,
+        } => demo::serve_stdio(),
         Command::Docs { which } => {
             match which {
                 DocKind::Findings => print!("{}", mcpulse_judge::rules::findings_doc()),

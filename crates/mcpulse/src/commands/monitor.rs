@@ -6,20 +6,40 @@ use mcpulse_monitor::daemon::{self, Options};
 
 pub fn run(args: MonitorArgs) -> Result<u8> {
     init_logging(&args.log_level)?;
-    let opts = Options { imports: args.import.clone(), listen: args.listen, concurrency: args.concurrency };
+    let opts = Options {
+        imports: args.import.clone(),
+        listen: args.listen,
+        concurrency: args.concurrency,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(daemon::run(args.config.clone(), opts, std::future::pending()))?;
+    runtime.block_on(daemon::run(
+        args.config.clone(),
+        opts,
+        std::future::pending(),
+    ))?;
     Ok(0)
 }
 
 pub fn check(args: CheckConfigArgs) -> Result<u8> {
-    let opts = Options { imports: args.import.clone(), ..Options::default() };
+    let opts = Options {
+        imports: args.import.clone(),
+        ..Options::default()
+    };
     match daemon::load(&args.config, &opts) {
         Ok(cfg) => {
-            let stdio = cfg.targets.iter().filter(|t| matches!(t.endpoint, mcpulse_monitor::config::Endpoint::Command { .. })).count();
+            let stdio = cfg
+                .targets
+                .iter()
+                .filter(|t| {
+                    matches!(
+                        t.endpoint,
+                        mcpulse_monitor::config::Endpoint::Command { .. }
+                    )
+                })
+                .count();
             println!(
                 "{}: ok: {} targets ({} http, {} stdio), {} alert sinks, {} modules; history in {}; API on {}",
                 args.config.display(),
@@ -42,7 +62,16 @@ pub fn check(args: CheckConfigArgs) -> Result<u8> {
 
 /// Structured logs on stderr: transitions at info, each check at debug, frames at trace.
 pub fn init_logging(level: &str) -> Result<()> {
-    let level: tracing::Level = level.parse().map_err(|_| anyhow::anyhow!("--log-level {level:?}: use error, warn, info, debug or trace"))?;
-    let _ = tracing_subscriber::fmt().with_max_level(level).with_writer(std::io::stderr).with_target(false).try_init();
+    let level: tracing::Level = level.parse().map_err(|_| {
+        anyhow::anyhow!("--log-level {level:?}: use error, warn, info, debug or trace")
+    })?;
+    use std::io::IsTerminal;
+    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(ansi)
+        .try_init();
     Ok(())
 }
