@@ -150,18 +150,25 @@ impl Contract {
 /// The contract of the server in a transcript; `None` when no handshake completed or the
 /// tools could not be listed (a contract with a hole in it would read as drift).
 pub fn from_transcript(tr: &Transcript) -> Option<Contract> {
-    let (era, result) = tr.exchanges.iter().find_map(|ex| {
-        let Some(Message::Result { result, .. }) = ex.reply().map(|d| d.message) else {
+    let _replies = crate::replies::Scope::enter();
+    let (era, decoded) = tr.exchanges.iter().find_map(|ex| {
+        if !matches!(ex.step, Step::Discover | Step::Initialize) {
             return None;
-        };
-        match ex.step {
-            Step::Discover if result.get("supportedVersions").is_some_and(Value::is_array) => {
-                Some(("modern", result))
+        }
+        let d = crate::replies::reply(ex)?;
+        match (&d.message, ex.step) {
+            (Message::Result { result, .. }, Step::Discover)
+                if result.get("supportedVersions").is_some_and(Value::is_array) =>
+            {
+                Some(("modern", d))
             }
-            Step::Initialize => Some(("legacy", result)),
+            (Message::Result { .. }, Step::Initialize) => Some(("legacy", d)),
             _ => None,
         }
     })?;
+    let Message::Result { result, .. } = &decoded.message else {
+        return None;
+    };
     let supported: Vec<String> = match era {
         "modern" => strings(result.get("supportedVersions")),
         _ => result
@@ -196,7 +203,7 @@ pub fn from_transcript(tr: &Transcript) -> Option<Contract> {
             .collect();
         let mut items = Vec::new();
         for ex in &pages {
-            match ex.reply().map(|d| d.message) {
+            match crate::replies::reply(ex).as_deref().map(|d| &d.message) {
                 Some(Message::Result { result, .. }) => {
                     if let Some(Value::Array(a)) = result.get(kind.result_key()) {
                         items.extend(a.iter().cloned());
@@ -304,8 +311,15 @@ fn items_of(kind: Kind, raw: &[Value]) -> Vec<Item> {
                 && let Some(obj) = def.as_object_mut()
             {
                 for key in ["inputSchema", "outputSchema"] {
-                    if let Some(schema) = obj.get(key).cloned() {
-                        obj.insert(key.to_owned(), resolve_refs(&schema));
+                    if let Some(schema) = obj.get_mut(key) {
+                        if has_ref(schema) {
+                            *schema = resolve_refs(schema);
+                        } else if let Some(o) = schema.as_object_mut() {
+                            // What `resolve_refs` does to a schema without refs, without
+                            // copying it.
+                            o.remove("$defs");
+                            o.remove("definitions");
+                        }
                     }
                 }
             }
@@ -349,16 +363,47 @@ fn canonical_number(n: &Number) -> Number {
     }
 }
 
+/// Whether [`canonical`] would leave `v` as it is: no number with an integral value written as
+/// a float. (Keys need no check: serde_json's map keeps them sorted.)
+fn is_canonical(v: &Value) -> bool {
+    match v {
+        Value::Object(m) => m.values().all(is_canonical),
+        Value::Array(a) => a.iter().all(is_canonical),
+        Value::Number(n) => canonical_number(n) == *n,
+        _ => true,
+    }
+}
+
 /// `sha256:<hex>` of the canonical JSON text.
 pub fn digest(v: &Value) -> String {
-    let text = serde_json::to_string(&canonical(v)).unwrap_or_default();
+    // Most values are canonical already (a contract's are by construction): copy only the
+    // others.
+    let text = if is_canonical(v) {
+        serde_json::to_string(v)
+    } else {
+        serde_json::to_string(&canonical(v))
+    }
+    .unwrap_or_default();
     let hash = Sha256::digest(text.as_bytes());
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(7 + 64);
     s.push_str("sha256:");
     for b in hash {
-        s.push_str(&format!("{b:02x}"));
+        s.push(char::from(HEX[usize::from(b >> 4)]));
+        s.push(char::from(HEX[usize::from(b & 0x0f)]));
     }
     s
+}
+
+/// Whether a schema holds a `$ref` that [`resolve_refs`] would try to resolve.
+fn has_ref(v: &Value) -> bool {
+    match v {
+        Value::Object(m) => {
+            matches!(m.get("$ref"), Some(Value::String(_))) || m.values().any(has_ref)
+        }
+        Value::Array(a) => a.iter().any(has_ref),
+        _ => false,
+    }
 }
 
 /// Resolves local `$ref`s (`#/...` JSON pointers) within one schema, so that moving a

@@ -1,6 +1,7 @@
 //! From a transcript to a report: the facts (era, versions, server, tools, timings, auth) and
 //! the verdict (status and findings).
 
+use crate::replies::reply;
 use crate::rules::{Finding, Rule, Severity, Status};
 use mcpulse_wire::auth;
 use mcpulse_wire::jsonrpc::{self, Message};
@@ -155,6 +156,8 @@ pub struct Timings {
 
 /// Judges a transcript.
 pub fn judge(tr: &Transcript, policy: &Policy) -> Report {
+    // Every reply below is parsed once, however many rules read it.
+    let _replies = crate::replies::Scope::enter();
     let mut j = Judgement {
         tr,
         findings: Vec::new(),
@@ -220,7 +223,11 @@ struct Handshake<'a> {
 
 fn handshake(tr: &Transcript) -> Option<Handshake<'_>> {
     tr.exchanges.iter().find_map(|ex| {
-        let Some(Message::Result { result, .. }) = ex.reply().map(|d| d.message) else {
+        if !matches!(ex.step, Step::Discover | Step::Initialize) {
+            return None;
+        }
+        let d = reply(ex)?;
+        let Message::Result { result, .. } = &d.message else {
             return None;
         };
         match ex.step {
@@ -228,13 +235,13 @@ fn handshake(tr: &Transcript) -> Option<Handshake<'_>> {
                 Some(Handshake {
                     ex,
                     era: Era::Modern,
-                    result,
+                    result: result.clone(),
                 })
             }
             Step::Initialize => Some(Handshake {
                 ex,
                 era: Era::Legacy,
-                result,
+                result: result.clone(),
             }),
             _ => None,
         }
@@ -293,11 +300,12 @@ impl Judgement<'_> {
                 self.modern_fields("server/discover", &hs.result);
                 // Dual-era: a legacy initialize to the same server, in auto mode.
                 if let Some(check) = tr.exchanges.iter().find(|e| e.step == Step::DualEraCheck) {
-                    let dual = matches!(check.reply().map(|d| d.message),
-                        Some(Message::Result { ref result, .. }) if result.get("protocolVersion").is_some());
+                    let checked = reply(check);
+                    let dual = matches!(checked.as_deref().map(|d| &d.message),
+                        Some(Message::Result { result, .. }) if result.get("protocolVersion").is_some());
                     report.dual_era = Some(dual);
                     if dual {
-                        let v = check.reply().and_then(|d| match d.message {
+                        let v = checked.as_deref().and_then(|d| match &d.message {
                             Message::Result { result, .. } => result
                                 .get("protocolVersion")
                                 .and_then(Value::as_str)
@@ -439,7 +447,8 @@ impl Judgement<'_> {
         let mut items = Vec::new();
         let mut cursors: Vec<String> = Vec::new();
         for ex in &pages {
-            let result = match ex.reply().map(|d| d.message) {
+            let decoded = reply(ex);
+            let result = match decoded.as_deref().map(|d| &d.message) {
                 Some(Message::Result { result, .. }) => result,
                 _ => {
                     let why = describe(Some(ex));
@@ -480,7 +489,7 @@ impl Judgement<'_> {
                 }
             }
             if era == Era::Modern {
-                self.modern_fields(step.as_str(), &result);
+                self.modern_fields(step.as_str(), result);
             }
             if let Some(c) = result.get("nextCursor").and_then(Value::as_str) {
                 if cursors.iter().any(|s| s == c) {
@@ -495,7 +504,7 @@ impl Judgement<'_> {
         }
         let last_has_next = pages
             .last()
-            .and_then(|e| e.reply())
+            .and_then(|e| reply(e))
             .is_some_and(|d| matches!(d.message, Message::Result { ref result, .. } if result.get("nextCursor").is_some_and(Value::is_string)));
         if last_has_next && self.tr.deadline_hit_ms.is_none() {
             self.add(Rule::PageLimit.finding(format!(
@@ -887,7 +896,7 @@ impl Judgement<'_> {
             .tr
             .exchanges
             .iter()
-            .filter_map(|e| e.reply())
+            .filter_map(reply)
             .any(|d| d.bad_version);
         if bad {
             self.add(Rule::JsonRpcEnvelope.finding("a reply lacked \"jsonrpc\": \"2.0\""));
@@ -1003,7 +1012,7 @@ fn all_tools(tr: &Transcript) -> Vec<Value> {
     tr.exchanges
         .iter()
         .filter(|e| e.step == Step::ToolsList)
-        .filter_map(|e| match e.reply().map(|d| d.message) {
+        .filter_map(|e| match reply(e).as_deref().map(|d| &d.message) {
             Some(Message::Result { result, .. }) => {
                 result.get("tools").and_then(Value::as_array).cloned()
             }

@@ -253,7 +253,10 @@ pub fn assess(tr: &Transcript, tools: &[Value], expect_auth: bool) -> Security {
     let gated = tr.exchanges.iter().any(|e| matches!(e.status(), Some(401)));
     let handshake_ok = tr.exchanges.iter().any(|e| {
         matches!(e.step, Step::Discover | Step::Initialize)
-            && matches!(e.reply().map(|d| d.message), Some(Message::Result { .. }))
+            && matches!(
+                crate::replies::reply(e).as_deref().map(|d| &d.message),
+                Some(Message::Result { .. })
+            )
     });
     if http {
         transport_rules(&mut c, loopback);
@@ -507,7 +510,10 @@ fn auth_rules(
     if handshake_ok && !authenticated && !loopback {
         let list = tr.exchanges.iter().find(|e| {
             e.step == Step::ToolsList
-                && matches!(e.reply().map(|d| d.message), Some(Message::Result { .. }))
+                && matches!(
+                    crate::replies::reply(e).as_deref().map(|d| &d.message),
+                    Some(Message::Result { .. })
+                )
         });
         if let Some(ex) = list {
             let destructive = tools.iter().any(|t| {

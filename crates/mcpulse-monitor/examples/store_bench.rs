@@ -205,6 +205,7 @@ fn bench(o: &Options, path: &std::path::Path) -> Result<()> {
     );
 
     // Write phase.
+    let cpu_before = cpu_seconds();
     let mut in_store = Duration::ZERO;
     let mut latencies = Vec::new();
     let wall = Instant::now();
@@ -225,6 +226,9 @@ fn bench(o: &Options, path: &std::path::Path) -> Result<()> {
         latencies.push(took);
     }
     let wall = wall.elapsed();
+    let cpu = cpu_seconds()
+        .zip(cpu_before)
+        .map(|(a, b)| (a.0 - b.0, a.1 - b.1));
     latencies.sort_unstable();
     let pick = |q: f64| latencies[((latencies.len() - 1) as f64 * q).round() as usize];
     let size = |suffix: &str| {
@@ -248,6 +252,13 @@ fn bench(o: &Options, path: &std::path::Path) -> Result<()> {
         ms(pick(1.0)),
         latencies.len()
     );
+    if let Some((user, sys)) = cpu {
+        println!(
+            "write: CPU {user:.2} s user + {sys:.2} s system (building the results included): \
+             {:.0} results per CPU-second",
+            o.records as f64 / (user + sys)
+        );
+    }
     println!(
         "write: file {:.1} MiB + WAL {:.1} MiB = {:.0} bytes per result",
         size("") as f64 / 1_048_576.0,
@@ -355,6 +366,18 @@ fn bench(o: &Options, path: &std::path::Path) -> Result<()> {
         ms(sql.0)
     );
     Ok(())
+}
+
+/// This process's user and system CPU time so far, from `/proc/self/stat` (Linux; `None`
+/// elsewhere). A figure that other load on the machine disturbs less than wall time.
+fn cpu_seconds() -> Option<(f64, f64)> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may hold spaces): utime and stime are the 12th and
+    // 13th, in clock ticks (100 per second on Linux).
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i)?.parse::<f64>().ok();
+    Some((ticks(11)? / 100.0, ticks(12)? / 100.0))
 }
 
 fn ms(d: Duration) -> f64 {

@@ -237,6 +237,16 @@ pub fn alerts(events: &[Event], incidents: &mut Incidents, cx: &Context<'_>) -> 
             ),
         }
     }
+    // An outage that began (or went on) inside a maintenance window opened no incident, and
+    // sends no transition when the window ends: settle it once the alerts are no longer
+    // silenced, or it would never page however long it lasts.
+    if !cx.silenced
+        && !cx.flapping
+        && matches!(cx.status, Health::Down | Health::Degraded)
+        && !incidents.contains_key("status")
+    {
+        status_alert(&mut out, &mut emit, incidents, cx, cx.status, None);
+    }
     // Reminders for incidents still open.
     if let (Some(every), false) = (cx.reminder_ms, cx.silenced) {
         for inc in incidents.values_mut() {
@@ -499,6 +509,15 @@ mod tests {
         c.silenced = true;
         assert!(alerts(&ev, &mut inc, &c).is_empty());
         assert!(inc.is_empty());
+        // Still down when the window ends: paged once, at the first check after it.
+        let c = cx(&labels, 60_000, Down, false);
+        let a = alerts(&[], &mut inc, &c);
+        assert_eq!(
+            a.iter().map(|x| (x.action, x.kind)).collect::<Vec<_>>(),
+            vec![(Action::Trigger, Kind::Down)]
+        );
+        assert!(inc.contains_key("status"));
+        assert!(alerts(&[], &mut inc, &cx(&labels, 120_000, Down, false)).is_empty());
     }
 
     #[test]

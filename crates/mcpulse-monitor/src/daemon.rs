@@ -25,7 +25,7 @@ use tokio::task::JoinHandle;
 pub enum MonitorError {
     #[error("{0}")]
     Config(#[from] config::ConfigError),
-    #[error("the history database {path}: {source}")]
+    #[error("{source}")]
     Store { path: String, source: StoreError },
     #[error("cannot listen on {addr}: {source} (is another monitor running? set [server] listen)")]
     Listen {
@@ -84,6 +84,10 @@ pub async fn run(
     opts: Options,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), MonitorError> {
+    // Signals first: a SIGHUP or SIGTERM during start-up must be handled, not fatal.
+    let mut hup = signal(tokio::signal::unix::SignalKind::hangup())?;
+    let mut term = signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut int = signal(tokio::signal::unix::SignalKind::interrupt())?;
     let cfg = load(&config_path, &opts)?;
     let store = Store::open(&cfg.storage.path).map_err(|source| MonitorError::Store {
         path: cfg.storage.path.display().to_string(),
@@ -105,7 +109,15 @@ pub async fn run(
         .map_err(|e| MonitorError::Other(e.to_string()))?;
     tracing::info!(listen = %listen_addr, targets = cfg.targets.len(), db = %cfg.storage.path.display(), "mcpulse monitor starting");
 
+    // The fleet view is complete (resumed states included) before the API serves it.
     let fleet = Fleet::new();
+    fleet.set_config(&cfg.targets);
+    let mut memories: BTreeMap<String, Memory> = BTreeMap::new();
+    for t in &cfg.targets {
+        let memory = resume(&store, &mut resumed, &t.name);
+        fleet.resume(t, &memory.state, &memory.incidents);
+        memories.insert(t.name.clone(), memory);
+    }
     let sinks: Arc<RwLock<Vec<AlertConfig>>> = Arc::new(RwLock::new(cfg.alerts.clone()));
     let maintenance = Arc::new(RwLock::new(cfg.maintenance.clone()));
     let (records_tx, records_rx) = mpsc::channel::<CheckRecord>(4096);
@@ -154,20 +166,16 @@ pub async fn run(
         records: records_tx,
         fleet: fleet.clone(),
         maintenance: maintenance.clone(),
+        clock: Arc::new(runner::now_ms),
     };
     let mut running: BTreeMap<String, Running> = BTreeMap::new();
-    fleet.set_config(&cfg.targets);
     for t in &cfg.targets {
-        let memory = resume(&store, &mut resumed, &t.name);
-        fleet.resume(t, &memory.state, &memory.incidents);
+        let memory = memories.remove(&t.name).unwrap_or_default();
         start(&mut running, t.clone(), memory, &shared);
     }
     fleet.set_scheduler_running(true);
 
     let mut current = cfg;
-    let mut hup = signal(tokio::signal::unix::SignalKind::hangup())?;
-    let mut term = signal(tokio::signal::unix::SignalKind::terminate())?;
-    let mut int = signal(tokio::signal::unix::SignalKind::interrupt())?;
     tokio::pin!(shutdown);
     loop {
         tokio::select! {

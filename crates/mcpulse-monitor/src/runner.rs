@@ -88,6 +88,10 @@ pub struct Shared {
     pub records: mpsc::Sender<CheckRecord>,
     pub fleet: crate::fleet::Fleet,
     pub maintenance: Arc<std::sync::RwLock<Vec<Maintenance>>>,
+    /// The wall clock that stamps checks (and so drives reminders, maintenance windows and
+    /// flap windows): [`now_ms`] in the daemon; in paused-time tests, one that advances with
+    /// `tokio::time` (see [`crate::sink::Timebase`]).
+    pub clock: crate::api::Clock,
 }
 
 /// The mutable part of a target that survives a reload and a restart.
@@ -134,7 +138,7 @@ pub async fn run(
         };
         let transcript = shared.prober.probe(&target, &plan).await;
         drop(permit);
-        let at = now_ms();
+        let at = (shared.clock)();
         let report = judge(
             &transcript,
             &Policy {

@@ -354,6 +354,20 @@ fn the_outbox_hands_out_due_alerts_in_order_and_keeps_retries() {
             .any(|i| i.sink == 0 && i.alert.action == Action::Resolve)
     );
 
+    // A permanent failure (never retry) gives up too, instead of parking the row forever in
+    // front of its incident's later alerts; it keeps its error and counts the attempt.
+    store.record(&[down("d", 60_000)], 1).unwrap();
+    let d = store.due_alerts(60_000, 100).unwrap();
+    let d = d.iter().find(|i| i.alert.target == "d").unwrap().id;
+    store.mark_failed(d, "400 bad request", i64::MAX).unwrap();
+    store.record(&[recovered("d", 70_000)], 1).unwrap();
+    let due = store.due_alerts(i64::MAX, 100).unwrap();
+    assert!(!due.iter().any(|i| i.id == d));
+    assert!(
+        due.iter()
+            .any(|i| i.alert.target == "d" && i.alert.action == Action::Resolve)
+    );
+
     // Marking a settled or unknown row is harmless.
     store.mark_delivered(a0, 40_000).unwrap();
     store.mark_failed(a0, "late", 50_000).unwrap();

@@ -350,6 +350,15 @@ fn classify_initialize(ex: &Exchange) -> Initialized {
 }
 
 fn next_cursor(ex: &Exchange) -> Option<String> {
+    // Most replies have no cursor: do not parse a whole page to learn that. Without a `\u`
+    // escape anywhere, a `nextCursor` key can only be spelled literally.
+    if let Outcome::Reply { frame } = ex.outcome
+        && let Some(f) = ex.frames.get(frame)
+        && !f.raw.contains("nextCursor")
+        && !f.raw.contains("\\u")
+    {
+        return None;
+    }
     match ex.reply()?.message {
         Message::Result { result, .. } => result
             .get("nextCursor")

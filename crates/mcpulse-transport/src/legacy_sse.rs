@@ -8,10 +8,10 @@
 use crate::Limits;
 use crate::clock::Clock;
 use crate::http::{self, Chunk, HttpClient, Outgoing};
-use crate::streamable_http::{self, content_type, send_error_outcome, start, take_event};
+use crate::streamable_http::{self, Tag, send_recorded, take_event};
 use ::http::{Method, Uri};
 use mcpulse_wire::sse;
-use mcpulse_wire::transcript::{Exchange, HttpResponse, Outcome, Request, Step, TransportKind};
+use mcpulse_wire::transcript::{Exchange, Outcome, Step, TransportKind};
 use mcpulse_wire::version::Era;
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -63,51 +63,30 @@ pub async fn open(
         user_headers,
         body: None,
     };
-    let request = Request {
-        method: "GET".into(),
-        url: Some(mcpulse_wire::redact::url(&uri.to_string())),
-        headers: out.recorded_headers(),
-        body: None,
+    let tag = Tag {
+        step: Step::SseOpen,
+        transport: TransportKind::Sse,
+        era: Some(Era::Legacy),
+        page: None,
+        id: None,
     };
-    let mut ex = start(
-        Step::SseOpen,
-        TransportKind::Sse,
-        Some(Era::Legacy),
-        None,
-        None,
-        request,
-        clock.at(),
-    );
-    let mut redirects = Vec::new();
-    let result = client.send(&out, false, deadline, &mut redirects).await;
-    ex.redirects = redirects;
-    let resp = match result {
-        Ok(r) => r,
-        Err(e) => {
-            ex.outcome = send_error_outcome(&e);
-            ex.elapsed_ms = clock.since(started);
-            return (ex, None);
-        }
+    let mut sent = send_recorded(client, &out, tag, false, deadline).await;
+    let Some(mut body) = sent.body.take() else {
+        return (sent.finish(), None);
     };
-    ex.response = Some(HttpResponse {
-        status: resp.status().as_u16(),
-        headers: http::recorded_headers(&resp),
-        ttfb_ms: clock.since(started),
-    });
-    let ok = resp.status().is_success() && content_type(&resp) == "text/event-stream";
-    let mut body = resp.into_body();
+    let ok = sent.ex.status().is_some_and(|s| (200..300).contains(&s)) && sent.is_sse;
     if !ok {
         // Not an event stream: keep what it said, for the judge and the person.
         let cap = limits.max_response_bytes.min(64 * 1024);
         let (bytes, _) = http::read_body(&mut body, cap, deadline).await;
-        ex.body_bytes = bytes.len();
+        sent.ex.body_bytes = bytes.len();
         if !bytes.is_empty() {
-            ex.body = Some(crate::snippet(&bytes));
+            sent.ex.body = Some(crate::snippet(&bytes));
         }
-        ex.outcome = Outcome::NoReply;
-        ex.elapsed_ms = clock.since(started);
-        return (ex, None);
+        sent.ex.outcome = Outcome::NoReply;
+        return (sent.finish(), None);
     }
+    let mut ex = sent.ex;
     let (tx, rx) = mpsc::channel(64);
     let max = limits.max_response_bytes;
     let task = tokio::spawn(async move {

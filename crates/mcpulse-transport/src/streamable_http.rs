@@ -63,9 +63,6 @@ pub async fn post(
     limits: Limits,
     deadline: Instant,
 ) -> Exchange {
-    let clock = client.clock();
-    let started = Instant::now();
-    let body = p.message.to_string();
     let mut headers = vec![
         ("content-type".to_owned(), "application/json".to_owned()),
         (
@@ -79,44 +76,145 @@ pub async fn post(
         uri: p.uri.clone(),
         headers,
         user_headers: p.user_headers,
-        body: Some(body),
+        body: Some(p.message.to_string()),
     };
+    let tag = Tag {
+        step: p.step,
+        transport: TransportKind::StreamableHttp,
+        era: p.era,
+        page: p.page,
+        id: p.id,
+    };
+    let mut sent = send_recorded(client, &out, tag, true, deadline).await;
+    if let Some(mut body) = sent.body.take() {
+        let clock = sent.clock;
+        read_reply(
+            &mut sent.ex,
+            &mut body,
+            sent.is_sse,
+            p.id,
+            limits,
+            deadline,
+            clock,
+        )
+        .await;
+    }
+    sent.finish()
+}
+
+/// What an exchange is, for its record.
+#[derive(Debug, Clone, Copy)]
+pub struct Tag {
+    pub step: Step,
+    pub transport: TransportKind,
+    pub era: Option<Era>,
+    pub page: Option<u32>,
+    pub id: Option<i64>,
+}
+
+impl Tag {
+    /// A request that is not JSON-RPC (a metadata GET, a DELETE).
+    pub fn plain(step: Step, transport: TransportKind) -> Tag {
+        Tag {
+            step,
+            transport,
+            era: None,
+            page: None,
+            id: None,
+        }
+    }
+}
+
+/// A request sent and recorded: the exchange so far (request, redirects, response head, or
+/// the outcome of a failure) and the body still to read.
+pub struct Sent {
+    pub ex: Exchange,
+    pub body: Option<hyper::body::Incoming>,
+    pub is_sse: bool,
+    clock: crate::clock::Clock,
+    started: Instant,
+}
+
+impl Sent {
+    /// The exchange, with its elapsed time.
+    pub fn finish(mut self) -> Exchange {
+        self.ex.elapsed_ms = self.clock.since(self.started);
+        self.ex
+    }
+}
+
+/// Records a request, sends it (following redirects), and records the response head; every
+/// request of this module goes through here, so every exchange is recorded the same way.
+pub async fn send_recorded(
+    client: &mut HttpClient,
+    out: &Outgoing<'_>,
+    tag: Tag,
+    pooled: bool,
+    deadline: Instant,
+) -> Sent {
+    let clock = client.clock();
+    let started = Instant::now();
     let request = Request {
-        method: "POST".into(),
-        url: Some(mcpulse_wire::redact::url(&p.uri.to_string())),
+        method: out.method.as_str().to_owned(),
+        url: Some(mcpulse_wire::redact::url(&out.uri.to_string())),
         headers: out.recorded_headers(),
         body: out.body.clone(),
     };
     let mut ex = start(
-        p.step,
-        TransportKind::StreamableHttp,
-        p.era,
-        p.page,
-        p.id,
+        tag.step,
+        tag.transport,
+        tag.era,
+        tag.page,
+        tag.id,
         request,
         clock.at(),
     );
     let mut redirects = Vec::new();
-    let result = client.send(&out, true, deadline, &mut redirects).await;
+    let result = client.send(out, pooled, deadline, &mut redirects).await;
     ex.redirects = redirects;
-    let resp = match result {
-        Ok(r) => r,
+    match result {
         Err(e) => {
             ex.outcome = send_error_outcome(&e);
-            ex.elapsed_ms = clock.since(started);
-            return ex;
+            Sent {
+                ex,
+                body: None,
+                is_sse: false,
+                clock,
+                started,
+            }
         }
+        Ok(resp) => {
+            ex.response = Some(HttpResponse {
+                status: resp.status().as_u16(),
+                headers: http::recorded_headers(&resp),
+                ttfb_ms: clock.since(started),
+            });
+            let is_sse = content_type(&resp).starts_with("text/event-stream");
+            Sent {
+                ex,
+                body: Some(resp.into_body()),
+                is_sse,
+                clock,
+                started,
+            }
+        }
+    }
+}
+
+/// Reads a small document body (metadata, an error page) into the exchange, up to `cap`.
+async fn read_document(sent: &mut Sent, cap: usize, deadline: Instant) {
+    let Some(mut body) = sent.body.take() else {
+        return;
     };
-    ex.response = Some(HttpResponse {
-        status: resp.status().as_u16(),
-        headers: http::recorded_headers(&resp),
-        ttfb_ms: clock.since(started),
-    });
-    let is_sse = content_type(&resp).starts_with("text/event-stream");
-    let mut body = resp.into_body();
-    read_reply(&mut ex, &mut body, is_sse, p.id, limits, deadline, clock).await;
-    ex.elapsed_ms = clock.since(started);
-    ex
+    let (bytes, end) = http::read_body(&mut body, cap, deadline).await;
+    sent.ex.body_bytes = bytes.len();
+    sent.ex.body = Some(String::from_utf8_lossy(&bytes).into_owned());
+    sent.ex.outcome = match end {
+        BodyEnd::Complete => Outcome::Fetched,
+        BodyEnd::TooLarge => Outcome::TooLarge { limit: cap },
+        BodyEnd::Timeout => Outcome::Timeout,
+        BodyEnd::Error(message) => Outcome::TransportError { message },
+    };
 }
 
 /// The outcome for a request that got no response head.
@@ -314,8 +412,6 @@ pub async fn get_document(
     limits: Limits,
     deadline: Instant,
 ) -> Exchange {
-    let clock = client.clock();
-    let started = Instant::now();
     let out = Outgoing {
         method: Method::GET,
         uri: uri.clone(),
@@ -323,50 +419,21 @@ pub async fn get_document(
         user_headers: &[],
         body: None,
     };
-    let request = Request {
-        method: "GET".into(),
-        url: Some(mcpulse_wire::redact::url(&uri.to_string())),
-        headers: out.recorded_headers(),
-        body: None,
-    };
-    let mut ex = start(
-        step,
-        TransportKind::StreamableHttp,
-        None,
-        None,
-        None,
-        request,
-        clock.at(),
-    );
-    let mut redirects = Vec::new();
-    let result = client.send(&out, false, deadline, &mut redirects).await;
-    ex.redirects = redirects;
-    let resp = match result {
-        Ok(r) => r,
-        Err(e) => {
-            ex.outcome = send_error_outcome(&e);
-            ex.elapsed_ms = clock.since(started);
-            return ex;
-        }
-    };
-    ex.response = Some(HttpResponse {
-        status: resp.status().as_u16(),
-        headers: http::recorded_headers(&resp),
-        ttfb_ms: clock.since(started),
-    });
-    let cap = limits.max_response_bytes.min(DOCUMENT_CAP);
-    let mut body = resp.into_body();
-    let (bytes, end) = http::read_body(&mut body, cap, deadline).await;
-    ex.body_bytes = bytes.len();
-    ex.body = Some(String::from_utf8_lossy(&bytes).into_owned());
-    ex.outcome = match end {
-        BodyEnd::Complete => Outcome::Fetched,
-        BodyEnd::TooLarge => Outcome::TooLarge { limit: cap },
-        BodyEnd::Timeout => Outcome::Timeout,
-        BodyEnd::Error(message) => Outcome::TransportError { message },
-    };
-    ex.elapsed_ms = clock.since(started);
-    ex
+    let mut sent = send_recorded(
+        client,
+        &out,
+        Tag::plain(step, TransportKind::StreamableHttp),
+        false,
+        deadline,
+    )
+    .await;
+    read_document(
+        &mut sent,
+        limits.max_response_bytes.min(DOCUMENT_CAP),
+        deadline,
+    )
+    .await;
+    sent.finish()
 }
 
 /// The most bytes of a metadata document kept.
@@ -380,8 +447,6 @@ pub async fn delete_session(
     user_headers: &[(String, String)],
     deadline: Instant,
 ) -> Exchange {
-    let clock = client.clock();
-    let started = Instant::now();
     let out = Outgoing {
         method: Method::DELETE,
         uri: uri.clone(),
@@ -389,43 +454,22 @@ pub async fn delete_session(
         user_headers,
         body: None,
     };
-    let request = Request {
-        method: "DELETE".into(),
-        url: Some(mcpulse_wire::redact::url(&uri.to_string())),
-        headers: out.recorded_headers(),
-        body: None,
-    };
-    let mut ex = start(
-        Step::SessionDelete,
-        TransportKind::StreamableHttp,
-        None,
-        None,
-        None,
-        request,
-        clock.at(),
-    );
-    let mut redirects = Vec::new();
-    let result = client.send(&out, true, deadline, &mut redirects).await;
-    ex.redirects = redirects;
-    match result {
-        Err(e) => ex.outcome = send_error_outcome(&e),
-        Ok(resp) => {
-            ex.response = Some(HttpResponse {
-                status: resp.status().as_u16(),
-                headers: http::recorded_headers(&resp),
-                ttfb_ms: clock.since(started),
-            });
-            let mut body = resp.into_body();
-            let (bytes, _) = http::read_body(&mut body, crate::BODY_SNIPPET, deadline).await;
-            ex.body_bytes = bytes.len();
-            if !bytes.is_empty() {
-                ex.body = Some(crate::snippet(&bytes));
-            }
-            ex.outcome = Outcome::Fetched;
+    let mut sent = send_recorded(
+        client,
+        &out,
+        Tag::plain(Step::SessionDelete, TransportKind::StreamableHttp),
+        true,
+        deadline,
+    )
+    .await;
+    if sent.body.is_some() {
+        read_document(&mut sent, crate::BODY_SNIPPET, deadline).await;
+        if sent.ex.body.as_deref() == Some("") {
+            sent.ex.body = None;
         }
+        sent.ex.outcome = Outcome::Fetched;
     }
-    ex.elapsed_ms = clock.since(started);
-    ex
+    sent.finish()
 }
 
 /// Sends a request and records only the response head: for a `GET` that may open an endless
@@ -439,46 +483,26 @@ pub async fn head_only(
     user_headers: &[(String, String)],
     deadline: Instant,
 ) -> Exchange {
-    let clock = client.clock();
-    let started = Instant::now();
     let out = Outgoing {
-        method: method.clone(),
+        method,
         uri: uri.clone(),
         headers,
         user_headers,
         body: None,
     };
-    let request = Request {
-        method: method.as_str().to_owned(),
-        url: Some(mcpulse_wire::redact::url(&uri.to_string())),
-        headers: out.recorded_headers(),
-        body: None,
-    };
-    let mut ex = start(
-        step,
-        TransportKind::Sse,
-        None,
-        None,
-        None,
-        request,
-        clock.at(),
-    );
-    let mut redirects = Vec::new();
-    match client.send(&out, false, deadline, &mut redirects).await {
-        Err(e) => ex.outcome = send_error_outcome(&e),
-        Ok(resp) => {
-            ex.response = Some(HttpResponse {
-                status: resp.status().as_u16(),
-                headers: http::recorded_headers(&resp),
-                ttfb_ms: clock.since(started),
-            });
-            ex.outcome = Outcome::Fetched;
-            // The body (perhaps an endless stream) is dropped unread, closing the connection.
-        }
+    let mut sent = send_recorded(
+        client,
+        &out,
+        Tag::plain(step, TransportKind::Sse),
+        false,
+        deadline,
+    )
+    .await;
+    if sent.body.take().is_some() {
+        // The body (perhaps an endless stream) is dropped unread, closing the connection.
+        sent.ex.outcome = Outcome::Fetched;
     }
-    ex.redirects = redirects;
-    ex.elapsed_ms = clock.since(started);
-    ex
+    sent.finish()
 }
 
 /// Sends a prepared request (a malformed body, on purpose) and records the response and up to
@@ -490,46 +514,19 @@ pub async fn send_raw(
     limits: Limits,
     deadline: Instant,
 ) -> Exchange {
-    let clock = client.clock();
-    let started = Instant::now();
-    let request = Request {
-        method: out.method.as_str().to_owned(),
-        url: Some(mcpulse_wire::redact::url(&out.uri.to_string())),
-        headers: out.recorded_headers(),
-        body: out.body.clone(),
-    };
-    let mut ex = start(
-        step,
-        TransportKind::StreamableHttp,
-        None,
-        None,
-        None,
-        request,
-        clock.at(),
-    );
-    let mut redirects = Vec::new();
-    match client.send(out, true, deadline, &mut redirects).await {
-        Err(e) => ex.outcome = send_error_outcome(&e),
-        Ok(resp) => {
-            ex.response = Some(HttpResponse {
-                status: resp.status().as_u16(),
-                headers: http::recorded_headers(&resp),
-                ttfb_ms: clock.since(started),
-            });
-            let cap = limits.max_response_bytes.min(DOCUMENT_CAP);
-            let mut body = resp.into_body();
-            let (bytes, end) = http::read_body(&mut body, cap, deadline).await;
-            ex.body_bytes = bytes.len();
-            ex.body = Some(String::from_utf8_lossy(&bytes).into_owned());
-            ex.outcome = match end {
-                BodyEnd::Complete => Outcome::Fetched,
-                BodyEnd::TooLarge => Outcome::TooLarge { limit: cap },
-                BodyEnd::Timeout => Outcome::Timeout,
-                BodyEnd::Error(message) => Outcome::TransportError { message },
-            };
-        }
-    }
-    ex.redirects = redirects;
-    ex.elapsed_ms = clock.since(started);
-    ex
+    let mut sent = send_recorded(
+        client,
+        out,
+        Tag::plain(step, TransportKind::StreamableHttp),
+        true,
+        deadline,
+    )
+    .await;
+    read_document(
+        &mut sent,
+        limits.max_response_bytes.min(DOCUMENT_CAP),
+        deadline,
+    )
+    .await;
+    sent.finish()
 }

@@ -1,0 +1,1191 @@
+//! `mcpulse monitor` end to end: the real binary as a child process, over fake MCP servers that
+//! are killed and restored, alerting a fake webhook receiver, read back through its HTTP API
+//! and its SQLite file.
+//!
+//! - a server dies and comes back: exactly one signed `trigger`/`down` and one
+//!   `resolve`/`recovered` webhook, with the same `dedup_key`, each within
+//!   `interval × threshold + timeout` (+ [`SLACK`]) of the change; the API agrees;
+//! - SIGKILL with an incident open: the file is intact, the restarted monitor shows the target
+//!   down before its first check and pages nobody again; SIGKILL again halfway through the
+//!   recovery: the success streak resumes, and one resolve comes at the first check after the
+//!   restart;
+//! - SIGKILL with an alert not yet delivered (the receiver was down): delivered once after the
+//!   restart;
+//! - SIGHUP: only the changed target restarts, removed/added targets leave/join the fleet, an
+//!   invalid file is logged and the running config kept; SIGTERM exits 0 promptly;
+//! - `check-config` exit codes and located errors; `monitor --import` of a Claude Desktop file.
+//!
+//! "Killed" is real: the server sits behind a forwarder on its own port, and killing it closes
+//! that listener and every connection through it (connection refused), and restoring it binds
+//! the same port again. Everything is on loopback, every port is chosen at run time, every wait
+//! polls with a deadline, and every child is killed on drop.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use mcpulse_monitor::alert::dedup_key;
+use mcpulse_monitor::runner::phase;
+use mcpulse_monitor::sink::webhook;
+use mcpulse_monitor::state::Health;
+use mcpulse_monitor::store::Store;
+use mcpulse_testkit::scenario::{self, Framing};
+use mcpulse_testkit::{FakeHttp, Reply, TempDir};
+use serde_json::{Value, json};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::Instant;
+
+const BIN: &str = env!("CARGO_BIN_EXE_mcpulse");
+
+/// The schedule every config here uses.
+const INTERVAL: Duration = Duration::from_secs(1);
+const TIMEOUT: Duration = Duration::from_millis(500);
+const FAILURE_THRESHOLD: u32 = 2;
+const SUCCESS_THRESHOLD: u32 = 2;
+
+/// What the timing bound allows beyond `interval × threshold + timeout`: the store write and
+/// the outbox hand-off after the deciding check, one HTTP POST on loopback, and process
+/// scheduling on a loaded machine running a debug build. (Observed: the page and the resolve
+/// arrive about 2.0 s after the change, against 2.5 s for `interval × threshold + timeout`.)
+const SLACK: Duration = Duration::from_millis(1500);
+
+/// The webhook's HMAC secret, given to the monitor through `${MCPULSE_TEST_WEBHOOK_SECRET}`.
+const SECRET: &str = "whsec-mcpulse-test-4f2a9c";
+const SECRET_ENV: &str = "MCPULSE_TEST_WEBHOOK_SECRET";
+
+/// The longest any wait below takes before it fails the test.
+const PATIENCE: Duration = Duration::from_secs(15);
+
+// ---- HTTP ------------------------------------------------------------------------------------
+
+/// `GET path` on `addr`, `Connection: close`: the status and the body, or `None` when nothing
+/// answers.
+async fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(addr).await.ok()?;
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.ok()?;
+    let mut buf = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf))
+        .await
+        .ok()?
+        .ok()?;
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let status = head.split(' ').nth(1)?.parse().ok()?;
+    let chunked = head.lines().any(|l| {
+        l.to_ascii_lowercase()
+            .starts_with("transfer-encoding: chunked")
+    });
+    Some((
+        status,
+        if chunked {
+            dechunk(body)
+        } else {
+            body.to_owned()
+        },
+    ))
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        body = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// A loopback port that was free a moment ago.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+// ---- a server that can be killed and restored on the same port -------------------------------
+
+/// A TCP front on its own port for a backend server. Killing it closes the listener and every
+/// connection through it (the port refuses connections, as a dead server's does); restoring
+/// it binds the same port again.
+struct Killable {
+    port: u16,
+    backend: SocketAddr,
+    front: Option<JoinHandle<()>>,
+}
+
+impl Killable {
+    async fn start(backend: SocketAddr) -> Killable {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        Killable {
+            port,
+            backend,
+            front: Some(tokio::spawn(forward(listener, backend))),
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/mcp", self.port)
+    }
+
+    async fn kill(&mut self) {
+        if let Some(front) = self.front.take() {
+            front.abort();
+            let _ = front.await; // dropped: the listener and the connections are closed
+        }
+    }
+
+    async fn restore(&mut self) {
+        let until = Instant::now() + Duration::from_secs(5);
+        let listener = loop {
+            match TcpListener::bind(("127.0.0.1", self.port)).await {
+                Ok(l) => break l,
+                Err(e) if Instant::now() < until => {
+                    eprintln!("rebinding port {}: {e}; retrying", self.port);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => panic!("rebinding port {}: {e}", self.port),
+            }
+        };
+        self.front = Some(tokio::spawn(forward(listener, self.backend)));
+    }
+}
+
+impl Drop for Killable {
+    fn drop(&mut self) {
+        if let Some(front) = self.front.take() {
+            front.abort();
+        }
+    }
+}
+
+async fn forward(listener: TcpListener, backend: SocketAddr) {
+    // Owned here: aborting this task drops the set, which aborts every connection.
+    let mut connections = JoinSet::new();
+    loop {
+        let Ok((mut inbound, _)) = listener.accept().await else {
+            continue;
+        };
+        while connections.try_join_next().is_some() {}
+        connections.spawn(async move {
+            if let Ok(mut outbound) = TcpStream::connect(backend).await {
+                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+            }
+        });
+    }
+}
+
+/// A healthy MCP server (legacy Streamable HTTP: a stable contract, so no drift alerts).
+async fn healthy_backend() -> FakeHttp {
+    FakeHttp::start_script(scenario::legacy_streamable(Framing::Json)).await
+}
+
+// ---- the webhook receiver --------------------------------------------------------------------
+
+/// One request the receiver got, and what it answered.
+#[derive(Debug, Clone)]
+struct Delivery {
+    at: Instant,
+    status: u16,
+    raw: Vec<u8>,
+    body: Value,
+    timestamp: Option<String>,
+    signature: Option<String>,
+}
+
+impl Delivery {
+    fn field(&self, k: &str) -> &str {
+        self.body[k].as_str().unwrap_or("")
+    }
+
+    /// Checks the HMAC signature as the webhook docs tell a receiver to.
+    fn assert_signed(&self) {
+        let ts = self.timestamp.as_deref().expect("X-Mcpulse-Timestamp");
+        let sig = self.signature.as_deref().expect("X-Mcpulse-Signature");
+        assert!(
+            webhook::verify(SECRET.as_bytes(), ts, &self.raw, sig),
+            "bad signature {sig} for {}",
+            String::from_utf8_lossy(&self.raw)
+        );
+        assert!(
+            !webhook::verify(b"another secret", ts, &self.raw, sig),
+            "the signature must depend on the secret"
+        );
+        let sent: i64 = ts.parse().unwrap();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        assert!(
+            (now - sent).abs() < 300,
+            "timestamp {sent} is not now ({now})"
+        );
+    }
+}
+
+/// A webhook receiver: answers 200 while up, 503 while down, and records everything.
+struct Receiver {
+    http: FakeHttp,
+    up: Arc<AtomicBool>,
+    log: Arc<Mutex<Vec<Delivery>>>,
+}
+
+impl Receiver {
+    async fn start(up: bool) -> Receiver {
+        let up = Arc::new(AtomicBool::new(up));
+        let log: Arc<Mutex<Vec<Delivery>>> = Arc::default();
+        let (u, l) = (up.clone(), log.clone());
+        let http = FakeHttp::start(move |req| {
+            let status = if u.load(Ordering::SeqCst) { 200 } else { 503 };
+            l.lock().unwrap().push(Delivery {
+                at: Instant::now(),
+                status,
+                raw: req.body.clone(),
+                body: req.json().unwrap_or(Value::Null),
+                timestamp: req.header(webhook::TIMESTAMP_HEADER).map(str::to_owned),
+                signature: req.header(webhook::SIGNATURE_HEADER).map(str::to_owned),
+            });
+            Reply::status(status)
+        })
+        .await;
+        Receiver { http, up, log }
+    }
+
+    fn url(&self) -> String {
+        self.http.url("/hook")
+    }
+
+    fn set_up(&self, up: bool) {
+        self.up.store(up, Ordering::SeqCst);
+    }
+
+    /// Every request so far, whatever it was answered.
+    fn all(&self) -> Vec<Delivery> {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// The deliveries it accepted (200).
+    fn accepted(&self) -> Vec<Delivery> {
+        self.all().into_iter().filter(|d| d.status == 200).collect()
+    }
+
+    /// Waits until it has accepted `n` deliveries; returns them.
+    async fn wait_accepted(&self, n: usize, bound: Duration) -> Vec<Delivery> {
+        let until = Instant::now() + bound;
+        loop {
+            let got = self.accepted();
+            if got.len() >= n {
+                return got;
+            }
+            if Instant::now() > until {
+                panic!(
+                    "the receiver accepted {} deliveries within {bound:?}, not {n}: {:?}",
+                    got.len(),
+                    self.all().iter().map(|d| &d.body).collect::<Vec<_>>()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Waits until it has seen `n` requests, accepted or not.
+    async fn wait_any(&self, n: usize, bound: Duration) -> Vec<Delivery> {
+        let until = Instant::now() + bound;
+        loop {
+            let got = self.all();
+            if got.len() >= n || Instant::now() > until {
+                assert!(got.len() >= n, "{} requests within {bound:?}", got.len());
+                return got;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+// ---- configs ---------------------------------------------------------------------------------
+
+/// A config: the schedule above, history in `mcpulse.db` next to it, these `[[targets]]`, and
+/// (when given) a signed webhook.
+fn config_text(targets: &[(&str, &str)], webhook: Option<&str>) -> String {
+    let mut t = format!(
+        "[storage]\npath = \"mcpulse.db\"\n\n[defaults]\ninterval = \"{}ms\"\ntimeout = \"{}ms\"\n\
+         failure_threshold = {FAILURE_THRESHOLD}\nsuccess_threshold = {SUCCESS_THRESHOLD}\nsecurity = false\n",
+        INTERVAL.as_millis(),
+        TIMEOUT.as_millis()
+    );
+    for (name, extra) in targets {
+        t.push_str(&format!("\n[[targets]]\nname = \"{name}\"\n{extra}\n"));
+    }
+    if let Some(url) = webhook {
+        t.push_str(&format!(
+            "\n[[alerts]]\nkind = \"webhook\"\nurl = \"{url}\"\nsecret = \"${{{SECRET_ENV}}}\"\n"
+        ));
+    }
+    t
+}
+
+/// Writes the file whole (a rename), so a reload never reads half of it.
+fn write_config(path: &Path, text: &str) {
+    let tmp = path.with_extension("toml.tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+fn url_target(url: &str) -> String {
+    format!("url = \"{url}\"")
+}
+
+/// A target name whose first check comes late in its interval (at least 600 ms after the
+/// monitor starts it), so that a test can look at the API before that check.
+fn late_name(prefix: &str) -> String {
+    (0..1000)
+        .map(|i| format!("{prefix}-{i}"))
+        .find(|n| {
+            let p = phase(n, INTERVAL);
+            p >= Duration::from_millis(600) && p <= Duration::from_millis(900)
+        })
+        .unwrap()
+}
+
+// ---- the monitor process ---------------------------------------------------------------------
+
+static STARTS: AtomicUsize = AtomicUsize::new(0);
+
+/// `mcpulse monitor` as a child: its log (stderr, at debug) in a file; SIGKILLed and reaped
+/// on drop.
+struct Monitor {
+    child: Child,
+    api: SocketAddr,
+    log: PathBuf,
+}
+
+impl Monitor {
+    /// Starts it and waits until `/readyz` says ready (config loaded, resumed state shown,
+    /// scheduler running). A port taken between [`free_port`] and the monitor's bind is tried
+    /// again with another.
+    async fn start(dir: &TempDir, config: &Path, extra: &[&str]) -> Monitor {
+        for _ in 0..3 {
+            if let Some(m) = Monitor::try_start(dir, config, extra).await {
+                return m;
+            }
+        }
+        panic!("the monitor could not bind a port three times");
+    }
+
+    async fn try_start(dir: &TempDir, config: &Path, extra: &[&str]) -> Option<Monitor> {
+        let api = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let log = dir.join(&format!(
+            "monitor-{}.log",
+            STARTS.fetch_add(1, Ordering::SeqCst)
+        ));
+        let child = std::process::Command::new(BIN)
+            .arg("monitor")
+            .arg("--config")
+            .arg(config)
+            .args(["--listen", &api.to_string(), "--log-level", "debug"])
+            .args(extra)
+            .env(SECRET_ENV, SECRET)
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("spawning mcpulse monitor");
+        let mut m = Monitor { child, api, log };
+        let until = Instant::now() + PATIENCE;
+        loop {
+            if let Some((200, _)) = http_get(api, "/readyz").await {
+                return Some(m);
+            }
+            if let Ok(Some(status)) = m.child.try_wait() {
+                let log = m.log();
+                if log.contains("cannot listen on") {
+                    return None;
+                }
+                panic!("the monitor exited ({status}) at start:\n{log}");
+            }
+            assert!(Instant::now() < until, "not ready:\n{}", m.log());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn pid(&self) -> i32 {
+        i32::try_from(self.child.id()).unwrap()
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `GET path` as JSON (status, body).
+    async fn get(&self, path: &str) -> (u16, Value) {
+        let (status, body) = http_get(self.api, path)
+            .await
+            .unwrap_or_else(|| panic!("no answer to {path}:\n{}", self.log()));
+        let v = serde_json::from_str(&body).unwrap_or(Value::String(body));
+        (status, v)
+    }
+
+    async fn fleet(&self) -> Value {
+        let (status, v) = self.get("/api/v1/fleet").await;
+        assert_eq!(status, 200, "{v}");
+        v
+    }
+
+    async fn target(&self, name: &str) -> Value {
+        let (status, v) = self.get(&format!("/api/v1/targets/{name}")).await;
+        assert_eq!(status, 200, "{v}");
+        v
+    }
+
+    /// A target's checks, newest first.
+    async fn history(&self, name: &str) -> Vec<Value> {
+        let (status, v) = self
+            .get(&format!("/api/v1/targets/{name}/history?limit=1000"))
+            .await;
+        assert_eq!(status, 200, "{v}");
+        v["items"].as_array().unwrap().clone()
+    }
+
+    /// Polls a target's view until `pred` holds.
+    async fn wait_target(&self, name: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        let until = Instant::now() + PATIENCE;
+        loop {
+            let (status, v) = self.get(&format!("/api/v1/targets/{name}")).await;
+            if status == 200 && pred(&v) {
+                return v;
+            }
+            assert!(
+                Instant::now() < until,
+                "{name}: not {what} within {PATIENCE:?}: {v}\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits until `n` more checks of `name` are in its history than `after` (a count).
+    async fn wait_checks(&self, name: &str, after: usize, n: usize) -> Vec<Value> {
+        let until = Instant::now() + PATIENCE;
+        loop {
+            let h = self.history(name).await;
+            if h.len() >= after + n {
+                return h;
+            }
+            assert!(
+                Instant::now() < until,
+                "{name}: {} checks, waiting for {}",
+                h.len(),
+                after + n
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits until the log has a line containing `text`.
+    async fn wait_log(&self, text: &str) -> String {
+        let until = Instant::now() + PATIENCE;
+        loop {
+            let log = self.log();
+            if log.contains(text) {
+                return log;
+            }
+            assert!(Instant::now() < until, "no {text:?} in the log:\n{log}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) on our own child's pid; no memory is touched.
+        #[allow(unsafe_code)]
+        let rc = unsafe { libc::kill(self.pid(), sig) };
+        assert_eq!(rc, 0, "kill({}, {sig})", self.pid());
+    }
+
+    /// Waits (polling) for the process to exit; fails after `bound`.
+    async fn wait_exit(&mut self, bound: Duration) -> ExitStatus {
+        let until = Instant::now() + bound;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < until,
+                "the monitor did not exit within {bound:?}:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// SIGKILL, and reap it.
+    async fn sigkill(&mut self) {
+        use std::os::unix::process::ExitStatusExt;
+        self.signal(libc::SIGKILL);
+        let status = self.wait_exit(Duration::from_secs(5)).await;
+        assert_eq!(status.signal(), Some(libc::SIGKILL), "{status}");
+    }
+
+    /// SIGTERM: a clean exit, status 0, within `bound`.
+    async fn sigterm(&mut self, bound: Duration) -> Duration {
+        let sent = Instant::now();
+        self.signal(libc::SIGTERM);
+        let status = self.wait_exit(bound).await;
+        assert_eq!(status.code(), Some(0), "{status}:\n{}", self.log());
+        assert!(
+            self.log().contains("mcpulse monitor stopped"),
+            "{}",
+            self.log()
+        );
+        sent.elapsed()
+    }
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("--- monitor log {} ---\n{}", self.log.display(), self.log());
+        }
+    }
+}
+
+/// What the database says after a crash: `PRAGMA integrity_check`, then the store's own view.
+struct DbState {
+    checks: Vec<i64>,
+    status: Health,
+    streak: Option<(Health, u32)>,
+    incident_keys: Vec<String>,
+    pending: Vec<(String, String)>,
+    delivered: i64,
+}
+
+fn inspect_db(path: &Path, target: &str) -> DbState {
+    {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        // As the monitor opens it: exclusive, so no shared-memory file is made.
+        conn.pragma_update(None, "locking_mode", "EXCLUSIVE")
+            .unwrap();
+        let ok: String = conn
+            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(ok, "ok", "integrity_check");
+        let fk: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM checks WHERE target_id NOT IN (SELECT id FROM targets)",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(fk, 0, "checks of no target");
+    }
+    let store = Store::open(path).unwrap();
+    let states = store.load_states().unwrap();
+    let (state, incidents) = states.get(target).cloned().expect("a stored state");
+    let checks = store
+        .history(target, None, 100_000)
+        .unwrap()
+        .iter()
+        .map(|r| r.id)
+        .collect();
+    let pending = store
+        .due_alerts(i64::MAX, 100)
+        .unwrap()
+        .into_iter()
+        .map(|i| {
+            let a = serde_json::to_value(&i.alert).unwrap();
+            (
+                a["action"].as_str().unwrap().to_owned(),
+                a["kind"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    drop(store);
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.pragma_update(None, "locking_mode", "EXCLUSIVE")
+        .unwrap();
+    let delivered = conn
+        .query_row("SELECT count(*) FROM outbox WHERE delivered = 1", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    DbState {
+        checks,
+        status: state.status,
+        streak: state.streak,
+        incident_keys: incidents.values().map(|i| i.dedup_key.clone()).collect(),
+        pending,
+        delivered,
+    }
+}
+
+/// The bound for an alert after a change: `interval × threshold + timeout`, plus [`SLACK`].
+fn bound(threshold: u32) -> Duration {
+    INTERVAL * threshold + TIMEOUT + SLACK
+}
+
+fn ids(history: &[Value]) -> Vec<i64> {
+    history.iter().map(|c| c["id"].as_i64().unwrap()).collect()
+}
+
+// ---- the tests -------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_dies_and_comes_back_pages_once_and_resolves_once() {
+    let dir = TempDir::new("monitor-e2e");
+    let backend = healthy_backend().await;
+    let mut server = Killable::start(backend.addr()).await;
+    let hook = Receiver::start(true).await;
+    let config = dir.join("monitor.toml");
+    write_config(
+        &config,
+        &config_text(&[("svc", &url_target(&server.url()))], Some(&hook.url())),
+    );
+    let m = Monitor::start(&dir, &config, &[]).await;
+    m.wait_target("svc", "healthy", |v| v["status"] == "healthy")
+        .await;
+
+    // Killed: one page.
+    server.kill().await;
+    let killed = Instant::now();
+    let fired = hook.wait_accepted(1, PATIENCE).await;
+    let fired_after = fired[0].at - killed;
+    let trigger = &fired[0];
+    let key = dedup_key("svc", "status");
+    assert_eq!(trigger.field("schema"), "mcpulse.alert/v1");
+    assert_eq!(trigger.field("action"), "trigger");
+    assert_eq!(trigger.field("kind"), "down");
+    assert_eq!(trigger.field("target"), "svc");
+    assert_eq!(trigger.field("severity"), "critical");
+    assert_eq!(trigger.field("dedup_key"), key);
+    assert!(
+        trigger.field("summary").contains("connect-failed"),
+        "{}",
+        trigger.body
+    );
+    trigger.assert_signed();
+    assert!(
+        fired_after <= bound(FAILURE_THRESHOLD),
+        "the page came {fired_after:?} after the kill (bound {:?})",
+        bound(FAILURE_THRESHOLD)
+    );
+
+    // The API agrees: down, one open incident, the last checks down after healthy ones.
+    let fleet = m.fleet().await;
+    assert_eq!(
+        (&fleet["total"], &fleet["healthy"], &fleet["down"]),
+        (&json!(1), &json!(0), &json!(1)),
+        "{fleet}"
+    );
+    assert_eq!(fleet["targets"][0]["name"], "svc");
+    assert_eq!(fleet["targets"][0]["status"], "down");
+    assert_eq!(fleet["targets"][0]["open_incidents"], 1);
+    let view = m.target("svc").await;
+    assert_eq!(view["incidents"][0]["dedup_key"], key.as_str());
+    assert_eq!(view["last"]["status"], "down");
+    let history = m.history("svc").await;
+    let statuses: Vec<&str> = history
+        .iter()
+        .map(|c| c["status"].as_str().unwrap())
+        .collect();
+    let downs = statuses.iter().take_while(|s| **s == "down").count();
+    assert!(downs >= FAILURE_THRESHOLD as usize, "{statuses:?}");
+    assert_eq!(
+        statuses.last(),
+        Some(&"healthy"),
+        "healthy first: {statuses:?}"
+    );
+    assert!(
+        history[0]["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["code"] == "connect-failed"),
+        "{}",
+        history[0]
+    );
+
+    // Restored on the same port: one resolve, same incident.
+    server.restore().await;
+    let restored = Instant::now();
+    let both = hook.wait_accepted(2, PATIENCE).await;
+    let resolved_after = both[1].at - restored;
+    let resolve = &both[1];
+    assert_eq!(resolve.field("action"), "resolve");
+    assert_eq!(resolve.field("kind"), "recovered");
+    assert_eq!(resolve.field("dedup_key"), key);
+    assert_eq!(resolve.field("started_at"), trigger.field("started_at"));
+    resolve.assert_signed();
+    assert!(
+        resolved_after <= bound(SUCCESS_THRESHOLD),
+        "the resolve came {resolved_after:?} after the restore (bound {:?})",
+        bound(SUCCESS_THRESHOLD)
+    );
+
+    // And nothing more: two more healthy checks, no third request.
+    let n = m.history("svc").await.len();
+    let history = m.wait_checks("svc", n, 2).await;
+    assert_eq!(history[0]["status"], "healthy");
+    assert_eq!(hook.all().len(), 2, "{:?}", hook.all());
+    let fleet = m.fleet().await;
+    assert_eq!((&fleet["healthy"], &fleet["down"]), (&json!(1), &json!(0)));
+    assert_eq!(fleet["targets"][0]["open_incidents"], 0);
+    eprintln!(
+        "timings: page {fired_after:?} after the kill, resolve {resolved_after:?} after the restore \
+         (bounds {:?}, {:?})",
+        bound(FAILURE_THRESHOLD),
+        bound(SUCCESS_THRESHOLD)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_with_an_incident_open_resumes_it_without_paging_again() {
+    let dir = TempDir::new("monitor-crash-open");
+    let backend = healthy_backend().await;
+    let mut server = Killable::start(backend.addr()).await;
+    server.kill().await; // down from the start
+    let hook = Receiver::start(true).await;
+    let name = late_name("svc");
+    let key = dedup_key(&name, "status");
+    let config = dir.join("monitor.toml");
+    write_config(
+        &config,
+        &config_text(&[(&name, &url_target(&server.url()))], Some(&hook.url())),
+    );
+    let mut m = Monitor::start(&dir, &config, &[]).await;
+    let page = hook.wait_accepted(1, PATIENCE).await;
+    assert_eq!(
+        (page[0].field("action"), page[0].field("kind")),
+        ("trigger", "down")
+    );
+    // The delivery is recorded in the outbox right after the receiver's 200 (the log line
+    // comes first); one more check later it is certainly committed.
+    m.wait_log("alert delivered").await;
+    let n = m.history(&name).await.len();
+    let before = m.wait_checks(&name, n, 1).await;
+    let opened = m.target(&name).await["incidents"][0]["opened_ms"].clone();
+    m.sigkill().await;
+
+    // The file: intact, every check the API showed is there, the state and incident too, and
+    // nothing waiting in the outbox.
+    let db = inspect_db(&dir.join("mcpulse.db"), &name);
+    for id in ids(&before) {
+        assert!(db.checks.contains(&id), "check {id} lost");
+    }
+    assert_eq!(db.status, Health::Down);
+    assert_eq!(db.incident_keys, vec![key.clone()]);
+    assert_eq!(db.pending, Vec::<(String, String)>::new());
+    assert_eq!(db.delivered, 1);
+
+    // Restarted: down at once, from the stored state, before any new check.
+    let mut m = Monitor::start(&dir, &config, &[]).await;
+    let resumed = m
+        .wait_target(&name, "resumed", |v| v["status"] != "unknown")
+        .await;
+    assert_eq!(resumed["status"], "down", "{resumed}");
+    assert_eq!(resumed["incidents"][0]["dedup_key"], key.as_str());
+    assert_eq!(resumed["incidents"][0]["opened_ms"], opened);
+    assert!(
+        resumed["last"]["duration_ms"].is_null(),
+        "the view is the resumed one, not a new check: {resumed}"
+    );
+    assert_eq!(m.history(&name).await.len(), db.checks.len());
+    // Two new checks (still down): no page again.
+    m.wait_checks(&name, db.checks.len(), FAILURE_THRESHOLD as usize + 1)
+        .await;
+    assert_eq!(hook.all().len(), 1, "paged again: {:?}", hook.all());
+    let still = m.target(&name).await;
+    assert_eq!(still["status"], "down");
+    assert_eq!(still["incidents"][0]["opened_ms"], opened);
+
+    // Recovering: killed again after the first healthy check, one short of the threshold...
+    server.restore().await;
+    let halfway = m
+        .wait_target(&name, "one healthy check into its recovery", |v| {
+            v["streak"]["status"] == "healthy"
+        })
+        .await;
+    m.sigkill().await;
+    assert_eq!(halfway["status"], "down");
+    assert_eq!(halfway["streak"]["count"], 1);
+    let db = inspect_db(&dir.join("mcpulse.db"), &name);
+    assert_eq!(db.status, Health::Down);
+    assert_eq!(db.streak, Some((Health::Healthy, 1)));
+    assert_eq!(db.incident_keys, vec![key.clone()]);
+    // ...and restarted: the streak resumes, so the first healthy check after the restart
+    // completes it and resolves the incident, once.
+    let mut m = Monitor::start(&dir, &config, &[]).await;
+    let resumed = m
+        .wait_target(&name, "resumed", |v| v["status"] != "unknown")
+        .await;
+    assert_eq!(resumed["status"], "down", "{resumed}");
+    assert_eq!(resumed["streak"], json!({"status": "healthy", "count": 1}));
+    assert!(resumed["last"]["duration_ms"].is_null(), "{resumed}");
+    let both = hook.wait_accepted(2, PATIENCE).await;
+    let resolve = &both[1];
+    assert_eq!(
+        (resolve.field("action"), resolve.field("kind")),
+        ("resolve", "recovered")
+    );
+    assert_eq!(resolve.field("dedup_key"), key);
+    resolve.assert_signed();
+    let history = m.history(&name).await;
+    let first_new = history
+        .iter()
+        .filter(|c| c["id"].as_i64().unwrap() > *db.checks.iter().max().unwrap())
+        .map(|c| c["at_ms"].as_i64().unwrap())
+        .min()
+        .unwrap();
+    assert_eq!(
+        mcpulse_monitor::config::rfc3339_ms(resolve.field("at")),
+        Some(first_new),
+        "resolved by the first check after the restart"
+    );
+    let n = history.len();
+    m.wait_checks(&name, n, 2).await;
+    assert_eq!(hook.all().len(), 2, "{:?}", hook.all());
+    assert_eq!(m.target(&name).await["status"], "healthy");
+    m.sigterm(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_with_an_alert_undelivered_delivers_it_once_after_the_restart() {
+    let dir = TempDir::new("monitor-crash-pending");
+    let backend = healthy_backend().await;
+    let mut server = Killable::start(backend.addr()).await;
+    server.kill().await; // down from the start
+    let hook = Receiver::start(false).await; // and the receiver answers 503
+    let name = "svc";
+    let key = dedup_key(name, "status");
+    let config = dir.join("monitor.toml");
+    write_config(
+        &config,
+        &config_text(&[(name, &url_target(&server.url()))], Some(&hook.url())),
+    );
+    let mut m = Monitor::start(&dir, &config, &[]).await;
+    let refused = hook.wait_any(1, PATIENCE).await;
+    assert_eq!(refused[0].status, 503);
+    assert_eq!(refused[0].field("action"), "trigger");
+    m.sigkill().await;
+    let attempts_before = hook.all().len();
+
+    let db = inspect_db(&dir.join("mcpulse.db"), name);
+    assert_eq!(db.status, Health::Down);
+    assert_eq!(db.incident_keys, vec![key.clone()]);
+    assert_eq!(
+        db.pending,
+        vec![("trigger".to_owned(), "down".to_owned())],
+        "the page waits in the outbox"
+    );
+    assert_eq!(db.delivered, 0);
+
+    // The receiver is back; so is the monitor: the page that waited goes out, once.
+    hook.set_up(true);
+    let restarted = Instant::now();
+    let mut m2 = Monitor::start(&dir, &config, &[]).await;
+    drop(m); // (reaped already: its drop kills nothing)
+    let delivered = hook.wait_accepted(1, PATIENCE).await;
+    let after = delivered[0].at - restarted;
+    let d = &delivered[0];
+    assert_eq!((d.field("action"), d.field("kind")), ("trigger", "down"));
+    assert_eq!(d.field("dedup_key"), key);
+    // The very alert that was refused (same raise time), not a new one.
+    assert_eq!(d.field("at"), refused[0].field("at"));
+    d.assert_signed();
+    let view = m2.target(name).await;
+    assert_eq!(view["status"], "down");
+    assert_eq!(view["incidents"][0]["dedup_key"], key.as_str());
+    // More checks, still down: nothing more.
+    let n = m2.history(name).await.len();
+    m2.wait_checks(name, n, FAILURE_THRESHOLD as usize + 1)
+        .await;
+    assert_eq!(hook.accepted().len(), 1, "{:?}", hook.all());
+    assert_eq!(hook.all().len(), attempts_before + 1, "{:?}", hook.all());
+    eprintln!(
+        "timings: {attempts_before} refused attempt(s) before the SIGKILL; delivered {after:?} \
+         after the restart began"
+    );
+    m2.sigterm(Duration::from_secs(5)).await;
+    let db = inspect_db(&dir.join("mcpulse.db"), name);
+    assert!(db.pending.is_empty(), "{:?}", db.pending);
+    assert_eq!(db.delivered, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_restarts_only_what_changed_and_keeps_the_running_config_when_invalid() {
+    let dir = TempDir::new("monitor-reload");
+    let backend = healthy_backend().await;
+    let url = url_target(&backend.url("/mcp"));
+    let config = dir.join("monitor.toml");
+    write_config(
+        &config,
+        &config_text(&[("keep", &url), ("change", &url), ("gone", &url)], None),
+    );
+    let mut m = Monitor::start(&dir, &config, &[]).await;
+    for t in ["keep", "change", "gone"] {
+        m.wait_target(t, "healthy", |v| v["status"] == "healthy")
+            .await;
+    }
+    let keep_before = m.target("keep").await;
+    let change_before = m.target("change").await;
+    assert_eq!(change_before["interval_ms"], 1000);
+
+    // One interval changed, one target removed, one added.
+    write_config(
+        &config,
+        &config_text(
+            &[
+                ("keep", &url),
+                ("change", &format!("{url}\ninterval = \"2s\"")),
+                ("added", &url),
+            ],
+            None,
+        ),
+    );
+    m.signal(libc::SIGHUP);
+    let log = m.wait_log("SIGHUP: config reloaded").await;
+    let until = Instant::now() + PATIENCE;
+    let names = loop {
+        let fleet = m.fleet().await;
+        let names: Vec<String> = fleet["targets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_owned())
+            .collect();
+        if names.contains(&"added".to_owned()) || Instant::now() > until {
+            break names;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(names, vec!["added", "change", "keep"]);
+    assert_eq!(m.get("/api/v1/targets/gone").await.0, 404);
+    // Only "change" restarted; its state carried over with its new interval.
+    let restarts: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("restarting with its new settings"))
+        .collect();
+    assert_eq!(restarts.len(), 1, "{restarts:?}");
+    assert!(restarts[0].contains("target=change"), "{restarts:?}");
+    assert!(
+        log.lines()
+            .any(|l| l.contains("removed from the config") && l.contains("target=gone")),
+        "{log}"
+    );
+    assert!(
+        log.lines()
+            .any(|l| l.contains("added to the config") && l.contains("target=added")),
+        "{log}"
+    );
+    let change = m.target("change").await;
+    assert_eq!(change["interval_ms"], 2000);
+    assert_eq!(change["status"], "healthy");
+    assert_eq!(change["since_ms"], change_before["since_ms"]);
+    let keep = m.target("keep").await;
+    assert_eq!(keep["since_ms"], keep_before["since_ms"]);
+    assert_eq!(keep["interval_ms"], 1000);
+    m.wait_target("added", "healthy", |v| v["status"] == "healthy")
+        .await;
+    // "keep" was never interrupted: no gap of two intervals in its checks.
+    let n = m.history("keep").await.len();
+    let history = m.wait_checks("keep", n, 2).await;
+    let at: Vec<i64> = history
+        .iter()
+        .map(|c| c["at_ms"].as_i64().unwrap())
+        .collect();
+    // (The log above is the proof that it was not restarted; this shows no tick was lost.)
+    let most = i64::try_from((INTERVAL * 2).as_millis()).unwrap();
+    for w in at.windows(2) {
+        assert!(w[0] - w[1] < most, "a gap in keep's checks: {at:?}");
+    }
+
+    // An invalid file: logged with its location; the running config stays.
+    write_config(&config, "[defaults]\nintervall = \"1s\"\n");
+    m.signal(libc::SIGHUP);
+    let log = m
+        .wait_log("SIGHUP: the new config is invalid; keeping the running one")
+        .await;
+    let line = log
+        .lines()
+        .find(|l| l.contains("the new config is invalid"))
+        .unwrap();
+    assert!(
+        line.contains("monitor.toml:2:1") && line.contains("unknown field"),
+        "{line}"
+    );
+    let n = m.history("keep").await.len();
+    m.wait_checks("keep", n, 2).await;
+    let fleet = m.fleet().await;
+    assert_eq!(fleet["total"], 3, "{fleet}");
+    assert_eq!(fleet["healthy"], 3, "{fleet}");
+
+    // SIGTERM: a clean exit.
+    let took = m.sigterm(Duration::from_secs(5)).await;
+    eprintln!("timings: SIGTERM to exit {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn monitor_import_adds_the_servers_of_a_claude_desktop_config() {
+    let dir = TempDir::new("monitor-import");
+    let backend = healthy_backend().await;
+    let desktop = dir.join("claude_desktop_config.json");
+    std::fs::write(
+        &desktop,
+        serde_json::to_string_pretty(&json!({
+            "mcpServers": {
+                "desk": { "url": backend.url("/mcp") },
+                "local": { "command": "sh", "args": ["-c", "exit 3"] },
+                "off": { "command": "sh", "disabled": true },
+                // Defined in the config file too: the config file's definition wins.
+                "own": { "url": "http://127.0.0.1:1/elsewhere" }
+            }
+        }))
+        .unwrap(),
+    )
+    .unwrap();
+    let config = dir.join("monitor.toml");
+    write_config(
+        &config,
+        &config_text(&[("own", &url_target(&backend.url("/mcp")))], None),
+    );
+    let desktop_arg = desktop.to_str().unwrap();
+
+    let out = std::process::Command::new(BIN)
+        .arg("check-config")
+        .arg(&config)
+        .args(["--import", desktop_arg])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains("ok: 3 targets (2 http, 1 stdio)"),
+        "{stdout}"
+    );
+
+    let mut m = Monitor::start(&dir, &config, &["--import", desktop_arg]).await;
+    let fleet = m.fleet().await;
+    let names: Vec<&str> = fleet["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, vec!["desk", "local", "own"], "{fleet}");
+    let desk = m
+        .wait_target("desk", "healthy", |v| v["status"] == "healthy")
+        .await;
+    assert_eq!(desk["kind"], "http");
+    assert_eq!(desk["labels"]["imported_from"], desktop_arg);
+    let local = m.target("local").await;
+    assert_eq!(local["kind"], "stdio");
+    assert_eq!(local["endpoint"], "sh -c exit 3");
+    let own = m
+        .wait_target("own", "healthy", |v| v["status"] == "healthy")
+        .await;
+    assert_eq!(own["endpoint"], backend.url("/mcp"));
+    assert!(own["labels"].get("imported_from").is_none(), "{own}");
+    m.sigterm(Duration::from_secs(5)).await;
+}
+
+/// `mcpulse check-config FILE`: exit code, stdout, stderr.
+fn check_config(path: &Path, env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+    let out = std::process::Command::new(BIN)
+        .arg("check-config")
+        .arg(path)
+        .env_remove(SECRET_ENV)
+        .envs(env.iter().copied())
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn check_config_exit_codes_and_located_errors() {
+    let dir = TempDir::new("check-config");
+    let file = dir.join("mcpulse.toml");
+    let shown = file.display().to_string();
+
+    // Valid: exit 0 and a summary.
+    let valid = config_text(
+        &[
+            ("web", "url = \"https://mcp.example.com/mcp\""),
+            ("files", "command = [\"npx\", \"-y\", \"server\"]"),
+        ],
+        Some("https://hooks.example.com/mcp"),
+    );
+    std::fs::write(&file, &valid).unwrap();
+    let (code, out, err) = check_config(&file, &[(SECRET_ENV, "s")]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains(&format!(
+            "{shown}: ok: 2 targets (1 http, 1 stdio), 1 alert sinks"
+        )),
+        "{out}"
+    );
+
+    // Each invalid file: exit 1, one error on stderr naming the file, line and column (the
+    // environment has no secret).
+    let alerts_line = valid.lines().position(|l| l == "[[alerts]]").unwrap() + 1;
+    let secret_at = format!(":{alerts_line}:1: ");
+    let cases: Vec<(String, &str, &str)> = vec![
+        // The valid file, but its webhook secret's variable is not set.
+        (valid.clone(), &secret_at, SECRET_ENV),
+        (
+            "[defaults]\ninterval = \"60s\"\nintervall = \"5s\"\n".into(),
+            ":3:1: ",
+            "unknown field `intervall`",
+        ),
+        (
+            "[defaults]\ntimeout = \"ten\"\n".into(),
+            ":2:11: ",
+            "\"ten\" is not a duration",
+        ),
+        (
+            "[server]\nlisten = \"127.0.0.1:9477\"\n\n[[targets]]\nname = \"a\"\nurl = \"https://x\"\ninterval = \"5s\"\n"
+                .into(),
+            ":4:1: ",
+            "timeout 10s must be below the interval 5s",
+        ),
+        (
+            "[[targets]]\nname = \"a\"\nurl = \"ftp://x\"\n".into(),
+            ":1:1: ",
+            "must start with http:// or https://",
+        ),
+        ("this is not toml\n".into(), ":1:", ""),
+    ];
+    for (text, at, message) in cases {
+        std::fs::write(&file, &text).unwrap();
+        let (code, out, err) = check_config(&file, &[]);
+        assert_eq!(code, Some(1), "{text}\n{out}{err}");
+        assert!(out.is_empty(), "{out}");
+        assert!(
+            err.starts_with(&format!("{shown}{at}")) && err.contains(message),
+            "{text}\nexpected {shown}{at}…{message}, got {err}"
+        );
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    }
+
+    // A file that is not there: exit 1, said so.
+    let (code, _, err) = check_config(&dir.join("missing.toml"), &[]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("cannot read the config"), "{err}");
+}
