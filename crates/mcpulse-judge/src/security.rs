@@ -364,10 +364,14 @@ fn transport_rules(c: &mut Ctx<'_>, loopback: bool) {
             .map(|(h, _)| h.trim_start_matches('[').trim_end_matches(']'))
             == Some(host)
     };
+    // One finding per host and problem, however many connections showed it.
+    let mut seen: Vec<(SecRule, &str)> = Vec::new();
     for conn in tr.connections.iter().filter(|c| own(&c.authority)) {
         if let Some(e) = &conn.error
             && e.stage == ConnectStage::Tls
+            && !seen.contains(&(SecRule::TlsInvalid, conn.authority.as_str()))
         {
+            seen.push((SecRule::TlsInvalid, conn.authority.as_str()));
             c.add(
                 SecRule::TlsInvalid,
                 Level::Critical,
@@ -398,6 +402,10 @@ fn transport_rules(c: &mut Ctx<'_>, loopback: bool) {
                 } else {
                     SecRule::TlsExpiring
                 };
+                if seen.contains(&(rule, conn.authority.as_str())) {
+                    continue;
+                }
+                seen.push((rule, conn.authority.as_str()));
                 c.add(
                     rule,
                     level,

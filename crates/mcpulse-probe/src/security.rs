@@ -34,13 +34,56 @@ pub(crate) async fn checks(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>
                 && matches!(e.reply().map(|d| d.message), Some(Message::Result { .. }))
         })
         .cloned();
-    if let Some(hs) = handshake {
-        rebinding_checks(client, uri, ctx, &hs).await;
-        if hs.transport == TransportKind::StreamableHttp {
-            malformed(client, uri, ctx, hs.era).await;
+    if let Some(hs) = handshake
+        && !ctx.expired()
+    {
+        // The checks are independent of each other: each runs on a connection of its own, all
+        // at once, and their records are appended in a fixed order.
+        let loopback = uri.host().is_some_and(is_loopback_host);
+        let origin = ("origin".to_owned(), FOREIGN_ORIGIN.to_owned());
+        let host = ("host".to_owned(), FOREIGN_HOST.to_owned());
+        let (id_origin, id_host) = (ctx.id(), ctx.id());
+        let env = Env {
+            uri,
+            user_headers: &ctx.plan.headers,
+            limits: ctx.limits,
+            deadline: ctx.deadline,
+        };
+        let (mut c1, mut c2, mut c3) = (client.fork(), client.fork(), client.fork());
+        let streamable = hs.transport == TransportKind::StreamableHttp;
+        let (a, b, c) = tokio::join!(
+            rebinding_check(&mut c1, &env, &hs, Step::OriginCheck, origin, id_origin),
+            async {
+                if loopback {
+                    rebinding_check(&mut c2, &env, &hs, Step::HostCheck, host, id_host).await
+                } else {
+                    Vec::new()
+                }
+            },
+            async {
+                if streamable {
+                    vec![malformed(&mut c3, &env, hs.era).await]
+                } else {
+                    Vec::new()
+                }
+            },
+        );
+        for ex in a.into_iter().chain(b).chain(c) {
+            ctx.push(ex);
+        }
+        for forked in [c1, c2, c3] {
+            client.connections.extend(forked.connections);
         }
     }
     auth_metadata(client, uri, ctx).await;
+}
+
+/// What every check needs to send.
+struct Env<'a> {
+    uri: &'a Uri,
+    user_headers: &'a [(String, String)],
+    limits: mcpulse_transport::Limits,
+    deadline: tokio::time::Instant,
 }
 
 fn handshake_headers(hs: &Exchange) -> Vec<(String, String)> {
@@ -54,92 +97,80 @@ fn handshake_headers(hs: &Exchange) -> Vec<(String, String)> {
     }
 }
 
-async fn rebinding_checks(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>, hs: &Exchange) {
-    let loopback = uri.host().is_some_and(is_loopback_host);
-    let mut checks = vec![(
-        Step::OriginCheck,
-        ("origin".to_owned(), FOREIGN_ORIGIN.to_owned()),
-    )];
-    if loopback {
-        checks.push((
-            Step::HostCheck,
-            ("host".to_owned(), FOREIGN_HOST.to_owned()),
-        ));
-    }
-    for (step, extra) in checks {
-        if ctx.expired() {
-            return;
-        }
-        let ex = match hs.transport {
-            TransportKind::Sse => {
-                let headers = vec![("accept".into(), "text/event-stream".into()), extra];
-                streamable_http::head_only(
-                    client,
-                    Method::GET,
-                    uri,
-                    step,
-                    headers,
-                    &ctx.plan.headers,
-                    ctx.deadline,
-                )
-                .await
-            }
-            _ => {
-                let Some(body) = hs
-                    .request
-                    .body
-                    .as_deref()
-                    .and_then(|b| serde_json::from_str::<Value>(b).ok())
-                else {
-                    return;
-                };
-                let mut headers = handshake_headers(hs);
-                headers.push(extra);
-                let id = ctx.id();
-                let mut body = body;
-                body["id"] = Value::from(id);
-                let post = Post {
-                    uri,
-                    step,
-                    era: hs.era,
-                    page: None,
-                    id: Some(id),
-                    message: &body,
-                    headers,
-                    user_headers: &ctx.plan.headers,
-                };
-                streamable_http::post(client, post, ctx.limits, ctx.deadline).await
-            }
-        };
-        let sid = ex.header("mcp-session-id").map(str::to_owned);
-        let ok = ex.status().is_some_and(|s| (200..300).contains(&s));
-        ctx.push(ex);
-        // A session the check opened is closed again.
-        if let (true, Some(sid)) = (ok, sid) {
-            let headers = vec![
-                ("mcp-session-id".to_owned(), sid),
-                (
-                    "mcp-protocol-version".to_owned(),
-                    version::LEGACY_LATEST.to_owned(),
-                ),
-            ];
-            let ex = streamable_http::delete_session(
+/// The handshake replayed with one foreign header; a session it opened is deleted again.
+async fn rebinding_check(
+    client: &mut HttpClient,
+    env: &Env<'_>,
+    hs: &Exchange,
+    step: Step,
+    extra: (String, String),
+    id: i64,
+) -> Vec<Exchange> {
+    let ex = match hs.transport {
+        TransportKind::Sse => {
+            let headers = vec![("accept".into(), "text/event-stream".into()), extra];
+            streamable_http::head_only(
                 client,
-                uri,
+                Method::GET,
+                env.uri,
+                step,
                 headers,
-                &ctx.plan.headers,
-                ctx.deadline,
+                env.user_headers,
+                env.deadline,
             )
-            .await;
-            ctx.push(ex);
+            .await
         }
+        _ => {
+            let Some(mut body) = hs
+                .request
+                .body
+                .as_deref()
+                .and_then(|b| serde_json::from_str::<Value>(b).ok())
+            else {
+                return Vec::new();
+            };
+            let mut headers = handshake_headers(hs);
+            headers.push(extra);
+            body["id"] = Value::from(id);
+            let post = Post {
+                uri: env.uri,
+                step,
+                era: hs.era,
+                page: None,
+                id: Some(id),
+                message: &body,
+                headers,
+                user_headers: env.user_headers,
+            };
+            streamable_http::post(client, post, env.limits, env.deadline).await
+        }
+    };
+    let sid = ex.header("mcp-session-id").map(str::to_owned);
+    let ok = ex.status().is_some_and(|s| (200..300).contains(&s));
+    let mut out = vec![ex];
+    if let (true, Some(sid)) = (ok, sid) {
+        let headers = vec![
+            ("mcp-session-id".to_owned(), sid),
+            (
+                "mcp-protocol-version".to_owned(),
+                version::LEGACY_LATEST.to_owned(),
+            ),
+        ];
+        out.push(
+            streamable_http::delete_session(
+                client,
+                env.uri,
+                headers,
+                env.user_headers,
+                env.deadline,
+            )
+            .await,
+        );
     }
+    out
 }
 
-async fn malformed(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>, era: Option<Era>) {
-    if ctx.expired() {
-        return;
-    }
+async fn malformed(client: &mut HttpClient, env: &Env<'_>, era: Option<Era>) -> Exchange {
     let mut headers = vec![
         ("content-type".to_owned(), "application/json".to_owned()),
         (
@@ -153,20 +184,19 @@ async fn malformed(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>, era: O
     }
     let out = mcpulse_transport::http::Outgoing {
         method: Method::POST,
-        uri: uri.clone(),
+        uri: env.uri.clone(),
         headers,
-        user_headers: &ctx.plan.headers,
+        user_headers: env.user_headers,
         body: Some(MALFORMED_BODY.to_owned()),
     };
-    let ex = streamable_http::send_raw(
+    streamable_http::send_raw(
         client,
         &out,
         Step::MalformedRequest,
-        ctx.limits,
-        ctx.deadline,
+        env.limits,
+        env.deadline,
     )
-    .await;
-    ctx.push(ex);
+    .await
 }
 
 /// For a gated server: the protected-resource metadata (from the challenge, or the well-known

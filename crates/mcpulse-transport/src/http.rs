@@ -168,6 +168,21 @@ impl HttpClient {
         }
     }
 
+    /// A client of its own (its own connections and records) that shares this one's clock
+    /// and TLS configuration: for requests sent concurrently.
+    /// (A client that has made a TLS connection has its configuration built; forks share it
+    /// instead of loading the system roots again.)
+    pub fn fork(&self) -> HttpClient {
+        HttpClient {
+            clock: self.clock,
+            tls: self.tls.clone(),
+            extra_roots: self.extra_roots.clone(),
+            deny_private: self.deny_private,
+            idle: None,
+            connections: Vec::new(),
+        }
+    }
+
     /// Also trusts these roots (DER), e.g. a private CA from `--ca-file`.
     pub fn with_roots(mut self, roots: Vec<rustls::pki_types::CertificateDer<'static>>) -> Self {
         self.extra_roots = roots;
