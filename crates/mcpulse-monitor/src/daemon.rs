@@ -238,7 +238,7 @@ fn resume(
         .lock()
         .ok()
         .and_then(|s| s.accepted_contract(name).ok().flatten())
-        .and_then(|text| mcpulse_judge::contract::Contract::from_lock(&text).ok());
+        .and_then(|text| runner::Accepted::from_lock(&text).ok());
     let drift = state.last.as_ref().and_then(|o| o.drift.clone());
     Memory {
         state,

@@ -100,11 +100,48 @@ pub struct Memory {
     pub state: TargetState,
     pub incidents: Incidents,
     /// The accepted contract (the drift baseline).
-    pub accepted: Option<Contract>,
+    pub accepted: Option<Accepted>,
     /// When drift was last computed, and what it found (drift is checked no faster than the
     /// server's `ttlMs` allows).
     pub drift_checked_ms: i64,
     pub drift: Option<String>,
+}
+
+/// The accepted contract (the drift baseline), kept as its compact JSON text and digest.
+///
+/// Parsed, a contract is a tree of JSON values: about 10 KB for a server with two small tools,
+/// held for every target of the fleet. The text is a fraction of that, and it is parsed only
+/// when a check's contract has another digest (equal digests are equal contracts: no drift).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Accepted {
+    digest: String,
+    text: Box<str>,
+}
+
+impl Accepted {
+    pub fn new(contract: &Contract) -> Accepted {
+        Accepted {
+            digest: contract.digest.clone(),
+            text: serde_json::to_string(contract)
+                .unwrap_or_default()
+                .into_boxed_str(),
+        }
+    }
+
+    /// From a baseline file's text (`Contract::to_lock`), as the store keeps it.
+    pub fn from_lock(text: &str) -> Result<Accepted, String> {
+        Contract::from_lock(text).map(|c| Accepted::new(&c))
+    }
+
+    /// `sha256:…` of the contract.
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    /// The contract itself, parsed again.
+    pub fn contract(&self) -> Option<Contract> {
+        Contract::from_lock(&self.text).ok()
+    }
 }
 
 /// Runs a target until `stop` turns true. Returns its memory, for a reload to carry over.
@@ -136,24 +173,39 @@ pub async fn run(
             p = shared.semaphore.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return memory },
             _ = stop.changed() => return memory,
         };
-        let transcript = shared.prober.probe(&target, &plan).await;
-        drop(permit);
-        let at = (shared.clock)();
-        let report = judge(
-            &transcript,
-            &Policy {
-                latency_budget_ms: cfg.latency_budget.as_secs_f64() * 1000.0,
-                expect_auth: false,
-            },
-        );
-        let record = check_once(&cfg, &mut memory, &transcript, &report, at, &shared);
-        shared
-            .fleet
-            .update_from(&cfg, &memory.state, &memory.incidents, &report, at);
-        if shared.records.send(record).await.is_err() {
+        // The check (probe, transcript, report, record) lives in futures of its own, on the
+        // heap while it runs: the task at rest stays small, and a fleet has one per target.
+        let record = Box::pin(check(&cfg, &mut memory, &shared, &target, &plan, permit)).await;
+        if Box::pin(shared.records.send(record)).await.is_err() {
             return memory; // the writer is gone: shutting down
         }
     }
+}
+
+/// One check: probe, judge, fold into the target's memory, publish to the fleet.
+async fn check(
+    cfg: &TargetConfig,
+    memory: &mut Memory,
+    shared: &Shared,
+    target: &Target,
+    plan: &Plan,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) -> CheckRecord {
+    let transcript = shared.prober.probe(target, plan).await;
+    drop(permit);
+    let at = (shared.clock)();
+    let report = judge(
+        &transcript,
+        &Policy {
+            latency_budget_ms: cfg.latency_budget.as_secs_f64() * 1000.0,
+            expect_auth: false,
+        },
+    );
+    let record = check_once(cfg, memory, &transcript, &report, at, shared);
+    shared
+        .fleet
+        .update_from(cfg, &memory.state, &memory.incidents, &report, at);
+    record
 }
 
 /// The pure part of a check: observation, state, alerts, the record to store.
@@ -171,15 +223,19 @@ pub fn check_once(
         match &memory.accepted {
             None => {
                 new_contract = Some(current.to_lock());
-                memory.accepted = Some(current);
+                memory.accepted = Some(Accepted::new(&current));
                 memory.drift = None;
             }
             Some(base) if at - memory.drift_checked_ms >= ttl_ms(transcript) => {
-                let d = drift::diff(base, &current);
-                memory.drift = d
-                    .class
-                    .map(|c| c.as_str().to_owned())
-                    .filter(|c| c != "info");
+                if base.digest() == current.digest {
+                    memory.drift = None; // the same contract: nothing to compare
+                } else if let Some(base) = base.contract() {
+                    let d = drift::diff(&base, &current);
+                    memory.drift = d
+                        .class
+                        .map(|c| c.as_str().to_owned())
+                        .filter(|c| c != "info");
+                }
                 memory.drift_checked_ms = at;
             }
             Some(_) => {}
