@@ -145,7 +145,7 @@ fn arb_exchange() -> impl Strategy<Value = Exchange> {
                     body,
                     body_bytes: 10,
                     outcome: match kind {
-                        0 | 1 | 2 => Outcome::Reply { frame: idx },
+                        0..=2 => Outcome::Reply { frame: idx },
                         3 => Outcome::NoReply,
                         4 => Outcome::Timeout,
                         5 => Outcome::Closed,
