@@ -194,6 +194,18 @@ pub fn from_transcript(tr: &Transcript) -> Option<Contract> {
         _ => result.get("serverInfo").cloned(),
     }
     .unwrap_or(Value::Null);
+    // A contract with a hole in it would read as drift: an advertised list that failed, was
+    // never sent, or was cut short (a `nextCursor` on its last page) means no contract. A list
+    // the server does not advertise is empty, whether or not asking for it failed.
+    let caps = result.get("capabilities");
+    let advertised = |kind: Kind| {
+        let key = match kind {
+            Kind::Tool => "tools",
+            Kind::Prompt => "prompts",
+            Kind::Resource | Kind::ResourceTemplate => "resources",
+        };
+        caps.and_then(|c| c.get(key)).is_some_and(|v| !v.is_null())
+    };
     let mut lists: Vec<Vec<Value>> = Vec::new();
     for kind in Kind::ALL {
         let pages: Vec<_> = tr
@@ -202,18 +214,25 @@ pub fn from_transcript(tr: &Transcript) -> Option<Contract> {
             .filter(|e| e.step == kind.step())
             .collect();
         let mut items = Vec::new();
-        for ex in &pages {
+        for (i, ex) in pages.iter().enumerate() {
             match crate::replies::reply(ex).as_deref().map(|d| &d.message) {
                 Some(Message::Result { result, .. }) => {
                     if let Some(Value::Array(a)) = result.get(kind.result_key()) {
                         items.extend(a.iter().cloned());
                     }
+                    let last = i + 1 == pages.len();
+                    if last
+                        && result.get("nextCursor").is_some_and(Value::is_string)
+                        && advertised(kind)
+                    {
+                        return None;
+                    }
                 }
-                _ if kind == Kind::Tool => return None,
-                _ => {}
+                _ if advertised(kind) => return None,
+                _ => items.clear(),
             }
         }
-        if kind == Kind::Tool && pages.is_empty() {
+        if pages.is_empty() && advertised(kind) {
             return None;
         }
         lists.push(items);

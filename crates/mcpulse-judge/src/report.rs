@@ -381,6 +381,24 @@ impl Judgement<'_> {
                 .map(|e| e.elapsed_ms)
                 .sum();
             report.timings_ms.tools_list = Some(round(ms));
+        } else if !tr.exchanges.iter().any(|e| e.step == Step::ToolsList) {
+            // The handshake worked but tools/list was never sent: the probe ran out of time
+            // after it (a server stuck after `initialize`).
+            let advertised = caps
+                .as_ref()
+                .is_some_and(|c| c.get("tools").is_some_and(|v| !v.is_null()));
+            let (rule, severity) = if advertised {
+                (Rule::ToolsListFailed, Severity::Warning)
+            } else {
+                (Rule::ToolsListUnsupported, Severity::Info)
+            };
+            self.add(rule.finding_with(
+                severity,
+                format!(
+                    "tools/list was never answered: the probe ran out of time after the {}",
+                    hs.ex.step.as_str()
+                ),
+            ));
         } else if tr.exchanges.iter().any(|e| e.step == Step::ToolsList) {
             let ms: f64 = tr
                 .exchanges
@@ -873,10 +891,16 @@ impl Judgement<'_> {
             .iter()
             .flat_map(|p| p.stdout_noise.iter().map(|l| l.line.as_str()))
             .collect();
+        let dropped: usize = self
+            .tr
+            .processes
+            .iter()
+            .map(|p| p.stdout_noise_dropped)
+            .sum();
         if let Some(first) = noise.first() {
             self.add(Rule::StdoutPollution.finding(format!(
                 "{} non-JSON-RPC line(s) on stdout, first: {:?}",
-                noise.len(),
+                noise.len() + dropped,
                 clip(first, 120)
             )));
         }

@@ -469,3 +469,92 @@ proptest! {
         prop_assert!(drift::diff(&a, &b).changes.is_empty());
     }
 }
+
+/// A transcript with an initialize result and list replies, for `from_transcript`.
+fn transcript(
+    capabilities: Value,
+    lists: &[(mcpulse_wire::transcript::Step, &str)],
+) -> mcpulse_wire::transcript::Transcript {
+    use mcpulse_wire::transcript::*;
+    let mut t = Transcript::new(
+        TargetRecord {
+            display: "srv".into(),
+            kind: TargetKind::Stdio,
+            host: None,
+        },
+        PlanRecord {
+            era: mcpulse_wire::version::EraMode::Legacy,
+            security: false,
+            credentials: false,
+            timeout_ms: 1000,
+            max_response_bytes: 1 << 20,
+        },
+        0,
+    );
+    let ex = |step, raw: String| Exchange {
+        step,
+        transport: TransportKind::Stdio,
+        era: None,
+        page: Some(1),
+        at_ms: 0.0,
+        id: Some(1),
+        request: Request::default(),
+        redirects: Vec::new(),
+        response: None,
+        frames: vec![Frame {
+            at_ms: 0.0,
+            raw,
+            sse_event: None,
+        }],
+        body: None,
+        body_bytes: 0,
+        outcome: Outcome::Reply { frame: 0 },
+        elapsed_ms: 1.0,
+    };
+    t.exchanges.push(ex(Step::Initialize, json!({"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-11-25","capabilities":capabilities,"serverInfo":{"name":"s","version":"1"}}}).to_string()));
+    for (step, raw) in lists {
+        t.exchanges.push(ex(*step, (*raw).to_owned()));
+    }
+    t
+}
+
+#[test]
+fn contracts_of_servers_without_tools_and_of_partial_inventories() {
+    use mcpulse_wire::transcript::Step;
+    let not_found =
+        r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"Method not found"}}"#;
+    let prompts = r#"{"jsonrpc":"2.0","id":1,"result":{"prompts":[{"name":"p"}]}}"#;
+    // No tools capability and tools/list refused: a contract with no tools (prompts only).
+    let c = contract::from_transcript(&transcript(
+        json!({"prompts": {}}),
+        &[(Step::ToolsList, not_found), (Step::PromptsList, prompts)],
+    ))
+    .unwrap();
+    assert!(c.tools.is_empty());
+    assert_eq!(c.prompts.len(), 1);
+    // An advertised list that failed: no contract (a hole would read as removed items).
+    assert!(
+        contract::from_transcript(&transcript(
+            json!({"tools": {}, "prompts": {}}),
+            &[
+                (
+                    Step::ToolsList,
+                    r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}"#
+                ),
+                (Step::PromptsList, not_found)
+            ]
+        ))
+        .is_none()
+    );
+    // A list cut short (a nextCursor on its last page): no contract either.
+    assert!(
+        contract::from_transcript(&transcript(
+            json!({"tools": {}}),
+            &[(
+                Step::ToolsList,
+                r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[],"nextCursor":"2"}}"#
+            )]
+        ))
+        .is_none()
+    );
+}

@@ -203,8 +203,13 @@ pub async fn run(
     }
     // Shutdown: targets first (no new records), then the writer drains, then the rest.
     fleet.set_scheduler_running(false);
-    for (_, r) in std::mem::take(&mut running) {
+    // Every target is told first, then all are awaited: one slow probe does not hold the
+    // others' shutdown back.
+    let stopping: Vec<Running> = std::mem::take(&mut running).into_values().collect();
+    for r in &stopping {
         let _ = r.stop.send(true);
+    }
+    for r in stopping {
         let _ = r.task.await;
     }
     drop(shared);
@@ -297,6 +302,9 @@ async fn reload(
 }
 
 /// Batches check records into store transactions; wakes the outbox when alerts were stored.
+/// How often a batch is tried before it is given up (about ten minutes of retrying).
+const MAX_WRITE_ATTEMPTS: u32 = 64;
+
 async fn write_loop(
     store: Arc<Mutex<Store>>,
     mut rx: mpsc::Receiver<CheckRecord>,
@@ -312,24 +320,38 @@ async fn write_loop(
                 Err(_) => break,
             }
         }
-        let n_sinks = sinks.read().map(|s| s.len()).unwrap_or(0);
+        let n_sinks = sinks.read().unwrap_or_else(|p| p.into_inner()).len();
         let alerts = batch.iter().any(|r| !r.alerts.is_empty());
-        let store = store.clone();
-        let result = tokio::task::spawn_blocking(move || {
-            let mut s = store.lock().unwrap_or_else(|p| p.into_inner());
-            s.record(&batch, n_sinks)
-        })
-        .await;
-        match result {
-            Ok(Ok(())) => fleet.store_ok(runner::now_ms()),
-            Ok(Err(e)) => {
-                tracing::error!(error = %e, "writing check results failed");
-                fleet.store_failed(runner::now_ms(), &e.to_string());
+        // A failed write is retried, not dropped: the batch holds alerts that exist nowhere
+        // else. Meanwhile the bounded channel holds the checks back and /readyz says why.
+        let batch = Arc::new(batch);
+        let mut delay = Duration::from_millis(200);
+        for attempt in 1.. {
+            let (store, shared_batch) = (store.clone(), batch.clone());
+            let result = tokio::task::spawn_blocking(move || {
+                let mut s = store.lock().unwrap_or_else(|p| p.into_inner());
+                s.record(&shared_batch, n_sinks)
+            })
+            .await;
+            let error = match result {
+                Ok(Ok(())) => {
+                    fleet.store_ok(runner::now_ms());
+                    break;
+                }
+                Ok(Err(e)) => e.to_string(),
+                Err(e) => format!("the store writer panicked: {e}"),
+            };
+            tracing::error!(error = %error, attempt, "writing check results failed; retrying");
+            fleet.store_failed(runner::now_ms(), &error);
+            if attempt >= MAX_WRITE_ATTEMPTS {
+                tracing::error!(
+                    records = batch.len(),
+                    "giving up on a batch of check results after {MAX_WRITE_ATTEMPTS} attempts"
+                );
+                break;
             }
-            Err(e) => {
-                tracing::error!(error = %e, "the store writer panicked");
-                fleet.store_failed(runner::now_ms(), "the store writer panicked");
-            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(10));
         }
         if alerts {
             wake.notify_one();

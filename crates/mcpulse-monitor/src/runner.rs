@@ -51,6 +51,7 @@ pub fn target_and_plan(t: &TargetConfig) -> Result<(Target, Plan), String> {
         headers: t.headers.clone(),
         security: t.security,
         env,
+        clean_env: true,
         ..Plan::default()
     };
     Ok((target, plan))
@@ -356,8 +357,12 @@ fn ttl_ms(tr: &mcpulse_probe::Transcript) -> i64 {
         })
         .max()
         .unwrap_or(0)
-        .max(0)
+        .clamp(0, MAX_DRIFT_TTL_MS)
 }
+
+/// However long a server says its tool list may be cached, drift is checked at least hourly:
+/// a server must not be able to switch drift detection off with a huge `ttlMs`.
+const MAX_DRIFT_TTL_MS: i64 = 3_600_000;
 
 #[cfg(test)]
 mod tests {

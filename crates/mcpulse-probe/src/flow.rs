@@ -237,6 +237,13 @@ async fn send(
     ctx.push(ex)
 }
 
+/// How long a notification may take: a server answers it with a bare `202`, so a server that
+/// takes longer is stuck, and the requests after it (which the judge needs to see fail) must
+/// still be sent within the probe's deadline.
+fn notification_deadline(ctx: &Ctx<'_>) -> Instant {
+    ctx.deadline.min(Instant::now() + Duration::from_secs(1))
+}
+
 /// What a `server/discover` exchange means for the flow.
 #[derive(Debug, PartialEq)]
 enum Discovered {
@@ -529,7 +536,7 @@ async fn probe_http(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>) {
                 None,
                 &message::initialized(),
                 None,
-                deadline,
+                notification_deadline(ctx),
             )
             .await;
             inventory(&mut wire, ctx, Era::Legacy, &capabilities).await;
@@ -652,7 +659,7 @@ async fn probe_sse(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>) {
             None,
             &message::initialized(),
             None,
-            deadline,
+            notification_deadline(ctx),
         )
         .await;
         inventory(&mut wire, ctx, Era::Legacy, &capabilities).await;
@@ -667,7 +674,15 @@ async fn probe_stdio(
     children: &mut Vec<StdioChild>,
 ) {
     let spawn = |purpose: &str, ctx: &Ctx<'_>| {
-        StdioChild::spawn(program, args, &ctx.plan.env, purpose, ctx.limits, ctx.clock)
+        StdioChild::spawn(
+            program,
+            args,
+            &ctx.plan.env,
+            ctx.plan.clean_env,
+            purpose,
+            ctx.limits,
+            ctx.clock,
+        )
     };
     let mut child = match spawn("probe", ctx) {
         Ok(c) => c,
@@ -774,7 +789,7 @@ async fn probe_stdio(
             None,
             &message::initialized(),
             None,
-            deadline,
+            notification_deadline(ctx),
         )
         .await;
         inventory(&mut wire, ctx, Era::Legacy, &capabilities).await;

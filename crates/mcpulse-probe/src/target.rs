@@ -48,6 +48,12 @@ impl Target {
                 )));
             }
         }
+        if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
+            return Err(TargetError(format!(
+                "{:?} has credentials in the URL, which mcpulse does not send; pass them as a header instead, e.g. -H 'Authorization: Basic ${{CREDS}}'",
+                redact::url(url)
+            )));
+        }
         if uri.host().is_none_or(str::is_empty) {
             return Err(TargetError(format!("{:?} has no host", redact::url(url))));
         }
@@ -126,6 +132,10 @@ pub struct Plan {
     pub extra_roots: Vec<Vec<u8>>,
     /// Environment variables for a stdio server (credentials: never recorded).
     pub env: Vec<(String, String)>,
+    /// Start a stdio server with only a small set of the caller's variables (PATH, HOME, the
+    /// locale, …) plus `env`, rather than all of them: the monitor's own secrets (sink URLs,
+    /// API tokens, other targets' credentials) are not a server's business.
+    pub clean_env: bool,
 }
 
 impl Default for Plan {
@@ -145,6 +155,7 @@ impl Default for Plan {
             security: true,
             extra_roots: Vec::new(),
             env: Vec::new(),
+            clean_env: false,
         }
     }
 }

@@ -473,7 +473,9 @@ fn build(
     user_headers: bool,
 ) -> Result<Request<Full<Bytes>>, SendError> {
     let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
-    let host = uri.authority().map(|a| a.as_str()).unwrap_or("");
+    // Host is host[:port]: userinfo never goes on the wire in clear.
+    let authority = uri.authority().map(|a| a.as_str()).unwrap_or("");
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
     let host_override = out
         .headers
         .iter()

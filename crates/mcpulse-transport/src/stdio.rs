@@ -28,6 +28,12 @@ use tokio::time::{Instant, timeout_at};
 
 /// The most stderr lines kept per process; later ones are counted, not kept.
 pub const MAX_STDERR_LINES: usize = 200;
+/// What a server started with a clean environment still gets from ours (the variables the MCP
+/// SDKs pass by default, and the locale).
+pub const INHERITED_ENV: &[&str] = &[
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "TMPDIR", "TZ",
+];
+
 /// How long replies may still arrive after the server process exited.
 const EXIT_DRAIN: Duration = Duration::from_millis(100);
 /// The longest stderr line kept.
@@ -79,6 +85,7 @@ impl StdioChild {
         program: &str,
         args: &[String],
         env: &[(String, String)],
+        clean_env: bool,
         purpose: &str,
         limits: Limits,
         clock: Clock,
@@ -91,6 +98,15 @@ impl StdioChild {
             ..Process::default()
         };
         let mut cmd = Command::new(program);
+        if clean_env {
+            cmd.env_clear();
+            for (k, v) in std::env::vars_os() {
+                let key = k.to_string_lossy();
+                if INHERITED_ENV.contains(&key.as_ref()) || key.starts_with("LC_") {
+                    cmd.env(&k, &v);
+                }
+            }
+        }
         cmd.args(args)
             .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
@@ -381,9 +397,7 @@ async fn handle_line(
             } else {
                 let mut shown = t;
                 truncate(&mut shown, MAX_STDERR_LINE);
-                lock(record)
-                    .stdout_noise
-                    .push(TimedLine { at_ms, line: shown });
+                noise(record, TimedLine { at_ms, line: shown });
                 true
             }
         }
@@ -391,9 +405,20 @@ async fn handle_line(
             let line = format!(
                 "<a stdout line of at least {len_at_least} bytes, over the response size cap, was dropped>"
             );
-            lock(record).stdout_noise.push(TimedLine { at_ms, line });
+            noise(record, TimedLine { at_ms, line });
             true
         }
+    }
+}
+
+/// Records a stdout line that is not JSON-RPC, up to [`MAX_STDERR_LINES`]; later ones are
+/// counted, so a server printing in a loop cannot grow the record without end.
+fn noise(record: &Mutex<Process>, line: TimedLine) {
+    let mut rec = lock(record);
+    if rec.stdout_noise.len() < MAX_STDERR_LINES {
+        rec.stdout_noise.push(line);
+    } else {
+        rec.stdout_noise_dropped += 1;
     }
 }
 

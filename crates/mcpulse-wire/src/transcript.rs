@@ -159,9 +159,12 @@ pub struct Process {
     pub stderr: Vec<TimedLine>,
     #[serde(default)]
     pub stderr_dropped: usize,
-    /// Lines on stdout that were not JSON-RPC messages: stdout pollution.
+    /// Lines on stdout that were not JSON-RPC messages: stdout pollution (capped; see
+    /// `stdout_noise_dropped`).
     #[serde(default)]
     pub stdout_noise: Vec<TimedLine>,
+    #[serde(default)]
+    pub stdout_noise_dropped: usize,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit: Option<Exit>,
     /// Why this process was started (the first attempt, or a respawn for the legacy fallback).

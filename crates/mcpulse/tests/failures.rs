@@ -1014,3 +1014,23 @@ async fn bearer_token_is_not_sent_to_the_metadata_document() {
         "credentials go to the MCP endpoint only"
     );
 }
+
+/// A server stuck right after `initialize` (its event loop hangs on the `initialized`
+/// notification) is not healthy: the notification gets a short deadline of its own, so
+/// `tools/list` is still sent, and its silence is reported.
+#[tokio::test]
+async fn server_stuck_after_initialize_is_not_healthy() {
+    let legacy = scenario::legacy_streamable(Framing::Json);
+    let server = FakeHttp::start(move |req| match req.rpc_method().as_deref() {
+        Some("notifications/initialized") | Some("tools/list") => Reply::silence(),
+        _ => legacy(req),
+    })
+    .await;
+    let run = probe_url(&server.url("/mcp"), "4s", &["--era", "legacy"]).await;
+    run.expect("degraded", &["tools-list-failed"]);
+    assert!(
+        server.methods().iter().any(|m| m == "tools/list"),
+        "tools/list must still be sent: {:?}",
+        server.methods()
+    );
+}

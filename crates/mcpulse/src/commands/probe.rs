@@ -47,9 +47,15 @@ fn report_and_print(
         },
     );
     let mut code = report.status.exit_code();
-    if let (Some(base), Some(path)) = (baseline, &args.baseline)
-        && let Some(current) = contract::from_transcript(transcript)
-    {
+    let current = baseline.and_then(|_| contract::from_transcript(transcript));
+    if baseline.is_some() && current.is_none() {
+        // No drift check is not "no drift": the gate must not pass silently.
+        anstream::eprintln!(
+            "mcpulse: no drift check: the server's full contract could not be taken (an advertised list failed or the probe ran short; see the findings)"
+        );
+        code = code.max(1);
+    }
+    if let (Some(base), Some(path), Some(current)) = (baseline, &args.baseline, current) {
         if base.target != current.target && !args.accept {
             bail!(
                 "the baseline {} is for {:?}, not {:?}: take one for this target with `mcpulse snapshot`, or re-baseline with --accept",
