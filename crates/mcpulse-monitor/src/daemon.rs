@@ -291,20 +291,35 @@ async fn reload(
             }
         }
     }
-    let mut empty = BTreeMap::new();
-    for t in &new.targets {
-        if !running.contains_key(&t.name) {
+    // A target added back resumes what the store remembers of it (its state, open incidents
+    // and accepted contract), as after a restart.
+    let added: Vec<&TargetConfig> = new
+        .targets
+        .iter()
+        .filter(|t| !running.contains_key(&t.name))
+        .collect();
+    if !added.is_empty() {
+        let mut stored = store
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .load_states()
+            .unwrap_or_else(|e| {
+                tracing::error!(error = %e, "reading stored target states failed; added targets start fresh");
+                BTreeMap::new()
+            });
+        for t in added {
             tracing::info!(target = %t.name, "added to the config");
-            let memory = resume(store, &mut empty, &t.name);
+            let memory = resume(store, &mut stored, &t.name);
+            shared.fleet.resume(t, &memory.state, &memory.incidents);
             start(running, t.clone(), memory, shared);
         }
     }
 }
 
-/// Batches check records into store transactions; wakes the outbox when alerts were stored.
 /// How often a batch is tried before it is given up (about ten minutes of retrying).
 const MAX_WRITE_ATTEMPTS: u32 = 64;
 
+/// Batches check records into store transactions; wakes the outbox when alerts were stored.
 async fn write_loop(
     store: Arc<Mutex<Store>>,
     mut rx: mpsc::Receiver<CheckRecord>,
