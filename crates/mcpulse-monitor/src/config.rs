@@ -5,6 +5,7 @@
 //! Defaults live in one place ([`Defaults::default`]). `${VAR}` in header values and the API
 //! token is read from the environment at load time, so secrets stay out of the file.
 
+pub use mcpulse_wire::env::expand;
 use mcpulse_wire::version::EraMode;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -757,11 +758,7 @@ fn expand_headers(
 ) -> Result<Vec<(String, String)>, String> {
     h.iter()
         .map(|(k, v)| {
-            if k.is_empty()
-                || !k
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
-            {
+            if !mcpulse_wire::env::is_header_name(k) {
                 return Err(format!("header name {k:?} is not a valid HTTP header name"));
             }
             let v = expand(v, env).map_err(|m| format!("header {k:?}: {m}"))?;
@@ -771,32 +768,6 @@ fn expand_headers(
             Ok((k.clone(), v))
         })
         .collect()
-}
-
-/// Expands `${VAR}` from the environment (`$$` is a literal `$`).
-pub fn expand(v: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
-    let mut out = String::new();
-    let mut rest = v;
-    while let Some(i) = rest.find('$') {
-        out.push_str(&rest[..i]);
-        let after = &rest[i + 1..];
-        if let Some(a) = after.strip_prefix('$') {
-            out.push('$');
-            rest = a;
-        } else if let Some(a) = after.strip_prefix('{') {
-            let end = a.find('}').ok_or("unclosed ${ (write ${VAR})")?;
-            let var = &a[..end];
-            let val =
-                env(var).ok_or_else(|| format!("the environment variable {var} is not set"))?;
-            out.push_str(&val);
-            rest = &a[end + 1..];
-        } else {
-            out.push('$');
-            rest = after;
-        }
-    }
-    out.push_str(rest);
-    Ok(out)
 }
 
 /// RFC 3339 UTC (`2026-12-01T02:00:00Z`, optional fraction and offset) to Unix milliseconds.

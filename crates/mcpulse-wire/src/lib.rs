@@ -11,6 +11,7 @@
 //! It does not own I/O (see `mcpulse-transport`) or judgement (see `mcpulse-judge`).
 
 pub mod auth;
+pub mod env;
 pub mod jsonrpc;
 pub mod message;
 pub mod ndjson;

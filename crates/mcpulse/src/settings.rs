@@ -74,15 +74,11 @@ pub fn headers(
             );
         };
         let name = name.trim();
-        if name.is_empty()
-            || !name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
-        {
+        if !mcpulse_wire::env::is_header_name(name) {
             bail!("header name {name:?} is not a valid HTTP header name");
         }
-        let value = expand(value.trim(), env)
-            .with_context(|| format!("in the value of header {name:?}"))?;
+        let value = mcpulse_wire::env::expand(value.trim(), env)
+            .map_err(|m| anyhow::anyhow!("in the value of header {name:?}: {m}"))?;
         if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
             bail!("the value of header {name:?} contains a line break or NUL");
         }
@@ -110,35 +106,6 @@ fn redact_header(h: &str) -> String {
     } else {
         h.to_owned()
     }
-}
-
-/// Expands `${VAR}` (and `$$` for a literal `$`).
-fn expand(v: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String> {
-    let mut out = String::new();
-    let mut rest = v;
-    while let Some(i) = rest.find('$') {
-        out.push_str(&rest[..i]);
-        let after = &rest[i + 1..];
-        if let Some(a) = after.strip_prefix('$') {
-            out.push('$');
-            rest = a;
-        } else if let Some(a) = after.strip_prefix('{') {
-            let end = a.find('}').context("unclosed ${ (write ${VAR})")?;
-            let var = &a[..end];
-            if var.is_empty() {
-                bail!("empty ${{}}");
-            }
-            let val =
-                env(var).with_context(|| format!("the environment variable {var} is not set"))?;
-            out.push_str(&val);
-            rest = &a[end + 1..];
-        } else {
-            out.push('$');
-            rest = after;
-        }
-    }
-    out.push_str(rest);
-    Ok(out)
 }
 
 /// Resolves the shared target arguments into a target and a plan.
