@@ -68,6 +68,10 @@ pub struct Report {
     /// With `--baseline`: the classified changes against it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub drift: Option<crate::drift::Drift>,
+    /// The contract itself, taken once here for the digests and kept for whoever compares it
+    /// (a baseline, the monitor's drift check); not part of the serialised report.
+    #[serde(skip)]
+    pub contract: Option<crate::contract::Contract>,
     /// The last stderr lines of a stdio server.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub stderr: Vec<String>,
@@ -189,10 +193,12 @@ pub fn judge(tr: &Transcript, policy: &Policy) -> Report {
         findings: Vec::new(),
         grade: String::new(),
         security: crate::security::assess(tr, &all_tools(tr), policy.expect_auth),
-        digests: crate::contract::from_transcript(tr).map(|c| Digests::of(&c)),
+        digests: None,
         drift: None,
+        contract: crate::contract::from_transcript(tr),
         stderr: stderr_tail(&tr.processes),
     };
+    report.digests = report.contract.as_ref().map(Digests::of);
     j.connection_timings(&mut report);
     match handshake(tr) {
         Some(hs) => j.up(&mut report, &hs, policy),

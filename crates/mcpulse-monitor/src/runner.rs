@@ -10,7 +10,7 @@ use crate::alert::{self, Incidents};
 use crate::check::CheckRecord;
 use crate::config::{Endpoint, Maintenance, TargetConfig};
 use crate::state::{self, Health, Observation, TargetState, Thresholds};
-use mcpulse_judge::contract::{self, Contract};
+use mcpulse_judge::contract::Contract;
 use mcpulse_judge::{Policy, Report, drift, judge};
 use mcpulse_probe::{Plan, Target};
 use sha2::{Digest, Sha256};
@@ -220,7 +220,7 @@ pub fn check_once(
 ) -> CheckRecord {
     // Drift against the accepted contract, no faster than the server's cache TTL.
     let mut new_contract = None;
-    if let Some(current) = contract::from_transcript(transcript) {
+    if let Some(current) = report.contract.clone() {
         match &memory.accepted {
             None => {
                 new_contract = Some(current.to_lock());

@@ -4,7 +4,7 @@ use crate::cli::{ColorArg, FormatArg, ProbeArgs};
 use crate::printer;
 use crate::settings;
 use anyhow::{Context, Result, bail};
-use mcpulse_judge::contract::{self, Contract};
+use mcpulse_judge::contract::Contract;
 use mcpulse_judge::{Policy, drift, judge};
 
 pub fn run(args: ProbeArgs) -> Result<u8> {
@@ -47,7 +47,7 @@ fn report_and_print(
         },
     );
     let mut code = report.status.exit_code();
-    let current = baseline.and_then(|_| contract::from_transcript(transcript));
+    let current = baseline.and(report.contract.take());
     if baseline.is_some() && current.is_none() {
         // No drift check is not "no drift": the gate must not pass silently.
         anstream::eprintln!(
