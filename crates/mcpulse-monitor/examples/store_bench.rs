@@ -182,6 +182,7 @@ fn record(target: &str, i: usize, at_ms: i64, alert_every: usize) -> CheckRecord
                 ("team".into(), "platform".into()),
                 ("env".into(), "prod".into()),
             ]),
+            removed: false,
         });
     }
     r
@@ -192,6 +193,9 @@ fn bench(o: &Options, path: &std::path::Path) -> Result<()> {
         .map(|t| format!("mcp-server-{t:05}"))
         .collect();
     let mut store = Store::open_with(path, o.durability)?;
+    let sinks: Vec<mcpulse_monitor::sink::SinkId> = (0..o.sinks)
+        .map(|i| mcpulse_monitor::sink::SinkId::new(format!("webhook-{i:016x}")))
+        .collect();
     println!(
         "store_bench: {} results, batches of {}, {} targets, {} sinks, one alert per {} results, \
          durability {:?}, file {}",
@@ -220,7 +224,7 @@ fn bench(o: &Options, path: &std::path::Path) -> Result<()> {
             i += 1;
         }
         let started = Instant::now();
-        store.record(&batch, o.sinks)?;
+        store.record(&batch, &sinks)?;
         let took = started.elapsed();
         in_store += took;
         latencies.push(took);
@@ -278,7 +282,7 @@ fn bench(o: &Options, path: &std::path::Path) -> Result<()> {
             batch.push(record("stats-target", i, at, usize::MAX));
             i += 1;
         }
-        store.record(&batch, o.sinks)?;
+        store.record(&batch, &sinks)?;
     }
     println!(
         "query: 43200 checks of one target written in {:.0} ms",

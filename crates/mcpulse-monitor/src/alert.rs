@@ -68,6 +68,11 @@ pub struct Alert {
     /// When the incident opened (for a resolve or reminder: the original time).
     pub started_ms: i64,
     pub labels: BTreeMap<String, String>,
+    /// A resolve sent because the target was removed from the config, not because it
+    /// recovered. Such a resolve passes a sink's `targets` filter (the new config cannot name
+    /// the target any more); the daemon queues it only for the sinks that took the incident.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub removed: bool,
 }
 
 /// An open incident.
@@ -133,6 +138,7 @@ pub fn alerts(events: &[Event], incidents: &mut Incidents, cx: &Context<'_>) -> 
             at_ms: cx.now_ms,
             started_ms,
             labels: cx.labels.clone(),
+            removed: false,
         });
     };
     for e in events {
@@ -228,6 +234,8 @@ pub fn alerts(events: &[Event], incidents: &mut Incidents, cx: &Context<'_>) -> 
                 Kind::Protocol,
                 format!("{}: protocol changed from {from} to {to}", cx.target),
             ),
+            // Recorded by the daemon, never fed to the policy.
+            Event::Removed { .. } => {}
             Event::GradeChanged { from, to, .. } => notify(
                 &mut out,
                 &mut emit,
@@ -390,7 +398,45 @@ pub fn resolve_drift(incidents: &mut Incidents, cx: &Context<'_>) -> Option<Aler
         at_ms: cx.now_ms,
         started_ms: inc.opened_ms,
         labels: cx.labels.clone(),
+        removed: false,
     })
+}
+
+/// The resolves for a target removed from the config: one per open incident, with the
+/// incident's own dedup key (so PagerDuty and Alertmanager close what they opened), a summary
+/// saying why, and `removed` set. Takes the incidents: none is left open.
+pub fn resolve_removed(
+    target: &str,
+    labels: &BTreeMap<String, String>,
+    incidents: &mut Incidents,
+    now_ms: i64,
+) -> Vec<Alert> {
+    std::mem::take(incidents)
+        .into_values()
+        .map(|inc| {
+            // The kinds a resolve of each family has when it closes normally, so that the
+            // sinks' `on` filters and payloads treat it the same way.
+            let (kind, severity) = match inc.family.as_str() {
+                "status" => (Kind::Recovered, "info".to_owned()),
+                _ => (inc.kind, inc.severity.clone()),
+            };
+            Alert {
+                dedup_key: inc.dedup_key,
+                action: Action::Resolve,
+                kind,
+                target: target.to_owned(),
+                severity,
+                summary: format!(
+                    "{target} was removed from the monitor's config; closing its open {} incident",
+                    inc.kind.as_str()
+                ),
+                at_ms: now_ms,
+                started_ms: inc.opened_ms,
+                labels: labels.clone(),
+                removed: true,
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]

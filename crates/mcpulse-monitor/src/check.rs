@@ -52,3 +52,17 @@ pub struct Stats {
     pub p95_ms: Option<f64>,
     pub p99_ms: Option<f64>,
 }
+
+/// A target removed from the config (a reload), as the store records it: its open incidents
+/// are resolved (`alerts`, queued for the sinks in `sinks`), an `Event::Removed` goes into its
+/// history, and its stored incidents are cleared so that adding it back later does not resume
+/// incidents the sinks were told are closed. Its stored state (status, thresholds) is kept.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Removal {
+    pub target: String,
+    pub at_ms: i64,
+    pub event: Event,
+    pub alerts: Vec<Alert>,
+    /// The sinks the resolves are for: those that took the incidents.
+    pub sinks: Vec<crate::sink::SinkId>,
+}

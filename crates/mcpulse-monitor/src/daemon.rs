@@ -4,20 +4,28 @@
 //! - SIGINT / SIGTERM: stop every target, flush the writer, stop the API, exit.
 //! - SIGHUP: reload the config. An invalid file is reported and the running config kept; a
 //!   valid one restarts only the targets whose settings changed (their state carries over),
-//!   starts new ones and stops removed ones. Sinks, modules and maintenance windows are swapped
-//!   in place; a new `server.listen` needs a restart (logged).
+//!   starts new ones and stops removed ones. A removed target's open incidents are resolved
+//!   through the outbox (same dedup keys, a summary saying it was removed) and the removal is
+//!   recorded in its history. Sinks, modules and maintenance windows are swapped in place;
+//!   pending alerts of a sink that is gone (by identity, see [`crate::sink::SinkId`]) are set
+//!   aside, logged, never sent elsewhere. A new `server.listen` needs a restart (logged).
+//!
+//! The store is synchronous: every call to it from here runs under `spawn_blocking`, except
+//! the API's history reads and the few reads at start-up and reload.
 
 use crate::alert::Alert;
-use crate::check::CheckRecord;
+use crate::check::{CheckRecord, Removal};
 use crate::config::{self, AlertConfig, Config, TargetConfig};
 use crate::fleet::Fleet;
 use crate::runner::{self, Memory, Shared};
+use crate::sink::{SinkId, sink_ids};
+use crate::state::Event;
 use crate::store::{Store, StoreError};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
-use tokio::sync::{Notify, Semaphore, mpsc, watch};
+use tokio::sync::{Notify, Semaphore, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 /// Why the monitor could not run (not a server failing: that is data).
@@ -89,14 +97,27 @@ pub async fn run(
     let mut term = signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut int = signal(tokio::signal::unix::SignalKind::interrupt())?;
     let cfg = load(&config_path, &opts)?;
-    let store = Store::open(&cfg.storage.path).map_err(|source| MonitorError::Store {
+    let store_error = |source| MonitorError::Store {
         path: cfg.storage.path.display().to_string(),
         source,
-    })?;
-    let mut resumed = store.load_states().map_err(|source| MonitorError::Store {
-        path: cfg.storage.path.display().to_string(),
-        source,
-    })?;
+    };
+    let mut store = Store::open(&cfg.storage.path).map_err(store_error)?;
+    // Outbox rows of an older schema name their sink by index: they are for the sink at that
+    // index of the config this monitor starts with. Pending rows of sinks that are not
+    // configured (any more) are set aside, never sent to another sink.
+    let ids = sink_ids(&cfg.alerts);
+    let adopted = store.adopt_legacy_sinks(&ids).map_err(store_error)?;
+    if adopted > 0 {
+        tracing::info!(
+            rows = adopted,
+            "outbox rows of the old schema were given the identity of the sink at their index"
+        );
+    }
+    let abandoned = store
+        .abandon_missing_sinks(&ids, runner::now_ms())
+        .map_err(store_error)?;
+    log_abandoned(&abandoned, &[]);
+    let mut resumed = store.load_states().map_err(store_error)?;
     let store = Arc::new(Mutex::new(store));
     let listener = tokio::net::TcpListener::bind(cfg.server.listen)
         .await
@@ -121,12 +142,14 @@ pub async fn run(
     let sinks: Arc<RwLock<Vec<AlertConfig>>> = Arc::new(RwLock::new(cfg.alerts.clone()));
     let maintenance = Arc::new(RwLock::new(cfg.maintenance.clone()));
     let (records_tx, records_rx) = mpsc::channel::<CheckRecord>(4096);
+    let (removals_tx, removals_rx) = mpsc::unbounded_channel::<RemovalJob>();
     let wake_outbox = Arc::new(Notify::new());
     let (stop_all_tx, stop_all) = watch::channel(false);
 
     let writer = tokio::spawn(write_loop(
         store.clone(),
         records_rx,
+        removals_rx,
         sinks.clone(),
         fleet.clone(),
         wake_outbox.clone(),
@@ -186,8 +209,9 @@ pub async fn run(
                 match load(&config_path, &opts) {
                     Err(e) => tracing::error!(error = %e, "SIGHUP: the new config is invalid; keeping the running one"),
                     Ok(new) => {
-                        reload(&mut running, &current, &new, &shared, &store).await;
-                        *sinks.write().unwrap_or_else(|p| p.into_inner()) = new.alerts.clone();
+                        // Sinks first: the resolves of removed targets go to the new ones.
+                        swap_sinks(&store, &sinks, &current.alerts, &new.alerts, (shared.clock)()).await;
+                        reload(&mut running, &current, &new, &shared, &store, &removals_tx).await;
                         *maintenance.write().unwrap_or_else(|p| p.into_inner()) = new.maintenance.clone();
                         if let Ok(mut c) = api_config.write() { *c = new.clone(); }
                         fleet.set_config(&new.targets);
@@ -213,6 +237,7 @@ pub async fn run(
         let _ = r.task.await;
     }
     drop(shared);
+    drop(removals_tx);
     let _ = writer.await;
     let _ = stop_all_tx.send(true);
     let _ = outbox.await;
@@ -265,12 +290,128 @@ fn start(
     running.insert(cfg.name.clone(), Running { cfg, stop, task });
 }
 
+/// Replaces the sinks and, in the same hold of the store, sets aside the pending alerts of
+/// sinks that are gone: the writer reads the sinks under the store's lock too, so no row is
+/// written for a sink between the two.
+async fn swap_sinks(
+    store: &Arc<Mutex<Store>>,
+    sinks: &Arc<RwLock<Vec<AlertConfig>>>,
+    old: &[AlertConfig],
+    new: &[AlertConfig],
+    at_ms: i64,
+) {
+    let (store, sinks, new) = (store.clone(), sinks.clone(), new.to_vec());
+    let result = tokio::task::spawn_blocking(move || {
+        let mut s = store.lock().unwrap_or_else(|p| p.into_inner());
+        let ids = sink_ids(&new);
+        *sinks.write().unwrap_or_else(|p| p.into_inner()) = new;
+        s.abandon_missing_sinks(&ids, at_ms)
+    })
+    .await;
+    match result {
+        Ok(Ok(abandoned)) => log_abandoned(&abandoned, old),
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "setting aside the alerts of removed sinks failed; they will fail as undeliverable")
+        }
+        Err(e) => tracing::error!(error = %e, "setting aside the alerts of removed sinks panicked"),
+    }
+}
+
+/// One log line per sink whose pending alerts were set aside; `old` is the config the sink
+/// was in (empty at start-up: only its identity is known then).
+fn log_abandoned(abandoned: &[(SinkId, usize)], old: &[AlertConfig]) {
+    let old_ids = sink_ids(old);
+    for (id, n) in abandoned {
+        let at = old_ids.iter().position(|o| o == id);
+        let sink = match at.and_then(|i| old.get(i).map(|c| (i, c))) {
+            Some((i, c)) => format!("{} #{i} ({id})", crate::sink::sink_name(&c.kind)),
+            None => id.to_string(),
+        };
+        tracing::warn!(
+            %sink,
+            alerts = n,
+            "the sink is no longer in the config (removed, or its destination changed): its pending alerts are set aside undelivered"
+        );
+    }
+}
+
+/// A target's removal, for the writer, with the channel it confirms the write on.
+struct RemovalJob {
+    removal: Removal,
+    written: oneshot::Sender<()>,
+}
+
+/// How long a reload waits for a removal to be written before it goes on.
+const REMOVAL_WRITE_WAIT: Duration = Duration::from_secs(60);
+
+/// A target left the config: resolve its open incidents through the outbox and record the
+/// removal. Goes through the writer, after the target's last results (already queued), so
+/// a trigger still waiting there cannot land after its resolve; waits for the write, so a
+/// target added back later resumes without the incidents.
+async fn remove_target(
+    cfg: &TargetConfig,
+    mut memory: Memory,
+    old: &Config,
+    new: &Config,
+    shared: &Shared,
+    removals: &mpsc::UnboundedSender<RemovalJob>,
+) {
+    let at = (shared.clock)();
+    let alerts = crate::alert::resolve_removed(&cfg.name, &cfg.labels, &mut memory.incidents, at);
+    // The sinks (still configured) that took these incidents: those whose filters in the old
+    // config let the normal resolve through.
+    let old_ids = sink_ids(&old.alerts);
+    let sinks: Vec<SinkId> = sink_ids(&new.alerts)
+        .into_iter()
+        .filter(|id| {
+            old_ids
+                .iter()
+                .position(|o| o == id)
+                .and_then(|i| old.alerts.get(i))
+                .is_some_and(|c| {
+                    alerts.iter().any(|a| {
+                        let normal = Alert {
+                            removed: false,
+                            ..a.clone()
+                        };
+                        crate::sink::matches(c, &normal)
+                    })
+                })
+        })
+        .collect();
+    for a in &alerts {
+        crate::sink::log(a);
+    }
+    let removal = Removal {
+        target: cfg.name.clone(),
+        at_ms: at,
+        event: Event::Removed {
+            at_ms: at,
+            resolved: alerts.iter().map(|a| a.dedup_key.clone()).collect(),
+        },
+        alerts,
+        sinks,
+    };
+    let (written, done) = oneshot::channel();
+    if removals.send(RemovalJob { removal, written }).is_err() {
+        tracing::error!(target = %cfg.name, "the store writer is gone; the removal was not recorded");
+        return;
+    }
+    match tokio::time::timeout(REMOVAL_WRITE_WAIT, done).await {
+        Ok(Ok(())) => {}
+        _ => {
+            tracing::warn!(target = %cfg.name, "the removal was not written yet; going on with the reload")
+        }
+    }
+}
+
 async fn reload(
     running: &mut BTreeMap<String, Running>,
-    _old: &Config,
+    old: &Config,
     new: &Config,
     shared: &Shared,
     store: &Arc<Mutex<Store>>,
+    removals: &mpsc::UnboundedSender<RemovalJob>,
 ) {
     let names: Vec<String> = running.keys().cloned().collect();
     for name in names {
@@ -285,8 +426,9 @@ async fn reload(
                     start(running, t.clone(), memory, shared);
                 }
                 None => {
-                    tracing::info!(target = %name, "removed from the config");
+                    tracing::info!(target = %name, incidents = memory.incidents.len(), "removed from the config; resolving its open incidents");
                     shared.fleet.remove(&name);
+                    remove_target(&r.cfg, memory, old, new, shared, removals).await;
                 }
             }
         }
@@ -319,58 +461,100 @@ async fn reload(
 /// How often a batch is tried before it is given up (about ten minutes of retrying).
 const MAX_WRITE_ATTEMPTS: u32 = 64;
 
-/// Batches check records into store transactions; wakes the outbox when alerts were stored.
+/// Batches check records into store transactions, and writes removals after the records
+/// queued before them; wakes the outbox when alerts were stored.
 async fn write_loop(
     store: Arc<Mutex<Store>>,
     mut rx: mpsc::Receiver<CheckRecord>,
+    mut removals: mpsc::UnboundedReceiver<RemovalJob>,
     sinks: Arc<RwLock<Vec<AlertConfig>>>,
     fleet: Fleet,
     wake: Arc<Notify>,
 ) {
-    while let Some(first) = rx.recv().await {
-        let mut batch = vec![first];
-        while batch.len() < 1000 {
-            match rx.try_recv() {
-                Ok(r) => batch.push(r),
-                Err(_) => break,
+    loop {
+        let (batch, removal) = tokio::select! {
+            first = rx.recv() => {
+                let Some(first) = first else { break };
+                let mut batch = vec![first];
+                while batch.len() < 1000 {
+                    match rx.try_recv() {
+                        Ok(r) => batch.push(r),
+                        Err(_) => break,
+                    }
+                }
+                (batch, None)
             }
-        }
-        let n_sinks = sinks.read().unwrap_or_else(|p| p.into_inner()).len();
-        let alerts = batch.iter().any(|r| !r.alerts.is_empty());
-        // A failed write is retried, not dropped: the batch holds alerts that exist nowhere
-        // else. Meanwhile the bounded channel holds the checks back and /readyz says why.
-        let batch = Arc::new(batch);
-        let mut delay = Duration::from_millis(200);
-        for attempt in 1.. {
-            let (store, shared_batch) = (store.clone(), batch.clone());
-            let result = tokio::task::spawn_blocking(move || {
-                let mut s = store.lock().unwrap_or_else(|p| p.into_inner());
-                s.record(&shared_batch, n_sinks)
+            Some(job) = removals.recv() => {
+                // The removed target stopped before the removal was sent, so its last results
+                // are already queued: they are written first.
+                let mut batch = Vec::new();
+                while let Ok(r) = rx.try_recv() {
+                    batch.push(r);
+                }
+                (batch, Some(job))
+            }
+        };
+        if !batch.is_empty() {
+            let alerts = batch.iter().any(|r| !r.alerts.is_empty());
+            let (batch, sinks) = (Arc::new(batch), sinks.clone());
+            let n = batch.len();
+            write_with_retry(&store, &fleet, n, move |s| {
+                // The sinks are read under the store's lock, as a reload swaps them.
+                let ids = sink_ids(&sinks.read().unwrap_or_else(|p| p.into_inner()));
+                s.record(&batch, &ids)
             })
             .await;
-            let error = match result {
-                Ok(Ok(())) => {
-                    fleet.store_ok(runner::now_ms());
-                    break;
-                }
-                Ok(Err(e)) => e.to_string(),
-                Err(e) => format!("the store writer panicked: {e}"),
-            };
-            tracing::error!(error = %error, attempt, "writing check results failed; retrying");
-            fleet.store_failed(runner::now_ms(), &error);
-            if attempt >= MAX_WRITE_ATTEMPTS {
-                tracing::error!(
-                    records = batch.len(),
-                    "giving up on a batch of check results after {MAX_WRITE_ATTEMPTS} attempts"
-                );
-                break;
+            if alerts {
+                wake.notify_one();
             }
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_secs(10));
         }
-        if alerts {
-            wake.notify_one();
+        if let Some(job) = removal {
+            let alerts = !job.removal.alerts.is_empty();
+            let removal = Arc::new(job.removal);
+            write_with_retry(&store, &fleet, 1, move |s| s.record_removal(&removal)).await;
+            let _ = job.written.send(());
+            if alerts {
+                wake.notify_one();
+            }
         }
+    }
+}
+
+/// Runs a store write off the async threads, retrying a failure rather than dropping it: it
+/// holds alerts that exist nowhere else. Meanwhile the bounded channel holds the checks back
+/// and /readyz says why.
+async fn write_with_retry<F>(store: &Arc<Mutex<Store>>, fleet: &Fleet, records: usize, write: F)
+where
+    F: Fn(&mut Store) -> Result<(), StoreError> + Send + Sync + 'static,
+{
+    let write = Arc::new(write);
+    let mut delay = Duration::from_millis(200);
+    for attempt in 1.. {
+        let (store, write) = (store.clone(), write.clone());
+        let result = tokio::task::spawn_blocking(move || {
+            let mut s = store.lock().unwrap_or_else(|p| p.into_inner());
+            write(&mut s)
+        })
+        .await;
+        let error = match result {
+            Ok(Ok(())) => {
+                fleet.store_ok(runner::now_ms());
+                return;
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(e) => format!("the store writer panicked: {e}"),
+        };
+        tracing::error!(error = %error, attempt, "writing check results failed; retrying");
+        fleet.store_failed(runner::now_ms(), &error);
+        if attempt >= MAX_WRITE_ATTEMPTS {
+            tracing::error!(
+                records,
+                "giving up on a batch of check results after {MAX_WRITE_ATTEMPTS} attempts"
+            );
+            return;
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(10));
     }
 }
 
@@ -404,43 +588,74 @@ async fn retention_loop(
     }
 }
 
-/// The store as the outbox the sink loop drains.
+/// The store as the outbox the sink loop drains. Every call runs under `spawn_blocking`: the
+/// store's lock can be held for long (a retention prune), and the wait must not hold an async
+/// thread.
 struct StoreOutbox {
     store: Arc<Mutex<Store>>,
 }
 
-impl crate::sink::Outbox for StoreOutbox {
-    fn due(&mut self, now_ms: i64, limit: usize) -> Vec<(i64, usize, Alert, u32)> {
-        let s = self.store.lock().unwrap_or_else(|p| p.into_inner());
-        match s.due_alerts(now_ms, limit) {
-            Ok(items) => items
-                .into_iter()
-                .map(|i| (i.id, i.sink, i.alert, i.attempts))
-                .collect(),
+impl StoreOutbox {
+    /// Runs `f` on the store off the async threads; `None` if it panicked (logged).
+    async fn blocking<T, F>(&self, what: &'static str, f: F) -> Option<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Store) -> T + Send + 'static,
+    {
+        let store = self.store.clone();
+        match tokio::task::spawn_blocking(move || {
+            let mut s = store.lock().unwrap_or_else(|p| p.into_inner());
+            f(&mut s)
+        })
+        .await
+        {
+            Ok(v) => Some(v),
             Err(e) => {
-                tracing::error!(error = %e, "reading the alert outbox failed");
-                Vec::new()
+                tracing::error!(error = %e, "{what} panicked");
+                None
             }
         }
     }
-    fn delivered(&mut self, id: i64, at_ms: i64) {
-        if let Err(e) = self
-            .store
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .mark_delivered(id, at_ms)
-        {
+}
+
+impl crate::sink::Outbox for StoreOutbox {
+    async fn due(&mut self, now_ms: i64, limit: usize) -> Vec<(i64, SinkId, Alert, u32)> {
+        let due = self
+            .blocking("reading the alert outbox", move |s| {
+                s.due_alerts(now_ms, limit)
+            })
+            .await;
+        match due {
+            Some(Ok(items)) => items
+                .into_iter()
+                .map(|i| (i.id, i.sink, i.alert, i.attempts))
+                .collect(),
+            Some(Err(e)) => {
+                tracing::error!(error = %e, "reading the alert outbox failed");
+                Vec::new()
+            }
+            None => Vec::new(),
+        }
+    }
+    async fn delivered(&mut self, id: i64, at_ms: i64) {
+        let r = self
+            .blocking("recording an alert delivery", move |s| {
+                s.mark_delivered(id, at_ms)
+            })
+            .await;
+        if let Some(Err(e)) = r {
             tracing::error!(error = %e, "recording an alert delivery failed");
         }
     }
-    fn failed(&mut self, id: i64, error: &str, next_ms: i64, permanent: bool) {
+    async fn failed(&mut self, id: i64, error: &str, next_ms: i64, permanent: bool) {
         let next = if permanent { i64::MAX } else { next_ms };
-        if let Err(e) = self
-            .store
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .mark_failed(id, error, next)
-        {
+        let error = error.to_owned();
+        let r = self
+            .blocking("recording an alert failure", move |s| {
+                s.mark_failed(id, &error, next)
+            })
+            .await;
+        if let Some(Err(e)) = r {
             tracing::error!(error = %e, "recording an alert failure failed");
         }
     }

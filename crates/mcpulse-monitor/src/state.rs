@@ -139,6 +139,13 @@ pub enum Event {
         from: String,
         to: String,
     },
+    /// The target was removed from the config (a reload); `resolved` are the dedup keys of
+    /// the incidents that were open and are resolved because of it. Not a state-machine
+    /// event: the daemon records it.
+    Removed {
+        at_ms: i64,
+        resolved: Vec<String>,
+    },
 }
 
 /// Folds one observation into the state.

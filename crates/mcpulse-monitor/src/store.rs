@@ -35,7 +35,7 @@
 //! The file is opened with `locking_mode=EXCLUSIVE`: one monitor owns it while it runs (a
 //! second one would double every alert), and the WAL needs no shared-memory file.
 //!
-//! ## Schema (version 1)
+//! ## Schema (version 2)
 //!
 //! ```text
 //! targets  id, name UNIQUE, state JSON, incidents JSON, updated_ms, contract, contract_ms
@@ -43,17 +43,27 @@
 //!          index (target_id, at_ms, status, duration_ms): history pages, and statistics
 //!          read from the index alone without touching the wide JSON rows
 //! events   id, target_id, check_id, at_ms, kind, event JSON      index (target_id, at_ms)
+//!          check_id 0: not caused by a check (a target removed from the config)
 //! outbox   id, target_id, check_id, seq, sink, dedup_key, created_ms, due_ms, attempts,
 //!          last_error, done_ms, delivered, alert JSON             UNIQUE (check_id, seq, sink)
+//!          sink is the sink's identity ([`SinkId`]: kind and digest of its destination);
+//!          check_id NULL: not caused by a check (the resolves of a removed target)
 //!          partial indexes of the pending rows (done_ms IS NULL): (sink, dedup_key, id) for
 //!          the per-incident order, (due_ms) for what is due
 //! ```
+//!
+//! Version 1 named the sink by its index in `[[alerts]]`, which a reordered config sent to
+//! the wrong receiver. Migration 2 rewrites those rows' sink as `legacy#<index>`;
+//! [`Store::adopt_legacy_sinks`] (the daemon calls it at start, with the config it starts
+//! with) gives each the identity of the sink at that index, and
+//! [`Store::abandon_missing_sinks`] sets aside pending rows whose sink is not configured.
 //!
 //! `PRAGMA user_version` is the schema version and `PRAGMA application_id` marks the file as
 //! mcpulse's. Each migration runs in its own transaction together with the version bump.
 
 use crate::alert::{Alert, Incidents};
-use crate::check::{CheckRecord, HistoryRow, Stats};
+use crate::check::{CheckRecord, HistoryRow, Removal, Stats};
+use crate::sink::SinkId;
 use crate::state::{Event, Health, TargetState};
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 use std::collections::{BTreeMap, HashMap};
@@ -120,7 +130,40 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX outbox_pending ON outbox (sink, dedup_key, id) WHERE done_ms IS NULL;
     CREATE INDEX outbox_due ON outbox (due_ms) WHERE done_ms IS NULL;
     ",
+    // 2: outbox rows name their sink by identity, not by index; rows that no check caused
+    // (resolves of a removed target) have no check_id. Old rows keep their ids (their
+    // order) and get `legacy#<index>` until the daemon maps them (`adopt_legacy_sinks`).
+    "
+    CREATE TABLE outbox_v2 (
+        id         INTEGER PRIMARY KEY,
+        target_id  INTEGER NOT NULL,
+        check_id   INTEGER,
+        seq        INTEGER NOT NULL,
+        sink       TEXT NOT NULL,
+        dedup_key  TEXT NOT NULL,
+        created_ms INTEGER NOT NULL,
+        due_ms     INTEGER NOT NULL,
+        attempts   INTEGER NOT NULL DEFAULT 0,
+        last_error TEXT,
+        done_ms    INTEGER,
+        delivered  INTEGER NOT NULL DEFAULT 0,
+        alert      TEXT NOT NULL,
+        UNIQUE (check_id, seq, sink)
+    ) STRICT;
+    INSERT INTO outbox_v2 (id, target_id, check_id, seq, sink, dedup_key, created_ms, due_ms,
+                           attempts, last_error, done_ms, delivered, alert)
+        SELECT id, target_id, check_id, seq, 'legacy#' || sink, dedup_key, created_ms, due_ms,
+               attempts, last_error, done_ms, delivered, alert
+        FROM outbox;
+    DROP TABLE outbox;
+    ALTER TABLE outbox_v2 RENAME TO outbox;
+    CREATE INDEX outbox_pending ON outbox (sink, dedup_key, id) WHERE done_ms IS NULL;
+    CREATE INDEX outbox_due ON outbox (due_ms) WHERE done_ms IS NULL;
+    ",
 ];
+
+/// The sink of an outbox row written by schema version 1, before it is mapped to an identity.
+const LEGACY_SINK_PREFIX: &str = "legacy#";
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -222,8 +265,8 @@ pub enum StoreError {
 #[derive(Debug, Clone, PartialEq)]
 pub struct OutboxItem {
     pub id: i64,
-    /// The index of the sink in the configuration.
-    pub sink: usize,
+    /// The sink's identity.
+    pub sink: SinkId,
     pub alert: Alert,
     /// Failed attempts so far (for the backoff).
     pub attempts: u32,
@@ -302,6 +345,7 @@ fn event_kind(e: &Event) -> &'static str {
         Event::AuthChanged { .. } => "auth_changed",
         Event::ProtocolChanged { .. } => "protocol_changed",
         Event::GradeChanged { .. } => "grade_changed",
+        Event::Removed { .. } => "removed",
     }
 }
 
@@ -313,7 +357,8 @@ fn event_at(e: &Event) -> i64 {
         | Event::Drift { at_ms, .. }
         | Event::AuthChanged { at_ms, .. }
         | Event::ProtocolChanged { at_ms, .. }
-        | Event::GradeChanged { at_ms, .. } => *at_ms,
+        | Event::GradeChanged { at_ms, .. }
+        | Event::Removed { at_ms, .. } => *at_ms,
     }
 }
 
@@ -445,11 +490,81 @@ impl Store {
     }
 
     /// Writes a batch of finished checks in one transaction: for each, the check row, its
-    /// events, its alerts (one outbox row per alert per sink, `sinks` being the number of
-    /// configured sinks) and the accepted contract when it carries one; for each target of the
-    /// batch, its state and open incidents as of its last record in the batch.
-    pub fn record(&mut self, batch: &[CheckRecord], sinks: usize) -> Result<(), StoreError> {
+    /// events, its alerts (one outbox row per alert per sink, `sinks` being the identities of
+    /// the configured sinks) and the accepted contract when it carries one; for each target of
+    /// the batch, its state and open incidents as of its last record in the batch.
+    pub fn record(&mut self, batch: &[CheckRecord], sinks: &[SinkId]) -> Result<(), StoreError> {
         record_batch(&mut self.conn, batch, sinks).map_err(|e| classify(&self.path, e))
+    }
+
+    /// Records a target's removal from the config in one transaction: its `Removed` event,
+    /// the resolves of its open incidents (one outbox row per alert per sink of
+    /// `removal.sinks`), and its stored incidents cleared (its state is kept). A target the
+    /// store never saw, with nothing to resolve, leaves no trace.
+    pub fn record_removal(&mut self, removal: &Removal) -> Result<(), StoreError> {
+        record_removal(&mut self.conn, removal).map_err(|e| classify(&self.path, e))
+    }
+
+    /// Gives the outbox rows written by schema version 1 (`legacy#<index>`) the identity of
+    /// the sink at that index of `sinks` (the config the monitor starts with, which is the
+    /// best knowledge of the config that wrote them). Rows whose index is past the end keep
+    /// their legacy name; [`Store::abandon_missing_sinks`] sets the pending ones aside.
+    /// Returns how many rows were mapped.
+    pub fn adopt_legacy_sinks(&mut self, sinks: &[SinkId]) -> Result<usize, StoreError> {
+        let run = |conn: &mut Connection| -> Result<usize, Fail> {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let mut n = 0;
+            {
+                let mut update =
+                    tx.prepare_cached("UPDATE outbox SET sink = ?1 WHERE sink = ?2")?;
+                for (i, id) in sinks.iter().enumerate() {
+                    n +=
+                        update.execute(params![id.as_str(), format!("{LEGACY_SINK_PREFIX}{i}")])?;
+                }
+            }
+            tx.commit()?;
+            Ok(n)
+        };
+        run(&mut self.conn).map_err(|e| classify(&self.path, e))
+    }
+
+    /// Sets aside the pending outbox rows of every sink not in `sinks` (the configured ones):
+    /// they leave the queue undelivered at `at_ms`, with an error naming the missing sink, and
+    /// are never sent to another sink. Returns, per missing sink, how many rows were set aside.
+    pub fn abandon_missing_sinks(
+        &mut self,
+        sinks: &[SinkId],
+        at_ms: i64,
+    ) -> Result<Vec<(SinkId, usize)>, StoreError> {
+        let run = |conn: &mut Connection| -> Result<Vec<(SinkId, usize)>, Fail> {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let mut out = Vec::new();
+            {
+                let pending: Vec<String> = {
+                    let mut stmt = tx.prepare_cached(
+                        "SELECT DISTINCT sink FROM outbox WHERE done_ms IS NULL ORDER BY sink",
+                    )?;
+                    stmt.query_map([], |r| r.get(0))?
+                        .collect::<Result<_, _>>()?
+                };
+                let mut abandon = tx.prepare_cached(
+                    "UPDATE outbox SET done_ms = ?2, delivered = 0, last_error = ?3
+                     WHERE sink = ?1 AND done_ms IS NULL",
+                )?;
+                for sink in pending {
+                    if sinks.iter().any(|s| s.as_str() == sink) {
+                        continue;
+                    }
+                    let error =
+                        format!("not delivered: sink {sink} is no longer in the configuration");
+                    let n = abandon.execute(params![sink, at_ms, error])?;
+                    out.push((SinkId::new(sink), n));
+                }
+            }
+            tx.commit()?;
+            Ok(out)
+        };
+        run(&mut self.conn).map_err(|e| classify(&self.path, e))
     }
 
     /// The state to resume after a restart: per target that has been checked, its state and
@@ -496,12 +611,12 @@ impl Store {
             let mut out = Vec::new();
             while let Some(row) = rows.next()? {
                 let id: i64 = row.get(0)?;
-                let sink: i64 = row.get(1)?;
+                let sink: String = row.get(1)?;
                 let alert: String = row.get(2)?;
                 let attempts: i64 = row.get(3)?;
                 out.push(OutboxItem {
                     id,
-                    sink: usize::try_from(sink).unwrap_or(usize::MAX),
+                    sink: SinkId::new(sink),
                     alert: decode(|| format!("outbox alert {id}"), &alert)?,
                     attempts: u32::try_from(attempts).unwrap_or(u32::MAX),
                 });
@@ -758,7 +873,11 @@ fn set_contract(conn: &Connection, target: &str, contract: &str, at_ms: i64) -> 
     Ok(())
 }
 
-fn record_batch(conn: &mut Connection, batch: &[CheckRecord], sinks: usize) -> Result<(), Fail> {
+fn record_batch(
+    conn: &mut Connection,
+    batch: &[CheckRecord],
+    sinks: &[SinkId],
+) -> Result<(), Fail> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     {
         // A target's state is written once, from its last record in the batch.
@@ -825,12 +944,12 @@ fn record_batch(conn: &mut Connection, batch: &[CheckRecord], sinks: usize) -> R
             }
             for (seq, a) in r.alerts.iter().enumerate() {
                 let json = encode("an alert", a)?;
-                for sink in 0..sinks {
+                for sink in sinks {
                     outbox.execute(params![
                         tid,
                         check_id,
                         sql_count(seq),
-                        sql_count(sink),
+                        sink.as_str(),
                         a.dedup_key,
                         a.at_ms,
                         json,
@@ -839,6 +958,56 @@ fn record_batch(conn: &mut Connection, batch: &[CheckRecord], sinks: usize) -> R
             }
             if let Some(contract) = &r.contract {
                 set_contract(&tx, &r.target, contract, r.at_ms)?;
+            }
+        }
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+fn record_removal(conn: &mut Connection, removal: &Removal) -> Result<(), Fail> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    {
+        let known = target_id(&tx, &removal.target)?;
+        let tid = match known {
+            Some(tid) => {
+                let none = encode("open incidents", &Incidents::new())?;
+                tx.prepare_cached("UPDATE targets SET incidents = ?2 WHERE id = ?1")?
+                    .execute(params![tid, none])?;
+                tid
+            }
+            None if removal.alerts.is_empty() => return Ok(()),
+            None => tx
+                .prepare_cached("INSERT INTO targets (name) VALUES (?1) RETURNING id")?
+                .query_row([&removal.target], |r| r.get(0))?,
+        };
+        let json = encode("an event", &removal.event)?;
+        tx.prepare_cached(
+            "INSERT INTO events (target_id, check_id, at_ms, kind, event)
+             VALUES (?1, 0, ?2, ?3, ?4)",
+        )?
+        .execute(params![
+            tid,
+            event_at(&removal.event),
+            event_kind(&removal.event),
+            json
+        ])?;
+        let mut outbox = tx.prepare_cached(
+            "INSERT INTO outbox (target_id, check_id, seq, sink, dedup_key, created_ms, due_ms,
+                                 alert)
+             VALUES (?1, NULL, ?2, ?3, ?4, ?5, ?5, ?6)",
+        )?;
+        for (seq, a) in removal.alerts.iter().enumerate() {
+            let json = encode("an alert", a)?;
+            for sink in &removal.sinks {
+                outbox.execute(params![
+                    tid,
+                    sql_count(seq),
+                    sink.as_str(),
+                    a.dedup_key,
+                    a.at_ms,
+                    json,
+                ])?;
             }
         }
     }
@@ -967,7 +1136,7 @@ mod tests {
     }
 
     #[test]
-    fn the_schema_is_mcpulse_version_one_in_memory() {
+    fn the_schema_is_mcpulse_at_the_latest_version_in_memory() {
         let s = Store::open_in_memory().unwrap();
         let v: i64 = s
             .conn

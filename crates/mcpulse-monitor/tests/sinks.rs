@@ -7,7 +7,7 @@ use hmac::{Hmac, KeyInit, Mac};
 use mcpulse_monitor::alert::{self, Action, Alert, Context, Incidents, Kind};
 use mcpulse_monitor::config::{AlertConfig, SinkKind};
 use mcpulse_monitor::sink::{
-    self, Deliver, DeliveryError, Outbox, OutboxOptions, Timebase, alertmanager, command,
+    self, Deliver, DeliveryError, Outbox, OutboxOptions, SinkId, Timebase, alertmanager, command,
     pagerduty, slack, webhook,
 };
 use mcpulse_monitor::state::{Event, Health};
@@ -39,6 +39,7 @@ fn mk(action: Action, kind: Kind, severity: &str, summary: &str, family: &str) -
         at_ms: T0,
         started_ms: T0,
         labels: labels(),
+        removed: false,
     }
 }
 
@@ -780,7 +781,7 @@ async fn command_time_limit_kills_the_whole_group() {
 #[derive(Debug, Clone)]
 struct Row {
     id: i64,
-    sink: usize,
+    sink: SinkId,
     alert: Alert,
     attempts: u32,
     next_ms: i64,
@@ -794,8 +795,18 @@ struct Row {
 #[derive(Clone, Default)]
 struct Memory(Arc<Mutex<Vec<Row>>>);
 
+/// The identity the scripted sinks go by: `s<index>`.
+fn script_id(sink: usize) -> SinkId {
+    SinkId::new(format!("s{sink}"))
+}
+
 impl Memory {
+    /// A row for scripted sink number `sink`.
     fn add(&self, sink: usize, alert: Alert) -> i64 {
+        self.add_for(script_id(sink), alert)
+    }
+
+    fn add_for(&self, sink: SinkId, alert: Alert) -> i64 {
         let mut rows = self.0.lock().unwrap();
         let id = rows.len() as i64 + 1;
         rows.push(Row {
@@ -817,23 +828,23 @@ impl Memory {
 }
 
 impl Outbox for Memory {
-    fn due(&mut self, now_ms: i64, limit: usize) -> Vec<(i64, usize, Alert, u32)> {
+    async fn due(&mut self, now_ms: i64, limit: usize) -> Vec<(i64, SinkId, Alert, u32)> {
         let rows = self.0.lock().unwrap();
         let mut heads = std::collections::HashSet::new();
         let mut out = Vec::new();
         for r in rows.iter().filter(|r| r.delivered.is_none() && !r.dead) {
             // Only the oldest pending row of each (sink, incident).
-            if heads.insert((r.sink, r.alert.dedup_key.clone())) && r.next_ms <= now_ms {
-                out.push((r.id, r.sink, r.alert.clone(), r.attempts));
+            if heads.insert((r.sink.clone(), r.alert.dedup_key.clone())) && r.next_ms <= now_ms {
+                out.push((r.id, r.sink.clone(), r.alert.clone(), r.attempts));
             }
         }
         out.truncate(limit);
         out
     }
-    fn delivered(&mut self, id: i64, at_ms: i64) {
+    async fn delivered(&mut self, id: i64, at_ms: i64) {
         self.0.lock().unwrap()[(id - 1) as usize].delivered = Some(at_ms);
     }
-    fn failed(&mut self, id: i64, error: &str, next_ms: i64, permanent: bool) {
+    async fn failed(&mut self, id: i64, error: &str, next_ms: i64, permanent: bool) {
         let mut rows = self.0.lock().unwrap();
         let r = &mut rows[(id - 1) as usize];
         r.attempts += 1;
@@ -874,10 +885,11 @@ struct Script {
 impl Deliver for Script {
     fn deliver(
         &self,
-        sink: usize,
+        sink: &SinkId,
         alert: &Alert,
         _timeout: Duration,
     ) -> impl Future<Output = Result<(), DeliveryError>> + Send {
+        let sink: usize = sink.as_str()[1..].parse().unwrap();
         let behaviour = self.behaviour[sink];
         let calls = self.calls.clone();
         let call = Call {
@@ -1142,23 +1154,7 @@ async fn the_configured_sinks_apply_filters_and_know_their_indexes() {
     let memory = Memory::default();
     // `run_outbox` reads the system clock: alerts raised just now.
     let now = wall_now();
-    let filtered = memory.add(
-        0,
-        Alert {
-            at_ms: now,
-            started_ms: now,
-            ..grade()
-        },
-    );
-    let missing = memory.add(
-        5,
-        Alert {
-            at_ms: now,
-            started_ms: now,
-            ..down()
-        },
-    );
-    let sinks = Arc::new(RwLock::new(vec![cfg(
+    let configured = vec![cfg(
         SinkKind::PagerDuty {
             routing_key: "k".into(),
             // Never contacted: a notice is not for PagerDuty.
@@ -1166,7 +1162,24 @@ async fn the_configured_sinks_apply_filters_and_know_their_indexes() {
         },
         &[],
         &[],
-    )]));
+    )];
+    let filtered = memory.add_for(
+        sink::sink_ids(&configured)[0].clone(),
+        Alert {
+            at_ms: now,
+            started_ms: now,
+            ..grade()
+        },
+    );
+    let missing = memory.add_for(
+        SinkId::new("webhook-0123456789abcdef"),
+        Alert {
+            at_ms: now,
+            started_ms: now,
+            ..down()
+        },
+    );
+    let sinks = Arc::new(RwLock::new(configured));
     let (stop, stop_rx) = watch::channel(false);
     let task = tokio::spawn(sink::run_outbox(
         memory.clone(),
@@ -1183,7 +1196,10 @@ async fn the_configured_sinks_apply_filters_and_know_their_indexes() {
     assert!(memory.row(filtered).delivered.is_some());
     let m = memory.row(missing);
     assert!(m.dead, "{m:?}");
-    assert_eq!(m.errors[0].1, "no sink #5 in the configuration");
+    assert_eq!(
+        m.errors[0].1,
+        "no sink webhook-0123456789abcdef in the configuration"
+    );
 }
 
 /// The real loop, real sinks, real loopback sockets, real time (bounded to a few seconds).
@@ -1211,10 +1227,9 @@ async fn outbox_over_loopback_retries_and_isolates_a_hanging_sink() {
             &[],
         )
     };
-    let sinks = Arc::new(RwLock::new(vec![
-        hook(hanging.url("/")),
-        hook(flaky.url("/")),
-    ]));
+    let configured = vec![hook(hanging.url("/")), hook(flaky.url("/"))];
+    let ids = sink::sink_ids(&configured);
+    let sinks = Arc::new(RwLock::new(configured));
     let memory = Memory::default();
     let now = wall_now();
     let a = Alert {
@@ -1222,8 +1237,8 @@ async fn outbox_over_loopback_retries_and_isolates_a_hanging_sink() {
         started_ms: now,
         ..down()
     };
-    let stuck = memory.add(0, a.clone());
-    let retried = memory.add(1, a);
+    let stuck = memory.add_for(ids[0].clone(), a.clone());
+    let retried = memory.add_for(ids[1].clone(), a);
     let (stop, stop_rx) = watch::channel(false);
     let task = tokio::spawn(sink::run_outbox(
         memory.clone(),

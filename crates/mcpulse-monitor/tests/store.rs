@@ -6,6 +6,7 @@
 
 use mcpulse_monitor::alert::{Action, Alert, Incident, Incidents, Kind, dedup_key};
 use mcpulse_monitor::check::CheckRecord;
+use mcpulse_monitor::sink::SinkId;
 use mcpulse_monitor::state::{Event, Health, Observation, TargetState};
 use mcpulse_monitor::store::{SCHEMA_VERSION, Store, StoreError};
 use rusqlite::Connection;
@@ -74,7 +75,13 @@ fn alert(target: &str, action: Action, kind: Kind, family: &str, at_ms: i64) -> 
         at_ms,
         started_ms: at_ms,
         labels: BTreeMap::from([("team".into(), "search".into())]),
+        removed: false,
     }
+}
+
+/// The identities of `n` sinks: `s0`, `s1`, ….
+fn sinks(n: usize) -> Vec<SinkId> {
+    (0..n).map(|i| SinkId::new(format!("s{i}"))).collect()
 }
 
 fn incidents(target: &str, at_ms: i64) -> Incidents {
@@ -207,7 +214,7 @@ fn an_empty_file_is_a_new_database() {
     std::fs::write(dir.db(), b"").unwrap();
     let mut store = Store::open(&dir.db()).unwrap();
     store
-        .record(&[check("a", 1, Health::Healthy, 5.0)], 1)
+        .record(&[check("a", 1, Health::Healthy, 5.0)], &sinks(1))
         .unwrap();
 }
 
@@ -225,7 +232,7 @@ fn everything_survives_a_reopen() {
                 with_contract,
                 down("files", 60_000),
             ],
-            2,
+            &sinks(2),
         )
         .unwrap();
     store.set_accepted_contract("files", "{}", 70_000).unwrap();
@@ -280,7 +287,7 @@ fn load_states_round_trips_the_last_state_of_each_target() {
     second.incidents = incidents("a", 1_000);
     let b = check("b", 1_500, Health::Healthy, 12.0);
     store
-        .record(&[first, second.clone(), b.clone()], 1)
+        .record(&[first, second.clone(), b.clone()], &sinks(1))
         .unwrap();
 
     let states = store.load_states().unwrap();
@@ -290,7 +297,7 @@ fn load_states_round_trips_the_last_state_of_each_target() {
 
     // A later batch replaces it; an incident closed is gone.
     let r = recovered("a", 3_000);
-    store.record(std::slice::from_ref(&r), 1).unwrap();
+    store.record(std::slice::from_ref(&r), &sinks(1)).unwrap();
     assert_eq!(
         store.load_states().unwrap()["a"],
         (r.state, Incidents::new())
@@ -305,12 +312,15 @@ fn the_outbox_hands_out_due_alerts_in_order_and_keeps_retries() {
     let mut store = Store::open_in_memory().unwrap();
     // Three sinks: one row per alert per sink.
     store
-        .record(&[down("a", 1_000), down("b", 2_000)], 3)
+        .record(&[down("a", 1_000), down("b", 2_000)], &sinks(3))
         .unwrap();
     assert!(store.due_alerts(999, 100).unwrap().is_empty());
     let due = store.due_alerts(1_000, 100).unwrap();
     assert_eq!(due.len(), 3);
-    assert_eq!(due.iter().map(|i| i.sink).collect::<Vec<_>>(), [0, 1, 2]);
+    assert_eq!(
+        due.iter().map(|i| i.sink.as_str()).collect::<Vec<_>>(),
+        ["s0", "s1", "s2"]
+    );
     assert!(due.iter().all(|i| i.alert.target == "a" && i.attempts == 0));
     let due = store.due_alerts(5_000, 100).unwrap();
     assert_eq!(due.len(), 6);
@@ -328,13 +338,13 @@ fn the_outbox_hands_out_due_alerts_in_order_and_keeps_retries() {
 
     // a recovers meanwhile: its resolve for sink 0 waits behind the trigger being retried,
     // the other sinks get it at once.
-    store.record(&[recovered("a", 20_000)], 3).unwrap();
+    store.record(&[recovered("a", 20_000)], &sinks(3)).unwrap();
     let due = store.due_alerts(20_000, 100).unwrap();
     assert_eq!(
         due.iter()
-            .map(|i| (i.sink, i.alert.action))
+            .map(|i| (i.sink.as_str(), i.alert.action))
             .collect::<Vec<_>>(),
-        [(1, Action::Resolve), (2, Action::Resolve)]
+        [("s1", Action::Resolve), ("s2", Action::Resolve)]
     );
     let due = store.due_alerts(31_000, 100).unwrap();
     assert_eq!(due[0].id, a0);
@@ -342,7 +352,7 @@ fn the_outbox_hands_out_due_alerts_in_order_and_keeps_retries() {
     assert_eq!(due[0].alert.action, Action::Trigger);
     assert!(
         !due.iter()
-            .any(|i| i.sink == 0 && i.alert.action == Action::Resolve)
+            .any(|i| i.sink.as_str() == "s0" && i.alert.action == Action::Resolve)
     );
     // Once the trigger is given up (or delivered), the resolve follows.
     store
@@ -351,16 +361,16 @@ fn the_outbox_hands_out_due_alerts_in_order_and_keeps_retries() {
     let due = store.due_alerts(31_000, 100).unwrap();
     assert!(
         due.iter()
-            .any(|i| i.sink == 0 && i.alert.action == Action::Resolve)
+            .any(|i| i.sink.as_str() == "s0" && i.alert.action == Action::Resolve)
     );
 
     // A permanent failure (never retry) gives up too, instead of parking the row forever in
     // front of its incident's later alerts; it keeps its error and counts the attempt.
-    store.record(&[down("d", 60_000)], 1).unwrap();
+    store.record(&[down("d", 60_000)], &sinks(1)).unwrap();
     let d = store.due_alerts(60_000, 100).unwrap();
     let d = d.iter().find(|i| i.alert.target == "d").unwrap().id;
     store.mark_failed(d, "400 bad request", i64::MAX).unwrap();
-    store.record(&[recovered("d", 70_000)], 1).unwrap();
+    store.record(&[recovered("d", 70_000)], &sinks(1)).unwrap();
     let due = store.due_alerts(i64::MAX, 100).unwrap();
     assert!(!due.iter().any(|i| i.id == d));
     assert!(
@@ -381,7 +391,7 @@ fn the_outbox_hands_out_due_alerts_in_order_and_keeps_retries() {
     );
 
     // No sinks: nothing is queued.
-    store.record(&[down("c", 50_000)], 0).unwrap();
+    store.record(&[down("c", 50_000)], &sinks(0)).unwrap();
     assert!(
         !store
             .due_alerts(i64::MAX, 100)
@@ -401,7 +411,7 @@ fn history_pages_newest_first_without_gaps_or_repeats() {
     batch.push(check("a", 10 * 60_000, Health::Degraded, 100.0));
     batch.insert(0, check("a", 30 * 60_000, Health::Healthy, 200.0));
     batch.push(check("other", 5, Health::Down, 1.0));
-    store.record(&batch, 1).unwrap();
+    store.record(&batch, &sinks(1)).unwrap();
 
     let mut seen = Vec::new();
     let mut cursor = None;
@@ -437,13 +447,13 @@ fn history_pages_newest_first_without_gaps_or_repeats() {
 #[test]
 fn transitions_are_listed_newest_first() {
     let mut store = Store::open_in_memory().unwrap();
-    store.record(&[down("a", 1_000)], 1).unwrap();
+    store.record(&[down("a", 1_000)], &sinks(1)).unwrap();
     let mut flap = recovered("a", 2_000);
     flap.events.push(Event::FlappingStarted {
         at_ms: 2_000,
         transitions: 5,
     });
-    store.record(&[flap], 1).unwrap();
+    store.record(&[flap], &sinks(1)).unwrap();
     let t = store.transitions("a", 10).unwrap();
     assert_eq!(t.len(), 3);
     assert_eq!(t[0]["event"], json!("flapping_started"));
@@ -485,7 +495,7 @@ fn stats_over_30_days_of_minutely_checks() {
         })
         .collect();
     for chunk in batch.chunks(5_000) {
-        store.record(chunk, 1).unwrap();
+        store.record(chunk, &sinks(1)).unwrap();
     }
     // A check outside every window, and one in the future, are ignored.
     store
@@ -494,7 +504,7 @@ fn stats_over_30_days_of_minutely_checks() {
                 check("a", now - 31 * 86_400_000, Health::Down, 1.0),
                 check("a", now + 1, Health::Down, 1.0),
             ],
-            1,
+            &sinks(1),
         )
         .unwrap();
 
@@ -570,7 +580,7 @@ fn stats_percentiles_are_nearest_rank() {
         .collect();
     batch.extend((0..5).map(|i| check("a", now - i, Health::Down, 9_999.0)));
     batch.extend((0..20).map(|i| check("a", now - 86_000_000 + i, Health::Degraded, 1_000.0)));
-    store.record(&batch, 1).unwrap();
+    store.record(&batch, &sinks(1)).unwrap();
     let s = store.stats("a", now).unwrap();
     let hour = &s[0];
     assert_eq!(hour.checks, 105);
@@ -605,7 +615,7 @@ fn prune_drops_what_is_older_than_the_horizon() {
                 down("b", 1_500),
                 recovered("a", 10_000),
             ],
-            1,
+            &sinks(1),
         )
         .unwrap();
     // a's trigger delivered at 3 000; b's trigger still pending; a's resolve delivered late.
@@ -643,7 +653,9 @@ fn prune_drops_what_is_older_than_the_horizon() {
 #[test]
 fn forget_target_removes_everything_about_it() {
     let mut store = Store::open_in_memory().unwrap();
-    store.record(&[down("a", 1), down("b", 1)], 2).unwrap();
+    store
+        .record(&[down("a", 1), down("b", 1)], &sinks(2))
+        .unwrap();
     store.set_accepted_contract("a", "{}", 1).unwrap();
     store.forget_target("a").unwrap();
     store.forget_target("never-seen").unwrap();
@@ -665,7 +677,7 @@ fn a_database_from_a_newer_mcpulse_is_refused() {
     let path = dir.db();
     Store::open(&path)
         .unwrap()
-        .record(&[check("a", 1, Health::Healthy, 1.0)], 1)
+        .record(&[check("a", 1, Health::Healthy, 1.0)], &sinks(1))
         .unwrap();
     let c = raw(&path);
     c.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
@@ -710,7 +722,7 @@ fn a_corrupted_database_is_refused_clearly() {
     let batch: Vec<CheckRecord> = (0..2_000)
         .map(|i| check("a", i, Health::Healthy, 1.0))
         .collect();
-    store.record(&batch, 1).unwrap();
+    store.record(&batch, &sinks(1)).unwrap();
     drop(store); // checkpoints the WAL into the file
     // Scribble over the schema page and the first pages after it.
     let mut bytes = std::fs::read(&path).unwrap();
@@ -770,4 +782,257 @@ fn a_missing_directory_that_cannot_be_created_is_a_clear_error() {
             .contains("could not open the history database"),
         "{err}"
     );
+}
+
+/// The schema as mcpulse with schema version 1 wrote it (sinks named by index).
+const SCHEMA_V1: &str = "
+    CREATE TABLE targets (
+        id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, state TEXT, incidents TEXT,
+        updated_ms INTEGER, contract TEXT, contract_ms INTEGER
+    ) STRICT;
+    CREATE TABLE checks (
+        id INTEGER PRIMARY KEY, target_id INTEGER NOT NULL, at_ms INTEGER NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('unknown', 'healthy', 'degraded', 'down')),
+        duration_ms REAL NOT NULL, timings TEXT NOT NULL, findings TEXT NOT NULL, grade TEXT
+    ) STRICT;
+    CREATE INDEX checks_by_target_time ON checks (target_id, at_ms, status, duration_ms);
+    CREATE TABLE events (
+        id INTEGER PRIMARY KEY, target_id INTEGER NOT NULL, check_id INTEGER NOT NULL,
+        at_ms INTEGER NOT NULL, kind TEXT NOT NULL, event TEXT NOT NULL
+    ) STRICT;
+    CREATE INDEX events_by_target_time ON events (target_id, at_ms);
+    CREATE TABLE outbox (
+        id INTEGER PRIMARY KEY, target_id INTEGER NOT NULL, check_id INTEGER NOT NULL,
+        seq INTEGER NOT NULL, sink INTEGER NOT NULL, dedup_key TEXT NOT NULL,
+        created_ms INTEGER NOT NULL, due_ms INTEGER NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0, last_error TEXT, done_ms INTEGER,
+        delivered INTEGER NOT NULL DEFAULT 0, alert TEXT NOT NULL,
+        UNIQUE (check_id, seq, sink)
+    ) STRICT;
+    CREATE INDEX outbox_pending ON outbox (sink, dedup_key, id) WHERE done_ms IS NULL;
+    CREATE INDEX outbox_due ON outbox (due_ms) WHERE done_ms IS NULL;
+    PRAGMA application_id = 1296257100;
+    PRAGMA user_version = 1;
+";
+
+#[test]
+fn a_version_1_outbox_keeps_its_pending_rows_and_maps_sink_indexes_to_identities() {
+    let dir = TempDir::new("v1");
+    let path = dir.db();
+    {
+        let c = raw(&path);
+        c.execute_batch(SCHEMA_V1).unwrap();
+        c.execute("INSERT INTO targets (id, name) VALUES (1, 'a')", [])
+            .unwrap();
+        let trigger =
+            serde_json::to_string(&alert("a", Action::Trigger, Kind::Down, "status", 1_000))
+                .unwrap();
+        // A trigger for sinks 0, 1 and 2: pending for 0 (retrying), delivered to 1, pending
+        // for 2; a delivered row of sink 0 from earlier.
+        let mut insert = c
+            .prepare(
+                "INSERT INTO outbox (id, target_id, check_id, seq, sink, dedup_key, created_ms,
+                                     due_ms, attempts, last_error, done_ms, delivered, alert)
+                 VALUES (?1, 1, ?2, 0, ?3, ?4, 1000, ?5, ?6, ?7, ?8, ?9, ?10)",
+            )
+            .unwrap();
+        let key = dedup_key("a", "status");
+        let none: Option<i64> = None;
+        let no_error: Option<&str> = None;
+        insert
+            .execute(rusqlite::params![
+                1,
+                1,
+                0,
+                key,
+                1_000,
+                0,
+                no_error,
+                Some(900),
+                1,
+                trigger
+            ])
+            .unwrap();
+        insert
+            .execute(rusqlite::params![
+                2,
+                2,
+                0,
+                key,
+                4_000,
+                2,
+                Some("HTTP 503"),
+                none,
+                0,
+                trigger
+            ])
+            .unwrap();
+        insert
+            .execute(rusqlite::params![
+                3,
+                2,
+                1,
+                key,
+                1_000,
+                0,
+                no_error,
+                Some(1_100),
+                1,
+                trigger
+            ])
+            .unwrap();
+        insert
+            .execute(rusqlite::params![
+                4, 2, 2, key, 1_000, 0, no_error, none, 0, trigger
+            ])
+            .unwrap();
+    }
+
+    let mut store = Store::open(&path).unwrap();
+    // Migrated: nothing lost, the order kept, the sink not yet known.
+    let due = store.due_alerts(i64::MAX, 10).unwrap();
+    assert_eq!(
+        due.iter()
+            .map(|i| (i.id, i.sink.as_str(), i.attempts))
+            .collect::<Vec<_>>(),
+        [(2, "legacy#0", 2), (4, "legacy#2", 0)]
+    );
+    // The config the monitor starts with has two sinks: index 0 and 1 are theirs; index 2 is
+    // past the end and its pending row is set aside, not sent anywhere.
+    let ids = vec![SinkId::new("webhook-aaaa"), SinkId::new("slack-bbbb")];
+    assert_eq!(store.adopt_legacy_sinks(&ids).unwrap(), 3);
+    let abandoned = store.abandon_missing_sinks(&ids, 5_000).unwrap();
+    assert_eq!(abandoned, vec![(SinkId::new("legacy#2"), 1)]);
+    let due = store.due_alerts(i64::MAX, 10).unwrap();
+    assert_eq!(due.len(), 1);
+    assert_eq!(
+        (due[0].id, due[0].sink.as_str(), due[0].attempts),
+        (2, "webhook-aaaa", 2)
+    );
+    assert_eq!(due[0].alert.target, "a");
+    assert!(!due[0].alert.removed);
+    drop(store);
+    let c = raw(&path);
+    let (error, done, delivered): (String, i64, i64) = c
+        .query_row(
+            "SELECT last_error, done_ms, delivered FROM outbox WHERE id = 4",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap();
+    assert_eq!(
+        (error.as_str(), done, delivered),
+        (
+            "not delivered: sink legacy#2 is no longer in the configuration",
+            5_000,
+            0
+        )
+    );
+    assert_eq!(
+        count(&c, "SELECT count(*) FROM outbox WHERE sink = 'slack-bbbb'"),
+        1
+    );
+    let version: i64 = c
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, SCHEMA_VERSION);
+    // Reopening is a no-op: already at the latest version, nothing left to map.
+    drop(c);
+    let mut store = Store::open(&path).unwrap();
+    assert_eq!(store.adopt_legacy_sinks(&ids).unwrap(), 0);
+    assert_eq!(store.due_alerts(i64::MAX, 10).unwrap().len(), 1);
+}
+
+#[test]
+fn rows_of_a_sink_that_left_the_config_are_set_aside_and_the_others_keep_their_sink() {
+    let dir = TempDir::new("abandon");
+    let mut store = Store::open(&dir.db()).unwrap();
+    let (a, b, c) = (
+        SinkId::new("webhook-a"),
+        SinkId::new("slack-b"),
+        SinkId::new("command-c"),
+    );
+    store
+        .record(&[down("x", 1_000)], &[a.clone(), b.clone(), c.clone()])
+        .unwrap();
+    // A reload: the sinks reordered, `b` removed.
+    let abandoned = store
+        .abandon_missing_sinks(&[c.clone(), a.clone()], 2_000)
+        .unwrap();
+    assert_eq!(abandoned, vec![(b.clone(), 1)]);
+    let due = store.due_alerts(i64::MAX, 10).unwrap();
+    assert_eq!(
+        due.iter().map(|i| i.sink.clone()).collect::<Vec<_>>(),
+        vec![a.clone(), c.clone()]
+    );
+    // Nothing more to set aside the second time.
+    assert!(
+        store
+            .abandon_missing_sinks(&[c, a], 3_000)
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[test]
+fn a_removal_queues_its_resolves_records_the_event_and_clears_the_incidents() {
+    use mcpulse_monitor::check::Removal;
+    let dir = TempDir::new("removal");
+    let mut store = Store::open(&dir.db()).unwrap();
+    let (a, b) = (SinkId::new("webhook-a"), SinkId::new("pagerduty-b"));
+    store
+        .record(&[down("x", 1_000)], &[a.clone(), b.clone()])
+        .unwrap();
+    let mut open = store.load_states().unwrap()["x"].1.clone();
+    assert_eq!(open.len(), 1);
+    let resolves = mcpulse_monitor::alert::resolve_removed("x", &BTreeMap::new(), &mut open, 5_000);
+    assert!(open.is_empty());
+    assert_eq!(resolves.len(), 1);
+    assert_eq!(resolves[0].dedup_key, dedup_key("x", "status"));
+    assert_eq!(
+        (resolves[0].action, resolves[0].kind),
+        (Action::Resolve, Kind::Recovered)
+    );
+    assert!(resolves[0].removed);
+    let removal = Removal {
+        target: "x".into(),
+        at_ms: 5_000,
+        event: Event::Removed {
+            at_ms: 5_000,
+            resolved: vec![dedup_key("x", "status")],
+        },
+        alerts: resolves.clone(),
+        sinks: vec![b.clone()],
+    };
+    store.record_removal(&removal).unwrap();
+    // The resolve waits behind the trigger of its incident for that sink, then goes.
+    let due = store.due_alerts(i64::MAX, 10).unwrap();
+    assert_eq!(due.len(), 2, "{due:?}");
+    assert!(due.iter().all(|i| i.alert.action == Action::Trigger));
+    let trigger_b = due.iter().find(|i| i.sink == b).unwrap().id;
+    store.mark_delivered(trigger_b, 5_100).unwrap();
+    let due = store.due_alerts(i64::MAX, 10).unwrap();
+    let resolve = due.iter().find(|i| i.sink == b).unwrap();
+    assert_eq!(resolve.alert, resolves[0]);
+    // The removal is in the history, the state is kept, the incidents are not.
+    let events = store.transitions("x", 10).unwrap();
+    assert_eq!(events[0]["event"], "removed");
+    let (state, incidents) = store.load_states().unwrap()["x"].clone();
+    assert_eq!(state.status, Health::Down);
+    assert!(incidents.is_empty());
+    // A target the store never saw, with nothing to resolve, leaves no trace.
+    store
+        .record_removal(&Removal {
+            target: "never".into(),
+            at_ms: 6_000,
+            event: Event::Removed {
+                at_ms: 6_000,
+                resolved: Vec::new(),
+            },
+            alerts: Vec::new(),
+            sinks: vec![a],
+        })
+        .unwrap();
+    assert!(store.transitions("never", 10).unwrap().is_empty());
+    assert!(!store.load_states().unwrap().contains_key("never"));
 }

@@ -38,6 +38,13 @@ const TARGETS: u64 = 12;
 /// Ticks (one check of every target each) per batch: 480 records a transaction.
 const TICKS_PER_BATCH: u64 = 40;
 const SINKS: usize = 2;
+
+/// The identities of the [`SINKS`] sinks.
+fn sink_ids() -> Vec<mcpulse_monitor::sink::SinkId> {
+    (0..SINKS)
+        .map(|i| mcpulse_monitor::sink::SinkId::new(format!("webhook-{i:016x}")))
+        .collect()
+}
 const TICK_MS: i64 = 60_000;
 const BASE_MS: i64 = 1_700_000_000_000;
 const THRESHOLDS: Thresholds = Thresholds {
@@ -227,7 +234,7 @@ fn writer(db: &Path) -> Result<()> {
         writeln!(out, "writing {first}")?;
         out.flush()?;
         let started = Instant::now();
-        store.record(&batch, SINKS)?;
+        store.record(&batch, &sink_ids())?;
         let took = started.elapsed().as_micros();
         writeln!(out, "committed {} in {took} us", fleet.next_tick - 1)?;
         out.flush()?;
@@ -412,7 +419,7 @@ fn verify(db: &Path, reported: Option<u64>) -> Result<u64> {
 
     // The outbox: every alert once per sink, in order.
     let mut stmt = c.prepare("SELECT sink, alert FROM outbox ORDER BY id")?;
-    let rows: Vec<(i64, String)> = stmt
+    let rows: Vec<(String, String)> = stmt
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect::<Result<_, _>>()?;
     drop(stmt);
@@ -424,10 +431,10 @@ fn verify(db: &Path, reported: Option<u64>) -> Result<u64> {
         )
         .into());
     }
-    for sink in 0..SINKS {
+    for sink in sink_ids() {
         let stored: Vec<Alert> = rows
             .iter()
-            .filter(|(s, _)| *s == sink as i64)
+            .filter(|(s, _)| s == sink.as_str())
             .map(|(_, a)| serde_json::from_str(a))
             .collect::<Result<_, _>>()?;
         if stored.iter().ne(expected_alerts.iter().copied()) {

@@ -13,6 +13,9 @@
 //!   restart;
 //! - SIGHUP: only the changed target restarts, removed/added targets leave/join the fleet, an
 //!   invalid file is logged and the running config kept; SIGTERM exits 0 promptly;
+//! - SIGHUP with the sinks reordered: a pending alert still goes to its own receiver;
+//! - SIGHUP removing a target with an open incident: a resolve with the same dedup key, the
+//!   removal in its history; added back, it pages afresh;
 //! - `check-config` exit codes and located errors; `monitor --import` of a Claude Desktop file.
 //!
 //! "Killed" is real: the server sits behind a forwarder on its own port, and killing it closes
@@ -922,6 +925,162 @@ async fn sigkill_with_an_alert_undelivered_delivers_it_once_after_the_restart() 
     let db = inspect_db(&dir.join("mcpulse.db"), name);
     assert!(db.pending.is_empty(), "{:?}", db.pending);
     assert_eq!(db.delivered, 1);
+}
+
+/// Two signed webhooks, in this order, after the config of [`config_text`].
+fn with_webhooks(config: String, urls: &[&str]) -> String {
+    let mut t = config;
+    for url in urls {
+        t.push_str(&format!(
+            "\n[[alerts]]\nkind = \"webhook\"\nurl = \"{url}\"\nsecret = \"${{{SECRET_ENV}}}\"\n"
+        ));
+    }
+    t
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_with_the_sinks_reordered_delivers_a_pending_alert_to_its_own_receiver() {
+    let dir = TempDir::new("monitor-reorder-sinks");
+    let backend = healthy_backend().await;
+    let mut server = Killable::start(backend.addr()).await;
+    server.kill().await; // down from the start
+    let refusing = Receiver::start(false).await; // 503: its page stays pending
+    let taking = Receiver::start(true).await;
+    let name = "svc";
+    let key = dedup_key(name, "status");
+    let config = dir.join("monitor.toml");
+    let targets = config_text(&[(name, &url_target(&server.url()))], None);
+    write_config(
+        &config,
+        &with_webhooks(targets.clone(), &[&refusing.url(), &taking.url()]),
+    );
+    let m = Monitor::start(&dir, &config, &[]).await;
+    let took = taking.wait_accepted(1, PATIENCE).await;
+    assert_eq!(took[0].field("action"), "trigger");
+    let refused = refusing.wait_any(1, PATIENCE).await;
+    assert_eq!(refused[0].status, 503);
+
+    // The same two sinks, the other way round: the pending page is still the first
+    // receiver's, whatever its place in the list.
+    write_config(
+        &config,
+        &with_webhooks(targets, &[&taking.url(), &refusing.url()]),
+    );
+    m.signal(libc::SIGHUP);
+    m.wait_log("SIGHUP: config reloaded").await;
+    refusing.set_up(true);
+    let delivered = refusing.wait_accepted(1, PATIENCE).await;
+    let d = &delivered[0];
+    assert_eq!((d.field("action"), d.field("kind")), ("trigger", "down"));
+    assert_eq!(d.field("dedup_key"), key);
+    assert_eq!(
+        d.field("at"),
+        refused[0].field("at"),
+        "the very page that waited"
+    );
+    d.assert_signed();
+    // And the other receiver was not sent it a second time. (Give a misrouted retry the time
+    // to arrive: a few checks more.)
+    let n = m.history(name).await.len();
+    m.wait_checks(name, n, 3).await;
+    assert_eq!(
+        taking.all().len(),
+        1,
+        "{:?}",
+        taking.all().iter().map(|d| &d.body).collect::<Vec<_>>()
+    );
+    assert_eq!(refusing.accepted().len(), 1);
+    assert!(!m.log().contains("set aside undelivered"), "{}", m.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_removing_a_target_resolves_its_open_incident_and_adding_it_back_pages_afresh() {
+    let dir = TempDir::new("monitor-remove-target");
+    let backend = healthy_backend().await;
+    let mut server = Killable::start(backend.addr()).await;
+    server.kill().await; // down from the start
+    let stays_up = Killable::start(backend.addr()).await;
+    let hook = Receiver::start(true).await;
+    let (gone, stays) = ("gone", "stays");
+    let key = dedup_key(gone, "status");
+    let config = dir.join("monitor.toml");
+    let both = config_text(
+        &[
+            (gone, &url_target(&server.url())),
+            (stays, &url_target(&stays_up.url())),
+        ],
+        Some(&hook.url()),
+    );
+    write_config(&config, &both);
+    let mut m = Monitor::start(&dir, &config, &[]).await;
+    let paged = hook.wait_accepted(1, PATIENCE).await;
+    assert_eq!(
+        (paged[0].field("action"), paged[0].field("target")),
+        ("trigger", gone)
+    );
+    assert_eq!(paged[0].field("dedup_key"), key);
+
+    // Removed while its incident is open: one resolve with the same dedup key.
+    write_config(
+        &config,
+        &config_text(&[(stays, &url_target(&stays_up.url()))], Some(&hook.url())),
+    );
+    m.signal(libc::SIGHUP);
+    m.wait_log("SIGHUP: config reloaded").await;
+    let got = hook.wait_accepted(2, PATIENCE).await;
+    let r = &got[1];
+    assert_eq!(
+        (r.field("action"), r.field("kind"), r.field("target")),
+        ("resolve", "recovered", gone)
+    );
+    assert_eq!(r.field("dedup_key"), key);
+    assert!(
+        r.field("summary")
+            .contains("removed from the monitor's config"),
+        "{}",
+        r.body
+    );
+    assert_eq!(r.field("started_at"), paged[0].field("started_at"));
+    r.assert_signed();
+    let (status, _) = m.get(&format!("/api/v1/targets/{gone}")).await;
+    assert_eq!(status, 404);
+
+    // Added back while still down: it resumes its state without the resolved incident, so it
+    // pages again (a new incident under the same key), once, and sends no stray resolve.
+    write_config(&config, &both);
+    m.signal(libc::SIGHUP);
+    m.wait_log("added to the config").await;
+    let got = hook.wait_accepted(3, PATIENCE).await;
+    assert_eq!(
+        (got[2].field("action"), got[2].field("dedup_key")),
+        ("trigger", key.as_str())
+    );
+    let n = m.history(gone).await.len();
+    m.wait_checks(gone, n, FAILURE_THRESHOLD as usize + 1).await;
+    assert_eq!(
+        hook.all().len(),
+        3,
+        "{:?}",
+        hook.all().iter().map(|d| &d.body).collect::<Vec<_>>()
+    );
+    m.sigterm(Duration::from_secs(5)).await;
+
+    // The history has the removal, and the incident open again since the re-add.
+    let store = Store::open(&dir.join("mcpulse.db")).unwrap();
+    let events = store.transitions(gone, 100).unwrap();
+    let removed: Vec<&Value> = events.iter().filter(|e| e["event"] == "removed").collect();
+    assert_eq!(removed.len(), 1, "{events:?}");
+    assert_eq!(removed[0]["resolved"], json!([key]));
+    let states = store.load_states().unwrap();
+    assert_eq!(
+        states[gone]
+            .1
+            .values()
+            .map(|i| i.dedup_key.clone())
+            .collect::<Vec<_>>(),
+        vec![key]
+    );
+    assert!(store.due_alerts(i64::MAX, 100).unwrap().is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -29,8 +29,19 @@
 //!   bad routing key), a redirect loop, a URL that is not one, a program that does not exist.
 //!   Retrying cannot help, so the alert is set aside with its error.
 //!
-//! Secrets stay out of logs by construction: a sink is logged as its kind and index (`slack
-//! #2`), never its URL (a Slack webhook URL *is* the credential); config headers travel as
+//! ## Sink identity
+//!
+//! An outbox row names its sink by a [`SinkId`] ([`sink_ids`]): the kind and a digest of the
+//! destination (the URL; for PagerDuty the URL and routing key; for a command its argv), e.g.
+//! `slack-3f1c0a9e5d2b7c41`. It does not depend on the sink's place in `[[alerts]]`, so
+//! reordering, adding or removing sinks and reloading leaves every pending row addressed to
+//! the same receiver; changing a sink's destination makes it a new sink. Secrets, headers and
+//! filters are not part of it (rotating a webhook secret keeps the queue). Two sinks with the
+//! same destination are told apart by their order among themselves (`…-2`, `…-3`).
+//!
+//! Secrets stay out of logs by construction: a sink is logged as its kind, index and identity
+//! (`slack #2 (slack-3f1c…)`), never its URL (a Slack webhook URL *is* the credential; the
+//! identity is a truncated SHA-256, which does not reveal it); config headers travel as
 //! [`HttpPost::secret_headers`], which are redacted in `Debug` and dropped on a cross-origin
 //! redirect.
 
@@ -129,8 +140,8 @@ pub enum DeliveryError {
         stderr: String,
     },
     /// The outbox names a sink the configuration no longer has.
-    #[error("no sink #{0} in the configuration")]
-    NoSink(usize),
+    #[error("no sink {0} in the configuration")]
+    NoSink(SinkId),
 }
 
 impl DeliveryError {
@@ -199,6 +210,80 @@ pub(crate) fn wall_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
         .unwrap_or(0)
+}
+
+/// A sink's stable identity: its kind and a digest of its destination (see the module docs).
+/// Outbox rows are addressed by it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SinkId(String);
+
+impl SinkId {
+    /// An identity as stored (tests and the store build them from text).
+    pub fn new(id: impl Into<String>) -> SinkId {
+        SinkId(id.into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for SinkId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The identity of every configured sink, in config order. Sinks with the same destination
+/// get `-2`, `-3`, … after the first, in their order among themselves, so the identities of
+/// one config are distinct.
+pub fn sink_ids(sinks: &[AlertConfig]) -> Vec<SinkId> {
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    sinks
+        .iter()
+        .map(|cfg| {
+            let base = destination_id(&cfg.kind);
+            let n = seen.entry(base.clone()).or_insert(0);
+            *n += 1;
+            if *n == 1 {
+                SinkId(base)
+            } else {
+                SinkId(format!("{base}-{n}"))
+            }
+        })
+        .collect()
+}
+
+/// `<kind>-<16 hex digits of SHA-256 over the kind and the destination>`; every part is
+/// length-prefixed, so no two destinations share an encoding.
+fn destination_id(kind: &SinkKind) -> String {
+    let mut h = Sha256::new();
+    let mut part = |p: &str| {
+        h.update((p.len() as u64).to_be_bytes());
+        h.update(p.as_bytes());
+    };
+    part(sink_name(kind));
+    match kind {
+        SinkKind::Webhook { url, .. }
+        | SinkKind::Slack { url }
+        | SinkKind::Alertmanager { url } => part(url),
+        SinkKind::PagerDuty { routing_key, url } => {
+            part(url);
+            part(routing_key);
+        }
+        SinkKind::Command { argv } => {
+            for a in argv {
+                part(a);
+            }
+        }
+    }
+    let d = h.finalize();
+    let mut id = String::from(sink_name(kind));
+    id.push('-');
+    for b in &d[..8] {
+        id.push_str(&format!("{b:02x}"));
+    }
+    id
 }
 
 /// A sink's kind, for logs (never its URL).
@@ -299,6 +384,9 @@ async fn post(req: &HttpPost, timeout: Duration, deadline: Instant) -> Result<()
 ///
 /// Two rules on top of the literal filters:
 /// - PagerDuty never takes [`Action::Notify`] alerts (no incident to open or close);
+/// - a resolve sent because its target was removed from the config ([`Alert::removed`])
+///   passes the `targets` filter: the new config cannot name the target, and the daemon
+///   queued it only for the sinks that took the incident;
 /// - an incident sink (PagerDuty, Alertmanager) subscribed to `down` or `degraded` also gets the
 ///   resolve of that incident (kind `recovered`) even if `on` does not list it: otherwise the
 ///   page it opened would never close. Chat-like sinks take `on` literally.
@@ -310,7 +398,9 @@ pub fn matches(cfg: &AlertConfig, alert: &Alert) -> bool {
     if matches!(cfg.kind, SinkKind::PagerDuty { .. }) && alert.action == Action::Notify {
         return false;
     }
-    let target = cfg.targets.is_empty() || cfg.targets.contains(&alert.target);
+    let target = cfg.targets.is_empty()
+        || cfg.targets.contains(&alert.target)
+        || (alert.removed && alert.action == Action::Resolve);
     let on = |k: &str| cfg.on.iter().any(|o| o == k);
     let kind = cfg.on.is_empty()
         || on(alert.kind.as_str())
@@ -388,7 +478,7 @@ pub fn log(alert: &Alert) {
 /// The contract the loop relies on:
 /// - `due` returns rows whose next attempt time is `<= now_ms`, oldest (lowest id) first, at
 ///   most `limit`; `attempts` is the number of attempts already made (0 for a new row);
-/// - **order within an incident**: for one `(sink index, dedup_key)`, `due` returns only the
+/// - **order within an incident**: for one `(sink, dedup_key)`, `due` returns only the
 ///   oldest row that is neither delivered nor permanently failed, and only when that row is due.
 ///   So a resolve never overtakes its trigger while the trigger waits for a retry. (SQL:
 ///   `AND NOT EXISTS (SELECT 1 FROM outbox o2 WHERE o2.sink = o.sink AND o2.dedup_key =
@@ -398,10 +488,23 @@ pub fn log(alert: &Alert) {
 ///   next attempt time to `next_ms`.
 ///
 /// Rows in flight are still "pending" to the store; the loop skips those itself.
+///
+/// The methods are futures so that an implementation over a blocking store can run its
+/// queries off the async threads (the daemon's uses `spawn_blocking`).
 pub trait Outbox: Send {
-    fn due(&mut self, now_ms: i64, limit: usize) -> Vec<(i64, usize, Alert, u32)>;
-    fn delivered(&mut self, id: i64, at_ms: i64);
-    fn failed(&mut self, id: i64, error: &str, next_ms: i64, permanent: bool);
+    fn due(
+        &mut self,
+        now_ms: i64,
+        limit: usize,
+    ) -> impl Future<Output = Vec<(i64, SinkId, Alert, u32)>> + Send;
+    fn delivered(&mut self, id: i64, at_ms: i64) -> impl Future<Output = ()> + Send;
+    fn failed(
+        &mut self,
+        id: i64,
+        error: &str,
+        next_ms: i64,
+        permanent: bool,
+    ) -> impl Future<Output = ()> + Send;
 }
 
 /// What the loop delivers with: the configured sinks, or a test double.
@@ -409,14 +512,14 @@ pub trait Deliver: Send + Sync + 'static {
     /// One attempt at sink `sink`. The loop also bounds it by [`OutboxOptions::timeout`].
     fn deliver(
         &self,
-        sink: usize,
+        sink: &SinkId,
         alert: &Alert,
         timeout: Duration,
     ) -> impl Future<Output = Result<(), DeliveryError>> + Send;
 
-    /// How a sink appears in logs: its kind and index, never its URL.
-    fn describe(&self, sink: usize) -> String {
-        format!("sink #{sink}")
+    /// How a sink appears in logs: its kind, index and identity, never its URL.
+    fn describe(&self, sink: &SinkId) -> String {
+        format!("sink {sink}")
     }
 }
 
@@ -427,39 +530,39 @@ pub trait Deliver: Send + Sync + 'static {
 pub struct Sinks(pub Arc<RwLock<Vec<AlertConfig>>>);
 
 impl Sinks {
-    fn get(&self, sink: usize) -> Option<AlertConfig> {
-        self.0
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(sink)
-            .cloned()
+    /// The sink with this identity in the current config, and its index there.
+    fn get(&self, sink: &SinkId) -> Option<(usize, AlertConfig)> {
+        let sinks = self.0.read().unwrap_or_else(|p| p.into_inner());
+        let at = sink_ids(&sinks).iter().position(|id| id == sink)?;
+        sinks.get(at).cloned().map(|cfg| (at, cfg))
     }
 }
 
 impl Deliver for Sinks {
     fn deliver(
         &self,
-        sink: usize,
+        sink: &SinkId,
         alert: &Alert,
         timeout: Duration,
     ) -> impl Future<Output = Result<(), DeliveryError>> + Send {
         let cfg = self.get(sink);
+        let id = sink.clone();
         async move {
-            let Some(cfg) = cfg else {
-                return Err(DeliveryError::NoSink(sink));
+            let Some((_, cfg)) = cfg else {
+                return Err(DeliveryError::NoSink(id));
             };
             if !matches(&cfg, alert) {
-                tracing::debug!(sink, dedup_key = %alert.dedup_key, "not for this sink's filters");
+                tracing::debug!(sink = %id, dedup_key = %alert.dedup_key, "not for this sink's filters");
                 return Ok(());
             }
             deliver(&cfg.kind, alert, timeout).await
         }
     }
 
-    fn describe(&self, sink: usize) -> String {
+    fn describe(&self, sink: &SinkId) -> String {
         match self.get(sink) {
-            Some(cfg) => format!("{} #{sink}", sink_name(&cfg.kind)),
-            None => format!("sink #{sink}"),
+            Some((at, cfg)) => format!("{} #{at} ({sink})", sink_name(&cfg.kind)),
+            None => format!("sink {sink} (not configured)"),
         }
     }
 }
@@ -544,7 +647,7 @@ struct Job {
 
 struct Done {
     id: i64,
-    sink: usize,
+    sink: SinkId,
     alert: Alert,
     /// Attempts made, this one included.
     attempts: u32,
@@ -568,9 +671,9 @@ pub async fn run_outbox_with<O: Outbox, D: Deliver>(
     let deliverer = Arc::new(deliverer);
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Done>();
     let mut workers = JoinSet::new();
-    let mut queues: HashMap<usize, mpsc::UnboundedSender<Job>> = HashMap::new();
+    let mut queues: HashMap<SinkId, mpsc::UnboundedSender<Job>> = HashMap::new();
     // id -> (sink, dedup_key) of every row handed to a worker and not yet recorded.
-    let mut in_flight: HashMap<i64, (usize, String)> = HashMap::new();
+    let mut in_flight: HashMap<i64, (SinkId, String)> = HashMap::new();
     let mut tick = tokio::time::interval(opts.poll.max(Duration::from_millis(1)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -586,9 +689,9 @@ pub async fn run_outbox_with<O: Outbox, D: Deliver>(
                 continue;
             }
             Some(done) = done_rx.recv() => {
-                record(&mut outbox, &*deliverer, &mut in_flight, done, &opts);
+                record(&mut outbox, &*deliverer, &mut in_flight, done, &opts).await;
                 while let Ok(done) = done_rx.try_recv() {
-                    record(&mut outbox, &*deliverer, &mut in_flight, done, &opts);
+                    record(&mut outbox, &*deliverer, &mut in_flight, done, &opts).await;
                 }
             }
             _ = wake.notified() => {}
@@ -597,13 +700,15 @@ pub async fn run_outbox_with<O: Outbox, D: Deliver>(
         // After any of these, look: a finished delivery may have unblocked the next alert of
         // its incident, a wake means new rows, a tick means retries may be due.
         let now = opts.clock.now_ms();
-        let rows = outbox.due(now, opts.batch.saturating_add(in_flight.len()));
-        let mut busy: HashSet<(usize, String)> = in_flight.values().cloned().collect();
+        let rows = outbox
+            .due(now, opts.batch.saturating_add(in_flight.len()))
+            .await;
+        let mut busy: HashSet<(SinkId, String)> = in_flight.values().cloned().collect();
         for (id, sink, alert, attempts) in rows {
             if in_flight.contains_key(&id) {
                 continue;
             }
-            let key = (sink, alert.dedup_key.clone());
+            let key = (sink.clone(), alert.dedup_key.clone());
             if busy.contains(&key) {
                 continue; // an earlier alert of this incident is still on its way to this sink
             }
@@ -615,11 +720,11 @@ pub async fn run_outbox_with<O: Outbox, D: Deliver>(
                     "gave up after {attempts} attempts: the alert is {} old",
                     human_duration(u128::try_from(age).unwrap_or(0))
                 );
-                tracing::error!(sink = %deliverer.describe(sink), dedup_key = %alert.dedup_key, %error, "alert not delivered");
-                outbox.failed(id, &error, now, true);
+                tracing::error!(sink = %deliverer.describe(&sink), dedup_key = %alert.dedup_key, %error, "alert not delivered");
+                outbox.failed(id, &error, now, true).await;
                 continue;
             }
-            let queue = queues.entry(sink).or_insert_with(|| {
+            let queue = queues.entry(sink.clone()).or_insert_with(|| {
                 let (tx, rx) = mpsc::unbounded_channel();
                 workers.spawn(worker(
                     sink,
@@ -645,7 +750,7 @@ pub async fn run_outbox_with<O: Outbox, D: Deliver>(
     }
     // Record what already finished; abort the rest (they stay pending in the store).
     while let Ok(done) = done_rx.try_recv() {
-        record(&mut outbox, &*deliverer, &mut in_flight, done, &opts);
+        record(&mut outbox, &*deliverer, &mut in_flight, done, &opts).await;
     }
     workers.shutdown().await;
     outbox
@@ -653,22 +758,25 @@ pub async fn run_outbox_with<O: Outbox, D: Deliver>(
 
 /// Delivers one sink's queue, in order.
 async fn worker<D: Deliver>(
-    sink: usize,
+    sink: SinkId,
     deliverer: Arc<D>,
     timeout: Duration,
     mut jobs: mpsc::UnboundedReceiver<Job>,
     done: mpsc::UnboundedSender<Done>,
 ) {
     while let Some(job) = jobs.recv().await {
-        let result =
-            match tokio::time::timeout(timeout, deliverer.deliver(sink, &job.alert, timeout)).await
-            {
-                Ok(r) => r,
-                Err(_) => Err(DeliveryError::Timeout(timeout)),
-            };
+        let result = match tokio::time::timeout(
+            timeout,
+            deliverer.deliver(&sink, &job.alert, timeout),
+        )
+        .await
+        {
+            Ok(r) => r,
+            Err(_) => Err(DeliveryError::Timeout(timeout)),
+        };
         let finished = Done {
             id: job.id,
-            sink,
+            sink: sink.clone(),
             alert: job.alert,
             attempts: job.attempts.saturating_add(1),
             result,
@@ -679,29 +787,29 @@ async fn worker<D: Deliver>(
     }
 }
 
-fn record<O: Outbox, D: Deliver>(
+async fn record<O: Outbox, D: Deliver>(
     outbox: &mut O,
     deliverer: &D,
-    in_flight: &mut HashMap<i64, (usize, String)>,
+    in_flight: &mut HashMap<i64, (SinkId, String)>,
     done: Done,
     opts: &OutboxOptions,
 ) {
     in_flight.remove(&done.id);
     let now = opts.clock.now_ms();
-    let sink = deliverer.describe(done.sink);
+    let sink = deliverer.describe(&done.sink);
     match done.result {
         Ok(()) => {
             tracing::debug!(%sink, dedup_key = %done.alert.dedup_key, attempts = done.attempts, "alert delivered");
-            outbox.delivered(done.id, now);
+            outbox.delivered(done.id, now).await;
         }
         Err(e) if e.is_permanent() => {
             tracing::error!(%sink, dedup_key = %done.alert.dedup_key, attempts = done.attempts, error = %e, "alert not delivered; not retrying");
-            outbox.failed(done.id, &e.to_string(), now, true);
+            outbox.failed(done.id, &e.to_string(), now, true).await;
         }
         Err(e) => {
             let next = next_attempt(done.attempts, now, &done.alert.dedup_key);
             tracing::warn!(%sink, dedup_key = %done.alert.dedup_key, attempts = done.attempts, error = %e, retry_in_ms = next - now, "alert delivery failed; will retry");
-            outbox.failed(done.id, &e.to_string(), next, false);
+            outbox.failed(done.id, &e.to_string(), next, false).await;
         }
     }
 }
@@ -726,6 +834,95 @@ mod tests {
         assert_eq!(truncate("abcd", 3), "ab…");
         assert_eq!(truncate("ééé", 2), "é…");
         assert_eq!(truncate("", 2), "");
+    }
+
+    fn sink(kind: SinkKind, targets: &[&str]) -> AlertConfig {
+        AlertConfig {
+            kind,
+            targets: targets.iter().map(|t| (*t).to_owned()).collect(),
+            on: Vec::new(),
+        }
+    }
+
+    fn hook(url: &str) -> SinkKind {
+        SinkKind::Webhook {
+            url: url.into(),
+            secret: None,
+            headers: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn sink_identities_follow_the_destination_not_the_position() {
+        let slack = sink(
+            SinkKind::Slack {
+                url: "https://hooks.slack.example/T/B/x".into(),
+            },
+            &[],
+        );
+        let a = sink(hook("https://a.example/hook"), &[]);
+        let ids = sink_ids(&[a.clone(), slack.clone()]);
+        assert!(ids[0].as_str().starts_with("webhook-"), "{}", ids[0]);
+        assert!(ids[1].as_str().starts_with("slack-"), "{}", ids[1]);
+        assert!(!ids[1].as_str().contains("hooks.slack"), "no URL in it");
+        // Reordered, or with another sink in front: the same identities.
+        assert_eq!(
+            sink_ids(&[slack.clone(), a.clone()]),
+            vec![ids[1].clone(), ids[0].clone()]
+        );
+        let other = sink(hook("https://b.example/hook"), &[]);
+        assert_eq!(sink_ids(&[other, a.clone()])[1], ids[0]);
+        // Filters and secrets are not the destination; the URL is.
+        let mut filtered = sink(
+            SinkKind::Webhook {
+                url: "https://a.example/hook".into(),
+                secret: Some("s".into()),
+                headers: vec![("X-A".into(), "b".into())],
+            },
+            &["search"],
+        );
+        filtered.on = vec!["down".into()];
+        assert_eq!(sink_ids(std::slice::from_ref(&filtered))[0], ids[0]);
+        assert_ne!(
+            sink_ids(&[sink(hook("https://a.example/hook2"), &[])])[0],
+            ids[0]
+        );
+        let pd = |key: &str| {
+            sink(
+                SinkKind::PagerDuty {
+                    routing_key: key.into(),
+                    url: "https://events.example/v2/enqueue".into(),
+                },
+                &[],
+            )
+        };
+        assert_ne!(sink_ids(&[pd("k1")])[0], sink_ids(&[pd("k2")])[0]);
+        // The same destination twice: distinct identities, by their order among themselves.
+        let twice = sink_ids(&[a.clone(), slack, a]);
+        assert_eq!(twice[0], ids[0]);
+        assert_eq!(twice[2].as_str(), format!("{}-2", ids[0]));
+    }
+
+    #[test]
+    fn a_resolve_for_a_removed_target_passes_the_targets_filter() {
+        let cfg = sink(hook("https://a.example/hook"), &["other"]);
+        let mut a = Alert {
+            dedup_key: "k".into(),
+            action: Action::Resolve,
+            kind: Kind::Recovered,
+            target: "gone".into(),
+            severity: "info".into(),
+            summary: String::new(),
+            at_ms: 0,
+            started_ms: 0,
+            labels: Default::default(),
+            removed: false,
+        };
+        assert!(!matches(&cfg, &a));
+        a.removed = true;
+        assert!(matches(&cfg, &a));
+        a.action = Action::Trigger;
+        assert!(!matches(&cfg, &a), "only resolves");
     }
 
     #[test]
