@@ -304,8 +304,9 @@ impl Judgement<'_> {
                         .pointer("/_meta/io.modelcontextprotocol~1serverInfo"),
                 );
                 self.modern_fields("server/discover", &hs.result);
-                // Dual-era: a legacy initialize to the same server, in auto mode.
-                if let Some(check) = tr.exchanges.iter().find(|e| e.step == Step::DualEraCheck) {
+                // Dual-era: a legacy initialize to the same server, in auto mode (over stdio,
+                // in a sibling process; the last attempt counts if that one died first).
+                if let Some(check) = tr.exchanges.iter().rfind(|e| e.step == Step::DualEraCheck) {
                     let checked = reply(check);
                     let dual = matches!(checked.as_deref().map(|d| &d.message),
                         Some(Message::Result { result, .. }) if result.get("protocolVersion").is_some());

@@ -375,48 +375,124 @@ fn next_cursor(ex: &Exchange) -> Option<String> {
     }
 }
 
-/// Takes inventory: every page of tools, and of prompts and resources when advertised.
+/// Takes inventory: every page of tools, and of prompts and resources when advertised. Over
+/// stdio the first pages are requested all at once (pipelined), which spares the server's and
+/// our wake-ups between one request and the next; later pages follow their cursors in turn.
 async fn inventory(wire: &mut Wire<'_>, ctx: &mut Ctx<'_>, era: Era, capabilities: &Value) {
-    list(wire, ctx, ListKind::Tools, era).await;
-    for kind in [
-        ListKind::Prompts,
-        ListKind::Resources,
-        ListKind::ResourceTemplates,
-    ] {
-        if capabilities
-            .get(kind.capability())
-            .is_some_and(|c| !c.is_null())
-        {
+    let mut kinds = vec![ListKind::Tools];
+    kinds.extend(
+        [
+            ListKind::Prompts,
+            ListKind::Resources,
+            ListKind::ResourceTemplates,
+        ]
+        .into_iter()
+        .filter(|kind| {
+            capabilities
+                .get(kind.capability())
+                .is_some_and(|c| !c.is_null())
+        }),
+    );
+    if let Wire::Stdio(child) = wire {
+        if ctx.expired() {
+            return;
+        }
+        let mut sent = Vec::with_capacity(kinds.len());
+        for &kind in &kinds {
+            let id = ctx.id();
+            let msg = message::list(id, kind, None, era, &ctx.plan.client);
+            let s = child
+                .send(
+                    list_step(kind),
+                    Some(era),
+                    Some(1),
+                    Some(id),
+                    &msg,
+                    ctx.deadline,
+                )
+                .await;
+            sent.push((kind, s));
+        }
+        let mut firsts = Vec::with_capacity(kinds.len());
+        for (kind, s) in sent {
+            let ex = child.receive(s, ctx.deadline).await;
+            firsts.push((kind, ctx.push(ex)));
+        }
+        for (kind, first) in firsts {
+            more_pages(wire, ctx, kind, era, first).await;
+        }
+    } else {
+        for kind in kinds {
             list(wire, ctx, kind, era).await;
         }
     }
 }
 
-async fn list(wire: &mut Wire<'_>, ctx: &mut Ctx<'_>, kind: ListKind, era: Era) {
-    let step = match kind {
+fn list_step(kind: ListKind) -> Step {
+    match kind {
         ListKind::Tools => Step::ToolsList,
         ListKind::Prompts => Step::PromptsList,
         ListKind::Resources => Step::ResourcesList,
         ListKind::ResourceTemplates => Step::ResourceTemplatesList,
-    };
-    let mut cursor: Option<String> = None;
+    }
+}
+
+/// Every page of one list.
+async fn list(wire: &mut Wire<'_>, ctx: &mut Ctx<'_>, kind: ListKind, era: Era) {
+    if ctx.expired() {
+        return;
+    }
+    let id = ctx.id();
+    let msg = message::list(id, kind, None, era, &ctx.plan.client);
+    let deadline = ctx.deadline;
+    let first = send(
+        wire,
+        ctx,
+        list_step(kind),
+        era,
+        Some(1),
+        &msg,
+        Some(id),
+        deadline,
+    )
+    .await;
+    more_pages(wire, ctx, kind, era, first).await;
+}
+
+/// The pages after `first` (an exchange index), following `nextCursor` up to the page cap.
+async fn more_pages(
+    wire: &mut Wire<'_>,
+    ctx: &mut Ctx<'_>,
+    kind: ListKind,
+    era: Era,
+    first: usize,
+) {
+    let mut last = first;
     let mut seen: Vec<String> = Vec::new();
-    for page in 1..=ctx.plan.max_pages {
+    for page in 2..=ctx.plan.max_pages {
+        let cursor = match next_cursor(ctx.ex(last)) {
+            None => return,
+            Some(c) if seen.contains(&c) => return, // a repeated cursor: the judge reports it
+            Some(c) => c,
+        };
         if ctx.expired() {
             return;
         }
+        seen.push(cursor.clone());
         let id = ctx.id();
-        let msg = message::list(id, kind, cursor.as_deref(), era, &ctx.plan.client);
+        let msg = message::list(id, kind, Some(&cursor), era, &ctx.plan.client);
         let deadline = ctx.deadline;
-        let i = send(wire, ctx, step, era, Some(page), &msg, Some(id), deadline).await;
-        match next_cursor(ctx.ex(i)) {
-            None => return,
-            Some(c) if seen.contains(&c) => return, // a repeated cursor: the judge reports it
-            Some(c) => {
-                seen.push(c.clone());
-                cursor = Some(c);
-            }
-        }
+        last = send(
+            wire,
+            ctx,
+            list_step(kind),
+            era,
+            Some(page),
+            &msg,
+            Some(id),
+            deadline,
+        )
+        .await;
     }
 }
 
@@ -691,95 +767,169 @@ async fn probe_stdio(
             return ctx.mark_done();
         }
     };
-    let mut legacy_in_same_process = ctx.plan.era == EraMode::Legacy;
-    if ctx.plan.era != EraMode::Legacy {
-        let id = ctx.id();
-        let msg = message::discover(id, version::MODERN, &ctx.plan.client);
-        // In auto mode a silent legacy server must leave time for the fallback.
-        let deadline = if ctx.plan.era == EraMode::Auto {
-            let now = Instant::now();
-            now + ctx.deadline.saturating_duration_since(now) / 2
-        } else {
-            ctx.deadline
-        };
-        let mut wire = Wire::Stdio(&mut child);
-        let i = send(
-            &mut wire,
-            ctx,
-            Step::Discover,
-            Era::Modern,
-            None,
-            &msg,
-            Some(id),
-            deadline,
-        )
-        .await;
-        match classify_discover(ctx.ex(i)) {
-            Discovered::Modern(caps) => {
-                inventory(&mut wire, ctx, Era::Modern, &caps).await;
-                ctx.mark_done();
-                if ctx.plan.era == EraMode::Auto && !ctx.expired() {
-                    // On stdio the era belongs to the process: a dual-era server that has
-                    // served 2026-07-28 refuses a later `initialize` on the same connection
-                    // (the Python SDK 2.x answers -32022), so the check needs a fresh process.
-                    ctx.tr
-                        .processes
-                        .push(child.shutdown(ctx.plan.shutdown_grace).await);
-                    child = match spawn("dual-era check", ctx) {
-                        Ok(c) => c,
-                        Err(rec) => {
-                            ctx.tr.processes.push(*rec);
-                            return;
-                        }
-                    };
-                    dual_era_check(&mut Wire::Stdio(&mut child), ctx).await;
-                }
-                children.push(child);
-                return;
+    if ctx.plan.era == EraMode::Legacy {
+        return legacy_stdio(child, None, ctx, children).await;
+    }
+    // In auto mode a sibling process starts at the same time and is sent a legacy
+    // `initialize` at once, while the first is asked `server/discover`: the era belongs to the
+    // process (a dual-era server that has served one era refuses the other on the same
+    // connection, and some legacy servers exit on any request before `initialize`), so each
+    // question gets a process of its own, and neither waits for the other's start-up. The
+    // sibling's answer is the dual-era check of a modern server, or the legacy handshake itself.
+    let (discover_id, mut sibling) = (ctx.id(), None);
+    if ctx.plan.era == EraMode::Auto {
+        match spawn("legacy handshake", ctx) {
+            Ok(mut s) => {
+                let id = ctx.id();
+                let msg = message::initialize(id, &ctx.plan.client);
+                let sent = s
+                    .send(
+                        Step::Initialize,
+                        Some(Era::Legacy),
+                        None,
+                        Some(id),
+                        &msg,
+                        ctx.deadline,
+                    )
+                    .await;
+                sibling = Some((s, sent));
             }
-            Discovered::ModernRefused | Discovered::Stop => {
-                children.push(child);
-                return ctx.mark_done();
-            }
-            Discovered::Legacy if ctx.plan.era == EraMode::Modern => {
-                children.push(child);
-                return ctx.mark_done();
-            }
-            Discovered::Legacy => {
-                // A live server that answered with an error keeps its process; one that exited
-                // or stayed silent is replaced, because some servers exit on a request sent
-                // before `initialize`.
-                legacy_in_same_process = ctx.ex(i).reply().is_some() && !child.has_exited();
-            }
+            Err(rec) => ctx.tr.processes.push(*rec),
         }
     }
-    if !legacy_in_same_process {
-        ctx.tr
-            .processes
-            .push(child.shutdown(ctx.plan.shutdown_grace).await);
-        child = match spawn("legacy fallback", ctx) {
-            Ok(c) => c,
-            Err(rec) => {
-                ctx.tr.processes.push(*rec);
-                return ctx.mark_done();
-            }
-        };
-    }
+    let msg = message::discover(discover_id, version::MODERN, &ctx.plan.client);
+    // In auto mode a silent legacy server must leave time for the fallback.
+    let deadline = if ctx.plan.era == EraMode::Auto {
+        let now = Instant::now();
+        now + ctx.deadline.saturating_duration_since(now) / 2
+    } else {
+        ctx.deadline
+    };
     let mut wire = Wire::Stdio(&mut child);
-    let id = ctx.id();
-    let msg = message::initialize(id, &ctx.plan.client);
-    let deadline = ctx.deadline;
     let i = send(
         &mut wire,
         ctx,
-        Step::Initialize,
-        Era::Legacy,
+        Step::Discover,
+        Era::Modern,
         None,
         &msg,
-        Some(id),
+        Some(discover_id),
         deadline,
     )
     .await;
+    match classify_discover(ctx.ex(i)) {
+        Discovered::Modern(caps) => {
+            inventory(&mut wire, ctx, Era::Modern, &caps).await;
+            ctx.mark_done();
+            if ctx.plan.era != EraMode::Auto || ctx.expired() {
+                children.push(child);
+                children.extend(sibling.map(|(s, _)| s));
+                return;
+            }
+            if let Some((mut s, sent)) = sibling {
+                s.set_purpose("dual-era check");
+                let mut ex = s.receive(sent, ctx.deadline).await;
+                ex.step = Step::DualEraCheck;
+                let answered = ex.reply().is_some();
+                ctx.push(ex);
+                if answered {
+                    children.push(child);
+                    children.push(s);
+                    return;
+                }
+                // The sibling died before answering (a server that cannot run twice at once,
+                // say): the check gets a process of its own after the first has ended.
+                ctx.tr
+                    .processes
+                    .push(s.shutdown(ctx.plan.shutdown_grace).await);
+            }
+            ctx.tr
+                .processes
+                .push(child.shutdown(ctx.plan.shutdown_grace).await);
+            let mut fresh = match spawn("dual-era check", ctx) {
+                Ok(c) => c,
+                Err(rec) => {
+                    ctx.tr.processes.push(*rec);
+                    return;
+                }
+            };
+            dual_era_check(&mut Wire::Stdio(&mut fresh), ctx).await;
+            children.push(fresh);
+        }
+        Discovered::ModernRefused | Discovered::Stop => {
+            children.push(child);
+            children.extend(sibling.map(|(s, _)| s));
+            ctx.mark_done();
+        }
+        Discovered::Legacy if ctx.plan.era == EraMode::Modern => {
+            children.push(child);
+            ctx.mark_done();
+        }
+        Discovered::Legacy => {
+            // A live server that answered with an error keeps its process; one that exited or
+            // stayed silent is replaced, because some servers exit on a request sent before
+            // `initialize`.
+            let live = ctx.ex(i).reply().is_some() && !child.has_exited();
+            if let Some((mut s, sent)) = sibling {
+                let ex = s.receive(sent, ctx.deadline).await;
+                if ex.reply().is_some() {
+                    let i = ctx.push(ex);
+                    // The first process is no longer needed; it ends after the verdict.
+                    children.push(child);
+                    return legacy_stdio(s, Some(i), ctx, children).await;
+                }
+                // No answer from the sibling (it died: perhaps the server cannot run twice
+                // at once): on with the first process, or a fresh one.
+                ctx.push(ex);
+                ctx.tr
+                    .processes
+                    .push(s.shutdown(ctx.plan.shutdown_grace).await);
+            }
+            if !live {
+                ctx.tr
+                    .processes
+                    .push(child.shutdown(ctx.plan.shutdown_grace).await);
+                child = match spawn("legacy fallback", ctx) {
+                    Ok(c) => c,
+                    Err(rec) => {
+                        ctx.tr.processes.push(*rec);
+                        return ctx.mark_done();
+                    }
+                };
+            }
+            legacy_stdio(child, None, ctx, children).await;
+        }
+    }
+}
+
+/// The legacy session over stdio: `initialize` (unless `initialized` is the index of its
+/// exchange, already done), `notifications/initialized`, the inventory.
+async fn legacy_stdio(
+    mut child: StdioChild,
+    initialized: Option<usize>,
+    ctx: &mut Ctx<'_>,
+    children: &mut Vec<StdioChild>,
+) {
+    let mut wire = Wire::Stdio(&mut child);
+    let i = match initialized {
+        Some(i) => i,
+        None => {
+            let id = ctx.id();
+            let msg = message::initialize(id, &ctx.plan.client);
+            let deadline = ctx.deadline;
+            send(
+                &mut wire,
+                ctx,
+                Step::Initialize,
+                Era::Legacy,
+                None,
+                &msg,
+                Some(id),
+                deadline,
+            )
+            .await
+        }
+    };
     if let Initialized::Ok { capabilities, .. } = classify_initialize(ctx.ex(i)) {
         send(
             &mut wire,

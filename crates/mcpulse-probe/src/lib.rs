@@ -2,7 +2,7 @@
 //!
 //! This crate owns the *flow* of a probe: which era to try first, when a reply means "fall back
 //! to legacy" and when it means "stop, the server is down or gated", pagination, the dual-era
-//! check, the legacy stdio respawn, and the whole-probe deadline. It never decides health: the
+//! check, the stdio sibling process, and the whole-probe deadline. It never decides health: the
 //! transcript it returns is judged by `mcpulse-judge`.
 //!
 //! The flow follows the spec's backward-compatibility rules (see `docs/probe.md`):
@@ -10,12 +10,13 @@
 //!   means modern. 401/403, 5xx, a timeout or a connection failure end the probe there: they are
 //!   never evidence of an era. Anything else falls back to a legacy `initialize`; if that gets
 //!   400/404/405 without a modern body, the legacy HTTP+SSE transport is tried with a `GET`.
-//! - stdio: `server/discover` first, waiting at most half the budget. A non-modern error from a
-//!   live process continues in the same process with `initialize`; a process that exited or stayed
-//!   silent is respawned for the legacy attempt, because some servers exit on a request sent
-//!   before `initialize`. The dual-era check (auto mode, after a modern discovery) runs in a fresh
-//!   process too: on stdio the era belongs to the process, and a dual-era server that has served
-//!   2026-07-28 may refuse a later `initialize` on the same connection.
+//! - stdio: in auto mode two processes start side by side, one sent `server/discover` (waiting at
+//!   most half the budget), the other a legacy `initialize` at once: on stdio the era belongs to
+//!   the process, and some servers exit on a request sent before `initialize`. A modern answer
+//!   makes the sibling's reply the dual-era check; anything else continues the legacy session in
+//!   the sibling. If the sibling died unanswered, the flow falls back to one process at a time
+//!   (the first process if alive, else a fresh one). Over stdio the first page of each list is
+//!   requested at once (pipelined).
 
 mod flow;
 mod security;

@@ -74,6 +74,9 @@ pub enum Act {
     SpawnGrandchild(PathBuf),
     /// Append the script's own pid to `file`.
     RecordPid(PathBuf),
+    /// Exit with code 1 the first time any process of the script gets here (a directory made at
+    /// `marker` remembers it across processes); later, go on with the next act.
+    ExitOnce(PathBuf),
 }
 
 /// A scripted stdio server, built up then written to a file.
@@ -175,6 +178,10 @@ fn render_act(act: &Act) -> String {
             quote(&file.to_string_lossy())
         ),
         Act::RecordPid(file) => format!("echo $$ >> {}\n", quote(&file.to_string_lossy())),
+        Act::ExitOnce(marker) => format!(
+            "if mkdir {} 2>/dev/null; then exit 1; fi\n",
+            quote(&marker.to_string_lossy())
+        ),
     }
 }
 

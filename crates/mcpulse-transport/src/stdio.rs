@@ -54,6 +54,18 @@ pub struct StdioChild {
     record: Arc<Mutex<Process>>,
     closed_stdin_at: Option<Instant>,
     stdout_closed: bool,
+    /// Ids of requests written and not yet received.
+    in_flight: Vec<i64>,
+    /// Replies read while another one was awaited, by the id they answer.
+    stash: Vec<(i64, Frame)>,
+}
+
+/// A message written by [`StdioChild::send`], whose reply [`StdioChild::receive`] collects.
+pub struct Sent {
+    ex: Exchange,
+    started: Instant,
+    /// The id of the reply to wait for (none for a notification or a failed write).
+    awaiting: Option<i64>,
 }
 
 impl Drop for StdioChild {
@@ -174,6 +186,8 @@ impl StdioChild {
             record,
             closed_stdin_at: None,
             stdout_closed: false,
+            in_flight: Vec::new(),
+            stash: Vec::new(),
         })
     }
 
@@ -193,6 +207,22 @@ impl StdioChild {
         msg: &Value,
         deadline: Instant,
     ) -> Exchange {
+        let sent = self.send(step, era, page, id, msg, deadline).await;
+        self.receive(sent, deadline).await
+    }
+
+    /// Writes one message without waiting for its reply: several requests can be in flight at
+    /// once (JSON-RPC matches replies by id), and [`StdioChild::receive`] collects each one. A
+    /// reply that arrives while another is awaited is kept for its own `receive`.
+    pub async fn send(
+        &mut self,
+        step: Step,
+        era: Option<Era>,
+        page: Option<u32>,
+        id: Option<i64>,
+        msg: &Value,
+        deadline: Instant,
+    ) -> Sent {
         let started = Instant::now();
         let line = msg.to_string();
         let request = Request {
@@ -210,17 +240,43 @@ impl StdioChild {
             request,
             self.clock.at(),
         );
+        let mut awaiting = None;
         if let Err(message) = self.write_line(&line, deadline).await {
             ex.outcome = Outcome::TransportError { message };
             self.settle_exit(deadline).await;
-            ex.elapsed_ms = self.clock.since(started);
-            return ex;
-        }
-        let Some(sent) = id else {
+        } else if let Some(sent) = id {
+            self.in_flight.push(sent);
+            awaiting = Some(sent);
+        } else {
             ex.outcome = Outcome::Accepted;
+        }
+        Sent {
+            ex,
+            started,
+            awaiting,
+        }
+    }
+
+    /// Waits for the reply to a message written by [`StdioChild::send`] (nothing, for a
+    /// notification or a failed write) and returns the finished exchange.
+    pub async fn receive(&mut self, sent: Sent, deadline: Instant) -> Exchange {
+        let Sent {
+            mut ex,
+            started,
+            awaiting,
+        } = sent;
+        let Some(sent) = awaiting else {
             ex.elapsed_ms = self.clock.since(started);
             return ex;
         };
+        self.in_flight.retain(|&i| i != sent);
+        if let Some(pos) = self.stash.iter().position(|(id, _)| *id == sent) {
+            let (_, frame) = self.stash.remove(pos);
+            ex.frames.push(frame);
+            ex.outcome = Outcome::Reply { frame: 0 };
+            ex.elapsed_ms = self.clock.since(started);
+            return ex;
+        }
         // A leader that exits while a grandchild keeps its stdout open would otherwise leave us
         // waiting for an end-of-file that never comes: after the exit, replies already written
         // get a moment to arrive, then the exchange ends as closed.
@@ -255,25 +311,37 @@ impl StdioChild {
                 }
                 Ok(Some(Out::Frame(at_ms, raw))) => {
                     let decoded = jsonrpc::decode(&raw);
-                    ex.frames.push(Frame {
+                    let frame = Frame {
                         at_ms,
                         raw,
                         sse_event: None,
-                    });
-                    let frame = ex.frames.len() - 1;
+                    };
                     match decoded.map(|d| d.message) {
                         Ok(
                             Message::Result { id: ref got, .. }
                             | Message::Error { id: ref got, .. },
                         ) if got.matches(sent) => {
-                            ex.outcome = Outcome::Reply { frame };
+                            ex.frames.push(frame);
+                            ex.outcome = Outcome::Reply {
+                                frame: ex.frames.len() - 1,
+                            };
                             break;
                         }
+                        // The reply to another request in flight: kept for its `receive`.
+                        Ok(
+                            Message::Result { id: ref got, .. }
+                            | Message::Error { id: ref got, .. },
+                        ) if let Some(&other) =
+                            self.in_flight.iter().find(|&&i| got.matches(i)) =>
+                        {
+                            self.stash.push((other, frame));
+                        }
                         Ok(Message::Request { id: req_id, .. }) => {
+                            ex.frames.push(frame);
                             let decline = message::method_not_found_reply(&req_id).to_string();
                             let _ = self.write_line(&decline, deadline).await;
                         }
-                        _ => {}
+                        _ => ex.frames.push(frame),
                     }
                 }
             }
@@ -283,6 +351,11 @@ impl StdioChild {
         }
         ex.elapsed_ms = self.clock.since(started);
         ex
+    }
+
+    /// Renames what this process is for, once the flow knows (see `Process::purpose`).
+    pub fn set_purpose(&self, purpose: &str) {
+        lock(&self.record).purpose = Some(purpose.to_owned());
     }
 
     async fn write_line(&mut self, line: &str, deadline: Instant) -> Result<(), String> {

@@ -652,7 +652,8 @@ fn assert_no_survivors(pids: &[u32]) {
 #[tokio::test]
 async fn stdio_server_that_exits_before_initialize_is_respawned() {
     // Like rmcp servers: any request before `initialize` makes it exit. The first process dies
-    // on server/discover; the legacy handshake runs in a fresh one.
+    // on server/discover; the legacy handshake runs in the sibling started beside it (auto mode),
+    // which was sent nothing else.
     let dir = TempDir::new("respawn");
     let pids = dir.join("pids");
     let script = legacy_stdio()
@@ -698,7 +699,7 @@ async fn stdio_server_that_exits_before_initialize_is_respawned() {
         .iter()
         .map(|p| p["purpose"].as_str().unwrap())
         .collect();
-    assert_eq!(purposes, ["probe", "legacy fallback"]);
+    assert_eq!(purposes, ["probe", "legacy handshake"]);
     assert_eq!(tr["processes"][0]["exit"]["code"], 1);
     assert_eq!(tr["processes"][0]["exit"]["by_probe"], false);
 
@@ -708,6 +709,115 @@ async fn stdio_server_that_exits_before_initialize_is_respawned() {
         4,
         "two scripts, each with a grandchild: {pids:?}"
     );
+    assert_no_survivors(&pids);
+}
+
+/// The purpose of each process of a transcript, in order.
+fn purposes(transcript: &std::path::Path) -> Vec<String> {
+    let tr: Value = serde_json::from_str(&std::fs::read_to_string(transcript).unwrap()).unwrap();
+    tr["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["purpose"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+async fn probe_script_with_transcript(
+    script: &std::path::Path,
+    transcript: &std::path::Path,
+) -> Run {
+    let args = [
+        "probe",
+        "--json",
+        "--timeout",
+        TIMEOUT,
+        "--transcript",
+        transcript.to_str().unwrap(),
+        "--",
+        "sh",
+        script.to_str().unwrap(),
+    ];
+    run_with(&args, &[], parse_secs(TIMEOUT) + SLACK).await
+}
+
+#[tokio::test]
+async fn stdio_legacy_server_whose_sibling_dies_is_probed_in_the_first_process() {
+    // A server that cannot run twice at once (a lock, a fixed port): the sibling started for
+    // the legacy handshake dies; the first process, alive after answering server/discover
+    // with an error, carries the session instead.
+    let dir = TempDir::new("sibling-dies-legacy");
+    let pids = dir.join("pids");
+    let script = StdioScript::new()
+        .at_start(Act::RecordPid(pids.clone()))
+        .on(
+            "server/discover",
+            vec![Act::Error(-32601, "Method not found".into())],
+        )
+        .on(
+            "initialize",
+            vec![
+                Act::ExitOnce(dir.join("died")),
+                Act::Result(mcp::initialize_result(mcp::LEGACY)),
+            ],
+        )
+        .on(
+            "tools/list",
+            vec![Act::Result(mcp::tools_list_result(
+                mcp::tools(&["echo"]),
+                None,
+                false,
+            ))],
+        )
+        .write(&dir, "server.sh");
+    let transcript = dir.join("transcript.json");
+    let run = probe_script_with_transcript(&script, &transcript).await;
+    run.expect("healthy", &["legacy-only"]);
+    let r = run.report();
+    assert_eq!(r["era"], "legacy");
+    assert_eq!(r["tool_count"], 1);
+    // The sibling's record comes first (it ended during the flow), then the first process.
+    assert_eq!(purposes(&transcript), ["legacy handshake", "probe"]);
+    let pids = read_pids(&pids);
+    assert_eq!(pids.len(), 2, "{pids:?}");
+    assert_no_survivors(&pids);
+}
+
+#[tokio::test]
+async fn stdio_modern_server_whose_sibling_dies_gets_its_dual_era_check_in_a_fresh_process() {
+    let dir = TempDir::new("sibling-dies-modern");
+    let pids = dir.join("pids");
+    let script = StdioScript::new()
+        .at_start(Act::RecordPid(pids.clone()))
+        .on("server/discover", vec![Act::Result(mcp::discover_result())])
+        .on(
+            "tools/list",
+            vec![Act::Result(mcp::tools_list_result(
+                mcp::tools(&["a"]),
+                None,
+                true,
+            ))],
+        )
+        .on(
+            "initialize",
+            vec![
+                Act::ExitOnce(dir.join("died")),
+                Act::Result(mcp::initialize_result(mcp::LEGACY)),
+            ],
+        )
+        .write(&dir, "server.sh");
+    let transcript = dir.join("transcript.json");
+    let run = probe_script_with_transcript(&script, &transcript).await;
+    run.expect("healthy", &["dual-era"]);
+    let r = run.report();
+    assert_eq!(r["era"], "modern");
+    assert_eq!(r["dual_era"], true);
+    assert_eq!(
+        purposes(&transcript),
+        ["dual-era check", "probe", "dual-era check"]
+    );
+    let pids = read_pids(&pids);
+    assert_eq!(pids.len(), 3, "{pids:?}");
     assert_no_survivors(&pids);
 }
 
@@ -741,7 +851,7 @@ async fn stdio_modern_server_is_healthy_and_leaves_nothing_behind() {
     assert_eq!(r["dual_era"], false);
     assert_eq!(r["tool_count"], 3);
     assert_eq!(r["server"]["name"], "fake-mcp");
-    // The probe process and the fresh one for the dual-era check, each with a grandchild.
+    // The probe process and its sibling for the dual-era check, each with a grandchild.
     let pids = read_pids(&pids);
     assert_eq!(pids.len(), 4, "{pids:?}");
     assert_no_survivors(&pids);

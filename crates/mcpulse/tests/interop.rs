@@ -464,6 +464,14 @@ fn assert_everything(run: &Run) {
     assert_eq!(run.supported(), [LEGACY], "{run}");
 }
 
+/// What each server process of the probe was for, in the transcript's order.
+fn purposes(run: &Run) -> Vec<&str> {
+    run.processes()
+        .iter()
+        .filter_map(|p| p["purpose"].as_str())
+        .collect()
+}
+
 #[test]
 fn everything_stdio_is_healthy_and_legacy_only() {
     let bin = everything();
@@ -473,10 +481,17 @@ fn everything_stdio_is_healthy_and_legacy_only() {
     assert_eq!(run.report["era"], "legacy", "{run}");
     assert_eq!(run.report["dual_era"], false, "{run}");
     assert_everything(&run);
-    // It answers server/discover with "method not found" and stays up: the same process
-    // then completes the legacy handshake.
+    // It answers server/discover with "method not found" and stays up; the legacy handshake,
+    // sent at once to the sibling process auto mode starts beside the first, carries the
+    // session. Both processes were ended by the probe.
     assert!(run.finding("legacy-only").contains("-32601"), "{run}");
-    assert_eq!(run.processes().len(), 1, "{run}");
+    assert_eq!(purposes(&run), ["probe", "legacy handshake"], "{run}");
+    assert!(
+        run.processes()
+            .iter()
+            .all(|p| p["exit"]["by_probe"] == true),
+        "{run}"
+    );
     assert!(
         run.steps().starts_with(&["server/discover", "initialize"]),
         "{run}"
@@ -735,13 +750,9 @@ fn mcp_server_time_stdio_is_modern_and_dual_era() {
     assert_eq!(run.report["server"]["version"], "2026.10.19", "{run}");
     assert_eq!(run.tools(), ["get_current_time", "convert_time"], "{run}");
     // The server fixes the era of its process at the first request (a later initialize gets
-    // -32022), so the dual-era check runs in a second process; both were ended by the probe.
-    let purposes: Vec<&str> = run
-        .processes()
-        .iter()
-        .filter_map(|p| p["purpose"].as_str())
-        .collect();
-    assert_eq!(purposes, ["probe", "dual-era check"], "{run}");
+    // -32022), so the dual-era check runs in a second process, started beside the first; both
+    // were ended by the probe.
+    assert_eq!(purposes(&run), ["probe", "dual-era check"], "{run}");
     assert!(
         run.processes().iter().all(|p| !p["exit"].is_null()),
         "{run}"
@@ -794,11 +805,11 @@ fn python_sdk1_stdio_is_legacy_only() {
     assert_eq!(run.report["era"], "legacy", "{run}");
     assert_eq!(run.report["dual_era"], false, "{run}");
     assert_eq!(run.tools(), ["add"], "{run}");
-    // server/discover gets -32602 (and a burst of validation errors on stderr); the live
-    // process then completes the legacy handshake.
+    // server/discover gets -32602 (and a burst of validation errors on stderr); the sibling
+    // process, sent only `initialize`, completes the legacy handshake.
     assert!(run.finding("legacy-only").contains("-32602"), "{run}");
     assert!(run.codes().contains(&"stderr-output"), "{run}");
-    assert_eq!(run.processes().len(), 1, "{run}");
+    assert_eq!(purposes(&run), ["probe", "legacy handshake"], "{run}");
 }
 
 /// The security checks against the reference servers, as the conformance suite sees them:
