@@ -162,7 +162,9 @@ w("- **Peak RSS** is GNU time's `%M`: the largest single process among the comma
   "(`VmHWM`, polled every 0.2 ms until exit; `bench/stdio_timing.py`); `%M` is shown too.")
 w("- **stdio readiness and linger**: `bench/stdio_timing.py` spawns the client and records when its "
   "first stdout byte (the verdict) arrives and when it exits; from mcpulse's transcript it takes the "
-  "server's first reply (*readiness*: spawn → first JSON-RPC frame), `total_ms` (last protocol step "
+  "server's first reply (*readiness*: spawn → first JSON-RPC frame; in auto mode, where two server "
+  "processes start side by side and the verdict needs both, the later of their first replies), "
+  "`total_ms` (last protocol step "
   "done) and the server's exit. mcpulse's clock starts just after its own exec, so "
   "*verdict − readiness* includes mcpulse's start-up and never flatters it.")
 w("")
@@ -306,8 +308,9 @@ for g, title in STDIO_GROUPS:
     w("")
     for ident, spawns in footnotes:
         if spawns > 1:
-            w(f"- {labels[ident]} started the server {spawns} times per probe (the dual-era check runs in a "
-              "fresh process): the verdict waits for the second process's start-up and reply.")
+            w(f"- {labels[ident]} started the server {spawns} times per probe, side by side (auto mode: one "
+              "process is asked `server/discover`, the other `initialize`); *ready* is when the later of "
+              "the two first answered.")
     si = load(f"st-{g}-inspector.json")
     st = load(f"st-{g}-mcpulse-auto.json")
     if si and st:
@@ -385,13 +388,9 @@ for d in summary_stdio:
         ready, done, verdict = med(runs, "ready_ms"), med(runs, "done_ms"), med(runs, "verdict_ms")
         gaps = med(runs, "client_gaps_ms")
         extra = ""
-        if d.get("spawns", 1) > 1:
-            extra = (f" After `done`, the dual-era check (auto mode) ends that server process and starts "
-                     f"a second one, whose start-up the verdict waits for: {fmt_ms(verdict - done)} from done to verdict.")
-        else:
-            extra = f" From done to the printed verdict (judging, printing): {fmt_ms(verdict - done)}."
+        extra = f" From done to the printed verdict (judging, printing): {fmt_ms(verdict - done)}."
         why.append(
-            f"- {d['group']}, {d['id'][8:]}: from the server's first reply to `done`, {fmt_ms(done - ready)}, "
+            f"- {d['group']}, {d['id'][8:]}: from the server's readiness to `done`, {fmt_ms(done - ready)}, "
             f"of which mcpulse's own time between exchanges was {fmt_ms(gaps)}; the rest is the server "
             f"answering the remaining requests in turn.{extra}")
 if why:

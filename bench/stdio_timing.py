@@ -7,7 +7,8 @@ Per run it records, on this process's monotonic clock from just before the spawn
   verdict_ms  when the client's first stdout byte arrived (its verdict / result),
   exit_ms     when the client process ended (waitpid returned),
 and, with --transcript (the FILE the client command writes with mcpulse's --transcript):
-  ready_ms        the server's first reply (spawn -> first JSON-RPC frame on its stdout),
+  ready_ms        the server's readiness: spawn -> its first JSON-RPC frame on stdout; with two
+                  processes started side by side (auto mode), the later of their first replies,
   done_ms         mcpulse's total_ms: the last protocol step finished,
   server_exit_ms  when the server process ended (processes[].exit.at_ms), and how.
 mcpulse's clock starts a little after the spawn (exec, argument parsing), so verdict_ms - ready_ms
@@ -72,7 +73,16 @@ def one(cmd, transcript, rss):
     if transcript:
         tr = json.load(open(transcript))
         frames = [f["at_ms"] for e in tr["exchanges"] for f in e.get("frames", [])]
-        run["ready_ms"] = ready = min(frames) if frames else None
+        # Readiness: each process started at once (auto mode starts two side by side) is ready
+        # at its first reply; the verdict needs them all, so the server is ready when the last
+        # of them is. Exchanges sent before any reply came are the ones sent at start-up.
+        first = min(frames) if frames else None
+        at_start = [
+            e["frames"][0]["at_ms"] for e in tr["exchanges"]
+            if first is not None and e["at_ms"] < first and e.get("frames")
+        ]
+        run["ready_ms"] = ready = max(at_start) if at_start else first
+        run["first_reply_ms"] = first
         run["done_ms"] = done = tr["total_ms"]
         # Between readiness and done: the client's own time between one exchange's end and
         # the next one's start; the rest is spent waiting on the server.
