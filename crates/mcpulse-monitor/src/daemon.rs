@@ -20,7 +20,7 @@ use crate::fleet::Fleet;
 use crate::runner::{self, Memory, Shared};
 use crate::sink::{SinkId, sink_ids};
 use crate::state::Event;
-use crate::store::{Store, StoreError};
+use crate::store::{PruneFrom, Store, StoreError};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
@@ -558,6 +558,9 @@ where
     }
 }
 
+/// Rows deleted per step of the daemon's hourly prune (one short hold of the store's lock).
+const PRUNE_STEP_ROWS: usize = 5_000;
+
 async fn retention_loop(
     store: Arc<Mutex<Store>>,
     retention: Duration,
@@ -571,11 +574,21 @@ async fn retention_loop(
         }
         let horizon = runner::now_ms() - retention.as_millis() as i64;
         let store = store.clone();
+        // Step by step, the store's lock taken for one short transaction at a time: the
+        // writer, the outbox and the API get their turns in between.
         let pruned = tokio::task::spawn_blocking(move || {
-            store
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .prune(horizon)
+            let (mut deleted, mut from) = (0, Some(PruneFrom::default()));
+            while let Some(at) = from {
+                let step = store.lock().unwrap_or_else(|p| p.into_inner()).prune_step(
+                    horizon,
+                    at,
+                    PRUNE_STEP_ROWS,
+                )?;
+                deleted += step.deleted;
+                from = step.next;
+                std::thread::yield_now();
+            }
+            Ok::<usize, StoreError>(deleted)
         })
         .await;
         match pruned {
@@ -589,8 +602,8 @@ async fn retention_loop(
 }
 
 /// The store as the outbox the sink loop drains. Every call runs under `spawn_blocking`: the
-/// store's lock can be held for long (a retention prune), and the wait must not hold an async
-/// thread.
+/// store's lock may be held for a while (a batch of results being written, a prune step), and
+/// the wait must not hold an async thread.
 struct StoreOutbox {
     store: Arc<Mutex<Store>>,
 }

@@ -826,7 +826,27 @@ impl Store {
     /// number of rows deleted. It commits every 50,000 rows or so, so a large first prune
     /// does not make one huge transaction.
     pub fn prune(&mut self, older_than_ms: i64) -> Result<usize, StoreError> {
-        prune_rows(&mut self.conn, older_than_ms).map_err(|e| classify(&self.path, e))
+        let (mut deleted, mut from) = (0, Some(PruneFrom::default()));
+        while let Some(at) = from {
+            let step = self.prune_step(older_than_ms, at, PRUNE_CHUNK)?;
+            deleted += step.deleted;
+            from = step.next;
+        }
+        Ok(deleted)
+    }
+
+    /// One transaction of a prune: the targets from `from` on, until about `max_rows` rows are
+    /// deleted (give or take one target's share); after the last target, the outbox. A caller
+    /// that shares the store (the daemon) takes its lock per step, so a large prune never holds
+    /// it for long. Start with `PruneFrom::default()`; go on with `next` until it is `None`.
+    pub fn prune_step(
+        &mut self,
+        older_than_ms: i64,
+        from: PruneFrom,
+        max_rows: usize,
+    ) -> Result<PruneStep, StoreError> {
+        prune_rows(&mut self.conn, older_than_ms, from, max_rows)
+            .map_err(|e| classify(&self.path, e))
     }
 
     /// Forgets a target entirely: its checks, events, alerts (pending ones too), state and
@@ -1028,37 +1048,55 @@ fn write_json(buf: &mut String, what: &'static str, v: &serde_json::Value) -> Re
     })
 }
 
-fn prune_rows(conn: &mut Connection, older_than_ms: i64) -> Result<usize, Fail> {
-    /// Rows deleted per transaction, at most (give or take one target's share): bounds the WAL
-    /// a large first prune writes, without one commit per target.
-    const CHUNK: usize = 50_000;
+/// Rows deleted per prune transaction, at most (give or take one target's share): bounds the
+/// WAL a large first prune writes, without one commit per target.
+pub const PRUNE_CHUNK: usize = 50_000;
+
+/// Where a prune goes on: the first target id not yet pruned.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PruneFrom(i64);
+
+/// What one [`Store::prune_step`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PruneStep {
+    pub deleted: usize,
+    /// Where the next step starts; `None` when the prune is complete.
+    pub next: Option<PruneFrom>,
+}
+
+fn prune_rows(
+    conn: &mut Connection,
+    older_than_ms: i64,
+    from: PruneFrom,
+    max_rows: usize,
+) -> Result<PruneStep, Fail> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let targets: Vec<i64> = {
-        let mut stmt = conn.prepare_cached("SELECT id FROM targets")?;
-        stmt.query_map([], |r| r.get(0))?
+        let mut stmt = tx.prepare_cached("SELECT id FROM targets WHERE id >= ?1 ORDER BY id")?;
+        stmt.query_map([from.0], |r| r.get(0))?
             .collect::<Result<_, _>>()?
     };
     let mut deleted = 0;
-    let mut targets = targets.into_iter().peekable();
-    while targets.peek().is_some() {
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let mut in_tx = 0;
-        while in_tx < CHUNK
-            && let Some(tid) = targets.next()
-        {
-            in_tx += tx
-                .prepare_cached("DELETE FROM checks WHERE target_id = ?1 AND at_ms < ?2")?
-                .execute(params![tid, older_than_ms])?;
-            in_tx += tx
-                .prepare_cached("DELETE FROM events WHERE target_id = ?1 AND at_ms < ?2")?
-                .execute(params![tid, older_than_ms])?;
+    let mut next = None;
+    for tid in targets {
+        if deleted >= max_rows {
+            next = Some(PruneFrom(tid));
+            break;
         }
-        tx.commit()?;
-        deleted += in_tx;
+        deleted += tx
+            .prepare_cached("DELETE FROM checks WHERE target_id = ?1 AND at_ms < ?2")?
+            .execute(params![tid, older_than_ms])?;
+        deleted += tx
+            .prepare_cached("DELETE FROM events WHERE target_id = ?1 AND at_ms < ?2")?
+            .execute(params![tid, older_than_ms])?;
     }
-    deleted += conn
-        .prepare_cached("DELETE FROM outbox WHERE done_ms IS NOT NULL AND done_ms < ?1")?
-        .execute([older_than_ms])?;
-    Ok(deleted)
+    if next.is_none() {
+        deleted += tx
+            .prepare_cached("DELETE FROM outbox WHERE done_ms IS NOT NULL AND done_ms < ?1")?
+            .execute([older_than_ms])?;
+    }
+    tx.commit()?;
+    Ok(PruneStep { deleted, next })
 }
 
 /// One window's figures from the rows of the longest window.

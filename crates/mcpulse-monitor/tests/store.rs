@@ -8,7 +8,7 @@ use mcpulse_monitor::alert::{Action, Alert, Incident, Incidents, Kind, dedup_key
 use mcpulse_monitor::check::CheckRecord;
 use mcpulse_monitor::sink::SinkId;
 use mcpulse_monitor::state::{Event, Health, Observation, TargetState};
-use mcpulse_monitor::store::{SCHEMA_VERSION, Store, StoreError};
+use mcpulse_monitor::store::{PruneFrom, SCHEMA_VERSION, Store, StoreError};
 use rusqlite::Connection;
 use serde_json::json;
 use std::collections::{BTreeMap, VecDeque};
@@ -601,6 +601,49 @@ fn stats_percentiles_are_nearest_rank() {
     assert_eq!(day.uptime, Some(120.0 / 125.0));
     assert_eq!(day.healthy_ratio, Some(100.0 / 125.0));
     assert_eq!(s[3].checks, 125);
+}
+
+#[test]
+fn prune_in_steps_deletes_what_one_prune_does_a_few_rows_at_a_time() {
+    let fill = |dir: &TempDir| {
+        let mut store = Store::open(&dir.db()).unwrap();
+        let mut checks = Vec::new();
+        for t in ["a", "b", "c", "d"] {
+            for i in 0..3 {
+                checks.push(check(t, 1_000 + i, Health::Healthy, 1.0));
+            }
+            checks.push(check(t, 9_000, Health::Healthy, 1.0));
+        }
+        store.record(&checks, &sinks(1)).unwrap();
+        store
+    };
+    let whole = TempDir::new("prune-whole");
+    let expected = fill(&whole).prune(5_000).unwrap();
+    assert_eq!(expected, 12);
+
+    let stepped = TempDir::new("prune-steps");
+    let mut store = fill(&stepped);
+    let (mut deleted, mut steps, mut from) = (0, 0, Some(PruneFrom::default()));
+    while let Some(at) = from {
+        let step = store.prune_step(5_000, at, 2).unwrap();
+        assert!(
+            step.deleted <= 3,
+            "one target's share at most past the limit: {step:?}"
+        );
+        deleted += step.deleted;
+        from = step.next;
+        steps += 1;
+        assert!(steps <= 10, "the prune does not end");
+    }
+    assert_eq!(deleted, expected);
+    assert_eq!(
+        steps, 4,
+        "one target (3 rows, over the limit of 2) per step"
+    );
+    for t in ["a", "b", "c", "d"] {
+        assert_eq!(store.history(t, None, 10).unwrap().len(), 1, "{t}");
+    }
+    assert_eq!(store.prune(5_000).unwrap(), 0);
 }
 
 #[test]
