@@ -565,8 +565,8 @@ async fn retryable_then_delivered() {
     let fake = FakeHttp::start(move |_| match seen.fetch_add(1, Ordering::SeqCst) {
         0 => Reply::bytes(500, "text/plain", "upstream down"),
         1 => Reply::status(503),
-        2 => Reply::status(429),
-        3 => Reply::status(408),
+        2 => Reply::status(429).header("retry-after", "120"),
+        3 => Reply::status(408).header("retry-after", "5"),
         _ => Reply::accepted(),
     })
     .await;
@@ -580,7 +580,8 @@ async fn retryable_then_delivered() {
         e,
         DeliveryError::Status {
             status: 500,
-            body: "upstream down".into()
+            body: "upstream down".into(),
+            retry_after_ms: None,
         }
     );
     assert_eq!(
@@ -588,11 +589,12 @@ async fn retryable_then_delivered() {
         "the sink answered HTTP 500: \"upstream down\""
     );
     assert!(!e.is_permanent());
-    for status in [503, 429, 408] {
+    for (status, retry_after_ms) in [(503, None), (429, Some(120_000)), (408, None)] {
         let e = sink::deliver(&sink, &down(), TIMEOUT).await.unwrap_err();
         assert!(
-            matches!(e, DeliveryError::Status { status: s, .. } if s == status),
-            "{e}"
+            matches!(e, DeliveryError::Status { status: s, retry_after_ms: r, .. }
+                if s == status && r == retry_after_ms),
+            "{e:?}"
         );
         assert!(!e.is_permanent(), "{e}");
     }
@@ -617,7 +619,7 @@ async fn client_errors_are_permanent_and_never_show_the_url() {
     let e = sink::deliver(&pd, &down(), TIMEOUT).await.unwrap_err();
     assert!(e.is_permanent());
     assert!(
-        matches!(&e, DeliveryError::Status { status: 400, body } if body.contains("invalid")),
+        matches!(&e, DeliveryError::Status { status: 400, body, .. } if body.contains("invalid")),
         "{e}"
     );
     let slack = SinkKind::Slack {
@@ -865,6 +867,8 @@ enum Behaviour {
     Hang,
     /// Answers ok after this long.
     Slow(Duration),
+    /// HTTP 429 asking to wait this many ms, for the first n calls, then ok.
+    RateLimited(usize, i64),
 }
 
 #[derive(Debug, Clone)]
@@ -910,11 +914,19 @@ impl Deliver for Script {
                 Behaviour::FailFirst(n) if before < n => Err(DeliveryError::Status {
                     status: 500,
                     body: String::new(),
+                    retry_after_ms: None,
                 }),
+                Behaviour::RateLimited(n, wait) if before < n => Err(DeliveryError::Status {
+                    status: 429,
+                    body: String::new(),
+                    retry_after_ms: Some(wait),
+                }),
+                Behaviour::RateLimited(..) => Ok(()),
                 Behaviour::FailFirst(_) => Ok(()),
                 Behaviour::Reject => Err(DeliveryError::Status {
                     status: 400,
                     body: "bad".into(),
+                    retry_after_ms: None,
                 }),
                 Behaviour::Hang => std::future::pending().await,
                 Behaviour::Slow(d) => {
@@ -1014,6 +1026,28 @@ async fn outbox_backs_off_then_delivers() {
             .iter()
             .all(|(_, e)| e == "the sink answered HTTP 500")
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rate_limited_sink_is_retried_no_sooner_than_it_asked() {
+    let memory = Memory::default();
+    let id = memory.add(0, down());
+    let poll = Duration::from_millis(100);
+    // A Slack webhook over its rate limit: 429 with Retry-After: 30, twice.
+    let run = start(&memory, vec![Behaviour::RateLimited(2, 30_000)], poll);
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    let calls = run.stop().await;
+    let times: Vec<i64> = calls.iter().map(|c| c.at_ms - T0).collect();
+    assert_eq!(times.len(), 3, "{times:?}");
+    for k in 1..3 {
+        // The backoff alone would retry after 0.5–2 s; the sink asked for 30 s.
+        let gap = times[k] - times[k - 1];
+        assert!(
+            (30_000..=30_100).contains(&gap),
+            "gap {k}: {gap} ms ({times:?})"
+        );
+    }
+    assert_eq!(memory.row(id).delivered, Some(T0 + times[2]));
 }
 
 #[tokio::test(start_paused = true)]

@@ -22,7 +22,9 @@
 //!
 //! An attempt fails in one of two ways:
 //! - **retryable**: a connection error, a timeout, HTTP 5xx, 408 or 429, a command that exited
-//!   non-zero or was killed. Retried with [`next_attempt`]'s backoff, for as long as it takes
+//!   non-zero or was killed. Retried with [`next_attempt`]'s backoff — or later, when a 429 or
+//!   503 says when in `Retry-After` (Slack's and PagerDuty's rate limits; at most an hour, see
+//!   [`retry_after`]) — for as long as it takes
 //!   for a resolve, and up to [`OutboxOptions::expire`] for anything else (a page about an outage
 //!   a day ago helps nobody; a resolve left undelivered would leave a page open forever);
 //! - **permanent**: any other HTTP 4xx (the request itself is wrong: a revoked Slack webhook, a
@@ -113,7 +115,13 @@ impl std::fmt::Debug for HttpPost {
 pub enum DeliveryError {
     /// The sink answered, but not with 2xx.
     #[error("the sink answered HTTP {status}{}", quoted(.body))]
-    Status { status: u16, body: String },
+    Status {
+        status: u16,
+        body: String,
+        /// How long the sink asked us to wait (`Retry-After` of a 429 or 503), capped at
+        /// [`RETRY_AFTER_CAP_MS`].
+        retry_after_ms: Option<i64>,
+    },
     /// DNS, connect, TLS or the HTTP exchange failed.
     #[error("{0}")]
     Unreachable(String),
@@ -367,6 +375,14 @@ async fn post(req: &HttpPost, timeout: Duration, deadline: Instant) -> Result<()
         // a delivered alert into a retry (and a duplicate).
         return Ok(());
     }
+    let retry_after_ms = if matches!(status, 429 | 503) {
+        resp.headers()
+            .get(http::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| retry_after(v, std::time::SystemTime::now()))
+    } else {
+        None
+    };
     let (body, _) = read_body(resp.body_mut(), ERROR_BODY, deadline).await;
     let body = String::from_utf8_lossy(&body)
         .chars()
@@ -375,7 +391,28 @@ async fn post(req: &HttpPost, timeout: Duration, deadline: Instant) -> Result<()
     Err(DeliveryError::Status {
         status,
         body: truncate(body.trim(), 200),
+        retry_after_ms,
     })
+}
+
+/// The longest `Retry-After` honoured: a sink asking for more is asked again after an hour.
+pub const RETRY_AFTER_CAP_MS: i64 = 3_600_000;
+
+/// A `Retry-After` value (RFC 9110 §10.2.3: delay-seconds or an HTTP-date) as milliseconds from
+/// `now`, capped at [`RETRY_AFTER_CAP_MS`]; `None` when it is neither.
+pub fn retry_after(value: &str, now: std::time::SystemTime) -> Option<i64> {
+    let v = value.trim();
+    let ms = if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) {
+        // Seconds; a number too long for u64 is "very long".
+        v.parse::<u64>().map_or(i64::MAX, |s| {
+            i64::try_from(s.saturating_mul(1000)).unwrap_or(i64::MAX)
+        })
+    } else {
+        let at = httpdate::parse_http_date(v).ok()?;
+        at.duration_since(now)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    };
+    Some(ms.min(RETRY_AFTER_CAP_MS))
 }
 
 // ---- filters -------------------------------------------------------------------------------
@@ -807,7 +844,15 @@ async fn record<O: Outbox, D: Deliver>(
             outbox.failed(done.id, &e.to_string(), now, true).await;
         }
         Err(e) => {
-            let next = next_attempt(done.attempts, now, &done.alert.dedup_key);
+            // The backoff, or later if the sink said when (a rate limit's Retry-After).
+            let mut next = next_attempt(done.attempts, now, &done.alert.dedup_key);
+            if let DeliveryError::Status {
+                retry_after_ms: Some(wait),
+                ..
+            } = &e
+            {
+                next = next.max(now.saturating_add(*wait));
+            }
             tracing::warn!(%sink, dedup_key = %done.alert.dedup_key, attempts = done.attempts, error = %e, retry_in_ms = next - now, "alert delivery failed; will retry");
             outbox.failed(done.id, &e.to_string(), next, false).await;
         }
@@ -826,6 +871,27 @@ mod tests {
         assert_eq!(human_duration(2 * 3_600_000), "2h");
         assert_eq!(human_duration(2 * 3_600_000 + 5 * 60_000), "2h 5m");
         assert_eq!(human_duration(3 * 86_400_000 + 4 * 3_600_000), "3d 4h");
+    }
+
+    #[test]
+    fn retry_after_is_seconds_or_a_date_capped_at_an_hour() {
+        use std::time::{Duration, UNIX_EPOCH};
+        let now = UNIX_EPOCH + Duration::from_secs(1_445_412_480); // Wed, 21 Oct 2015 07:28:00 GMT
+        assert_eq!(retry_after("120", now), Some(120_000));
+        assert_eq!(retry_after(" 0 ", now), Some(0));
+        assert_eq!(
+            retry_after("Wed, 21 Oct 2015 07:29:30 GMT", now),
+            Some(90_000)
+        );
+        assert_eq!(retry_after("Wed, 21 Oct 2015 07:00:00 GMT", now), Some(0));
+        assert_eq!(retry_after("86400", now), Some(RETRY_AFTER_CAP_MS));
+        assert_eq!(
+            retry_after("99999999999999999999999", now),
+            Some(RETRY_AFTER_CAP_MS)
+        );
+        assert_eq!(retry_after("-5", now), None);
+        assert_eq!(retry_after("soon", now), None);
+        assert_eq!(retry_after("", now), None);
     }
 
     #[test]
@@ -928,6 +994,7 @@ mod tests {
     #[test]
     fn classification() {
         let s = |status| DeliveryError::Status {
+            retry_after_ms: None,
             status,
             body: String::new(),
         };
