@@ -162,6 +162,7 @@ pub async fn run(
     let start = Instant::now() + phase(&cfg.name, cfg.interval);
     let mut ticker = tokio::time::interval_at(start, cfg.interval);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    let mut era = EraMemo::new(&target, &plan);
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
@@ -176,9 +177,74 @@ pub async fn run(
         };
         // The check (probe, transcript, report, record) lives in futures of its own, on the
         // heap while it runs: the task at rest stays small, and a fleet has one per target.
-        let record = Box::pin(check(&cfg, &mut memory, &shared, &target, &plan, permit)).await;
+        let plan_now = era.plan(&plan);
+        let record = Box::pin(check(&cfg, &mut memory, &shared, &target, plan_now, permit)).await;
+        era.learn(&plan, memory.state.last.as_ref());
         if Box::pin(shared.records.send(record)).await.is_err() {
             return memory; // the writer is gone: shutting down
+        }
+    }
+}
+
+/// How long a stdio target's era, once found, is used before it is detected afresh.
+pub const ERA_RECHECK: Duration = Duration::from_secs(3600);
+
+/// The era of a stdio target with `era = "auto"`, remembered between checks.
+///
+/// An auto probe over stdio starts the server twice, side by side (see `mcpulse-probe`): for an
+/// `npx` server checked every minute that doubles the cost of watching it. The spec allows
+/// caching the era per server ("re-probe when the cached assumption fails"), so after a check
+/// that found the server up in an era, the next checks pin that era (one process), until a
+/// check finds it down (the next one detects again: an era change costs one failed check, never
+/// an alert, since alerts need `failure_threshold` checks) or [`ERA_RECHECK`] has passed (so a
+/// server that gained an era shows it within the hour). HTTP targets always detect: there it
+/// costs a request, not a process.
+struct EraMemo {
+    applies: bool,
+    pinned: Option<(Plan, Instant)>,
+}
+
+impl EraMemo {
+    fn new(target: &Target, plan: &Plan) -> EraMemo {
+        EraMemo {
+            applies: matches!(target, Target::Stdio { .. })
+                && plan.era == mcpulse_wire::version::EraMode::Auto,
+            pinned: None,
+        }
+    }
+
+    /// The plan for the next check.
+    fn plan<'a>(&'a self, auto: &'a Plan) -> &'a Plan {
+        match &self.pinned {
+            Some((plan, until)) if Instant::now() < *until => plan,
+            _ => auto,
+        }
+    }
+
+    /// Learns from the check just made (`auto` is the target's own plan).
+    fn learn(&mut self, auto: &Plan, last: Option<&Observation>) {
+        if !self.applies {
+            return;
+        }
+        let found = last
+            .filter(|o| o.status != Health::Down)
+            .and_then(|o| o.era.as_deref())
+            .and_then(|e| match e {
+                "modern" => Some(mcpulse_wire::version::EraMode::Modern),
+                "legacy" => Some(mcpulse_wire::version::EraMode::Legacy),
+                _ => None,
+            });
+        match (found, &self.pinned) {
+            (None, _) => self.pinned = None,
+            // Still valid and the same era: keep its deadline, so detection comes back hourly.
+            (Some(era), Some((plan, until))) if plan.era == era && Instant::now() < *until => {}
+            (Some(era), _) => {
+                let plan = Plan {
+                    era,
+                    ..auto.clone()
+                };
+                self.pinned = Some((plan, Instant::now() + ERA_RECHECK));
+            }
         }
     }
 }

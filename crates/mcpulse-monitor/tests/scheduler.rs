@@ -25,6 +25,7 @@ use mcpulse_monitor::state::Health;
 use mcpulse_probe::{Plan, Target, Transcript};
 use mcpulse_testkit::FakeHttp;
 use mcpulse_testkit::scenario::{self, Framing};
+use mcpulse_wire::version::EraMode;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::Path;
@@ -126,6 +127,8 @@ struct Call {
     target: String,
     start: Instant,
     end: Option<Instant>,
+    /// The era the plan asked for.
+    era: EraMode,
 }
 
 /// Answers from a script per target (call `k` gets `script[k]`, the last step repeats), and
@@ -145,6 +148,17 @@ impl Scripted {
             .lock()
             .unwrap()
             .insert(target.to_owned(), steps);
+    }
+
+    /// The era each call of `target` asked for, in order.
+    fn eras(&self, target: &str) -> Vec<EraMode> {
+        self.calls
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|c| c.target == target)
+            .map(|c| c.era)
+            .collect()
     }
 
     /// When each call of `target` started, in order.
@@ -171,7 +185,7 @@ impl Prober for Scripted {
     fn probe<'a>(
         &'a self,
         target: &'a Target,
-        _plan: &'a Plan,
+        plan: &'a Plan,
     ) -> Pin<Box<dyn Future<Output = Transcript> + Send + 'a>> {
         Box::pin(async move {
             let name = name_of(target);
@@ -182,6 +196,7 @@ impl Prober for Scripted {
                     target: name.clone(),
                     start: Instant::now(),
                     end: None,
+                    era: plan.era,
                 });
                 (calls.len() - 1, k)
             };
@@ -738,4 +753,34 @@ async fn stopping_returns_the_memory_and_a_restart_carries_on() {
         )]
     );
     assert!(memory.incidents.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stdio_target_keeps_the_era_it_was_found_in_until_it_is_down_or_an_hour_has_passed() {
+    let h = Harness::new(64);
+    let text = "[defaults]\ninterval = \"60s\"\ntimeout = \"5s\"\n\
+                [[targets]]\nname = \"files\"\ncommand = [\"stdio-server\"]\n\
+                [[targets]]\nname = \"web\"\nurl = \"http://127.0.0.1:9/web\"\n";
+    let cfgs = config::parse(text, "scheduler.toml", Path::new("/nonexistent"), &|_| None)
+        .unwrap()
+        .targets;
+    // Up, up, down (the era is forgotten), then up for good.
+    h.prober.script("stdio-server", vec![UP, UP, DOWN, UP]);
+    h.prober.script("web", vec![UP]);
+    let running: Vec<Running> = cfgs.iter().map(|c| h.start(c, Memory::default())).collect();
+    // 70 checks each: past the hour after the era was found again (check 3).
+    h.run_until(secs(70 * 60)).await;
+    for r in running {
+        r.stop().await;
+    }
+    let eras = h.prober.eras("stdio-server");
+    assert_eq!(eras.len(), 70, "{eras:?}");
+    let (auto, legacy) = (EraMode::Auto, EraMode::Legacy);
+    // Found legacy at check 0 and pinned; down at check 2, so check 3 detects again.
+    assert_eq!(eras[..5], [auto, legacy, legacy, auto, legacy], "{eras:?}");
+    // Pinned after check 3 for an hour (60 checks at 60 s): check 63 detects again.
+    let detections: Vec<usize> = (0..eras.len()).filter(|&i| eras[i] == auto).collect();
+    assert_eq!(detections, [0, 3, 63], "{eras:?}");
+    // An HTTP target always detects: there it costs a request, not a second process.
+    assert!(h.prober.eras("web").iter().all(|e| *e == auto));
 }
