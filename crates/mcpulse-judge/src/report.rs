@@ -911,12 +911,13 @@ impl Judgement<'_> {
                 clip(first, 120)
             )));
         }
-        let stderr: usize = self
-            .tr
-            .processes
-            .iter()
-            .map(|p| p.stderr.len() + p.stderr_dropped)
-            .sum();
+        let stderr: usize = stderr_lines(&self.tr.processes).len()
+            + self
+                .tr
+                .processes
+                .iter()
+                .map(|p| p.stderr_dropped)
+                .sum::<usize>();
         if stderr > 0 {
             self.add(Rule::Stderr.finding(format!("{stderr} line(s) on stderr")));
         }
@@ -1053,11 +1054,26 @@ fn all_tools(tr: &Transcript) -> Vec<Value> {
         .collect()
 }
 
+/// The stderr lines of every server process, in order, without the lines a later process
+/// repeated from an earlier one (two processes of one server print the same start-up banner;
+/// within one process a repeated line is kept: it happened twice).
+fn stderr_lines(processes: &[Process]) -> Vec<&str> {
+    let mut out: Vec<&str> = Vec::new();
+    for (i, p) in processes.iter().enumerate() {
+        for l in &p.stderr {
+            let repeated = processes[..i]
+                .iter()
+                .any(|q| q.stderr.iter().any(|m| m.line == l.line));
+            if !repeated {
+                out.push(l.line.as_str());
+            }
+        }
+    }
+    out
+}
+
 fn stderr_tail(processes: &[Process]) -> Vec<String> {
-    let all: Vec<&str> = processes
-        .iter()
-        .flat_map(|p| p.stderr.iter().map(|l| l.line.as_str()))
-        .collect();
+    let all = stderr_lines(processes);
     all[all.len().saturating_sub(20)..]
         .iter()
         .map(|s| (*s).to_owned())
@@ -1091,11 +1107,46 @@ pub fn rfc3339(unix_ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mcpulse_wire::transcript::TimedLine;
 
     #[test]
     fn rfc3339_dates() {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(rfc3339(1_795_000_000_123), "2026-11-18T11:06:40.123Z");
         assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
+    }
+
+    #[test]
+    fn stderr_lines_repeated_by_a_later_process_are_listed_once() {
+        let p = |lines: &[&str]| Process {
+            stderr: lines
+                .iter()
+                .map(|l| TimedLine {
+                    at_ms: 0.0,
+                    line: (*l).to_owned(),
+                })
+                .collect(),
+            ..Process::default()
+        };
+        let procs = [
+            p(&[
+                "Starting server...",
+                "error: expected initialize",
+                "retrying",
+                "retrying",
+            ]),
+            p(&["Starting server...", "ready", "retrying"]),
+        ];
+        assert_eq!(
+            stderr_lines(&procs),
+            [
+                "Starting server...",
+                "error: expected initialize",
+                "retrying",
+                "retrying",
+                "ready"
+            ]
+        );
+        assert_eq!(stderr_tail(&procs).len(), 5);
     }
 }
