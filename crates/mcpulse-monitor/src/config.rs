@@ -144,6 +144,10 @@ pub enum SinkKind {
     },
     Alertmanager {
         url: String,
+        /// How often the open incidents are posted again (`resend`, default 1 minute, like
+        /// Prometheus's `resend_delay`): Alertmanager keeps alerts in memory only, so a restart
+        /// of it would otherwise lose a firing alert until its next reminder.
+        resend: Duration,
     },
     Command {
         argv: Vec<String>,
@@ -281,6 +285,7 @@ struct RawAlert {
     targets: Vec<String>,
     #[serde(default)]
     on: Vec<String>,
+    resend: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -508,13 +513,22 @@ pub fn parse(
                 routing_key: expand(r.routing_key.as_deref().ok_or_else(|| at("needs routing_key = \"${PAGERDUTY_KEY}\"".into()))?, env).map_err(|m| at(format!("routing_key: {m}")))?,
                 url: r.url.clone().unwrap_or_else(|| "https://events.pagerduty.com/v2/enqueue".into()),
             },
-            "alertmanager" => SinkKind::Alertmanager { url: need_url()? },
+            "alertmanager" => SinkKind::Alertmanager {
+                url: need_url()?,
+                resend: match &r.resend {
+                    Some(d) => duration(d).map_err(|m| at(format!("resend: {m}")))?,
+                    None => DEFAULT_RESEND,
+                },
+            },
             "command" => match &r.command {
                 Some(c) if !c.is_empty() => SinkKind::Command { argv: c.clone() },
                 _ => return Err(at("needs command = [\"program\", \"arg\"]".into())),
             },
             other => return Err(src.at(span, format!("unknown alert kind {other:?}: use webhook, slack, pagerduty, alertmanager or command"))),
         };
+        if r.resend.is_some() && r.kind != "alertmanager" {
+            return Err(at("resend applies to alertmanager sinks only".into()));
+        }
         for on in &r.on {
             if !ALERT_KINDS.contains(&on.as_str()) {
                 return Err(at(format!(
@@ -724,6 +738,9 @@ fn era(s: &str) -> Result<EraMode, String> {
 }
 
 /// `10s`, `500ms`, `2m`, `1h`, `30d`.
+/// How often an Alertmanager sink posts the open incidents again, by default.
+pub const DEFAULT_RESEND: Duration = Duration::from_secs(60);
+
 pub fn duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
     let i = t
@@ -825,6 +842,39 @@ mod tests {
 
     fn parse_err(t: &str) -> ConfigError {
         parse(t, "mcpulse.toml", Path::new("/etc/mcpulse"), &env).unwrap_err()
+    }
+
+    #[test]
+    fn alertmanager_resend_defaults_to_a_minute_and_is_for_alertmanager_only() {
+        let base = "[[targets]]\nname = \"a\"\nurl = \"http://127.0.0.1:1/mcp\"\n";
+        let c = parse_ok(&format!(
+            "{base}[[alerts]]\nkind = \"alertmanager\"\nurl = \"http://am:9093\"\n\
+             [[alerts]]\nkind = \"alertmanager\"\nurl = \"http://am2:9093\"\nresend = \"15s\"\n"
+        ));
+        let resends: Vec<Duration> = c
+            .alerts
+            .iter()
+            .filter_map(|a| match &a.kind {
+                SinkKind::Alertmanager { resend, .. } => Some(*resend),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(resends, [DEFAULT_RESEND, Duration::from_secs(15)]);
+        let e = parse_err(&format!(
+            "{base}[[alerts]]\nkind = \"webhook\"\nurl = \"http://hook\"\nresend = \"15s\"\n"
+        ));
+        assert!(
+            e.to_string()
+                .contains("resend applies to alertmanager sinks only"),
+            "{e}"
+        );
+        let e = parse_err(&format!(
+            "{base}[[alerts]]\nkind = \"alertmanager\"\nurl = \"http://am\"\nresend = \"soon\"\n"
+        ));
+        assert!(
+            e.to_string().contains("resend: \"soon\" is not a duration"),
+            "{e}"
+        );
     }
 
     #[test]

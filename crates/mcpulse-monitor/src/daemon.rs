@@ -167,6 +167,7 @@ pub async fn run(
         cfg.storage.retention,
         stop_all.clone(),
     ));
+    let resend = tokio::spawn(resend_loop(sinks.clone(), fleet.clone(), stop_all.clone()));
     let api_state = crate::api::ApiState::new(
         fleet.clone(),
         Arc::new(StoreHistory {
@@ -242,6 +243,7 @@ pub async fn run(
     let _ = stop_all_tx.send(true);
     let _ = outbox.await;
     let _ = retention.await;
+    let _ = resend.await;
     let _ = api.await;
     tracing::info!("mcpulse monitor stopped");
     Ok(())
@@ -357,6 +359,9 @@ async fn remove_target(
     removals: &mpsc::UnboundedSender<RemovalJob>,
 ) {
     let at = (shared.clock)();
+    // Out of the fleet before its resolves exist: an Alertmanager re-send (which lists the
+    // fleet's open incidents) must not post an incident after its resolve.
+    shared.fleet.remove(&cfg.name);
     let alerts = crate::alert::resolve_removed(&cfg.name, &cfg.labels, &mut memory.incidents, at);
     // The sinks (still configured) that took these incidents: those whose filters in the old
     // config let the normal resolve through.
@@ -555,6 +560,58 @@ where
         }
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(Duration::from_secs(10));
+    }
+}
+
+/// How long one re-send to an Alertmanager may take.
+const RESEND_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Posts the fleet's open incidents to each Alertmanager sink every `resend` (its setting):
+/// see [`crate::sink::alertmanager::resend`]. A failure is logged and tried again at the next
+/// turn; nothing is queued (the next re-send carries the same incidents).
+async fn resend_loop(
+    sinks: Arc<RwLock<Vec<AlertConfig>>>,
+    fleet: Fleet,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut last: BTreeMap<SinkId, tokio::time::Instant> = BTreeMap::new();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.wait_for(|v| *v) => return,
+        }
+        let cfgs: Vec<AlertConfig> = sinks.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let ids = sink_ids(&cfgs);
+        last.retain(|id, _| ids.contains(id));
+        for (i, (id, cfg)) in ids.iter().zip(&cfgs).enumerate() {
+            let crate::config::SinkKind::Alertmanager { url, resend } = &cfg.kind else {
+                continue;
+            };
+            if last.get(id).is_some_and(|t| t.elapsed() < *resend) {
+                continue;
+            }
+            last.insert(id.clone(), tokio::time::Instant::now());
+            let open = || {
+                fleet
+                    .open_alerts(runner::now_ms())
+                    .into_iter()
+                    .filter(|a| crate::sink::matches(cfg, a))
+                    .collect()
+            };
+            match crate::sink::alertmanager::resend(url, RESEND_TIMEOUT, open).await {
+                Ok(0) => {}
+                Ok(n) => {
+                    tracing::debug!(sink = %format!("alertmanager #{i} ({id})"), incidents = n, "re-sent the open incidents")
+                }
+                Err(e) => tracing::warn!(
+                    sink = %format!("alertmanager #{i} ({id})"),
+                    error = %e,
+                    "re-sending the open incidents failed; trying again at the next re-send"
+                ),
+            }
+        }
     }
 }
 

@@ -353,6 +353,29 @@ impl Fleet {
         self.read().targets.contains_key(name)
     }
 
+    /// Every open incident of the fleet, as `Remind` alerts stamped `now_ms` (what an
+    /// Alertmanager sink re-sends), without copying the rest of the views.
+    pub fn open_alerts(&self, now_ms: i64) -> Vec<crate::alert::Alert> {
+        let g = self.read();
+        g.targets
+            .values()
+            .flat_map(|v| {
+                v.incidents.iter().map(move |inc| crate::alert::Alert {
+                    dedup_key: inc.dedup_key.clone(),
+                    action: crate::alert::Action::Remind,
+                    kind: inc.kind,
+                    target: v.name.clone(),
+                    severity: inc.severity.clone(),
+                    summary: inc.summary.clone(),
+                    at_ms: now_ms,
+                    started_ms: inc.opened_ms,
+                    labels: v.labels.clone(),
+                    removed: false,
+                })
+            })
+            .collect()
+    }
+
     pub fn snapshot(&self) -> Snapshot {
         let g = self.read();
         Snapshot {

@@ -396,6 +396,7 @@ fn filters() {
     let am = cfg(
         SinkKind::Alertmanager {
             url: "http://x".into(),
+            resend: Duration::from_secs(60),
         },
         &[],
         &["grade"],
@@ -532,7 +533,10 @@ async fn pagerduty_trigger_and_resolve_share_the_dedup_key() {
 #[tokio::test]
 async fn alertmanager_resolve_ends_the_alert() {
     let fake = FakeHttp::start(|_| Reply::status(200)).await;
-    let sink = SinkKind::Alertmanager { url: fake.url("/") };
+    let sink = SinkKind::Alertmanager {
+        url: fake.url("/"),
+        resend: Duration::from_secs(60),
+    };
     let (trigger, resolve) = policy_pair();
     sink::deliver(&sink, &trigger, TIMEOUT).await.unwrap();
     sink::deliver(&sink, &resolve, TIMEOUT).await.unwrap();
@@ -543,6 +547,84 @@ async fn alertmanager_resolve_ends_the_alert() {
     assert_eq!(firing["labels"], ended["labels"]);
     assert_eq!(firing["endsAt"], "2026-11-19T11:06:40.000Z");
     assert_eq!(ended["endsAt"], "2026-11-18T11:18:40.000Z");
+}
+
+#[tokio::test]
+async fn alertmanager_resend_posts_every_open_incident_in_one_request() {
+    let fake = FakeHttp::start(|_| Reply::status(200)).await;
+    let url = fake.url("/");
+    let (trigger, _) = policy_pair();
+    let mut other = grade();
+    other.action = Action::Remind;
+    let open = vec![
+        Alert {
+            action: Action::Remind,
+            ..trigger.clone()
+        },
+        other,
+    ];
+    let n = sink::alertmanager::resend(&url, TIMEOUT, || open.clone())
+        .await
+        .unwrap();
+    assert_eq!(n, 2);
+    // Nothing open: no request at all.
+    let n = sink::alertmanager::resend(&url, TIMEOUT, Vec::new)
+        .await
+        .unwrap();
+    assert_eq!(n, 0);
+    let reqs = fake.requests();
+    assert_eq!(reqs.len(), 1, "{reqs:?}");
+    assert_eq!(reqs[0].path(), "/api/v2/alerts");
+    let posted = reqs[0].json().unwrap();
+    // The same postables as one delivery of each, in one array.
+    let mut expected: Vec<Value> = Vec::new();
+    for a in &open {
+        let one: Value = serde_json::from_str(&sink::alertmanager::body(a).unwrap()).unwrap();
+        expected.extend(one.as_array().unwrap().iter().cloned());
+    }
+    assert_eq!(posted, Value::Array(expected));
+}
+
+#[tokio::test]
+async fn alertmanager_resend_waits_for_the_post_in_flight_and_lists_incidents_after_it() {
+    // A resolve on its way to a slow Alertmanager holds the turn: the re-send lists the open
+    // incidents only once that post is over, so it cannot list (and revive) the incident the
+    // resolve is closing.
+    let fake = FakeHttp::start(|_| Reply::silence()).await;
+    let url = fake.url("/");
+    let (_, resolve) = policy_pair();
+    let sink = SinkKind::Alertmanager {
+        url: url.clone(),
+        resend: Duration::from_secs(60),
+    };
+    let delivered = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = delivered.clone();
+    let delivery = tokio::spawn(async move {
+        let r = sink::deliver(&sink, &resolve, Duration::from_millis(300)).await;
+        flag.store(true, Ordering::SeqCst);
+        r
+    });
+    // The delivery has the turn once its request has arrived.
+    while fake.requests().is_empty() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let listed_after = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let seen = listed_after.clone();
+    let n = sink::alertmanager::resend(&url, Duration::from_millis(300), || {
+        seen.store(delivered.load(Ordering::SeqCst), Ordering::SeqCst);
+        Vec::new()
+    })
+    .await
+    .unwrap();
+    assert_eq!(n, 0);
+    assert!(
+        listed_after.load(Ordering::SeqCst),
+        "the re-send listed the incidents while a post was in flight"
+    );
+    assert!(
+        delivery.await.unwrap().is_err(),
+        "the silent receiver times out"
+    );
 }
 
 #[tokio::test]
@@ -641,7 +723,10 @@ async fn client_errors_are_permanent_and_never_show_the_url() {
 #[tokio::test]
 async fn a_hanging_receiver_times_out() {
     let fake = FakeHttp::start(|_| Reply::silence()).await;
-    let sink = SinkKind::Alertmanager { url: fake.url("") };
+    let sink = SinkKind::Alertmanager {
+        url: fake.url(""),
+        resend: Duration::from_secs(60),
+    };
     let started = std::time::Instant::now();
     let e = sink::deliver(&sink, &down(), Duration::from_millis(300))
         .await

@@ -957,3 +957,101 @@ async fn alertmanager_receives_dedups_and_resolves() {
         );
     }
 }
+
+/// Alertmanager keeps alerts in memory only: one that restarts has lost them. The Alertmanager
+/// sink re-sends the open incidents every `resend` (here 1 s, and no reminders), so the firing
+/// alert comes back to the new process with the same labels and start; and once the target
+/// recovers, the resolve closes it and no later re-send revives it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_alertmanager_gets_the_open_alert_back_from_the_resend() {
+    require(ALERTMANAGER, "prometheus-alertmanager");
+    let dir = TempDir::new("alertmanager-restart");
+    let up = Arc::new(AtomicBool::new(true));
+    let live = mcp_server(up.clone()).await;
+    let am_file = dir.join("alertmanager.yml");
+    std::fs::write(
+        &am_file,
+        "route:\n  receiver: none\nreceivers:\n  - name: none\n",
+    )
+    .unwrap();
+    let am_port = free_port();
+    let start_am = |name: &'static str, data: &str| {
+        let args = [
+            format!("--config.file={}", am_file.display()),
+            format!("--storage.path={}", dir.join(data).display()),
+            format!("--web.listen-address=127.0.0.1:{am_port}"),
+            "--cluster.listen-address=".to_owned(),
+        ];
+        Proc::spawn(name, ALERTMANAGER, &args, &dir)
+    };
+    let mut am = start_am("alertmanager", "am-data-1");
+    ready(am_port, "/-/ready", &mut am).await;
+
+    let config = format!(
+        "[defaults]\ninterval = \"1s\"\ntimeout = \"500ms\"\nfailure_threshold = 1\n\
+         success_threshold = 1\nsecurity = false\n\n\
+         [[targets]]\nname = \"live\"\nurl = \"{}\"\n\n\
+         [[alerts]]\nkind = \"alertmanager\"\nurl = \"http://127.0.0.1:{am_port}\"\nresend = \"1s\"\n",
+        live.url("/mcp")
+    );
+    let (mut mon, _) = monitor("monitor", &dir, &config).await;
+    // Let the target be seen healthy, then take it down.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    up.store(false, Ordering::SeqCst);
+    let first = until(
+        "one firing MCPServerDown alert",
+        &mut [&mut am, &mut mon],
+        || async {
+            let alerts = am_alerts(am_port, "MCPServerDown").await?;
+            match alerts.as_slice() {
+                [a] if a["status"]["state"] == "active" => Ok(a.clone()),
+                _ => Err(format!("{alerts:?}")),
+            }
+        },
+    )
+    .await;
+
+    // Alertmanager restarts with an empty memory (and a fresh data directory).
+    drop(am);
+    let mut am = start_am("alertmanager-restarted", "am-data-2");
+    ready(am_port, "/-/ready", &mut am).await;
+    let back = until(
+        "the re-send to bring the alert back",
+        &mut [&mut am, &mut mon],
+        || async {
+            let alerts = am_alerts(am_port, "MCPServerDown").await?;
+            match alerts.as_slice() {
+                [a] if a["status"]["state"] == "active" => Ok(a.clone()),
+                _ => Err(format!("{alerts:?}")),
+            }
+        },
+    )
+    .await;
+    assert_eq!(back["labels"], first["labels"]);
+    assert_eq!(
+        back["startsAt"], first["startsAt"],
+        "the incident's start stays"
+    );
+
+    // Recovery closes it, and the re-sends that follow do not revive it.
+    up.store(true, Ordering::SeqCst);
+    until(
+        "MCPServerDown to be resolved",
+        &mut [&mut am, &mut mon],
+        || async {
+            let alerts = am_alerts(am_port, "MCPServerDown").await?;
+            if alerts.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{alerts:?}"))
+            }
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        am_alerts(am_port, "MCPServerDown").await.unwrap(),
+        Vec::<Value>::new(),
+        "three re-send periods later, still resolved"
+    );
+}

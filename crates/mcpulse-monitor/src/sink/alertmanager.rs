@@ -24,15 +24,20 @@
 //! | flapping | (MCPServerFlapping, warning) |
 //! | auth, protocol, grade | just the alert's own |
 //!
-//! ## `endsAt`
+//! ## `endsAt` and re-sends
 //!
 //! Alertmanager resolves an alert without `endsAt` after its `resolve_timeout` (5 minutes by
-//! default), expecting the sender to re-post more often than that, as Prometheus does. mcpulse
-//! posts on transitions and reminders only, so a firing alert carries an explicit
-//! `endsAt = at + 24 h` ([`FIRING_HOLD_MS`]): it stays firing until we resolve it, and if mcpulse
-//! disappears for good it still clears within a day instead of never. Each reminder pushes it
-//! out again, so for incidents that may stay open longer than a day, set a `reminder` shorter
-//! than a day.
+//! default), expecting the sender to re-post more often than that, as Prometheus does; and it
+//! keeps alerts in memory only, so a restart of it loses them all. mcpulse posts on transitions
+//! and reminders, and besides re-sends every open incident each `resend` (default 1 minute;
+//! [`resend`]), so a restarted Alertmanager has them back within that. A firing alert carries an
+//! explicit `endsAt = at + 24 h` ([`FIRING_HOLD_MS`]), which every re-send moves on: it stays
+//! firing until we resolve it, and if mcpulse disappears for good it still clears within a day
+//! instead of never (rather than within minutes, which would read as a recovery nobody saw).
+//!
+//! Every post to one Alertmanager takes a turn ([`turn`]), and a re-send lists the open
+//! incidents within its turn: a resolve posted before it is not revived by it, and a resolve
+//! made while it runs is posted after it.
 //!
 //! - `trigger`, `remind`: `endsAt = at + 24 h`;
 //! - `resolve`: `endsAt = at` (the time of the recovery, not of the delivery, which may be a
@@ -45,7 +50,9 @@
 use super::{DeliveryError, HttpPost, rfc3339, to_json};
 use crate::alert::{Action, Alert, Kind};
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Duration;
 
 /// How long a firing alert lasts without a resolve or a reminder.
 pub const FIRING_HOLD_MS: i64 = 24 * 3_600_000;
@@ -112,6 +119,11 @@ fn label_name(k: &str) -> Option<String> {
 
 /// The JSON array for an alert.
 pub fn body(alert: &Alert) -> Result<String, DeliveryError> {
+    to_json(&postables(alert))
+}
+
+/// The postable alerts that speak for one alert (its variant, and the family's others ended).
+fn postables(alert: &Alert) -> Vec<Postable> {
     let mut base = BTreeMap::new();
     for (k, v) in &alert.labels {
         if let Some(k) = label_name(k)
@@ -158,7 +170,49 @@ pub fn body(alert: &Alert) -> Result<String, DeliveryError> {
             out.push(post(alertname(alert.kind), &alert.severity, until));
         }
     }
-    to_json(&out)
+    out
+}
+
+/// The turn to post to one Alertmanager (by URL): every post to it, the outbox's deliveries
+/// and the re-sends alike, takes it, so they reach Alertmanager in the order they were made.
+pub async fn turn(url: &str) -> tokio::sync::OwnedMutexGuard<()> {
+    static TURNS: LazyLock<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>> =
+        LazyLock::new(Mutex::default);
+    let lock = {
+        let mut turns = TURNS.lock().unwrap_or_else(|p| p.into_inner());
+        turns.entry(endpoint(url)).or_default().clone()
+    };
+    lock.lock_owned().await
+}
+
+/// Posts the open incidents again, as Prometheus re-sends firing alerts: Alertmanager keeps
+/// alerts in memory only, so one that restarted has lost them, and they come back within
+/// `resend` instead of at the next reminder (or never, without reminders).
+///
+/// `open` lists the incidents as `Remind` alerts; it is called **within the turn**, so an
+/// incident resolved before the turn is not listed, and one resolved after it has its resolve
+/// posted after this: a re-send can never revive an alert its resolve has closed. Returns how
+/// many incidents were posted.
+pub async fn resend(
+    url: &str,
+    timeout: Duration,
+    open: impl FnOnce() -> Vec<Alert>,
+) -> Result<usize, DeliveryError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let _turn = turn(url).await;
+    let alerts = open();
+    if alerts.is_empty() {
+        return Ok(0);
+    }
+    let all: Vec<Postable> = alerts.iter().flat_map(postables).collect();
+    let req = HttpPost {
+        url: endpoint(url),
+        headers: vec![("Content-Type".to_owned(), "application/json".to_owned())],
+        secret_headers: Vec::new(),
+        body: to_json(&all)?,
+    };
+    super::post(&req, timeout, deadline).await?;
+    Ok(alerts.len())
 }
 
 /// `{url}/api/v2/alerts` (a URL that already ends in the path is taken as is).

@@ -274,7 +274,7 @@ fn destination_id(kind: &SinkKind) -> String {
     match kind {
         SinkKind::Webhook { url, .. }
         | SinkKind::Slack { url }
-        | SinkKind::Alertmanager { url } => part(url),
+        | SinkKind::Alertmanager { url, .. } => part(url),
         SinkKind::PagerDuty { routing_key, url } => {
             part(url);
             part(routing_key);
@@ -333,7 +333,10 @@ pub async fn deliver(
                 None => Ok(()),
             }
         }
-        SinkKind::Alertmanager { url } => {
+        SinkKind::Alertmanager { url, .. } => {
+            // One post at a time per Alertmanager, in order with the re-sends of open
+            // incidents ([`alertmanager::resend`]).
+            let _turn = alertmanager::turn(url).await;
             post(&alertmanager::request(url, alert)?, timeout, deadline).await
         }
         SinkKind::Command { argv } => command::run(argv, alert, timeout).await,
@@ -341,7 +344,11 @@ pub async fn deliver(
 }
 
 /// POSTs with the project's own HTTP client (https through rustls), and classifies the answer.
-async fn post(req: &HttpPost, timeout: Duration, deadline: Instant) -> Result<(), DeliveryError> {
+pub(crate) async fn post(
+    req: &HttpPost,
+    timeout: Duration,
+    deadline: Instant,
+) -> Result<(), DeliveryError> {
     // The URL is never echoed in an error: its path may be the credential.
     let uri: Uri = req
         .url
