@@ -499,21 +499,51 @@ async fn more_pages(
 /// After finding a modern server, a legacy `initialize` tells whether it also serves legacy
 /// clients. Nothing else is sent in that session.
 async fn dual_era_check(wire: &mut Wire<'_>, ctx: &mut Ctx<'_>) -> Option<String> {
+    let i = initialize(wire, ctx, Step::DualEraCheck).await;
+    ctx.ex(i).header("mcp-session-id").map(str::to_owned)
+}
+
+/// A legacy `initialize` over `wire`, as `step` (the handshake, or the dual-era check).
+async fn initialize(wire: &mut Wire<'_>, ctx: &mut Ctx<'_>, step: Step) -> usize {
     let id = ctx.id();
     let msg = message::initialize(id, &ctx.plan.client);
     let deadline = ctx.deadline;
-    let i = send(
+    send(wire, ctx, step, Era::Legacy, None, &msg, Some(id), deadline).await
+}
+
+/// The rest of a legacy session once `initialize` succeeded: `notifications/initialized`, then
+/// the inventory.
+async fn legacy_session(wire: &mut Wire<'_>, ctx: &mut Ctx<'_>, capabilities: &Value) {
+    let deadline = notification_deadline(ctx);
+    let msg = message::initialized();
+    send(
         wire,
         ctx,
-        Step::DualEraCheck,
+        Step::Initialized,
         Era::Legacy,
+        None,
+        &msg,
+        None,
+        deadline,
+    )
+    .await;
+    inventory(wire, ctx, Era::Legacy, capabilities).await;
+}
+
+/// `server/discover` (request `id`) over `wire`, waiting until `deadline`.
+async fn discover(wire: &mut Wire<'_>, ctx: &mut Ctx<'_>, id: i64, deadline: Instant) -> usize {
+    let msg = message::discover(id, version::MODERN, &ctx.plan.client);
+    send(
+        wire,
+        ctx,
+        Step::Discover,
+        Era::Modern,
         None,
         &msg,
         Some(id),
         deadline,
     )
-    .await;
-    ctx.ex(i).header("mcp-session-id").map(str::to_owned)
+    .await
 }
 
 async fn probe_http(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>) {
@@ -523,24 +553,13 @@ async fn probe_http(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>) {
     }
     if ctx.plan.era != EraMode::Legacy {
         let id = ctx.id();
-        let msg = message::discover(id, version::MODERN, &ctx.plan.client);
         let deadline = ctx.deadline;
         let mut wire = Wire::Http {
             client,
             uri,
             session: None,
         };
-        let i = send(
-            &mut wire,
-            ctx,
-            Step::Discover,
-            Era::Modern,
-            None,
-            &msg,
-            Some(id),
-            deadline,
-        )
-        .await;
+        let i = discover(&mut wire, ctx, id, deadline).await;
         match classify_discover(ctx.ex(i)) {
             Discovered::Modern(caps) => {
                 inventory(&mut wire, ctx, Era::Modern, &caps).await;
@@ -566,25 +585,12 @@ async fn probe_http(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>) {
             Discovered::Legacy => {}
         }
     }
-    let id = ctx.id();
-    let msg = message::initialize(id, &ctx.plan.client);
-    let deadline = ctx.deadline;
     let mut wire = Wire::Http {
         client,
         uri,
         session: None,
     };
-    let i = send(
-        &mut wire,
-        ctx,
-        Step::Initialize,
-        Era::Legacy,
-        None,
-        &msg,
-        Some(id),
-        deadline,
-    )
-    .await;
+    let i = initialize(&mut wire, ctx, Step::Initialize).await;
     match classify_initialize(ctx.ex(i)) {
         Initialized::Ok {
             version,
@@ -604,18 +610,7 @@ async fn probe_http(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>) {
                 uri,
                 session: Some((sid.clone(), negotiated.clone())),
             };
-            send(
-                &mut wire,
-                ctx,
-                Step::Initialized,
-                Era::Legacy,
-                None,
-                &message::initialized(),
-                None,
-                notification_deadline(ctx),
-            )
-            .await;
-            inventory(&mut wire, ctx, Era::Legacy, &capabilities).await;
+            legacy_session(&mut wire, ctx, &capabilities).await;
             ctx.mark_done();
             if let (Some(sid), Wire::Http { client, .. }) = (sid, wire) {
                 delete(client, uri, ctx, sid, negotiated).await;
@@ -712,33 +707,9 @@ async fn probe_sse(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>) {
         return ctx.mark_done();
     };
     let mut wire = Wire::Sse { client, stream };
-    let id = ctx.id();
-    let msg = message::initialize(id, &ctx.plan.client);
-    let deadline = ctx.deadline;
-    let i = send(
-        &mut wire,
-        ctx,
-        Step::Initialize,
-        Era::Legacy,
-        None,
-        &msg,
-        Some(id),
-        deadline,
-    )
-    .await;
+    let i = initialize(&mut wire, ctx, Step::Initialize).await;
     if let Initialized::Ok { capabilities, .. } = classify_initialize(ctx.ex(i)) {
-        send(
-            &mut wire,
-            ctx,
-            Step::Initialized,
-            Era::Legacy,
-            None,
-            &message::initialized(),
-            None,
-            notification_deadline(ctx),
-        )
-        .await;
-        inventory(&mut wire, ctx, Era::Legacy, &capabilities).await;
+        legacy_session(&mut wire, ctx, &capabilities).await;
     }
     ctx.mark_done();
 }
@@ -797,7 +768,6 @@ async fn probe_stdio(
             Err(rec) => ctx.tr.processes.push(*rec),
         }
     }
-    let msg = message::discover(discover_id, version::MODERN, &ctx.plan.client);
     // In auto mode a silent legacy server must leave time for the fallback.
     let deadline = if ctx.plan.era == EraMode::Auto {
         let now = Instant::now();
@@ -806,17 +776,7 @@ async fn probe_stdio(
         ctx.deadline
     };
     let mut wire = Wire::Stdio(&mut child);
-    let i = send(
-        &mut wire,
-        ctx,
-        Step::Discover,
-        Era::Modern,
-        None,
-        &msg,
-        Some(discover_id),
-        deadline,
-    )
-    .await;
+    let i = discover(&mut wire, ctx, discover_id, deadline).await;
     match classify_discover(ctx.ex(i)) {
         Discovered::Modern(caps) => {
             inventory(&mut wire, ctx, Era::Modern, &caps).await;
@@ -913,36 +873,10 @@ async fn legacy_stdio(
     let mut wire = Wire::Stdio(&mut child);
     let i = match initialized {
         Some(i) => i,
-        None => {
-            let id = ctx.id();
-            let msg = message::initialize(id, &ctx.plan.client);
-            let deadline = ctx.deadline;
-            send(
-                &mut wire,
-                ctx,
-                Step::Initialize,
-                Era::Legacy,
-                None,
-                &msg,
-                Some(id),
-                deadline,
-            )
-            .await
-        }
+        None => initialize(&mut wire, ctx, Step::Initialize).await,
     };
     if let Initialized::Ok { capabilities, .. } = classify_initialize(ctx.ex(i)) {
-        send(
-            &mut wire,
-            ctx,
-            Step::Initialized,
-            Era::Legacy,
-            None,
-            &message::initialized(),
-            None,
-            notification_deadline(ctx),
-        )
-        .await;
-        inventory(&mut wire, ctx, Era::Legacy, &capabilities).await;
+        legacy_session(&mut wire, ctx, &capabilities).await;
     }
     ctx.mark_done();
     children.push(child);
