@@ -165,8 +165,10 @@ w("- **stdio readiness and linger**: `bench/stdio_timing.py` spawns the client a
   "server's first reply (*readiness*: spawn → first JSON-RPC frame; in auto mode, where two server "
   "processes start side by side and the verdict needs both, the later of their first replies), "
   "`total_ms` (last protocol step "
-  "done) and the server's exit. mcpulse's clock starts just after its own exec, so "
-  "*verdict − readiness* includes mcpulse's start-up and never flatters it.")
+  "done) and the server's exit. mcpulse's clock starts after its own exec and start-up (which "
+  "come before it starts the server), so its times are moved onto the benchmark's clock by the "
+  "transcript's `started_unix_us` against the wall clock read just before the spawn (*clock "
+  "shift* below): *verdict − readiness* is then one clock's interval.")
 w("")
 
 def srvcpu(group, ident):
@@ -276,6 +278,7 @@ for g, title in STDIO_GROUPS:
       "end and the next one's start, between ready and done):")
     w("")
     footnotes = []
+    shifts = []
     w("| probe | runs | ready | done | client gaps | verdict printed | mcpulse exited | verdict − ready | exit − verdict | server ended by |")
     w("|---|---|---|---|---|---|---|---|---|---|")
     for ident in ("mcpulse-auto", "mcpulse-pinned"):
@@ -300,12 +303,18 @@ for g, title in STDIO_GROUPS:
         for d in summary_stdio:
             if d["group"] == g and d["id"] == ident:
                 d.update(row)
+        shift = med(runs, "clock_shift_ms")
         footnotes.append((ident, spawns))
+        if shift is not None:
+            shifts.append((ident, shift))
         w(f"| {labels[ident]} | {len(runs)} | {fmt_ms(ready)} | {fmt_ms(done)} | {fmt_ms(gaps)} | {fmt_ms(verdict)} | "
           f"{fmt_ms(exit_)} | **{fmt_ms(row['va_med'])}** (max {fmt_ms(row['va_max'])}) | "
           f"**{fmt_ms(row['ev_med'])}** (max {fmt_ms(row['ev_max'])}) | "
           + ", ".join(f"{k} ×{v}" for k, v in how.items()) + " |")
     w("")
+    for ident, shift in shifts:
+        w(f"- {labels[ident]}: clock shift {fmt_ms(shift)} (median): mcpulse's clock starts that long after "
+          "its spawn (exec and start-up, before the server is started); its times are shifted by it.")
     for ident, spawns in footnotes:
         if spawns > 1:
             w(f"- {labels[ident]} started the server {spawns} times per probe, side by side (auto mode: one "

@@ -3,7 +3,8 @@
 
 Usage: stdio_timing.py --runs N --out OUT.json [--transcript FILE] [--rss] -- CLIENT COMMAND...
 
-Per run it records, on this process's monotonic clock from just before the spawn:
+Per run it records, on this process's clock from just before the spawn (mcpulse's own times,
+from its transcript, are moved onto it with the transcript's `started_unix_us`):
   verdict_ms  when the client's first stdout byte arrived (its verdict / result),
   exit_ms     when the client process ended (waitpid returned),
 and, with --transcript (the FILE the client command writes with mcpulse's --transcript):
@@ -11,8 +12,9 @@ and, with --transcript (the FILE the client command writes with mcpulse's --tran
                   processes started side by side (auto mode), the later of their first replies,
   done_ms         mcpulse's total_ms: the last protocol step finished,
   server_exit_ms  when the server process ended (processes[].exit.at_ms), and how.
-mcpulse's clock starts a little after the spawn (exec, argument parsing), so verdict_ms - ready_ms
-over-states mcpulse's overhead by that much, never under-states it.
+mcpulse's clock starts a little after the spawn (exec, start-up, argument parsing); the shift
+(`clock_shift_ms`, from wall-clock readings on both sides, to the microsecond) puts its times on
+this clock, so verdict_ms - ready_ms is one clock's interval.
 
 With --rss, a second thread polls /proc/PID/status for VmHWM (the client's own peak resident
 set, without its children, i.e. without the server) every 0.2 ms and keeps the last value read
@@ -42,6 +44,7 @@ def hwm_kb(pid):
 def one(cmd, transcript, rss):
     if transcript and os.path.exists(transcript):
         os.unlink(transcript)
+    wall0 = time.time()
     t0 = time.monotonic()
     p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     peak = [None]
@@ -72,6 +75,21 @@ def one(cmd, transcript, rss):
         run["rss_kb"] = peak[0]
     if transcript:
         tr = json.load(open(transcript))
+        # mcpulse's clock starts after its exec and start-up (which come before it starts the
+        # server); `started_unix_us` puts that start on this clock, so that readiness and the
+        # verdict are compared on one clock. Without it (the Inspector), no shift.
+        shift = 0.0
+        if tr.get("started_unix_us"):
+            shift = tr["started_unix_us"] / 1000.0 - wall0 * 1000.0
+        run["clock_shift_ms"] = shift
+        for e in tr["exchanges"]:
+            e["at_ms"] += shift
+            for f in e.get("frames", []):
+                f["at_ms"] += shift
+        tr["total_ms"] += shift
+        for pr in tr.get("processes", []):
+            if pr.get("exit"):
+                pr["exit"]["at_ms"] += shift
         frames = [f["at_ms"] for e in tr["exchanges"] for f in e.get("frames", [])]
         # Readiness: each process started at once (auto mode starts two side by side) is ready
         # at its first reply; the verdict needs them all, so the server is ready when the last

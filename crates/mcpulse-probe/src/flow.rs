@@ -57,13 +57,14 @@ pub async fn probe_live(target: &Target, plan: &Plan) -> (Transcript, Live) {
         children: Vec::new(),
         grace: plan.shutdown_grace,
     };
-    let started_unix_ms = SystemTime::now()
+    let since_epoch = SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0);
+        .unwrap_or_default();
     let clock = Clock::start();
     let deadline = Instant::now() + plan.timeout;
+    let started_unix_ms = u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX);
     let mut tr = Transcript::new(target.record(), plan.record(), started_unix_ms);
+    tr.started_unix_us = u64::try_from(since_epoch.as_micros()).ok();
     let mut ctx = Ctx {
         plan,
         limits: Limits {

@@ -24,6 +24,10 @@ pub struct Transcript {
     pub plan: PlanRecord,
     /// Wall-clock start, milliseconds since the Unix epoch. Every `at_ms` below is relative to it.
     pub started_unix_ms: u64,
+    /// The same instant in microseconds, for lining the transcript's times up with another
+    /// clock's (a benchmark's) more finely than a millisecond.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_unix_us: Option<u64>,
     #[serde(default)]
     pub connections: Vec<Connection>,
     #[serde(default)]
@@ -43,6 +47,7 @@ impl Transcript {
             target,
             plan,
             started_unix_ms,
+            started_unix_us: None,
             connections: Vec::new(),
             processes: Vec::new(),
             exchanges: Vec::new(),
