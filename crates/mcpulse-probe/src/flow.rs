@@ -1,5 +1,6 @@
 //! The flow of a probe over each transport. See the crate docs for the rules it follows.
 
+use crate::security::Side;
 use crate::target::{Plan, Target, TransportMode};
 use http::Uri;
 use mcpulse_transport::Limits;
@@ -86,7 +87,7 @@ pub async fn probe_live(target: &Target, plan: &Plan) -> (Transcript, Live) {
             let _ = timeout_at(net, async {
                 probe_http(&mut client, url, &mut ctx).await;
                 if plan.security {
-                    crate::security::checks(&mut client, url, &mut ctx).await;
+                    crate::security::after(&mut client, url, &mut ctx).await;
                 }
             })
             .await;
@@ -504,6 +505,54 @@ async fn dual_era_check(wire: &mut Wire<'_>, ctx: &mut Ctx<'_>) -> Option<String
     ctx.ex(i).header("mcp-session-id").map(str::to_owned)
 }
 
+/// The dual-era check over HTTP, on a connection of its own: a legacy `initialize` to a server
+/// found modern, and a `DELETE` of the session it opened, if any. The future borrows nothing
+/// from `ctx`.
+fn dual_era_http<'u>(
+    client: &HttpClient,
+    uri: &'u Uri,
+    ctx: &mut Ctx<'_>,
+) -> impl Future<Output = Side> + use<'u> {
+    let id = ctx.id();
+    let msg = message::initialize(id, &ctx.plan.client);
+    let user_headers = ctx.plan.headers.clone();
+    let (limits, deadline) = (ctx.limits, ctx.deadline);
+    let mut c = client.fork();
+    async move {
+        let post = Post {
+            uri,
+            step: Step::DualEraCheck,
+            era: Some(Era::Legacy),
+            page: None,
+            id: Some(id),
+            message: &msg,
+            headers: Vec::new(),
+            user_headers: &user_headers,
+        };
+        let ex = streamable_http::post(&mut c, post, limits, deadline).await;
+        let sid = ex.header("mcp-session-id").map(str::to_owned);
+        let mut exchanges = vec![ex];
+        if let Some(sid) = sid
+            && Instant::now() < deadline
+        {
+            let headers = vec![
+                ("mcp-session-id".to_owned(), sid),
+                (
+                    "mcp-protocol-version".to_owned(),
+                    version::LEGACY_LATEST.to_owned(),
+                ),
+            ];
+            let del =
+                streamable_http::delete_session(&mut c, uri, headers, &user_headers, deadline);
+            exchanges.push(del.await);
+        }
+        Side {
+            exchanges,
+            clients: vec![c],
+        }
+    }
+}
+
 /// A legacy `initialize` over `wire`, as `step` (the handshake, or the dual-era check).
 async fn initialize(wire: &mut Wire<'_>, ctx: &mut Ctx<'_>, step: Step) -> usize {
     let id = ctx.id();
@@ -565,12 +614,33 @@ async fn probe_http(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>) {
             Discovered::Modern(caps) => {
                 inventory(&mut wire, ctx, Era::Modern, &caps).await;
                 ctx.mark_done();
-                if ctx.plan.era == EraMode::Auto
-                    && !ctx.expired()
-                    && let Some(sid) = dual_era_check(&mut wire, ctx).await
-                    && let Wire::Http { client, .. } = wire
-                {
-                    delete(client, uri, ctx, sid, version::LEGACY_LATEST.to_owned()).await;
+                let Wire::Http { client, .. } = wire else {
+                    return;
+                };
+                // The health steps are done and timed: the dual-era check and the security
+                // checks run now, side by side, each on a connection of its own; without
+                // security checks, the dual-era check reuses the kept-alive connection.
+                let auto = ctx.plan.era == EraMode::Auto && !ctx.expired();
+                match crate::security::side_checks(client, uri, ctx) {
+                    Some(checks) => {
+                        let dual = auto.then(|| dual_era_http(client, uri, ctx));
+                        let (dual, checks) = tokio::join!(Side::maybe(dual), checks);
+                        dual.and(checks).record(client, ctx);
+                    }
+                    None if auto => {
+                        let mut wire = Wire::Http {
+                            client,
+                            uri,
+                            session: None,
+                        };
+                        if let Some(sid) = dual_era_check(&mut wire, ctx).await
+                            && let Wire::Http { client, .. } = wire
+                        {
+                            let v = version::LEGACY_LATEST.to_owned();
+                            delete(client, uri, ctx, sid, v).await;
+                        }
+                    }
+                    None => {}
                 }
                 return;
             }
@@ -613,9 +683,21 @@ async fn probe_http(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>) {
             };
             legacy_session(&mut wire, ctx, &capabilities).await;
             ctx.mark_done();
-            if let (Some(sid), Wire::Http { client, .. }) = (sid, wire) {
-                delete(client, uri, ctx, sid, negotiated).await;
-            }
+            let Wire::Http { client, .. } = wire else {
+                return;
+            };
+            // The health steps are done and timed: the session's end and the security checks
+            // run now, side by side (the checks on connections of their own).
+            let checks = crate::security::side_checks(client, uri, ctx);
+            let ((), checks) = tokio::join!(
+                async {
+                    if let Some(sid) = sid {
+                        delete(client, uri, ctx, sid, negotiated).await;
+                    }
+                },
+                Side::maybe(checks)
+            );
+            checks.record(client, ctx);
         }
         Initialized::Stop => {
             let Wire::Http { client, .. } = wire else {
@@ -713,6 +795,11 @@ async fn probe_sse(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>) {
         legacy_session(&mut wire, ctx, &capabilities).await;
     }
     ctx.mark_done();
+    if let Wire::Sse { client, .. } = wire
+        && let Some(checks) = crate::security::side_checks(client, uri, ctx)
+    {
+        checks.await.record(client, ctx);
+    }
 }
 
 async fn probe_stdio(

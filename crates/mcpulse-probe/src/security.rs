@@ -24,8 +24,54 @@ pub const FOREIGN_HOST: &str = "evil.example";
 pub const MALFORMED_BODY: &str =
     r#"{"jsonrpc":"2.0","id":"mcpulse-malformed","method":"tools/list","params":{"#;
 
-pub(crate) async fn checks(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>) {
-    let handshake = ctx
+/// Exchanges made beside the main flow, each on a connection of its own, and the clients that
+/// made them (for their connection records).
+#[derive(Default)]
+pub(crate) struct Side {
+    pub(crate) exchanges: Vec<Exchange>,
+    pub(crate) clients: Vec<HttpClient>,
+}
+
+impl Side {
+    /// Appends the exchanges to the transcript and the connections to the probe's client.
+    pub(crate) fn record(self, client: &mut HttpClient, ctx: &mut Ctx<'_>) {
+        for ex in self.exchanges {
+            ctx.push(ex);
+        }
+        for forked in self.clients {
+            client.connections.extend(forked.connections);
+        }
+    }
+
+    pub(crate) fn and(mut self, other: Side) -> Side {
+        self.exchanges.extend(other.exchanges);
+        self.clients.extend(other.clients);
+        self
+    }
+
+    /// Runs an optional side future; nothing if there is none.
+    pub(crate) async fn maybe(f: Option<impl Future<Output = Side>>) -> Side {
+        match f {
+            Some(f) => f.await,
+            None => Side::default(),
+        }
+    }
+}
+
+/// The checks that replay the successful handshake (a foreign `Origin`, and for loopback
+/// targets a foreign `Host`) and send one malformed request, ready to run: `None` with
+/// `--no-security`, without a successful handshake, or past the deadline. The future borrows
+/// nothing from `ctx`, so the flow can run it beside its own last steps (after the health
+/// timings are taken: the checks' load must not colour them).
+pub(crate) fn side_checks<'u>(
+    client: &HttpClient,
+    uri: &'u Uri,
+    ctx: &mut Ctx<'_>,
+) -> Option<impl Future<Output = Side> + use<'u>> {
+    if !ctx.plan.security || ctx.expired() {
+        return None;
+    }
+    let hs = ctx
         .tr
         .exchanges
         .iter()
@@ -33,24 +79,23 @@ pub(crate) async fn checks(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>
             matches!(e.step, Step::Discover | Step::Initialize)
                 && matches!(e.reply().map(|d| d.message), Some(Message::Result { .. }))
         })
-        .cloned();
-    if let Some(hs) = handshake
-        && !ctx.expired()
-    {
-        // The checks are independent of each other: each runs on a connection of its own, all
-        // at once, and their records are appended in a fixed order.
-        let loopback = uri.host().is_some_and(is_loopback_host);
-        let origin = ("origin".to_owned(), FOREIGN_ORIGIN.to_owned());
-        let host = ("host".to_owned(), FOREIGN_HOST.to_owned());
-        let (id_origin, id_host) = (ctx.id(), ctx.id());
+        .cloned()?;
+    let loopback = uri.host().is_some_and(is_loopback_host);
+    let (id_origin, id_host) = (ctx.id(), ctx.id());
+    let user_headers = ctx.plan.headers.clone();
+    let (limits, deadline) = (ctx.limits, ctx.deadline);
+    let (mut c1, mut c2, mut c3) = (client.fork(), client.fork(), client.fork());
+    Some(async move {
         let env = Env {
             uri,
-            user_headers: &ctx.plan.headers,
-            limits: ctx.limits,
-            deadline: ctx.deadline,
+            user_headers: &user_headers,
+            limits,
+            deadline,
         };
-        let (mut c1, mut c2, mut c3) = (client.fork(), client.fork(), client.fork());
+        let origin = ("origin".to_owned(), FOREIGN_ORIGIN.to_owned());
+        let host = ("host".to_owned(), FOREIGN_HOST.to_owned());
         let streamable = hs.transport == TransportKind::StreamableHttp;
+        // Independent of each other: all at once, their records in a fixed order.
         let (a, b, c) = tokio::join!(
             rebinding_check(&mut c1, &env, &hs, Step::OriginCheck, origin, id_origin),
             async {
@@ -68,13 +113,16 @@ pub(crate) async fn checks(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>
                 }
             },
         );
-        for ex in a.into_iter().chain(b).chain(c) {
-            ctx.push(ex);
+        Side {
+            exchanges: a.into_iter().chain(b).chain(c).collect(),
+            clients: vec![c1, c2, c3],
         }
-        for forked in [c1, c2, c3] {
-            client.connections.extend(forked.connections);
-        }
-    }
+    })
+}
+
+/// What is left after the flow (security checks on): for a gated server, the OAuth metadata
+/// documents.
+pub(crate) async fn after(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>) {
     auth_metadata(client, uri, ctx).await;
 }
 

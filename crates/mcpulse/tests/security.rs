@@ -315,16 +315,14 @@ async fn a_careful_modern_server_earns_no_security_finding() {
     assert_eq!(run.security()["active_checks"], true);
 
     let reqs = assert_hygiene(&server);
-    // The health probe in order; then the three checks, which run concurrently.
+    // The health probe in order; then the dual-era check and the three checks, which run
+    // concurrently once the health steps are done.
     let methods = server.methods();
+    assert_eq!(methods[..2], ["server/discover", "tools/list"]);
     assert_eq!(
-        methods[..3],
-        ["server/discover", "tools/list", "initialize"]
-    ); // + the dual-era check
-    assert_eq!(
-        sorted(&methods[3..]),
-        ["POST", "server/discover", "server/discover"],
-        "a foreign Origin, a foreign Host, the malformed body"
+        sorted(&methods[2..]),
+        ["POST", "initialize", "server/discover", "server/discover"],
+        "the dual-era check; a foreign Origin, a foreign Host, the malformed body"
     );
     let extra: Vec<&Request> = reqs.iter().filter(|r| is_extra(r)).collect();
     assert_eq!(extra.len(), 3, "few extra requests");
