@@ -878,9 +878,9 @@ async fn probe_stdio(
                 s.set_purpose("dual-era check");
                 let mut ex = s.receive(sent, ctx.deadline).await;
                 ex.step = Step::DualEraCheck;
-                let answered = ex.reply().is_some();
+                let died = sibling_died(&ex);
                 ctx.push(ex);
-                if answered {
+                if !died || !room_to_restart(ctx) {
                     children.push(child);
                     children.push(s);
                     return;
@@ -890,6 +890,10 @@ async fn probe_stdio(
                 ctx.tr
                     .processes
                     .push(s.shutdown(ctx.plan.shutdown_grace).await);
+            }
+            if !room_to_restart(ctx) {
+                children.push(child);
+                return;
             }
             ctx.tr
                 .processes
@@ -914,40 +918,78 @@ async fn probe_stdio(
             ctx.mark_done();
         }
         Discovered::Legacy => {
-            // A live server that answered with an error keeps its process; one that exited or
-            // stayed silent is replaced, because some servers exit on a request sent before
-            // `initialize`.
+            // The session goes on in the sibling, which was sent nothing but `initialize`. If it
+            // gives no answer: in the first process if that one is alive and answered, else in
+            // a fresh one, because some servers exit on a request sent before `initialize`.
             let live = ctx.ex(i).reply().is_some() && !child.has_exited();
+            // A sibling left running, ended after the verdict. The process that carried the
+            // last attempt goes last (the judge reads its exit).
+            let mut parked = None;
             if let Some((mut s, sent)) = sibling {
-                let ex = s.receive(sent, ctx.deadline).await;
+                // Both started together: beside a live first process, the sibling gets as long
+                // again as the first took to answer (at least 200 ms), not the whole budget (it
+                // may be blocked on something the first holds).
+                let until = if live {
+                    let took = Duration::from_secs_f64(ctx.ex(i).elapsed_ms.max(0.0) / 1000.0);
+                    ctx.deadline
+                        .min(Instant::now() + took.max(Duration::from_millis(200)))
+                } else {
+                    ctx.deadline
+                };
+                let ex = s.receive(sent, until).await;
                 if ex.reply().is_some() {
                     let i = ctx.push(ex);
                     // The first process is no longer needed; it ends after the verdict.
                     children.push(child);
                     return legacy_stdio(s, Some(i), ctx, children).await;
                 }
-                // No answer from the sibling (it died: perhaps the server cannot run twice
-                // at once): on with the first process, or a fresh one.
+                let died = sibling_died(&ex);
                 ctx.push(ex);
-                ctx.tr
-                    .processes
-                    .push(s.shutdown(ctx.plan.shutdown_grace).await);
+                if died && room_to_restart(ctx) {
+                    ctx.tr
+                        .processes
+                        .push(s.shutdown(ctx.plan.shutdown_grace).await);
+                } else {
+                    parked = Some(s);
+                }
             }
             if !live {
+                if !room_to_restart(ctx) {
+                    children.push(child);
+                    children.extend(parked);
+                    return ctx.mark_done();
+                }
                 ctx.tr
                     .processes
                     .push(child.shutdown(ctx.plan.shutdown_grace).await);
                 child = match spawn("legacy fallback", ctx) {
                     Ok(c) => c,
                     Err(rec) => {
+                        children.extend(parked);
                         ctx.tr.processes.push(*rec);
                         return ctx.mark_done();
                     }
                 };
             }
+            children.extend(parked);
             legacy_stdio(child, None, ctx, children).await;
         }
     }
+}
+
+/// Whether a sibling's exchange ended because the process went away (not a timeout: a slow or
+/// blocked sibling is left to the end of the probe, not replaced).
+fn sibling_died(ex: &Exchange) -> bool {
+    ex.reply().is_none() && matches!(ex.outcome, Outcome::Closed | Outcome::TransportError { .. })
+}
+
+/// Whether there is time to end a process (up to three shutdown graces: stdin closed, SIGTERM,
+/// SIGKILL) and start another before the deadline. Without it, the processes are left to
+/// [`Live::finish`], which records them: the probe's safety net must never drop a shutdown
+/// half-way.
+fn room_to_restart(ctx: &Ctx<'_>) -> bool {
+    let left = ctx.deadline.saturating_duration_since(Instant::now());
+    left > ctx.plan.shutdown_grace * 3 + Duration::from_millis(100)
 }
 
 /// The legacy session over stdio: `initialize` (unless `initialized` is the index of its

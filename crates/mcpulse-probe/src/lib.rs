@@ -15,8 +15,9 @@
 //!   the process, and some servers exit on a request sent before `initialize`. A modern answer
 //!   makes the sibling's reply the dual-era check; anything else continues the legacy session in
 //!   the sibling. If the sibling died unanswered, the flow falls back to one process at a time
-//!   (the first process if alive, else a fresh one). Over stdio the first page of each list is
-//!   requested at once (pipelined).
+//!   (the first process if alive, else a fresh one); a merely slow sibling beside a live first
+//!   process is given up after as long again as the first took; near the deadline nothing is
+//!   restarted. Over stdio the first page of each list is requested at once (pipelined).
 
 mod flow;
 mod security;

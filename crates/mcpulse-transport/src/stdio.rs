@@ -60,6 +60,11 @@ pub struct StdioChild {
     stash: Vec<(i64, Frame)>,
 }
 
+/// Milliseconds rounded to the microsecond, never negative.
+fn round_ms(ms: f64) -> f64 {
+    ((ms * 1000.0).round() / 1000.0).max(0.0)
+}
+
 /// A message written by [`StdioChild::send`], whose reply [`StdioChild::receive`] collects.
 pub struct Sent {
     ex: Exchange,
@@ -272,9 +277,11 @@ impl StdioChild {
         self.in_flight.retain(|&i| i != sent);
         if let Some(pos) = self.stash.iter().position(|(id, _)| *id == sent) {
             let (_, frame) = self.stash.remove(pos);
+            // From the write to the reply's arrival, not to this call: a reply may wait here
+            // while another exchange is collected.
+            ex.elapsed_ms = round_ms(frame.at_ms - ex.at_ms);
             ex.frames.push(frame);
             ex.outcome = Outcome::Reply { frame: 0 };
-            ex.elapsed_ms = self.clock.since(started);
             return ex;
         }
         // A leader that exits while a grandchild keeps its stdout open would otherwise leave us
@@ -349,7 +356,15 @@ impl StdioChild {
         if matches!(ex.outcome, Outcome::Closed) {
             self.settle_exit(deadline).await;
         }
-        ex.elapsed_ms = self.clock.since(started);
+        ex.elapsed_ms = match ex.outcome {
+            // When the reply arrived (it may have waited in the channel while an earlier
+            // exchange of a pipeline, or another process, was collected).
+            Outcome::Reply { frame } => ex
+                .frames
+                .get(frame)
+                .map_or(self.clock.since(started), |f| round_ms(f.at_ms - ex.at_ms)),
+            _ => self.clock.since(started),
+        };
         ex
     }
 

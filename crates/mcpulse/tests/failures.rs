@@ -650,7 +650,7 @@ fn assert_no_survivors(pids: &[u32]) {
 }
 
 #[tokio::test]
-async fn stdio_server_that_exits_before_initialize_is_respawned() {
+async fn stdio_server_that_exits_before_initialize_is_probed_in_the_sibling() {
     // Like rmcp servers: any request before `initialize` makes it exit. The first process dies
     // on server/discover; the legacy handshake runs in the sibling started beside it (auto mode),
     // which was sent nothing else.
@@ -940,20 +940,64 @@ async fn stdio_server_that_hangs_times_out_and_is_killed_with_its_children() {
     let script = StdioScript::new()
         .at_start(Act::SpawnGrandchild(pids.clone()))
         .at_start(Act::RecordPid(pids.clone()))
+        .at_start(Act::Stderr("loading the index...".into()))
         .at_start(Act::Hang)
         .write(&dir, "server.sh");
-    let run = probe_script(&script, "2s").await;
+    let transcript = dir.join("transcript.json");
+    let args = [
+        "probe",
+        "--json",
+        "--timeout",
+        "2s",
+        "--transcript",
+        transcript.to_str().unwrap(),
+        "--",
+        "sh",
+        script.to_str().unwrap(),
+    ];
+    let run = run_with(&args, &[], parse_secs("2s") + SLACK).await;
     run.expect("down", &["timeout"]);
     assert_eq!(run.report()["transport"], "stdio");
+    assert_eq!(run.report()["stderr"], json!(["loading the index..."]));
     assert!(
         run.elapsed >= Duration::from_millis(1900),
         "gave up early: {:?}",
         run.elapsed
     );
-    // Silence on discover means legacy: a second process for initialize, which hangs too.
+    // The first process (silent on discover) and the sibling (silent on initialize), each
+    // with a grandchild; both recorded, with their stderr and how the probe ended them.
+    let tr: Value = serde_json::from_str(&std::fs::read_to_string(&transcript).unwrap()).unwrap();
+    let procs = tr["processes"].as_array().unwrap();
+    assert_eq!(purposes(&transcript), ["probe", "legacy handshake"]);
+    for p in procs {
+        assert_eq!(p["stderr"][0]["line"], "loading the index...", "{p}");
+        assert_eq!(p["exit"]["by_probe"], true, "{p}");
+        assert_eq!(p["exit"]["signal"], 9, "only SIGKILL ends it: {p}");
+    }
     let pids = read_pids(&pids);
     assert_eq!(pids.len(), 4, "{pids:?}");
     assert_no_survivors(&pids);
+}
+
+#[tokio::test]
+async fn stdio_legacy_server_silent_on_discover_has_its_handshake_timed_from_its_start() {
+    // It ignores server/discover (auto mode waits half the budget for it); the sibling's
+    // initialize, sent at its start, was answered long before: the handshake time is that
+    // answer's, not the wait for discover.
+    let dir = TempDir::new("silent-discover");
+    let script = legacy_stdio().write(&dir, "server.sh");
+    let run = probe_script(&script, "2s").await;
+    run.expect("healthy", &["legacy-only"]);
+    let r = run.report();
+    let handshake = r["timings_ms"]["handshake"].as_f64().unwrap();
+    assert!(
+        handshake < 500.0,
+        "the handshake took {handshake} ms: the wait for discover was counted ({r})"
+    );
+    assert!(
+        r["timings_ms"]["total"].as_f64().unwrap() >= 900.0,
+        "the probe did wait for discover (half of 2 s): {r}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
