@@ -633,9 +633,13 @@ async fn retention_loop(
         let store = store.clone();
         // Step by step, the store's lock taken for one short transaction at a time: the
         // writer, the outbox and the API get their turns in between.
+        let stopping = stop.clone();
         let pruned = tokio::task::spawn_blocking(move || {
             let (mut deleted, mut from) = (0, Some(PruneFrom::default()));
             while let Some(at) = from {
+                if *stopping.borrow() {
+                    break; // shutting down: the next start prunes the rest
+                }
                 let step = store.lock().unwrap_or_else(|p| p.into_inner()).prune_step(
                     horizon,
                     at,

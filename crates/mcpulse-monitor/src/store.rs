@@ -835,8 +835,9 @@ impl Store {
         Ok(deleted)
     }
 
-    /// One transaction of a prune: the targets from `from` on, until about `max_rows` rows are
-    /// deleted (give or take one target's share); after the last target, the outbox. A caller
+    /// One transaction of a prune: the targets from `from` on, until `max_rows` rows of
+    /// history are deleted (a target with more is continued by the next step); after the last
+    /// target, the outbox. A caller
     /// that shares the store (the daemon) takes its lock per step, so a large prune never holds
     /// it for long. Start with `PruneFrom::default()`; go on with `next` until it is `None`.
     pub fn prune_step(
@@ -1048,8 +1049,8 @@ fn write_json(buf: &mut String, what: &'static str, v: &serde_json::Value) -> Re
     })
 }
 
-/// Rows deleted per prune transaction, at most (give or take one target's share): bounds the
-/// WAL a large first prune writes, without one commit per target.
+/// Rows of history deleted per prune transaction, at most: bounds the WAL a large first prune
+/// writes, without one commit per target.
 pub const PRUNE_CHUNK: usize = 50_000;
 
 /// Where a prune goes on: the first target id not yet pruned.
@@ -1076,19 +1077,32 @@ fn prune_rows(
         stmt.query_map([from.0], |r| r.get(0))?
             .collect::<Result<_, _>>()?
     };
+    let mut budget = max_rows.max(1);
     let mut deleted = 0;
     let mut next = None;
     for tid in targets {
-        if deleted >= max_rows {
+        if budget == 0 {
             next = Some(PruneFrom(tid));
             break;
         }
-        deleted += tx
-            .prepare_cached("DELETE FROM checks WHERE target_id = ?1 AND at_ms < ?2")?
-            .execute(params![tid, older_than_ms])?;
-        deleted += tx
-            .prepare_cached("DELETE FROM events WHERE target_id = ?1 AND at_ms < ?2")?
-            .execute(params![tid, older_than_ms])?;
+        for sql in [
+            "DELETE FROM checks WHERE rowid IN
+                 (SELECT rowid FROM checks WHERE target_id = ?1 AND at_ms < ?2 LIMIT ?3)",
+            "DELETE FROM events WHERE rowid IN
+                 (SELECT rowid FROM events WHERE target_id = ?1 AND at_ms < ?2 LIMIT ?3)",
+        ] {
+            let limit = i64::try_from(budget).unwrap_or(i64::MAX);
+            let n = tx
+                .prepare_cached(sql)?
+                .execute(params![tid, older_than_ms, limit])?;
+            deleted += n;
+            budget = budget.saturating_sub(n);
+        }
+        if budget == 0 {
+            // The limit is reached: this target may have more; the next step starts with it.
+            next = Some(PruneFrom(tid));
+            break;
+        }
     }
     if next.is_none() {
         deleted += tx

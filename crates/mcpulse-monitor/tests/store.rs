@@ -627,19 +627,16 @@ fn prune_in_steps_deletes_what_one_prune_does_a_few_rows_at_a_time() {
     while let Some(at) = from {
         let step = store.prune_step(5_000, at, 2).unwrap();
         assert!(
-            step.deleted <= 3,
-            "one target's share at most past the limit: {step:?}"
+            step.deleted <= 2,
+            "never past the limit, even within one target: {step:?}"
         );
         deleted += step.deleted;
         from = step.next;
         steps += 1;
-        assert!(steps <= 10, "the prune does not end");
+        assert!(steps <= 20, "the prune does not end");
     }
     assert_eq!(deleted, expected);
-    assert_eq!(
-        steps, 4,
-        "one target (3 rows, over the limit of 2) per step"
-    );
+    assert!(steps >= 6, "12 rows at 2 a step: {steps} steps");
     for t in ["a", "b", "c", "d"] {
         assert_eq!(store.history(t, None, 10).unwrap().len(), 1, "{t}");
     }
