@@ -210,7 +210,14 @@ pub async fn run(
                 match load(&config_path, &opts) {
                     Err(e) => tracing::error!(error = %e, "SIGHUP: the new config is invalid; keeping the running one"),
                     Ok(new) => {
-                        // Sinks first: the resolves of removed targets go to the new ones.
+                        // Departing targets leave the fleet first: from now on no Alertmanager
+                        // re-send (which lists the fleet's open incidents) can post theirs.
+                        for t in &current.targets {
+                            if !new.targets.iter().any(|n| n.name == t.name) {
+                                fleet.remove(&t.name);
+                            }
+                        }
+                        // Then the sinks: the resolves of removed targets go to the new ones.
                         swap_sinks(&store, &sinks, &current.alerts, &new.alerts, (shared.clock)()).await;
                         reload(&mut running, &current, &new, &shared, &store, &removals_tx).await;
                         *maintenance.write().unwrap_or_else(|p| p.into_inner()) = new.maintenance.clone();
@@ -343,8 +350,9 @@ struct RemovalJob {
     written: oneshot::Sender<()>,
 }
 
-/// How long a reload waits for a removal to be written before it goes on.
-const REMOVAL_WRITE_WAIT: Duration = Duration::from_secs(60);
+/// How long a reload waits for a removal to be written before it goes on (signals wait
+/// meanwhile, so it is short; a store that slow is failing, and says so in its own logs).
+const REMOVAL_WRITE_WAIT: Duration = Duration::from_secs(5);
 
 /// A target left the config: resolve its open incidents through the outbox and record the
 /// removal. Goes through the writer, after the target's last results (already queued), so
@@ -366,23 +374,28 @@ async fn remove_target(
     // The sinks (still configured) that took these incidents: those whose filters in the old
     // config let the normal resolve through.
     let old_ids = sink_ids(&old.alerts);
+    // Every Alertmanager sink gets them too: a re-send may have posted the incidents to one
+    // that was not in the old config (ending an alert it never saw is harmless there).
     let sinks: Vec<SinkId> = sink_ids(&new.alerts)
         .into_iter()
-        .filter(|id| {
-            old_ids
-                .iter()
-                .position(|o| o == id)
-                .and_then(|i| old.alerts.get(i))
-                .is_some_and(|c| {
-                    alerts.iter().any(|a| {
-                        let normal = Alert {
-                            removed: false,
-                            ..a.clone()
-                        };
-                        crate::sink::matches(c, &normal)
+        .zip(&new.alerts)
+        .filter(|(id, cfg)| {
+            matches!(cfg.kind, crate::config::SinkKind::Alertmanager { .. })
+                || old_ids
+                    .iter()
+                    .position(|o| o == id)
+                    .and_then(|i| old.alerts.get(i))
+                    .is_some_and(|c| {
+                        alerts.iter().any(|a| {
+                            let normal = Alert {
+                                removed: false,
+                                ..a.clone()
+                            };
+                            crate::sink::matches(c, &normal)
+                        })
                     })
-                })
         })
+        .map(|(id, _)| id)
         .collect();
     for a in &alerts {
         crate::sink::log(a);

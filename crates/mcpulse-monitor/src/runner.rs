@@ -178,7 +178,18 @@ pub async fn run(
         // The check (probe, transcript, report, record) lives in futures of its own, on the
         // heap while it runs: the task at rest stays small, and a fleet has one per target.
         let plan_now = era.plan(&plan);
-        let record = Box::pin(check(&cfg, &mut memory, &shared, &target, plan_now, permit)).await;
+        // A check with a remembered era that finds the server down is made again in auto mode
+        // before it counts: an era change must not look like an outage.
+        let fallback = (!std::ptr::eq(plan_now, &plan)).then_some(&plan);
+        let record = Box::pin(check(
+            &cfg,
+            &mut memory,
+            &shared,
+            &target,
+            (plan_now, fallback),
+            permit,
+        ))
+        .await;
         era.learn(&plan, memory.state.last.as_ref());
         if Box::pin(shared.records.send(record)).await.is_err() {
             return memory; // the writer is gone: shutting down
@@ -195,10 +206,10 @@ pub const ERA_RECHECK: Duration = Duration::from_secs(3600);
 /// `npx` server checked every minute that doubles the cost of watching it. The spec allows
 /// caching the era per server ("re-probe when the cached assumption fails"), so after a check
 /// that found the server up in an era, the next checks pin that era (one process), until a
-/// check finds it down (the next one detects again: an era change costs one failed check, never
-/// an alert, since alerts need `failure_threshold` checks) or [`ERA_RECHECK`] has passed (so a
-/// server that gained an era shows it within the hour). HTTP targets always detect: there it
-/// costs a request, not a process.
+/// pinned check finds it down — that check is made again at once in auto mode, and only that
+/// result counts (an era change is never taken for an outage), and the era is detected afresh
+/// — or [`ERA_RECHECK`] has passed (so a server that gained an era shows it within the hour).
+/// HTTP targets always detect: there it costs a request, not a process.
 struct EraMemo {
     applies: bool,
     pinned: Option<(Plan, Instant)>,
@@ -255,19 +266,23 @@ async fn check(
     memory: &mut Memory,
     shared: &Shared,
     target: &Target,
-    plan: &Plan,
+    (plan, fallback): (&Plan, Option<&Plan>),
     permit: tokio::sync::OwnedSemaphorePermit,
 ) -> CheckRecord {
-    let transcript = shared.prober.probe(target, plan).await;
+    let policy = Policy {
+        latency_budget_ms: cfg.latency_budget.as_secs_f64() * 1000.0,
+        expect_auth: false,
+    };
+    let mut transcript = shared.prober.probe(target, plan).await;
+    let mut report = judge(&transcript, &policy);
+    if report.status == mcpulse_judge::Status::Down
+        && let Some(auto) = fallback
+    {
+        transcript = shared.prober.probe(target, auto).await;
+        report = judge(&transcript, &policy);
+    }
     drop(permit);
     let at = (shared.clock)();
-    let report = judge(
-        &transcript,
-        &Policy {
-            latency_budget_ms: cfg.latency_budget.as_secs_f64() * 1000.0,
-            expect_auth: false,
-        },
-    );
     let record = check_once(cfg, memory, &transcript, &report, at, shared);
     shared
         .fleet

@@ -499,7 +499,8 @@ impl Store {
 
     /// Records a target's removal from the config in one transaction: its `Removed` event,
     /// the resolves of its open incidents (one outbox row per alert per sink of
-    /// `removal.sinks`), and its stored incidents cleared (its state is kept). A target the
+    /// `removal.sinks`), and its stored incidents and state cleared (a target added back
+    /// starts afresh; its accepted contract stays, so drift against it still shows). A target the
     /// store never saw, with nothing to resolve, leaves no trace.
     pub fn record_removal(&mut self, removal: &Removal) -> Result<(), StoreError> {
         record_removal(&mut self.conn, removal).map_err(|e| classify(&self.path, e))
@@ -992,8 +993,10 @@ fn record_removal(conn: &mut Connection, removal: &Removal) -> Result<(), Fail> 
         let known = target_id(&tx, &removal.target)?;
         let tid = match known {
             Some(tid) => {
+                // Its incidents are resolved and its state forgotten: a target added back
+                // starts afresh (unknown, no streak), keeping only its accepted contract.
                 let none = encode("open incidents", &Incidents::new())?;
-                tx.prepare_cached("UPDATE targets SET incidents = ?2 WHERE id = ?1")?
+                tx.prepare_cached("UPDATE targets SET incidents = ?2, state = NULL WHERE id = ?1")?
                     .execute(params![tid, none])?;
                 tid
             }

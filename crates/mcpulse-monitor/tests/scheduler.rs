@@ -756,31 +756,46 @@ async fn stopping_returns_the_memory_and_a_restart_carries_on() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_stdio_target_keeps_the_era_it_was_found_in_until_it_is_down_or_an_hour_has_passed() {
-    let h = Harness::new(64);
+async fn a_stdio_target_keeps_the_era_it_was_found_in_and_detects_again_before_counting_a_failure()
+{
+    let mut h = Harness::new(64);
     let text = "[defaults]\ninterval = \"60s\"\ntimeout = \"5s\"\n\
                 [[targets]]\nname = \"files\"\ncommand = [\"stdio-server\"]\n\
                 [[targets]]\nname = \"web\"\nurl = \"http://127.0.0.1:9/web\"\n";
     let cfgs = config::parse(text, "scheduler.toml", Path::new("/nonexistent"), &|_| None)
         .unwrap()
         .targets;
-    // Up, up, down (the era is forgotten), then up for good.
+    // Up, up; then the pinned era fails once (the server changed era), and auto mode finds it
+    // up again at once; up from then on.
     h.prober.script("stdio-server", vec![UP, UP, DOWN, UP]);
     h.prober.script("web", vec![UP]);
     let running: Vec<Running> = cfgs.iter().map(|c| h.start(c, Memory::default())).collect();
-    // 70 checks each: past the hour after the era was found again (check 3).
+    // 70 checks each: past the hour after the era was first found (check 0).
     h.run_until(secs(70 * 60)).await;
     for r in running {
         r.stop().await;
     }
     let eras = h.prober.eras("stdio-server");
-    assert_eq!(eras.len(), 70, "{eras:?}");
+    assert_eq!(
+        eras.len(),
+        71,
+        "70 checks, one of them probed twice: {eras:?}"
+    );
     let (auto, legacy) = (EraMode::Auto, EraMode::Legacy);
-    // Found legacy at check 0 and pinned; down at check 2, so check 3 detects again.
+    // Found legacy at check 0 and pinned; the pinned probe of check 2 fails, so check 2 probes
+    // again in auto mode (call 3) and counts that.
     assert_eq!(eras[..5], [auto, legacy, legacy, auto, legacy], "{eras:?}");
-    // Pinned after check 3 for an hour (60 checks at 60 s): check 63 detects again.
+    // The pin from check 0 lasts an hour (60 checks at 60 s): check 60 (call 61) detects again.
     let detections: Vec<usize> = (0..eras.len()).filter(|&i| eras[i] == auto).collect();
-    assert_eq!(detections, [0, 3, 63], "{eras:?}");
+    assert_eq!(detections, [0, 3, 61], "{eras:?}");
+    // The era change never showed as a failed check.
+    let records = h.take("files");
+    assert_eq!(records.len(), 70);
+    assert!(
+        records.iter().all(|r| r.status == Health::Healthy),
+        "{:?}",
+        records.iter().map(|r| r.status).collect::<Vec<_>>()
+    );
     // An HTTP target always detects: there it costs a request, not a second process.
     assert!(h.prober.eras("web").iter().all(|e| *e == auto));
 }
