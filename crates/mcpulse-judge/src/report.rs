@@ -6,7 +6,8 @@ use crate::rules::{Finding, Rule, Severity, Status};
 use mcpulse_wire::auth;
 use mcpulse_wire::jsonrpc::{self, Message};
 use mcpulse_wire::transcript::{
-    ConnectStage, Exchange, Outcome, Process, Step, TargetKind, Transcript, TransportKind,
+    ConnectStage, Exchange, Outcome, Process, Step, TargetKind, TimedLine, Transcript,
+    TransportKind,
 };
 use mcpulse_wire::version::{self, Era, EraMode};
 use serde::{Deserialize, Serialize};
@@ -892,12 +893,7 @@ impl Judgement<'_> {
     }
 
     fn process_findings(&mut self) {
-        let noise: Vec<&str> = self
-            .tr
-            .processes
-            .iter()
-            .flat_map(|p| p.stdout_noise.iter().map(|l| l.line.as_str()))
-            .collect();
+        let noise = unique_lines(&self.tr.processes, |p| &p.stdout_noise);
         let dropped: usize = self
             .tr
             .processes
@@ -1058,12 +1054,18 @@ fn all_tools(tr: &Transcript) -> Vec<Value> {
 /// repeated from an earlier one (two processes of one server print the same start-up banner;
 /// within one process a repeated line is kept: it happened twice).
 fn stderr_lines(processes: &[Process]) -> Vec<&str> {
+    unique_lines(processes, |p| &p.stderr)
+}
+
+/// Lines of every process (as `lines` picks them), in order, without those a later process
+/// repeated from an earlier one.
+fn unique_lines(processes: &[Process], lines: impl Fn(&Process) -> &[TimedLine]) -> Vec<&str> {
     let mut out: Vec<&str> = Vec::new();
     for (i, p) in processes.iter().enumerate() {
-        for l in &p.stderr {
+        for l in lines(p) {
             let repeated = processes[..i]
                 .iter()
-                .any(|q| q.stderr.iter().any(|m| m.line == l.line));
+                .any(|q| lines(q).iter().any(|m| m.line == l.line));
             if !repeated {
                 out.push(l.line.as_str());
             }
@@ -1107,7 +1109,6 @@ pub fn rfc3339(unix_ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mcpulse_wire::transcript::TimedLine;
 
     #[test]
     fn rfc3339_dates() {
