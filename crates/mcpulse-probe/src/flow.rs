@@ -44,11 +44,27 @@ impl Live {
         t
     }
 
-    /// Ends the live servers, gracefully, and records their processes in `tr`.
+    /// Ends the live servers, gracefully and all at once (each may take up to three shutdown
+    /// graces), and records their processes in `tr`, in order.
     pub async fn finish(self, tr: &mut Transcript) {
-        for child in self.children {
-            tr.processes.push(child.shutdown(self.grace).await);
+        let grace = self.grace;
+        let ends: Vec<_> = self
+            .children
+            .into_iter()
+            .map(|child| async move { child.shutdown(grace).await })
+            .collect();
+        let mut set = tokio::task::JoinSet::new();
+        for (i, end) in ends.into_iter().enumerate() {
+            set.spawn(async move { (i, end.await) });
         }
+        let mut ended = Vec::new();
+        while let Some(r) = set.join_next().await {
+            if let Ok(done) = r {
+                ended.push(done);
+            }
+        }
+        ended.sort_by_key(|(i, _)| *i);
+        tr.processes.extend(ended.into_iter().map(|(_, p)| p));
     }
 }
 
