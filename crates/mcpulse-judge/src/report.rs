@@ -202,7 +202,10 @@ pub fn judge(tr: &Transcript, policy: &Policy) -> Report {
     report.digests = report.contract.as_ref().map(Digests::of);
     j.connection_timings(&mut report);
     match handshake(tr) {
-        Some(hs) => j.up(&mut report, &hs, policy),
+        Some(hs) => {
+            j.up(&mut report, &hs, policy);
+            j.exited_after_handshake();
+        }
         None => j.not_up(&mut report),
     }
     j.process_findings();
@@ -779,6 +782,51 @@ impl Judgement<'_> {
             .map(|l| format!("; last stderr line: {}", l.line))
             .unwrap_or_default();
         Rule::ProcessExited.finding(format!("the server {how} before answering {step}{hint}"))
+    }
+
+    /// A stdio server whose session process exited on its own before the probe was done. The
+    /// session's process is the last one that is not a dual-era check (the flow records the
+    /// process that carried the session after the others); a dual-era check's process may exit
+    /// on a legacy `initialize` without that meaning anything about the session.
+    fn exited_after_handshake(&mut self) {
+        let tr = self.tr;
+        if tr.target.kind != TargetKind::Stdio {
+            return;
+        }
+        let Some(p) = tr
+            .processes
+            .iter()
+            .rev()
+            .find(|p| p.purpose.as_deref() != Some("dual-era check"))
+        else {
+            return;
+        };
+        let Some(e) = p.exit.as_ref().filter(|e| !e.by_probe) else {
+            return;
+        };
+        if e.at_ms > tr.total_ms + 1.0 {
+            return; // after the protocol steps were done: not while the probe used it
+        }
+        let how = match (e.code, e.signal) {
+            (Some(c), _) => format!("exited with code {c}"),
+            (None, Some(s)) => format!("was killed by signal {s}"),
+            _ => "exited".to_owned(),
+        };
+        let during = tr
+            .exchanges
+            .iter()
+            .rev()
+            .find(|x| x.at_ms <= e.at_ms && !matches!(x.outcome, Outcome::Reply { .. }))
+            .map(|x| format!(", during {}", x.step.as_str()))
+            .unwrap_or_default();
+        let hint = p
+            .stderr
+            .last()
+            .map(|l| format!("; last stderr line: {}", l.line))
+            .unwrap_or_default();
+        self.add(Rule::ProcessExitedAfterHandshake.finding(format!(
+            "the server {how} after the handshake{during}{hint}"
+        )));
     }
 
     fn connect_failure(&self) -> Option<Finding> {

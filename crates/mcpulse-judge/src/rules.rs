@@ -131,6 +131,9 @@ rules! {
     ProcessExited = "process-exited", Critical,
         "The stdio server exited before it completed the handshake.",
         "Its stderr, shown with the finding, usually says why.";
+    ProcessExitedAfterHandshake = "process-exited-after-handshake", Critical,
+        "The stdio server exited on its own after the handshake, while the probe was still using it (a crash on `tools/list`, say).",
+        "A client would lose its session with it. Its stderr, shown with the finding, usually says why.";
     AuthRequired = "auth-required", Warning,
         "The server answered 401: it is up, but gated behind authentication.",
         "Up but gated, not down. Supply credentials with `--header` or `--bearer-env` to probe further.";

@@ -58,6 +58,8 @@ pub struct StdioChild {
     in_flight: Vec<i64>,
     /// Replies read while another one was awaited, by the id they answer.
     stash: Vec<(i64, Frame)>,
+    /// The leader exited and the drain after it ran out (see [`EXIT_DRAIN`]).
+    drained: bool,
 }
 
 /// Milliseconds rounded to the microsecond, never negative.
@@ -193,6 +195,7 @@ impl StdioChild {
             stdout_closed: false,
             in_flight: Vec::new(),
             stash: Vec::new(),
+            drained: false,
         })
     }
 
@@ -288,7 +291,9 @@ impl StdioChild {
         // waiting for an end-of-file that never comes: after the exit, replies already written
         // get a moment to arrive, then the exchange ends as closed.
         let mut exited = self.exited.clone();
-        let mut drain_until: Option<Instant> = None;
+        // After one drain has run out, the replies still to come have had their moment: the
+        // next exchanges (a pipeline's) take what is buffered and end at once.
+        let mut drain_until: Option<Instant> = self.drained.then(Instant::now);
         loop {
             if self.stdout_closed {
                 ex.outcome = Outcome::Closed;
@@ -304,6 +309,7 @@ impl StdioChild {
             };
             match received {
                 Err(_) if drain_until.is_some() && Instant::now() < deadline => {
+                    self.drained = true;
                     ex.outcome = Outcome::Closed;
                     break;
                 }

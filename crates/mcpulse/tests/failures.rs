@@ -858,6 +858,120 @@ async fn stdio_modern_server_is_healthy_and_leaves_nothing_behind() {
 }
 
 #[tokio::test]
+async fn stdio_leader_that_exits_while_a_grandchild_holds_stdout_costs_one_drain_not_one_per_list()
+{
+    // The server process exits after the handshake, but a child it started keeps its stdout
+    // open, so no end-of-file comes. The four pipelined lists must not each wait out the
+    // drain after the exit: the first does, the others end at once.
+    let dir = TempDir::new("leader-exits");
+    let pids = dir.join("pids");
+    let mut init = mcp::initialize_result(mcp::LEGACY);
+    init["capabilities"] = json!({"tools": {}, "prompts": {}, "resources": {}});
+    let script = StdioScript::new()
+        .on("initialize", vec![Act::Result(init)])
+        .on(
+            "notifications/initialized",
+            vec![
+                Act::Stdout(String::new()), // (a blank line: ignored)
+                Act::Exit(0),
+            ],
+        )
+        .write(&dir, "server.sh");
+    // A grandchild that keeps the script's stdout open: started by a wrapper, not the script.
+    let wrapper = dir.join("wrapper.sh");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nsleep 100000 &\necho $! >> {}\nexec sh {}\n",
+            pids.display(),
+            script.display()
+        ),
+    )
+    .unwrap();
+    let transcript = dir.join("transcript.json");
+    let args = [
+        "probe",
+        "--json",
+        "--era",
+        "legacy",
+        "--timeout",
+        TIMEOUT,
+        "--transcript",
+        transcript.to_str().unwrap(),
+        "--",
+        "sh",
+        wrapper.to_str().unwrap(),
+    ];
+    let run = run_with(&args, &[], parse_secs(TIMEOUT) + SLACK).await;
+    let tr: Value = serde_json::from_str(&std::fs::read_to_string(&transcript).unwrap()).unwrap();
+    let lists: Vec<&Value> = tr["exchanges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["step"].as_str().is_some_and(|s| s.ends_with("/list")))
+        .collect();
+    assert_eq!(lists.len(), 4, "{lists:?}");
+    // Sent together, they end together: one drain (100 ms) in all, not one after another.
+    let ends: Vec<f64> = lists
+        .iter()
+        .map(|e| e["at_ms"].as_f64().unwrap() + e["elapsed_ms"].as_f64().unwrap())
+        .collect();
+    let spread = ends.iter().cloned().fold(f64::MIN, f64::max)
+        - ends.iter().cloned().fold(f64::MAX, f64::min);
+    assert!(
+        spread < 90.0,
+        "the lists ended {spread} ms apart: each waited out a drain ({ends:?})"
+    );
+    run.expect("down", &["process-exited-after-handshake"]);
+    let pids = read_pids(&pids);
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    assert_no_survivors(&pids);
+}
+
+#[tokio::test]
+async fn stdio_server_that_crashes_on_tools_list_is_down() {
+    // The handshake works; tools/list kills it. A client would lose its session: down, with
+    // the exit and the last stderr line, not merely a failed list.
+    let dir = TempDir::new("crash-on-list");
+    let script = StdioScript::new()
+        .on(
+            "initialize",
+            vec![Act::Result(mcp::initialize_result(mcp::LEGACY))],
+        )
+        .on(
+            "server/discover",
+            vec![Act::Error(-32601, "Method not found".into())],
+        )
+        .on(
+            "tools/list",
+            vec![
+                Act::Stderr("panic: index out of range".into()),
+                Act::Exit(3),
+            ],
+        )
+        .write(&dir, "server.sh");
+    let run = probe_script(&script, TIMEOUT).await;
+    run.expect(
+        "down",
+        &["process-exited-after-handshake", "tools-list-failed"],
+    );
+    let exited = run.report()["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["code"] == "process-exited-after-handshake")
+        .cloned()
+        .unwrap();
+    let message = exited["message"].as_str().unwrap();
+    assert!(
+        message.contains("exited with code 3")
+            && message.contains("during tools/list")
+            && message.contains("panic: index out of range"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
 async fn stdio_stdout_pollution_is_a_warning() {
     let dir = TempDir::new("pollution");
     let script = legacy_stdio()
