@@ -521,54 +521,6 @@ async fn dual_era_check(wire: &mut Wire<'_>, ctx: &mut Ctx<'_>) -> Option<String
     ctx.ex(i).header("mcp-session-id").map(str::to_owned)
 }
 
-/// The dual-era check over HTTP, on a connection of its own: a legacy `initialize` to a server
-/// found modern, and a `DELETE` of the session it opened, if any. The future borrows nothing
-/// from `ctx`.
-fn dual_era_http<'u>(
-    client: &HttpClient,
-    uri: &'u Uri,
-    ctx: &mut Ctx<'_>,
-) -> impl Future<Output = Side> + use<'u> {
-    let id = ctx.id();
-    let msg = message::initialize(id, &ctx.plan.client);
-    let user_headers = ctx.plan.headers.clone();
-    let (limits, deadline) = (ctx.limits, ctx.deadline);
-    let mut c = client.fork();
-    async move {
-        let post = Post {
-            uri,
-            step: Step::DualEraCheck,
-            era: Some(Era::Legacy),
-            page: None,
-            id: Some(id),
-            message: &msg,
-            headers: Vec::new(),
-            user_headers: &user_headers,
-        };
-        let ex = streamable_http::post(&mut c, post, limits, deadline).await;
-        let sid = ex.header("mcp-session-id").map(str::to_owned);
-        let mut exchanges = vec![ex];
-        if let Some(sid) = sid
-            && Instant::now() < deadline
-        {
-            let headers = vec![
-                ("mcp-session-id".to_owned(), sid),
-                (
-                    "mcp-protocol-version".to_owned(),
-                    version::LEGACY_LATEST.to_owned(),
-                ),
-            ];
-            let del =
-                streamable_http::delete_session(&mut c, uri, headers, &user_headers, deadline);
-            exchanges.push(del.await);
-        }
-        Side {
-            exchanges,
-            clients: vec![c],
-        }
-    }
-}
-
 /// A legacy `initialize` over `wire`, as `step` (the handshake, or the dual-era check).
 async fn initialize(wire: &mut Wire<'_>, ctx: &mut Ctx<'_>, step: Step) -> usize {
     let id = ctx.id();
@@ -633,19 +585,18 @@ async fn probe_http(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>) {
                 let Wire::Http { client, .. } = wire else {
                     return;
                 };
-                // The health steps are done and timed: the dual-era check and the security
-                // checks run now, side by side, each on a connection of its own; without
-                // security checks, the dual-era check reuses the kept-alive connection.
+                // The health steps are done and timed: the dual-era check (on the kept-alive
+                // connection) and the security checks (each on a connection of its own) run
+                // now, side by side.
                 let auto = ctx.plan.era == EraMode::Auto && !ctx.expired();
-                match crate::security::side_checks(client, uri, ctx) {
-                    Some(checks) => {
-                        let dual = auto.then(|| dual_era_http(client, uri, ctx));
-                        let (dual, checks) = tokio::join!(Side::maybe(dual), checks);
-                        dual.and(checks).record(client, ctx);
-                    }
-                    None if auto => {
+                let checks = crate::security::side_checks(client, uri, ctx);
+                let ((), checks) = tokio::join!(
+                    async {
+                        if !auto {
+                            return;
+                        }
                         let mut wire = Wire::Http {
-                            client,
+                            client: &mut *client,
                             uri,
                             session: None,
                         };
@@ -655,9 +606,10 @@ async fn probe_http(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>) {
                             let v = version::LEGACY_LATEST.to_owned();
                             delete(client, uri, ctx, sid, v).await;
                         }
-                    }
-                    None => {}
-                }
+                    },
+                    Side::maybe(checks)
+                );
+                checks.record(client, ctx);
                 return;
             }
             Discovered::ModernRefused => return ctx.mark_done(),
@@ -952,7 +904,44 @@ async fn probe_stdio(
                 } else {
                     ctx.deadline
                 };
-                let ex = s.receive(sent, until).await;
+                let mut ex = s.receive(sent, until).await;
+                let refused = matches!(ex.reply().map(|d| d.message), Some(Message::Error { .. }));
+                if refused
+                    && ctx.ex(i).reply().is_none()
+                    && child.has_exited()
+                    && room_to_restart(ctx)
+                {
+                    // The first process went away without a word, and the sibling refuses the
+                    // legacy handshake: perhaps a modern server whose first copy lost a race
+                    // with the second (a lock, a port). The refusal is the dual-era answer;
+                    // discovery is asked again, in a fresh process, with both ended.
+                    ex.step = Step::DualEraCheck;
+                    s.set_purpose("dual-era check");
+                    ctx.push(ex);
+                    ctx.tr
+                        .processes
+                        .push(s.shutdown(ctx.plan.shutdown_grace).await);
+                    ctx.tr
+                        .processes
+                        .push(child.shutdown(ctx.plan.shutdown_grace).await);
+                    let mut fresh = match spawn("discovery retry", ctx) {
+                        Ok(c) => c,
+                        Err(rec) => {
+                            ctx.tr.processes.push(*rec);
+                            return ctx.mark_done();
+                        }
+                    };
+                    let mut wire = Wire::Stdio(&mut fresh);
+                    let id = ctx.id();
+                    let deadline = ctx.deadline;
+                    let j = discover(&mut wire, ctx, id, deadline).await;
+                    if let Discovered::Modern(caps) = classify_discover(ctx.ex(j)) {
+                        inventory(&mut wire, ctx, Era::Modern, &caps).await;
+                    }
+                    ctx.mark_done();
+                    children.push(fresh);
+                    return;
+                }
                 if ex.reply().is_some() {
                     let i = ctx.push(ex);
                     // The first process is no longer needed; it ends after the verdict.

@@ -43,12 +43,6 @@ impl Side {
         }
     }
 
-    pub(crate) fn and(mut self, other: Side) -> Side {
-        self.exchanges.extend(other.exchanges);
-        self.clients.extend(other.clients);
-        self
-    }
-
     /// Runs an optional side future; nothing if there is none.
     pub(crate) async fn maybe(f: Option<impl Future<Output = Side>>) -> Side {
         match f {

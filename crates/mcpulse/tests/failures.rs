@@ -784,6 +784,51 @@ async fn stdio_legacy_server_whose_sibling_dies_is_probed_in_the_first_process()
 }
 
 #[tokio::test]
+async fn stdio_modern_server_whose_first_process_dies_is_asked_discovery_again() {
+    // A modern-only server that cannot run twice at once, whose *first* copy lost the race:
+    // it exits on server/discover, and the sibling refuses the legacy initialize. Discovery is
+    // asked again in a fresh process: modern, healthy, not dual-era.
+    let dir = TempDir::new("first-dies-modern");
+    let pids = dir.join("pids");
+    let script = StdioScript::new()
+        .at_start(Act::RecordPid(pids.clone()))
+        .on(
+            "server/discover",
+            vec![
+                Act::ExitOnce(dir.join("died")),
+                Act::Result(mcp::discover_result()),
+            ],
+        )
+        .on(
+            "initialize",
+            vec![Act::Error(-32601, "Method not found".into())],
+        )
+        .on(
+            "tools/list",
+            vec![Act::Result(mcp::tools_list_result(
+                mcp::tools(&["a"]),
+                None,
+                true,
+            ))],
+        )
+        .write(&dir, "server.sh");
+    let transcript = dir.join("transcript.json");
+    let run = probe_script_with_transcript(&script, &transcript).await;
+    run.expect("healthy", &[]);
+    let r = run.report();
+    assert_eq!(r["era"], "modern");
+    assert_eq!(r["dual_era"], false);
+    assert_eq!(r["tool_count"], 1);
+    assert_eq!(
+        purposes(&transcript),
+        ["dual-era check", "probe", "discovery retry"]
+    );
+    let pids = read_pids(&pids);
+    assert_eq!(pids.len(), 3, "{pids:?}");
+    assert_no_survivors(&pids);
+}
+
+#[tokio::test]
 async fn stdio_modern_server_whose_sibling_dies_gets_its_dual_era_check_in_a_fresh_process() {
     let dir = TempDir::new("sibling-dies-modern");
     let pids = dir.join("pids");
