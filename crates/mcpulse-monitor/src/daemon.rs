@@ -210,19 +210,16 @@ pub async fn run(
                 match load(&config_path, &opts) {
                     Err(e) => tracing::error!(error = %e, "SIGHUP: the new config is invalid; keeping the running one"),
                     Ok(new) => {
-                        // Departing targets leave the fleet first: from now on no Alertmanager
-                        // re-send (which lists the fleet's open incidents) can post theirs.
-                        for t in &current.targets {
-                            if !new.targets.iter().any(|n| n.name == t.name) {
-                                fleet.remove(&t.name);
-                            }
-                        }
+                        // The fleet first: departing targets leave it and changed labels
+                        // apply, so from now on no Alertmanager re-send (which lists the
+                        // fleet's open incidents) posts a departing target's incidents or a
+                        // changed target's old label set.
+                        fleet.set_config(&new.targets);
                         // Then the sinks: the resolves of removed targets go to the new ones.
                         swap_sinks(&store, &sinks, &current.alerts, &new.alerts, (shared.clock)()).await;
                         reload(&mut running, &current, &new, &shared, &store, &removals_tx).await;
                         *maintenance.write().unwrap_or_else(|p| p.into_inner()) = new.maintenance.clone();
                         if let Ok(mut c) = api_config.write() { *c = new.clone(); }
-                        fleet.set_config(&new.targets);
                         if new.server.listen != current.server.listen && opts.listen.is_none() {
                             tracing::warn!(listen = %new.server.listen, "server.listen changed: restart the monitor to apply it");
                         }
@@ -441,6 +438,9 @@ async fn reload(
             match keep {
                 Some(t) => {
                     tracing::info!(target = %name, "restarting with its new settings");
+                    if t.labels != r.cfg.labels && !memory.incidents.is_empty() {
+                        end_old_labels(&r.cfg, &memory.incidents, new, shared);
+                    }
                     start(running, t.clone(), memory, shared);
                 }
                 None => {
@@ -573,6 +573,48 @@ where
         }
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(Duration::from_secs(10));
+    }
+}
+
+/// A target's labels changed while it has open incidents: Alertmanager knows an alert by its
+/// label set, so the alerts under the old set are ended (the re-sends carry the incidents on
+/// under the new one). Best effort, like the re-sends: a failure is logged.
+fn end_old_labels(
+    old_cfg: &TargetConfig,
+    incidents: &crate::alert::Incidents,
+    new: &Config,
+    shared: &Shared,
+) {
+    let at = (shared.clock)();
+    let alerts: Vec<Alert> = incidents
+        .values()
+        .map(|inc| Alert {
+            dedup_key: inc.dedup_key.clone(),
+            action: crate::alert::Action::Resolve,
+            kind: inc.kind,
+            target: old_cfg.name.clone(),
+            severity: inc.severity.clone(),
+            summary: format!(
+                "{}: its labels changed; the alert goes on under the new ones",
+                old_cfg.name
+            ),
+            at_ms: at,
+            started_ms: inc.opened_ms,
+            labels: old_cfg.labels.clone(),
+            removed: false,
+        })
+        .collect();
+    for (i, cfg) in new.alerts.iter().enumerate() {
+        let crate::config::SinkKind::Alertmanager { url, .. } = &cfg.kind else {
+            continue;
+        };
+        let (url, alerts, target) = (url.clone(), alerts.clone(), old_cfg.name.clone());
+        tokio::spawn(async move {
+            if let Err(e) = crate::sink::alertmanager::post_now(&url, RESEND_TIMEOUT, &alerts).await
+            {
+                tracing::warn!(sink = %format!("alertmanager #{i}"), %target, error = %e, "ending the alerts under the old labels failed; they clear within 24 h");
+            }
+        });
     }
 }
 

@@ -960,8 +960,9 @@ async fn alertmanager_receives_dedups_and_resolves() {
 
 /// Alertmanager keeps alerts in memory only: one that restarts has lost them. The Alertmanager
 /// sink re-sends the open incidents every `resend` (here 1 s, and no reminders), so the firing
-/// alert comes back to the new process with the same labels and start; and once the target
-/// recovers, the resolve closes it and no later re-send revives it.
+/// alert comes back to the new process with the same labels and start; when the target's labels
+/// change, the alert under the old label set ends and the incident fires under the new one; and
+/// once the target recovers, the resolve closes it and no later re-send revives it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_alertmanager_gets_the_open_alert_back_from_the_resend() {
     require(ALERTMANAGER, "prometheus-alertmanager");
@@ -1032,6 +1033,40 @@ async fn a_restarted_alertmanager_gets_the_open_alert_back_from_the_resend() {
         back["startsAt"], first["startsAt"],
         "the incident's start stays"
     );
+
+    // The target's labels change (SIGHUP): Alertmanager knows an alert by its label set, so the
+    // alert under the old set is ended and the incident fires on under the new one.
+    let relabelled = config.replace(
+        "name = \"live\"\n",
+        "name = \"live\"\nlabels = { team = \"payments\" }\n",
+    );
+    assert_ne!(relabelled, config);
+    std::fs::write(
+        dir.join("mcpulse.toml"),
+        format!(
+            "[server]\ntoken = \"{TOKEN}\"\n\n[storage]\npath = \"{}\"\n\n{relabelled}",
+            dir.join("mcpulse.db").display()
+        ),
+    )
+    .unwrap();
+    let pid = i32::try_from(mon.child.id()).unwrap();
+    // SAFETY: kill(2) on our own child's pid; no memory is touched.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::kill(pid, libc::SIGHUP) };
+    assert_eq!(rc, 0);
+    let moved = until(
+        "the alert to move to the new label set",
+        &mut [&mut am, &mut mon],
+        || async {
+            let alerts = am_alerts(am_port, "MCPServerDown").await?;
+            match alerts.as_slice() {
+                [a] if a["labels"]["team"] == "payments" => Ok(a.clone()),
+                _ => Err(format!("{alerts:?}")),
+            }
+        },
+    )
+    .await;
+    assert_eq!(moved["labels"]["dedup_key"], first["labels"]["dedup_key"]);
 
     // Recovery closes it, and the re-sends that follow do not revive it.
     up.store(true, Ordering::SeqCst);

@@ -200,7 +200,28 @@ pub async fn resend(
 ) -> Result<usize, DeliveryError> {
     let deadline = tokio::time::Instant::now() + timeout;
     let _turn = turn(url).await;
-    let alerts = open();
+    post_all(url, timeout, deadline, &open()).await
+}
+
+/// Posts `alerts` in one request, in this Alertmanager's turn (see [`turn`]): how a reload ends
+/// the alerts of a target whose labels changed (their identity in Alertmanager is the label
+/// set, so the old set must be ended; the re-sends carry on under the new one).
+pub async fn post_now(
+    url: &str,
+    timeout: Duration,
+    alerts: &[Alert],
+) -> Result<usize, DeliveryError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let _turn = turn(url).await;
+    post_all(url, timeout, deadline, alerts).await
+}
+
+async fn post_all(
+    url: &str,
+    timeout: Duration,
+    deadline: tokio::time::Instant,
+    alerts: &[Alert],
+) -> Result<usize, DeliveryError> {
     if alerts.is_empty() {
         return Ok(0);
     }
