@@ -88,6 +88,31 @@ pub struct Incident {
     pub notified_ms: i64,
 }
 
+impl Incident {
+    /// An alert about this incident of `target`, stamped `at_ms` (kind and severity its own).
+    pub fn alert(
+        &self,
+        target: &str,
+        labels: &BTreeMap<String, String>,
+        action: Action,
+        summary: String,
+        at_ms: i64,
+    ) -> Alert {
+        Alert {
+            dedup_key: self.dedup_key.clone(),
+            action,
+            kind: self.kind,
+            target: target.to_owned(),
+            severity: self.severity.clone(),
+            summary,
+            at_ms,
+            started_ms: self.opened_ms,
+            labels: labels.clone(),
+            removed: false,
+        }
+    }
+}
+
 /// The open incidents of one target, by family.
 pub type Incidents = BTreeMap<String, Incident>;
 
@@ -414,27 +439,19 @@ pub fn resolve_removed(
     std::mem::take(incidents)
         .into_values()
         .map(|inc| {
-            // The kinds a resolve of each family has when it closes normally, so that the
-            // sinks' `on` filters and payloads treat it the same way.
-            let (kind, severity) = match inc.family.as_str() {
-                "status" => (Kind::Recovered, "info".to_owned()),
-                _ => (inc.kind, inc.severity.clone()),
-            };
-            Alert {
-                dedup_key: inc.dedup_key,
-                action: Action::Resolve,
-                kind,
-                target: target.to_owned(),
-                severity,
-                summary: format!(
-                    "{target} was removed from the monitor's config; closing its open {} incident",
-                    inc.kind.as_str()
-                ),
-                at_ms: now_ms,
-                started_ms: inc.opened_ms,
-                labels: labels.clone(),
-                removed: true,
+            let summary = format!(
+                "{target} was removed from the monitor's config; closing its open {} incident",
+                inc.kind.as_str()
+            );
+            let mut a = inc.alert(target, labels, Action::Resolve, summary, now_ms);
+            // The kind a resolve of the status family has when it closes normally, so that
+            // the sinks' `on` filters and payloads treat it the same way.
+            if inc.family == "status" {
+                a.kind = Kind::Recovered;
+                a.severity = "info".to_owned();
             }
+            a.removed = true;
+            a
         })
         .collect()
 }

@@ -586,22 +586,15 @@ fn end_old_labels(
     shared: &Shared,
 ) {
     let at = (shared.clock)();
+    let summary = format!(
+        "{}: its labels changed; the alert goes on under the new ones",
+        old_cfg.name
+    );
     let alerts: Vec<Alert> = incidents
         .values()
-        .map(|inc| Alert {
-            dedup_key: inc.dedup_key.clone(),
-            action: crate::alert::Action::Resolve,
-            kind: inc.kind,
-            target: old_cfg.name.clone(),
-            severity: inc.severity.clone(),
-            summary: format!(
-                "{}: its labels changed; the alert goes on under the new ones",
-                old_cfg.name
-            ),
-            at_ms: at,
-            started_ms: inc.opened_ms,
-            labels: old_cfg.labels.clone(),
-            removed: false,
+        .map(|inc| {
+            let resolve = crate::alert::Action::Resolve;
+            inc.alert(&old_cfg.name, &old_cfg.labels, resolve, summary.clone(), at)
         })
         .collect();
     for (i, cfg) in new.alerts.iter().enumerate() {

@@ -360,17 +360,9 @@ impl Fleet {
         g.targets
             .values()
             .flat_map(|v| {
-                v.incidents.iter().map(move |inc| crate::alert::Alert {
-                    dedup_key: inc.dedup_key.clone(),
-                    action: crate::alert::Action::Remind,
-                    kind: inc.kind,
-                    target: v.name.clone(),
-                    severity: inc.severity.clone(),
-                    summary: inc.summary.clone(),
-                    at_ms: now_ms,
-                    started_ms: inc.opened_ms,
-                    labels: v.labels.clone(),
-                    removed: false,
+                v.incidents.iter().map(move |inc| {
+                    let remind = crate::alert::Action::Remind;
+                    inc.alert(&v.name, &v.labels, remind, inc.summary.clone(), now_ms)
                 })
             })
             .collect()

@@ -48,14 +48,9 @@ impl Live {
     /// graces), and records their processes in `tr`, in order.
     pub async fn finish(self, tr: &mut Transcript) {
         let grace = self.grace;
-        let ends: Vec<_> = self
-            .children
-            .into_iter()
-            .map(|child| async move { child.shutdown(grace).await })
-            .collect();
         let mut set = tokio::task::JoinSet::new();
-        for (i, end) in ends.into_iter().enumerate() {
-            set.spawn(async move { (i, end.await) });
+        for (i, child) in self.children.into_iter().enumerate() {
+            set.spawn(async move { (i, child.shutdown(grace).await) });
         }
         let mut ended = Vec::new();
         while let Some(r) = set.join_next().await {
@@ -103,7 +98,7 @@ pub async fn probe_live(target: &Target, plan: &Plan) -> (Transcript, Live) {
             let _ = timeout_at(net, async {
                 probe_http(&mut client, url, &mut ctx).await;
                 if plan.security {
-                    crate::security::after(&mut client, url, &mut ctx).await;
+                    crate::security::auth_metadata(&mut client, url, &mut ctx).await;
                 }
             })
             .await;

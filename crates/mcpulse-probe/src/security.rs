@@ -114,12 +114,6 @@ pub(crate) fn side_checks<'u>(
     })
 }
 
-/// What is left after the flow (security checks on): for a gated server, the OAuth metadata
-/// documents.
-pub(crate) async fn after(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>) {
-    auth_metadata(client, uri, ctx).await;
-}
-
 /// What every check needs to send.
 struct Env<'a> {
     uri: &'a Uri,
@@ -242,8 +236,8 @@ async fn malformed(client: &mut HttpClient, env: &Env<'_>, era: Option<Era>) -> 
 }
 
 /// For a gated server: the protected-resource metadata (from the challenge, or the well-known
-/// URLs) and the authorization-server metadata it names.
-async fn auth_metadata(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>) {
+/// URLs) and the authorization-server metadata it names. Run after the flow (security checks on).
+pub(crate) async fn auth_metadata(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>) {
     let gated = ctx.tr.exchanges.iter().any(|e| {
         matches!(e.status(), Some(401))
             && matches!(e.step, Step::Discover | Step::Initialize | Step::SseOpen)

@@ -640,6 +640,28 @@ fn legacy_stdio() -> StdioScript {
         )
 }
 
+/// A modern stdio server: `server/discover` and `tools/list` (these tools) answered. Rules
+/// added later for the same methods never run (the first match answers).
+fn modern_stdio(tools: &[&str]) -> StdioScript {
+    StdioScript::new()
+        .on("server/discover", vec![Act::Result(mcp::discover_result())])
+        .on(
+            "tools/list",
+            vec![Act::Result(mcp::tools_list_result(
+                mcp::tools(tools),
+                None,
+                true,
+            ))],
+        )
+}
+
+/// `n` processes wrote their pid to `file`, and none of them runs any more.
+fn assert_processes_ended(file: &std::path::Path, n: usize) {
+    let pids = read_pids(file);
+    assert_eq!(pids.len(), n, "{pids:?}");
+    assert_no_survivors(&pids);
+}
+
 fn assert_no_survivors(pids: &[u32]) {
     let alive = still_running_after(pids, Duration::from_secs(2));
     mcpulse_testkit::stdio::kill(&alive);
@@ -778,9 +800,7 @@ async fn stdio_legacy_server_whose_sibling_dies_is_probed_in_the_first_process()
     assert_eq!(r["tool_count"], 1);
     // The sibling's record comes first (it ended during the flow), then the first process.
     assert_eq!(purposes(&transcript), ["legacy handshake", "probe"]);
-    let pids = read_pids(&pids);
-    assert_eq!(pids.len(), 2, "{pids:?}");
-    assert_no_survivors(&pids);
+    assert_processes_ended(&pids, 2);
 }
 
 #[tokio::test]
@@ -823,26 +843,15 @@ async fn stdio_modern_server_whose_first_process_dies_is_asked_discovery_again()
         purposes(&transcript),
         ["dual-era check", "probe", "discovery retry"]
     );
-    let pids = read_pids(&pids);
-    assert_eq!(pids.len(), 3, "{pids:?}");
-    assert_no_survivors(&pids);
+    assert_processes_ended(&pids, 3);
 }
 
 #[tokio::test]
 async fn stdio_modern_server_whose_sibling_dies_gets_its_dual_era_check_in_a_fresh_process() {
     let dir = TempDir::new("sibling-dies-modern");
     let pids = dir.join("pids");
-    let script = StdioScript::new()
+    let script = modern_stdio(&["a"])
         .at_start(Act::RecordPid(pids.clone()))
-        .on("server/discover", vec![Act::Result(mcp::discover_result())])
-        .on(
-            "tools/list",
-            vec![Act::Result(mcp::tools_list_result(
-                mcp::tools(&["a"]),
-                None,
-                true,
-            ))],
-        )
         .on(
             "initialize",
             vec![
@@ -861,27 +870,16 @@ async fn stdio_modern_server_whose_sibling_dies_gets_its_dual_era_check_in_a_fre
         purposes(&transcript),
         ["dual-era check", "probe", "dual-era check"]
     );
-    let pids = read_pids(&pids);
-    assert_eq!(pids.len(), 3, "{pids:?}");
-    assert_no_survivors(&pids);
+    assert_processes_ended(&pids, 3);
 }
 
 #[tokio::test]
 async fn stdio_modern_server_is_healthy_and_leaves_nothing_behind() {
     let dir = TempDir::new("modern");
     let pids = dir.join("pids");
-    let script = StdioScript::new()
+    let script = modern_stdio(&["a", "b", "c"])
         .at_start(Act::RecordPid(pids.clone()))
         .at_start(Act::SpawnGrandchild(pids.clone()))
-        .on("server/discover", vec![Act::Result(mcp::discover_result())])
-        .on(
-            "tools/list",
-            vec![Act::Result(mcp::tools_list_result(
-                mcp::tools(&["a", "b", "c"]),
-                None,
-                true,
-            ))],
-        )
         .on(
             "initialize",
             vec![Act::Error(-32601, "Method not found".into())],
@@ -897,9 +895,7 @@ async fn stdio_modern_server_is_healthy_and_leaves_nothing_behind() {
     assert_eq!(r["tool_count"], 3);
     assert_eq!(r["server"]["name"], "fake-mcp");
     // The probe process and its sibling for the dual-era check, each with a grandchild.
-    let pids = read_pids(&pids);
-    assert_eq!(pids.len(), 4, "{pids:?}");
-    assert_no_survivors(&pids);
+    assert_processes_ended(&pids, 4);
 }
 
 #[tokio::test]
@@ -968,9 +964,7 @@ async fn stdio_leader_that_exits_while_a_grandchild_holds_stdout_costs_one_drain
         "the lists ended {spread} ms apart: each waited out a drain ({ends:?})"
     );
     run.expect("down", &["process-exited-after-handshake"]);
-    let pids = read_pids(&pids);
-    assert_eq!(pids.len(), 1, "{pids:?}");
-    assert_no_survivors(&pids);
+    assert_processes_ended(&pids, 1);
 }
 
 #[tokio::test]
@@ -1133,9 +1127,7 @@ async fn stdio_server_that_hangs_times_out_and_is_killed_with_its_children() {
         assert_eq!(p["exit"]["by_probe"], true, "{p}");
         assert_eq!(p["exit"]["signal"], 9, "only SIGKILL ends it: {p}");
     }
-    let pids = read_pids(&pids);
-    assert_eq!(pids.len(), 4, "{pids:?}");
-    assert_no_survivors(&pids);
+    assert_processes_ended(&pids, 4);
 }
 
 #[tokio::test]

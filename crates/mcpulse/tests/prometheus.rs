@@ -709,6 +709,25 @@ async fn am_alerts(port: u16, alertname: &str) -> Result<Vec<Value>, String> {
     Ok(v.as_array().cloned().unwrap_or_default())
 }
 
+/// The one active `MCPServerDown` alert Alertmanager holds, if `ok` holds for it (for `until`).
+async fn the_down_alert(port: u16, ok: impl Fn(&Value) -> bool) -> Result<Value, String> {
+    let alerts = am_alerts(port, "MCPServerDown").await?;
+    match alerts.as_slice() {
+        [a] if a["status"]["state"] == "active" && ok(a) => Ok(a.clone()),
+        _ => Err(format!("not one matching active alert: {alerts:?}")),
+    }
+}
+
+/// No active `MCPServerDown` alert (for `until`).
+async fn no_down_alert(port: u16) -> Result<(), String> {
+    let alerts = am_alerts(port, "MCPServerDown").await?;
+    if alerts.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{alerts:?}"))
+    }
+}
+
 /// The webhook notifications Alertmanager sent, as JSON.
 fn notifications(hook: &FakeHttp) -> Vec<Value> {
     hook.requests().iter().filter_map(Request::json).collect()
@@ -783,13 +802,7 @@ async fn alertmanager_receives_dedups_and_resolves() {
     let first = until(
         "one firing MCPServerDown alert for live",
         &mut [&mut am, &mut mon],
-        || async {
-            let alerts = am_alerts(am_port, "MCPServerDown").await?;
-            match alerts.as_slice() {
-                [a] if a["status"]["state"] == "active" => Ok(a.clone()),
-                _ => Err(format!("{alerts:?}")),
-            }
-        },
+        || the_down_alert(am_port, |_| true),
     )
     .await;
     let labels = first["labels"].as_object().unwrap();
@@ -823,14 +836,7 @@ async fn alertmanager_receives_dedups_and_resolves() {
     let again = until(
         "a reminder to re-post the alert (its endsAt moves)",
         &mut [&mut am, &mut mon],
-        || async {
-            let alerts = am_alerts(am_port, "MCPServerDown").await?;
-            match alerts.as_slice() {
-                [a] if a["endsAt"].as_str() != Some(ends.as_str()) => Ok(a.clone()),
-                [_] => Err("not re-posted yet".into()),
-                _ => Err(format!("not one alert: {alerts:?}")),
-            }
-        },
+        || the_down_alert(am_port, |a| a["endsAt"].as_str() != Some(ends.as_str())),
     )
     .await;
     assert_eq!(again["labels"], first["labels"]);
@@ -852,14 +858,7 @@ async fn alertmanager_receives_dedups_and_resolves() {
     let after_restart = until(
         "the restarted monitor to re-post the alert",
         &mut [&mut am, &mut restarted],
-        || async {
-            let alerts = am_alerts(am_port, "MCPServerDown").await?;
-            match alerts.as_slice() {
-                [a] if a["endsAt"].as_str() != Some(ends.as_str()) => Ok(a.clone()),
-                [_] => Err("not re-posted yet".into()),
-                _ => Err(format!("not one alert: {alerts:?}")),
-            }
-        },
+        || the_down_alert(am_port, |a| a["endsAt"].as_str() != Some(ends.as_str())),
     )
     .await;
     assert_eq!(after_restart["labels"], first["labels"]);
@@ -901,14 +900,7 @@ async fn alertmanager_receives_dedups_and_resolves() {
     until(
         "MCPServerDown for live to be resolved",
         &mut [&mut am, &mut restarted],
-        || async {
-            let alerts = am_alerts(am_port, "MCPServerDown").await?;
-            if alerts.is_empty() {
-                Ok(())
-            } else {
-                Err(format!("{alerts:?}"))
-            }
-        },
+        || no_down_alert(am_port),
     )
     .await;
     let resolved = until(
@@ -1002,13 +994,7 @@ async fn a_restarted_alertmanager_gets_the_open_alert_back_from_the_resend() {
     let first = until(
         "one firing MCPServerDown alert",
         &mut [&mut am, &mut mon],
-        || async {
-            let alerts = am_alerts(am_port, "MCPServerDown").await?;
-            match alerts.as_slice() {
-                [a] if a["status"]["state"] == "active" => Ok(a.clone()),
-                _ => Err(format!("{alerts:?}")),
-            }
-        },
+        || the_down_alert(am_port, |_| true),
     )
     .await;
 
@@ -1019,13 +1005,7 @@ async fn a_restarted_alertmanager_gets_the_open_alert_back_from_the_resend() {
     let back = until(
         "the re-send to bring the alert back",
         &mut [&mut am, &mut mon],
-        || async {
-            let alerts = am_alerts(am_port, "MCPServerDown").await?;
-            match alerts.as_slice() {
-                [a] if a["status"]["state"] == "active" => Ok(a.clone()),
-                _ => Err(format!("{alerts:?}")),
-            }
-        },
+        || the_down_alert(am_port, |_| true),
     )
     .await;
     assert_eq!(back["labels"], first["labels"]);
@@ -1057,13 +1037,7 @@ async fn a_restarted_alertmanager_gets_the_open_alert_back_from_the_resend() {
     let moved = until(
         "the alert to move to the new label set",
         &mut [&mut am, &mut mon],
-        || async {
-            let alerts = am_alerts(am_port, "MCPServerDown").await?;
-            match alerts.as_slice() {
-                [a] if a["labels"]["team"] == "payments" => Ok(a.clone()),
-                _ => Err(format!("{alerts:?}")),
-            }
-        },
+        || the_down_alert(am_port, |a| a["labels"]["team"] == "payments"),
     )
     .await;
     assert_eq!(moved["labels"]["dedup_key"], first["labels"]["dedup_key"]);
@@ -1073,14 +1047,7 @@ async fn a_restarted_alertmanager_gets_the_open_alert_back_from_the_resend() {
     until(
         "MCPServerDown to be resolved",
         &mut [&mut am, &mut mon],
-        || async {
-            let alerts = am_alerts(am_port, "MCPServerDown").await?;
-            if alerts.is_empty() {
-                Ok(())
-            } else {
-                Err(format!("{alerts:?}"))
-            }
-        },
+        || no_down_alert(am_port),
     )
     .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
