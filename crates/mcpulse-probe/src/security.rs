@@ -1,7 +1,8 @@
 //! The security checks' extra requests (HTTP targets; `--no-security` skips them).
 //!
 //! Few and read-only, by rule: the successful handshake replayed with a foreign `Origin` (and,
-//! for loopback targets, a foreign `Host`), one malformed request, and for a gated server the
+//! for loopback targets, a foreign `Host`) — over HTTP+SSE a `ping` POSTed to the session's
+//! endpoint with that header instead —, one malformed request, and for a gated server the
 //! OAuth metadata documents (RFC 9728, RFC 8414 / OpenID discovery). Never a tool call; never
 //! the user's credentials to any host but the target; never a metadata URL on a non-public
 //! address when the target itself is public (SSRF guard). Sessions opened by a check are
@@ -9,7 +10,7 @@
 
 use crate::flow::Ctx;
 use http::{Method, Uri};
-use mcpulse_transport::http::{HttpClient, is_loopback_host, resolve};
+use mcpulse_transport::http::{HttpClient, is_loopback_host, origin as http_origin, resolve};
 use mcpulse_transport::streamable_http::{self, Post};
 use mcpulse_wire::jsonrpc::Message;
 use mcpulse_wire::transcript::{Exchange, Step, TransportKind};
@@ -57,9 +58,16 @@ impl Side {
 /// `--no-security`, without a successful handshake, or past the deadline. The future borrows
 /// nothing from `ctx`, so the flow can run it beside its own last steps (after the health
 /// timings are taken: the checks' load must not colour them).
+///
+/// Over HTTP+SSE (`sse_endpoint`: the endpoint the open session POSTs to, so the session must
+/// stay open until the future is done) the foreign header goes on a `ping` to that endpoint,
+/// not on a new `GET` of the stream: servers check these headers where messages are received
+/// (the TypeScript SDK's `SSEServerTransport` validates them on POST only), and a stream alone
+/// lets a rebinding page call nothing.
 pub(crate) fn side_checks<'u>(
     client: &HttpClient,
     uri: &'u Uri,
+    sse_endpoint: Option<Uri>,
     ctx: &mut Ctx<'_>,
 ) -> Option<impl Future<Output = Side> + use<'u>> {
     if !ctx.plan.security || ctx.expired() {
@@ -82,6 +90,7 @@ pub(crate) fn side_checks<'u>(
     Some(async move {
         let env = Env {
             uri,
+            sse_endpoint: sse_endpoint.as_ref(),
             user_headers: &user_headers,
             limits,
             deadline,
@@ -117,6 +126,7 @@ pub(crate) fn side_checks<'u>(
 /// What every check needs to send.
 struct Env<'a> {
     uri: &'a Uri,
+    sse_endpoint: Option<&'a Uri>,
     user_headers: &'a [(String, String)],
     limits: mcpulse_transport::Limits,
     deadline: tokio::time::Instant,
@@ -133,7 +143,8 @@ fn handshake_headers(hs: &Exchange) -> Vec<(String, String)> {
     }
 }
 
-/// The handshake replayed with one foreign header; a session it opened is deleted again.
+/// The handshake replayed with one foreign header (over HTTP+SSE: a `ping` to the session's
+/// endpoint with it); a session it opened is deleted again.
 async fn rebinding_check(
     client: &mut HttpClient,
     env: &Env<'_>,
@@ -144,17 +155,31 @@ async fn rebinding_check(
 ) -> Vec<Exchange> {
     let ex = match hs.transport {
         TransportKind::Sse => {
-            let headers = vec![("accept".into(), "text/event-stream".into()), extra];
-            streamable_http::head_only(
-                client,
-                Method::GET,
-                env.uri,
+            let Some(endpoint) = env.sse_endpoint else {
+                return Vec::new();
+            };
+            // Credentials go to the endpoint only on the target's own origin, as in the session.
+            let user_headers = if http_origin(endpoint) == http_origin(env.uri) {
+                env.user_headers
+            } else {
+                &[]
+            };
+            let ping = serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "ping"});
+            let post = Post {
+                uri: endpoint,
                 step,
-                headers,
-                env.user_headers,
-                env.deadline,
-            )
-            .await
+                era: Some(Era::Legacy),
+                page: None,
+                id: Some(id),
+                message: &ping,
+                headers: vec![extra],
+                user_headers,
+            };
+            // A server that accepts the POST (202) answers on the stream; the status is the
+            // finding, so the reply is not waited for.
+            let mut ex = streamable_http::post(client, post, env.limits, env.deadline).await;
+            ex.transport = TransportKind::Sse;
+            ex
         }
         _ => {
             let Some(mut body) = hs

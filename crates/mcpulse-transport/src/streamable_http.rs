@@ -472,39 +472,6 @@ pub async fn delete_session(
     sent.finish()
 }
 
-/// Sends a request and records only the response head: for a `GET` that may open an endless
-/// stream (a legacy SSE endpoint), where the status and headers are the whole answer.
-pub async fn head_only(
-    client: &mut HttpClient,
-    method: Method,
-    uri: &::http::Uri,
-    step: Step,
-    headers: Vec<(String, String)>,
-    user_headers: &[(String, String)],
-    deadline: Instant,
-) -> Exchange {
-    let out = Outgoing {
-        method,
-        uri: uri.clone(),
-        headers,
-        user_headers,
-        body: None,
-    };
-    let mut sent = send_recorded(
-        client,
-        &out,
-        Tag::plain(step, TransportKind::Sse),
-        false,
-        deadline,
-    )
-    .await;
-    if sent.body.take().is_some() {
-        // The body (perhaps an endless stream) is dropped unread, closing the connection.
-        sent.ex.outcome = Outcome::Fetched;
-    }
-    sent.finish()
-}
-
 /// Sends a prepared request (a malformed body, on purpose) and records the response and up to
 /// [`DOCUMENT_CAP`] bytes of its body.
 pub async fn send_raw(

@@ -53,6 +53,12 @@ fn everything() -> String {
     path_str(installed("npm/node_modules/.bin/mcp-server-everything"))
 }
 
+/// The npm installs' node_modules (with the TypeScript SDK), for NODE_PATH.
+fn node_modules() -> String {
+    installed("npm/node_modules/@modelcontextprotocol/sdk/package.json");
+    path_str(interop_dir().join("npm/node_modules"))
+}
+
 /// The Python SDK 2.x folder, for PYTHONPATH.
 fn py2() -> String {
     installed("py2/mcp/server/mcpserver");
@@ -220,6 +226,21 @@ fn everything_http(mode: &str) -> Server {
     Server::start("server-everything", move |port| {
         let mut c = Command::new("node");
         c.arg(&bin).arg(&mode).env("PORT", port.to_string());
+        c
+    })
+}
+
+/// tests/fixtures/ts_sdk_server.cjs: the TypeScript SDK's own transports (`sse` or
+/// `streamableHttp`) with its DNS-rebinding protection on.
+fn ts_sdk_http(mode: &str) -> Server {
+    let script = fixture("ts_sdk_server.cjs");
+    let (mode, node_path) = (mode.to_owned(), node_modules());
+    Server::start("ts-sdk", move |port| {
+        let mut c = Command::new("node");
+        c.arg(&script)
+            .arg(&mode)
+            .arg(port.to_string())
+            .env("NODE_PATH", &node_path);
         c
     })
 }
@@ -874,4 +895,67 @@ fn python_sdk2_passes_dns_rebinding_protection() {
     let host = run.exchange("host-check");
     assert!(host["response"]["status"].as_u64().unwrap() >= 400, "{run}");
     assert_eq!(run.report["grade"], "A", "{run}");
+}
+
+/// Over HTTP+SSE the same scenario is played where messages are received: the checks POST a
+/// `ping` with the foreign header to the open session's endpoint. server-everything's `sse` mode
+/// accepts both (202).
+#[test]
+fn everything_sse_fails_dns_rebinding_protection() {
+    let server = everything_http("sse");
+    let run = mcpulse(&["--transport", "sse", &server.url("/sse")], &[]);
+    run.assert_healthy();
+    let codes = security_codes(&run);
+    assert!(codes.contains(&"origin-not-validated".to_owned()), "{run}");
+    assert!(codes.contains(&"host-not-validated".to_owned()), "{run}");
+    assert_eq!(run.report["grade"], "F", "{run}");
+    for step in ["origin-check", "host-check"] {
+        let ex = run.exchange(step);
+        assert_eq!(ex["request"]["method"], "POST", "{run}");
+        assert!(
+            ex["request"]["url"]
+                .as_str()
+                .unwrap()
+                .starts_with(&server.url("/message?sessionId=")),
+            "{run}"
+        );
+        assert_eq!(ex["response"]["status"], 202, "{run}");
+    }
+}
+
+/// The TypeScript SDK with its DNS-rebinding protection on passes, over both of its HTTP
+/// transports. Its `SSEServerTransport` checks Host and Origin on POST only (a stream may be
+/// opened from anywhere, but no message sent to it): a check that opened the stream with a
+/// foreign header would flag a protected server.
+#[test]
+fn ts_sdk_with_rebinding_protection_passes() {
+    for (mode, path) in [("sse", "/sse"), ("streamableHttp", "/mcp")] {
+        let server = ts_sdk_http(mode);
+        let run = mcpulse(&[&server.url(path)], &[]);
+        run.assert_healthy();
+        assert_eq!(
+            run.report["server"]["name"], "mcpulse-fixture-ts-sdk",
+            "{run}"
+        );
+        let codes = security_codes(&run);
+        assert!(
+            !codes.contains(&"origin-not-validated".to_owned()),
+            "{mode}: {run}"
+        );
+        assert!(
+            !codes.contains(&"host-not-validated".to_owned()),
+            "{mode}: {run}"
+        );
+        assert_eq!(
+            run.exchange("origin-check")["response"]["status"],
+            403,
+            "{run}"
+        );
+        assert_eq!(
+            run.exchange("host-check")["response"]["status"],
+            403,
+            "{run}"
+        );
+        assert_eq!(run.report["grade"], "A", "{mode}: {run}");
+    }
 }
