@@ -259,6 +259,7 @@ const READ_ONLY_METHODS: &[&str] = &[
     "server/discover",
     "initialize",
     "notifications/initialized",
+    "ping",
     "tools/list",
     "prompts/list",
     "resources/list",
@@ -375,17 +376,20 @@ async fn a_careful_legacy_server_earns_no_security_finding() {
     assert_hygiene(&server);
     let methods = server.methods();
     assert_eq!(
-        methods[..5],
+        methods[..4],
         [
             "server/discover", // refused: a legacy server
             "initialize",
             "notifications/initialized",
             "tools/list",
-            "DELETE",
         ]
     );
-    // With a foreign Origin and a foreign Host (403, no session), and the malformed body: at once.
-    assert_eq!(sorted(&methods[5..]), ["POST", "initialize", "initialize"]);
+    // Then, at once and so in any order: the session's DELETE, and the checks with a foreign
+    // Origin and a foreign Host (403, no session) and the malformed body.
+    assert_eq!(
+        sorted(&methods[4..]),
+        ["DELETE", "POST", "initialize", "initialize"]
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -432,6 +436,69 @@ async fn origin_not_validated() {
 }
 
 #[tokio::test]
+async fn the_human_summary_shows_the_grade_findings_and_evidence() {
+    let server = serve(Posture::secure().accept_any_origin().script()).await;
+    let url = server.url("/mcp");
+    let run = run_with(&["probe", "--timeout", TIMEOUT, &url], &[]).await;
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let out = &run.stdout;
+    assert!(out.contains("\n  security grade F (score "), "{out}");
+    assert!(
+        out.contains("    critical origin-not-validated a request with the foreign Origin"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "             evidence origin-check: POST {url} with origin: {FOREIGN_ORIGIN} → HTTP 200"
+        )),
+        "{out}"
+    );
+
+    let careful = serve(Posture::secure().script()).await;
+    let run = run_with(
+        &[
+            "probe",
+            "--timeout",
+            TIMEOUT,
+            "--no-security",
+            &careful.url("/mcp"),
+        ],
+        &[],
+    )
+    .await;
+    assert!(
+        run.stdout
+            .contains("  security grade A (score 100) · extra requests skipped (--no-security)\n"),
+        "{}",
+        run.stdout
+    );
+
+    // Nothing answered: no grade, rather than the A of no findings.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let run = run_with(
+        &[
+            "probe",
+            "--timeout",
+            TIMEOUT,
+            &format!("http://127.0.0.1:{closed}/mcp"),
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(run.code, Some(2), "{}", run.stdout);
+    assert!(
+        run.stdout
+            .contains("  security not graded (nothing to grade: the server did not answer)\n"),
+        "{}",
+        run.stdout
+    );
+}
+
+#[tokio::test]
 async fn host_not_validated() {
     let server = serve(Posture::secure().accept_any_host().script()).await;
     let url = server.url("/mcp");
@@ -458,6 +525,99 @@ async fn host_not_validated() {
     probe(&server.url("/mcp"), &[])
         .await
         .no_finding("host-not-validated");
+}
+
+/// A legacy HTTP+SSE server that answers in the POST bodies (so the handshake needs nothing of
+/// the stream but its `endpoint` event) and, when `validates`, refuses a foreign `Origin` or
+/// `Host` where messages are received, the POST endpoint, as the TypeScript SDK's
+/// `SSEServerTransport` does; it never checks them on the stream's `GET`.
+fn sse_server(req: &Request, validates: bool) -> Reply {
+    match (req.method.as_str(), req.path()) {
+        ("GET", "/sse") => Reply::chunked(
+            200,
+            "text/event-stream",
+            vec![
+                Piece::Data(
+                    mcp::sse_event(Some("endpoint"), None, "/message?sessionId=s1").into_bytes(),
+                ),
+                Piece::Pending,
+            ],
+        ),
+        ("POST", "/message") => {
+            let foreign = req
+                .header("origin")
+                .is_some_and(|o| o != "http://127.0.0.1")
+                || req.header("host") == Some(FOREIGN_HOST);
+            if validates && foreign {
+                return Reply::status(403);
+            }
+            match req.rpc_method().as_deref() {
+                Some("initialize") => Reply::json(
+                    200,
+                    &mcp::result(&req.rpc_id().unwrap(), mcp::initialize_result("2024-11-05")),
+                ),
+                Some("tools/list") => Reply::json(
+                    200,
+                    &mcp::result(
+                        &req.rpc_id().unwrap(),
+                        mcp::tools_list_result(mcp::tools(&["echo"]), None, false),
+                    ),
+                ),
+                // Anything else (the ping of a check) is answered on the stream, as usual.
+                _ => Reply::accepted(),
+            }
+        }
+        _ => Reply::status(404),
+    }
+}
+
+#[tokio::test]
+async fn sse_rebinding_checks_post_a_ping_to_the_session_endpoint() {
+    for validates in [false, true] {
+        let server = FakeHttp::start(move |req: &Request| sse_server(req, validates)).await;
+        let run = probe(&server.url("/sse"), &["--transport", "sse"]).await;
+        assert_eq!(run.code, Some(0), "{}", run.context());
+        let endpoint = server.url("/message?sessionId=<redacted>");
+        if validates {
+            run.no_finding("origin-not-validated");
+            run.no_finding("host-not-validated");
+            assert_eq!(run.grade().0, "A", "{}", run.context());
+        } else {
+            run.finding(
+                "origin-not-validated",
+                "critical",
+                &[&format!(
+                    "origin-check: POST {endpoint} with origin: {FOREIGN_ORIGIN} → HTTP 202"
+                )],
+            );
+            run.finding(
+                "host-not-validated",
+                "critical",
+                &[&format!(
+                    "host-check: POST {endpoint} with host: {FOREIGN_HOST} → HTTP 202"
+                )],
+            );
+        }
+        // The foreign headers went, each once, on a ping to the open session's endpoint, and
+        // the stream was opened once, without them.
+        let reqs = assert_hygiene(&server);
+        let extra: Vec<&Request> = reqs.iter().filter(|r| is_extra(r)).collect();
+        assert_eq!(extra.len(), 2, "{extra:?}");
+        for r in &extra {
+            assert_eq!((r.method.as_str(), r.path()), ("POST", "/message"));
+            assert_eq!(r.rpc_method().as_deref(), Some("ping"));
+        }
+        assert_eq!(
+            extra
+                .iter()
+                .filter(|r| r.header("origin") == Some(FOREIGN_ORIGIN))
+                .count(),
+            1
+        );
+        let gets: Vec<&Request> = reqs.iter().filter(|r| r.method == "GET").collect();
+        assert_eq!(gets.len(), 1, "{gets:?}");
+        assert_eq!(gets[0].header("origin"), None);
+    }
 }
 
 #[tokio::test]

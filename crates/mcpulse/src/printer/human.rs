@@ -120,6 +120,7 @@ pub fn render(r: &Report) -> String {
             ));
         }
     }
+    s.push_str(&render_security(r));
     if let Some(d) = &r.drift {
         s.push_str(&render_drift(d));
     }
@@ -127,6 +128,55 @@ pub fn render(r: &Report) -> String {
         s.push_str(&format!("  {}\n", paint(dim, "stderr (last lines)")));
         for l in r.stderr.iter().rev().take(5).rev() {
             s.push_str(&format!("    {l}\n"));
+        }
+    }
+    s
+}
+
+/// The grade on one line, then each security finding with the first line of its evidence
+/// (`--json` has all of it; docs/checks.md says what each code means).
+fn render_security(r: &Report) -> String {
+    use mcpulse_judge::security::Level;
+    let bold = Style::new().bold();
+    let dim = Style::new().dimmed();
+    let sec = &r.security;
+    if r.status == Status::Down && sec.findings.is_empty() {
+        // Nothing answered that could lose a point: the A of no findings would mislead.
+        return format!(
+            "  {} not graded (nothing to grade: the server did not answer)\n",
+            paint(dim, "security")
+        );
+    }
+    let style = match sec.grade.as_str() {
+        "A" | "B" => AnsiColor::Green.on_default().bold(),
+        "C" | "D" => AnsiColor::Yellow.on_default().bold(),
+        _ => AnsiColor::Red.on_default().bold(),
+    };
+    let scope = if sec.active_checks {
+        ""
+    } else {
+        " · extra requests skipped (--no-security)"
+    };
+    let mut s = format!(
+        "  {} grade {} (score {}){scope}\n",
+        paint(dim, "security"),
+        paint(style, &sec.grade),
+        sec.score
+    );
+    for f in &sec.findings {
+        let st = match f.severity {
+            Level::Critical | Level::High => AnsiColor::Red.on_default().bold(),
+            Level::Medium => AnsiColor::Yellow.on_default().bold(),
+            Level::Low | Level::Info => AnsiColor::Blue.on_default(),
+        };
+        s.push_str(&format!(
+            "    {} {} {}\n",
+            paint(st, &format!("{:<8}", f.severity.as_str())),
+            paint(bold, &f.code),
+            f.message
+        ));
+        if let Some(e) = f.evidence.first() {
+            s.push_str(&format!("             {} {e}\n", paint(dim, "evidence")));
         }
     }
     s
