@@ -96,7 +96,8 @@ impl LastCheck {
     /// From a judged report. `with_grade` follows the target's `security` setting, as the
     /// state machine's observation does.
     pub fn from_report(report: &Report, at_ms: i64, with_grade: bool) -> LastCheck {
-        let grade = with_grade
+        // A down check graded nothing: no grade, rather than the A of no findings.
+        let grade = (with_grade && report.status != mcpulse_judge::Status::Down)
             .then(|| report.grade.clone())
             .filter(|g| !g.is_empty());
         LastCheck {

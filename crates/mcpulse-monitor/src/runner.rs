@@ -329,8 +329,8 @@ pub fn check_once(
         auth: auth_str(report),
         era: report.era.map(|e| e.as_str().to_owned()),
         protocol_version: report.protocol_version.clone(),
-        grade: cfg
-            .security
+        // A down check graded nothing: no grade, rather than the A of no findings.
+        grade: (cfg.security && report.status != mcpulse_judge::Status::Down)
             .then(|| report.grade.clone())
             .filter(|g| !g.is_empty()),
         contract_digest: report.digests.as_ref().map(|d| d.contract.clone()),

@@ -84,6 +84,11 @@ pub struct TargetState {
     pub transitions: VecDeque<i64>,
     pub flapping: bool,
     pub last: Option<Observation>,
+    /// The last observation in which the server answered (not down): the signals (auth,
+    /// protocol, grade, drift) are compared with it, so an outage between two answers neither
+    /// raises a change nor hides one. Absent in states stored before it existed.
+    #[serde(default)]
+    pub last_up: Option<Observation>,
 }
 
 impl Default for TargetState {
@@ -95,6 +100,7 @@ impl Default for TargetState {
             transitions: VecDeque::new(),
             flapping: false,
             last: None,
+            last_up: None,
         }
     }
 }
@@ -158,9 +164,16 @@ pub fn observe(
     let mut s = state.clone();
     let mut events = Vec::new();
 
-    // Signals that are not the status: compared with the previous observation.
-    if let Some(prev) = &state.last {
-        if prev.auth != obs.auth && obs.status != Health::Down && prev.status != Health::Down {
+    // Signals that are not the status: compared with the last observation in which the server
+    // answered. A down check observes none of them.
+    let prev_up = state
+        .last_up
+        .as_ref()
+        .or_else(|| state.last.as_ref().filter(|o| o.status != Health::Down));
+    if obs.status == Health::Down {
+        // Nothing to compare: a down check observes none of the signals.
+    } else if let Some(prev) = prev_up {
+        if prev.auth != obs.auth {
             events.push(Event::AuthChanged {
                 at_ms: now_ms,
                 from: prev.auth.clone(),
@@ -183,7 +196,6 @@ pub fn observe(
         }
         if let (Some(a), Some(b)) = (&prev.grade, &obs.grade)
             && a != b
-            && obs.status != Health::Down
         {
             events.push(Event::GradeChanged {
                 at_ms: now_ms,
@@ -280,6 +292,9 @@ pub fn observe(
             at_ms: now_ms,
             status: s.status,
         });
+    }
+    if obs.status != Health::Down {
+        s.last_up = Some(obs.clone());
     }
     s.last = Some(obs.clone());
     (s, events)
@@ -426,6 +441,64 @@ mod tests {
                 ..
             }]
         ));
+    }
+
+    /// Signals are compared across an outage with the last answer before it: a down check (no
+    /// grade, no era, auth `none`) neither raises a change when the server comes back as it
+    /// was, nor hides one that happened while it was down.
+    #[test]
+    fn signals_across_an_outage() {
+        let down = |at| {
+            let mut o = obs(Down, at);
+            o.grade = None;
+            o.era = None;
+            o.protocol_version = None;
+            o
+        };
+        let mut graded = obs(Healthy, 0);
+        graded.grade = Some("F".into());
+        graded.auth = "required".into();
+        graded.drift = Some("breaking".into());
+        graded.contract_digest = Some("sha256:x".into());
+        let (s, _) = observe(&TargetState::default(), &graded, T, 0);
+        let (s, ev) = observe(&s, &down(1), T, 1);
+        assert!(ev.is_empty(), "{ev:?}");
+        let mut back = graded.clone();
+        back.at_ms = 2;
+        let (s, ev) = observe(&s, &back, T, 2);
+        assert!(ev.is_empty(), "the same answers after the outage: {ev:?}");
+
+        // A change made while it was down is seen on its return.
+        let (s, _) = observe(&s, &down(3), T, 3);
+        let mut changed = back.clone();
+        changed.at_ms = 4;
+        changed.grade = Some("A".into());
+        changed.auth = "none".into();
+        let (s, ev) = observe(&s, &changed, T, 4);
+        assert!(ev.iter().any(
+            |e| matches!(e, Event::GradeChanged { from, to, .. } if from == "F" && to == "A")
+        ));
+        assert!(ev.iter().any(
+            |e| matches!(e, Event::AuthChanged { from, to, .. } if from == "required" && to == "none")
+        ));
+
+        // A state stored before `last_up` existed: the last observation stands in when it was
+        // an answer, and a down one is not compared with.
+        let mut old = s.clone();
+        old.last_up = None;
+        let (_, ev) = observe(&old, &changed, T, 5);
+        assert!(ev.is_empty(), "{ev:?}");
+        old.last = Some(down(5));
+        let (_, ev) = observe(&old, &graded, T, 6);
+        assert!(
+            !ev.iter()
+                .any(|e| matches!(e, Event::GradeChanged { .. } | Event::AuthChanged { .. })),
+            "{ev:?}"
+        );
+        let stored: TargetState =
+            serde_json::from_str(r#"{"status":"healthy","since_ms":0,"streak":null,"transitions":[],"flapping":false,"last":null}"#)
+                .unwrap();
+        assert_eq!(stored.last_up, None);
     }
 
     #[test]
