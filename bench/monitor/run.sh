@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The monitor benchmark, in one command: /probe throughput beside the server's raw capacity and
-# Prometheus' blackbox_exporter, the resident memory and CPU of a monitor holding 10,000 targets,
-# and the history store's write rate. Writes docs/benchmarks-monitor.md.
+# Prometheus' blackbox_exporter (against the demo's Rust server, and against a server on the
+# official Python SDK), the resident memory and CPU of a monitor holding 10,000 targets, and the
+# history store's write rate. Writes docs/benchmarks-monitor.md.
 #
 #   bench/monitor/run.sh               # the full run (about 10 minutes on 2 cores)
 #   BENCH_QUICK=1 bench/monitor/run.sh # shorter runs, for trying the script out (still writes the doc)
@@ -137,6 +138,20 @@ URL_LEGACY=$(url_of healthy-legacy)
 URL_SSE=$(url_of legacy-sse)
 BASE_MODERN=${URL_MODERN%/mcp}
 
+# A third-party server beside it: the official Python SDK 2.x (`MCPServer`, bench/modern_server.py,
+# installed by scripts/interop-setup.sh), on the same core. Idle while the demo server is measured.
+log "installing the Python SDK for the third-party server (scripts/interop-setup.sh)"
+interop="$(bash scripts/interop-setup.sh)"
+PYTHON="$(python3 -c 'import sys; print(sys.executable)')" # the interpreter, not a pyenv shim
+P_PY=$(free_port)
+PYTHONPATH="$interop/py2" taskset -c "$SERVER_CPU" "$PYTHON" bench/modern_server.py http "$P_PY" >"$work/py.log" 2>&1 &
+PY_PID=$!
+pids+=("$PY_PID")
+URL_PY="http://127.0.0.1:$P_PY/mcp"
+BASE_PY="http://127.0.0.1:$P_PY"
+wait_http "$URL_PY"
+PY_VERSION="python mcp $(PYTHONPATH="$interop/py2" "$PYTHON" -c 'import importlib.metadata as m; print(m.version("mcp"))') on $("$PYTHON" --version 2>&1)"
+
 # --- what one probe sends ---------------------------------------------------------------------
 # The throughput figure uses a target with era = "modern" and security = false: the health
 # probe (server/discover, tools/list, and the other lists the server advertises). The defaults
@@ -146,6 +161,8 @@ BASE_MODERN=${URL_MODERN%/mcp}
 python3 "$here/wrk_requests.py" "$work/tr-min.json" "$work/mix.lua" >"$work/mix-steps.txt"
 python3 "$here/wrk_requests.py" "$work/tr-min.json" "$work/mix-close.lua" --close >/dev/null
 python3 "$here/wrk_requests.py" "$work/tr-min.json" "$work/tools.lua" --step tools/list >/dev/null
+"$MCPULSE" probe --era modern --no-security --transcript "$work/tr-py.json" "$URL_PY" >"$work/probe-py.txt"
+python3 "$here/wrk_requests.py" "$work/tr-py.json" "$work/py-mix.lua" >"$work/py-mix-steps.txt"
 
 # --- the probers ------------------------------------------------------------------------------
 MON_PORT=$(free_port)
@@ -170,6 +187,12 @@ security = false
 [[targets]]
 name = "modern-default"
 url = "$URL_MODERN"
+
+[[targets]]
+name = "python"
+url = "$URL_PY"
+era = "modern"
+security = false
 EOF
 "$MCPULSE" check-config "$work/monitor.toml" >&2
 taskset -c "$CLIENT_CPU" "$MCPULSE" monitor --config "$work/monitor.toml" >"$work/monitor.log" 2>&1 &
@@ -207,7 +230,9 @@ enc() { python3 -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[
 URL_P_MIN="$MON/probe?target=modern"
 URL_P_DEF="$MON/probe?target=modern-default"
 URL_P_BB="$BB/probe?module=http_post_mcp&target=$(enc "$URL_MODERN")"
-for u in "$URL_P_MIN" "$URL_P_DEF" "$URL_P_BB"; do
+URL_P_PY="$MON/probe?target=python"
+URL_P_PY_BB="$BB/probe?module=http_post_mcp&target=$(enc "$URL_PY")"
+for u in "$URL_P_MIN" "$URL_P_DEF" "$URL_P_BB" "$URL_P_PY" "$URL_P_PY_BB"; do
   curl -s "$u" >"$work/sample-probe.txt"
   grep -q '^probe_success 1$' "$work/sample-probe.txt" || { log "$u did not succeed:"; cat "$work/sample-probe.txt" >&2; exit 1; }
 done
@@ -218,16 +243,17 @@ curl -s "$URL_P_BB&debug=true" >"$work/sample-blackbox-debug.txt" || true
 # --- throughput -------------------------------------------------------------------------------
 : >"$work/runs.tsv" # round, id, requests/s, failures, socket errors, prober ticks, server ticks, seconds, p50 us, p99 us, requests, prober system ticks
 
-# run ROUND ID PROBER_PID URL [LUA]: wrk on CLIENT_CPU at concurrency CONC for DUR seconds
+# run ROUND ID PROBER_PID URL [LUA]: wrk on CLIENT_CPU at concurrency CONC for DUR seconds; the
+# server's CPU is read from SRV_PID (default: the demo fleet).
 run() {
   local round=$1 id=$2 ppid=$3 url=$4 lua=${5:-$here/probe_check.lua}
   taskset -c "$CLIENT_CPU" wrk -t1 -c"$CONC" -d"${WARM}s" -s "$lua" "$url" >/dev/null 2>&1 || true
   local pa sa pb sb ka kb out
-  pa=$( [[ -n $ppid ]] && ticks "$ppid" || echo 0 ); sa=$(ticks "$FLEET_PID")
+  pa=$( [[ -n $ppid ]] && ticks "$ppid" || echo 0 ); sa=$(ticks "${SRV_PID:-$FLEET_PID}")
   ka=$( [[ -n $ppid ]] && sticks "$ppid" || echo 0 )
   out="$work/wrk-$round-$id.txt"
   taskset -c "$CLIENT_CPU" wrk -t1 -c"$CONC" -d"${DUR}s" --latency -s "$lua" "$url" >"$out" 2>&1
-  pb=$( [[ -n $ppid ]] && ticks "$ppid" || echo 0 ); sb=$(ticks "$FLEET_PID")
+  pb=$( [[ -n $ppid ]] && ticks "$ppid" || echo 0 ); sb=$(ticks "${SRV_PID:-$FLEET_PID}")
   kb=$( [[ -n $ppid ]] && sticks "$ppid" || echo 0 )
   python3 - "$out" "$round" "$id" "$((pb - pa))" "$((sb - sa))" "$((kb - ka))" >>"$work/runs.tsv" <<'EOF'
 import re, sys
@@ -261,7 +287,11 @@ for round in $(seq "$ROUNDS"); do
   run "$round" capacity-tools "" "$BASE_MODERN" "$work/tools.lua"
   run "$round" capacity-conn "" "$BASE_MODERN" "$work/mix-close.lua"
   run "$round" mcpulse-default "$MON_PID" "$URL_P_DEF"
+  SRV_PID=$PY_PID run "$round" py-capacity "" "$BASE_PY" "$work/py-mix.lua"
+  SRV_PID=$PY_PID run "$round" py-mcpulse "$MON_PID" "$URL_P_PY"
+  SRV_PID=$PY_PID run "$round" py-blackbox "$BB_PID" "$URL_P_PY_BB"
 done
+kill "$PY_PID" 2>/dev/null || true
 curl -s "$MON/metrics" >"$work/monitor-metrics.txt"
 kill "$MON_PID" "$BB_PID" 2>/dev/null || true
 wait "$MON_PID" 2>/dev/null || true
@@ -341,6 +371,7 @@ cat >"$work/meta.json" <<EOF
   "wrk": "$(wrk -v 2>&1 | head -n 1 | cut -d' ' -f1-2)",
   "blackbox": "$("$BLACKBOX" --version 2>&1 | head -n 1)",
   "blackbox_deb": "$(dpkg-query -W -f '${Version}' prometheus-blackbox-exporter)",
+  "py_server": "$PY_VERSION",
   "duration": "$DUR", "warmup": "$WARM", "rounds": "$ROUNDS", "concurrency": "$CONC",
   "targets": "$TARGETS", "interval": "$INTERVAL", "soak": "$SOAK", "store_records": "$STORE_RECORDS",
   "server_cpu": "$SERVER_CPU", "client_cpu": "$CLIENT_CPU", "hz": "$HZ",
