@@ -155,7 +155,7 @@ fn record(target: &str, i: usize, at_ms: i64, alert_every: usize) -> CheckRecord
             transitions: VecDeque::from([at_ms - 7_200_000, at_ms - 3_600_000]),
             flapping: false,
             last: Some(observation(status, at_ms)),
-            last_up: (status != Health::Down).then(|| observation(status, at_ms)),
+            last_up: None, // stored only during an outage
         },
         incidents: Incidents::new(),
         events: Vec::new(),

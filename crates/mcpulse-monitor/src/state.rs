@@ -84,10 +84,11 @@ pub struct TargetState {
     pub transitions: VecDeque<i64>,
     pub flapping: bool,
     pub last: Option<Observation>,
-    /// The last observation in which the server answered (not down): the signals (auth,
-    /// protocol, grade, drift) are compared with it, so an outage between two answers neither
-    /// raises a change nor hides one. Absent in states stored before it existed.
-    #[serde(default)]
+    /// While `last` is a down observation: the last one in which the server answered, which
+    /// the signals (auth, protocol, grade, drift) are compared with, so that an outage between
+    /// two answers neither raises a change nor hides one. `None` when `last` is itself an
+    /// answer (it is then the one compared with), so it is stored only during an outage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_up: Option<Observation>,
 }
 
@@ -293,9 +294,11 @@ pub fn observe(
             status: s.status,
         });
     }
-    if obs.status != Health::Down {
-        s.last_up = Some(obs.clone());
-    }
+    s.last_up = if obs.status == Health::Down {
+        prev_up.cloned() // the answer before this outage
+    } else {
+        None // this observation is the last answer
+    };
     s.last = Some(obs.clone());
     (s, events)
 }
@@ -461,12 +464,17 @@ mod tests {
         graded.drift = Some("breaking".into());
         graded.contract_digest = Some("sha256:x".into());
         let (s, _) = observe(&TargetState::default(), &graded, T, 0);
+        assert_eq!(s.last_up, None, "the last observation is the last answer");
         let (s, ev) = observe(&s, &down(1), T, 1);
         assert!(ev.is_empty(), "{ev:?}");
+        assert_eq!(s.last_up.as_ref(), Some(&graded), "kept during the outage");
+        let (s, _) = observe(&s, &down(2), T, 2);
+        assert_eq!(s.last_up.as_ref(), Some(&graded));
         let mut back = graded.clone();
         back.at_ms = 2;
         let (s, ev) = observe(&s, &back, T, 2);
         assert!(ev.is_empty(), "the same answers after the outage: {ev:?}");
+        assert_eq!(s.last_up, None);
 
         // A change made while it was down is seen on its return.
         let (s, _) = observe(&s, &down(3), T, 3);

@@ -61,7 +61,7 @@ fn state(status: Health, at_ms: i64) -> TargetState {
         transitions: VecDeque::from([at_ms - 1000, at_ms]),
         flapping: false,
         last: Some(obs(status, at_ms)),
-        last_up: (status != Health::Down).then(|| obs(status, at_ms)),
+        last_up: None,
     }
 }
 
