@@ -10,8 +10,8 @@
 //!   pending alerts of a sink that is gone (by identity, see [`crate::sink::SinkId`]) are set
 //!   aside, logged, never sent elsewhere. A new `server.listen` needs a restart (logged).
 //!
-//! The store is synchronous: every call to it from here runs under `spawn_blocking`, except
-//! the API's history reads and the few reads at start-up and reload.
+//! The store is synchronous: every call to it runs under `spawn_blocking` (the API's history
+//! and stats reads too, in `api.rs`), except the few reads at start-up and reload.
 
 use crate::alert::Alert;
 use crate::check::{CheckRecord, Removal};
