@@ -246,8 +246,6 @@ http_group() {
   rss "$g" inspector "${inspector[@]}" "$url" $iflags --method tools/list --format json -q
 }
 
-# The floor of any client's wall time: exec and exit of the smallest process there is.
-bench floor "$RUNS" true /bin/true
 http_group legacy-http "${server_pids[0]}" "$URL_LEG" "--era legacy" "--transport http --protocol-era legacy"
 http_group legacy-sse "${server_pids[1]}" "$URL_SSE" "--transport sse" "--transport sse --protocol-era legacy"
 http_group modern-http "${server_pids[2]}" "$URL_MOD" "--era modern" "--transport http --protocol-era modern"

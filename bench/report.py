@@ -132,21 +132,6 @@ if quiet:
          "**blocks that started on busy CPUs: " + ", ".join(busy_blocks) + "**")
       + f"; waited {sum(x for _, _, x in quiet)} s in all")
 w("")
-# The floor of any client's wall time (`/bin/true`: exec and exit), for the best ratio any
-# client could reach with a given set of requests: the Inspector's time ÷ (the server's CPU for
-# those requests + that floor). The server works only after the client has started, and (one
-# event loop) does its work one piece after another, so no client sending the same requests can
-# take less than their sum.
-_floor = hyper("floor").get("true")
-FLOOR_MS = ms(_floor["mean"]) if _floor else None
-
-
-def best_possible(inspector_ms, server_cpu_ms):
-    if not inspector_ms or server_cpu_ms is None or FLOOR_MS is None:
-        return None
-    return inspector_ms / (server_cpu_ms + FLOOR_MS)
-
-
 w("## How it is measured")
 w("")
 w("- **Wall time** is the whole process, from exec to exit, by hyperfine without a shell (`-N`). "
@@ -169,11 +154,6 @@ w("- Three mcpulse probes per HTTP server: *auto* (the default), *pinned* (`--er
 w("- **client CPU** is the client's user + system time (hyperfine); **server CPU** is the server "
   "process's user + system time per probe (`/proc/PID/stat` before and after a series of probes, "
   "10 ms ticks averaged over the series): the part of the wall time that is the server working.")
-w("- **The best any client could do** with a given set of requests is the server's CPU for them plus the "
-  "floor of a process (`/bin/true`, exec to exit, timed by hyperfine in the same run"
-  + (f": {fmt_ms(FLOOR_MS)}" if FLOOR_MS is not None else "") + "): the server works only once the client "
-  "runs, and one event loop does the work one piece after another. The Inspector's time over that sum is "
-  "the largest factor any client sending those requests could reach; it is shown beside each target.")
 w("- The **Inspector CLI** runs `mcp-inspector --cli URL --transport … --protocol-era … --method tools/list --format json -q`: "
   "one `tools/list` (plus its handshake), which is less than a probe does.")
 w("- **Peak RSS** is GNU time's `%M`: the largest single process among the command and the children "
@@ -374,11 +354,8 @@ def target(name, figure, met):
 for g, ident, r, ri, rc, kib in summary_http:
     mode = ident[len("mcpulse-"):]
     if ri is not None:
-        a = next(a for a in analysis_http if a["group"] == g and a["id"] == ident)
-        best = best_possible(a["inspector"], a["server_cpu"])
-        limit = f"; at most {fmt_x(best)} for any client sending these requests" if best else ""
         target(f"≥ {INSPECTOR_FACTOR:.0f}× faster than the Inspector CLI",
-               f"{g}, {mode}: {fmt_x(ri)} (medians: {fmt_x(medians[(g, ident)][0])}{limit})", ri >= INSPECTOR_FACTOR)
+               f"{g}, {mode}: {fmt_x(ri)} (medians: {fmt_x(medians[(g, ident)][0])})", ri >= INSPECTOR_FACTOR)
 for g, ident, r, ri, rc, kib in summary_http:
     mode = ident[len("mcpulse-"):]
     if rc is not None:
@@ -412,11 +389,7 @@ for a in analysis_http:
             f"- {a['group']}, {a['id'][8:]}: {INSPECTOR_FACTOR:.0f}× the Inspector's {fmt_ms(a['inspector'])} needs "
             f"≤ {fmt_ms(need)}; mcpulse took {fmt_ms(a['wall'])} for {a['requests'].split()[0]} requests, of which "
             f"its own CPU was {fmt_ms(a['client_cpu'])} (process start-up included) and the server's CPU "
-            f"{fmt_ms(a['server_cpu'])} per probe: the rest is the server answering, one request after another."
-            + (f" No client sending these requests can take less than the server's CPU plus the floor of a process "
-               f"({fmt_ms(FLOOR_MS)}, `/bin/true`): {fmt_ms(a['server_cpu'] + FLOOR_MS)}, at most "
-               f"{fmt_x(best_possible(a['inspector'], a['server_cpu']))} the Inspector."
-               if FLOOR_MS is not None and a['server_cpu'] is not None else ""))
+            f"{fmt_ms(a['server_cpu'])} per probe: the rest is the server answering, one request after another.")
 for d in summary_stdio:
     if d.get("va_med") is not None and d["va_med"] > VERDICT_AFTER_READY_MS:
         st = load(f"st-{d['group']}-{d['id']}.json")

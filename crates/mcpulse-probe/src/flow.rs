@@ -584,7 +584,7 @@ async fn probe_http(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>) {
                 // connection) and the security checks (each on a connection of its own) run
                 // now, side by side.
                 let auto = ctx.plan.era == EraMode::Auto && !ctx.expired();
-                let checks = crate::security::side_checks(client, uri, None, ctx);
+                let checks = crate::security::side_checks(client, uri, None, true, ctx);
                 let ((), checks) = tokio::join!(
                     async {
                         if !auto {
@@ -650,11 +650,14 @@ async fn probe_http(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>) {
                 return;
             };
             // The health steps are done and timed: the session's end and the security checks
-            // run now, side by side (the checks on connections of their own).
-            let checks = crate::security::side_checks(client, uri, None, ctx);
+            // run now, side by side (the rebinding checks on connections of their own; the
+            // malformed body within the session, before it ends).
+            let checks = crate::security::side_checks(client, uri, None, sid.is_none(), ctx);
             let ((), checks) = tokio::join!(
                 async {
                     if let Some(sid) = sid {
+                        let session = (sid.as_str(), negotiated.as_str());
+                        crate::security::malformed_in_session(client, uri, ctx, session).await;
                         delete(client, uri, ctx, sid, negotiated).await;
                     }
                 },
@@ -761,7 +764,7 @@ async fn probe_sse(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>) {
     // The checks POST to the session's endpoint: the stream stays open until they are done.
     if let Wire::Sse { client, stream } = wire
         && let Some(checks) =
-            crate::security::side_checks(client, uri, Some(stream.endpoint.clone()), ctx)
+            crate::security::side_checks(client, uri, Some(stream.endpoint.clone()), false, ctx)
     {
         checks.await.record(client, ctx);
         drop(stream);

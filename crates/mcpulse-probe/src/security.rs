@@ -2,7 +2,8 @@
 //!
 //! Few and read-only, by rule: the successful handshake replayed with a foreign `Origin` (and,
 //! for loopback targets, a foreign `Host`) — over HTTP+SSE a `ping` POSTed to the session's
-//! endpoint with that header instead —, one malformed request, and for a gated server the
+//! endpoint with that header instead —, one malformed request (within the session, for a
+//! legacy Streamable HTTP server with sessions), and for a gated server the
 //! OAuth metadata documents (RFC 9728, RFC 8414 / OpenID discovery). Never a tool call; never
 //! the user's credentials to any host but the target; never a metadata URL on a non-public
 //! address when the target itself is public (SSRF guard). Sessions opened by a check are
@@ -64,10 +65,14 @@ impl Side {
 /// not on a new `GET` of the stream: servers check these headers where messages are received
 /// (the TypeScript SDK's `SSEServerTransport` validates them on POST only), and a stream alone
 /// lets a rebinding page call nothing.
+///
+/// The malformed body is sent here unless the flow sends it within a legacy session
+/// ([`malformed_in_session`]): `with_malformed` says which.
 pub(crate) fn side_checks<'u>(
     client: &HttpClient,
     uri: &'u Uri,
     sse_endpoint: Option<Uri>,
+    with_malformed: bool,
     ctx: &mut Ctx<'_>,
 ) -> Option<impl Future<Output = Side> + use<'u>> {
     if !ctx.plan.security || ctx.expired() {
@@ -97,7 +102,7 @@ pub(crate) fn side_checks<'u>(
         };
         let origin = ("origin".to_owned(), FOREIGN_ORIGIN.to_owned());
         let host = ("host".to_owned(), FOREIGN_HOST.to_owned());
-        let streamable = hs.transport == TransportKind::StreamableHttp;
+        let streamable = with_malformed && hs.transport == TransportKind::StreamableHttp;
         // Independent of each other: all at once, their records in a fixed order.
         let (a, b, c) = tokio::join!(
             rebinding_check(&mut c1, &env, &hs, Step::OriginCheck, origin, id_origin),
@@ -110,7 +115,7 @@ pub(crate) fn side_checks<'u>(
             },
             async {
                 if streamable {
-                    vec![malformed(&mut c3, &env, hs.era).await]
+                    vec![malformed(&mut c3, &env, hs.era, None).await]
                 } else {
                     Vec::new()
                 }
@@ -231,7 +236,39 @@ async fn rebinding_check(
     out
 }
 
-async fn malformed(client: &mut HttpClient, env: &Env<'_>, era: Option<Era>) -> Exchange {
+/// The malformed body sent within a legacy Streamable HTTP session `(id, protocol version)`,
+/// on the flow's own connection, before the flow ends the session: a stateful server parses it
+/// as one of the session's messages, where a body without a session may only be turned away
+/// at the door (or, on servers that build a whole server for every request without a session,
+/// cost one more of those). Nothing with `--no-security` or past the deadline.
+pub(crate) async fn malformed_in_session(
+    client: &mut HttpClient,
+    uri: &Uri,
+    ctx: &mut Ctx<'_>,
+    session: (&str, &str),
+) {
+    if !ctx.plan.security || ctx.expired() {
+        return;
+    }
+    let ex = {
+        let env = Env {
+            uri,
+            sse_endpoint: None,
+            user_headers: &ctx.plan.headers,
+            limits: ctx.limits,
+            deadline: ctx.deadline,
+        };
+        malformed(client, &env, Some(Era::Legacy), Some(session)).await
+    };
+    ctx.push(ex);
+}
+
+async fn malformed(
+    client: &mut HttpClient,
+    env: &Env<'_>,
+    era: Option<Era>,
+    session: Option<(&str, &str)>,
+) -> Exchange {
     let mut headers = vec![
         ("content-type".to_owned(), "application/json".to_owned()),
         (
@@ -242,6 +279,10 @@ async fn malformed(client: &mut HttpClient, env: &Env<'_>, era: Option<Era>) -> 
     if era == Some(Era::Modern) {
         headers.push(("mcp-protocol-version".into(), version::MODERN.into()));
         headers.push(("mcp-method".into(), "tools/list".into()));
+    }
+    if let Some((id, version)) = session {
+        headers.push(("mcp-session-id".into(), id.to_owned()));
+        headers.push(("mcp-protocol-version".into(), version.to_owned()));
     }
     let out = mcpulse_transport::http::Outgoing {
         method: Method::POST,

@@ -565,11 +565,26 @@ fn everything_streamable_http_is_healthy_and_ends_its_session() {
     let sid = header(&init["response"]["headers"], "mcp-session-id")
         .unwrap_or_else(|| panic!("no session id\n{run}"));
     let delete = run.exchange("session-delete");
-    // The health probe ends with the DELETE; the security checks' requests come after it.
+    // The session ends after the lists and the security checks' malformed body, which went
+    // within the session (the SDK's transport answered it with a parse error, where a body
+    // without a session makes server-everything build a whole server); the other checks'
+    // requests come after it.
     let steps = run.steps();
     let health_end = steps.iter().position(|s| *s == "session-delete").unwrap();
     let last_list = steps.iter().rposition(|s| s.ends_with("/list")).unwrap();
-    assert_eq!(health_end, last_list + 1, "{run}");
+    assert_eq!(steps[last_list + 1], "malformed-request", "{run}");
+    assert_eq!(health_end, last_list + 2, "{run}");
+    let malformed = run.exchange("malformed-request");
+    assert_eq!(
+        header(&malformed["request"]["headers"], "mcp-session-id"),
+        Some(sid),
+        "{run}"
+    );
+    assert_eq!(malformed["response"]["status"], 400, "{run}");
+    assert!(
+        malformed["body"].as_str().unwrap_or("").contains("-32700"),
+        "{run}"
+    );
     assert_eq!(delete["request"]["method"], "DELETE", "{run}");
     assert_eq!(
         header(&delete["request"]["headers"], "mcp-session-id"),

@@ -384,11 +384,29 @@ async fn a_careful_legacy_server_earns_no_security_finding() {
             "tools/list",
         ]
     );
-    // Then, at once and so in any order: the session's DELETE, and the checks with a foreign
-    // Origin and a foreign Host (403, no session) and the malformed body.
+    // Then, at once and so in any order: the checks with a foreign Origin and a foreign Host
+    // (403, no session), and on the session's own connection the malformed body, within the
+    // session, and then the session's DELETE.
     assert_eq!(
         sorted(&methods[4..]),
         ["DELETE", "POST", "initialize", "initialize"]
+    );
+    let reqs = server.requests();
+    let malformed = reqs
+        .iter()
+        .position(|r| r.method == "POST" && r.json().is_none())
+        .unwrap();
+    let delete = reqs.iter().position(|r| r.method == "DELETE").unwrap();
+    assert!(
+        malformed < delete,
+        "the session ends after the malformed body"
+    );
+    let sid = reqs[delete].header("mcp-session-id");
+    assert!(sid.is_some());
+    assert_eq!(reqs[malformed].header("mcp-session-id"), sid);
+    assert_eq!(
+        reqs[malformed].header("mcp-protocol-version"),
+        Some("2025-11-25")
     );
 }
 
