@@ -134,8 +134,6 @@ for rnd in rounds:
         "ratio": (ceiling / mc) if ceiling and mc else None,
         "blackbox": bb,
         "mc_vs_bb": (mc / bb) if mc and bb else None,
-        "bb_ceiling": cap,
-        "bb_ratio": (cap / bb) if cap and bb else None,
         "mc_cpu_us": per("py-mcpulse", "prober_ticks"),
         "mc_srv_us": per("py-mcpulse", "server_ticks"),
         "cap_srv_us": per("py-capacity", "server_ticks"),
@@ -361,11 +359,11 @@ if PM:
       "same single `tools/list` POST as above. Here the server, not the prober, is the limit — as it is for most "
       "servers a monitor watches.")
     w("")
-    w("| round | capacity (req/s) | ceiling (probes/s) | mcpulse (probes/s) | ceiling ÷ mcpulse | blackbox_exporter (probes/s, 1 request each) | its ceiling (capacity ÷ 1) ÷ blackbox_exporter | server CPU per mcpulse probe | server's core busy under mcpulse | mcpulse's core busy |")
-    w("|---|---|---|---|---|---|---|---|---|---|")
+    w("| round | capacity (req/s) | ceiling (probes/s) | mcpulse (probes/s) | ceiling ÷ mcpulse | blackbox_exporter (probes/s, 1 request each) | server CPU per mcpulse probe | server's core busy under mcpulse | mcpulse's core busy |")
+    w("|---|---|---|---|---|---|---|---|---|")
     for r in py_round + ([dict(PM, round="**median**")] if len(py_round) > 1 else []):
         w(f"| {r['round']} | {fmt(r['capacity'])} | {fmt(r['ceiling'])} | {fmt(r['mcpulse'])} | {fmt(r['ratio'])}× | "
-          f"{fmt(r['blackbox'])} | {fmt(r['bb_ratio'])}× | {fmt(r['mc_srv_us'])} µs | "
+          f"{fmt(r['blackbox'])} | {fmt(r['mc_srv_us'])} µs | "
           f"{fmt((r['srv_core_mc'] or 0) * 100)}% | {fmt((r['mc_core'] or 0) * 100)}% |")
     w("")
     if PM.get("cap_srv_us") and PM.get("mc_srv_us"):

@@ -161,7 +161,9 @@ PY_VERSION="python mcp $(PYTHONPATH="$interop/py2" "$PYTHON" -c 'import importli
 python3 "$here/wrk_requests.py" "$work/tr-min.json" "$work/mix.lua" >"$work/mix-steps.txt"
 python3 "$here/wrk_requests.py" "$work/tr-min.json" "$work/mix-close.lua" --close >/dev/null
 python3 "$here/wrk_requests.py" "$work/tr-min.json" "$work/tools.lua" --step tools/list >/dev/null
-"$MCPULSE" probe --era modern --no-security --transcript "$work/tr-py.json" "$URL_PY" >"$work/probe-py.txt"
+# (a degraded verdict exits 1; whether /probe succeeds is checked below, before anything is timed)
+"$MCPULSE" probe --era modern --no-security --transcript "$work/tr-py.json" "$URL_PY" >"$work/probe-py.txt" ||
+  log "the Python server's probe exited $? ($(head -n 1 "$work/probe-py.txt"))"
 python3 "$here/wrk_requests.py" "$work/tr-py.json" "$work/py-mix.lua" >"$work/py-mix-steps.txt"
 
 # --- the probers ------------------------------------------------------------------------------

@@ -761,8 +761,13 @@ async fn probe_sse(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>) {
         legacy_session(&mut wire, ctx, &capabilities).await;
     }
     ctx.mark_done();
-    // The checks POST to the session's endpoint: the stream stays open until they are done.
+    // The checks POST to the session's endpoint, so they need the session alive (an answer
+    // from a session that is gone, a 404, would read as a refusal) and the endpoint on the
+    // target's own origin (else they would grade another server). The stream stays open until
+    // they are done.
     if let Wire::Sse { client, stream } = wire
+        && stream.is_open()
+        && mcpulse_transport::http::origin(&stream.endpoint) == mcpulse_transport::http::origin(uri)
         && let Some(checks) =
             crate::security::side_checks(client, uri, Some(stream.endpoint.clone()), false, ctx)
     {

@@ -211,7 +211,11 @@ async fn rebinding_check(
             streamable_http::post(client, post, env.limits, env.deadline).await
         }
     };
-    let sid = ex.header("mcp-session-id").map(str::to_owned);
+    // A session opened by a replayed handshake is deleted (an SSE ping opens none).
+    let sid = ex
+        .header("mcp-session-id")
+        .filter(|_| hs.transport != TransportKind::Sse)
+        .map(str::to_owned);
     let ok = ex.status().is_some_and(|s| (200..300).contains(&s));
     let mut out = vec![ex];
     if let (true, Some(sid)) = (ok, sid) {
@@ -240,7 +244,8 @@ async fn rebinding_check(
 /// on the flow's own connection, before the flow ends the session: a stateful server parses it
 /// as one of the session's messages, where a body without a session may only be turned away
 /// at the door (or, on servers that build a whole server for every request without a session,
-/// cost one more of those). Nothing with `--no-security` or past the deadline.
+/// cost one more of those). Bounded by half the time left; nothing with `--no-security` or
+/// past the deadline.
 pub(crate) async fn malformed_in_session(
     client: &mut HttpClient,
     uri: &Uri,
@@ -250,13 +255,17 @@ pub(crate) async fn malformed_in_session(
     if !ctx.plan.security || ctx.expired() {
         return;
     }
+    // At most half the time left, so that a server that never finishes its answer (an endless
+    // stream, a body that never ends) leaves the session's DELETE time to go.
+    let now = tokio::time::Instant::now();
+    let deadline = now + ctx.deadline.saturating_duration_since(now) / 2;
     let ex = {
         let env = Env {
             uri,
             sse_endpoint: None,
             user_headers: &ctx.plan.headers,
             limits: ctx.limits,
-            deadline: ctx.deadline,
+            deadline,
         };
         malformed(client, &env, Some(Era::Legacy), Some(session)).await
     };

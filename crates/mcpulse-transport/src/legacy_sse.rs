@@ -167,6 +167,12 @@ pub async fn open(
 }
 
 impl SseStream {
+    /// Whether the stream is still open (its reader has not seen it end): the session lives
+    /// only as long as it does.
+    pub fn is_open(&self) -> bool {
+        !self.task.is_finished()
+    }
+
     /// POSTs one message to the endpoint and, for a request, waits for its reply on the stream.
     #[allow(clippy::too_many_arguments)]
     pub async fn exchange(

@@ -550,16 +550,21 @@ async fn host_not_validated() {
 /// `Host` where messages are received, the POST endpoint, as the TypeScript SDK's
 /// `SSEServerTransport` does; it never checks them on the stream's `GET`.
 fn sse_server(req: &Request, validates: bool) -> Reply {
+    sse_server_with(req, validates, true)
+}
+
+/// [`sse_server`], with a stream that ends after the `endpoint` event when `stays_open` is
+/// false (the replies still come in the POST bodies).
+fn sse_server_with(req: &Request, validates: bool, stays_open: bool) -> Reply {
     match (req.method.as_str(), req.path()) {
         ("GET", "/sse") => Reply::chunked(
             200,
             "text/event-stream",
-            vec![
-                Piece::Data(
-                    mcp::sse_event(Some("endpoint"), None, "/message?sessionId=s1").into_bytes(),
-                ),
-                Piece::Pending,
-            ],
+            std::iter::once(Piece::Data(
+                mcp::sse_event(Some("endpoint"), None, "/message?sessionId=s1").into_bytes(),
+            ))
+            .chain(stays_open.then_some(Piece::Pending))
+            .collect(),
         ),
         ("POST", "/message") => {
             let foreign = req
@@ -636,6 +641,76 @@ async fn sse_rebinding_checks_post_a_ping_to_the_session_endpoint() {
         assert_eq!(gets.len(), 1, "{gets:?}");
         assert_eq!(gets[0].header("origin"), None);
     }
+}
+
+/// Over HTTP+SSE the checks need the session: once its stream has ended, an answer to a ping
+/// (a 404 for a session that is gone) would read as a refusal, so none is sent.
+#[tokio::test]
+async fn no_sse_rebinding_check_once_the_stream_has_ended() {
+    let server = FakeHttp::start(|req: &Request| sse_server_with(req, false, false)).await;
+    let run = probe(&server.url("/sse"), &["--transport", "sse"]).await;
+    assert_eq!(run.code, Some(0), "{}", run.context());
+    let reqs = assert_hygiene(&server);
+    assert!(
+        reqs.iter()
+            .any(|r| r.rpc_method().as_deref() == Some("tools/list"))
+    );
+    assert!(!reqs.iter().any(is_extra), "{reqs:?}");
+    run.no_finding("origin-not-validated");
+}
+
+/// The malformed body goes within the session, before its DELETE: a server that never
+/// finishes answering it (an endless stream) gets at most half the time left, and the session
+/// is still ended within the probe's deadline.
+#[tokio::test]
+async fn an_endless_answer_to_the_malformed_body_does_not_keep_the_session_open() {
+    const SID: &str = "5f0c2a9e4b7d4e61a3c8f2d7b9e1a6c4";
+    let server = FakeHttp::start(|req: &Request| {
+        if req.header("origin").is_some() || req.header("host") == Some(FOREIGN_HOST) {
+            return Reply::status(403);
+        }
+        match (req.method.as_str(), req.json(), req.rpc_method().as_deref()) {
+            ("DELETE", _, _) => Reply::status(200),
+            ("POST", None, _) => Reply::chunked(200, "text/event-stream", vec![Piece::Pending]),
+            ("POST", _, Some("initialize")) => Reply::json(
+                200,
+                &mcp::result(&req.rpc_id().unwrap(), mcp::initialize_result("2025-11-25")),
+            )
+            .header("mcp-session-id", SID),
+            ("POST", _, Some("tools/list")) => Reply::json(
+                200,
+                &mcp::result(
+                    &req.rpc_id().unwrap(),
+                    mcp::tools_list_result(mcp::tools(&["echo"]), None, false),
+                ),
+            ),
+            _ => Reply::accepted(),
+        }
+    })
+    .await;
+    let started = std::time::Instant::now();
+    let run = run_with(
+        &[
+            "probe",
+            "--json",
+            "--era",
+            "legacy",
+            "--timeout",
+            "2s",
+            &server.url("/mcp"),
+        ],
+        &[],
+    )
+    .await;
+    assert!(started.elapsed() < Duration::from_secs(2) + SLACK);
+    assert_eq!(run.code, Some(0), "{}", run.context());
+    let reqs = assert_hygiene(&server);
+    let delete = reqs.iter().find(|r| r.method == "DELETE");
+    assert_eq!(
+        delete.and_then(|r| r.header("mcp-session-id")),
+        Some(SID),
+        "the session was ended: {reqs:?}"
+    );
 }
 
 #[tokio::test]
@@ -1203,6 +1278,8 @@ async fn credentials_never_follow_an_sse_endpoint_to_another_origin() {
     assert_eq!(opened[0].header("authorization"), Some(bearer.as_str()));
     let posted = assert_hygiene(&collector);
     assert!(!posted.is_empty(), "the endpoint was used");
+    // Nor are the rebinding checks sent there: they would grade another server.
+    assert!(!posted.iter().any(is_extra), "{posted:?}");
     for r in &posted {
         assert_eq!(
             r.header("authorization"),
