@@ -1135,6 +1135,36 @@ async fn a_rate_limited_sink_is_retried_no_sooner_than_it_asked() {
     assert_eq!(memory.row(id).delivered, Some(T0 + times[2]));
 }
 
+/// Retry-After is the sink's limit, not one alert's: the sink's other alerts wait as long, and
+/// another sink's do not.
+#[tokio::test(start_paused = true)]
+async fn a_rate_limited_sink_holds_its_other_alerts_too() {
+    let memory = Memory::default();
+    let first = memory.add(0, down());
+    let second = memory.add(0, grade());
+    let elsewhere = memory.add(1, down());
+    let run = start(
+        &memory,
+        vec![Behaviour::RateLimited(1, 30_000), Behaviour::Ok],
+        Duration::from_millis(100),
+    );
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(memory.row(elsewhere).delivered, Some(T0));
+    assert_eq!(memory.row(second).delivered, None, "held with the sink");
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let calls = run.stop().await;
+    let times: Vec<i64> = calls
+        .iter()
+        .filter(|c| c.sink == 0)
+        .map(|c| c.at_ms - T0)
+        .collect();
+    assert_eq!(times.len(), 3, "{times:?}");
+    assert_eq!(times[0], 0);
+    assert!(times[1..].iter().all(|&t| t >= 30_000), "{times:?}");
+    assert!(memory.row(first).delivered.is_some());
+    assert!(memory.row(second).delivered.is_some());
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_hanging_sink_does_not_delay_another() {
     let memory = Memory::default();

@@ -24,7 +24,7 @@
 //! - **retryable**: a connection error, a timeout, HTTP 5xx, 408 or 429, a command that exited
 //!   non-zero or was killed. Retried with [`next_attempt`]'s backoff — or later, when a 429 or
 //!   503 says when in `Retry-After` (Slack's and PagerDuty's rate limits; at most an hour, see
-//!   [`retry_after`]) — for as long as it takes
+//!   [`retry_after`]; the sink's other alerts wait as long) — for as long as it takes
 //!   for a resolve, and up to [`OutboxOptions::expire`] for anything else (a page about an outage
 //!   a day ago helps nobody; a resolve left undelivered would leave a page open forever);
 //! - **permanent**: any other HTTP 4xx (the request itself is wrong: a revoked Slack webhook, a
@@ -800,7 +800,10 @@ pub async fn run_outbox_with<O: Outbox, D: Deliver>(
     outbox
 }
 
-/// Delivers one sink's queue, in order.
+/// Delivers one sink's queue, in order. When the sink says when to come back (a 429 or 503
+/// with `Retry-After`), the whole queue waits that long, not only the alert that got it: the
+/// limit is the sink's. The waiting rows stay in flight, so they take nothing from the other
+/// sinks' turn; on shutdown they stay pending.
 async fn worker<D: Deliver>(
     sink: SinkId,
     deliverer: Arc<D>,
@@ -818,6 +821,13 @@ async fn worker<D: Deliver>(
             Ok(r) => r,
             Err(_) => Err(DeliveryError::Timeout(timeout)),
         };
+        let pause = match &result {
+            Err(DeliveryError::Status {
+                retry_after_ms: Some(wait),
+                ..
+            }) => Some(Duration::from_millis(u64::try_from(*wait).unwrap_or(0))),
+            _ => None,
+        };
         let finished = Done {
             id: job.id,
             sink: sink.clone(),
@@ -827,6 +837,9 @@ async fn worker<D: Deliver>(
         };
         if done.send(finished).is_err() {
             return;
+        }
+        if let Some(pause) = pause {
+            tokio::time::sleep(pause).await;
         }
     }
 }
