@@ -545,6 +545,25 @@ async fn host_not_validated() {
         .no_finding("host-not-validated");
 }
 
+/// A legacy HTTP+SSE endpoint's answers, in the POST bodies rather than on the stream:
+/// `initialize` (2024-11-05) and `tools/list` (one tool, `echo`); anything else 202.
+fn answers_in_the_body(req: &Request) -> Reply {
+    match req.rpc_method().as_deref() {
+        Some("initialize") => Reply::json(
+            200,
+            &mcp::result(&req.rpc_id().unwrap(), mcp::initialize_result("2024-11-05")),
+        ),
+        Some("tools/list") => Reply::json(
+            200,
+            &mcp::result(
+                &req.rpc_id().unwrap(),
+                mcp::tools_list_result(mcp::tools(&["echo"]), None, false),
+            ),
+        ),
+        _ => Reply::accepted(),
+    }
+}
+
 /// A legacy HTTP+SSE server that answers in the POST bodies (so the handshake needs nothing of
 /// the stream but its `endpoint` event) and, when `validates`, refuses a foreign `Origin` or
 /// `Host` where messages are received, the POST endpoint, as the TypeScript SDK's
@@ -574,21 +593,9 @@ fn sse_server_with(req: &Request, validates: bool, stays_open: bool) -> Reply {
             if validates && foreign {
                 return Reply::status(403);
             }
-            match req.rpc_method().as_deref() {
-                Some("initialize") => Reply::json(
-                    200,
-                    &mcp::result(&req.rpc_id().unwrap(), mcp::initialize_result("2024-11-05")),
-                ),
-                Some("tools/list") => Reply::json(
-                    200,
-                    &mcp::result(
-                        &req.rpc_id().unwrap(),
-                        mcp::tools_list_result(mcp::tools(&["echo"]), None, false),
-                    ),
-                ),
-                // Anything else (the ping of a check) is answered on the stream, as usual.
-                _ => Reply::accepted(),
-            }
+            // Anything but the handshake and the list (the ping of a check) is answered on
+            // the stream, as usual.
+            answers_in_the_body(req)
         }
         _ => Reply::status(404),
     }
@@ -1228,21 +1235,7 @@ async fn credentials_never_follow_an_sse_endpoint_to_another_origin() {
     // A legacy HTTP+SSE server whose `endpoint` event names a URL on another origin (another
     // port of 127.0.0.1 here; a collector on another host in real life). The other origin
     // answers in the POST bodies, so the handshake completes without the stream.
-    let collector = FakeHttp::start(|req: &Request| match req.rpc_method().as_deref() {
-        Some("initialize") => Reply::json(
-            200,
-            &mcp::result(&req.rpc_id().unwrap(), mcp::initialize_result("2024-11-05")),
-        ),
-        Some("tools/list") => Reply::json(
-            200,
-            &mcp::result(
-                &req.rpc_id().unwrap(),
-                mcp::tools_list_result(mcp::tools(&["echo"]), None, false),
-            ),
-        ),
-        _ => Reply::accepted(),
-    })
-    .await;
+    let collector = FakeHttp::start(answers_in_the_body).await;
     let endpoint = collector.url("/message?sessionId=1");
     let target = FakeHttp::start(move |req: &Request| match req.method.as_str() {
         "GET" => Reply::chunked(
