@@ -10,7 +10,8 @@
 //!   server that earns no finding (foreign `Origin`/`Host`, CORS, session ids, error leaks,
 //!   OAuth metadata variants);
 //! - [`stdio`]: generated `sh` scripts that act as stdio servers, and process liveness checks;
-//! - [`tls`]: a throwaway CA issuing certificates with any validity period, for HTTPS fakes.
+//! - [`tls`]: a throwaway CA issuing certificates with any validity period, for HTTPS fakes;
+//! - [`run`]: running the binary under test with a bound on its time.
 //!
 //! It owns no assertions about mcpulse: tests do. Nothing here binds a fixed port, reads the
 //! environment, or outlives its owner: servers stop and temp dirs go when dropped.
@@ -20,6 +21,7 @@
 pub mod http;
 pub mod mcp;
 pub mod posture;
+pub mod run;
 pub mod scenario;
 pub mod stdio;
 pub mod tls;

@@ -11,12 +11,12 @@
 
 use mcpulse_testkit::http::Script;
 use mcpulse_testkit::mcp;
+use mcpulse_testkit::run::{self, Run};
 use mcpulse_testkit::scenario::{self, Framing};
 use mcpulse_testkit::stdio::{read_pids, still_running_after};
 use mcpulse_testkit::{Act, Body, FakeHttp, Piece, Reply, Request, StdioScript, TempDir};
 use serde_json::{Value, json};
-use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_mcpulse");
 /// How much longer than its `--timeout` a run may take (start-up, stdio shutdown grace, a
@@ -25,35 +25,24 @@ const SLACK: Duration = Duration::from_secs(3);
 /// The `--timeout` for runs against servers that answer: never reached.
 const TIMEOUT: &str = "5s";
 
-/// One finished run of mcpulse.
-struct Run {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-    elapsed: Duration,
+/// What these tests read from a run of `mcpulse probe --json`.
+trait ProbeRun {
+    /// The `--json` report.
+    fn report(&self) -> Value;
+    fn codes(&self) -> Vec<String>;
+    /// Asserts the status, the exit code that goes with it, and that each code was found.
+    fn expect(&self, status: &str, codes: &[&str]);
 }
 
-impl Run {
-    /// The `--json` report.
+impl ProbeRun for Run {
     fn report(&self) -> Value {
-        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
-            panic!(
-                "stdout is not one JSON report ({e}):\n{}\nstderr:\n{}",
-                self.stdout, self.stderr
-            )
-        })
+        self.json()
     }
 
     fn codes(&self) -> Vec<String> {
-        self.report()["findings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|f| f["code"].as_str().unwrap().to_owned())
-            .collect()
+        run::codes(&self.report()["findings"])
     }
 
-    /// Asserts the status, the exit code that goes with it, and that each code was found.
     fn expect(&self, status: &str, codes: &[&str]) {
         let report = self.report();
         let exit = match status {
@@ -83,26 +72,7 @@ impl Run {
 /// Runs mcpulse with `args` (and extra environment), and fails the test if it does not finish
 /// within `bound`.
 async fn run_with(args: &[&str], env: &[(&str, &str)], bound: Duration) -> Run {
-    let mut cmd = tokio::process::Command::new(BIN);
-    cmd.args(args)
-        .envs(env.iter().copied())
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let started = Instant::now();
-    let child = cmd.spawn().expect("spawning mcpulse");
-    let out = match tokio::time::timeout(bound, child.wait_with_output()).await {
-        Ok(out) => out.expect("waiting for mcpulse"),
-        Err(_) => panic!("mcpulse {args:?} did not finish within {bound:?}"),
-    };
-    Run {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        elapsed: started.elapsed(),
-    }
+    run::run(BIN, args, env, bound).await
 }
 
 /// `mcpulse probe --json --no-security --timeout <timeout> <extra...> <url>`, bounded by

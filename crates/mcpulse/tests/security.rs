@@ -28,11 +28,11 @@ use mcpulse_testkit::mcp;
 use mcpulse_testkit::posture::{
     self, AsMeta, Challenge, Cors, OAuth, Posture, Prm, STRONG_SESSION_IDS,
 };
+use mcpulse_testkit::run::{self, Run};
 use mcpulse_testkit::tls::TestCa;
 use mcpulse_testkit::{Act, FakeHttp, Piece, Reply, Request, StdioScript, TempDir};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_mcpulse");
@@ -89,20 +89,25 @@ fn every_rule_is_covered() {
 // Running mcpulse, reading its report
 // ---------------------------------------------------------------------------------------------
 
-struct Run {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
+/// What these tests read from a run of `mcpulse probe --json`: the report, its security
+/// section, and assertions on both.
+trait SecurityRun {
+    fn report(&self) -> Value;
+    fn security(&self) -> Value;
+    fn context(&self) -> String;
+    fn security_codes(&self) -> Vec<String>;
+    fn health_codes(&self) -> Vec<String>;
+    /// Asserts security findings with this code, all of this severity, whose evidence is
+    /// non-empty and together contains each of `evidence` (in some line); returns the first.
+    fn finding(&self, code: &str, severity: &str, evidence: &[&str]) -> Value;
+    fn no_finding(&self, code: &str);
+    /// The grade and score, checked against the published formula for the findings reported.
+    fn grade(&self) -> (String, u64);
 }
 
-impl Run {
+impl SecurityRun for Run {
     fn report(&self) -> Value {
-        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
-            panic!(
-                "stdout is not one JSON document ({e}):\n{}\nstderr:\n{}",
-                self.stdout, self.stderr
-            )
-        })
+        self.json()
     }
 
     fn security(&self) -> Value {
@@ -119,21 +124,11 @@ impl Run {
     }
 
     fn security_codes(&self) -> Vec<String> {
-        self.security()["findings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|f| f["code"].as_str().unwrap().to_owned())
-            .collect()
+        run::codes(&self.security()["findings"])
     }
 
     fn health_codes(&self) -> Vec<String> {
-        self.report()["findings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|f| f["code"].as_str().unwrap().to_owned())
-            .collect()
+        run::codes(&self.report()["findings"])
     }
 
     /// Asserts security findings with this code, all of this severity, whose evidence is
@@ -216,25 +211,7 @@ impl Run {
 }
 
 async fn run_with(args: &[&str], env: &[(&str, &str)]) -> Run {
-    let mut cmd = tokio::process::Command::new(BIN);
-    cmd.args(args)
-        .envs(env.iter().copied())
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let child = cmd.spawn().expect("spawning mcpulse");
-    let bound = TIMEOUT_DURATION + SLACK;
-    let out = match tokio::time::timeout(bound, child.wait_with_output()).await {
-        Ok(out) => out.expect("waiting for mcpulse"),
-        Err(_) => panic!("mcpulse {args:?} did not finish within {bound:?}"),
-    };
-    Run {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    run::run(BIN, args, env, TIMEOUT_DURATION + SLACK).await
 }
 
 /// `mcpulse probe --json --timeout 5s <extra...> <url>`, security checks on.

@@ -1,0 +1,65 @@
+//! Running a binary under test: its exit code, its output, and a bound on how long it may
+//! take. The child is killed if the test gives up on it (`kill_on_drop`).
+
+use serde_json::Value;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+/// One finished run.
+#[derive(Debug)]
+pub struct Run {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+impl Run {
+    /// stdout as one JSON document (a `--json` report); the test fails, showing both streams,
+    /// when it is not.
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!(
+                "stdout is not one JSON document ({e}):\n{}\nstderr:\n{}",
+                self.stdout, self.stderr
+            )
+        })
+    }
+}
+
+/// The `code` of each object in a JSON array (a report's `findings`).
+pub fn codes(findings: &Value) -> Vec<String> {
+    findings
+        .as_array()
+        .unwrap_or_else(|| panic!("not an array: {findings}"))
+        .iter()
+        .map(|f| f["code"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// Runs `bin` with `args`, the extra environment `env` and `NO_COLOR=1`, stdin closed; the
+/// test fails if it has not finished within `bound`.
+pub async fn run(bin: &str, args: &[&str], env: &[(&str, &str)], bound: Duration) -> Run {
+    let mut cmd = tokio::process::Command::new(bin);
+    cmd.args(args)
+        .envs(env.iter().copied())
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let started = Instant::now();
+    let child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawning {bin}: {e}"));
+    let out = match tokio::time::timeout(bound, child.wait_with_output()).await {
+        Ok(out) => out.unwrap_or_else(|e| panic!("waiting for {bin}: {e}")),
+        Err(_) => panic!("{bin} {args:?} did not finish within {bound:?}"),
+    };
+    Run {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        elapsed: started.elapsed(),
+    }
+}
