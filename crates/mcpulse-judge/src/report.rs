@@ -94,6 +94,17 @@ pub enum AuthPosture {
     Forbidden,
 }
 
+impl AuthPosture {
+    /// As in the report: `none`, `required`, `forbidden`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuthPosture::None => "none",
+            AuthPosture::Required => "required",
+            AuthPosture::Forbidden => "forbidden",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AuthDetail {
     pub status: u16,

@@ -14,7 +14,7 @@
 use crate::alert::{Incident, Incidents};
 use crate::config::{Endpoint, TargetConfig};
 use crate::state::{Health, Observation, TargetState};
-use mcpulse_judge::report::{AuthPosture, Report, Timings};
+use mcpulse_judge::report::{Report, Timings};
 use mcpulse_judge::{Finding, Severity};
 use mcpulse_wire::redact;
 use serde::Serialize;
@@ -92,14 +92,19 @@ pub struct LastCheck {
     pub contract_digest: Option<String>,
 }
 
+/// The grade the monitor records for a check: none without the security checks, and none for
+/// a down check, which graded nothing (rather than the A of no findings).
+pub(crate) fn recorded_grade(report: &Report, with_grade: bool) -> Option<String> {
+    (with_grade && report.status != mcpulse_judge::Status::Down)
+        .then(|| report.grade.clone())
+        .filter(|g| !g.is_empty())
+}
+
 impl LastCheck {
     /// From a judged report. `with_grade` follows the target's `security` setting, as the
     /// state machine's observation does.
     pub fn from_report(report: &Report, at_ms: i64, with_grade: bool) -> LastCheck {
-        // A down check graded nothing: no grade, rather than the A of no findings.
-        let grade = (with_grade && report.status != mcpulse_judge::Status::Down)
-            .then(|| report.grade.clone())
-            .filter(|g| !g.is_empty());
+        let grade = recorded_grade(report, with_grade);
         LastCheck {
             at_ms,
             status: Health::from_status(report.status),
@@ -110,7 +115,7 @@ impl LastCheck {
             grade,
             era: report.era.map(|e| e.as_str().to_owned()),
             protocol_version: report.protocol_version.clone(),
-            auth: auth_str(report.auth).to_owned(),
+            auth: report.auth.as_str().to_owned(),
             tool_count: report.tool_count,
             contract_digest: report.digests.as_ref().map(|d| d.contract.clone()),
         }
@@ -133,14 +138,6 @@ impl LastCheck {
             tool_count: None,
             contract_digest: o.contract_digest.clone(),
         }
-    }
-}
-
-fn auth_str(a: AuthPosture) -> &'static str {
-    match a {
-        AuthPosture::None => "none",
-        AuthPosture::Required => "required",
-        AuthPosture::Forbidden => "forbidden",
     }
 }
 

@@ -149,14 +149,6 @@ pub fn digest_hash(digest: &str) -> Option<f64> {
     u64::from_str_radix(head, 16).ok().map(|n| n as f64)
 }
 
-fn auth_str(a: AuthPosture) -> &'static str {
-    match a {
-        AuthPosture::None => "none",
-        AuthPosture::Required => "required",
-        AuthPosture::Forbidden => "forbidden",
-    }
-}
-
 fn bool_value(b: bool) -> i64 {
     i64::from(b)
 }
@@ -611,7 +603,7 @@ impl Collector for ProbeCollector {
                 AuthPosture::Forbidden,
             ]
             .into_iter()
-            .map(|a| ([("auth", auth_str(a))], bool_value(r.auth == a)))
+            .map(|a| ([("auth", a.as_str())], bool_value(r.auth == a)))
             .collect()
         } else {
             Vec::new()

@@ -326,13 +326,10 @@ pub fn check_once(
     let obs = Observation {
         at_ms: at,
         status: Health::from_status(report.status),
-        auth: auth_str(report),
+        auth: report.auth.as_str().to_owned(),
         era: report.era.map(|e| e.as_str().to_owned()),
         protocol_version: report.protocol_version.clone(),
-        // A down check graded nothing: no grade, rather than the A of no findings.
-        grade: (cfg.security && report.status != mcpulse_judge::Status::Down)
-            .then(|| report.grade.clone())
-            .filter(|g| !g.is_empty()),
+        grade: crate::fleet::recorded_grade(report, cfg.security),
         contract_digest: report.digests.as_ref().map(|d| d.contract.clone()),
         drift: memory.drift.clone(),
         summary: report
@@ -414,13 +411,6 @@ pub fn check_once(
         alerts,
         contract: new_contract,
     }
-}
-
-fn auth_str(r: &Report) -> String {
-    serde_json::to_value(r.auth)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_else(|| "none".into())
 }
 
 /// The cache TTL the server gave for its tool list (ms; 0 when none).

@@ -58,14 +58,7 @@ pub fn render(r: &Report) -> String {
         let version = server.version.as_deref().unwrap_or("");
         s.push_str(&format!("  {} {name} {version}\n", paint(dim, "server")));
     }
-    let mut inv = vec![format!(
-        "auth {}",
-        match r.auth {
-            mcpulse_judge::report::AuthPosture::None => "none",
-            mcpulse_judge::report::AuthPosture::Required => "required",
-            mcpulse_judge::report::AuthPosture::Forbidden => "forbidden",
-        }
-    )];
+    let mut inv = vec![format!("auth {}", r.auth.as_str())];
     if let Some(n) = r.tool_count {
         inv.push(format!("{n} tools"));
     }
