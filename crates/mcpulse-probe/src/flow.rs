@@ -1,6 +1,6 @@
 //! The flow of a probe over each transport. See the crate docs for the rules it follows.
 
-use crate::security::Side;
+use crate::security::{Rides, Side};
 use crate::target::{Plan, Target, TransportMode};
 use http::Uri;
 use mcpulse_transport::Limits;
@@ -388,9 +388,11 @@ fn next_cursor(ex: &Exchange) -> Option<String> {
     }
 }
 
-/// Takes inventory: every page of tools, and of prompts and resources when advertised. Over
-/// stdio the first pages are requested all at once (pipelined), which spares the server's and
-/// our wake-ups between one request and the next; later pages follow their cursors in turn.
+/// Takes inventory: every page of tools, and of prompts and resources when advertised. Where
+/// replies come back on one ordered channel matched by id (stdio's stdout, the HTTP+SSE
+/// stream) the first pages are requested all at once (pipelined), which spares the server's
+/// and our wake-ups between one request and the next; later pages follow their cursors in
+/// turn. Over Streamable HTTP each request waits for its response (one kept-alive connection).
 async fn inventory(wire: &mut Wire<'_>, ctx: &mut Ctx<'_>, era: Era, capabilities: &Value) {
     let mut kinds = vec![ListKind::Tools];
     kinds.extend(
@@ -406,38 +408,84 @@ async fn inventory(wire: &mut Wire<'_>, ctx: &mut Ctx<'_>, era: Era, capabilitie
                 .is_some_and(|c| !c.is_null())
         }),
     );
-    if let Wire::Stdio(child) = wire {
-        if ctx.expired() {
-            return;
-        }
-        let mut sent = Vec::with_capacity(kinds.len());
-        for &kind in &kinds {
-            let id = ctx.id();
-            let msg = message::list(id, kind, None, era, &ctx.plan.client);
-            let s = child
-                .send(
-                    list_step(kind),
-                    Some(era),
-                    Some(1),
-                    Some(id),
-                    &msg,
-                    ctx.deadline,
-                )
-                .await;
-            sent.push((kind, s));
-        }
-        let mut firsts = Vec::with_capacity(kinds.len());
-        for (kind, s) in sent {
-            let ex = child.receive(s, ctx.deadline).await;
-            firsts.push((kind, ctx.push(ex)));
-        }
-        for (kind, first) in firsts {
-            more_pages(wire, ctx, kind, era, first).await;
-        }
-    } else {
+    if matches!(wire, Wire::Http { .. }) {
         for kind in kinds {
             list(wire, ctx, kind, era).await;
         }
+        return;
+    }
+    if ctx.expired() {
+        return;
+    }
+    let requests: Vec<(Step, i64, Value)> = kinds
+        .iter()
+        .map(|&kind| {
+            let id = ctx.id();
+            let msg = message::list(id, kind, None, era, &ctx.plan.client);
+            (list_step(kind), id, msg)
+        })
+        .collect();
+    let exchanges = wire.pipeline(ctx, era, &requests).await;
+    let firsts: Vec<(ListKind, usize)> = kinds
+        .into_iter()
+        .zip(exchanges)
+        .map(|(kind, ex)| (kind, ctx.push(ex)))
+        .collect();
+    for (kind, first) in firsts {
+        more_pages(wire, ctx, kind, era, first).await;
+    }
+}
+
+impl Wire<'_> {
+    /// Sends the first pages `(step, id, message)` all before collecting any reply, over a
+    /// wire whose replies come back on one channel matched by id (stdio, HTTP+SSE), and
+    /// returns their exchanges in the order sent. Each is timed from its send to its reply's
+    /// arrival. Nothing over Streamable HTTP, where a request waits for its own response.
+    async fn pipeline(
+        &mut self,
+        ctx: &Ctx<'_>,
+        era: Era,
+        requests: &[(Step, i64, Value)],
+    ) -> Vec<Exchange> {
+        let mut out = Vec::with_capacity(requests.len());
+        match self {
+            Wire::Stdio(child) => {
+                let mut sent = Vec::with_capacity(requests.len());
+                for (step, id, msg) in requests {
+                    let s = child
+                        .send(*step, Some(era), Some(1), Some(*id), msg, ctx.deadline)
+                        .await;
+                    sent.push(s);
+                }
+                for s in sent {
+                    out.push(child.receive(s, ctx.deadline).await);
+                }
+            }
+            Wire::Sse { client, stream } => {
+                let mut sent = Vec::with_capacity(requests.len());
+                for (step, id, msg) in requests {
+                    let s = stream
+                        .send(
+                            client,
+                            *step,
+                            Some(1),
+                            Some(*id),
+                            msg,
+                            &ctx.plan.headers,
+                            ctx.limits,
+                            ctx.deadline,
+                        )
+                        .await;
+                    sent.push(s);
+                }
+                for s in sent {
+                    let clock = client.clock();
+                    out.push(stream.receive(s, clock, ctx.limits, ctx.deadline).await);
+                }
+            }
+            Wire::Http { .. } => {}
+        }
+        out
     }
 }
 
@@ -584,7 +632,7 @@ async fn probe_http(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>) {
                 // connection) and the security checks (each on a connection of its own) run
                 // now, side by side.
                 let auto = ctx.plan.era == EraMode::Auto && !ctx.expired();
-                let checks = crate::security::side_checks(client, uri, None, true, ctx);
+                let checks = crate::security::side_checks(client, uri, Rides::Nothing, ctx);
                 let ((), checks) = tokio::join!(
                     async {
                         if !auto {
@@ -650,14 +698,19 @@ async fn probe_http(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>) {
                 return;
             };
             // The health steps are done and timed: the session's end and the security checks
-            // run now, side by side (the rebinding checks on connections of their own; the
-            // malformed body within the session, before it ends).
-            let checks = crate::security::side_checks(client, uri, None, sid.is_none(), ctx);
+            // run now, side by side (the Origin check at the door, on a connection of its own;
+            // the Host check and the malformed body within the session, before it ends).
+            let rides = if sid.is_some() {
+                Rides::Session
+            } else {
+                Rides::Nothing
+            };
+            let checks = crate::security::side_checks(client, uri, rides, ctx);
             let ((), checks) = tokio::join!(
                 async {
                     if let Some(sid) = sid {
                         let session = (sid.as_str(), negotiated.as_str());
-                        crate::security::malformed_in_session(client, uri, ctx, session).await;
+                        crate::security::in_session(client, uri, ctx, session).await;
                         delete(client, uri, ctx, sid, negotiated).await;
                     }
                 },
@@ -769,7 +822,7 @@ async fn probe_sse(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>) {
         && stream.is_open()
         && mcpulse_transport::http::origin(&stream.endpoint) == mcpulse_transport::http::origin(uri)
         && let Some(checks) =
-            crate::security::side_checks(client, uri, Some(stream.endpoint.clone()), false, ctx)
+            crate::security::side_checks(client, uri, Rides::Sse(stream.endpoint.clone()), ctx)
     {
         checks.await.record(client, ctx);
         drop(stream);

@@ -1,9 +1,10 @@
 //! The security checks' extra requests (HTTP targets; `--no-security` skips them).
 //!
 //! Few and read-only, by rule: the successful handshake replayed with a foreign `Origin` (and,
-//! for loopback targets, a foreign `Host`) — over HTTP+SSE a `ping` POSTed to the session's
-//! endpoint with that header instead —, one malformed request (within the session, for a
-//! legacy Streamable HTTP server with sessions), and for a gated server the
+//! for loopback targets, a foreign `Host`) — a `ping` with that header within the session
+//! instead over HTTP+SSE, and for the `Host` of a legacy Streamable HTTP session —, one
+//! malformed request (within the session, for a legacy Streamable HTTP server with sessions),
+//! and for a gated server the
 //! OAuth metadata documents (RFC 9728, RFC 8414 / OpenID discovery). Never a tool call; never
 //! the user's credentials to any host but the target; never a metadata URL on a non-public
 //! address when the target itself is public (SSRF guard). Sessions opened by a check are
@@ -54,25 +55,36 @@ impl Side {
     }
 }
 
+/// What the side checks may ride, besides a replay of the handshake.
+pub(crate) enum Rides {
+    /// Nothing: both rebinding checks replay the handshake, and the malformed body goes on a
+    /// connection of its own (a modern server; a legacy one that issued no session id).
+    Nothing,
+    /// A legacy Streamable HTTP session with an id: the Origin check replays the handshake (a
+    /// foreign page must be turned away at the door; a session it gets is compared with the
+    /// probe's), while the Host check and the malformed body ride the probe's own session
+    /// ([`in_session`]), sent by the flow before it ends the session.
+    Session,
+    /// An open HTTP+SSE session: both rebinding checks are `ping`s POSTed to its endpoint.
+    Sse(Uri),
+}
+
 /// The checks that replay the successful handshake (a foreign `Origin`, and for loopback
 /// targets a foreign `Host`) and send one malformed request, ready to run: `None` with
 /// `--no-security`, without a successful handshake, or past the deadline. The future borrows
 /// nothing from `ctx`, so the flow can run it beside its own last steps (after the health
-/// timings are taken: the checks' load must not colour them).
+/// timings are taken: the checks' load must not colour them). `rides` says which of them
+/// ride a session instead (see [`Rides`]).
 ///
-/// Over HTTP+SSE (`sse_endpoint`: the endpoint the open session POSTs to, so the session must
-/// stay open until the future is done) the foreign header goes on a `ping` to that endpoint,
-/// not on a new `GET` of the stream: servers check these headers where messages are received
-/// (the TypeScript SDK's `SSEServerTransport` validates them on POST only), and a stream alone
-/// lets a rebinding page call nothing.
-///
-/// The malformed body is sent here unless the flow sends it within a legacy session
-/// ([`malformed_in_session`]): `with_malformed` says which.
+/// Over HTTP+SSE the foreign header goes on a `ping` to the session's endpoint (so the
+/// session must stay open until the future is done), not on a new `GET` of the stream:
+/// servers check these headers where messages are received (the TypeScript SDK's
+/// `SSEServerTransport` validates them on POST only), and a stream alone lets a rebinding page
+/// call nothing.
 pub(crate) fn side_checks<'u>(
     client: &HttpClient,
     uri: &'u Uri,
-    sse_endpoint: Option<Uri>,
-    with_malformed: bool,
+    rides: Rides,
     ctx: &mut Ctx<'_>,
 ) -> Option<impl Future<Output = Side> + use<'u>> {
     if !ctx.plan.security || ctx.expired() {
@@ -93,28 +105,34 @@ pub(crate) fn side_checks<'u>(
     let (limits, deadline) = (ctx.limits, ctx.deadline);
     let (mut c1, mut c2, mut c3) = (client.fork(), client.fork(), client.fork());
     Some(async move {
+        let sse_endpoint = match &rides {
+            Rides::Sse(endpoint) => Some(endpoint),
+            _ => None,
+        };
         let env = Env {
             uri,
-            sse_endpoint: sse_endpoint.as_ref(),
+            sse_endpoint,
             user_headers: &user_headers,
             limits,
             deadline,
         };
         let origin = ("origin".to_owned(), FOREIGN_ORIGIN.to_owned());
         let host = ("host".to_owned(), FOREIGN_HOST.to_owned());
-        let streamable = with_malformed && hs.transport == TransportKind::StreamableHttp;
+        let host_here = loopback && !matches!(rides, Rides::Session);
+        let malformed_here =
+            matches!(rides, Rides::Nothing) && hs.transport == TransportKind::StreamableHttp;
         // Independent of each other: all at once, their records in a fixed order.
         let (a, b, c) = tokio::join!(
             rebinding_check(&mut c1, &env, &hs, Step::OriginCheck, origin, id_origin),
             async {
-                if loopback {
+                if host_here {
                     rebinding_check(&mut c2, &env, &hs, Step::HostCheck, host, id_host).await
                 } else {
                     Vec::new()
                 }
             },
             async {
-                if streamable {
+                if malformed_here {
                     vec![malformed(&mut c3, &env, hs.era, None).await]
                 } else {
                     Vec::new()
@@ -240,13 +258,21 @@ async fn rebinding_check(
     out
 }
 
-/// The malformed body sent within a legacy Streamable HTTP session `(id, protocol version)`,
-/// on the flow's own connection, before the flow ends the session: a stateful server parses it
-/// as one of the session's messages, where a body without a session may only be turned away
-/// at the door (or, on servers that build a whole server for every request without a session,
-/// cost one more of those). Bounded by half the time left; nothing with `--no-security` or
-/// past the deadline.
-pub(crate) async fn malformed_in_session(
+/// The checks that ride a legacy Streamable HTTP session `(id, protocol version)`, sent by the
+/// flow before it ends the session, side by side:
+/// - the malformed body, on the flow's own connection: a stateful server parses it as one of
+///   the session's messages, where a body without a session may only be turned away at the
+///   door (or, on servers that build a whole server for every request without a session, cost
+///   one more of those);
+/// - for a loopback target, a `ping` in the session with a foreign `Host`, on a connection of
+///   its own: a page that got in by DNS rebinding must not be able to use a session either
+///   (the spec has servers validate every request), and riding the session spares the server
+///   a session of the check's own.
+///
+/// Each is bounded by half the time left, so that a server that never finishes its answer (an
+/// endless stream, a body that never ends) leaves the session's DELETE time to go. Nothing
+/// with `--no-security` or past the deadline.
+pub(crate) async fn in_session(
     client: &mut HttpClient,
     uri: &Uri,
     ctx: &mut Ctx<'_>,
@@ -255,11 +281,12 @@ pub(crate) async fn malformed_in_session(
     if !ctx.plan.security || ctx.expired() {
         return;
     }
-    // At most half the time left, so that a server that never finishes its answer (an endless
-    // stream, a body that never ends) leaves the session's DELETE time to go.
     let now = tokio::time::Instant::now();
     let deadline = now + ctx.deadline.saturating_duration_since(now) / 2;
-    let ex = {
+    let loopback = uri.host().is_some_and(is_loopback_host);
+    let id = ctx.id();
+    let mut fork = client.fork();
+    let (malformed, host) = {
         let env = Env {
             uri,
             sse_endpoint: None,
@@ -267,9 +294,47 @@ pub(crate) async fn malformed_in_session(
             limits: ctx.limits,
             deadline,
         };
-        malformed(client, &env, Some(Era::Legacy), Some(session)).await
+        tokio::join!(
+            malformed(client, &env, Some(Era::Legacy), Some(session)),
+            async {
+                if loopback {
+                    Some(host_in_session(&mut fork, &env, session, id).await)
+                } else {
+                    None
+                }
+            }
+        )
     };
-    ctx.push(ex);
+    ctx.push(malformed);
+    if let Some(host) = host {
+        ctx.push(host);
+    }
+    client.connections.extend(fork.connections);
+}
+
+/// A `ping` in the session `(id, protocol version)` with the foreign `Host`.
+async fn host_in_session(
+    client: &mut HttpClient,
+    env: &Env<'_>,
+    session: (&str, &str),
+    id: i64,
+) -> Exchange {
+    let ping = serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "ping"});
+    let post = Post {
+        uri: env.uri,
+        step: Step::HostCheck,
+        era: Some(Era::Legacy),
+        page: None,
+        id: Some(id),
+        message: &ping,
+        headers: vec![
+            ("mcp-session-id".to_owned(), session.0.to_owned()),
+            ("mcp-protocol-version".to_owned(), session.1.to_owned()),
+            ("host".to_owned(), FOREIGN_HOST.to_owned()),
+        ],
+        user_headers: env.user_headers,
+    };
+    streamable_http::post(client, post, env.limits, env.deadline).await
 }
 
 async fn malformed(

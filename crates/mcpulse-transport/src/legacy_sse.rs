@@ -10,6 +10,7 @@ use crate::clock::Clock;
 use crate::http::{self, Chunk, HttpClient, Outgoing};
 use crate::streamable_http::{self, Tag, send_recorded, take_event};
 use ::http::{Method, Uri};
+use mcpulse_wire::jsonrpc::Message;
 use mcpulse_wire::sse;
 use mcpulse_wire::transcript::{Exchange, Outcome, Step, TransportKind};
 use mcpulse_wire::version::Era;
@@ -19,7 +20,9 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout_at};
 
 enum Item {
-    Event(sse::Event),
+    /// An event and when it arrived (the probe's clock), so that a reply collected after
+    /// another one of a pipeline is still timed to its arrival.
+    Event(sse::Event, f64),
     TooLarge,
     End,
     Error(String),
@@ -33,8 +36,20 @@ pub struct SseStream {
     /// The origin of the URL the stream was opened at (the target's): credentials go to an
     /// endpoint only on that origin.
     target_origin: String,
-    /// Events that arrived before anyone waited for them.
-    backlog: Vec<sse::Event>,
+    /// The ids of the requests POSTed whose replies are still to come on the stream.
+    in_flight: Vec<i64>,
+    /// Replies to requests in flight that arrived while another reply was awaited, with their
+    /// arrival times: each is kept for its own [`SseStream::receive`].
+    stash: Vec<(i64, sse::Event, f64)>,
+}
+
+/// A message POSTed by [`SseStream::send`], whose reply [`SseStream::receive`] collects.
+pub struct Sent {
+    ex: Exchange,
+    started: Instant,
+    /// The id of the reply to wait for on the stream (none when the POST already settled it:
+    /// a notification, a refusal, a reply in the POST's own body).
+    awaiting: Option<i64>,
 }
 
 impl Drop for SseStream {
@@ -97,7 +112,7 @@ pub async fn open(
                 Chunk::Data(d) => {
                     for it in decoder.push(&d) {
                         let msg = match it {
-                            sse::Item::Event(e) => Item::Event(e),
+                            sse::Item::Event(e) => Item::Event(e, clock.at()),
                             sse::Item::TooLarge { .. } => Item::TooLarge,
                         };
                         if tx.send(msg).await.is_err() {
@@ -118,7 +133,8 @@ pub async fn open(
         task,
         endpoint: uri.clone(),
         target_origin: http::origin(uri),
-        backlog: Vec::new(),
+        in_flight: Vec::new(),
+        stash: Vec::new(),
     };
     // Wait for `endpoint`; anything else before it is recorded.
     loop {
@@ -139,7 +155,7 @@ pub async fn open(
                 ex.outcome = Outcome::TooLarge { limit: max };
                 break;
             }
-            Ok(Some(Item::Event(ev))) if ev.kind() == "endpoint" => {
+            Ok(Some(Item::Event(ev, _))) if ev.kind() == "endpoint" => {
                 match http::resolve(uri, &ev.data) {
                     Ok(endpoint) => {
                         ex.outcome = Outcome::Endpoint {
@@ -157,8 +173,8 @@ pub async fn open(
                     }
                 }
             }
-            Ok(Some(Item::Event(ev))) => {
-                let _ = take_event(&mut ex, ev, None, clock);
+            Ok(Some(Item::Event(ev, at_ms))) => {
+                let _ = take_event(&mut ex, ev, None, at_ms);
             }
         }
     }
@@ -186,7 +202,28 @@ impl SseStream {
         limits: Limits,
         deadline: Instant,
     ) -> Exchange {
-        let clock: Clock = client.clock();
+        let sent = self
+            .send(client, step, page, id, message, user_headers, limits, deadline)
+            .await;
+        self.receive(sent, client.clock(), limits, deadline).await
+    }
+
+    /// POSTs one message without waiting for its reply on the stream: several requests can be
+    /// in flight at once (JSON-RPC matches replies by id), and [`SseStream::receive`] collects
+    /// each one. The POSTs themselves go one after another on the kept-alive connection, so the
+    /// server receives the messages in the order sent.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn send(
+        &mut self,
+        client: &mut HttpClient,
+        step: Step,
+        page: Option<u32>,
+        id: Option<i64>,
+        message: &Value,
+        user_headers: &[(String, String)],
+        limits: Limits,
+        deadline: Instant,
+    ) -> Sent {
         let started = Instant::now();
         let endpoint = self.endpoint.clone();
         // An `endpoint` event may name any URL; the user's credentials are for the target
@@ -208,22 +245,55 @@ impl SseStream {
         };
         let mut ex = streamable_http::post(client, post, limits, deadline).await;
         ex.transport = TransportKind::Sse;
-        if matches!(ex.outcome, Outcome::Reply { .. }) || id.is_none() {
-            // Some servers answer in the POST body; a notification needs nothing more.
-            if id.is_none() && ex.status().is_some_and(|s| (200..300).contains(&s)) {
-                ex.outcome = Outcome::Accepted;
-            }
-            return ex;
-        }
         let accepted = ex.status().is_some_and(|s| (200..300).contains(&s));
-        if !accepted {
-            return ex; // the POST was refused: its status and body say why
+        let awaiting = match id {
+            // Some servers answer in the POST body; a refused POST's status and body say why.
+            Some(id) if accepted && !matches!(ex.outcome, Outcome::Reply { .. }) => {
+                self.in_flight.push(id);
+                Some(id)
+            }
+            Some(_) => None,
+            None => {
+                // A notification needs nothing more.
+                if accepted {
+                    ex.outcome = Outcome::Accepted;
+                }
+                None
+            }
+        };
+        Sent {
+            ex,
+            started,
+            awaiting,
         }
-        // The reply comes on the stream.
-        for ev in std::mem::take(&mut self.backlog) {
-            if let Some(done) = take_event(&mut ex, ev, id, clock) {
+    }
+
+    /// Waits on the stream for the reply to a message POSTed by [`SseStream::send`] (nothing,
+    /// when the POST settled it) and returns the finished exchange. Other events that arrive
+    /// meanwhile (notifications, server requests) are recorded in it; a reply to another
+    /// request in flight is kept for that request's `receive`.
+    pub async fn receive(
+        &mut self,
+        sent: Sent,
+        clock: Clock,
+        limits: Limits,
+        deadline: Instant,
+    ) -> Exchange {
+        let Sent {
+            mut ex,
+            started,
+            awaiting,
+        } = sent;
+        let Some(id) = awaiting else {
+            ex.elapsed_ms = clock.since(started);
+            return ex;
+        };
+        self.in_flight.retain(|&i| i != id);
+        if let Some(pos) = self.stash.iter().position(|(i, _, _)| *i == id) {
+            let (_, ev, at_ms) = self.stash.remove(pos);
+            if let Some(done) = take_event(&mut ex, ev, Some(id), at_ms) {
                 ex.outcome = done;
-                ex.elapsed_ms = clock.since(started);
+                ex.elapsed_ms = since_sent(&ex, at_ms);
                 return ex;
             }
         }
@@ -247,10 +317,17 @@ impl SseStream {
                     };
                     break;
                 }
-                Ok(Some(Item::Event(ev))) => {
-                    if let Some(done) = take_event(&mut ex, ev, id, clock) {
+                Ok(Some(Item::Event(ev, at_ms))) => {
+                    if let Some(other) = reply_to(&ev, &self.in_flight) {
+                        self.stash.push((other, ev, at_ms));
+                        continue;
+                    }
+                    if let Some(done) = take_event(&mut ex, ev, Some(id), at_ms) {
                         ex.outcome = done;
-                        break;
+                        // From the POST to the reply's arrival, not to this call: a reply may
+                        // wait in the channel while an earlier one of a pipeline is collected.
+                        ex.elapsed_ms = since_sent(&ex, at_ms);
+                        return ex;
                     }
                 }
             }
@@ -258,4 +335,22 @@ impl SseStream {
         ex.elapsed_ms = clock.since(started);
         ex
     }
+}
+
+/// The request in flight (of `in_flight`) that an event is the reply to, if any.
+fn reply_to(ev: &sse::Event, in_flight: &[i64]) -> Option<i64> {
+    if in_flight.is_empty() || ev.data.is_empty() {
+        return None;
+    }
+    match mcpulse_wire::jsonrpc::decode(&ev.data).ok()?.message {
+        Message::Result { id, .. } | Message::Error { id, .. } => {
+            in_flight.iter().copied().find(|&i| id.matches(i))
+        }
+        _ => None,
+    }
+}
+
+/// Milliseconds from the exchange's start to `at_ms` (both on the probe's clock).
+fn since_sent(ex: &Exchange, at_ms: f64) -> f64 {
+    ((at_ms - ex.at_ms) * 1000.0).round().max(0.0) / 1000.0
 }

@@ -339,7 +339,7 @@ async fn read_sse_reply(
                             return;
                         }
                         sse::Item::Event(ev) => {
-                            if let Some(done) = take_event(ex, ev, id, clock) {
+                            if let Some(done) = take_event(ex, ev, id, clock.at()) {
                                 ex.outcome = done;
                                 return;
                             }
@@ -373,12 +373,13 @@ async fn read_sse_reply(
     }
 }
 
-/// Records one SSE event; returns the outcome when it is the reply we wait for.
+/// Records one SSE event (arrived at `at_ms` on the probe's clock); returns the outcome when it
+/// is the reply we wait for.
 pub fn take_event(
     ex: &mut Exchange,
     ev: sse::Event,
     id: Option<i64>,
-    clock: crate::clock::Clock,
+    at_ms: f64,
 ) -> Option<Outcome> {
     if ev.data.is_empty() {
         return None; // priming event (2025-11-25) or an empty keep-alive
@@ -386,7 +387,7 @@ pub fn take_event(
     let kind = ev.event.clone();
     let decoded = jsonrpc::decode(&ev.data);
     ex.frames.push(Frame {
-        at_ms: clock.at(),
+        at_ms,
         raw: ev.data,
         sse_event: kind,
     });

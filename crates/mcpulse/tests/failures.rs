@@ -307,6 +307,107 @@ async fn legacy_http_sse_transport_is_healthy_but_deprecated() {
     );
 }
 
+/// Over HTTP+SSE the first pages of every list are POSTed before any reply is awaited, and
+/// each reply is matched to its request by id. This server holds every list's reply until all
+/// four have been POSTed (a probe that waited for one reply before sending the next request
+/// would time out), then answers them in reverse order with a notification between.
+#[tokio::test]
+async fn sse_pipelines_the_first_pages_and_matches_replies_by_id() {
+    use std::sync::Mutex;
+    use tokio::sync::mpsc;
+    struct State {
+        stream: Option<mpsc::UnboundedSender<Vec<u8>>>,
+        held: Vec<Value>,
+    }
+    let state = Mutex::new(State {
+        stream: None,
+        held: Vec::new(),
+    });
+    let server = serve(std::sync::Arc::new(move |req: &Request| {
+        let mut st = state.lock().unwrap();
+        match (req.method.as_str(), req.path()) {
+            ("GET", "/sse") => {
+                let (tx, rx) = mpsc::unbounded_channel();
+                st.stream = Some(tx);
+                let endpoint = mcp::sse_event(Some("endpoint"), None, scenario::SSE_ENDPOINT);
+                Reply::chunked(
+                    200,
+                    "text/event-stream",
+                    vec![Piece::Data(endpoint.into_bytes()), Piece::Channel(rx)],
+                )
+            }
+            ("POST", "/message") => {
+                let id = req.rpc_id().unwrap_or(Value::Null);
+                let send = |st: &State, v: &Value| {
+                    let ev = mcp::sse_event(Some("message"), None, &v.to_string());
+                    if let Some(tx) = &st.stream {
+                        let _ = tx.send(ev.into_bytes());
+                    }
+                };
+                let result = match req.rpc_method().as_deref() {
+                    Some("initialize") => {
+                        let mut r = mcp::initialize_result("2024-11-05");
+                        r["capabilities"]["prompts"] = json!({});
+                        r["capabilities"]["resources"] = json!({});
+                        send(&st, &mcp::result(&id, r));
+                        None
+                    }
+                    Some("tools/list") => Some(mcp::tools_list_result(
+                        mcp::tools(&["a", "b", "c"]),
+                        None,
+                        false,
+                    )),
+                    Some("prompts/list") => Some(json!({"prompts": [{"name": "p"}]})),
+                    Some("resources/list") => {
+                        Some(json!({"resources": [{"uri": "x://1", "name": "1"}, {"uri": "x://2", "name": "2"}]}))
+                    }
+                    Some("resources/templates/list") => Some(json!({"resourceTemplates": []})),
+                    _ => None,
+                };
+                if let Some(r) = result {
+                    st.held.push(mcp::result(&id, r));
+                    if st.held.len() == 4 {
+                        let held = std::mem::take(&mut st.held);
+                        for (i, r) in held.iter().rev().enumerate() {
+                            send(&st, r);
+                            if i == 1 {
+                                send(&st, &mcp::notification("notifications/message", json!({"level": "info", "data": "between"})));
+                            }
+                        }
+                    }
+                }
+                Reply::accepted()
+            }
+            _ => Reply::bytes(405, "text/plain", "Method Not Allowed"),
+        }
+    }))
+    .await;
+    let run = probe_url(
+        &server.url("/sse"),
+        "3s",
+        &["--transport", "sse", "--era", "legacy"],
+    )
+    .await;
+    run.expect("healthy", &["deprecated-transport"]);
+    let r = run.report();
+    assert_eq!(r["tool_count"], 3);
+    assert_eq!(r["prompt_count"], 1);
+    assert_eq!(r["resource_count"], 2);
+    assert_eq!(r["resource_template_count"], 0);
+    assert_eq!(
+        server.methods(),
+        [
+            "GET",
+            "initialize",
+            "notifications/initialized",
+            "tools/list",
+            "prompts/list",
+            "resources/list",
+            "resources/templates/list"
+        ]
+    );
+}
+
 #[tokio::test]
 async fn repeated_cursor_is_reported_and_not_followed() {
     let server = serve(scenario::modern(false, vec![Some("c1"), Some("c1")])).await;

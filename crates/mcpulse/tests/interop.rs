@@ -565,19 +565,32 @@ fn everything_streamable_http_is_healthy_and_ends_its_session() {
     let sid = header(&init["response"]["headers"], "mcp-session-id")
         .unwrap_or_else(|| panic!("no session id\n{run}"));
     let delete = run.exchange("session-delete");
-    // The session ends after the lists and the security checks' malformed body, which went
-    // within the session (the SDK's transport answered it with a parse error, where a body
-    // without a session makes server-everything build a whole server); the other checks'
-    // requests come after it.
+    // The session ends after the lists and the security checks that ride it: the malformed
+    // body (the SDK's transport answered it with a parse error, where a body without a
+    // session makes server-everything build a whole server) and the foreign Host's ping; the
+    // Origin check's requests (a handshake of its own) come after.
     let steps = run.steps();
     let health_end = steps.iter().position(|s| *s == "session-delete").unwrap();
     let last_list = steps.iter().rposition(|s| s.ends_with("/list")).unwrap();
-    assert_eq!(steps[last_list + 1], "malformed-request", "{run}");
-    assert_eq!(health_end, last_list + 2, "{run}");
-    let malformed = run.exchange("malformed-request");
     assert_eq!(
-        header(&malformed["request"]["headers"], "mcp-session-id"),
-        Some(sid),
+        steps[last_list + 1..health_end],
+        ["malformed-request", "host-check"],
+        "{run}"
+    );
+    let malformed = run.exchange("malformed-request");
+    let host = run.exchange("host-check");
+    for ex in [&malformed, &host] {
+        assert_eq!(
+            header(&ex["request"]["headers"], "mcp-session-id"),
+            Some(sid),
+            "{run}"
+        );
+    }
+    assert!(
+        host["request"]["body"]
+            .as_str()
+            .unwrap_or("")
+            .contains(r#""method":"ping""#),
         "{run}"
     );
     assert_eq!(malformed["response"]["status"], 400, "{run}");
@@ -880,15 +893,21 @@ fn everything_streamable_http_fails_dns_rebinding_protection() {
         f["evidence"][0].as_str().unwrap().contains("evil.example"),
         "{run}"
     );
-    // Sessions opened by the checks were deleted again.
+    // A session opened by a check (the Origin check's handshake; the Host check rides the
+    // probe's session) was deleted again.
+    let init = run.exchange("initialize");
+    let probes_own = header(&init["response"]["headers"], "mcp-session-id");
     let opened = run
         .exchanges()
         .iter()
         .filter(|e| {
+            let sid = header(&e["response"]["headers"], "mcp-session-id");
             matches!(e["step"].as_str(), Some("origin-check" | "host-check"))
-                && e["response"]["status"] == 200
+                && sid.is_some()
+                && sid != probes_own
         })
         .count();
+    assert_eq!(opened, 1, "{run}");
     let deleted = run
         .exchanges()
         .iter()

@@ -361,30 +361,42 @@ async fn a_careful_legacy_server_earns_no_security_finding() {
             "tools/list",
         ]
     );
-    // Then, at once and so in any order: the checks with a foreign Origin and a foreign Host
-    // (403, no session), and on the session's own connection the malformed body, within the
-    // session, and then the session's DELETE.
+    // Then, at once and so in any order: the handshake again with a foreign Origin (403, no
+    // session), and within the session a ping with a foreign Host (403) and the malformed
+    // body; then the session's DELETE.
     assert_eq!(
         sorted(&methods[4..]),
-        ["DELETE", "POST", "initialize", "initialize"]
+        ["DELETE", "POST", "initialize", "ping"]
     );
     let reqs = server.requests();
     let malformed = reqs
         .iter()
         .position(|r| r.method == "POST" && r.json().is_none())
         .unwrap();
+    let host = reqs
+        .iter()
+        .position(|r| r.header("host") == Some(FOREIGN_HOST))
+        .unwrap();
+    let origin = reqs
+        .iter()
+        .find(|r| r.header("origin") == Some(FOREIGN_ORIGIN))
+        .unwrap();
     let delete = reqs.iter().position(|r| r.method == "DELETE").unwrap();
     assert!(
-        malformed < delete,
-        "the session ends after the malformed body"
+        malformed < delete && host < delete,
+        "the session ends after the checks that ride it"
     );
     let sid = reqs[delete].header("mcp-session-id");
     assert!(sid.is_some());
-    assert_eq!(reqs[malformed].header("mcp-session-id"), sid);
-    assert_eq!(
-        reqs[malformed].header("mcp-protocol-version"),
-        Some("2025-11-25")
-    );
+    for r in [&reqs[malformed], &reqs[host]] {
+        assert_eq!(r.header("mcp-session-id"), sid);
+        assert_eq!(r.header("mcp-protocol-version"), Some("2025-11-25"));
+    }
+    assert_eq!(reqs[host].rpc_method().as_deref(), Some("ping"));
+    assert_eq!(reqs[host].header("origin"), None);
+    // The Origin check is a handshake at the door: no session, its own id.
+    assert_eq!(origin.rpc_method().as_deref(), Some("initialize"));
+    assert_eq!(origin.header("mcp-session-id"), None);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -643,13 +655,16 @@ async fn no_sse_rebinding_check_once_the_stream_has_ended() {
     run.no_finding("origin-not-validated");
 }
 
-/// The malformed body goes within the session, before its DELETE: a server that never
-/// finishes answering it (an endless stream) gets at most half the time left, and the session
-/// is still ended within the probe's deadline.
+/// The malformed body and the Host check go within the session, before its DELETE: a server
+/// that never finishes answering them (an endless stream) gives them at most half the time
+/// left, and the session is still ended within the probe's deadline.
 #[tokio::test]
-async fn an_endless_answer_to_the_malformed_body_does_not_keep_the_session_open() {
+async fn endless_answers_to_the_in_session_checks_do_not_keep_the_session_open() {
     const SID: &str = "5f0c2a9e4b7d4e61a3c8f2d7b9e1a6c4";
     let server = FakeHttp::start(|req: &Request| {
+        if req.header("host") == Some(FOREIGN_HOST) && req.header("mcp-session-id") == Some(SID) {
+            return Reply::chunked(200, "text/event-stream", vec![Piece::Pending]);
+        }
         if req.header("origin").is_some() || req.header("host") == Some(FOREIGN_HOST) {
             return Reply::status(403);
         }
@@ -698,8 +713,9 @@ async fn an_endless_answer_to_the_malformed_body_does_not_keep_the_session_open(
 }
 
 #[tokio::test]
-async fn sessions_opened_by_the_origin_and_host_checks_are_deleted() {
-    // A legacy server that accepts any Origin and Host: each check opens a session.
+async fn the_session_opened_by_the_origin_check_is_deleted() {
+    // A legacy server that accepts any Origin and Host: the Origin check (a handshake) opens a
+    // session; the Host check rides the probe's own.
     let server = serve(
         Posture::secure()
             .legacy(&[])
@@ -713,12 +729,18 @@ async fn sessions_opened_by_the_origin_and_host_checks_are_deleted() {
     run.finding("host-not-validated", "critical", &["host-check: POST"]);
     run.no_finding("session-id-weak");
     let reqs = assert_hygiene(&server);
-    // The fixture accepts every initialize, so each opened a session.
+    // The fixture accepts every initialize, so the Origin check opened a session.
     let opened = reqs
         .iter()
         .filter(|r| r.rpc_method().as_deref() == Some("initialize"))
         .count();
-    assert_eq!(opened, 3, "the probe's session and one per check");
+    assert_eq!(opened, 2, "the probe's session and the Origin check's");
+    let host = reqs
+        .iter()
+        .find(|r| r.header("host") == Some(FOREIGN_HOST))
+        .unwrap();
+    assert_eq!(host.rpc_method().as_deref(), Some("ping"));
+    assert!(host.header("mcp-session-id").is_some());
     let deleted: Vec<&str> = reqs
         .iter()
         .filter(|r| r.method == "DELETE")
@@ -726,7 +748,7 @@ async fn sessions_opened_by_the_origin_and_host_checks_are_deleted() {
         .collect();
     let mut deleted = deleted;
     deleted.sort_unstable();
-    let mut expected = STRONG_SESSION_IDS[..3].to_vec();
+    let mut expected = STRONG_SESSION_IDS[..2].to_vec();
     expected.sort_unstable();
     assert_eq!(deleted, expected, "each session deleted once");
     // The check's session is deleted with the normal Host, so a server that pins sessions to
