@@ -190,6 +190,13 @@ server_cpu() {
     >"$work/srvcpu-$g-$id.txt"
 }
 
+# phases GROUP ID CMD...: RUNS more runs of CMD, each writing its transcript, for the split of a
+# probe's wall time into waiting for the server's answers and mcpulse's own time (report.py).
+phases() {
+  local g=$1 id=$2 i; shift 2
+  for ((i = 0; i < RUNS; i++)); do "$@" --transcript "$work/ph-$g-$id-$i.json" >/dev/null 2>&1 || true; done
+}
+
 # --- HTTP -------------------------------------------------------------------------------------
 # http_group GROUP SERVER_PID URL PINNED_FLAGS INSPECTOR_FLAGS
 http_group() {
@@ -230,6 +237,12 @@ http_group() {
   server_cpu "$spid" "$g" mcpulse-min 100 "$MCPULSE" probe $pinned --no-security "$url"
   # shellcheck disable=SC2086
   server_cpu "$spid" "$g" inspector "$RSS_RUNS" "${inspector[@]}" "$url" $iflags --method tools/list --format json -q
+  log "transcripts: $g"
+  phases "$g" mcpulse-auto "$MCPULSE" probe "$url"
+  # shellcheck disable=SC2086
+  phases "$g" mcpulse-pinned "$MCPULSE" probe $pinned "$url"
+  # shellcheck disable=SC2086
+  phases "$g" mcpulse-min "$MCPULSE" probe $pinned --no-security "$url"
   log "peak RSS: $g"
   rss "$g" mcpulse-auto "$MCPULSE" probe "$url"
   # shellcheck disable=SC2086

@@ -71,6 +71,39 @@ def fmt_mib(kib):
     return "–" if kib is None else f"{kib / 1024:.1f} MiB"
 
 
+def answer_wait_ms(tr):
+    """Milliseconds of a transcript during which mcpulse had a request (or a connection attempt)
+    outstanding: the union of the intervals, so concurrent requests count once."""
+    spans = []
+    for e in tr.get("exchanges", []):
+        if e.get("at_ms") is not None and e.get("elapsed_ms") is not None:
+            spans.append((e["at_ms"], e["at_ms"] + e["elapsed_ms"]))
+    for c in tr.get("connections", []):
+        d = sum(c.get(k) or 0 for k in ("dns_ms", "connect_ms", "tls_ms"))
+        if c.get("at_ms") is not None:
+            spans.append((c["at_ms"], c["at_ms"] + d))
+    total, end = 0.0, None
+    for a, b in sorted(spans):
+        if end is None or a > end:
+            total += b - a
+            end = b
+        elif b > end:
+            total += b - end
+            end = b
+    return total
+
+
+def phase_split(group, ident):
+    """(median ms waiting for the server, number of transcripts) over the ph-* transcripts."""
+    vals = []
+    for i in range(1000):
+        tr = load(f"ph-{group}-{ident}-{i}.json")
+        if tr is None:
+            break
+        vals.append(answer_wait_ms(tr))
+    return (statistics.median(vals), len(vals)) if vals else (None, 0)
+
+
 def ratio(a, b):
     return None if not a or not b else a / b
 
@@ -154,6 +187,11 @@ w("- Three mcpulse probes per HTTP server: *auto* (the default), *pinned* (`--er
 w("- **client CPU** is the client's user + system time (hyperfine); **server CPU** is the server "
   "process's user + system time per probe (`/proc/PID/stat` before and after a series of probes, "
   "10 ms ticks averaged over the series): the part of the wall time that is the server working.")
+w("- **Waiting for answers** is read from the transcripts of further runs of each mcpulse probe "
+  "(as many as the timed runs, after them): the time during which mcpulse had at least one request "
+  "or connection attempt outstanding (the union of the intervals, so concurrent requests count "
+  "once), median over the runs. The wall time's median minus it is mcpulse itself: exec and "
+  "start-up, its work between one answer and the next request, judging, printing, exit.")
 w("- The **Inspector CLI** runs `mcp-inspector --cli URL --transport … --protocol-era … --method tools/list --format json -q`: "
   "one `tools/list` (plus its handshake), which is less than a probe does.")
 w("- **Peak RSS** is GNU time's `%M`: the largest single process among the command and the children "
@@ -191,8 +229,8 @@ for g, title, pinned in HTTP_GROUPS:
         continue
     w(f"### {title}")
     w("")
-    w("| client | requests (processes) | wall mean ± σ | median | min | client CPU | server CPU | peak RSS | Inspector ÷ this | curl ÷ this (same requests) |")
-    w("|---|---|---|---|---|---|---|---|---|---|")
+    w("| client | requests (processes) | wall mean ± σ | median | min | waiting for answers (median) | client CPU | server CPU | peak RSS | Inspector ÷ this | curl ÷ this (same requests) |")
+    w("|---|---|---|---|---|---|---|---|---|---|---|")
     insp = h.get("inspector")
     rows = [
         ("mcpulse-auto", f"`mcpulse probe URL`", "curl-auto"),
@@ -221,17 +259,21 @@ for g, title, pinned in HTTP_GROUPS:
         rc = ratio(h.get(curl_id, {}).get("mean"), r["mean"]) if curl_id else None
         scpu = srvcpu(g, ident)
         ccpu = ms((r.get("user") or 0) + (r.get("system") or 0))
+        waits = fmt_ms(phase_split(g, ident)[0]) if ident.startswith("mcpulse") else "–"
         w(f"| {label} | {reqs} | {fmt_ms(ms(r['mean']))} ± {fmt_ms(ms(r['stddev'] or 0))} | {fmt_ms(ms(r['median']))} | "
-          f"{fmt_ms(ms(r['min']))} | {fmt_ms(ccpu)} | {fmt_ms(scpu)} | {fmt_mib(kib)} | {fmt_x(ri)} | {fmt_x(rc)} |")
+          f"{fmt_ms(ms(r['min']))} | {waits} | {fmt_ms(ccpu)} | {fmt_ms(scpu)} | {fmt_mib(kib)} | {fmt_x(ri)} | {fmt_x(rc)} |")
         if ident.startswith("mcpulse"):
             medians[(g, ident)] = (
                 ratio(insp and insp["median"], r["median"]),
                 ratio(h.get(curl_id, {}).get("median"), r["median"]) if curl_id else None,
             )
             summary_http.append((g, ident, r, ri, rc, kib))
+            wait_ms, n_tr = phase_split(g, ident)
             analysis_http.append({"group": g, "id": ident, "wall": ms(r["mean"]), "client_cpu": ccpu,
                                   "server_cpu": scpu, "inspector": ms(insp["mean"]) if insp else None,
-                                  "requests": reqs})
+                                  "requests": reqs, "wall_median": ms(r["median"]),
+                                  "inspector_median": ms(insp["median"]) if insp else None,
+                                  "waited": wait_ms, "transcripts": n_tr})
     w("")
     for ident in ("curl-auto", "curl-pinned", "curl-min"):
         info = load(f"curlinfo-{g}-{ident}.json")
@@ -385,11 +427,21 @@ why = []
 for a in analysis_http:
     if a["inspector"] and a["wall"] * INSPECTOR_FACTOR > a["inspector"]:
         need = a["inspector"] / INSPECTOR_FACTOR
+        split = ""
+        if a["waited"] is not None and a["inspector_median"]:
+            need_med = a["inspector_median"] / INSPECTOR_FACTOR
+            own = a["wall_median"] - a["waited"]
+            split = (
+                f" By the medians: of {fmt_ms(a['wall_median'])} (the budget: {fmt_ms(need_med)}), "
+                f"{fmt_ms(a['waited'])} went waiting for the server's answers (time with a request outstanding, "
+                f"over {a['transcripts']} transcripts of further runs) and {fmt_ms(own)} to mcpulse itself "
+                f"(exec, start-up, its work between answers, exit)"
+                + ("; the answers alone exceed the budget." if a["waited"] > need_med else "."))
         why.append(
             f"- {a['group']}, {a['id'][8:]}: {INSPECTOR_FACTOR:.0f}× the Inspector's {fmt_ms(a['inspector'])} needs "
             f"≤ {fmt_ms(need)}; mcpulse took {fmt_ms(a['wall'])} for {a['requests'].split()[0]} requests, of which "
             f"its own CPU was {fmt_ms(a['client_cpu'])} (process start-up included) and the server's CPU "
-            f"{fmt_ms(a['server_cpu'])} per probe: the rest is the server answering, one request after another.")
+            f"{fmt_ms(a['server_cpu'])} per probe." + split)
 for d in summary_stdio:
     if d.get("va_med") is not None and d["va_med"] > VERDICT_AFTER_READY_MS:
         st = load(f"st-{d['group']}-{d['id']}.json")
