@@ -101,6 +101,23 @@ URL_SSE="http://127.0.0.1:$P_SSE/sse"
 URL_MOD="http://127.0.0.1:$P_MOD/mcp"
 wait_http "$URL_LEG"; wait_http "$URL_SSE"; wait_http "$URL_MOD"
 
+# Warm the servers up before anything is timed: node and CPython servers answer their first
+# few hundred requests several times slower (V8 compiles hot code as it goes), and timing that
+# would measure the servers' warm-up, not the clients. SERVER_WARMUP probes of each kind the
+# benchmark times (auto, pinned, min) per server.
+SERVER_WARMUP=${BENCH_SERVER_WARMUP:-150}
+log "warming the servers up ($SERVER_WARMUP probes of each kind per server)"
+for spec in "$URL_LEG|--era legacy" "$URL_SSE|--transport sse" "$URL_MOD|--era modern"; do
+  url=${spec%%|*} pinned=${spec#*|}
+  for ((i = 0; i < SERVER_WARMUP; i++)); do
+    "$MCPULSE" probe "$url" >/dev/null 2>&1 || true
+    # shellcheck disable=SC2086
+    "$MCPULSE" probe $pinned "$url" >/dev/null 2>&1 || true
+    # shellcheck disable=SC2086
+    "$MCPULSE" probe $pinned --no-security "$url" >/dev/null 2>&1 || true
+  done
+done
+
 # --- helpers ----------------------------------------------------------------------------------
 cmds="$work/commands.tsv"   # group, id, command line: what hyperfine timed
 : >"$cmds"
@@ -190,11 +207,11 @@ server_cpu() {
     >"$work/srvcpu-$g-$id.txt"
 }
 
-# phases GROUP ID CMD...: RUNS more runs of CMD, each writing its transcript, for the split of a
-# probe's wall time into waiting for the server's answers and mcpulse's own time (report.py).
+# phases GROUP ID CMD...: RUNS more runs of CMD, each writing its transcript, timed from
+# outside: where a probe's wall time goes (bench/http_split.py; report.py shows it).
 phases() {
-  local g=$1 id=$2 i; shift 2
-  for ((i = 0; i < RUNS; i++)); do "$@" --transcript "$work/ph-$g-$id-$i.json" >/dev/null 2>&1 || true; done
+  local g=$1 id=$2; shift 2
+  "$PYTHON" bench/http_split.py --runs "$RUNS" --warmup "$WARMUP" --out "$work/split-$g-$id.json" -- "$@" >&2
 }
 
 # --- HTTP -------------------------------------------------------------------------------------
@@ -322,6 +339,7 @@ cat >"$work/meta.json" <<EOF
   "mem": "$(free -h | awk '/^Mem:/ {print $2}')",
   "kernel": "$(uname -sr)",
   "load_start": "$LOAD_START",
+  "server_warmup": $SERVER_WARMUP,
   "load_end": "$(cut -d' ' -f1-3 /proc/loadavg)",
   "mcpulse": "$("$MCPULSE" --version) (git $GIT_REV)",
   "rustc": "$RUSTC_VERSION",

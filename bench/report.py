@@ -71,37 +71,10 @@ def fmt_mib(kib):
     return "–" if kib is None else f"{kib / 1024:.1f} MiB"
 
 
-def answer_wait_ms(tr):
-    """Milliseconds of a transcript during which mcpulse had a request (or a connection attempt)
-    outstanding: the union of the intervals, so concurrent requests count once."""
-    spans = []
-    for e in tr.get("exchanges", []):
-        if e.get("at_ms") is not None and e.get("elapsed_ms") is not None:
-            spans.append((e["at_ms"], e["at_ms"] + e["elapsed_ms"]))
-    for c in tr.get("connections", []):
-        d = sum(c.get(k) or 0 for k in ("dns_ms", "connect_ms", "tls_ms"))
-        if c.get("at_ms") is not None:
-            spans.append((c["at_ms"], c["at_ms"] + d))
-    total, end = 0.0, None
-    for a, b in sorted(spans):
-        if end is None or a > end:
-            total += b - a
-            end = b
-        elif b > end:
-            total += b - end
-            end = b
-    return total
-
-
-def phase_split(group, ident):
-    """(median ms waiting for the server, number of transcripts) over the ph-* transcripts."""
-    vals = []
-    for i in range(1000):
-        tr = load(f"ph-{group}-{ident}-{i}.json")
-        if tr is None:
-            break
-        vals.append(answer_wait_ms(tr))
-    return (statistics.median(vals), len(vals)) if vals else (None, 0)
+def split(group, ident):
+    """The medians of bench/http_split.py's runs (before, waiting, gaps, after, wall), or None."""
+    d = load(f"split-{group}-{ident}.json")
+    return d["median"] if d else None
 
 
 def ratio(a, b):
@@ -184,14 +157,21 @@ w("- mcpulse's default `--era auto` sends more than a pinned era: a modern probe
 w("- Three mcpulse probes per HTTP server: *auto* (the default), *pinned* (`--era`/`--transport` "
   "fixed: no discovery fallback) and *min* (pinned and `--no-security`: the health probe without "
   "the security checks' extra requests, the closest to what the Inspector does).")
+w("- The HTTP servers are **warmed up** before anything is timed: "
+  f"{meta.get('server_warmup', '?')} probes of each kind (auto, pinned, min) per server. A node or "
+  "CPython server answers its first few hundred requests several times slower while its hot code "
+  "is compiled; timing that would measure the server's warm-up, not the client.")
 w("- **client CPU** is the client's user + system time (hyperfine); **server CPU** is the server "
   "process's user + system time per probe (`/proc/PID/stat` before and after a series of probes, "
   "10 ms ticks averaged over the series): the part of the wall time that is the server working.")
-w("- **Waiting for answers** is read from the transcripts of further runs of each mcpulse probe "
-  "(as many as the timed runs, after them): the time during which mcpulse had at least one request "
-  "or connection attempt outstanding (the union of the intervals, so concurrent requests count "
-  "once), median over the runs. The wall time's median minus it is mcpulse itself: exec and "
-  "start-up, its work between one answer and the next request, judging, printing, exit.")
+w("- **Where the time goes** (`bench/http_split.py`): as many further runs of each mcpulse probe "
+  "as were timed, each writing its transcript and timed from outside (spawn to exit), split into: "
+  "*before* (exec and start-up, until mcpulse's clock starts), *waiting* (at least one request or "
+  "connection attempt outstanding: the union of the intervals, so concurrent requests count once; "
+  "that is the server answering, over loopback), *gaps* (mcpulse's own work between an answer and "
+  "the next request) and *after* (judging, printing, writing the transcript, exit); medians. "
+  "Spawning from Python costs more than hyperfine's spawn, and the transcript is only written in "
+  "these runs, so their wall times run a little above the timed ones.")
 w("- The **Inspector CLI** runs `mcp-inspector --cli URL --transport … --protocol-era … --method tools/list --format json -q`: "
   "one `tools/list` (plus its handshake), which is less than a probe does.")
 w("- **Peak RSS** is GNU time's `%M`: the largest single process among the command and the children "
@@ -229,7 +209,7 @@ for g, title, pinned in HTTP_GROUPS:
         continue
     w(f"### {title}")
     w("")
-    w("| client | requests (processes) | wall mean ± σ | median | min | waiting for answers (median) | client CPU | server CPU | peak RSS | Inspector ÷ this | curl ÷ this (same requests) |")
+    w("| client | requests (processes) | wall mean ± σ | median | min | waiting for answers (further runs, median) | client CPU | server CPU | peak RSS | Inspector ÷ this | curl ÷ this (same requests) |")
     w("|---|---|---|---|---|---|---|---|---|---|---|")
     insp = h.get("inspector")
     rows = [
@@ -259,7 +239,8 @@ for g, title, pinned in HTTP_GROUPS:
         rc = ratio(h.get(curl_id, {}).get("mean"), r["mean"]) if curl_id else None
         scpu = srvcpu(g, ident)
         ccpu = ms((r.get("user") or 0) + (r.get("system") or 0))
-        waits = fmt_ms(phase_split(g, ident)[0]) if ident.startswith("mcpulse") else "–"
+        sp = split(g, ident) if ident.startswith("mcpulse") else None
+        waits = fmt_ms(sp["waiting_ms"]) if sp else "–"
         w(f"| {label} | {reqs} | {fmt_ms(ms(r['mean']))} ± {fmt_ms(ms(r['stddev'] or 0))} | {fmt_ms(ms(r['median']))} | "
           f"{fmt_ms(ms(r['min']))} | {waits} | {fmt_ms(ccpu)} | {fmt_ms(scpu)} | {fmt_mib(kib)} | {fmt_x(ri)} | {fmt_x(rc)} |")
         if ident.startswith("mcpulse"):
@@ -268,12 +249,9 @@ for g, title, pinned in HTTP_GROUPS:
                 ratio(h.get(curl_id, {}).get("median"), r["median"]) if curl_id else None,
             )
             summary_http.append((g, ident, r, ri, rc, kib))
-            wait_ms, n_tr = phase_split(g, ident)
             analysis_http.append({"group": g, "id": ident, "wall": ms(r["mean"]), "client_cpu": ccpu,
                                   "server_cpu": scpu, "inspector": ms(insp["mean"]) if insp else None,
-                                  "requests": reqs, "wall_median": ms(r["median"]),
-                                  "inspector_median": ms(insp["median"]) if insp else None,
-                                  "waited": wait_ms, "transcripts": n_tr})
+                                  "requests": reqs, "split": sp})
     w("")
     for ident in ("curl-auto", "curl-pinned", "curl-min"):
         info = load(f"curlinfo-{g}-{ident}.json")
@@ -427,21 +405,20 @@ why = []
 for a in analysis_http:
     if a["inspector"] and a["wall"] * INSPECTOR_FACTOR > a["inspector"]:
         need = a["inspector"] / INSPECTOR_FACTOR
-        split = ""
-        if a["waited"] is not None and a["inspector_median"]:
-            need_med = a["inspector_median"] / INSPECTOR_FACTOR
-            own = a["wall_median"] - a["waited"]
-            split = (
-                f" By the medians: of {fmt_ms(a['wall_median'])} (the budget: {fmt_ms(need_med)}), "
-                f"{fmt_ms(a['waited'])} went waiting for the server's answers (time with a request outstanding, "
-                f"over {a['transcripts']} transcripts of further runs) and {fmt_ms(own)} to mcpulse itself "
-                f"(exec, start-up, its work between answers, exit)"
-                + ("; the answers alone exceed the budget." if a["waited"] > need_med else "."))
+        parts = ""
+        sp = a["split"]
+        if sp:
+            parts = (
+                f" In further runs (medians, {fmt_ms(sp['wall_ms'])} in all): {fmt_ms(sp['before_ms'])} before "
+                f"mcpulse's clock starts (exec, start-up), {fmt_ms(sp['waiting_ms'])} waiting for the server's "
+                f"answers, {fmt_ms(sp['gaps_ms'])} of mcpulse's own work between them, {fmt_ms(sp['after_ms'])} "
+                f"after the last answer (judging, printing, the transcript, exit)"
+                + ("; the server's answers alone take more than the budget." if sp["waiting_ms"] > need else "."))
         why.append(
             f"- {a['group']}, {a['id'][8:]}: {INSPECTOR_FACTOR:.0f}× the Inspector's {fmt_ms(a['inspector'])} needs "
             f"≤ {fmt_ms(need)}; mcpulse took {fmt_ms(a['wall'])} for {a['requests'].split()[0]} requests, of which "
             f"its own CPU was {fmt_ms(a['client_cpu'])} (process start-up included) and the server's CPU "
-            f"{fmt_ms(a['server_cpu'])} per probe." + split)
+            f"{fmt_ms(a['server_cpu'])} per probe." + parts)
 for d in summary_stdio:
     if d.get("va_med") is not None and d["va_med"] > VERDICT_AFTER_READY_MS:
         st = load(f"st-{d['group']}-{d['id']}.json")

@@ -769,6 +769,8 @@ impl RefusedPrivate for Exchange {
 
 fn session_rules(c: &mut Ctx<'_>) {
     let tr = c.tr;
+    // The ids the server issued: an answer to a request that carried one (a check that rode
+    // the probe's session) only repeats it.
     let ids: Vec<(&Exchange, &str)> = tr
         .exchanges
         .iter()
@@ -778,6 +780,11 @@ fn session_rules(c: &mut Ctx<'_>) {
                     e.step,
                     Step::Initialize | Step::DualEraCheck | Step::OriginCheck | Step::HostCheck
                 )
+                && !e
+                    .request
+                    .headers
+                    .iter()
+                    .any(|(k, _)| k.eq_ignore_ascii_case("mcp-session-id"))
         })
         .filter_map(|e| e.header("mcp-session-id").map(|s| (e, s)))
         .collect();

@@ -140,6 +140,9 @@ pub struct Context<'a> {
     pub flapping: bool,
     /// The confirmed status after the events.
     pub status: Health,
+    /// The drift class (`breaking` or `risky`) the current contract has against the accepted
+    /// one, if any: drift that began inside a maintenance window is raised after it.
+    pub drift: Option<&'a str>,
     pub reminder_ms: Option<i64>,
 }
 
@@ -279,6 +282,57 @@ pub fn alerts(events: &[Event], incidents: &mut Incidents, cx: &Context<'_>) -> 
         && !incidents.contains_key("status")
     {
         status_alert(&mut out, &mut emit, incidents, cx, cx.status, None);
+    }
+    // The same for flapping and drift: their events come once, when they begin, so ones that
+    // began inside a maintenance window are raised at the first check after it if they still
+    // hold (the target still flaps; the contract still differs from the accepted one).
+    if !cx.silenced {
+        if cx.flapping && !incidents.contains_key("flapping") {
+            let summary = format!(
+                "{} is flapping (it began inside a maintenance window)",
+                cx.target
+            );
+            open(
+                incidents,
+                "flapping",
+                Kind::Flapping,
+                "warning",
+                &summary,
+                cx,
+            );
+            emit(
+                &mut out,
+                Action::Trigger,
+                Kind::Flapping,
+                "flapping",
+                "warning",
+                summary,
+                cx.now_ms,
+            );
+        }
+        if let Some(class) = cx.drift.filter(|c| matches!(*c, "breaking" | "risky"))
+            && !incidents.contains_key("drift")
+        {
+            let severity = if class == "breaking" {
+                "critical"
+            } else {
+                "warning"
+            };
+            let summary = format!(
+                "{}: {class} drift in its contract (it began inside a maintenance window)",
+                cx.target
+            );
+            open(incidents, "drift", Kind::Drift, severity, &summary, cx);
+            emit(
+                &mut out,
+                Action::Trigger,
+                Kind::Drift,
+                "drift",
+                severity,
+                summary,
+                cx.now_ms,
+            );
+        }
     }
     // Reminders for incidents still open.
     if let (Some(every), false) = (cx.reminder_ms, cx.silenced) {
@@ -474,6 +528,7 @@ mod tests {
             silenced: false,
             flapping,
             status,
+            drift: None,
             reminder_ms: Some(3_600_000),
         }
     }
@@ -581,6 +636,59 @@ mod tests {
         );
         assert!(inc.contains_key("status"));
         assert!(alerts(&[], &mut inc, &cx(&labels, 120_000, Down, false)).is_empty());
+    }
+
+    #[test]
+    fn drift_and_flapping_that_began_in_maintenance_are_raised_after_it() {
+        let labels = BTreeMap::new();
+        let mut inc = Incidents::new();
+        let ev = vec![
+            Event::Drift {
+                at_ms: 0,
+                class: "breaking".into(),
+                digest: None,
+            },
+            Event::FlappingStarted {
+                at_ms: 0,
+                transitions: 5,
+            },
+        ];
+        let mut c = cx(&labels, 0, Healthy, true);
+        c.silenced = true;
+        c.drift = Some("breaking");
+        assert!(alerts(&ev, &mut inc, &c).is_empty());
+        assert!(inc.is_empty());
+        // Inside the window, later checks stay silent too.
+        let mut c = cx(&labels, 30_000, Healthy, true);
+        c.silenced = true;
+        c.drift = Some("breaking");
+        assert!(alerts(&[], &mut inc, &c).is_empty());
+        // After it, both still hold: raised once, at the first check, no events needed.
+        let mut c = cx(&labels, 60_000, Healthy, true);
+        c.drift = Some("breaking");
+        let a = alerts(&[], &mut inc, &c);
+        assert_eq!(
+            a.iter()
+                .map(|x| (x.action, x.kind, x.severity.as_str()))
+                .collect::<Vec<_>>(),
+            vec![
+                (Action::Trigger, Kind::Flapping, "warning"),
+                (Action::Trigger, Kind::Drift, "critical")
+            ]
+        );
+        assert_eq!(a[1].dedup_key, dedup_key("search", "drift"));
+        assert!(inc.contains_key("drift") && inc.contains_key("flapping"));
+        assert!(
+            alerts(&[], &mut inc, &c).is_empty(),
+            "once, not every check"
+        );
+        // Info drift, or drift gone by the end of the window, raises nothing.
+        let mut inc = Incidents::new();
+        let mut c = cx(&labels, 60_000, Healthy, false);
+        c.drift = Some("info");
+        assert!(alerts(&[], &mut inc, &c).is_empty());
+        c.drift = None;
+        assert!(alerts(&[], &mut inc, &c).is_empty());
     }
 
     #[test]

@@ -370,6 +370,7 @@ pub fn check_once(
         silenced,
         flapping: next.flapping,
         status: next.status,
+        drift: memory.drift.as_deref(),
         reminder_ms: cfg.reminder.map(|r| r.as_millis() as i64),
     };
     let mut alerts = alert::alerts(&events, &mut memory.incidents, &cx);

@@ -478,6 +478,7 @@ fn policy_pair() -> (Alert, Alert) {
         silenced: false,
         flapping: false,
         status,
+        drift: None,
         reminder_ms: None,
     };
     let went_down = [Event::Transition {
@@ -1163,6 +1164,45 @@ async fn a_rate_limited_sink_holds_its_other_alerts_too() {
     assert!(times[1..].iter().all(|&t| t >= 30_000), "{times:?}");
     assert!(memory.row(first).delivered.is_some());
     assert!(memory.row(second).delivered.is_some());
+}
+
+/// A notice that waits out a sink's Retry-After (up to an hour) past its expiry is dropped when
+/// its turn comes, not sent late; the alert that got the 429 is still sent after the wait.
+#[tokio::test(start_paused = true)]
+async fn an_alert_that_expires_while_its_sink_is_rate_limited_is_not_sent() {
+    let memory = Memory::default();
+    let first = memory.add(0, down());
+    // 23.5 hours old when first looked at: under the day's expiry, over it an hour later.
+    let old_notice = memory.add(
+        0,
+        Alert {
+            at_ms: T0 - 23 * 60 * MIN - 30 * MIN,
+            ..grade()
+        },
+    );
+    let run = start(
+        &memory,
+        vec![Behaviour::RateLimited(1, 3_600_000)],
+        Duration::from_millis(100),
+    );
+    tokio::time::sleep(Duration::from_secs(3600 + 60)).await;
+    let calls = run.stop().await;
+    let actions: Vec<(Action, i64)> = calls.iter().map(|c| (c.action, c.at_ms - T0)).collect();
+    assert_eq!(actions.len(), 2, "{actions:?}");
+    assert!(
+        actions.iter().all(|(a, _)| *a == Action::Trigger),
+        "{actions:?}"
+    );
+    assert!(actions[1].1 >= 3_600_000, "{actions:?}");
+    assert!(memory.row(first).delivered.is_some());
+    let n = memory.row(old_notice);
+    assert!(n.dead && n.delivered.is_none(), "{n:?}");
+    assert!(
+        n.errors[0]
+            .1
+            .starts_with("gave up after 0 attempts: the alert is 1d"),
+        "{n:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -185,6 +185,7 @@ impl Fleet {
                 silenced: false,
                 flapping: next.flapping,
                 status: next.status,
+                drift: None,
                 reminder_ms: Some(30 * TICK_MS),
             };
             let sent: Vec<Alert> = alerts(&events, incidents, &cx);

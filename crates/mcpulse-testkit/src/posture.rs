@@ -259,14 +259,17 @@ impl Posture {
                 &mcp::error(&Value::Null, -32000, "Bad Request: protocol version"),
             );
         }
-        match method {
+        let reply = match method {
             "notifications/initialized" => Reply::accepted(),
+            "ping" => Reply::json(200, &mcp::result(id, json!({}))),
             "tools/list" => Reply::json(
                 200,
                 &mcp::result(id, mcp::tools_list_result(self.tools.clone(), None, false)),
             ),
             _ => Reply::json(200, &mcp::error(id, -32601, "Method not found")),
-        }
+        };
+        // As the SDKs do: every answer within a session names it again.
+        reply.header("mcp-session-id", session.unwrap_or_default())
     }
 
     fn with_cors(&self, req: &Request, reply: Reply) -> Reply {

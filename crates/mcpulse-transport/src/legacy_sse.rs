@@ -203,7 +203,16 @@ impl SseStream {
         deadline: Instant,
     ) -> Exchange {
         let sent = self
-            .send(client, step, page, id, message, user_headers, limits, deadline)
+            .send(
+                client,
+                step,
+                page,
+                id,
+                message,
+                user_headers,
+                limits,
+                deadline,
+            )
             .await;
         self.receive(sent, client.clock(), limits, deadline).await
     }

@@ -150,6 +150,10 @@ pub enum DeliveryError {
     /// The outbox names a sink the configuration no longer has.
     #[error("no sink {0} in the configuration")]
     NoSink(SinkId),
+    /// Past [`OutboxOptions::expire`] when its turn came (it waited out a sink's
+    /// `Retry-After`): not sent.
+    #[error("{0}")]
+    Expired(String),
 }
 
 impl DeliveryError {
@@ -162,7 +166,9 @@ impl DeliveryError {
             DeliveryError::Unreachable(_)
             | DeliveryError::Timeout(_)
             | DeliveryError::Exit { .. } => false,
-            DeliveryError::Invalid(_) | DeliveryError::NoSink(_) => true,
+            DeliveryError::Invalid(_) | DeliveryError::NoSink(_) | DeliveryError::Expired(_) => {
+                true
+            }
             DeliveryError::Spawn { permanent, .. } => *permanent,
         }
     }
@@ -756,14 +762,7 @@ pub async fn run_outbox_with<O: Outbox, D: Deliver>(
             if busy.contains(&key) {
                 continue; // an earlier alert of this incident is still on its way to this sink
             }
-            let age = now.saturating_sub(alert.at_ms);
-            if alert.action != Action::Resolve
-                && age > i64::try_from(opts.expire.as_millis()).unwrap_or(i64::MAX)
-            {
-                let error = format!(
-                    "gave up after {attempts} attempts: the alert is {} old",
-                    human_duration(u128::try_from(age).unwrap_or(0))
-                );
+            if let Some(error) = expired(&alert, attempts, now, opts.expire) {
                 tracing::error!(sink = %deliverer.describe(&sink), dedup_key = %alert.dedup_key, %error, "alert not delivered");
                 outbox.failed(id, &error, now, true).await;
                 continue;
@@ -773,7 +772,11 @@ pub async fn run_outbox_with<O: Outbox, D: Deliver>(
                 workers.spawn(worker(
                     sink,
                     deliverer.clone(),
-                    opts.timeout,
+                    WorkerOptions {
+                        timeout: opts.timeout,
+                        expire: opts.expire,
+                        clock: opts.clock,
+                    },
                     rx,
                     done_tx.clone(),
                 ));
@@ -800,26 +803,55 @@ pub async fn run_outbox_with<O: Outbox, D: Deliver>(
     outbox
 }
 
+/// Why an alert is no longer worth sending, if it is not: a trigger, reminder or notice raised
+/// longer than `expire` ago (resolves are always sent).
+fn expired(alert: &Alert, attempts: u32, now_ms: i64, expire: Duration) -> Option<String> {
+    let age = now_ms.saturating_sub(alert.at_ms);
+    (alert.action != Action::Resolve && age > i64::try_from(expire.as_millis()).unwrap_or(i64::MAX))
+        .then(|| {
+            format!(
+                "gave up after {attempts} attempts: the alert is {} old",
+                human_duration(u128::try_from(age).unwrap_or(0))
+            )
+        })
+}
+
+/// What a sink's worker needs of the loop's settings.
+#[derive(Clone, Copy)]
+struct WorkerOptions {
+    timeout: Duration,
+    expire: Duration,
+    clock: Timebase,
+}
+
 /// Delivers one sink's queue, in order. When the sink says when to come back (a 429 or 503
 /// with `Retry-After`), the whole queue waits that long, not only the alert that got it: the
 /// limit is the sink's. The waiting rows stay in flight, so they take nothing from the other
-/// sinks' turn; on shutdown they stay pending.
+/// sinks' turn; on shutdown they stay pending. An alert that expired while it waited is not
+/// sent (see [`OutboxOptions::expire`]).
 async fn worker<D: Deliver>(
     sink: SinkId,
     deliverer: Arc<D>,
-    timeout: Duration,
+    opts: WorkerOptions,
     mut jobs: mpsc::UnboundedReceiver<Job>,
     done: mpsc::UnboundedSender<Done>,
 ) {
+    let timeout = opts.timeout;
     while let Some(job) = jobs.recv().await {
-        let result = match tokio::time::timeout(
-            timeout,
-            deliverer.deliver(&sink, &job.alert, timeout),
-        )
-        .await
-        {
-            Ok(r) => r,
-            Err(_) => Err(DeliveryError::Timeout(timeout)),
+        let now = opts.clock.now_ms();
+        let result = if let Some(why) = expired(&job.alert, job.attempts, now, opts.expire) {
+            Err(DeliveryError::Expired(why))
+        } else {
+            match tokio::time::timeout(timeout, deliverer.deliver(&sink, &job.alert, timeout)).await
+            {
+                Ok(r) => r,
+                Err(_) => Err(DeliveryError::Timeout(timeout)),
+            }
+        };
+        let attempts = if matches!(result, Err(DeliveryError::Expired(_))) {
+            job.attempts
+        } else {
+            job.attempts.saturating_add(1)
         };
         let pause = match &result {
             Err(DeliveryError::Status {
@@ -832,7 +864,7 @@ async fn worker<D: Deliver>(
             id: job.id,
             sink: sink.clone(),
             alert: job.alert,
-            attempts: job.attempts.saturating_add(1),
+            attempts,
             result,
         };
         if done.send(finished).is_err() {
