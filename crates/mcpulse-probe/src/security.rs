@@ -187,20 +187,9 @@ async fn rebinding_check(
             } else {
                 &[]
             };
-            let ping = serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "ping"});
-            let post = Post {
-                uri: endpoint,
-                step,
-                era: Some(Era::Legacy),
-                page: None,
-                id: Some(id),
-                message: &ping,
-                headers: vec![extra],
-                user_headers,
-            };
             // A server that accepts the POST (202) answers on the stream; the status is the
             // finding, so the reply is not waited for.
-            let mut ex = streamable_http::post(client, post, env.limits, env.deadline).await;
+            let mut ex = ping(client, env, endpoint, step, id, vec![extra], user_headers).await;
             ex.transport = TransportKind::Sse;
             ex
         }
@@ -319,20 +308,44 @@ async fn host_in_session(
     session: (&str, &str),
     id: i64,
 ) -> Exchange {
+    let headers = vec![
+        ("mcp-session-id".to_owned(), session.0.to_owned()),
+        ("mcp-protocol-version".to_owned(), session.1.to_owned()),
+        ("host".to_owned(), FOREIGN_HOST.to_owned()),
+    ];
+    ping(
+        client,
+        env,
+        env.uri,
+        Step::HostCheck,
+        id,
+        headers,
+        env.user_headers,
+    )
+    .await
+}
+
+/// A legacy `ping` (request `id`) POSTed to `uri` with these headers, as `step`: the
+/// rebinding checks that ride a session.
+async fn ping(
+    client: &mut HttpClient,
+    env: &Env<'_>,
+    uri: &Uri,
+    step: Step,
+    id: i64,
+    headers: Vec<(String, String)>,
+    user_headers: &[(String, String)],
+) -> Exchange {
     let ping = serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "ping"});
     let post = Post {
-        uri: env.uri,
-        step: Step::HostCheck,
+        uri,
+        step,
         era: Some(Era::Legacy),
         page: None,
         id: Some(id),
         message: &ping,
-        headers: vec![
-            ("mcp-session-id".to_owned(), session.0.to_owned()),
-            ("mcp-protocol-version".to_owned(), session.1.to_owned()),
-            ("host".to_owned(), FOREIGN_HOST.to_owned()),
-        ],
-        user_headers: env.user_headers,
+        headers,
+        user_headers,
     };
     streamable_http::post(client, post, env.limits, env.deadline).await
 }

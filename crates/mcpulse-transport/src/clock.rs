@@ -27,3 +27,9 @@ impl Clock {
 pub fn ms(d: std::time::Duration) -> f64 {
     (d.as_micros() as f64) / 1000.0
 }
+
+/// The interval between two of the clock's readings (`at_ms` values), in milliseconds rounded
+/// to microseconds and never negative: e.g. from a request's start to its reply's arrival.
+pub fn between(from_ms: f64, to_ms: f64) -> f64 {
+    ((to_ms - from_ms) * 1000.0).round().max(0.0) / 1000.0
+}

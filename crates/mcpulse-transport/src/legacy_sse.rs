@@ -302,7 +302,7 @@ impl SseStream {
             let (_, ev, at_ms) = self.stash.remove(pos);
             if let Some(done) = take_event(&mut ex, ev, Some(id), at_ms) {
                 ex.outcome = done;
-                ex.elapsed_ms = since_sent(&ex, at_ms);
+                ex.elapsed_ms = crate::clock::between(ex.at_ms, at_ms);
                 return ex;
             }
         }
@@ -335,7 +335,7 @@ impl SseStream {
                         ex.outcome = done;
                         // From the POST to the reply's arrival, not to this call: a reply may
                         // wait in the channel while an earlier one of a pipeline is collected.
-                        ex.elapsed_ms = since_sent(&ex, at_ms);
+                        ex.elapsed_ms = crate::clock::between(ex.at_ms, at_ms);
                         return ex;
                     }
                 }
@@ -357,9 +357,4 @@ fn reply_to(ev: &sse::Event, in_flight: &[i64]) -> Option<i64> {
         }
         _ => None,
     }
-}
-
-/// Milliseconds from the exchange's start to `at_ms` (both on the probe's clock).
-fn since_sent(ex: &Exchange, at_ms: f64) -> f64 {
-    ((at_ms - ex.at_ms) * 1000.0).round().max(0.0) / 1000.0
 }

@@ -63,10 +63,6 @@ pub struct StdioChild {
 }
 
 /// Milliseconds rounded to the microsecond, never negative.
-fn round_ms(ms: f64) -> f64 {
-    ((ms * 1000.0).round() / 1000.0).max(0.0)
-}
-
 /// A message written by [`StdioChild::send`], whose reply [`StdioChild::receive`] collects.
 pub struct Sent {
     ex: Exchange,
@@ -282,7 +278,7 @@ impl StdioChild {
             let (_, frame) = self.stash.remove(pos);
             // From the write to the reply's arrival, not to this call: a reply may wait here
             // while another exchange is collected.
-            ex.elapsed_ms = round_ms(frame.at_ms - ex.at_ms);
+            ex.elapsed_ms = crate::clock::between(ex.at_ms, frame.at_ms);
             ex.frames.push(frame);
             ex.outcome = Outcome::Reply { frame: 0 };
             return ex;
@@ -365,10 +361,11 @@ impl StdioChild {
         ex.elapsed_ms = match ex.outcome {
             // When the reply arrived (it may have waited in the channel while an earlier
             // exchange of a pipeline, or another process, was collected).
-            Outcome::Reply { frame } => ex
-                .frames
-                .get(frame)
-                .map_or(self.clock.since(started), |f| round_ms(f.at_ms - ex.at_ms)),
+            Outcome::Reply { frame } => {
+                ex.frames.get(frame).map_or(self.clock.since(started), |f| {
+                    crate::clock::between(ex.at_ms, f.at_ms)
+                })
+            }
             _ => self.clock.since(started),
         };
         ex
