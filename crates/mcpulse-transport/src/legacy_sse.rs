@@ -136,7 +136,8 @@ pub async fn open(
         in_flight: Vec::new(),
         stash: Vec::new(),
     };
-    // Wait for `endpoint`; anything else before it is recorded.
+    // Wait for `endpoint`; anything else before it is recorded, up to the response cap.
+    let mut taken = 0usize;
     loop {
         match timeout_at(deadline, stream.rx.recv()).await {
             Err(_) => {
@@ -174,6 +175,11 @@ pub async fn open(
                 }
             }
             Ok(Some(Item::Event(ev, at_ms))) => {
+                taken = taken.saturating_add(ev.data.len());
+                if taken > max {
+                    ex.outcome = Outcome::TooLarge { limit: max };
+                    break;
+                }
                 let _ = take_event(&mut ex, ev, None, at_ms);
             }
         }
@@ -306,6 +312,9 @@ impl SseStream {
                 return ex;
             }
         }
+        // What this exchange takes in while it waits (events recorded in it, replies kept for
+        // others) counts against the response cap: a stream is endless, one reply is not.
+        let mut taken = 0usize;
         loop {
             match timeout_at(deadline, self.rx.recv()).await {
                 Err(_) => {
@@ -327,8 +336,18 @@ impl SseStream {
                     break;
                 }
                 Ok(Some(Item::Event(ev, at_ms))) => {
+                    taken = taken.saturating_add(ev.data.len());
+                    if taken > limits.max_response_bytes {
+                        ex.outcome = Outcome::TooLarge {
+                            limit: limits.max_response_bytes,
+                        };
+                        break;
+                    }
                     if let Some(other) = reply_to(&ev, &self.in_flight) {
-                        self.stash.push((other, ev, at_ms));
+                        // The first reply to a request counts; a repeat is not kept.
+                        if !self.stash.iter().any(|(i, _, _)| *i == other) {
+                            self.stash.push((other, ev, at_ms));
+                        }
                         continue;
                     }
                     if let Some(done) = take_event(&mut ex, ev, Some(id), at_ms) {

@@ -617,6 +617,77 @@ async fn oversize_body_is_cut_at_the_cap() {
     assert_eq!(server.methods(), ["server/discover"]);
 }
 
+/// The legacy SSE stream never ends, so what one exchange takes in from it is capped: a server
+/// that answers `tools/list` with notifications and never the reply (256 KiB of them here, cap
+/// 64 KiB) ends that exchange at the cap, not at the deadline, and holds no more than the cap.
+#[tokio::test]
+async fn notifications_flooding_the_sse_stream_are_cut_at_the_cap() {
+    use std::sync::Mutex;
+    use tokio::sync::mpsc;
+    let stream: Mutex<Option<mpsc::UnboundedSender<Vec<u8>>>> = Mutex::new(None);
+    let server = serve(std::sync::Arc::new(move |req: &Request| {
+        let mut tx = stream.lock().unwrap();
+        match (req.method.as_str(), req.path()) {
+            ("GET", "/sse") => {
+                let (sender, rx) = mpsc::unbounded_channel();
+                *tx = Some(sender);
+                let endpoint = mcp::sse_event(Some("endpoint"), None, scenario::SSE_ENDPOINT);
+                Reply::chunked(
+                    200,
+                    "text/event-stream",
+                    vec![Piece::Data(endpoint.into_bytes()), Piece::Channel(rx)],
+                )
+            }
+            ("POST", "/message") => {
+                let id = req.rpc_id().unwrap_or(Value::Null);
+                let events: Vec<String> = match req.rpc_method().as_deref() {
+                    Some("initialize") => {
+                        vec![mcp::result(&id, mcp::initialize_result("2024-11-05")).to_string()]
+                    }
+                    Some("tools/list") => {
+                        let log = mcp::notification(
+                            "notifications/message",
+                            json!({"level": "info", "data": "x".repeat(1024)}),
+                        )
+                        .to_string();
+                        vec![log; 256]
+                    }
+                    _ => Vec::new(),
+                };
+                if let Some(tx) = tx.as_ref() {
+                    for e in events {
+                        let _ = tx.send(mcp::sse_event(Some("message"), None, &e).into_bytes());
+                    }
+                }
+                Reply::accepted()
+            }
+            _ => Reply::bytes(405, "text/plain", "Method Not Allowed"),
+        }
+    }))
+    .await;
+    let run = probe_url(
+        &server.url("/sse"),
+        TIMEOUT,
+        &[
+            "--transport",
+            "sse",
+            "--era",
+            "legacy",
+            "--max-response-size",
+            "64KiB",
+        ],
+    )
+    .await;
+    // Up, with a list that failed: degraded, and the message says why.
+    run.expect("degraded", &["tools-list-failed"]);
+    let message = run.report()["findings"][0]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(message.contains("over the 65536-byte cap"), "{message}");
+    assert!(!run.codes().contains(&"timeout".to_owned()));
+}
+
 #[tokio::test]
 async fn server_hanging_up_after_every_reply_is_still_healthy() {
     // A short idle timeout: each connection is closed, unannounced, after one reply. mcpulse
