@@ -62,6 +62,8 @@ pub enum Act {
     Error(i64, String),
     /// Write this line to stdout, as is (JSON or not).
     Stdout(String),
+    /// Write this line to stdout this many times.
+    Flood(String, usize),
     /// Write this line to stderr.
     Stderr(String),
     /// Exit with this code.
@@ -170,6 +172,10 @@ fn render_act(act: &Act) -> String {
             serde_json::json!({ "code": code, "message": message }),
         )),
         Act::Stdout(line) => format!("printf '%s\\n' {}\n", quote(line)),
+        Act::Flood(line, times) => format!(
+            "i=0; while [ $i -lt {times} ]; do printf '%s\\n' {}; i=$((i+1)); done\n",
+            quote(line)
+        ),
         Act::Stderr(line) => format!("printf '%s\\n' {} >&2\n", quote(line)),
         Act::Exit(code) => format!("exit {code}\n"),
         Act::Hang => "trap '' TERM\nexec sleep 100000\n".to_owned(),

@@ -60,9 +60,11 @@ pub struct StdioChild {
     stash: Vec<(i64, Frame)>,
     /// The leader exited and the drain after it ran out (see [`EXIT_DRAIN`]).
     drained: bool,
+    /// What one exchange may take in (`--max-response-size`): its reply and the messages
+    /// before it, and replies kept for others meanwhile.
+    max_response_bytes: usize,
 }
 
-/// Milliseconds rounded to the microsecond, never negative.
 /// A message written by [`StdioChild::send`], whose reply [`StdioChild::receive`] collects.
 pub struct Sent {
     ex: Exchange,
@@ -192,6 +194,7 @@ impl StdioChild {
             in_flight: Vec::new(),
             stash: Vec::new(),
             drained: false,
+            max_response_bytes: limits.max_response_bytes,
         })
     }
 
@@ -290,6 +293,9 @@ impl StdioChild {
         // After one drain has run out, the replies still to come have had their moment: the
         // next exchanges (a pipeline's) take what is buffered and end at once.
         let mut drain_until: Option<Instant> = self.drained.then(Instant::now);
+        // A server may write notifications without end: what this exchange takes in counts
+        // against the response cap, as one HTTP response would.
+        let mut taken = 0usize;
         loop {
             if self.stdout_closed {
                 ex.outcome = Outcome::Closed;
@@ -319,6 +325,13 @@ impl StdioChild {
                     break;
                 }
                 Ok(Some(Out::Frame(at_ms, raw))) => {
+                    taken = taken.saturating_add(raw.len());
+                    if taken > self.max_response_bytes {
+                        ex.outcome = Outcome::TooLarge {
+                            limit: self.max_response_bytes,
+                        };
+                        break;
+                    }
                     let decoded = jsonrpc::decode(&raw);
                     let frame = Frame {
                         at_ms,
@@ -343,7 +356,10 @@ impl StdioChild {
                         ) if let Some(&other) =
                             self.in_flight.iter().find(|&&i| got.matches(i)) =>
                         {
-                            self.stash.push((other, frame));
+                            // The first reply to a request counts; a repeat is not kept.
+                            if !self.stash.iter().any(|(i, _)| *i == other) {
+                                self.stash.push((other, frame));
+                            }
                         }
                         Ok(Message::Request { id: req_id, .. }) => {
                             ex.frames.push(frame);

@@ -813,6 +813,48 @@ fn assert_no_survivors(pids: &[u32]) {
     );
 }
 
+/// Over stdio too, what one exchange takes in is capped: a server that answers `tools/list`
+/// with 256 notifications of 1 KiB and never the reply (cap 64 KiB) ends that exchange at the
+/// cap, not at the deadline.
+#[tokio::test]
+async fn notifications_flooding_stdout_are_cut_at_the_cap() {
+    let dir = TempDir::new("flood");
+    let log = mcp::notification(
+        "notifications/message",
+        json!({"level": "info", "data": "x".repeat(1024)}),
+    )
+    .to_string();
+    let script = StdioScript::new()
+        .on(
+            "initialize",
+            vec![Act::Result(mcp::initialize_result(mcp::LEGACY))],
+        )
+        .on("tools/list", vec![Act::Flood(log, 256)])
+        .write(&dir, "server.sh");
+    let path = script.to_str().unwrap();
+    let args = [
+        "probe",
+        "--json",
+        "--era",
+        "legacy",
+        "--max-response-size",
+        "64KiB",
+        "--timeout",
+        TIMEOUT,
+        "--",
+        "sh",
+        path,
+    ];
+    let run = run_with(&args, &[], parse_secs(TIMEOUT) + SLACK).await;
+    run.expect("degraded", &["tools-list-failed"]);
+    let message = run.report()["findings"][0]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(message.contains("over the 65536-byte cap"), "{message}");
+    assert!(!run.codes().contains(&"timeout".to_owned()));
+}
+
 #[tokio::test]
 async fn stdio_server_that_exits_before_initialize_is_probed_in_the_sibling() {
     // Like rmcp servers: any request before `initialize` makes it exit. The first process dies
