@@ -546,7 +546,20 @@ impl Judgement<'_> {
             .last()
             .and_then(|e| reply(e))
             .is_some_and(|d| matches!(d.message, Message::Result { ref result, .. } if result.get("nextCursor").is_some_and(Value::is_string)));
-        if last_has_next && self.tr.deadline_hit_ms.is_none() {
+        let taken: usize = pages.iter().map(|e| e.bytes_taken()).sum();
+        let cap = self.tr.plan.max_response_bytes;
+        if last_has_next && cap > 0 && taken > cap {
+            let rule = match step {
+                Step::ToolsList => Rule::ToolsListFailed,
+                Step::PromptsList => Rule::PromptsListFailed,
+                _ => Rule::ResourcesListFailed,
+            };
+            self.add(rule.finding(format!(
+                "{} passed the {cap}-byte cap (--max-response-size) over its first {} pages ({taken} bytes); the rest were not fetched",
+                step.as_str(),
+                pages.len()
+            )));
+        } else if last_has_next && self.tr.deadline_hit_ms.is_none() {
             self.add(Rule::PageLimit.finding(format!(
                 "{} still had more pages after {} (raise --max-pages to follow more)",
                 step.as_str(),

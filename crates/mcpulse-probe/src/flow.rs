@@ -520,7 +520,9 @@ async fn list(wire: &mut Wire<'_>, ctx: &mut Ctx<'_>, kind: ListKind, era: Era) 
     more_pages(wire, ctx, kind, era, first).await;
 }
 
-/// The pages after `first` (an exchange index), following `nextCursor` up to the page cap.
+/// The pages after `first` (an exchange index), following `nextCursor` up to the page cap,
+/// and while the list's pages together stay within the response cap (else a server could fill
+/// memory one page at a time: the judge reports a list cut there).
 async fn more_pages(
     wire: &mut Wire<'_>,
     ctx: &mut Ctx<'_>,
@@ -530,13 +532,14 @@ async fn more_pages(
 ) {
     let mut last = first;
     let mut seen: Vec<String> = Vec::new();
+    let mut taken = ctx.ex(first).bytes_taken();
     for page in 2..=ctx.plan.max_pages {
         let cursor = match next_cursor(ctx.ex(last)) {
             None => return,
             Some(c) if seen.contains(&c) => return, // a repeated cursor: the judge reports it
             Some(c) => c,
         };
-        if ctx.expired() {
+        if ctx.expired() || taken > ctx.limits.max_response_bytes {
             return;
         }
         seen.push(cursor.clone());
@@ -554,6 +557,7 @@ async fn more_pages(
             deadline,
         )
         .await;
+        taken = taken.saturating_add(ctx.ex(last).bytes_taken());
     }
 }
 

@@ -310,6 +310,13 @@ impl Exchange {
         self.response.as_ref().map(|r| r.status)
     }
 
+    /// The bytes the exchange took in: its HTTP body as read, or the messages it recorded (a
+    /// reply and what came before it on an SSE stream or a stdio server's stdout).
+    pub fn bytes_taken(&self) -> usize {
+        let frames: usize = self.frames.iter().map(|f| f.raw.len()).sum();
+        self.body_bytes.max(frames)
+    }
+
     /// A response header, by case-insensitive name.
     pub fn header(&self, name: &str) -> Option<&str> {
         self.response.as_ref().and_then(|r| {

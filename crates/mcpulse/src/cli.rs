@@ -168,7 +168,7 @@ pub struct TargetArgs {
     #[arg(long, value_name = "VAR")]
     pub bearer_env: Option<String>,
 
-    /// The most bytes one response may take (e.g. 8MiB, 512KiB).
+    /// The most bytes one response may take, and one list across its pages (e.g. 8MiB, 512KiB).
     #[arg(long, default_value = "8MiB", value_name = "SIZE")]
     pub max_response_size: String,
 

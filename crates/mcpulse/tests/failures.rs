@@ -420,6 +420,58 @@ async fn repeated_cursor_is_reported_and_not_followed() {
     assert_eq!(lists[1].json().unwrap()["params"]["cursor"], "c1");
 }
 
+/// A list's pages together stay within the response cap: a server that hands out page after
+/// page of 40 KiB (cap 64 KiB) is not followed past the page that crossed it, and the list is
+/// reported cut (no contract is taken from it).
+#[tokio::test]
+async fn pages_are_not_followed_past_the_response_cap() {
+    let calls = std::sync::Mutex::new(0usize);
+    let server = FakeHttp::start(move |req: &Request| {
+        let id = req.rpc_id().unwrap_or(Value::Null);
+        match req.rpc_method().as_deref() {
+            Some("server/discover") => Reply::json(200, &mcp::result(&id, mcp::discover_result())),
+            Some("tools/list") => {
+                let k = {
+                    let mut n = calls.lock().unwrap();
+                    *n += 1;
+                    *n
+                };
+                let tool = json!({
+                    "name": format!("tool_{k}"),
+                    "description": "y".repeat(40 * 1024),
+                    "inputSchema": {"type": "object"},
+                });
+                let cursor = format!("c{k}");
+                let page = mcp::tools_list_result(vec![tool], Some(&cursor), true);
+                Reply::json(200, &mcp::result(&id, page))
+            }
+            _ => Reply::json(400, &mcp::error(&id, -32022, "modern only")),
+        }
+    })
+    .await;
+    let run = probe_url(
+        &server.url("/mcp"),
+        TIMEOUT,
+        &["--era", "modern", "--max-response-size", "64KiB"],
+    )
+    .await;
+    run.expect("degraded", &["tools-list-failed"]);
+    let message = run.report()["findings"][0]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        message.contains("passed the 65536-byte cap") && message.contains("first 2 pages"),
+        "{message}"
+    );
+    assert_eq!(with_method(&server.requests(), "tools/list").len(), 2);
+    assert_eq!(
+        run.report()["digests"],
+        Value::Null,
+        "no contract from a cut list"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // HTTP servers that are down, wrong, or gated.
 // ---------------------------------------------------------------------------------------------
