@@ -428,7 +428,9 @@ fn rebinding_rules(c: &mut Ctx<'_>, loopback: bool, has_auth: bool) {
     } else {
         Level::High
     };
-    if let Some(ex) = tr.exchanges.iter().find(|e| e.step == Step::OriginCheck)
+    // The last check of each kind decides: an in-session Host check that got an answer that
+    // may be about the session is followed by a replay of the handshake (mcpulse-probe).
+    if let Some(ex) = tr.exchanges.iter().rfind(|e| e.step == Step::OriginCheck)
         && accepted(ex)
     {
         c.add(
@@ -438,7 +440,7 @@ fn rebinding_rules(c: &mut Ctx<'_>, loopback: bool, has_auth: bool) {
             vec![evidence(ex)],
         );
     }
-    if let Some(ex) = tr.exchanges.iter().find(|e| e.step == Step::HostCheck)
+    if let Some(ex) = tr.exchanges.iter().rfind(|e| e.step == Step::HostCheck)
         && accepted(ex)
     {
         c.add(

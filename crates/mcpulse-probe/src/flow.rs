@@ -704,10 +704,9 @@ async fn probe_http(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>) {
             // The health steps are done and timed: the session's end and the security checks
             // run now, side by side (the Origin check at the door, on a connection of its own;
             // the Host check and the malformed body within the session, before it ends).
-            let rides = if sid.is_some() {
-                Rides::Session
-            } else {
-                Rides::Nothing
+            let rides = match &sid {
+                Some(id) => Rides::Session(id.clone()),
+                None => Rides::Nothing,
             };
             let checks = crate::security::side_checks(client, uri, rides, ctx);
             let ((), checks) = tokio::join!(

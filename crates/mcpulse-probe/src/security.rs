@@ -63,8 +63,8 @@ pub(crate) enum Rides {
     /// A legacy Streamable HTTP session with an id: the Origin check replays the handshake (a
     /// foreign page must be turned away at the door; a session it gets is compared with the
     /// probe's), while the Host check and the malformed body ride the probe's own session
-    /// ([`in_session`]), sent by the flow before it ends the session.
-    Session,
+    /// ([`in_session`]), sent by the flow before it ends the session. The probe's session id.
+    Session(String),
     /// An open HTTP+SSE session: both rebinding checks are `ping`s POSTed to its endpoint.
     Sse(Uri),
 }
@@ -90,24 +90,17 @@ pub(crate) fn side_checks<'u>(
     if !ctx.plan.security || ctx.expired() {
         return None;
     }
-    let hs = ctx
-        .tr
-        .exchanges
-        .iter()
-        .find(|e| {
-            matches!(e.step, Step::Discover | Step::Initialize)
-                && matches!(e.reply().map(|d| d.message), Some(Message::Result { .. }))
-        })
-        .cloned()?;
+    let hs = handshake(ctx)?;
     let loopback = uri.host().is_some_and(is_loopback_host);
     let (id_origin, id_host) = (ctx.id(), ctx.id());
     let user_headers = ctx.plan.headers.clone();
     let (limits, deadline) = (ctx.limits, ctx.deadline);
     let (mut c1, mut c2, mut c3) = (client.fork(), client.fork(), client.fork());
     Some(async move {
-        let sse_endpoint = match &rides {
-            Rides::Sse(endpoint) => Some(endpoint),
-            _ => None,
+        let (sse_endpoint, own_session) = match &rides {
+            Rides::Sse(endpoint) => (Some(endpoint), None),
+            Rides::Session(id) => (None, Some(id.as_str())),
+            Rides::Nothing => (None, None),
         };
         let env = Env {
             uri,
@@ -115,10 +108,11 @@ pub(crate) fn side_checks<'u>(
             user_headers: &user_headers,
             limits,
             deadline,
+            own_session,
         };
         let origin = ("origin".to_owned(), FOREIGN_ORIGIN.to_owned());
         let host = ("host".to_owned(), FOREIGN_HOST.to_owned());
-        let host_here = loopback && !matches!(rides, Rides::Session);
+        let host_here = loopback && !matches!(rides, Rides::Session(_));
         let malformed_here =
             matches!(rides, Rides::Nothing) && hs.transport == TransportKind::StreamableHttp;
         // Independent of each other: all at once, their records in a fixed order.
@@ -146,6 +140,18 @@ pub(crate) fn side_checks<'u>(
     })
 }
 
+/// The exchange that established the session (a `server/discover` or `initialize` result).
+fn handshake(ctx: &Ctx<'_>) -> Option<Exchange> {
+    ctx.tr
+        .exchanges
+        .iter()
+        .find(|e| {
+            matches!(e.step, Step::Discover | Step::Initialize)
+                && matches!(e.reply().map(|d| d.message), Some(Message::Result { .. }))
+        })
+        .cloned()
+}
+
 /// What every check needs to send.
 struct Env<'a> {
     uri: &'a Uri,
@@ -153,6 +159,9 @@ struct Env<'a> {
     user_headers: &'a [(String, String)],
     limits: mcpulse_transport::Limits,
     deadline: tokio::time::Instant,
+    /// The probe's own legacy session id, if any: a check that is handed the same id (a server
+    /// that issues one id to everyone) must not end the probe's session with its DELETE.
+    own_session: Option<&'a str>,
 }
 
 fn handshake_headers(hs: &Exchange) -> Vec<(String, String)> {
@@ -218,10 +227,12 @@ async fn rebinding_check(
             streamable_http::post(client, post, env.limits, env.deadline).await
         }
     };
-    // A session opened by a replayed handshake is deleted (an SSE ping opens none).
+    // A session opened by a replayed handshake is deleted (an SSE ping opens none; and the
+    // probe's own session, handed out again by a server that gives everyone one id, is the
+    // flow's to end).
     let sid = ex
         .header("mcp-session-id")
-        .filter(|_| hs.transport != TransportKind::Sse)
+        .filter(|id| hs.transport != TransportKind::Sse && Some(*id) != env.own_session)
         .map(str::to_owned);
     let ok = ex.status().is_some_and(|s| (200..300).contains(&s));
     let mut out = vec![ex];
@@ -248,19 +259,22 @@ async fn rebinding_check(
 }
 
 /// The checks that ride a legacy Streamable HTTP session `(id, protocol version)`, sent by the
-/// flow before it ends the session, side by side:
-/// - the malformed body, on the flow's own connection: a stateful server parses it as one of
-///   the session's messages, where a body without a session may only be turned away at the
-///   door (or, on servers that build a whole server for every request without a session, cost
-///   one more of those);
+/// flow before it ends the session, one after the other:
 /// - for a loopback target, a `ping` in the session with a foreign `Host`, on a connection of
 ///   its own: a page that got in by DNS rebinding must not be able to use a session either
 ///   (the spec has servers validate every request), and riding the session spares the server
-///   a session of the check's own.
+///   a session of the check's own. A 2xx is "accepted", a 403 or 421 "refused"; any other
+///   answer may be about the session rather than the Host (a server that binds sessions to
+///   their Host, one that serialises a session's requests), so the handshake is replayed with
+///   the foreign `Host` instead, at the door, and that answer decides;
+/// - then the malformed body, on the flow's own connection: a stateful server parses it as
+///   one of the session's messages, where a body without a session may only be turned away at
+///   the door (or, on servers that build a whole server for every request without a session,
+///   cost one more of those). It goes after the ping: a server may end a session over it.
 ///
-/// Each is bounded by half the time left, so that a server that never finishes its answer (an
-/// endless stream, a body that never ends) leaves the session's DELETE time to go. Nothing
-/// with `--no-security` or past the deadline.
+/// Together they get at most half the time left, so that a server that never finishes an
+/// answer (an endless stream, a body that never ends) leaves the session's DELETE time to go.
+/// Nothing with `--no-security` or past the deadline.
 pub(crate) async fn in_session(
     client: &mut HttpClient,
     uri: &Uri,
@@ -273,31 +287,33 @@ pub(crate) async fn in_session(
     let now = tokio::time::Instant::now();
     let deadline = now + ctx.deadline.saturating_duration_since(now) / 2;
     let loopback = uri.host().is_some_and(is_loopback_host);
-    let id = ctx.id();
+    let hs = handshake(ctx);
+    let (id_ping, id_replay) = (ctx.id(), ctx.id());
     let mut fork = client.fork();
-    let (malformed, host) = {
-        let env = Env {
-            uri,
-            sse_endpoint: None,
-            user_headers: &ctx.plan.headers,
-            limits: ctx.limits,
-            deadline,
-        };
-        tokio::join!(
-            malformed(client, &env, Some(Era::Legacy), Some(session)),
-            async {
-                if loopback {
-                    Some(host_in_session(&mut fork, &env, session, id).await)
-                } else {
-                    None
-                }
-            }
-        )
+    let user_headers = ctx.plan.headers.clone();
+    let env = Env {
+        uri,
+        sse_endpoint: None,
+        user_headers: &user_headers,
+        limits: ctx.limits,
+        deadline,
+        own_session: Some(session.0),
     };
-    ctx.push(malformed);
-    if let Some(host) = host {
-        ctx.push(host);
+    if loopback {
+        let ping = host_in_session(&mut fork, &env, session, id_ping).await;
+        let decided = ping
+            .status()
+            .is_some_and(|s| (200..300).contains(&s) || s == 403 || s == 421);
+        ctx.push(ping);
+        if !decided && let Some(hs) = &hs {
+            let host = ("host".to_owned(), FOREIGN_HOST.to_owned());
+            for ex in rebinding_check(&mut fork, &env, hs, Step::HostCheck, host, id_replay).await {
+                ctx.push(ex);
+            }
+        }
     }
+    let malformed = malformed(client, &env, Some(Era::Legacy), Some(session)).await;
+    ctx.push(malformed);
     client.connections.extend(fork.connections);
 }
 

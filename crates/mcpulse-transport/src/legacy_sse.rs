@@ -28,6 +28,10 @@ enum Item {
     Error(String),
 }
 
+/// How long a reply still awaited gets once an event over the cap went to another request of a
+/// pipeline (it may have been this one's).
+const LOST_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// An open legacy SSE stream and the endpoint to POST to.
 pub struct SseStream {
     rx: mpsc::Receiver<Item>,
@@ -41,6 +45,9 @@ pub struct SseStream {
     /// Replies to requests in flight that arrived while another reply was awaited, with their
     /// arrival times: each is kept for its own [`SseStream::receive`].
     stash: Vec<(i64, sse::Event, f64)>,
+    /// An event over the size cap arrived while several requests were in flight: whose reply it
+    /// was cannot be told, so the others' replies are not waited for (till the deadline) either.
+    lost: Option<String>,
 }
 
 /// A message POSTed by [`SseStream::send`], whose reply [`SseStream::receive`] collects.
@@ -110,9 +117,12 @@ pub async fn open(
         loop {
             let item = match http::next_chunk(&mut body, far).await {
                 Chunk::Data(d) => {
+                    // Stamped when read off the connection, not when the channel takes it (a
+                    // full channel holds the reader back while a pipeline is being sent).
+                    let at = clock.at();
                     for it in decoder.push(&d) {
                         let msg = match it {
-                            sse::Item::Event(e) => Item::Event(e, clock.at()),
+                            sse::Item::Event(e) => Item::Event(e, at),
                             sse::Item::TooLarge { .. } => Item::TooLarge,
                         };
                         if tx.send(msg).await.is_err() {
@@ -135,6 +145,7 @@ pub async fn open(
         target_origin: http::origin(uri),
         in_flight: Vec::new(),
         stash: Vec::new(),
+        lost: None,
     };
     // Wait for `endpoint`; anything else before it is recorded, up to the response cap.
     let mut taken = 0usize;
@@ -299,8 +310,9 @@ impl SseStream {
             started,
             awaiting,
         } = sent;
+        // Settled by the POST (a reply in its body, a refusal, a notification): its time is
+        // the POST's own.
         let Some(id) = awaiting else {
-            ex.elapsed_ms = clock.since(started);
             return ex;
         };
         self.in_flight.retain(|&i| i != id);
@@ -312,13 +324,25 @@ impl SseStream {
                 return ex;
             }
         }
-        // What this exchange takes in while it waits (events recorded in it, replies kept for
-        // others) counts against the response cap: a stream is endless, one reply is not.
+        // After an event over the cap that nobody could be sure was theirs, a reply still
+        // awaited gets a moment to turn up, not the rest of the probe's time.
+        let wait_until = match self.lost {
+            Some(_) => deadline.min(Instant::now() + LOST_GRACE),
+            None => deadline,
+        };
+        // What this exchange takes in while it waits (the events recorded in it) counts against
+        // the response cap: a stream is endless, one reply is not. Replies kept for the other
+        // requests in flight are not counted here: at most one each, each within the cap.
         let mut taken = 0usize;
         loop {
-            match timeout_at(deadline, self.rx.recv()).await {
+            match timeout_at(wait_until, self.rx.recv()).await {
                 Err(_) => {
-                    ex.outcome = Outcome::Timeout;
+                    ex.outcome = match &self.lost {
+                        Some(message) if Instant::now() < deadline => Outcome::TransportError {
+                            message: message.clone(),
+                        },
+                        _ => Outcome::Timeout,
+                    };
                     break;
                 }
                 Ok(None) | Ok(Some(Item::End)) => {
@@ -333,22 +357,28 @@ impl SseStream {
                     ex.outcome = Outcome::TooLarge {
                         limit: limits.max_response_bytes,
                     };
+                    if !self.in_flight.is_empty() {
+                        self.lost = Some(format!(
+                            "no reply; an event over the {}-byte cap arrived while several requests were in flight on the stream, and which one it answered cannot be told",
+                            limits.max_response_bytes
+                        ));
+                    }
                     break;
                 }
                 Ok(Some(Item::Event(ev, at_ms))) => {
-                    taken = taken.saturating_add(ev.data.len());
-                    if taken > limits.max_response_bytes {
-                        ex.outcome = Outcome::TooLarge {
-                            limit: limits.max_response_bytes,
-                        };
-                        break;
-                    }
                     if let Some(other) = reply_to(&ev, &self.in_flight) {
                         // The first reply to a request counts; a repeat is not kept.
                         if !self.stash.iter().any(|(i, _, _)| *i == other) {
                             self.stash.push((other, ev, at_ms));
                         }
                         continue;
+                    }
+                    taken = taken.saturating_add(ev.data.len());
+                    if taken > limits.max_response_bytes {
+                        ex.outcome = Outcome::TooLarge {
+                            limit: limits.max_response_bytes,
+                        };
+                        break;
                     }
                     if let Some(done) = take_event(&mut ex, ev, Some(id), at_ms) {
                         ex.outcome = done;

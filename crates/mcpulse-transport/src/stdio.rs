@@ -325,14 +325,24 @@ impl StdioChild {
                     break;
                 }
                 Ok(Some(Out::Frame(at_ms, raw))) => {
-                    taken = taken.saturating_add(raw.len());
-                    if taken > self.max_response_bytes {
-                        ex.outcome = Outcome::TooLarge {
-                            limit: self.max_response_bytes,
-                        };
-                        break;
-                    }
                     let decoded = jsonrpc::decode(&raw);
+                    let for_another = matches!(
+                        &decoded,
+                        Ok(d) if matches!(&d.message,
+                            Message::Result { id: got, .. } | Message::Error { id: got, .. }
+                                if !got.matches(sent) && self.in_flight.iter().any(|&i| got.matches(i)))
+                    );
+                    // Replies kept for the other requests in flight are not counted here: at
+                    // most one each, each a line within the cap.
+                    if !for_another {
+                        taken = taken.saturating_add(raw.len());
+                        if taken > self.max_response_bytes {
+                            ex.outcome = Outcome::TooLarge {
+                                limit: self.max_response_bytes,
+                            };
+                            break;
+                        }
+                    }
                     let frame = Frame {
                         at_ms,
                         raw,

@@ -307,12 +307,12 @@ async fn legacy_http_sse_transport_is_healthy_but_deprecated() {
     );
 }
 
-/// Over HTTP+SSE the first pages of every list are POSTed before any reply is awaited, and
-/// each reply is matched to its request by id. This server holds every list's reply until all
-/// four have been POSTed (a probe that waited for one reply before sending the next request
-/// would time out), then answers them in reverse order with a notification between.
-#[tokio::test]
-async fn sse_pipelines_the_first_pages_and_matches_replies_by_id() {
+/// A legacy HTTP+SSE server that holds every list's reply until the first pages of all four
+/// lists (tools, prompts, resources, templates) have been POSTed — a probe that waited for one
+/// reply before sending the next request would time out —, then answers them in reverse order
+/// (templates first, tools last) with a notification between. `padding[k]` bytes are added to
+/// list `k`'s result (tools, prompts, resources, templates).
+fn sse_holding_list_replies(padding: [usize; 4]) -> Script {
     use std::sync::Mutex;
     use tokio::sync::mpsc;
     struct State {
@@ -323,7 +323,7 @@ async fn sse_pipelines_the_first_pages_and_matches_replies_by_id() {
         stream: None,
         held: Vec::new(),
     });
-    let server = serve(std::sync::Arc::new(move |req: &Request| {
+    std::sync::Arc::new(move |req: &Request| {
         let mut st = state.lock().unwrap();
         match (req.method.as_str(), req.path()) {
             ("GET", "/sse") => {
@@ -352,26 +352,35 @@ async fn sse_pipelines_the_first_pages_and_matches_replies_by_id() {
                         send(&st, &mcp::result(&id, r));
                         None
                     }
-                    Some("tools/list") => Some(mcp::tools_list_result(
-                        mcp::tools(&["a", "b", "c"]),
-                        None,
-                        false,
+                    Some("tools/list") => Some((
+                        0,
+                        mcp::tools_list_result(mcp::tools(&["a", "b", "c"]), None, false),
                     )),
-                    Some("prompts/list") => Some(json!({"prompts": [{"name": "p"}]})),
-                    Some("resources/list") => {
-                        Some(json!({"resources": [{"uri": "x://1", "name": "1"}, {"uri": "x://2", "name": "2"}]}))
-                    }
-                    Some("resources/templates/list") => Some(json!({"resourceTemplates": []})),
+                    Some("prompts/list") => Some((1, json!({"prompts": [{"name": "p"}]}))),
+                    Some("resources/list") => Some((
+                        2,
+                        json!({"resources": [{"uri": "x://1", "name": "1"}, {"uri": "x://2", "name": "2"}]}),
+                    )),
+                    Some("resources/templates/list") => Some((3, json!({"resourceTemplates": []}))),
                     _ => None,
                 };
-                if let Some(r) = result {
+                if let Some((k, mut r)) = result {
+                    if padding[k] > 0 {
+                        r["padding"] = json!("p".repeat(padding[k]));
+                    }
                     st.held.push(mcp::result(&id, r));
                     if st.held.len() == 4 {
                         let held = std::mem::take(&mut st.held);
                         for (i, r) in held.iter().rev().enumerate() {
                             send(&st, r);
                             if i == 1 {
-                                send(&st, &mcp::notification("notifications/message", json!({"level": "info", "data": "between"})));
+                                send(
+                                    &st,
+                                    &mcp::notification(
+                                        "notifications/message",
+                                        json!({"level": "info", "data": "between"}),
+                                    ),
+                                );
                             }
                         }
                     }
@@ -380,8 +389,14 @@ async fn sse_pipelines_the_first_pages_and_matches_replies_by_id() {
             }
             _ => Reply::bytes(405, "text/plain", "Method Not Allowed"),
         }
-    }))
-    .await;
+    })
+}
+
+/// Over HTTP+SSE the first pages of every list are POSTed before any reply is awaited, and
+/// each reply is matched to its request by id, whatever the order they come in.
+#[tokio::test]
+async fn sse_pipelines_the_first_pages_and_matches_replies_by_id() {
+    let server = serve(sse_holding_list_replies([0; 4])).await;
     let run = probe_url(
         &server.url("/sse"),
         "3s",
@@ -406,6 +421,79 @@ async fn sse_pipelines_the_first_pages_and_matches_replies_by_id() {
             "resources/templates/list"
         ]
     );
+}
+
+/// Replies kept for the other requests of a pipeline do not count against the cap of the one
+/// being awaited: tools/list's reply comes last, after 40 KiB and 30 KiB replies to the others
+/// (each within the 64 KiB cap, together over it), and every list is whole.
+#[tokio::test]
+async fn replies_kept_for_other_requests_do_not_count_against_the_cap() {
+    let server = serve(sse_holding_list_replies([0, 30 * 1024, 40 * 1024, 0])).await;
+    let run = probe_url(
+        &server.url("/sse"),
+        "3s",
+        &[
+            "--transport",
+            "sse",
+            "--era",
+            "legacy",
+            "--max-response-size",
+            "64KiB",
+        ],
+    )
+    .await;
+    run.expect("healthy", &["deprecated-transport"]);
+    let r = run.report();
+    assert_eq!(r["tool_count"], 3);
+    assert_eq!(r["prompt_count"], 1);
+    assert_eq!(r["resource_count"], 2);
+}
+
+/// A reply over the cap while several requests are in flight cannot be told apart: it ends the
+/// exchange being awaited, and the others still awaited get a moment (a second), not the rest
+/// of the probe's time. Here the prompts reply (100 KiB, cap 64 KiB) arrives while tools/list
+/// is awaited; the replies kept for resources and templates still count.
+#[tokio::test]
+async fn a_reply_over_the_cap_in_a_pipeline_does_not_hold_the_probe_to_its_deadline() {
+    let server = serve(sse_holding_list_replies([0, 100 * 1024, 0, 0])).await;
+    let run = probe_url(
+        &server.url("/sse"),
+        "5s",
+        &[
+            "--transport",
+            "sse",
+            "--era",
+            "legacy",
+            "--max-response-size",
+            "64KiB",
+        ],
+    )
+    .await;
+    assert!(
+        run.elapsed < Duration::from_secs(4),
+        "waited for the deadline: {:?}",
+        run.elapsed
+    );
+    let codes = run.codes();
+    assert!(codes.contains(&"tools-list-failed".to_owned()), "{codes:?}");
+    assert!(
+        codes.contains(&"prompts-list-failed".to_owned()),
+        "{codes:?}"
+    );
+    assert!(!codes.contains(&"timeout".to_owned()), "{codes:?}");
+    let r = run.report();
+    let messages: Vec<String> = r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["message"].as_str().unwrap_or("").to_owned())
+        .collect();
+    assert!(
+        messages.iter().any(|m| m.contains("cannot be told")),
+        "{messages:?}"
+    );
+    assert_eq!(r["resource_count"], 2);
+    assert_eq!(r["resource_template_count"], 0);
 }
 
 #[tokio::test]
@@ -671,7 +759,7 @@ async fn oversize_body_is_cut_at_the_cap() {
 
 /// The legacy SSE stream never ends, so what one exchange takes in from it is capped: a server
 /// that answers `tools/list` with notifications and never the reply (256 KiB of them here, cap
-/// 64 KiB) ends that exchange at the cap, not at the deadline, and holds no more than the cap.
+/// 64 KiB) ends that exchange at the cap, not at the deadline.
 #[tokio::test]
 async fn notifications_flooding_the_sse_stream_are_cut_at_the_cap() {
     use std::sync::Mutex;

@@ -565,16 +565,17 @@ fn everything_streamable_http_is_healthy_and_ends_its_session() {
     let sid = header(&init["response"]["headers"], "mcp-session-id")
         .unwrap_or_else(|| panic!("no session id\n{run}"));
     let delete = run.exchange("session-delete");
-    // The session ends after the lists and the security checks that ride it: the malformed
-    // body (the SDK's transport answered it with a parse error, where a body without a
-    // session makes server-everything build a whole server) and the foreign Host's ping; the
-    // Origin check's requests (a handshake of its own) come after.
+    // The session ends after the lists and the security checks that ride it: the foreign
+    // Host's ping (accepted, so no replay at the door follows), then the malformed body (the
+    // SDK's transport answered it with a parse error, where a body without a session makes
+    // server-everything build a whole server); the Origin check's requests (a handshake of
+    // its own) come after.
     let steps = run.steps();
     let health_end = steps.iter().position(|s| *s == "session-delete").unwrap();
     let last_list = steps.iter().rposition(|s| s.ends_with("/list")).unwrap();
     assert_eq!(
         steps[last_list + 1..health_end],
-        ["malformed-request", "host-check"],
+        ["host-check", "malformed-request"],
         "{run}"
     );
     let malformed = run.exchange("malformed-request");

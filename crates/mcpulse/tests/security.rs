@@ -710,6 +710,124 @@ async fn endless_answers_to_the_in_session_checks_do_not_keep_the_session_open()
         Some(SID),
         "the session was ended: {reqs:?}"
     );
+    // Both checks that hung went within the session.
+    let host = reqs
+        .iter()
+        .find(|r| r.header("host") == Some(FOREIGN_HOST))
+        .unwrap();
+    assert_eq!(host.header("mcp-session-id"), Some(SID));
+    assert_eq!(host.rpc_method().as_deref(), Some("ping"));
+}
+
+/// A server that hands every session the same id: the Origin check's handshake gets the
+/// probe's own id back, and must not end the probe's session with a DELETE of its own (the
+/// probe ends it once, after the checks that ride it). The shared id is itself a finding.
+#[tokio::test]
+async fn a_check_handed_the_probes_own_session_id_does_not_end_that_session() {
+    const SHARED: &str = "4d9e2b7c1f8a6e3d0b5c9a7f2e4b1d8c";
+    let server = serve(
+        Posture::secure()
+            .legacy(&[SHARED])
+            .accept_any_origin()
+            .script(),
+    )
+    .await;
+    let run = probe(&server.url("/mcp"), &[]).await;
+    assert_eq!(run.code, Some(0), "{}", run.context());
+    run.finding(
+        "session-id-weak",
+        "medium",
+        &["initialize: POST", "origin-check: POST"],
+    );
+    let reqs = assert_hygiene(&server);
+    let deletes: Vec<&Request> = reqs.iter().filter(|r| r.method == "DELETE").collect();
+    assert_eq!(deletes.len(), 1, "{reqs:?}");
+    assert_eq!(deletes[0].header("mcp-session-id"), Some(SHARED));
+    let last_in_session = reqs
+        .iter()
+        .rposition(|r| r.method == "POST" && r.header("mcp-session-id") == Some(SHARED))
+        .unwrap();
+    let delete = reqs.iter().position(|r| r.method == "DELETE").unwrap();
+    assert!(
+        last_in_session < delete,
+        "the session was ended after the checks that ride it: {reqs:?}"
+    );
+}
+
+/// A legacy server that binds each session to the Host it was opened under: the in-session
+/// ping with a foreign Host gets "session not found" (404), which is about the session, not
+/// the Host. The Host check then replays the handshake at the door, and that answer decides:
+/// accepted there (a rebinding page could open a session of its own) is a finding; refused
+/// there is none. Either way the probe's session is still ended.
+#[tokio::test]
+async fn an_in_session_host_check_answered_about_the_session_is_decided_at_the_door() {
+    const SID: &str = "5f0c2a9e4b7d4e61a3c8f2d7b9e1a6c4";
+    const CHECK_SID: &str = "9b2e7d4c1a8f6e3b0d5c9a7e2f4b1d8c";
+    for door_refuses in [false, true] {
+        let server = FakeHttp::start(move |req: &Request| {
+            if req.header("origin").is_some() {
+                return Reply::status(403);
+            }
+            let foreign = req.header("host") == Some(FOREIGN_HOST);
+            let session = req.header("mcp-session-id");
+            match (req.method.as_str(), req.json(), req.rpc_method().as_deref()) {
+                ("DELETE", _, _) => Reply::status(200),
+                ("POST", _, Some("initialize")) if foreign && door_refuses => Reply::status(403),
+                ("POST", _, Some("initialize")) => Reply::json(
+                    200,
+                    &mcp::result(&req.rpc_id().unwrap(), mcp::initialize_result("2025-11-25")),
+                )
+                .header("mcp-session-id", if foreign { CHECK_SID } else { SID }),
+                // The session was opened under the target's own Host.
+                ("POST", _, _) if foreign && session == Some(SID) => {
+                    Reply::json(404, &mcp::error(&Value::Null, -32001, "Session not found"))
+                }
+                ("POST", None, _) => {
+                    Reply::json(400, &mcp::error(&Value::Null, -32700, "Parse error"))
+                }
+                ("POST", _, Some("tools/list")) => Reply::json(
+                    200,
+                    &mcp::result(
+                        &req.rpc_id().unwrap(),
+                        mcp::tools_list_result(mcp::tools(&["echo"]), None, false),
+                    ),
+                ),
+                _ => Reply::accepted(),
+            }
+        })
+        .await;
+        let run = probe(&server.url("/mcp"), &["--era", "legacy"]).await;
+        assert_eq!(run.code, Some(0), "{}", run.context());
+        if door_refuses {
+            run.no_finding("host-not-validated");
+        } else {
+            run.finding("host-not-validated", "critical", &["host-check: POST"]);
+        }
+        let reqs = assert_hygiene(&server);
+        let foreign: Vec<&Request> = reqs
+            .iter()
+            .filter(|r| r.header("host") == Some(FOREIGN_HOST))
+            .collect();
+        let methods: Vec<Option<String>> = foreign.iter().map(|r| r.rpc_method()).collect();
+        assert_eq!(
+            methods,
+            [Some("ping".to_owned()), Some("initialize".to_owned())],
+            "the ping in the session, then the handshake at the door"
+        );
+        assert_eq!(foreign[0].header("mcp-session-id"), Some(SID));
+        assert_eq!(foreign[1].header("mcp-session-id"), None);
+        let deleted: Vec<&str> = reqs
+            .iter()
+            .filter(|r| r.method == "DELETE")
+            .filter_map(|r| r.header("mcp-session-id"))
+            .collect();
+        assert!(deleted.contains(&SID), "the probe's session was ended");
+        assert_eq!(
+            deleted.contains(&CHECK_SID),
+            !door_refuses,
+            "a session the check opened was ended too"
+        );
+    }
 }
 
 #[tokio::test]
