@@ -423,6 +423,63 @@ async fn sse_pipelines_the_first_pages_and_matches_replies_by_id() {
     );
 }
 
+/// Some HTTP+SSE servers answer in the POST's own body. In a pipeline such an exchange keeps
+/// the time of its POST: tools/list is answered at once, and is not charged with the 300 ms
+/// the server then takes over the prompts/list POST sent after it.
+#[tokio::test]
+async fn sse_replies_in_the_post_body_keep_their_own_time_in_a_pipeline() {
+    let server = serve(std::sync::Arc::new(|req: &Request| {
+        match (req.method.as_str(), req.path()) {
+            ("GET", "/sse") => {
+                let endpoint = mcp::sse_event(Some("endpoint"), None, scenario::SSE_ENDPOINT);
+                Reply::chunked(
+                    200,
+                    "text/event-stream",
+                    vec![Piece::Data(endpoint.into_bytes()), Piece::Pending],
+                )
+            }
+            ("POST", "/message") => {
+                let id = req.rpc_id().unwrap_or(Value::Null);
+                let (result, pause) = match req.rpc_method().as_deref() {
+                    Some("initialize") => {
+                        let mut r = mcp::initialize_result("2024-11-05");
+                        r["capabilities"]["prompts"] = json!({});
+                        (r, 0)
+                    }
+                    Some("tools/list") => {
+                        (mcp::tools_list_result(mcp::tools(&["a"]), None, false), 0)
+                    }
+                    Some("prompts/list") => (json!({"prompts": []}), 300),
+                    _ => return Reply::accepted(),
+                };
+                let body = mcp::result(&id, result).to_string().into_bytes();
+                Reply::chunked(
+                    200,
+                    "application/json",
+                    vec![
+                        Piece::Pause(Duration::from_millis(pause)),
+                        Piece::Data(body),
+                    ],
+                )
+            }
+            _ => Reply::bytes(405, "text/plain", "Method Not Allowed"),
+        }
+    }))
+    .await;
+    let run = probe_url(
+        &server.url("/sse"),
+        TIMEOUT,
+        &["--transport", "sse", "--era", "legacy"],
+    )
+    .await;
+    run.expect("healthy", &["deprecated-transport"]);
+    let r = run.report();
+    assert_eq!(r["tool_count"], 1);
+    assert_eq!(r["prompt_count"], 0);
+    let tools_ms = r["timings_ms"]["tools_list"].as_f64().unwrap();
+    assert!(tools_ms < 200.0, "tools/list took {tools_ms} ms");
+}
+
 /// Replies kept for the other requests of a pipeline do not count against the cap of the one
 /// being awaited: tools/list's reply comes last, after 40 KiB and 30 KiB replies to the others
 /// (each within the 64 KiB cap, together over it), and every list is whole.
