@@ -272,9 +272,10 @@ async fn rebinding_check(
 ///   the door (or, on servers that build a whole server for every request without a session,
 ///   cost one more of those). It goes after the ping: a server may end a session over it.
 ///
-/// Together they get at most half the time left, so that a server that never finishes an
-/// answer (an endless stream, a body that never ends) leaves the session's DELETE time to go.
-/// Nothing with `--no-security` or past the deadline.
+/// Together they get at most half the time left, a third each, so that a server that never
+/// finishes an answer (an endless stream, a body that never ends) leaves the next check its
+/// share and the session's DELETE time to go. Nothing with `--no-security` or past the
+/// deadline.
 pub(crate) async fn in_session(
     client: &mut HttpClient,
     uri: &Uri,
@@ -284,14 +285,27 @@ pub(crate) async fn in_session(
     if !ctx.plan.security || ctx.expired() {
         return;
     }
+    // Half the time left, in thirds: the ping, the replay at the door, the malformed body.
+    // Each gets its own share, so one that hangs leaves the next its time; a share that is
+    // gone by its turn is skipped, not recorded as a timeout.
     let now = tokio::time::Instant::now();
-    let deadline = now + ctx.deadline.saturating_duration_since(now) / 2;
+    let third = ctx.deadline.saturating_duration_since(now) / 6;
+    let shares = [now + third, now + third * 2, now + third * 3];
     let loopback = uri.host().is_some_and(is_loopback_host);
-    let hs = handshake(ctx);
+    // The handshake that opened this session, to replay at the door.
+    let hs = ctx
+        .tr
+        .exchanges
+        .iter()
+        .rfind(|e| {
+            e.step == Step::Initialize
+                && matches!(e.reply().map(|d| d.message), Some(Message::Result { .. }))
+        })
+        .cloned();
     let (id_ping, id_replay) = (ctx.id(), ctx.id());
     let mut fork = client.fork();
     let user_headers = ctx.plan.headers.clone();
-    let env = Env {
+    let env_until = |deadline| Env {
         uri,
         sse_endpoint: None,
         user_headers: &user_headers,
@@ -299,21 +313,31 @@ pub(crate) async fn in_session(
         deadline,
         own_session: Some(session.0),
     };
+    let mut records = Vec::new();
     if loopback {
-        let ping = host_in_session(&mut fork, &env, session, id_ping).await;
+        let ping = host_in_session(&mut fork, &env_until(shares[0]), session, id_ping).await;
         let decided = ping
             .status()
             .is_some_and(|s| (200..300).contains(&s) || s == 403 || s == 421);
-        ctx.push(ping);
-        if !decided && let Some(hs) = &hs {
+        records.push(ping);
+        if !decided
+            && tokio::time::Instant::now() < shares[1]
+            && let Some(hs) = &hs
+        {
             let host = ("host".to_owned(), FOREIGN_HOST.to_owned());
-            for ex in rebinding_check(&mut fork, &env, hs, Step::HostCheck, host, id_replay).await {
-                ctx.push(ex);
-            }
+            let env = env_until(shares[1]);
+            records.extend(
+                rebinding_check(&mut fork, &env, hs, Step::HostCheck, host, id_replay).await,
+            );
         }
     }
-    let malformed = malformed(client, &env, Some(Era::Legacy), Some(session)).await;
-    ctx.push(malformed);
+    if tokio::time::Instant::now() < shares[2] {
+        let env = env_until(shares[2]);
+        records.push(malformed(client, &env, Some(Era::Legacy), Some(session)).await);
+    }
+    for ex in records {
+        ctx.push(ex);
+    }
     client.connections.extend(fork.connections);
 }
 

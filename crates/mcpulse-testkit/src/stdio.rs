@@ -62,8 +62,8 @@ pub enum Act {
     Error(i64, String),
     /// Write this line to stdout, as is (JSON or not).
     Stdout(String),
-    /// Write this line to stdout this many times.
-    Flood(String, usize),
+    /// Do this act this many times over.
+    Repeat(Box<Act>, usize),
     /// Write this line to stderr.
     Stderr(String),
     /// Exit with this code.
@@ -172,9 +172,9 @@ fn render_act(act: &Act) -> String {
             serde_json::json!({ "code": code, "message": message }),
         )),
         Act::Stdout(line) => format!("printf '%s\\n' {}\n", quote(line)),
-        Act::Flood(line, times) => format!(
-            "i=0; while [ $i -lt {times} ]; do printf '%s\\n' {}; i=$((i+1)); done\n",
-            quote(line)
+        Act::Repeat(act, times) => format!(
+            "i=0\nwhile [ $i -lt {times} ]; do\n{}i=$((i+1))\ndone\n",
+            render_act(act)
         ),
         Act::Stderr(line) => format!("printf '%s\\n' {} >&2\n", quote(line)),
         Act::Exit(code) => format!("exit {code}\n"),

@@ -46,8 +46,16 @@ pub struct SseStream {
     /// arrival times: each is kept for its own [`SseStream::receive`].
     stash: Vec<(i64, sse::Event, f64)>,
     /// An event over the size cap arrived while several requests were in flight: whose reply it
-    /// was cannot be told, so the others' replies are not waited for (till the deadline) either.
-    lost: Option<String>,
+    /// was cannot be told (see [`Lost`]).
+    lost: Option<Lost>,
+}
+
+/// The requests an event over the cap may have answered (those awaited when it came): each
+/// still gets its reply if one turns up within [`LOST_GRACE`]; one that does not ends with
+/// `why`, not at the probe's deadline.
+struct Lost {
+    ids: Vec<i64>,
+    why: String,
 }
 
 /// A message POSTed by [`SseStream::send`], whose reply [`SseStream::receive`] collects.
@@ -306,7 +314,7 @@ impl SseStream {
         deadline: Instant,
     ) -> Exchange {
         let Sent {
-            mut ex,
+            ex,
             started,
             awaiting,
         } = sent;
@@ -316,6 +324,28 @@ impl SseStream {
             return ex;
         };
         self.in_flight.retain(|&i| i != id);
+        let ex = self
+            .wait_for(ex, id, started, clock, limits, deadline)
+            .await;
+        if let Some(lost) = &mut self.lost {
+            lost.ids.retain(|&i| i != id);
+            if lost.ids.is_empty() {
+                self.lost = None;
+            }
+        }
+        ex
+    }
+
+    /// The body of [`SseStream::receive`] for request `id` (no longer in `in_flight`).
+    async fn wait_for(
+        &mut self,
+        mut ex: Exchange,
+        id: i64,
+        started: Instant,
+        clock: Clock,
+        limits: Limits,
+        deadline: Instant,
+    ) -> Exchange {
         if let Some(pos) = self.stash.iter().position(|(i, _, _)| *i == id) {
             let (_, ev, at_ms) = self.stash.remove(pos);
             if let Some(done) = take_event(&mut ex, ev, Some(id), at_ms) {
@@ -324,23 +354,28 @@ impl SseStream {
                 return ex;
             }
         }
-        // After an event over the cap that nobody could be sure was theirs, a reply still
-        // awaited gets a moment to turn up, not the rest of the probe's time.
-        let wait_until = match self.lost {
-            Some(_) => deadline.min(Instant::now() + LOST_GRACE),
-            None => deadline,
+        // A request an event over the cap may have answered gets a moment for its reply to
+        // turn up, not the rest of the probe's time.
+        let grace = |deadline: Instant| deadline.min(Instant::now() + LOST_GRACE);
+        let suspect = |lost: &Option<Lost>| lost.as_ref().is_some_and(|l| l.ids.contains(&id));
+        let mut wait_until = if suspect(&self.lost) {
+            grace(deadline)
+        } else {
+            deadline
         };
         // What this exchange takes in while it waits (the events recorded in it) counts against
-        // the response cap: a stream is endless, one reply is not. Replies kept for the other
-        // requests in flight are not counted here: at most one each, each within the cap.
+        // the response cap: a stream is endless, one reply is not. The first reply kept for
+        // each other request in flight is not counted here (each is within the cap).
         let mut taken = 0usize;
         loop {
             match timeout_at(wait_until, self.rx.recv()).await {
                 Err(_) => {
                     ex.outcome = match &self.lost {
-                        Some(message) if Instant::now() < deadline => Outcome::TransportError {
-                            message: message.clone(),
-                        },
+                        Some(lost) if lost.ids.contains(&id) && Instant::now() < deadline => {
+                            Outcome::TransportError {
+                                message: lost.why.clone(),
+                            }
+                        }
                         _ => Outcome::Timeout,
                     };
                     break;
@@ -353,26 +388,39 @@ impl SseStream {
                     ex.outcome = Outcome::TransportError { message };
                     break;
                 }
-                Ok(Some(Item::TooLarge)) => {
+                Ok(Some(Item::TooLarge)) if self.in_flight.is_empty() && !suspect(&self.lost) => {
+                    // Only this request was awaited: the event was its reply.
                     ex.outcome = Outcome::TooLarge {
                         limit: limits.max_response_bytes,
                     };
-                    if !self.in_flight.is_empty() {
-                        self.lost = Some(format!(
-                            "no reply; an event over the {}-byte cap arrived while several requests were in flight on the stream, and which one it answered cannot be told",
-                            limits.max_response_bytes
-                        ));
-                    }
                     break;
                 }
-                Ok(Some(Item::Event(ev, at_ms))) => {
-                    if let Some(other) = reply_to(&ev, &self.in_flight) {
-                        // The first reply to a request counts; a repeat is not kept.
-                        if !self.stash.iter().any(|(i, _, _)| *i == other) {
-                            self.stash.push((other, ev, at_ms));
+                Ok(Some(Item::TooLarge)) => {
+                    // It may have answered any of the requests awaited now, this one included.
+                    let mut ids = self.in_flight.clone();
+                    ids.push(id);
+                    let why = format!(
+                        "no reply; an event over the {}-byte cap arrived while several requests were in flight on the stream, and which one it answered cannot be told",
+                        limits.max_response_bytes
+                    );
+                    match &mut self.lost {
+                        Some(lost) => {
+                            ids.retain(|i| !lost.ids.contains(i));
+                            lost.ids.extend(ids);
                         }
+                        None => self.lost = Some(Lost { ids, why }),
+                    }
+                    wait_until = grace(deadline);
+                }
+                Ok(Some(Item::Event(ev, at_ms))) => {
+                    if let Some(other) = reply_to(&ev, &self.in_flight)
+                        && !self.stash.iter().any(|(i, _, _)| *i == other)
+                    {
+                        self.stash.push((other, ev, at_ms));
                         continue;
                     }
+                    // Anything else, a repeated reply to another request included, is this
+                    // exchange's to take in.
                     taken = taken.saturating_add(ev.data.len());
                     if taken > limits.max_response_bytes {
                         ex.outcome = Outcome::TooLarge {

@@ -326,15 +326,25 @@ impl StdioChild {
                 }
                 Ok(Some(Out::Frame(at_ms, raw))) => {
                     let decoded = jsonrpc::decode(&raw);
-                    let for_another = matches!(
-                        &decoded,
-                        Ok(d) if matches!(&d.message,
+                    // The first reply to another request in flight, to be kept for it.
+                    let keep_for = match &decoded {
+                        Ok(d) => match &d.message {
                             Message::Result { id: got, .. } | Message::Error { id: got, .. }
-                                if !got.matches(sent) && self.in_flight.iter().any(|&i| got.matches(i)))
-                    );
-                    // Replies kept for the other requests in flight are not counted here: at
-                    // most one each, each a line within the cap.
-                    if !for_another {
+                                if !got.matches(sent) =>
+                            {
+                                self.in_flight
+                                    .iter()
+                                    .copied()
+                                    .find(|&i| got.matches(i))
+                                    .filter(|i| !self.stash.iter().any(|(k, _)| k == i))
+                            }
+                            _ => None,
+                        },
+                        Err(_) => None,
+                    };
+                    // Replies kept for the other requests in flight are not counted here: one
+                    // each, each a line within the cap. Anything else (a repeat included) is.
+                    if keep_for.is_none() {
                         taken = taken.saturating_add(raw.len());
                         if taken > self.max_response_bytes {
                             ex.outcome = Outcome::TooLarge {
@@ -359,17 +369,12 @@ impl StdioChild {
                             };
                             break;
                         }
-                        // The reply to another request in flight: kept for its `receive`.
-                        Ok(
-                            Message::Result { id: ref got, .. }
-                            | Message::Error { id: ref got, .. },
-                        ) if let Some(&other) =
-                            self.in_flight.iter().find(|&&i| got.matches(i)) =>
+                        // The first reply to another request in flight: kept for its
+                        // `receive` (a repeat is recorded here, as any other message).
+                        Ok(Message::Result { .. } | Message::Error { .. })
+                            if let Some(other) = keep_for =>
                         {
-                            // The first reply to a request counts; a repeat is not kept.
-                            if !self.stash.iter().any(|(i, _)| *i == other) {
-                                self.stash.push((other, frame));
-                            }
+                            self.stash.push((other, frame));
                         }
                         Ok(Message::Request { id: req_id, .. }) => {
                             ex.frames.push(frame);
@@ -486,14 +491,17 @@ async fn read_stdout(
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
+        // Stamped when read, not when the channel takes each line (a full channel holds the
+        // reader back while a pipeline is being written).
+        let at_ms = clock.at();
         for line in decoder.push(&buf[..n]) {
-            if !handle_line(line, &tx, &record, clock).await {
+            if !handle_line(line, &tx, &record, at_ms).await {
                 return;
             }
         }
     }
     if let Some(line) = decoder.finish() {
-        let _ = handle_line(line, &tx, &record, clock).await;
+        let _ = handle_line(line, &tx, &record, clock.at()).await;
     }
     let _ = tx.send(Out::Closed).await;
 }
@@ -503,9 +511,8 @@ async fn handle_line(
     line: Line,
     tx: &mpsc::Sender<Out>,
     record: &Mutex<Process>,
-    clock: Clock,
+    at_ms: f64,
 ) -> bool {
-    let at_ms = clock.at();
     match line {
         Line::Text(t) if t.trim().is_empty() => true,
         Line::Text(t) => {

@@ -307,12 +307,22 @@ async fn legacy_http_sse_transport_is_healthy_but_deprecated() {
     );
 }
 
-/// A legacy HTTP+SSE server that holds every list's reply until the first pages of all four
-/// lists (tools, prompts, resources, templates) have been POSTed — a probe that waited for one
-/// reply before sending the next request would time out —, then answers them in reverse order
-/// (templates first, tools last) with a notification between. `padding[k]` bytes are added to
-/// list `k`'s result (tools, prompts, resources, templates).
-fn sse_holding_list_replies(padding: [usize; 4]) -> Script {
+/// How [`sse_holding_list_replies`] misbehaves, beyond holding and reordering the replies.
+#[derive(Debug, Default, Clone, Copy)]
+struct Held {
+    /// Bytes added to each list's result (tools, prompts, resources, templates).
+    padding: [usize; 4],
+    /// resources/list has a second page, answered this long after it is asked for.
+    slow_second_resources_page: Option<Duration>,
+    /// tools/list gets no reply; the prompts reply is sent this many times more instead.
+    repeat_prompts_instead_of_tools: usize,
+}
+
+/// A legacy HTTP+SSE server that holds every list's first-page reply until the first pages of
+/// all four lists (tools, prompts, resources, templates) have been POSTed — a probe that
+/// waited for one reply before sending the next request would time out —, then answers them
+/// in reverse order (templates first, tools last) with a notification between.
+fn sse_holding_list_replies(cfg: Held) -> Script {
     use std::sync::Mutex;
     use tokio::sync::mpsc;
     struct State {
@@ -323,6 +333,7 @@ fn sse_holding_list_replies(padding: [usize; 4]) -> Script {
         stream: None,
         held: Vec::new(),
     });
+    let message = |v: &Value| mcp::sse_event(Some("message"), None, &v.to_string()).into_bytes();
     std::sync::Arc::new(move |req: &Request| {
         let mut st = state.lock().unwrap();
         match (req.method.as_str(), req.path()) {
@@ -338,49 +349,70 @@ fn sse_holding_list_replies(padding: [usize; 4]) -> Script {
             }
             ("POST", "/message") => {
                 let id = req.rpc_id().unwrap_or(Value::Null);
-                let send = |st: &State, v: &Value| {
-                    let ev = mcp::sse_event(Some("message"), None, &v.to_string());
-                    if let Some(tx) = &st.stream {
-                        let _ = tx.send(ev.into_bytes());
-                    }
+                let Some(tx) = st.stream.clone() else {
+                    return Reply::bytes(400, "text/plain", "no stream");
                 };
-                let result = match req.rpc_method().as_deref() {
-                    Some("initialize") => {
+                let cursor = req
+                    .json()
+                    .and_then(|b| b["params"]["cursor"].as_str().map(str::to_owned));
+                let result = match (req.rpc_method().as_deref(), cursor.as_deref()) {
+                    (Some("initialize"), _) => {
                         let mut r = mcp::initialize_result("2024-11-05");
                         r["capabilities"]["prompts"] = json!({});
                         r["capabilities"]["resources"] = json!({});
-                        send(&st, &mcp::result(&id, r));
+                        let _ = tx.send(message(&mcp::result(&id, r)));
                         None
                     }
-                    Some("tools/list") => Some((
+                    (Some("resources/list"), Some("r2")) => {
+                        // The second page, later, from the side.
+                        let page =
+                            mcp::result(&id, json!({"resources": [{"uri": "x://3", "name": "3"}]}));
+                        let wait = cfg.slow_second_resources_page.unwrap_or_default();
+                        let tx = tx.clone();
+                        std::thread::spawn(move || {
+                            std::thread::sleep(wait);
+                            let _ = tx.send(message(&page));
+                        });
+                        None
+                    }
+                    (Some("tools/list"), _) => Some((
                         0,
                         mcp::tools_list_result(mcp::tools(&["a", "b", "c"]), None, false),
                     )),
-                    Some("prompts/list") => Some((1, json!({"prompts": [{"name": "p"}]}))),
-                    Some("resources/list") => Some((
-                        2,
-                        json!({"resources": [{"uri": "x://1", "name": "1"}, {"uri": "x://2", "name": "2"}]}),
-                    )),
-                    Some("resources/templates/list") => Some((3, json!({"resourceTemplates": []}))),
+                    (Some("prompts/list"), _) => Some((1, json!({"prompts": [{"name": "p"}]}))),
+                    (Some("resources/list"), _) => {
+                        let mut r = json!({"resources": [{"uri": "x://1", "name": "1"}, {"uri": "x://2", "name": "2"}]});
+                        if cfg.slow_second_resources_page.is_some() {
+                            r["nextCursor"] = json!("r2");
+                        }
+                        Some((2, r))
+                    }
+                    (Some("resources/templates/list"), _) => {
+                        Some((3, json!({"resourceTemplates": []})))
+                    }
                     _ => None,
                 };
                 if let Some((k, mut r)) = result {
-                    if padding[k] > 0 {
-                        r["padding"] = json!("p".repeat(padding[k]));
+                    if cfg.padding[k] > 0 {
+                        r["padding"] = json!("p".repeat(cfg.padding[k]));
                     }
                     st.held.push(mcp::result(&id, r));
                     if st.held.len() == 4 {
                         let held = std::mem::take(&mut st.held);
-                        for (i, r) in held.iter().rev().enumerate() {
-                            send(&st, r);
-                            if i == 1 {
-                                send(
-                                    &st,
-                                    &mcp::notification(
-                                        "notifications/message",
-                                        json!({"level": "info", "data": "between"}),
-                                    ),
+                        for (i, r) in held.iter().enumerate().rev() {
+                            if i == 0 && cfg.repeat_prompts_instead_of_tools > 0 {
+                                for _ in 0..cfg.repeat_prompts_instead_of_tools {
+                                    let _ = tx.send(message(&held[1]));
+                                }
+                                continue;
+                            }
+                            let _ = tx.send(message(r));
+                            if i == 2 {
+                                let note = mcp::notification(
+                                    "notifications/message",
+                                    json!({"level": "info", "data": "between"}),
                                 );
+                                let _ = tx.send(message(&note));
                             }
                         }
                     }
@@ -396,7 +428,7 @@ fn sse_holding_list_replies(padding: [usize; 4]) -> Script {
 /// each reply is matched to its request by id, whatever the order they come in.
 #[tokio::test]
 async fn sse_pipelines_the_first_pages_and_matches_replies_by_id() {
-    let server = serve(sse_holding_list_replies([0; 4])).await;
+    let server = serve(sse_holding_list_replies(Held::default())).await;
     let run = probe_url(
         &server.url("/sse"),
         "3s",
@@ -424,7 +456,7 @@ async fn sse_pipelines_the_first_pages_and_matches_replies_by_id() {
 }
 
 /// Some HTTP+SSE servers answer in the POST's own body. In a pipeline such an exchange keeps
-/// the time of its POST: tools/list is answered at once, and is not charged with the 300 ms
+/// the time of its POST: tools/list is answered at once, and is not charged with the second
 /// the server then takes over the prompts/list POST sent after it.
 #[tokio::test]
 async fn sse_replies_in_the_post_body_keep_their_own_time_in_a_pipeline() {
@@ -449,7 +481,7 @@ async fn sse_replies_in_the_post_body_keep_their_own_time_in_a_pipeline() {
                     Some("tools/list") => {
                         (mcp::tools_list_result(mcp::tools(&["a"]), None, false), 0)
                     }
-                    Some("prompts/list") => (json!({"prompts": []}), 300),
+                    Some("prompts/list") => (json!({"prompts": []}), 1000),
                     _ => return Reply::accepted(),
                 };
                 let body = mcp::result(&id, result).to_string().into_bytes();
@@ -477,7 +509,7 @@ async fn sse_replies_in_the_post_body_keep_their_own_time_in_a_pipeline() {
     assert_eq!(r["tool_count"], 1);
     assert_eq!(r["prompt_count"], 0);
     let tools_ms = r["timings_ms"]["tools_list"].as_f64().unwrap();
-    assert!(tools_ms < 200.0, "tools/list took {tools_ms} ms");
+    assert!(tools_ms < 500.0, "tools/list took {tools_ms} ms");
 }
 
 /// Replies kept for the other requests of a pipeline do not count against the cap of the one
@@ -485,7 +517,11 @@ async fn sse_replies_in_the_post_body_keep_their_own_time_in_a_pipeline() {
 /// (each within the 64 KiB cap, together over it), and every list is whole.
 #[tokio::test]
 async fn replies_kept_for_other_requests_do_not_count_against_the_cap() {
-    let server = serve(sse_holding_list_replies([0, 30 * 1024, 40 * 1024, 0])).await;
+    let server = serve(sse_holding_list_replies(Held {
+        padding: [0, 30 * 1024, 40 * 1024, 0],
+        ..Held::default()
+    }))
+    .await;
     let run = probe_url(
         &server.url("/sse"),
         "3s",
@@ -506,13 +542,18 @@ async fn replies_kept_for_other_requests_do_not_count_against_the_cap() {
     assert_eq!(r["resource_count"], 2);
 }
 
-/// A reply over the cap while several requests are in flight cannot be told apart: it ends the
-/// exchange being awaited, and the others still awaited get a moment (a second), not the rest
-/// of the probe's time. Here the prompts reply (100 KiB, cap 64 KiB) arrives while tools/list
-/// is awaited; the replies kept for resources and templates still count.
+/// A reply over the cap while several requests are in flight cannot be told apart. Each request
+/// it may have answered still gets its reply if one turns up within a second, and one that
+/// does not ends with the explanation, not at the probe's deadline. Here the prompts reply
+/// (100 KiB, cap 64 KiB) arrives while tools/list is awaited: tools/list still gets its own
+/// reply after it, the replies kept for resources and templates count, and prompts/list fails.
 #[tokio::test]
 async fn a_reply_over_the_cap_in_a_pipeline_does_not_hold_the_probe_to_its_deadline() {
-    let server = serve(sse_holding_list_replies([0, 100 * 1024, 0, 0])).await;
+    let server = serve(sse_holding_list_replies(Held {
+        padding: [0, 100 * 1024, 0, 0],
+        ..Held::default()
+    }))
+    .await;
     let run = probe_url(
         &server.url("/sse"),
         "5s",
@@ -531,26 +572,90 @@ async fn a_reply_over_the_cap_in_a_pipeline_does_not_hold_the_probe_to_its_deadl
         "waited for the deadline: {:?}",
         run.elapsed
     );
+    run.expect("degraded", &["prompts-list-failed"]);
     let codes = run.codes();
-    assert!(codes.contains(&"tools-list-failed".to_owned()), "{codes:?}");
     assert!(
-        codes.contains(&"prompts-list-failed".to_owned()),
+        !codes.contains(&"tools-list-failed".to_owned()),
         "{codes:?}"
     );
     assert!(!codes.contains(&"timeout".to_owned()), "{codes:?}");
     let r = run.report();
-    let messages: Vec<String> = r["findings"]
+    let prompts = r["findings"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|f| f["message"].as_str().unwrap_or("").to_owned())
-        .collect();
-    assert!(
-        messages.iter().any(|m| m.contains("cannot be told")),
-        "{messages:?}"
-    );
+        .find(|f| f["code"] == "prompts-list-failed")
+        .unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(prompts.contains("cannot be told"), "{prompts}");
+    assert_eq!(r["tool_count"], 3);
     assert_eq!(r["resource_count"], 2);
     assert_eq!(r["resource_template_count"], 0);
+}
+
+/// After an over-cap reply that cannot be told apart, the requests it may have answered are
+/// settled one by one; a later request (the second page of resources, 1.5 s in coming) waits
+/// for its reply as usual, not a second.
+#[tokio::test]
+async fn a_later_page_waits_as_usual_after_an_unattributed_over_cap_reply() {
+    let server = serve(sse_holding_list_replies(Held {
+        padding: [0, 100 * 1024, 0, 0],
+        slow_second_resources_page: Some(Duration::from_millis(1500)),
+        ..Held::default()
+    }))
+    .await;
+    let run = probe_url(
+        &server.url("/sse"),
+        "5s",
+        &[
+            "--transport",
+            "sse",
+            "--era",
+            "legacy",
+            "--max-response-size",
+            "64KiB",
+        ],
+    )
+    .await;
+    run.expect("degraded", &["prompts-list-failed"]);
+    assert!(!run.codes().contains(&"resources-list-failed".to_owned()));
+    assert_eq!(run.report()["resource_count"], 3, "both pages");
+}
+
+/// Replies kept for other requests are exempt from the awaited exchange's cap only once each:
+/// a server that repeats the prompts reply again and again instead of answering tools/list
+/// ends tools/list at the cap, not at the deadline.
+#[tokio::test]
+async fn a_repeated_reply_to_another_request_counts_against_the_cap() {
+    let server = serve(sse_holding_list_replies(Held {
+        padding: [0, 1024, 0, 0],
+        repeat_prompts_instead_of_tools: 100,
+        ..Held::default()
+    }))
+    .await;
+    let run = probe_url(
+        &server.url("/sse"),
+        "5s",
+        &[
+            "--transport",
+            "sse",
+            "--era",
+            "legacy",
+            "--max-response-size",
+            "64KiB",
+        ],
+    )
+    .await;
+    run.expect("degraded", &["tools-list-failed"]);
+    let message = run.report()["findings"][0]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(message.contains("over the 65536-byte cap"), "{message}");
+    assert!(!run.codes().contains(&"timeout".to_owned()));
+    assert_eq!(run.report()["prompt_count"], 1);
 }
 
 #[tokio::test]
@@ -1026,7 +1131,10 @@ async fn notifications_flooding_stdout_are_cut_at_the_cap() {
             "initialize",
             vec![Act::Result(mcp::initialize_result(mcp::LEGACY))],
         )
-        .on("tools/list", vec![Act::Flood(log, 256)])
+        .on(
+            "tools/list",
+            vec![Act::Repeat(Box::new(Act::Stdout(log)), 256)],
+        )
         .write(&dir, "server.sh");
     let path = script.to_str().unwrap();
     let args = [
@@ -1050,6 +1158,47 @@ async fn notifications_flooding_stdout_are_cut_at_the_cap() {
         .to_owned();
     assert!(message.contains("over the 65536-byte cap"), "{message}");
     assert!(!run.codes().contains(&"timeout".to_owned()));
+}
+
+/// Over stdio too, a reply kept for another request of the pipeline is exempt from the awaited
+/// exchange's cap once: a server that answers prompts/list a hundred times (1 KiB each) and
+/// tools/list never ends tools/list at the 64 KiB cap, not at the deadline.
+#[tokio::test]
+async fn a_repeated_reply_on_stdout_counts_against_the_cap() {
+    let dir = TempDir::new("repeat");
+    let mut init = mcp::initialize_result(mcp::LEGACY);
+    init["capabilities"]["prompts"] = json!({});
+    let prompts = json!({"prompts": [{"name": "p", "description": "d".repeat(1024)}]});
+    let script = StdioScript::new()
+        .on("initialize", vec![Act::Result(init)])
+        .on(
+            "prompts/list",
+            vec![Act::Repeat(Box::new(Act::Result(prompts)), 100)],
+        )
+        .write(&dir, "server.sh");
+    let path = script.to_str().unwrap();
+    let args = [
+        "probe",
+        "--json",
+        "--era",
+        "legacy",
+        "--max-response-size",
+        "64KiB",
+        "--timeout",
+        TIMEOUT,
+        "--",
+        "sh",
+        path,
+    ];
+    let run = run_with(&args, &[], parse_secs(TIMEOUT) + SLACK).await;
+    run.expect("degraded", &["tools-list-failed"]);
+    let message = run.report()["findings"][0]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(message.contains("over the 65536-byte cap"), "{message}");
+    assert!(!run.codes().contains(&"timeout".to_owned()));
+    assert_eq!(run.report()["prompt_count"], 1);
 }
 
 #[tokio::test]

@@ -710,13 +710,18 @@ async fn endless_answers_to_the_in_session_checks_do_not_keep_the_session_open()
         Some(SID),
         "the session was ended: {reqs:?}"
     );
-    // Both checks that hung went within the session.
+    // Both checks that hung went within the session, each in its own share of the time.
     let host = reqs
         .iter()
         .find(|r| r.header("host") == Some(FOREIGN_HOST))
         .unwrap();
     assert_eq!(host.header("mcp-session-id"), Some(SID));
     assert_eq!(host.rpc_method().as_deref(), Some("ping"));
+    let malformed = reqs
+        .iter()
+        .find(|r| r.method == "POST" && r.json().is_none())
+        .unwrap();
+    assert_eq!(malformed.header("mcp-session-id"), Some(SID));
 }
 
 /// A server that hands every session the same id: the Origin check's handshake gets the
