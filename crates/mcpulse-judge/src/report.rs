@@ -503,10 +503,8 @@ impl Judgement<'_> {
                         })
                         .unwrap_or_default();
                     let (rule, sev) = match (step, advertised) {
-                        (Step::ToolsList, true) => (Rule::ToolsListFailed, Severity::Warning),
                         (Step::ToolsList, false) => (Rule::ToolsListUnsupported, Severity::Info),
-                        (Step::PromptsList, _) => (Rule::PromptsListFailed, Severity::Warning),
-                        _ => (Rule::ResourcesListFailed, Severity::Warning),
+                        _ => (list_failed(step), Severity::Warning),
                     };
                     self.add(
                         rule.finding_with(sev, format!("{}{page} failed: {why}", step.as_str())),
@@ -517,11 +515,7 @@ impl Judgement<'_> {
             match result.get(key) {
                 Some(Value::Array(a)) => items.extend(a.iter().cloned()),
                 _ => {
-                    let rule = match step {
-                        Step::ToolsList => Rule::ToolsListFailed,
-                        Step::PromptsList => Rule::PromptsListFailed,
-                        _ => Rule::ResourcesListFailed,
-                    };
+                    let rule = list_failed(step);
                     self.add(
                         rule.finding(format!("{} result has no `{key}` array", step.as_str())),
                     );
@@ -549,11 +543,7 @@ impl Judgement<'_> {
         let taken: usize = pages.iter().map(|e| e.bytes_taken()).sum();
         let cap = self.tr.plan.max_response_bytes;
         if last_has_next && cap > 0 && taken > cap {
-            let rule = match step {
-                Step::ToolsList => Rule::ToolsListFailed,
-                Step::PromptsList => Rule::PromptsListFailed,
-                _ => Rule::ResourcesListFailed,
-            };
+            let rule = list_failed(step);
             self.add(rule.finding(format!(
                 "{} passed the {cap}-byte cap (--max-response-size) over its first {} pages ({taken} bytes); the rest were not fetched",
                 step.as_str(),
@@ -566,11 +556,7 @@ impl Judgement<'_> {
                 pages.len()
             )));
         } else if last_has_next {
-            let rule = match step {
-                Step::ToolsList => Rule::ToolsListFailed,
-                Step::PromptsList => Rule::PromptsListFailed,
-                _ => Rule::ResourcesListFailed,
-            };
+            let rule = list_failed(step);
             self.add(rule.finding(format!(
                 "{} was cut short by the deadline after {} pages",
                 step.as_str(),
@@ -1176,6 +1162,15 @@ pub fn rfc3339(unix_ms: u64) -> String {
     let mo = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = if mo <= 2 { y + 1 } else { y };
     format!("{y:04}-{mo:02}-{d:02}T{h:02}:{m:02}:{s:02}.{ms:03}Z")
+}
+
+/// The finding for a list (`step`) that failed or was cut short.
+fn list_failed(step: Step) -> Rule {
+    match step {
+        Step::ToolsList => Rule::ToolsListFailed,
+        Step::PromptsList => Rule::PromptsListFailed,
+        _ => Rule::ResourcesListFailed,
+    }
 }
 
 #[cfg(test)]

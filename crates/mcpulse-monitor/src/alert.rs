@@ -194,22 +194,14 @@ pub fn alerts(events: &[Event], incidents: &mut Incidents, cx: &Context<'_>) -> 
                         "{} is flapping: {transitions} state changes in the flap window",
                         cx.target
                     );
-                    open(
-                        incidents,
-                        "flapping",
-                        Kind::Flapping,
-                        "warning",
-                        &summary,
-                        cx,
-                    );
-                    emit(
+                    raise(
                         &mut out,
-                        Action::Trigger,
+                        &mut emit,
+                        incidents,
+                        cx,
                         Kind::Flapping,
-                        "flapping",
                         "warning",
                         summary,
-                        cx.now_ms,
                     );
                 }
             }
@@ -230,21 +222,16 @@ pub fn alerts(events: &[Event], incidents: &mut Incidents, cx: &Context<'_>) -> 
             }
             Event::Drift { class, .. } => {
                 if !cx.silenced {
-                    let severity = if class == "breaking" {
-                        "critical"
-                    } else {
-                        "warning"
-                    };
                     let summary = format!("{}: {class} drift in its contract", cx.target);
-                    open(incidents, "drift", Kind::Drift, severity, &summary, cx);
-                    emit(
+                    let severity = drift_severity(class);
+                    raise(
                         &mut out,
-                        Action::Trigger,
+                        &mut emit,
+                        incidents,
+                        cx,
                         Kind::Drift,
-                        "drift",
                         severity,
                         summary,
-                        cx.now_ms,
                     );
                 }
             }
@@ -292,45 +279,32 @@ pub fn alerts(events: &[Event], incidents: &mut Incidents, cx: &Context<'_>) -> 
                 "{} is flapping (it began inside a maintenance window)",
                 cx.target
             );
-            open(
-                incidents,
-                "flapping",
-                Kind::Flapping,
-                "warning",
-                &summary,
-                cx,
-            );
-            emit(
+            raise(
                 &mut out,
-                Action::Trigger,
+                &mut emit,
+                incidents,
+                cx,
                 Kind::Flapping,
-                "flapping",
                 "warning",
                 summary,
-                cx.now_ms,
             );
         }
         if let Some(class) = cx.drift.filter(|c| matches!(*c, "breaking" | "risky"))
             && !incidents.contains_key("drift")
         {
-            let severity = if class == "breaking" {
-                "critical"
-            } else {
-                "warning"
-            };
             let summary = format!(
                 "{}: {class} drift in its contract (it began inside a maintenance window)",
                 cx.target
             );
-            open(incidents, "drift", Kind::Drift, severity, &summary, cx);
-            emit(
+            let severity = drift_severity(class);
+            raise(
                 &mut out,
-                Action::Trigger,
+                &mut emit,
+                incidents,
+                cx,
                 Kind::Drift,
-                "drift",
                 severity,
                 summary,
-                cx.now_ms,
             );
         }
     }
@@ -419,6 +393,38 @@ fn status_alert(
             }
         }
         Health::Unknown => {}
+    }
+}
+
+/// Opens the incident of `kind` (its family is the kind's name: `drift`, `flapping`) and
+/// triggers it.
+fn raise(
+    out: &mut Vec<Alert>,
+    emit: &mut Emit<'_>,
+    incidents: &mut Incidents,
+    cx: &Context<'_>,
+    kind: Kind,
+    severity: &str,
+    summary: String,
+) {
+    let family = kind.as_str();
+    open(incidents, family, kind, severity, &summary, cx);
+    emit(
+        out,
+        Action::Trigger,
+        kind,
+        family,
+        severity,
+        summary,
+        cx.now_ms,
+    );
+}
+
+fn drift_severity(class: &str) -> &'static str {
+    if class == "breaking" {
+        "critical"
+    } else {
+        "warning"
     }
 }
 

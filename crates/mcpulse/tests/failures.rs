@@ -87,9 +87,28 @@ async fn probe_url(url: &str, timeout: &str, extra: &[&str]) -> Run {
 
 /// `mcpulse probe --json --timeout <timeout> -- sh <script>`.
 async fn probe_script(script: &std::path::Path, timeout: &str) -> Run {
+    probe_script_with(script, timeout, &[]).await
+}
+
+/// [`probe_script`] with more flags.
+async fn probe_script_with(script: &std::path::Path, timeout: &str, extra: &[&str]) -> Run {
     let path = script.to_str().unwrap();
-    let args = ["probe", "--json", "--timeout", timeout, "--", "sh", path];
+    let mut args = vec!["probe", "--json", "--timeout", timeout];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--", "sh", path]);
     run_with(&args, &[], parse_secs(timeout) + SLACK).await
+}
+
+/// Up, with a list that failed at the 64 KiB response cap (not at the deadline): degraded,
+/// and the first finding says so.
+fn assert_list_cut_at_64k(run: &Run) {
+    run.expect("degraded", &["tools-list-failed"]);
+    let message = run.report()["findings"][0]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(message.contains("over the 65536-byte cap"), "{message}");
+    assert!(!run.codes().contains(&"timeout".to_owned()));
 }
 
 fn parse_secs(t: &str) -> Duration {
@@ -648,13 +667,7 @@ async fn a_repeated_reply_to_another_request_counts_against_the_cap() {
         ],
     )
     .await;
-    run.expect("degraded", &["tools-list-failed"]);
-    let message = run.report()["findings"][0]["message"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    assert!(message.contains("over the 65536-byte cap"), "{message}");
-    assert!(!run.codes().contains(&"timeout".to_owned()));
+    assert_list_cut_at_64k(&run);
     assert_eq!(run.report()["prompt_count"], 1);
 }
 
@@ -981,13 +994,7 @@ async fn notifications_flooding_the_sse_stream_are_cut_at_the_cap() {
     )
     .await;
     // Up, with a list that failed: degraded, and the message says why.
-    run.expect("degraded", &["tools-list-failed"]);
-    let message = run.report()["findings"][0]["message"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    assert!(message.contains("over the 65536-byte cap"), "{message}");
-    assert!(!run.codes().contains(&"timeout".to_owned()));
+    assert_list_cut_at_64k(&run);
 }
 
 #[tokio::test]
@@ -1136,28 +1143,13 @@ async fn notifications_flooding_stdout_are_cut_at_the_cap() {
             vec![Act::Repeat(Box::new(Act::Stdout(log)), 256)],
         )
         .write(&dir, "server.sh");
-    let path = script.to_str().unwrap();
-    let args = [
-        "probe",
-        "--json",
-        "--era",
-        "legacy",
-        "--max-response-size",
-        "64KiB",
-        "--timeout",
+    let run = probe_script_with(
+        &script,
         TIMEOUT,
-        "--",
-        "sh",
-        path,
-    ];
-    let run = run_with(&args, &[], parse_secs(TIMEOUT) + SLACK).await;
-    run.expect("degraded", &["tools-list-failed"]);
-    let message = run.report()["findings"][0]["message"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    assert!(message.contains("over the 65536-byte cap"), "{message}");
-    assert!(!run.codes().contains(&"timeout".to_owned()));
+        &["--era", "legacy", "--max-response-size", "64KiB"],
+    )
+    .await;
+    assert_list_cut_at_64k(&run);
 }
 
 /// Over stdio too, a reply kept for another request of the pipeline is exempt from the awaited
@@ -1176,28 +1168,13 @@ async fn a_repeated_reply_on_stdout_counts_against_the_cap() {
             vec![Act::Repeat(Box::new(Act::Result(prompts)), 100)],
         )
         .write(&dir, "server.sh");
-    let path = script.to_str().unwrap();
-    let args = [
-        "probe",
-        "--json",
-        "--era",
-        "legacy",
-        "--max-response-size",
-        "64KiB",
-        "--timeout",
+    let run = probe_script_with(
+        &script,
         TIMEOUT,
-        "--",
-        "sh",
-        path,
-    ];
-    let run = run_with(&args, &[], parse_secs(TIMEOUT) + SLACK).await;
-    run.expect("degraded", &["tools-list-failed"]);
-    let message = run.report()["findings"][0]["message"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    assert!(message.contains("over the 65536-byte cap"), "{message}");
-    assert!(!run.codes().contains(&"timeout".to_owned()));
+        &["--era", "legacy", "--max-response-size", "64KiB"],
+    )
+    .await;
+    assert_list_cut_at_64k(&run);
     assert_eq!(run.report()["prompt_count"], 1);
 }
 
