@@ -443,6 +443,20 @@ fn sse_holding_list_replies(cfg: Held) -> Script {
     })
 }
 
+/// A probe (legacy era, cap 64 KiB) of [`sse_holding_list_replies`] with `cfg`.
+async fn probe_held_sse(cfg: Held, timeout: &str) -> Run {
+    let server = serve(sse_holding_list_replies(cfg)).await;
+    let extra = [
+        "--transport",
+        "sse",
+        "--era",
+        "legacy",
+        "--max-response-size",
+        "64KiB",
+    ];
+    probe_url(&server.url("/sse"), timeout, &extra).await
+}
+
 /// Over HTTP+SSE the first pages of every list are POSTed before any reply is awaited, and
 /// each reply is matched to its request by id, whatever the order they come in.
 #[tokio::test]
@@ -536,22 +550,12 @@ async fn sse_replies_in_the_post_body_keep_their_own_time_in_a_pipeline() {
 /// (each within the 64 KiB cap, together over it), and every list is whole.
 #[tokio::test]
 async fn replies_kept_for_other_requests_do_not_count_against_the_cap() {
-    let server = serve(sse_holding_list_replies(Held {
-        padding: [0, 30 * 1024, 40 * 1024, 0],
-        ..Held::default()
-    }))
-    .await;
-    let run = probe_url(
-        &server.url("/sse"),
+    let run = probe_held_sse(
+        Held {
+            padding: [0, 30 * 1024, 40 * 1024, 0],
+            ..Held::default()
+        },
         "3s",
-        &[
-            "--transport",
-            "sse",
-            "--era",
-            "legacy",
-            "--max-response-size",
-            "64KiB",
-        ],
     )
     .await;
     run.expect("healthy", &["deprecated-transport"]);
@@ -568,22 +572,12 @@ async fn replies_kept_for_other_requests_do_not_count_against_the_cap() {
 /// reply after it, the replies kept for resources and templates count, and prompts/list fails.
 #[tokio::test]
 async fn a_reply_over_the_cap_in_a_pipeline_does_not_hold_the_probe_to_its_deadline() {
-    let server = serve(sse_holding_list_replies(Held {
-        padding: [0, 100 * 1024, 0, 0],
-        ..Held::default()
-    }))
-    .await;
-    let run = probe_url(
-        &server.url("/sse"),
+    let run = probe_held_sse(
+        Held {
+            padding: [0, 100 * 1024, 0, 0],
+            ..Held::default()
+        },
         "5s",
-        &[
-            "--transport",
-            "sse",
-            "--era",
-            "legacy",
-            "--max-response-size",
-            "64KiB",
-        ],
     )
     .await;
     assert!(
@@ -619,23 +613,13 @@ async fn a_reply_over_the_cap_in_a_pipeline_does_not_hold_the_probe_to_its_deadl
 /// for its reply as usual, not a second.
 #[tokio::test]
 async fn a_later_page_waits_as_usual_after_an_unattributed_over_cap_reply() {
-    let server = serve(sse_holding_list_replies(Held {
-        padding: [0, 100 * 1024, 0, 0],
-        slow_second_resources_page: Some(Duration::from_millis(1500)),
-        ..Held::default()
-    }))
-    .await;
-    let run = probe_url(
-        &server.url("/sse"),
+    let run = probe_held_sse(
+        Held {
+            padding: [0, 100 * 1024, 0, 0],
+            slow_second_resources_page: Some(Duration::from_millis(1500)),
+            ..Held::default()
+        },
         "5s",
-        &[
-            "--transport",
-            "sse",
-            "--era",
-            "legacy",
-            "--max-response-size",
-            "64KiB",
-        ],
     )
     .await;
     run.expect("degraded", &["prompts-list-failed"]);
@@ -648,23 +632,13 @@ async fn a_later_page_waits_as_usual_after_an_unattributed_over_cap_reply() {
 /// ends tools/list at the cap, not at the deadline.
 #[tokio::test]
 async fn a_repeated_reply_to_another_request_counts_against_the_cap() {
-    let server = serve(sse_holding_list_replies(Held {
-        padding: [0, 1024, 0, 0],
-        repeat_prompts_instead_of_tools: 100,
-        ..Held::default()
-    }))
-    .await;
-    let run = probe_url(
-        &server.url("/sse"),
+    let run = probe_held_sse(
+        Held {
+            padding: [0, 1024, 0, 0],
+            repeat_prompts_instead_of_tools: 100,
+            ..Held::default()
+        },
         "5s",
-        &[
-            "--transport",
-            "sse",
-            "--era",
-            "legacy",
-            "--max-response-size",
-            "64KiB",
-        ],
     )
     .await;
     assert_list_cut_at_64k(&run);
