@@ -58,6 +58,9 @@ impl Drop for TempDir {
 pub enum Act {
     /// Answer with this `result` (the request's id is filled in).
     Result(Value),
+    /// Answer the request read before this one (its id filled in) with this `result`: a reply
+    /// that comes after the next request's, as a server handling requests concurrently sends.
+    ResultToPrevious(Value),
     /// Answer with a JSON-RPC error.
     Error(i64, String),
     /// Write this line to stdout, as is (JSON or not).
@@ -131,7 +134,8 @@ impl StdioScript {
             }
             s.push_str("      ;;\n");
         }
-        s.push_str("    *) ;;\n  esac\ndone\n");
+        s.push_str("    *) ;;\n  esac\n");
+        s.push_str("  if [ -n \"$id\" ]; then prev=$id; fi\ndone\n");
         s
     }
 
@@ -150,8 +154,12 @@ fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
-/// A JSON-RPC reply as a `printf` whose id is the shell variable `$id`.
+/// A JSON-RPC reply as a `printf` whose id is the shell variable `$id` (or `var`).
 fn reply_line(payload: (&str, Value)) -> String {
+    reply_line_to("id", payload)
+}
+
+fn reply_line_to(var: &str, payload: (&str, Value)) -> String {
     let mut msg = serde_json::Map::new();
     msg.insert("jsonrpc".into(), Value::String("2.0".into()));
     msg.insert("id".into(), Value::String("__ID__".into()));
@@ -160,13 +168,14 @@ fn reply_line(payload: (&str, Value)) -> String {
     // Close the quote around the id, splice in "$id", reopen.
     format!(
         "printf '%s\\n' {}\n",
-        text.replace(r#""__ID__""#, r#"'"$id"'"#)
+        text.replace(r#""__ID__""#, &format!(r#"'"${var}"'"#))
     )
 }
 
 fn render_act(act: &Act) -> String {
     match act {
         Act::Result(v) => reply_line(("result", v.clone())),
+        Act::ResultToPrevious(v) => reply_line_to("prev", ("result", v.clone())),
         Act::Error(code, message) => reply_line((
             "error",
             serde_json::json!({ "code": code, "message": message }),

@@ -10,7 +10,7 @@ use crate::clock::Clock;
 use crate::http::{self, Chunk, HttpClient, Outgoing};
 use crate::streamable_http::{self, Tag, send_recorded, take_event};
 use ::http::{Method, Uri};
-use mcpulse_wire::jsonrpc::Message;
+use mcpulse_wire::jsonrpc::{Id, Message};
 use mcpulse_wire::sse;
 use mcpulse_wire::transcript::{Exchange, Outcome, Step, TransportKind};
 use mcpulse_wire::version::Era;
@@ -23,7 +23,9 @@ enum Item {
     /// An event and when it arrived (the probe's clock), so that a reply collected after
     /// another one of a pipeline is still timed to its arrival.
     Event(sse::Event, f64),
-    TooLarge,
+    /// An event over the cap, dropped: the request it answered (when its data said so), and
+    /// when it arrived.
+    TooLarge(Option<Id>, f64),
     End,
     Error(String),
 }
@@ -44,7 +46,7 @@ pub struct SseStream {
     in_flight: Vec<i64>,
     /// Replies to requests in flight that arrived while another reply was awaited, with their
     /// arrival times: each is kept for its own [`SseStream::receive`].
-    stash: Vec<(i64, sse::Event, f64)>,
+    stash: Vec<(i64, Stashed, f64)>,
     /// An event over the size cap arrived while several requests were in flight: whose reply it
     /// was cannot be told (see [`Lost`]).
     lost: Option<Lost>,
@@ -56,6 +58,13 @@ pub struct SseStream {
 struct Lost {
     ids: Vec<i64>,
     why: String,
+}
+
+/// What came for a request in flight while another reply was awaited.
+enum Stashed {
+    Reply(sse::Event),
+    /// Its reply, over the cap, was dropped.
+    TooLarge,
 }
 
 /// A message POSTed by [`SseStream::send`], whose reply [`SseStream::receive`] collects.
@@ -131,7 +140,7 @@ pub async fn open(
                     for it in decoder.push(&d) {
                         let msg = match it {
                             sse::Item::Event(e) => Item::Event(e, at),
-                            sse::Item::TooLarge { .. } => Item::TooLarge,
+                            sse::Item::TooLarge { reply_to, .. } => Item::TooLarge(reply_to, at),
                         };
                         if tx.send(msg).await.is_err() {
                             return;
@@ -171,7 +180,7 @@ pub async fn open(
                 ex.outcome = Outcome::TransportError { message };
                 break;
             }
-            Ok(Some(Item::TooLarge)) => {
+            Ok(Some(Item::TooLarge(..))) => {
                 ex.outcome = Outcome::TooLarge { limit: max };
                 break;
             }
@@ -347,8 +356,14 @@ impl SseStream {
         deadline: Instant,
     ) -> Exchange {
         if let Some(pos) = self.stash.iter().position(|(i, _, _)| *i == id) {
-            let (_, ev, at_ms) = self.stash.remove(pos);
-            if let Some(done) = take_event(&mut ex, ev, Some(id), at_ms) {
+            let (_, stashed, at_ms) = self.stash.remove(pos);
+            let done = match stashed {
+                Stashed::Reply(ev) => take_event(&mut ex, ev, Some(id), at_ms),
+                Stashed::TooLarge => Some(Outcome::TooLarge {
+                    limit: limits.max_response_bytes,
+                }),
+            };
+            if let Some(done) = done {
                 ex.outcome = done;
                 ex.elapsed_ms = crate::clock::between(ex.at_ms, at_ms);
                 return ex;
@@ -388,14 +403,33 @@ impl SseStream {
                     ex.outcome = Outcome::TransportError { message };
                     break;
                 }
-                Ok(Some(Item::TooLarge)) if self.in_flight.is_empty() && !suspect(&self.lost) => {
+                // Its data said whose reply it was.
+                Ok(Some(Item::TooLarge(Some(got), at_ms))) => {
+                    if got.matches(id) {
+                        ex.outcome = Outcome::TooLarge {
+                            limit: limits.max_response_bytes,
+                        };
+                        ex.elapsed_ms = crate::clock::between(ex.at_ms, at_ms);
+                        return ex;
+                    }
+                    if let Some(other) = self.in_flight.iter().copied().find(|&i| got.matches(i))
+                        && !self.stash.iter().any(|(i, _, _)| *i == other)
+                    {
+                        self.stash.push((other, Stashed::TooLarge, at_ms));
+                    }
+                    // Otherwise a reply to nothing awaited (a repeat, a stranger's id): not this
+                    // exchange's, and already dropped.
+                }
+                Ok(Some(Item::TooLarge(None, _)))
+                    if self.in_flight.is_empty() && !suspect(&self.lost) =>
+                {
                     // Only this request was awaited: the event was its reply.
                     ex.outcome = Outcome::TooLarge {
                         limit: limits.max_response_bytes,
                     };
                     break;
                 }
-                Ok(Some(Item::TooLarge)) => {
+                Ok(Some(Item::TooLarge(None, _))) => {
                     // It may have answered any of the requests awaited now, this one included.
                     let mut ids = self.in_flight.clone();
                     ids.push(id);
@@ -416,7 +450,7 @@ impl SseStream {
                     if let Some(other) = reply_to(&ev, &self.in_flight)
                         && !self.stash.iter().any(|(i, _, _)| *i == other)
                     {
-                        self.stash.push((other, ev, at_ms));
+                        self.stash.push((other, Stashed::Reply(ev), at_ms));
                         continue;
                     }
                     // Anything else, a repeated reply to another request included, is this

@@ -10,7 +10,7 @@
 use crate::Limits;
 use crate::clock::Clock;
 use crate::streamable_http::start;
-use mcpulse_wire::jsonrpc::{self, Message};
+use mcpulse_wire::jsonrpc::{self, Id, Message};
 use mcpulse_wire::message;
 use mcpulse_wire::ndjson::{Line, LineDecoder};
 use mcpulse_wire::transcript::{
@@ -41,7 +41,16 @@ const MAX_STDERR_LINE: usize = 2000;
 
 enum Out {
     Frame(f64, String),
+    /// A line over the cap, dropped, that was the reply to this id (and when it was read).
+    TooLarge(f64, Id),
     Closed,
+}
+
+/// What came for a request in flight while another reply was awaited.
+enum Stashed {
+    Reply(Frame),
+    /// Its reply, over the cap, was dropped when read (at this time).
+    TooLarge(f64),
 }
 
 /// A running stdio server.
@@ -57,7 +66,7 @@ pub struct StdioChild {
     /// Ids of requests written and not yet received.
     in_flight: Vec<i64>,
     /// Replies read while another one was awaited, by the id they answer.
-    stash: Vec<(i64, Frame)>,
+    stash: Vec<(i64, Stashed)>,
     /// The leader exited and the drain after it ran out (see [`EXIT_DRAIN`]).
     drained: bool,
     /// What one exchange may take in (`--max-response-size`): its reply and the messages
@@ -278,12 +287,21 @@ impl StdioChild {
         };
         self.in_flight.retain(|&i| i != sent);
         if let Some(pos) = self.stash.iter().position(|(id, _)| *id == sent) {
-            let (_, frame) = self.stash.remove(pos);
             // From the write to the reply's arrival, not to this call: a reply may wait here
             // while another exchange is collected.
-            ex.elapsed_ms = crate::clock::between(ex.at_ms, frame.at_ms);
-            ex.frames.push(frame);
-            ex.outcome = Outcome::Reply { frame: 0 };
+            match self.stash.remove(pos).1 {
+                Stashed::Reply(frame) => {
+                    ex.elapsed_ms = crate::clock::between(ex.at_ms, frame.at_ms);
+                    ex.frames.push(frame);
+                    ex.outcome = Outcome::Reply { frame: 0 };
+                }
+                Stashed::TooLarge(at_ms) => {
+                    ex.elapsed_ms = crate::clock::between(ex.at_ms, at_ms);
+                    ex.outcome = Outcome::TooLarge {
+                        limit: self.max_response_bytes,
+                    };
+                }
+            }
             return ex;
         }
         // A leader that exits while a grandchild keeps its stdout open would otherwise leave us
@@ -296,6 +314,8 @@ impl StdioChild {
         // A server may write notifications without end: what this exchange takes in counts
         // against the response cap, as one HTTP response would.
         let mut taken = 0usize;
+        // When a reply over the cap, dropped, was read.
+        let mut too_large_at = None;
         loop {
             if self.stdout_closed {
                 ex.outcome = Outcome::Closed;
@@ -323,6 +343,30 @@ impl StdioChild {
                     self.stdout_closed = true;
                     ex.outcome = Outcome::Closed;
                     break;
+                }
+                Ok(Some(Out::TooLarge(at_ms, got))) => {
+                    if got.matches(sent) {
+                        ex.outcome = Outcome::TooLarge {
+                            limit: self.max_response_bytes,
+                        };
+                        too_large_at = Some(at_ms);
+                        break;
+                    }
+                    match self.in_flight.iter().copied().find(|&i| got.matches(i)) {
+                        Some(other) if !self.stash.iter().any(|(k, _)| *k == other) => {
+                            self.stash.push((other, Stashed::TooLarge(at_ms)));
+                        }
+                        // A reply to nothing awaited (a repeat, a stranger's id): noise.
+                        _ => noise(
+                            &self.record,
+                            TimedLine {
+                                at_ms,
+                                line: format!(
+                                    "<a stdout line over the response size cap, a reply to id {got} that no request awaited, was dropped>"
+                                ),
+                            },
+                        ),
+                    }
                 }
                 Ok(Some(Out::Frame(at_ms, raw))) => {
                     let decoded = jsonrpc::decode(&raw);
@@ -374,7 +418,7 @@ impl StdioChild {
                         Ok(Message::Result { .. } | Message::Error { .. })
                             if let Some(other) = keep_for =>
                         {
-                            self.stash.push((other, frame));
+                            self.stash.push((other, Stashed::Reply(frame)));
                         }
                         Ok(Message::Request { id: req_id, .. }) => {
                             ex.frames.push(frame);
@@ -397,7 +441,9 @@ impl StdioChild {
                     crate::clock::between(ex.at_ms, f.at_ms)
                 })
             }
-            _ => self.clock.since(started),
+            _ => too_large_at.map_or(self.clock.since(started), |at| {
+                crate::clock::between(ex.at_ms, at)
+            }),
         };
         ex
     }
@@ -525,7 +571,15 @@ async fn handle_line(
                 true
             }
         }
-        Line::TooLong { len_at_least } => {
+        // The reply to a request, too large to keep: the exchange awaiting it ends now, not
+        // at the deadline.
+        Line::TooLong {
+            reply_to: Some(id), ..
+        } => tx.send(Out::TooLarge(at_ms, id)).await.is_ok(),
+        Line::TooLong {
+            len_at_least,
+            reply_to: None,
+        } => {
             let line = format!(
                 "<a stdout line of at least {len_at_least} bytes, over the response size cap, was dropped>"
             );

@@ -17,7 +17,7 @@ pub enum Id {
 }
 
 impl Id {
-    fn from_value(v: &Value) -> Option<Id> {
+    pub(crate) fn from_value(v: &Value) -> Option<Id> {
         match v {
             Value::Null => Some(Id::Null),
             Value::String(s) => Some(Id::Str(s.clone())),

@@ -16,6 +16,7 @@ pub mod jsonrpc;
 pub mod message;
 pub mod ndjson;
 pub mod redact;
+pub mod sniff;
 pub mod sse;
 pub mod transcript;
 pub mod version;

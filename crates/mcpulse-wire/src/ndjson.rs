@@ -2,15 +2,23 @@
 //!
 //! The decoder is incremental (bytes in, lines out) and capped: a line longer than the cap is
 //! reported once and skipped, so a server that writes a gigabyte without a newline costs us the
-//! cap, not the gigabyte.
+//! cap, not the gigabyte. A skipped line still says whose reply it was, when it was one (see
+//! [`crate::sniff`]).
+
+use crate::jsonrpc::Id;
+use crate::sniff::ReplySniffer;
 
 /// One item out of the decoder.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Line {
     /// A complete line, without its `\n` (and without a trailing `\r`), lossily decoded as UTF-8.
     Text(String),
-    /// A line longer than the cap; its bytes were dropped.
-    TooLong { len_at_least: usize },
+    /// A line longer than the cap; its bytes were dropped. `reply_to` is the request it
+    /// answered, when its bytes said so.
+    TooLong {
+        len_at_least: usize,
+        reply_to: Option<Id>,
+    },
 }
 
 /// Splits a byte stream into lines.
@@ -18,8 +26,9 @@ pub enum Line {
 pub struct LineDecoder {
     buf: Vec<u8>,
     max: usize,
-    /// Inside an over-long line: bytes are dropped until the next newline.
-    skipping: bool,
+    /// Inside an over-long line: bytes are dropped until the next newline, and looked at on
+    /// the way for the id of the reply it may be.
+    skipping: Option<ReplySniffer>,
     skipped: usize,
 }
 
@@ -28,7 +37,7 @@ impl LineDecoder {
         LineDecoder {
             buf: Vec::new(),
             max: max_line,
-            skipping: false,
+            skipping: None,
             skipped: 0,
         }
     }
@@ -41,29 +50,34 @@ impl LineDecoder {
                 Some(pos) => {
                     let (head, rest) = bytes.split_at(pos);
                     bytes = &rest[1..];
-                    if self.skipping {
+                    if let Some(mut sniffer) = self.skipping.take() {
+                        sniffer.push(head);
                         out.push(Line::TooLong {
                             len_at_least: self.skipped + head.len(),
+                            reply_to: sniffer.reply_id(),
                         });
-                        self.skipping = false;
                         self.skipped = 0;
                     } else if self.buf.len() + head.len() > self.max {
+                        let mut sniffer = self.start_skipping();
+                        sniffer.push(head);
                         out.push(Line::TooLong {
-                            len_at_least: self.buf.len() + head.len(),
+                            len_at_least: std::mem::take(&mut self.skipped) + head.len(),
+                            reply_to: sniffer.reply_id(),
                         });
-                        self.buf.clear();
                     } else {
                         self.buf.extend_from_slice(head);
                         out.push(Line::Text(take_line(&mut self.buf)));
                     }
                 }
                 None => {
-                    if self.skipping {
+                    if let Some(sniffer) = &mut self.skipping {
+                        sniffer.push(bytes);
                         self.skipped += bytes.len();
                     } else if self.buf.len() + bytes.len() > self.max {
-                        self.skipping = true;
-                        self.skipped = self.buf.len() + bytes.len();
-                        self.buf.clear();
+                        let mut sniffer = self.start_skipping();
+                        sniffer.push(bytes);
+                        self.skipped += bytes.len();
+                        self.skipping = Some(sniffer);
                     } else {
                         self.buf.extend_from_slice(bytes);
                     }
@@ -74,12 +88,21 @@ impl LineDecoder {
         out
     }
 
+    /// Drops the line buffered so far (counted in `skipped`) after a sniffer has seen it.
+    fn start_skipping(&mut self) -> ReplySniffer {
+        let mut sniffer = ReplySniffer::new();
+        sniffer.push(&self.buf);
+        self.skipped = self.buf.len();
+        self.buf.clear();
+        sniffer
+    }
+
     /// At end of stream: the unterminated last line, if any.
     pub fn finish(&mut self) -> Option<Line> {
-        if self.skipping {
-            self.skipping = false;
+        if let Some(sniffer) = self.skipping.take() {
             return Some(Line::TooLong {
                 len_at_least: std::mem::take(&mut self.skipped),
+                reply_to: sniffer.reply_id(),
             });
         }
         if self.buf.is_empty() {
@@ -107,6 +130,41 @@ mod tests {
         Line::Text(s.into())
     }
 
+    fn too_long(len_at_least: usize) -> Line {
+        Line::TooLong {
+            len_at_least,
+            reply_to: None,
+        }
+    }
+
+    #[test]
+    fn a_dropped_line_says_whose_reply_it_was() {
+        let reply = br#"{"jsonrpc":"2.0","result":{"tools":["0123456789"]},"id":4}"#;
+        // Over the cap within one chunk, across chunks, and cut by the end of the stream.
+        let mut d = LineDecoder::new(16);
+        let mut line = reply.to_vec();
+        line.push(b'\n');
+        let want = Line::TooLong {
+            len_at_least: reply.len(),
+            reply_to: Some(Id::Num(4)),
+        };
+        assert_eq!(d.push(&line), vec![want.clone()]);
+        let mut got = Vec::new();
+        for chunk in line.chunks(5) {
+            got.extend(d.push(chunk));
+        }
+        assert_eq!(got, vec![want.clone()]);
+        assert_eq!(d.push(reply), vec![]);
+        assert_eq!(d.finish(), Some(want));
+        // A request or a notification is nobody's reply.
+        let note =
+            br#"{"jsonrpc":"2.0","method":"notifications/message","params":{"data":"0123456789"}}"#;
+        assert!(matches!(
+            d.push(&[&note[..], b"\n"].concat())[..],
+            [Line::TooLong { reply_to: None, .. }]
+        ));
+    }
+
     #[test]
     fn splits_across_chunks() {
         let mut d = LineDecoder::new(100);
@@ -121,14 +179,8 @@ mod tests {
         let mut d = LineDecoder::new(4);
         assert_eq!(d.push(b"abc"), vec![]);
         assert_eq!(d.push(b"defgh"), vec![]);
-        assert_eq!(
-            d.push(b"ij\nok\n"),
-            vec![Line::TooLong { len_at_least: 10 }, text("ok")]
-        );
-        assert_eq!(
-            d.push(b"toolong\n"),
-            vec![Line::TooLong { len_at_least: 7 }]
-        );
+        assert_eq!(d.push(b"ij\nok\n"), vec![too_long(10), text("ok")]);
+        assert_eq!(d.push(b"toolong\n"), vec![too_long(7)]);
         assert_eq!(d.push(b"tail"), vec![]);
         assert_eq!(d.finish(), Some(text("tail")));
     }

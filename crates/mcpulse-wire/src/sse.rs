@@ -3,7 +3,11 @@
 //! Handles `event:`, `data:` (several lines joined with `\n`), `id:` and `retry:` fields, the
 //! three line endings (`\n`, `\r\n`, `\r`), comment lines (`:` keep-alives, ignored) and a
 //! leading byte-order mark. Events with empty data (priming events) are still returned: the
-//! caller decides what to skip.
+//! caller decides what to skip. An event over the cap is dropped, but still says whose reply it
+//! was, when it was one (see [`crate::sniff`]).
+
+use crate::jsonrpc::Id;
+use crate::sniff::ReplySniffer;
 
 /// One dispatched event.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -26,9 +30,11 @@ impl Event {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Item {
     Event(Event),
-    /// An event whose data grew past the cap; its data was dropped.
+    /// An event whose data grew past the cap; its data was dropped. `reply_to` is the request
+    /// it answered, when its data said so.
     TooLarge {
         len_at_least: usize,
+        reply_to: Option<Id>,
     },
 }
 
@@ -42,6 +48,12 @@ pub struct Decoder {
     max_event: usize,
     oversize: bool,
     oversize_len: usize,
+    /// Once the event is over the cap: its data, looked at as it passes (see [`ReplySniffer`]).
+    sniffer: Option<ReplySniffer>,
+    /// The line being read went over the cap, and (a data line) its value goes to the sniffer
+    /// byte by byte.
+    line_over: bool,
+    line_sniffed: bool,
     /// The previous chunk ended in `\r`: a `\n` at the start of the next one belongs to it.
     after_cr: bool,
     started: bool,
@@ -57,6 +69,9 @@ impl Decoder {
             max_event,
             oversize: false,
             oversize_len: 0,
+            sniffer: None,
+            line_over: false,
+            line_sniffed: false,
             after_cr: false,
             started: false,
         }
@@ -80,7 +95,17 @@ impl Decoder {
                 }
                 _ => {
                     if self.line.len() > self.max_event {
-                        // A single line past the cap: stop buffering it.
+                        // A single line past the cap: stop buffering it. A data line's value
+                        // goes on to the sniffer.
+                        if !self.line_over {
+                            self.line_over = true;
+                            self.start_line_sniff();
+                        }
+                        if self.line_sniffed
+                            && let Some(sniffer) = &mut self.sniffer
+                        {
+                            sniffer.push(&[b]);
+                        }
                         self.oversize = true;
                         self.oversize_len += 1;
                     } else {
@@ -92,7 +117,22 @@ impl Decoder {
         out
     }
 
+    /// The line being read has just gone over the cap: if it is a data line, the sniffer takes
+    /// the event's data kept so far and what this line holds, then the rest as it comes.
+    fn start_line_sniff(&mut self) {
+        let Some(value) = self.line.strip_prefix(b"data:") else {
+            return;
+        };
+        let value = value.strip_prefix(b" ").unwrap_or(value);
+        let sniffer = data_sniffer(&mut self.sniffer, &self.pending.data);
+        sniffer.push(b"\n");
+        sniffer.push(value);
+        self.line_sniffed = true;
+    }
+
     fn end_line(&mut self, out: &mut Vec<Item>) {
+        self.line_over = false;
+        let line_sniffed = std::mem::take(&mut self.line_sniffed);
         let mut line = std::mem::take(&mut self.line);
         if !self.started {
             self.started = true;
@@ -107,6 +147,7 @@ impl Decoder {
         if self.oversize && line.is_empty() {
             out.push(Item::TooLarge {
                 len_at_least: self.oversize_len + self.pending.data.len(),
+                reply_to: self.sniffer.as_ref().and_then(ReplySniffer::reply_id),
             });
             self.reset();
             return;
@@ -128,6 +169,13 @@ impl Decoder {
                 self.has_fields = true;
             }
             "data" => {
+                let over = self.oversize || self.pending.data.len() + value.len() > self.max_event;
+                if over && !line_sniffed {
+                    // JSON takes the newline that joins data lines as whitespace.
+                    let sniffer = data_sniffer(&mut self.sniffer, &self.pending.data);
+                    sniffer.push(b"\n");
+                    sniffer.push(value.as_bytes());
+                }
                 if self.pending.data.len() + value.len() > self.max_event {
                     self.oversize = true;
                     self.oversize_len += value.len();
@@ -172,8 +220,18 @@ impl Decoder {
         self.has_fields = false;
         self.oversize = false;
         self.oversize_len = 0;
+        self.sniffer = None;
         self.data_lines = 0;
     }
+}
+
+/// The sniffer of an event over the cap, first fed the data kept before it went over.
+fn data_sniffer<'a>(sniffer: &'a mut Option<ReplySniffer>, kept: &str) -> &'a mut ReplySniffer {
+    sniffer.get_or_insert_with(|| {
+        let mut s = ReplySniffer::new();
+        s.push(kept.as_bytes());
+        s
+    })
 }
 
 #[cfg(test)]
@@ -241,6 +299,60 @@ mod tests {
                 ..Event::default()
             })
         );
+    }
+
+    #[test]
+    fn an_oversize_event_says_whose_reply_it_was() {
+        let reply = r#"{"result":{"tools":["0123456789abcdef"]},"jsonrpc":"2.0","id":5}"#;
+        let id = |items: &[Item]| match items {
+            [Item::TooLarge { reply_to, .. }] => reply_to.clone(),
+            other => panic!("{other:?}"),
+        };
+        // One long data line, fed whole and byte by byte; data lines that each fit but together
+        // do not; a line that went over before the id came.
+        let stream = format!("event: message\ndata: {reply}\n\n");
+        let mut d = Decoder::new(16);
+        assert_eq!(id(&d.push(stream.as_bytes())), Some(Id::Num(5)));
+        let mut items = Vec::new();
+        for b in stream.as_bytes() {
+            items.extend(d.push(&[*b]));
+        }
+        assert_eq!(id(&items), Some(Id::Num(5)));
+        let split = "data: {\"result\":\ndata: {\"a\":\"0123\"},\ndata: \"id\":6}\n\n";
+        assert_eq!(
+            id(&Decoder::new(20).push(split.as_bytes())),
+            Some(Id::Num(6))
+        );
+        let late = format!(
+            "data: {{\"result\":\"{}\",\ndata: \"id\":7}}\n\n",
+            "x".repeat(40)
+        );
+        assert_eq!(
+            id(&Decoder::new(16).push(late.as_bytes())),
+            Some(Id::Num(7))
+        );
+        let two_long = format!(
+            "data: {{\"result\":\"{0}\",\ndata: \"pad\":\"{0}\",\"id\":8}}\n\n",
+            "x".repeat(40)
+        );
+        assert_eq!(
+            id(&Decoder::new(16).push(two_long.as_bytes())),
+            Some(Id::Num(8))
+        );
+        // A notification, or a long line that is not data, answers nobody; the next event is
+        // sniffed afresh.
+        let note =
+            "data: {\"method\":\"notifications/message\",\"params\":{\"id\":1,\"result\":2}}\n\n";
+        assert_eq!(id(&d.push(note.as_bytes())), None);
+        let long_event = format!(
+            "event: {}\ndata: {{\"id\":1,\"result\":{{}}}}\n\n",
+            "e".repeat(40)
+        );
+        assert_eq!(
+            id(&Decoder::new(16).push(long_event.as_bytes())),
+            Some(Id::Num(1))
+        );
+        assert_eq!(id(&d.push(b"data: 0123456789abcdef0123\n\n")), None);
     }
 
     #[test]

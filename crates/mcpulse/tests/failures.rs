@@ -335,6 +335,8 @@ struct Held {
     slow_second_resources_page: Option<Duration>,
     /// tools/list gets no reply; the prompts reply is sent this many times more instead.
     repeat_prompts_instead_of_tools: usize,
+    /// The padded replies are sent without their id: nothing in them says whose they are.
+    padded_without_id: bool,
 }
 
 /// A legacy HTTP+SSE server that holds every list's first-page reply until the first pages of
@@ -411,11 +413,17 @@ fn sse_holding_list_replies(cfg: Held) -> Script {
                     }
                     _ => None,
                 };
-                if let Some((k, mut r)) = result {
+                if let Some((k, r)) = result {
+                    let mut reply = mcp::result(&id, r);
                     if cfg.padding[k] > 0 {
-                        r["padding"] = json!("p".repeat(cfg.padding[k]));
+                        reply["result"]["padding"] = json!("p".repeat(cfg.padding[k]));
+                        if cfg.padded_without_id
+                            && let Some(m) = reply.as_object_mut()
+                        {
+                            m.remove("id");
+                        }
                     }
-                    st.held.push(mcp::result(&id, r));
+                    st.held.push(reply);
                     if st.held.len() == 4 {
                         let held = std::mem::take(&mut st.held);
                         for (i, r) in held.iter().enumerate().rev() {
@@ -565,16 +573,60 @@ async fn replies_kept_for_other_requests_do_not_count_against_the_cap() {
     assert_eq!(r["resource_count"], 2);
 }
 
-/// A reply over the cap while several requests are in flight cannot be told apart. Each request
-/// it may have answered still gets its reply if one turns up within a second, and one that
-/// does not ends with the explanation, not at the probe's deadline. Here the prompts reply
-/// (100 KiB, cap 64 KiB) arrives while tools/list is awaited: tools/list still gets its own
-/// reply after it, the replies kept for resources and templates count, and prompts/list fails.
+/// A reply over the cap is dropped, but its id still says whose it was, wherever it stands in
+/// the reply: here the prompts reply (100 KiB, cap 64 KiB) arrives while tools/list is awaited,
+/// tools/list gets its own reply after it, and prompts/list ends at the cap, at once.
 #[tokio::test]
-async fn a_reply_over_the_cap_in_a_pipeline_does_not_hold_the_probe_to_its_deadline() {
+async fn a_reply_over_the_cap_in_a_pipeline_ends_the_request_it_answers() {
     let run = probe_held_sse(
         Held {
             padding: [0, 100 * 1024, 0, 0],
+            ..Held::default()
+        },
+        "5s",
+    )
+    .await;
+    run.expect("degraded", &["prompts-list-failed"]);
+    let codes = run.codes();
+    assert!(
+        !codes.contains(&"tools-list-failed".to_owned()),
+        "{codes:?}"
+    );
+    let prompts = finding_message(&run, "prompts-list-failed");
+    assert!(prompts.contains("over the 65536-byte cap"), "{prompts}");
+    assert!(!prompts.contains("cannot be told"), "{prompts}");
+    let r = run.report();
+    assert_eq!(r["tool_count"], 3);
+    assert_eq!(r["resource_count"], 2);
+    assert_eq!(r["resource_template_count"], 0);
+}
+
+/// The message of the first finding with this code.
+fn finding_message(run: &Run, code: &str) -> String {
+    let r = run.report();
+    r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["code"] == code)
+        .unwrap_or_else(|| panic!("no {code} in {r}"))["message"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// A reply over the cap that does not say whose it is (no id) cannot be told apart while
+/// several requests are in flight. Each request it may have answered still gets its reply if
+/// one turns up within a second, and one that does not ends with the explanation, not at the
+/// probe's deadline. Here the prompts reply (100 KiB, cap 64 KiB, no id) arrives while
+/// tools/list is awaited: tools/list still gets its own reply after it, the replies kept for
+/// resources and templates count, and prompts/list fails.
+#[tokio::test]
+async fn an_unattributable_reply_over_the_cap_does_not_hold_the_probe_to_its_deadline() {
+    let run = probe_held_sse(
+        Held {
+            padding: [0, 100 * 1024, 0, 0],
+            padded_without_id: true,
             ..Held::default()
         },
         "5s",
@@ -593,15 +645,7 @@ async fn a_reply_over_the_cap_in_a_pipeline_does_not_hold_the_probe_to_its_deadl
     );
     assert!(!codes.contains(&"timeout".to_owned()), "{codes:?}");
     let r = run.report();
-    let prompts = r["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["code"] == "prompts-list-failed")
-        .unwrap()["message"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let prompts = finding_message(&run, "prompts-list-failed");
     assert!(prompts.contains("cannot be told"), "{prompts}");
     assert_eq!(r["tool_count"], 3);
     assert_eq!(r["resource_count"], 2);
@@ -616,6 +660,7 @@ async fn a_later_page_waits_as_usual_after_an_unattributed_over_cap_reply() {
     let run = probe_held_sse(
         Held {
             padding: [0, 100 * 1024, 0, 0],
+            padded_without_id: true,
             slow_second_resources_page: Some(Duration::from_millis(1500)),
             ..Held::default()
         },
@@ -1150,6 +1195,69 @@ async fn a_repeated_reply_on_stdout_counts_against_the_cap() {
     .await;
     assert_list_cut_at_64k(&run);
     assert_eq!(run.report()["prompt_count"], 1);
+}
+
+/// A reply line over the cap is dropped, but its id still says whose it was: the exchange
+/// awaiting it ends at the cap, not at the deadline, and the line is not stdout noise.
+#[tokio::test]
+async fn a_reply_line_over_the_cap_ends_its_exchange() {
+    let dir = TempDir::new("big-reply");
+    let tools = mcp::tools_list_result(
+        vec![
+            json!({"name": "a", "description": "d".repeat(100 * 1024), "inputSchema": {"type": "object"}}),
+        ],
+        None,
+        false,
+    );
+    let script = StdioScript::new()
+        .on(
+            "initialize",
+            vec![Act::Result(mcp::initialize_result(mcp::LEGACY))],
+        )
+        .on("tools/list", vec![Act::Result(tools)])
+        .write(&dir, "server.sh");
+    let run = probe_script_with(
+        &script,
+        TIMEOUT,
+        &["--era", "legacy", "--max-response-size", "64KiB"],
+    )
+    .await;
+    assert_list_cut_at_64k(&run);
+    assert!(
+        !run.codes().contains(&"stdout-pollution".to_owned()),
+        "{:?}",
+        run.codes()
+    );
+}
+
+/// Over stdio too, a reply over the cap to another request of the pipeline (prompts/list,
+/// answered before tools/list) is put aside for it: tools/list gets its own reply, and
+/// prompts/list ends at the cap when it is collected.
+#[tokio::test]
+async fn a_reply_line_over_the_cap_to_another_request_ends_that_one() {
+    let dir = TempDir::new("big-other-reply");
+    let mut init = mcp::initialize_result(mcp::LEGACY);
+    init["capabilities"]["prompts"] = json!({});
+    let prompts = json!({"prompts": [{"name": "p", "description": "d".repeat(100 * 1024)}]});
+    let tools = mcp::tools_list_result(mcp::tools(&["a", "b"]), None, false);
+    let script = StdioScript::new()
+        .on("initialize", vec![Act::Result(init)])
+        .on(
+            "prompts/list",
+            vec![Act::Result(prompts), Act::ResultToPrevious(tools)],
+        )
+        .write(&dir, "server.sh");
+    let run = probe_script_with(
+        &script,
+        TIMEOUT,
+        &["--era", "legacy", "--max-response-size", "64KiB"],
+    )
+    .await;
+    run.expect("degraded", &["prompts-list-failed"]);
+    let prompts = finding_message(&run, "prompts-list-failed");
+    assert!(prompts.contains("over the 65536-byte cap"), "{prompts}");
+    assert_eq!(run.report()["tool_count"], 2);
+    assert!(!run.codes().contains(&"timeout".to_owned()));
 }
 
 #[tokio::test]
