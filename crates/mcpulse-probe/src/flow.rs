@@ -3,12 +3,12 @@
 use crate::security::{Rides, Side};
 use crate::target::{Plan, Target, TransportMode};
 use http::Uri;
-use mcpulse_transport::Limits;
 use mcpulse_transport::clock::Clock;
 use mcpulse_transport::http::{HttpClient, resolve};
 use mcpulse_transport::legacy_sse::{self, SseStream};
 use mcpulse_transport::stdio::StdioChild;
 use mcpulse_transport::streamable_http::{self, Post};
+use mcpulse_transport::{Call, Limits};
 use mcpulse_wire::auth;
 use mcpulse_wire::jsonrpc::Message;
 use mcpulse_wire::message::{self, ListKind};
@@ -174,20 +174,12 @@ enum Wire<'a> {
     Stdio(&'a mut StdioChild),
 }
 
-/// Sends one message over `wire`, records the exchange, and returns its index.
-#[allow(clippy::too_many_arguments)]
-async fn send(
-    wire: &mut Wire<'_>,
-    ctx: &mut Ctx<'_>,
-    step: Step,
-    era: Era,
-    page: Option<u32>,
-    msg: &Value,
-    id: Option<i64>,
-    deadline: Instant,
-) -> usize {
+/// Sends one message over `wire` (`call.era` is set: it chooses the headers), records the
+/// exchange, and returns its index.
+async fn send(wire: &mut Wire<'_>, ctx: &mut Ctx<'_>, call: Call<'_>, deadline: Instant) -> usize {
     let user_headers = ctx.plan.headers.as_slice();
-    let method = msg
+    let method = call
+        .message
         .get("method")
         .and_then(Value::as_str)
         .unwrap_or("")
@@ -199,7 +191,7 @@ async fn send(
             session,
         } => {
             let mut headers = Vec::new();
-            match (era, &session) {
+            match (call.era.unwrap_or(Era::Legacy), &session) {
                 (Era::Modern, _) => {
                     headers.push((
                         "mcp-protocol-version".to_owned(),
@@ -217,11 +209,7 @@ async fn send(
             }
             let post = Post {
                 uri,
-                step,
-                era: Some(era),
-                page,
-                id,
-                message: msg,
+                call,
                 headers,
                 user_headers,
             };
@@ -229,23 +217,10 @@ async fn send(
         }
         Wire::Sse { client, stream } => {
             stream
-                .exchange(
-                    client,
-                    step,
-                    page,
-                    id,
-                    msg,
-                    user_headers,
-                    ctx.limits,
-                    deadline,
-                )
+                .exchange(client, call, user_headers, ctx.limits, deadline)
                 .await
         }
-        Wire::Stdio(child) => {
-            child
-                .exchange(step, Some(era), page, id, msg, deadline)
-                .await
-        }
+        Wire::Stdio(child) => child.exchange(call, deadline).await,
     };
     ctx.push(ex)
 }
@@ -453,7 +428,7 @@ impl Wire<'_> {
                 let mut sent = Vec::with_capacity(requests.len());
                 for (step, id, msg) in requests {
                     let s = child
-                        .send(*step, Some(era), Some(1), Some(*id), msg, ctx.deadline)
+                        .send(first_page(*step, era, *id, msg), ctx.deadline)
                         .await;
                     sent.push(s);
                 }
@@ -464,17 +439,9 @@ impl Wire<'_> {
             Wire::Sse { client, stream } => {
                 let mut sent = Vec::with_capacity(requests.len());
                 for (step, id, msg) in requests {
+                    let call = first_page(*step, era, *id, msg);
                     let s = stream
-                        .send(
-                            client,
-                            *step,
-                            Some(1),
-                            Some(*id),
-                            msg,
-                            &ctx.plan.headers,
-                            ctx.limits,
-                            ctx.deadline,
-                        )
+                        .send(client, call, &ctx.plan.headers, ctx.limits, ctx.deadline)
                         .await;
                     sent.push(s);
                 }
@@ -486,6 +453,14 @@ impl Wire<'_> {
             Wire::Http { .. } => {}
         }
         out
+    }
+}
+
+/// The first page of a list, request `id`.
+fn first_page(step: Step, era: Era, id: i64, message: &Value) -> Call<'_> {
+    Call {
+        page: Some(1),
+        ..request(step, era, id, message)
     }
 }
 
@@ -506,17 +481,8 @@ async fn list(wire: &mut Wire<'_>, ctx: &mut Ctx<'_>, kind: ListKind, era: Era) 
     let id = ctx.id();
     let msg = message::list(id, kind, None, era, &ctx.plan.client);
     let deadline = ctx.deadline;
-    let first = send(
-        wire,
-        ctx,
-        list_step(kind),
-        era,
-        Some(1),
-        &msg,
-        Some(id),
-        deadline,
-    )
-    .await;
+    let call = first_page(list_step(kind), era, id, &msg);
+    let first = send(wire, ctx, call, deadline).await;
     more_pages(wire, ctx, kind, era, first).await;
 }
 
@@ -546,17 +512,11 @@ async fn more_pages(
         let id = ctx.id();
         let msg = message::list(id, kind, Some(&cursor), era, &ctx.plan.client);
         let deadline = ctx.deadline;
-        last = send(
-            wire,
-            ctx,
-            list_step(kind),
-            era,
-            Some(page),
-            &msg,
-            Some(id),
-            deadline,
-        )
-        .await;
+        let call = Call {
+            page: Some(page),
+            ..first_page(list_step(kind), era, id, &msg)
+        };
+        last = send(wire, ctx, call, deadline).await;
         taken = taken.saturating_add(ctx.ex(last).bytes_taken());
     }
 }
@@ -573,7 +533,7 @@ async fn initialize(wire: &mut Wire<'_>, ctx: &mut Ctx<'_>, step: Step) -> usize
     let id = ctx.id();
     let msg = message::initialize(id, &ctx.plan.client);
     let deadline = ctx.deadline;
-    send(wire, ctx, step, Era::Legacy, None, &msg, Some(id), deadline).await
+    send(wire, ctx, request(step, Era::Legacy, id, &msg), deadline).await
 }
 
 /// The rest of a legacy session once `initialize` succeeded: `notifications/initialized`, then
@@ -581,34 +541,33 @@ async fn initialize(wire: &mut Wire<'_>, ctx: &mut Ctx<'_>, step: Step) -> usize
 async fn legacy_session(wire: &mut Wire<'_>, ctx: &mut Ctx<'_>, capabilities: &Value) {
     let deadline = notification_deadline(ctx);
     let msg = message::initialized();
-    send(
-        wire,
-        ctx,
-        Step::Initialized,
-        Era::Legacy,
-        None,
-        &msg,
-        None,
-        deadline,
-    )
-    .await;
+    let call = Call {
+        step: Step::Initialized,
+        era: Some(Era::Legacy),
+        page: None,
+        id: None,
+        message: &msg,
+    };
+    send(wire, ctx, call, deadline).await;
     inventory(wire, ctx, Era::Legacy, capabilities).await;
 }
 
 /// `server/discover` (request `id`) over `wire`, waiting until `deadline`.
 async fn discover(wire: &mut Wire<'_>, ctx: &mut Ctx<'_>, id: i64, deadline: Instant) -> usize {
     let msg = message::discover(id, version::MODERN, &ctx.plan.client);
-    send(
-        wire,
-        ctx,
-        Step::Discover,
-        Era::Modern,
-        None,
-        &msg,
-        Some(id),
-        deadline,
-    )
-    .await
+    let call = request(Step::Discover, Era::Modern, id, &msg);
+    send(wire, ctx, call, deadline).await
+}
+
+/// Request `id` (not a list page).
+fn request(step: Step, era: Era, id: i64, message: &Value) -> Call<'_> {
+    Call {
+        step,
+        era: Some(era),
+        page: None,
+        id: Some(id),
+        message,
+    }
 }
 
 async fn probe_http(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>) {
@@ -871,16 +830,8 @@ async fn probe_stdio(
             Ok(mut s) => {
                 let id = ctx.id();
                 let msg = message::initialize(id, &ctx.plan.client);
-                let sent = s
-                    .send(
-                        Step::Initialize,
-                        Some(Era::Legacy),
-                        None,
-                        Some(id),
-                        &msg,
-                        ctx.deadline,
-                    )
-                    .await;
+                let call = request(Step::Initialize, Era::Legacy, id, &msg);
+                let sent = s.send(call, ctx.deadline).await;
                 sibling = Some((s, sent));
             }
             Err(rec) => ctx.tr.processes.push(*rec),

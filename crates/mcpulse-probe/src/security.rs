@@ -12,6 +12,7 @@
 
 use crate::flow::Ctx;
 use http::{Method, Uri};
+use mcpulse_transport::Call;
 use mcpulse_transport::http::{HttpClient, is_loopback_host, origin as http_origin, resolve};
 use mcpulse_transport::streamable_http::{self, Post};
 use mcpulse_wire::jsonrpc::Message;
@@ -216,11 +217,13 @@ async fn rebinding_check(
             body["id"] = Value::from(id);
             let post = Post {
                 uri: env.uri,
-                step,
-                era: hs.era,
-                page: None,
-                id: Some(id),
-                message: &body,
+                call: Call {
+                    step,
+                    era: hs.era,
+                    page: None,
+                    id: Some(id),
+                    message: &body,
+                },
                 headers,
                 user_headers: env.user_headers,
             };
@@ -379,11 +382,13 @@ async fn ping(
     let ping = serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "ping"});
     let post = Post {
         uri,
-        step,
-        era: Some(Era::Legacy),
-        page: None,
-        id: Some(id),
-        message: &ping,
+        call: Call {
+            step,
+            era: Some(Era::Legacy),
+            page: None,
+            id: Some(id),
+            message: &ping,
+        },
         headers,
         user_headers,
     };

@@ -5,16 +5,15 @@
 //! the stream it answers on can proceed together. Dropping [`SseStream`] ends the task and
 //! closes the stream.
 
-use crate::Limits;
 use crate::clock::Clock;
 use crate::http::{self, Chunk, HttpClient, Outgoing};
 use crate::streamable_http::{self, Tag, send_recorded, take_event};
+use crate::{Call, Limits};
 use ::http::{Method, Uri};
 use mcpulse_wire::jsonrpc::{Id, Message};
 use mcpulse_wire::sse;
 use mcpulse_wire::transcript::{Exchange, Outcome, Step, TransportKind};
 use mcpulse_wire::version::Era;
-use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout_at};
@@ -224,29 +223,16 @@ impl SseStream {
     }
 
     /// POSTs one message to the endpoint and, for a request, waits for its reply on the stream.
-    #[allow(clippy::too_many_arguments)]
     pub async fn exchange(
         &mut self,
         client: &mut HttpClient,
-        step: Step,
-        page: Option<u32>,
-        id: Option<i64>,
-        message: &Value,
+        call: Call<'_>,
         user_headers: &[(String, String)],
         limits: Limits,
         deadline: Instant,
     ) -> Exchange {
         let sent = self
-            .send(
-                client,
-                step,
-                page,
-                id,
-                message,
-                user_headers,
-                limits,
-                deadline,
-            )
+            .send(client, call, user_headers, limits, deadline)
             .await;
         self.receive(sent, client.clock(), limits, deadline).await
     }
@@ -254,15 +240,11 @@ impl SseStream {
     /// POSTs one message without waiting for its reply on the stream: several requests can be
     /// in flight at once (JSON-RPC matches replies by id), and [`SseStream::receive`] collects
     /// each one. The POSTs themselves go one after another on the kept-alive connection, so the
-    /// server receives the messages in the order sent.
-    #[allow(clippy::too_many_arguments)]
+    /// server receives the messages in the order sent. Every message is of the legacy era.
     pub async fn send(
         &mut self,
         client: &mut HttpClient,
-        step: Step,
-        page: Option<u32>,
-        id: Option<i64>,
-        message: &Value,
+        call: Call<'_>,
         user_headers: &[(String, String)],
         limits: Limits,
         deadline: Instant,
@@ -278,18 +260,17 @@ impl SseStream {
         };
         let post = streamable_http::Post {
             uri: &endpoint,
-            step,
-            era: Some(Era::Legacy),
-            page,
-            id,
-            message,
+            call: Call {
+                era: Some(Era::Legacy),
+                ..call
+            },
             headers: Vec::new(),
             user_headers,
         };
         let mut ex = streamable_http::post(client, post, limits, deadline).await;
         ex.transport = TransportKind::Sse;
         let accepted = ex.status().is_some_and(|s| (200..300).contains(&s));
-        let awaiting = match id {
+        let awaiting = match call.id {
             // Some servers answer in the POST body; a refused POST's status and body say why.
             Some(id) if accepted && !matches!(ex.outcome, Outcome::Reply { .. }) => {
                 self.in_flight.push(id);

@@ -17,6 +17,19 @@ pub mod legacy_sse;
 pub mod stdio;
 pub mod streamable_http;
 
+/// One JSON-RPC message to send, and how its exchange is named in the transcript. Every
+/// transport sends one: a POST ([`streamable_http::Post`]), a POST on the legacy stream
+/// ([`legacy_sse::SseStream::send`]), a line on a child's stdin ([`stdio::StdioChild::send`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Call<'a> {
+    pub step: mcpulse_wire::transcript::Step,
+    pub era: Option<mcpulse_wire::version::Era>,
+    pub page: Option<u32>,
+    /// The id of the request, or `None` for a notification.
+    pub id: Option<i64>,
+    pub message: &'a serde_json::Value,
+}
+
 /// Limits every transport applies.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {

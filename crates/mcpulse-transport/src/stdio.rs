@@ -7,17 +7,15 @@
 //! pollution; stderr lines are recorded with their time; the exit status is recorded when it
 //! comes.
 
-use crate::Limits;
 use crate::clock::Clock;
 use crate::streamable_http::start;
+use crate::{Call, Limits};
 use mcpulse_wire::jsonrpc::{self, Id, Message};
 use mcpulse_wire::message;
 use mcpulse_wire::ndjson::{Line, LineDecoder};
 use mcpulse_wire::transcript::{
-    Exchange, Exit, Frame, Outcome, Process, Request, Step, TimedLine, TransportKind,
+    Exchange, Exit, Frame, Outcome, Process, Request, TimedLine, TransportKind,
 };
-use mcpulse_wire::version::Era;
-use serde_json::Value;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -214,33 +212,17 @@ impl StdioChild {
 
     /// Writes one message and, for a request, waits for the reply with its id. Server-to-client
     /// requests that arrive meanwhile are declined with `-32601`, so the server does not hang.
-    pub async fn exchange(
-        &mut self,
-        step: Step,
-        era: Option<Era>,
-        page: Option<u32>,
-        id: Option<i64>,
-        msg: &Value,
-        deadline: Instant,
-    ) -> Exchange {
-        let sent = self.send(step, era, page, id, msg, deadline).await;
+    pub async fn exchange(&mut self, call: Call<'_>, deadline: Instant) -> Exchange {
+        let sent = self.send(call, deadline).await;
         self.receive(sent, deadline).await
     }
 
     /// Writes one message without waiting for its reply: several requests can be in flight at
     /// once (JSON-RPC matches replies by id), and [`StdioChild::receive`] collects each one. A
     /// reply that arrives while another is awaited is kept for its own `receive`.
-    pub async fn send(
-        &mut self,
-        step: Step,
-        era: Option<Era>,
-        page: Option<u32>,
-        id: Option<i64>,
-        msg: &Value,
-        deadline: Instant,
-    ) -> Sent {
+    pub async fn send(&mut self, call: Call<'_>, deadline: Instant) -> Sent {
         let started = Instant::now();
-        let line = msg.to_string();
+        let line = call.message.to_string();
         let request = Request {
             method: "stdio".into(),
             url: None,
@@ -248,11 +230,11 @@ impl StdioChild {
             body: Some(line.clone()),
         };
         let mut ex = start(
-            step,
+            call.step,
             TransportKind::Stdio,
-            era,
-            page,
-            id,
+            call.era,
+            call.page,
+            call.id,
             request,
             self.clock.at(),
         );
@@ -260,7 +242,7 @@ impl StdioChild {
         if let Err(message) = self.write_line(&line, deadline).await {
             ex.outcome = Outcome::TransportError { message };
             self.settle_exit(deadline).await;
-        } else if let Some(sent) = id {
+        } else if let Some(sent) = call.id {
             self.in_flight.push(sent);
             awaiting = Some(sent);
         } else {

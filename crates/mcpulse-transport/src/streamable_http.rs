@@ -2,8 +2,8 @@
 //! SSE stream (priming events, comments, progress and log notifications before the reply), a
 //! `202`, an HTML page, a status code alone, a body that never ends.
 
-use crate::Limits;
 use crate::http::{self, BodyEnd, Chunk, HttpClient, Outgoing, SendError};
+use crate::{Call, Limits};
 use ::http::Method;
 use mcpulse_wire::jsonrpc::{self, Message};
 use mcpulse_wire::sse;
@@ -11,18 +11,12 @@ use mcpulse_wire::transcript::{
     Exchange, Frame, HttpResponse, Outcome, Request, Step, TransportKind,
 };
 use mcpulse_wire::version::Era;
-use serde_json::Value;
 use tokio::time::Instant;
 
 /// What to POST.
 pub struct Post<'a> {
     pub uri: &'a ::http::Uri,
-    pub step: Step,
-    pub era: Option<Era>,
-    pub page: Option<u32>,
-    /// The id of the request, or `None` for a notification.
-    pub id: Option<i64>,
-    pub message: &'a Value,
+    pub call: Call<'a>,
     /// Protocol headers (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Session-Id`, ...).
     pub headers: Vec<(String, String)>,
     pub user_headers: &'a [(String, String)],
@@ -76,14 +70,14 @@ pub async fn post(
         uri: p.uri.clone(),
         headers,
         user_headers: p.user_headers,
-        body: Some(p.message.to_string()),
+        body: Some(p.call.message.to_string()),
     };
     let tag = Tag {
-        step: p.step,
+        step: p.call.step,
         transport: TransportKind::StreamableHttp,
-        era: p.era,
-        page: p.page,
-        id: p.id,
+        era: p.call.era,
+        page: p.call.page,
+        id: p.call.id,
     };
     let mut sent = send_recorded(client, &out, tag, true, deadline).await;
     if let Some(mut body) = sent.body.take() {
@@ -92,7 +86,7 @@ pub async fn post(
             &mut sent.ex,
             &mut body,
             sent.is_sse,
-            p.id,
+            p.call.id,
             limits,
             deadline,
             clock,
