@@ -994,10 +994,15 @@ fn record_removal(conn: &mut Connection, removal: &Removal) -> Result<(), Fail> 
         let tid = match known {
             Some(tid) => {
                 // Its incidents are resolved and its state forgotten: a target added back
-                // starts afresh (unknown, no streak), keeping only its accepted contract.
+                // starts afresh (unknown, no streak), keeping only its accepted contract. A
+                // state stored after the removal is the target's since it was added back (the
+                // removal's write came late): that one stays.
                 let none = encode("open incidents", &Incidents::new())?;
-                tx.prepare_cached("UPDATE targets SET incidents = ?2, state = NULL WHERE id = ?1")?
-                    .execute(params![tid, none])?;
+                tx.prepare_cached(
+                    "UPDATE targets SET incidents = ?2, state = NULL
+                     WHERE id = ?1 AND (updated_ms IS NULL OR updated_ms <= ?3)",
+                )?
+                .execute(params![tid, none, removal.at_ms])?;
                 tid
             }
             None if removal.alerts.is_empty() => return Ok(()),

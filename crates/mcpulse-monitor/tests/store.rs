@@ -1076,3 +1076,33 @@ fn a_removal_queues_its_resolves_records_the_event_and_clears_the_incidents() {
     assert!(store.transitions("never", 10).unwrap().is_empty());
     assert!(!store.load_states().unwrap().contains_key("never"));
 }
+
+/// A removal written late, after the target was added back and checked again, resolves the old
+/// incident but leaves the state stored since: the new incident stays open in the store.
+#[test]
+fn a_removal_written_after_the_target_was_checked_again_keeps_the_new_state() {
+    use mcpulse_monitor::check::Removal;
+    let dir = TempDir::new("late-removal");
+    let mut store = Store::open(&dir.db()).unwrap();
+    store.record(&[down("x", 1_000)], &[]).unwrap();
+    // Removed at 5 s; added back, and down again at 12 s, written before the removal.
+    store.record(&[down("x", 12_000)], &[]).unwrap();
+    store
+        .record_removal(&Removal {
+            target: "x".into(),
+            at_ms: 5_000,
+            event: Event::Removed {
+                at_ms: 5_000,
+                resolved: vec![dedup_key("x", "status")],
+            },
+            alerts: Vec::new(),
+            sinks: Vec::new(),
+        })
+        .unwrap();
+    let states = store.load_states().unwrap();
+    let (state, open) = &states["x"];
+    assert_eq!(state.since_ms, 12_000);
+    assert_eq!(open["status"].opened_ms, 12_000);
+    let events = store.transitions("x", 10).unwrap();
+    assert!(events.iter().any(|e| e["event"] == "removed"), "{events:?}");
+}

@@ -127,6 +127,9 @@ impl ReplySniffer {
             self.in_string = false;
             if top_level {
                 match self.top {
+                    // A key written with escapes (`"\u0069d"`) may be any key: the text is
+                    // not read further rather than misread.
+                    Top::ExpectKey if self.key.contains(&b'\\') => self.top = Top::Broken,
                     Top::ExpectKey => {
                         self.current = match self.key.as_slice() {
                             b"id" => Key::Id,
@@ -190,6 +193,10 @@ impl ReplySniffer {
             Top::ExpectValue => match b {
                 _ if ws => {}
                 b'{' | b'[' => {
+                    if self.current == Key::Id {
+                        // Not an id a reply can carry, and it replaces any before it.
+                        self.id = None;
+                    }
                     self.depth += 1;
                     self.top = Top::AfterValue;
                 }
@@ -309,6 +316,22 @@ mod tests {
         ] {
             assert_eq!(sniff(text), None, "{text}");
         }
+    }
+
+    #[test]
+    fn keys_are_read_as_the_decoder_reads_them() {
+        // The last `id` wins, as in the decoder; one that is not a scalar is no id.
+        assert_eq!(sniff(r#"{"id":1,"result":{},"id":2}"#), Some(Id::Num(2)));
+        assert_eq!(sniff(r#"{"id":1,"result":{},"id":[2]}"#), None);
+        assert_eq!(sniff(r#"{"id":1,"result":{},"id":{"a":2}}"#), None);
+        // A key with escapes may be `id` or `method`: nothing is told.
+        assert_eq!(sniff(r#"{"id":1,"result":{},"\u0069d":2}"#), None);
+        assert_eq!(sniff(r#"{"id":1,"result":{},"\u006dethod":"x"}"#), None);
+        // Escapes in values and nested keys are fine.
+        assert_eq!(
+            sniff(r#"{"id":"a\"b","result":{"\u0069d":9,"s":"\\"}}"#),
+            Some(Id::Str("a\"b".into()))
+        );
     }
 
     #[test]

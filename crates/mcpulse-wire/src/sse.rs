@@ -145,9 +145,12 @@ impl Decoder {
             return;
         }
         if self.oversize && line.is_empty() {
+            // Over the cap by a line that is not data (a long `id:` or comment), the data kept
+            // whole is looked at now.
+            let sniffer = data_sniffer(&mut self.sniffer, &self.pending.data);
             out.push(Item::TooLarge {
                 len_at_least: self.oversize_len + self.pending.data.len(),
-                reply_to: self.sniffer.as_ref().and_then(ReplySniffer::reply_id),
+                reply_to: sniffer.reply_id(),
             });
             self.reset();
             return;
@@ -353,6 +356,15 @@ mod tests {
             Some(Id::Num(1))
         );
         assert_eq!(id(&d.push(b"data: 0123456789abcdef0123\n\n")), None);
+        // Data within the cap, then a line that is not data over it: the data still tells.
+        let long_after = format!(
+            "data: {{\"id\":1,\"result\":0}}\nevent: {}\n\n",
+            "e".repeat(60)
+        );
+        assert_eq!(
+            id(&Decoder::new(30).push(long_after.as_bytes())),
+            Some(Id::Num(1))
+        );
     }
 
     #[test]

@@ -1247,10 +1247,18 @@ async fn a_reply_line_over_the_cap_to_another_request_ends_that_one() {
             vec![Act::Result(prompts), Act::ResultToPrevious(tools)],
         )
         .write(&dir, "server.sh");
+    let transcript = dir.join("transcript.json");
     let run = probe_script_with(
         &script,
         TIMEOUT,
-        &["--era", "legacy", "--max-response-size", "64KiB"],
+        &[
+            "--era",
+            "legacy",
+            "--max-response-size",
+            "64KiB",
+            "--transcript",
+            transcript.to_str().unwrap(),
+        ],
     )
     .await;
     run.expect("degraded", &["prompts-list-failed"]);
@@ -1258,6 +1266,23 @@ async fn a_reply_line_over_the_cap_to_another_request_ends_that_one() {
     assert!(prompts.contains("over the 65536-byte cap"), "{prompts}");
     assert_eq!(run.report()["tool_count"], 2);
     assert!(!run.codes().contains(&"timeout".to_owned()));
+    // Timed to its arrival (before the tools reply), not to when it was collected (after).
+    let tr: Value = serde_json::from_str(&std::fs::read_to_string(&transcript).unwrap()).unwrap();
+    let end = |step: &str| {
+        let e = tr["exchanges"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["step"] == step)
+            .unwrap();
+        e["at_ms"].as_f64().unwrap() + e["elapsed_ms"].as_f64().unwrap()
+    };
+    assert!(
+        end("prompts/list") <= end("tools/list"),
+        "prompts/list {} ms, tools/list {} ms",
+        end("prompts/list"),
+        end("tools/list")
+    );
 }
 
 #[tokio::test]
