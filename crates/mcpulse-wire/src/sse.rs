@@ -120,7 +120,12 @@ impl Decoder {
     /// The line being read has just gone over the cap: if it is a data line, the sniffer takes
     /// the event's data kept so far and what this line holds, then the rest as it comes.
     fn start_line_sniff(&mut self) {
-        let Some(value) = self.line.strip_prefix(b"data:") else {
+        // The stream's first line may still carry its byte-order mark (stripped at its end).
+        let line = match self.line.strip_prefix("\u{feff}".as_bytes()) {
+            Some(rest) if !self.started => rest,
+            _ => &self.line[..],
+        };
+        let Some(value) = line.strip_prefix(b"data:") else {
             return;
         };
         let value = value.strip_prefix(b" ").unwrap_or(value);
@@ -356,6 +361,9 @@ mod tests {
             Some(Id::Num(1))
         );
         assert_eq!(id(&d.push(b"data: 0123456789abcdef0123\n\n")), None);
+        // After a byte-order mark at the start of the stream too.
+        let bom = format!("\u{feff}data: {reply}\n\n");
+        assert_eq!(id(&Decoder::new(16).push(bom.as_bytes())), Some(Id::Num(5)));
         // Data within the cap, then a line that is not data over it: the data still tells.
         let long_after = format!(
             "data: {{\"id\":1,\"result\":0}}\nevent: {}\n\n",
