@@ -99,6 +99,20 @@ async fn probe_script_with(script: &std::path::Path, timeout: &str, extra: &[&st
     run_with(&args, &[], parse_secs(timeout) + SLACK).await
 }
 
+/// A legacy probe of a stdio script with a 64 KiB response cap (and more flags).
+async fn probe_legacy_capped(script: &std::path::Path, extra: &[&str]) -> Run {
+    let mut args = vec!["--era", "legacy", "--max-response-size", "64KiB"];
+    args.extend_from_slice(extra);
+    probe_script_with(script, TIMEOUT, &args).await
+}
+
+/// A legacy `initialize` result that advertises prompts.
+fn legacy_init_with_prompts() -> Value {
+    let mut init = mcp::initialize_result(mcp::LEGACY);
+    init["capabilities"]["prompts"] = json!({});
+    init
+}
+
 /// Up, with a list that failed at the 64 KiB response cap (not at the deadline): degraded,
 /// and the first finding says so.
 fn assert_list_cut_at_64k(run: &Run) {
@@ -1162,12 +1176,7 @@ async fn notifications_flooding_stdout_are_cut_at_the_cap() {
             vec![Act::Repeat(Box::new(Act::Stdout(log)), 256)],
         )
         .write(&dir, "server.sh");
-    let run = probe_script_with(
-        &script,
-        TIMEOUT,
-        &["--era", "legacy", "--max-response-size", "64KiB"],
-    )
-    .await;
+    let run = probe_legacy_capped(&script, &[]).await;
     assert_list_cut_at_64k(&run);
 }
 
@@ -1177,8 +1186,7 @@ async fn notifications_flooding_stdout_are_cut_at_the_cap() {
 #[tokio::test]
 async fn a_repeated_reply_on_stdout_counts_against_the_cap() {
     let dir = TempDir::new("repeat");
-    let mut init = mcp::initialize_result(mcp::LEGACY);
-    init["capabilities"]["prompts"] = json!({});
+    let init = legacy_init_with_prompts();
     let prompts = json!({"prompts": [{"name": "p", "description": "d".repeat(1024)}]});
     let script = StdioScript::new()
         .on("initialize", vec![Act::Result(init)])
@@ -1187,12 +1195,7 @@ async fn a_repeated_reply_on_stdout_counts_against_the_cap() {
             vec![Act::Repeat(Box::new(Act::Result(prompts)), 100)],
         )
         .write(&dir, "server.sh");
-    let run = probe_script_with(
-        &script,
-        TIMEOUT,
-        &["--era", "legacy", "--max-response-size", "64KiB"],
-    )
-    .await;
+    let run = probe_legacy_capped(&script, &[]).await;
     assert_list_cut_at_64k(&run);
     assert_eq!(run.report()["prompt_count"], 1);
 }
@@ -1216,12 +1219,7 @@ async fn a_reply_line_over_the_cap_ends_its_exchange() {
         )
         .on("tools/list", vec![Act::Result(tools)])
         .write(&dir, "server.sh");
-    let run = probe_script_with(
-        &script,
-        TIMEOUT,
-        &["--era", "legacy", "--max-response-size", "64KiB"],
-    )
-    .await;
+    let run = probe_legacy_capped(&script, &[]).await;
     assert_list_cut_at_64k(&run);
     assert!(
         !run.codes().contains(&"stdout-pollution".to_owned()),
@@ -1236,8 +1234,7 @@ async fn a_reply_line_over_the_cap_ends_its_exchange() {
 #[tokio::test]
 async fn a_reply_line_over_the_cap_to_another_request_ends_that_one() {
     let dir = TempDir::new("big-other-reply");
-    let mut init = mcp::initialize_result(mcp::LEGACY);
-    init["capabilities"]["prompts"] = json!({});
+    let init = legacy_init_with_prompts();
     let prompts = json!({"prompts": [{"name": "p", "description": "d".repeat(100 * 1024)}]});
     let tools = mcp::tools_list_result(mcp::tools(&["a", "b"]), None, false);
     let script = StdioScript::new()
@@ -1248,19 +1245,7 @@ async fn a_reply_line_over_the_cap_to_another_request_ends_that_one() {
         )
         .write(&dir, "server.sh");
     let transcript = dir.join("transcript.json");
-    let run = probe_script_with(
-        &script,
-        TIMEOUT,
-        &[
-            "--era",
-            "legacy",
-            "--max-response-size",
-            "64KiB",
-            "--transcript",
-            transcript.to_str().unwrap(),
-        ],
-    )
-    .await;
+    let run = probe_legacy_capped(&script, &["--transcript", transcript.to_str().unwrap()]).await;
     run.expect("degraded", &["prompts-list-failed"]);
     let prompts = finding_message(&run, "prompts-list-failed");
     assert!(prompts.contains("over the 65536-byte cap"), "{prompts}");
