@@ -326,27 +326,29 @@ mod tests {
             items.extend(d.push(&[*b]));
         }
         assert_eq!(id(&items), Some(Id::Num(5)));
-        let split = "data: {\"result\":\ndata: {\"a\":\"0123\"},\ndata: \"id\":6}\n\n";
-        assert_eq!(
-            id(&Decoder::new(20).push(split.as_bytes())),
-            Some(Id::Num(6))
-        );
-        let late = format!(
-            "data: {{\"result\":\"{}\",\ndata: \"id\":7}}\n\n",
-            "x".repeat(40)
-        );
-        assert_eq!(
-            id(&Decoder::new(16).push(late.as_bytes())),
-            Some(Id::Num(7))
-        );
-        let two_long = format!(
-            "data: {{\"result\":\"{0}\",\ndata: \"pad\":\"{0}\",\"id\":8}}\n\n",
-            "x".repeat(40)
-        );
-        assert_eq!(
-            id(&Decoder::new(16).push(two_long.as_bytes())),
-            Some(Id::Num(8))
-        );
+        // Data lines that each fit but together do not; a line that went over before the id
+        // came; two lines over the cap, the id in the second.
+        let pad = "x".repeat(40);
+        for (text, cap, want) in [
+            (
+                "data: {\"result\":\ndata: {\"a\":\"0123\"},\ndata: \"id\":6}\n\n".to_owned(),
+                20,
+                6,
+            ),
+            (
+                format!("data: {{\"result\":\"{pad}\",\ndata: \"id\":7}}\n\n"),
+                16,
+                7,
+            ),
+            (
+                format!("data: {{\"result\":\"{pad}\",\ndata: \"pad\":\"{pad}\",\"id\":8}}\n\n"),
+                16,
+                8,
+            ),
+        ] {
+            let got = id(&Decoder::new(cap).push(text.as_bytes()));
+            assert_eq!(got, Some(Id::Num(want)), "{text}");
+        }
         // A notification, or a long line that is not data, answers nobody; the next event is
         // sniffed afresh.
         let note =

@@ -117,10 +117,7 @@ fn legacy_init_with_prompts() -> Value {
 /// and the first finding says so.
 fn assert_list_cut_at_64k(run: &Run) {
     run.expect("degraded", &["tools-list-failed"]);
-    let message = run.report()["findings"][0]["message"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let message = first_message(run);
     assert!(message.contains("over the 65536-byte cap"), "{message}");
     assert!(!run.codes().contains(&"timeout".to_owned()));
 }
@@ -615,6 +612,14 @@ async fn a_reply_over_the_cap_in_a_pipeline_ends_the_request_it_answers() {
     assert_eq!(r["resource_template_count"], 0);
 }
 
+/// The message of the first finding (the one that decided the status).
+fn first_message(run: &Run) -> String {
+    run.report()["findings"][0]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
 /// The message of the first finding with this code.
 fn finding_message(run: &Run, code: &str) -> String {
     let r = run.report();
@@ -752,10 +757,7 @@ async fn pages_are_not_followed_past_the_response_cap() {
     )
     .await;
     run.expect("degraded", &["tools-list-failed"]);
-    let message = run.report()["findings"][0]["message"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let message = first_message(&run);
     assert!(
         message.contains("passed the 65536-byte cap") && message.contains("first 2 pages"),
         "{message}"
@@ -831,10 +833,7 @@ async fn html_page_with_status_200_is_not_json_rpc() {
     let run = probe_url(&server.url("/mcp"), TIMEOUT, &[]).await;
     run.expect("down", &["not-json-rpc"]);
     assert_eq!(run.codes(), ["not-json-rpc"]);
-    let message = run.report()["findings"][0]["message"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let message = first_message(&run);
     assert!(message.contains("HTML"), "{message}");
     // A 2xx without a JSON-RPC reply is a legacy candidate: initialize is tried too.
     assert_eq!(server.methods(), ["server/discover", "initialize"]);
@@ -931,10 +930,7 @@ async fn reply_with_the_wrong_id_is_reported() {
     .await;
     let run = probe_url(&server.url("/mcp"), TIMEOUT, &[]).await;
     run.expect("down", &["wrong-reply-id"]);
-    let message = run.report()["findings"][0]["message"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let message = first_message(&run);
     assert!(message.contains("999"), "{message}");
 }
 
@@ -957,10 +953,7 @@ async fn oversize_body_is_cut_at_the_cap() {
     )
     .await;
     run.expect("down", &["response-too-large"]);
-    let message = run.report()["findings"][0]["message"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let message = first_message(&run);
     assert!(message.contains("65536"), "{message}");
     assert_eq!(server.methods(), ["server/discover"]);
 }
