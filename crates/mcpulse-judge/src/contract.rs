@@ -10,6 +10,7 @@
 //! The contract is taken from a transcript (record, then judge), so a stored transcript yields
 //! the same contract as the live probe did.
 
+use crate::replies::Replies;
 use mcpulse_wire::jsonrpc::Message;
 use mcpulse_wire::transcript::{Step, Transcript};
 use serde::{Deserialize, Serialize};
@@ -150,12 +151,17 @@ impl Contract {
 /// The contract of the server in a transcript; `None` when no handshake completed or the
 /// tools could not be listed (a contract with a hole in it would read as drift).
 pub fn from_transcript(tr: &Transcript) -> Option<Contract> {
-    let _replies = crate::replies::Scope::enter();
+    from_replies(&Replies::new(tr))
+}
+
+/// [`from_transcript`], reading the replies of a judgement's view.
+pub(crate) fn from_replies(replies: &Replies<'_>) -> Option<Contract> {
+    let tr = replies.transcript();
     let (era, decoded) = tr.exchanges.iter().find_map(|ex| {
         if !matches!(ex.step, Step::Discover | Step::Initialize) {
             return None;
         }
-        let d = crate::replies::reply(ex)?;
+        let d = replies.of(ex)?;
         match (&d.message, ex.step) {
             (Message::Result { result, .. }, Step::Discover)
                 if result.get("supportedVersions").is_some_and(Value::is_array) =>
@@ -215,7 +221,7 @@ pub fn from_transcript(tr: &Transcript) -> Option<Contract> {
             .collect();
         let mut items = Vec::new();
         for (i, ex) in pages.iter().enumerate() {
-            match crate::replies::reply(ex).as_deref().map(|d| &d.message) {
+            match replies.of(ex).as_deref().map(|d| &d.message) {
                 Some(Message::Result { result, .. }) => {
                     if let Some(Value::Array(a)) = result.get(kind.result_key()) {
                         items.extend(a.iter().cloned());

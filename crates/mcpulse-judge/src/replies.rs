@@ -1,76 +1,56 @@
-//! Each reply of a transcript decoded once per judgement.
+//! A transcript with each reply decoded at most once: what one judgement reads.
 //!
-//! [`Exchange::reply`] parses the reply's JSON every time it is asked, and a judgement asks
-//! for the same replies many times (the verdict, the inventory, the contract, the security
-//! rules, the envelope check): a `tools/list` reply was parsed five times per probe, which was
-//! the larger part of judging. Inside a [`Scope`], [`reply`] parses each reply text once and
-//! hands out shared references to it. The memo is keyed by the text itself (decoding is a pure
-//! function of it), so it can never answer for another text; it lives on this thread only while
-//! the outermost scope does, so it holds nothing between judgements.
+//! [`Exchange::reply`] parses the reply's JSON every time it is asked, and a judgement asks for
+//! the same replies many times (the verdict, the inventory, the contract, the security rules,
+//! the envelope check): a `tools/list` reply was parsed five times per probe, which was the
+//! larger part of judging. A [`Replies`] is made once per judgement and passed to every part of
+//! it; each reply is parsed the first time a part asks for it, and the view is dropped with the
+//! judgement, so nothing is kept between judgements and nothing is shared between threads.
 
 use mcpulse_wire::jsonrpc::Decoded;
-use mcpulse_wire::transcript::{Exchange, Outcome};
-use std::cell::RefCell;
-use std::rc::Rc;
+use mcpulse_wire::transcript::{Exchange, Transcript};
+use std::borrow::Cow;
+use std::cell::OnceCell;
 
-type Memo = Vec<(String, Option<Rc<Decoded>>)>;
-
-thread_local! {
-    static MEMO: RefCell<Option<Memo>> = const { RefCell::new(None) };
+pub(crate) struct Replies<'t> {
+    tr: &'t Transcript,
+    /// One cell per exchange of `tr`, in the same order.
+    decoded: Vec<OnceCell<Option<Decoded>>>,
 }
 
-/// While a scope is alive on this thread, [`reply`] memoizes. Scopes nest; the outermost one
-/// clears the memo when it ends.
-pub(crate) struct Scope {
-    outermost: bool,
-}
-
-impl Scope {
-    pub(crate) fn enter() -> Scope {
-        MEMO.with(|m| {
-            let mut m = m.borrow_mut();
-            let outermost = m.is_none();
-            if outermost {
-                *m = Some(Vec::new());
-            }
-            Scope { outermost }
-        })
-    }
-}
-
-impl Drop for Scope {
-    fn drop(&mut self) {
-        if self.outermost {
-            MEMO.with(|m| *m.borrow_mut() = None);
+impl<'t> Replies<'t> {
+    pub(crate) fn new(tr: &'t Transcript) -> Replies<'t> {
+        Replies {
+            tr,
+            decoded: tr.exchanges.iter().map(|_| OnceCell::new()).collect(),
         }
     }
-}
 
-/// [`Exchange::reply`], parsed at most once per scope.
-pub(crate) fn reply(ex: &Exchange) -> Option<Rc<Decoded>> {
-    let Outcome::Reply { frame } = ex.outcome else {
-        return None;
-    };
-    let raw = &ex.frames.get(frame)?.raw;
-    MEMO.with(|m| {
-        let mut m = m.borrow_mut();
-        let Some(memo) = m.as_mut() else {
-            return ex.reply().map(Rc::new);
-        };
-        if let Some((_, d)) = memo.iter().find(|(text, _)| text == raw) {
-            return d.clone();
+    pub(crate) fn transcript(&self) -> &'t Transcript {
+        self.tr
+    }
+
+    /// [`Exchange::reply`] of `ex`, an exchange of this transcript, parsed at most once.
+    ///
+    /// An exchange from elsewhere (a caller's mistake: every caller in this crate takes its
+    /// exchanges from [`Replies::transcript`]) is decoded afresh each time, never answered
+    /// from another exchange's cell.
+    pub(crate) fn of(&self, ex: &Exchange) -> Option<Cow<'_, Decoded>> {
+        let i = self.tr.exchanges.iter().position(|e| std::ptr::eq(e, ex));
+        match i.and_then(|i| self.decoded.get(i)) {
+            Some(cell) => cell.get_or_init(|| ex.reply()).as_ref().map(Cow::Borrowed),
+            None => ex.reply().map(Cow::Owned),
         }
-        let d = ex.reply().map(Rc::new);
-        memo.push((raw.clone(), d.clone()));
-        d
-    })
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mcpulse_wire::jsonrpc::Message;
-    use mcpulse_wire::transcript::{Frame, Request, Step, TransportKind};
+    use mcpulse_wire::transcript::{
+        Frame, Outcome, PlanRecord, Request, Step, TargetKind, TargetRecord, TransportKind,
+    };
+    use mcpulse_wire::version::EraMode;
 
     fn ex(raw: &str) -> Exchange {
         Exchange {
@@ -95,37 +75,53 @@ mod tests {
         }
     }
 
-    #[test]
-    fn memoized_replies_are_the_replies() {
-        let a = ex(r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}"#);
-        let b = ex(r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"x"}]}}"#);
-        let _scope = Scope::enter();
-        for _ in 0..2 {
-            for e in [&a, &b] {
-                assert_eq!(reply(e).as_deref(), e.reply().as_ref());
-            }
-        }
-        let first = reply(&a);
-        assert!(first.is_some_and(|d| Rc::ptr_eq(&d, &reply(&a).unwrap_or_else(|| d.clone()))));
-        assert!(matches!(
-            reply(&b).as_deref().map(|d| &d.message),
-            Some(Message::Result { .. })
-        ));
+    fn transcript(exchanges: Vec<Exchange>) -> Transcript {
+        let target = TargetRecord {
+            display: "t".into(),
+            kind: TargetKind::Http,
+            host: None,
+        };
+        let plan = PlanRecord {
+            era: EraMode::Auto,
+            security: false,
+            credentials: false,
+            timeout_ms: 1000,
+            max_response_bytes: 1 << 20,
+        };
+        let mut tr = Transcript::new(target, plan, 0);
+        tr.exchanges = exchanges;
+        tr
     }
 
     #[test]
-    fn no_memo_outside_a_scope() {
-        let a = ex(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#);
-        assert_eq!(reply(&a).as_deref(), a.reply().as_ref());
-        MEMO.with(|m| assert!(m.borrow().is_none()));
-        {
-            let _outer = Scope::enter();
-            {
-                let _inner = Scope::enter();
-                reply(&a);
+    fn each_reply_is_its_own_and_decoded_once() {
+        let a = r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}"#;
+        let b = r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"x"}]}}"#;
+        let tr = transcript(vec![ex(a), ex(b), ex(a), ex("not json")]);
+        let replies = Replies::new(&tr);
+        for _ in 0..2 {
+            for e in &tr.exchanges {
+                assert_eq!(replies.of(e).as_deref(), e.reply().as_ref());
             }
-            MEMO.with(|m| assert_eq!(m.borrow().as_ref().map(Vec::len), Some(1)));
         }
-        MEMO.with(|m| assert!(m.borrow().is_none()));
+        // The same text in two exchanges is two cells: each answers for its own exchange.
+        for (i, e) in tr.exchanges.iter().enumerate() {
+            let (Some(Cow::Borrowed(first)), Some(Cow::Borrowed(again))) =
+                (replies.of(e), replies.of(e))
+            else {
+                assert_eq!(i, 3, "only the non-JSON reply has nothing to share");
+                continue;
+            };
+            assert!(std::ptr::eq(first, again), "exchange {i} was decoded twice");
+        }
+    }
+
+    #[test]
+    fn a_stray_exchange_is_decoded_afresh() {
+        let tr = transcript(vec![ex(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#)]);
+        let stray = ex(r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}"#);
+        let replies = Replies::new(&tr);
+        assert!(matches!(replies.of(&stray), Some(Cow::Owned(_))));
+        assert_eq!(replies.of(&stray).as_deref(), stray.reply().as_ref());
     }
 }

@@ -1,7 +1,7 @@
 //! From a transcript to a report: the facts (era, versions, server, tools, timings, auth) and
 //! the verdict (status and findings).
 
-use crate::replies::reply;
+use crate::replies::Replies;
 use crate::rules::{Finding, Rule, Severity, Status};
 use mcpulse_wire::auth;
 use mcpulse_wire::jsonrpc::{self, Message};
@@ -173,9 +173,10 @@ pub struct Timings {
 /// Judges a transcript.
 pub fn judge(tr: &Transcript, policy: &Policy) -> Report {
     // Every reply below is parsed once, however many rules read it.
-    let _replies = crate::replies::Scope::enter();
+    let replies = Replies::new(tr);
     let mut j = Judgement {
         tr,
+        replies: &replies,
         findings: Vec::new(),
     };
     let mut report = Report {
@@ -204,15 +205,15 @@ pub fn judge(tr: &Transcript, policy: &Policy) -> Report {
         },
         findings: Vec::new(),
         grade: String::new(),
-        security: crate::security::assess(tr, &all_tools(tr), policy.expect_auth),
+        security: crate::security::assess(&replies, &all_tools(&replies), policy.expect_auth),
         digests: None,
         drift: None,
-        contract: crate::contract::from_transcript(tr),
+        contract: crate::contract::from_replies(&replies),
         stderr: stderr_tail(&tr.processes),
     };
     report.digests = report.contract.as_ref().map(Digests::of);
     j.connection_timings(&mut report);
-    match handshake(tr) {
+    match handshake(&replies) {
         Some(hs) => {
             j.up(&mut report, &hs, policy);
             j.exited_after_handshake();
@@ -232,6 +233,8 @@ pub fn judge(tr: &Transcript, policy: &Policy) -> Report {
 
 struct Judgement<'a> {
     tr: &'a Transcript,
+    /// `tr`'s replies, each decoded once.
+    replies: &'a Replies<'a>,
     findings: Vec<Finding>,
 }
 
@@ -242,12 +245,12 @@ struct Handshake<'a> {
     result: Value,
 }
 
-fn handshake(tr: &Transcript) -> Option<Handshake<'_>> {
-    tr.exchanges.iter().find_map(|ex| {
+fn handshake<'t>(replies: &Replies<'t>) -> Option<Handshake<'t>> {
+    replies.transcript().exchanges.iter().find_map(|ex| {
         if !matches!(ex.step, Step::Discover | Step::Initialize) {
             return None;
         }
-        let d = reply(ex)?;
+        let d = replies.of(ex)?;
         let Message::Result { result, .. } = &d.message else {
             return None;
         };
@@ -322,7 +325,7 @@ impl Judgement<'_> {
                 // Dual-era: a legacy initialize to the same server, in auto mode (over stdio,
                 // in a sibling process; the last attempt counts if that one died first).
                 if let Some(check) = tr.exchanges.iter().rfind(|e| e.step == Step::DualEraCheck) {
-                    let checked = reply(check);
+                    let checked = self.replies.of(check);
                     let dual = matches!(checked.as_deref().map(|d| &d.message),
                         Some(Message::Result { result, .. }) if result.get("protocolVersion").is_some());
                     report.dual_era = Some(dual);
@@ -487,7 +490,7 @@ impl Judgement<'_> {
         let mut items = Vec::new();
         let mut cursors: Vec<String> = Vec::new();
         for ex in &pages {
-            let decoded = reply(ex);
+            let decoded = self.replies.of(ex);
             let result = match decoded.as_deref().map(|d| &d.message) {
                 Some(Message::Result { result, .. }) => result,
                 _ => {
@@ -538,7 +541,7 @@ impl Judgement<'_> {
         }
         let last_has_next = pages
             .last()
-            .and_then(|e| reply(e))
+            .and_then(|e| self.replies.of(e))
             .is_some_and(|d| matches!(d.message, Message::Result { ref result, .. } if result.get("nextCursor").is_some_and(Value::is_string)));
         let taken: usize = pages.iter().map(|e| e.bytes_taken()).sum();
         let cap = self.tr.plan.max_response_bytes;
@@ -982,7 +985,7 @@ impl Judgement<'_> {
             .tr
             .exchanges
             .iter()
-            .filter_map(reply)
+            .filter_map(|e| self.replies.of(e))
             .any(|d| d.bad_version);
         if bad {
             self.add(Rule::JsonRpcEnvelope.finding("a reply lacked \"jsonrpc\": \"2.0\""));
@@ -1094,11 +1097,13 @@ fn tool_summary(v: &Value) -> Option<ToolSummary> {
 }
 
 /// Every tool object from every page of `tools/list`.
-fn all_tools(tr: &Transcript) -> Vec<Value> {
-    tr.exchanges
+fn all_tools(replies: &Replies<'_>) -> Vec<Value> {
+    replies
+        .transcript()
+        .exchanges
         .iter()
         .filter(|e| e.step == Step::ToolsList)
-        .filter_map(|e| match reply(e).as_deref().map(|d| &d.message) {
+        .filter_map(|e| match replies.of(e).as_deref().map(|d| &d.message) {
             Some(Message::Result { result, .. }) => {
                 result.get("tools").and_then(Value::as_array).cloned()
             }

@@ -7,6 +7,7 @@
 //! score ≥ 90, B ≥ 75, C ≥ 60, D ≥ 40, F below; and any critical finding makes the grade F.
 
 use crate::drift::is_hidden_char;
+use crate::replies::Replies;
 use mcpulse_wire::auth;
 use mcpulse_wire::jsonrpc::Message;
 use mcpulse_wire::transcript::{
@@ -200,6 +201,8 @@ pub const DESTRUCTIVE_WORDS: &[&str] = &[
 
 struct Ctx<'a> {
     tr: &'a Transcript,
+    /// `tr`'s replies, each decoded once.
+    replies: &'a Replies<'a>,
     out: Vec<SecurityFinding>,
 }
 
@@ -241,9 +244,11 @@ pub fn evidence(ex: &Exchange) -> String {
 }
 
 /// Grades a transcript. `expect_auth` makes an unauthenticated remote server a high finding.
-pub fn assess(tr: &Transcript, tools: &[Value], expect_auth: bool) -> Security {
+pub(crate) fn assess(replies: &Replies<'_>, tools: &[Value], expect_auth: bool) -> Security {
+    let tr = replies.transcript();
     let mut c = Ctx {
         tr,
+        replies,
         out: Vec::new(),
     };
     let host = tr.target.host.clone().unwrap_or_default();
@@ -254,7 +259,7 @@ pub fn assess(tr: &Transcript, tools: &[Value], expect_auth: bool) -> Security {
     let handshake_ok = tr.exchanges.iter().any(|e| {
         matches!(e.step, Step::Discover | Step::Initialize)
             && matches!(
-                crate::replies::reply(e).as_deref().map(|d| &d.message),
+                replies.of(e).as_deref().map(|d| &d.message),
                 Some(Message::Result { .. })
             )
     });
@@ -521,7 +526,7 @@ fn auth_rules(
         let list = tr.exchanges.iter().find(|e| {
             e.step == Step::ToolsList
                 && matches!(
-                    crate::replies::reply(e).as_deref().map(|d| &d.message),
+                    c.replies.of(e).as_deref().map(|d| &d.message),
                     Some(Message::Result { .. })
                 )
         });
