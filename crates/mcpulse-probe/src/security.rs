@@ -96,6 +96,11 @@ pub(crate) fn side_checks<'u>(
     let (id_origin, id_host) = (ctx.id(), ctx.id());
     let user_headers = ctx.plan.headers.clone();
     let (limits, deadline) = (ctx.limits, ctx.deadline);
+    // A replay that opens a session and then never finishes its answer must leave time to
+    // delete that session: the replays get three quarters of the time left, the DELETEs the
+    // rest.
+    let now = tokio::time::Instant::now();
+    let replay_until = now + deadline.saturating_duration_since(now) / 4 * 3;
     let (mut c1, mut c2, mut c3) = (client.fork(), client.fork(), client.fork());
     Some(async move {
         let (sse_endpoint, own_session) = match &rides {
@@ -109,7 +114,12 @@ pub(crate) fn side_checks<'u>(
             user_headers: &user_headers,
             limits,
             deadline,
+            cleanup_until: deadline,
             own_session,
+        };
+        let replays = Env {
+            deadline: replay_until,
+            ..env
         };
         let origin = ("origin".to_owned(), FOREIGN_ORIGIN.to_owned());
         let host = ("host".to_owned(), FOREIGN_HOST.to_owned());
@@ -118,10 +128,10 @@ pub(crate) fn side_checks<'u>(
             matches!(rides, Rides::Nothing) && hs.transport == TransportKind::StreamableHttp;
         // Independent of each other: all at once, their records in a fixed order.
         let (a, b, c) = tokio::join!(
-            rebinding_check(&mut c1, &env, &hs, Step::OriginCheck, origin, id_origin),
+            rebinding_check(&mut c1, &replays, &hs, Step::OriginCheck, origin, id_origin),
             async {
                 if host_here {
-                    rebinding_check(&mut c2, &env, &hs, Step::HostCheck, host, id_host).await
+                    rebinding_check(&mut c2, &replays, &hs, Step::HostCheck, host, id_host).await
                 } else {
                     Vec::new()
                 }
@@ -154,12 +164,17 @@ fn handshake(ctx: &Ctx<'_>) -> Option<Exchange> {
 }
 
 /// What every check needs to send.
+#[derive(Clone, Copy)]
 struct Env<'a> {
     uri: &'a Uri,
     sse_endpoint: Option<&'a Uri>,
     user_headers: &'a [(String, String)],
     limits: mcpulse_transport::Limits,
+    /// When the check itself gives up.
     deadline: tokio::time::Instant,
+    /// When the DELETE of a session the check opened gives up: later than `deadline`, so that
+    /// a check whose answer never ends still leaves that DELETE time to go.
+    cleanup_until: tokio::time::Instant,
     /// The probe's own legacy session id, if any: a check that is handed the same id (a server
     /// that issues one id to everyone) must not end the probe's session with its DELETE.
     own_session: Option<&'a str>,
@@ -186,11 +201,30 @@ async fn rebinding_check(
     extra: (String, String),
     id: i64,
 ) -> Vec<Exchange> {
-    let ex = match hs.transport {
+    let Some(ex) = replay(client, env, hs, step, extra, id).await else {
+        return Vec::new();
+    };
+    let opened = opened_session(env, hs, &ex);
+    let mut out = vec![ex];
+    if let Some(sid) = opened {
+        out.push(end_session(client, env, sid).await);
+    }
+    out
+}
+
+/// [`rebinding_check`] without the DELETE: the replay alone, until `env.deadline`. `None`
+/// when there is nothing to replay it with (no SSE endpoint; a handshake body that is gone).
+async fn replay(
+    client: &mut HttpClient,
+    env: &Env<'_>,
+    hs: &Exchange,
+    step: Step,
+    extra: (String, String),
+    id: i64,
+) -> Option<Exchange> {
+    match hs.transport {
         TransportKind::Sse => {
-            let Some(endpoint) = env.sse_endpoint else {
-                return Vec::new();
-            };
+            let endpoint = env.sse_endpoint?;
             // Credentials go to the endpoint only on the target's own origin, as in the session.
             let user_headers = if http_origin(endpoint) == http_origin(env.uri) {
                 env.user_headers
@@ -201,17 +235,14 @@ async fn rebinding_check(
             // finding, so the reply is not waited for.
             let mut ex = ping(client, env, endpoint, step, id, vec![extra], user_headers).await;
             ex.transport = TransportKind::Sse;
-            ex
+            Some(ex)
         }
         _ => {
-            let Some(mut body) = hs
+            let mut body = hs
                 .request
                 .body
                 .as_deref()
-                .and_then(|b| serde_json::from_str::<Value>(b).ok())
-            else {
-                return Vec::new();
-            };
+                .and_then(|b| serde_json::from_str::<Value>(b).ok())?;
             let mut headers = handshake_headers(hs);
             headers.push(extra);
             body["id"] = Value::from(id);
@@ -227,38 +258,38 @@ async fn rebinding_check(
                 headers,
                 user_headers: env.user_headers,
             };
-            streamable_http::post(client, post, env.limits, env.deadline).await
+            Some(streamable_http::post(client, post, env.limits, env.deadline).await)
         }
-    };
-    // A session opened by a replayed handshake is deleted (an SSE ping opens none; and the
-    // probe's own session, handed out again by a server that gives everyone one id, is the
-    // flow's to end).
-    let sid = ex
-        .header("mcp-session-id")
-        .filter(|id| hs.transport != TransportKind::Sse && Some(*id) != env.own_session)
-        .map(str::to_owned);
-    let ok = ex.status().is_some_and(|s| (200..300).contains(&s));
-    let mut out = vec![ex];
-    if let (true, Some(sid)) = (ok, sid) {
-        let headers = vec![
-            ("mcp-session-id".to_owned(), sid),
-            (
-                "mcp-protocol-version".to_owned(),
-                version::LEGACY_LATEST.to_owned(),
-            ),
-        ];
-        out.push(
-            streamable_http::delete_session(
-                client,
-                env.uri,
-                headers,
-                env.user_headers,
-                env.deadline,
-            )
-            .await,
-        );
     }
-    out
+}
+
+/// The session a replayed handshake opened, to be deleted: none for an SSE ping, and not the
+/// probe's own session, handed out again by a server that gives everyone one id (that one is
+/// the flow's to end).
+fn opened_session(env: &Env<'_>, hs: &Exchange, ex: &Exchange) -> Option<String> {
+    let ok = ex.status().is_some_and(|s| (200..300).contains(&s));
+    ex.header("mcp-session-id")
+        .filter(|id| ok && hs.transport != TransportKind::Sse && Some(*id) != env.own_session)
+        .map(str::to_owned)
+}
+
+/// The DELETE of a session a check opened, until `env.cleanup_until`.
+async fn end_session(client: &mut HttpClient, env: &Env<'_>, sid: String) -> Exchange {
+    let headers = vec![
+        ("mcp-session-id".to_owned(), sid),
+        (
+            "mcp-protocol-version".to_owned(),
+            version::LEGACY_LATEST.to_owned(),
+        ),
+    ];
+    streamable_http::delete_session(
+        client,
+        env.uri,
+        headers,
+        env.user_headers,
+        env.cleanup_until,
+    )
+    .await
 }
 
 /// The checks that ride a legacy Streamable HTTP session `(id, protocol version)`, sent by the
@@ -277,8 +308,10 @@ async fn rebinding_check(
 ///
 /// Together they get at most half the time left, a third each, so that a server that never
 /// finishes an answer (an endless stream, a body that never ends) leaves the next check its
-/// share and the session's DELETE time to go. Nothing with `--no-security` or past the
-/// deadline.
+/// share and the session's DELETE time to go. A session the replay at the door opened is
+/// deleted in the last share, beside the malformed body (on the check's own connection), so a
+/// replay that hangs after opening one still leaves its DELETE time. Nothing with
+/// `--no-security` or past the deadline.
 pub(crate) async fn in_session(
     client: &mut HttpClient,
     uri: &Uri,
@@ -308,15 +341,19 @@ pub(crate) async fn in_session(
     let (id_ping, id_replay) = (ctx.id(), ctx.id());
     let mut fork = client.fork();
     let user_headers = ctx.plan.headers.clone();
+    // Each check until the end of its share; the DELETE of a session the replay at the door
+    // opened, until the end of the last share, beside the malformed body.
     let env_until = |deadline| Env {
         uri,
         sse_endpoint: None,
         user_headers: &user_headers,
         limits: ctx.limits,
         deadline,
+        cleanup_until: shares[2],
         own_session: Some(session.0),
     };
     let mut records = Vec::new();
+    let mut opened = None;
     if loopback {
         let ping = host_in_session(&mut fork, &env_until(shares[0]), session, id_ping).await;
         let decided = ping
@@ -329,15 +366,30 @@ pub(crate) async fn in_session(
         {
             let host = ("host".to_owned(), FOREIGN_HOST.to_owned());
             let env = env_until(shares[1]);
-            records.extend(
-                rebinding_check(&mut fork, &env, hs, Step::HostCheck, host, id_replay).await,
-            );
+            if let Some(ex) = replay(&mut fork, &env, hs, Step::HostCheck, host, id_replay).await {
+                opened = opened_session(&env, hs, &ex);
+                records.push(ex);
+            }
         }
     }
-    if tokio::time::Instant::now() < shares[2] {
-        let env = env_until(shares[2]);
-        records.push(malformed(client, &env, Some(Era::Legacy), Some(session)).await);
-    }
+    let env = env_until(shares[2]);
+    let (ended, body) = tokio::join!(
+        async {
+            match opened {
+                Some(sid) => Some(end_session(&mut fork, &env, sid).await),
+                None => None,
+            }
+        },
+        async {
+            if tokio::time::Instant::now() < shares[2] {
+                Some(malformed(client, &env, Some(Era::Legacy), Some(session)).await)
+            } else {
+                None
+            }
+        }
+    );
+    records.extend(ended);
+    records.extend(body);
     for ex in records {
         ctx.push(ex);
     }

@@ -835,6 +835,84 @@ async fn an_in_session_host_check_answered_about_the_session_is_decided_at_the_d
     }
 }
 
+/// A handshake replayed by a check whose answer opens a session (a 200 with an
+/// `Mcp-Session-Id`) and then never ends its body: the replay gives up within its share of the
+/// time, and the session it opened is still deleted, in time of its own. Both replays at the
+/// door: the Origin check's, beside the flow, and the Host check's, after an in-session ping
+/// that was answered about the session (404).
+#[tokio::test]
+async fn a_session_opened_by_a_replay_whose_answer_never_ends_is_still_deleted() {
+    const SID: &str = "5f0c2a9e4b7d4e61a3c8f2d7b9e1a6c4";
+    const CHECK_SID: &str = "9b2e7d4c1a8f6e3b0d5c9a7e2f4b1d8c";
+    for foreign in ["origin", "host"] {
+        let server = FakeHttp::start(move |req: &Request| {
+            let origin = req.header("origin").is_some();
+            let host = req.header("host") == Some(FOREIGN_HOST);
+            let session = req.header("mcp-session-id");
+            match (req.method.as_str(), req.json(), req.rpc_method().as_deref()) {
+                ("DELETE", _, _) => Reply::status(200),
+                ("POST", _, Some("initialize"))
+                    if (foreign == "origin" && origin) || (foreign == "host" && host) =>
+                {
+                    Reply::chunked(200, "application/json", vec![Piece::Pending])
+                        .header("mcp-session-id", CHECK_SID)
+                }
+                _ if origin || (host && session.is_none()) => Reply::status(403),
+                ("POST", _, _) if host => {
+                    Reply::json(404, &mcp::error(&Value::Null, -32001, "Session not found"))
+                }
+                ("POST", _, Some("initialize")) => Reply::json(
+                    200,
+                    &mcp::result(&req.rpc_id().unwrap(), mcp::initialize_result("2025-11-25")),
+                )
+                .header("mcp-session-id", SID),
+                ("POST", None, _) => {
+                    Reply::json(400, &mcp::error(&Value::Null, -32700, "Parse error"))
+                }
+                ("POST", _, Some("tools/list")) => Reply::json(
+                    200,
+                    &mcp::result(
+                        &req.rpc_id().unwrap(),
+                        mcp::tools_list_result(mcp::tools(&["echo"]), None, false),
+                    ),
+                ),
+                _ => Reply::accepted(),
+            }
+        })
+        .await;
+        let started = std::time::Instant::now();
+        let run = run_with(
+            &[
+                "probe",
+                "--json",
+                "--era",
+                "legacy",
+                "--timeout",
+                "2s",
+                &server.url("/mcp"),
+            ],
+            &[],
+        )
+        .await;
+        assert!(started.elapsed() < Duration::from_secs(2) + SLACK);
+        assert_eq!(run.code, Some(0), "{foreign}: {}", run.context());
+        let reqs = assert_hygiene(&server);
+        let deleted: Vec<&str> = reqs
+            .iter()
+            .filter(|r| r.method == "DELETE")
+            .filter_map(|r| r.header("mcp-session-id"))
+            .collect();
+        assert!(
+            deleted.contains(&SID),
+            "{foreign}: the probe's session was ended: {reqs:?}"
+        );
+        assert!(
+            deleted.contains(&CHECK_SID),
+            "{foreign}: the session the replay opened was ended: {reqs:?}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn the_session_opened_by_the_origin_check_is_deleted() {
     // A legacy server that accepts any Origin and Host: the Origin check (a handshake) opens a
