@@ -655,6 +655,42 @@ async fn no_sse_rebinding_check_once_the_stream_has_ended() {
     run.no_finding("origin-not-validated");
 }
 
+/// A plain legacy Streamable HTTP server with one session, `sid`: its `initialize`, an `echo`
+/// tool, a parse error for a body that is not JSON, 200 for a DELETE and 202 for the rest. The
+/// tests below answer their own cases first and leave the rest to it.
+fn legacy_session_server(req: &Request, sid: &str) -> Reply {
+    match (req.method.as_str(), req.json(), req.rpc_method().as_deref()) {
+        ("DELETE", _, _) => Reply::status(200),
+        ("POST", None, _) => Reply::json(400, &mcp::error(&Value::Null, -32700, "Parse error")),
+        ("POST", _, Some("initialize")) => Reply::json(
+            200,
+            &mcp::result(&req.rpc_id().unwrap(), mcp::initialize_result("2025-11-25")),
+        )
+        .header("mcp-session-id", sid),
+        ("POST", _, Some("tools/list")) => Reply::json(
+            200,
+            &mcp::result(
+                &req.rpc_id().unwrap(),
+                mcp::tools_list_result(mcp::tools(&["echo"]), None, false),
+            ),
+        ),
+        _ => Reply::accepted(),
+    }
+}
+
+/// `probe --json --era legacy --timeout 2s URL`, which must be over within those 2 s (and
+/// [`SLACK`]) whatever the server leaves hanging.
+async fn probe_legacy_in_2s(url: &str) -> Run {
+    let started = std::time::Instant::now();
+    let run = run_with(
+        &["probe", "--json", "--era", "legacy", "--timeout", "2s", url],
+        &[],
+    )
+    .await;
+    assert!(started.elapsed() < Duration::from_secs(2) + SLACK);
+    run
+}
+
 /// The malformed body and the Host check go within the session, before its DELETE: a server
 /// that never finishes answering them (an endless stream) gives them at most half the time
 /// left, and the session is still ended within the probe's deadline.
@@ -668,40 +704,13 @@ async fn endless_answers_to_the_in_session_checks_do_not_keep_the_session_open()
         if req.header("origin").is_some() || req.header("host") == Some(FOREIGN_HOST) {
             return Reply::status(403);
         }
-        match (req.method.as_str(), req.json(), req.rpc_method().as_deref()) {
-            ("DELETE", _, _) => Reply::status(200),
-            ("POST", None, _) => Reply::chunked(200, "text/event-stream", vec![Piece::Pending]),
-            ("POST", _, Some("initialize")) => Reply::json(
-                200,
-                &mcp::result(&req.rpc_id().unwrap(), mcp::initialize_result("2025-11-25")),
-            )
-            .header("mcp-session-id", SID),
-            ("POST", _, Some("tools/list")) => Reply::json(
-                200,
-                &mcp::result(
-                    &req.rpc_id().unwrap(),
-                    mcp::tools_list_result(mcp::tools(&["echo"]), None, false),
-                ),
-            ),
-            _ => Reply::accepted(),
+        if req.method == "POST" && req.json().is_none() {
+            return Reply::chunked(200, "text/event-stream", vec![Piece::Pending]);
         }
+        legacy_session_server(req, SID)
     })
     .await;
-    let started = std::time::Instant::now();
-    let run = run_with(
-        &[
-            "probe",
-            "--json",
-            "--era",
-            "legacy",
-            "--timeout",
-            "2s",
-            &server.url("/mcp"),
-        ],
-        &[],
-    )
-    .await;
-    assert!(started.elapsed() < Duration::from_secs(2) + SLACK);
+    let run = probe_legacy_in_2s(&server.url("/mcp")).await;
     assert_eq!(run.code, Some(0), "{}", run.context());
     let reqs = assert_hygiene(&server);
     let delete = reqs.iter().find(|r| r.method == "DELETE");
@@ -775,29 +784,14 @@ async fn an_in_session_host_check_answered_about_the_session_is_decided_at_the_d
             }
             let foreign = req.header("host") == Some(FOREIGN_HOST);
             let session = req.header("mcp-session-id");
-            match (req.method.as_str(), req.json(), req.rpc_method().as_deref()) {
-                ("DELETE", _, _) => Reply::status(200),
-                ("POST", _, Some("initialize")) if foreign && door_refuses => Reply::status(403),
-                ("POST", _, Some("initialize")) => Reply::json(
-                    200,
-                    &mcp::result(&req.rpc_id().unwrap(), mcp::initialize_result("2025-11-25")),
-                )
-                .header("mcp-session-id", if foreign { CHECK_SID } else { SID }),
+            match (req.method.as_str(), req.rpc_method().as_deref()) {
+                ("POST", Some("initialize")) if foreign && door_refuses => Reply::status(403),
+                ("POST", Some("initialize")) if foreign => legacy_session_server(req, CHECK_SID),
                 // The session was opened under the target's own Host.
-                ("POST", _, _) if foreign && session == Some(SID) => {
+                ("POST", _) if foreign && session == Some(SID) => {
                     Reply::json(404, &mcp::error(&Value::Null, -32001, "Session not found"))
                 }
-                ("POST", None, _) => {
-                    Reply::json(400, &mcp::error(&Value::Null, -32700, "Parse error"))
-                }
-                ("POST", _, Some("tools/list")) => Reply::json(
-                    200,
-                    &mcp::result(
-                        &req.rpc_id().unwrap(),
-                        mcp::tools_list_result(mcp::tools(&["echo"]), None, false),
-                    ),
-                ),
-                _ => Reply::accepted(),
+                _ => legacy_session_server(req, SID),
             }
         })
         .await;
@@ -849,52 +843,22 @@ async fn a_session_opened_by_a_replay_whose_answer_never_ends_is_still_deleted()
             let origin = req.header("origin").is_some();
             let host = req.header("host") == Some(FOREIGN_HOST);
             let session = req.header("mcp-session-id");
-            match (req.method.as_str(), req.json(), req.rpc_method().as_deref()) {
-                ("DELETE", _, _) => Reply::status(200),
-                ("POST", _, Some("initialize"))
+            match (req.method.as_str(), req.rpc_method().as_deref()) {
+                ("POST", Some("initialize"))
                     if (foreign == "origin" && origin) || (foreign == "host" && host) =>
                 {
                     Reply::chunked(200, "application/json", vec![Piece::Pending])
                         .header("mcp-session-id", CHECK_SID)
                 }
                 _ if origin || (host && session.is_none()) => Reply::status(403),
-                ("POST", _, _) if host => {
+                ("POST", _) if host => {
                     Reply::json(404, &mcp::error(&Value::Null, -32001, "Session not found"))
                 }
-                ("POST", _, Some("initialize")) => Reply::json(
-                    200,
-                    &mcp::result(&req.rpc_id().unwrap(), mcp::initialize_result("2025-11-25")),
-                )
-                .header("mcp-session-id", SID),
-                ("POST", None, _) => {
-                    Reply::json(400, &mcp::error(&Value::Null, -32700, "Parse error"))
-                }
-                ("POST", _, Some("tools/list")) => Reply::json(
-                    200,
-                    &mcp::result(
-                        &req.rpc_id().unwrap(),
-                        mcp::tools_list_result(mcp::tools(&["echo"]), None, false),
-                    ),
-                ),
-                _ => Reply::accepted(),
+                _ => legacy_session_server(req, SID),
             }
         })
         .await;
-        let started = std::time::Instant::now();
-        let run = run_with(
-            &[
-                "probe",
-                "--json",
-                "--era",
-                "legacy",
-                "--timeout",
-                "2s",
-                &server.url("/mcp"),
-            ],
-            &[],
-        )
-        .await;
-        assert!(started.elapsed() < Duration::from_secs(2) + SLACK);
+        let run = probe_legacy_in_2s(&server.url("/mcp")).await;
         assert_eq!(run.code, Some(0), "{foreign}: {}", run.context());
         let reqs = assert_hygiene(&server);
         let deleted: Vec<&str> = reqs
