@@ -128,10 +128,15 @@ pub(crate) fn side_checks<'u>(
             matches!(rides, Rides::Nothing) && hs.transport == TransportKind::StreamableHttp;
         // Independent of each other: all at once, their records in a fixed order.
         let (a, b, c) = tokio::join!(
-            rebinding_check(&mut c1, &replays, &hs, Step::OriginCheck, origin, id_origin),
+            rebinding_check(
+                &mut c1,
+                &replays,
+                Replay::of(&hs, Step::OriginCheck, origin, id_origin)
+            ),
             async {
                 if host_here {
-                    rebinding_check(&mut c2, &replays, &hs, Step::HostCheck, host, id_host).await
+                    let check = Replay::of(&hs, Step::HostCheck, host, id_host);
+                    rebinding_check(&mut c2, &replays, check).await
                 } else {
                     Vec::new()
                 }
@@ -191,17 +196,35 @@ fn handshake_headers(hs: &Exchange) -> Vec<(String, String)> {
     }
 }
 
+/// A rebinding check: the handshake `hs` sent again as `step` (request `id`) with one foreign
+/// header.
+struct Replay<'h> {
+    hs: &'h Exchange,
+    step: Step,
+    header: (String, String),
+    id: i64,
+}
+
+impl<'h> Replay<'h> {
+    fn of(hs: &'h Exchange, step: Step, header: (String, String), id: i64) -> Replay<'h> {
+        Replay {
+            hs,
+            step,
+            header,
+            id,
+        }
+    }
+}
+
 /// The handshake replayed with one foreign header (over HTTP+SSE: a `ping` to the session's
 /// endpoint with it); a session it opened is deleted again.
 async fn rebinding_check(
     client: &mut HttpClient,
     env: &Env<'_>,
-    hs: &Exchange,
-    step: Step,
-    extra: (String, String),
-    id: i64,
+    check: Replay<'_>,
 ) -> Vec<Exchange> {
-    let Some(ex) = replay(client, env, hs, step, extra, id).await else {
+    let hs = check.hs;
+    let Some(ex) = replay(client, env, check).await else {
         return Vec::new();
     };
     let opened = opened_session(env, hs, &ex);
@@ -214,14 +237,13 @@ async fn rebinding_check(
 
 /// [`rebinding_check`] without the DELETE: the replay alone, until `env.deadline`. `None`
 /// when there is nothing to replay it with (no SSE endpoint; a handshake body that is gone).
-async fn replay(
-    client: &mut HttpClient,
-    env: &Env<'_>,
-    hs: &Exchange,
-    step: Step,
-    extra: (String, String),
-    id: i64,
-) -> Option<Exchange> {
+async fn replay(client: &mut HttpClient, env: &Env<'_>, check: Replay<'_>) -> Option<Exchange> {
+    let Replay {
+        hs,
+        step,
+        header: extra,
+        id,
+    } = check;
     match hs.transport {
         TransportKind::Sse => {
             let endpoint = env.sse_endpoint?;
@@ -366,7 +388,8 @@ pub(crate) async fn in_session(
         {
             let host = ("host".to_owned(), FOREIGN_HOST.to_owned());
             let env = env_until(shares[1]);
-            if let Some(ex) = replay(&mut fork, &env, hs, Step::HostCheck, host, id_replay).await {
+            let check = Replay::of(hs, Step::HostCheck, host, id_replay);
+            if let Some(ex) = replay(&mut fork, &env, check).await {
                 opened = opened_session(&env, hs, &ex);
                 records.push(ex);
             }
