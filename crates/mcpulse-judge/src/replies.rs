@@ -36,11 +36,23 @@ impl<'t> Replies<'t> {
     /// exchanges from [`Replies::transcript`]) is decoded afresh each time, never answered
     /// from another exchange's cell.
     pub(crate) fn of(&self, ex: &Exchange) -> Option<Cow<'_, Decoded>> {
-        let i = self.tr.exchanges.iter().position(|e| std::ptr::eq(e, ex));
-        match i.and_then(|i| self.decoded.get(i)) {
+        match self.index(ex).and_then(|i| self.decoded.get(i)) {
             Some(cell) => cell.get_or_init(|| ex.reply()).as_ref().map(Cow::Borrowed),
             None => ex.reply().map(Cow::Owned),
         }
+    }
+
+    /// Where `ex` is in the transcript's exchanges, found from its address (a judgement asks
+    /// for every reply, and a stored transcript may hold any number of exchanges: a search
+    /// would make that quadratic).
+    fn index(&self, ex: &Exchange) -> Option<usize> {
+        let size = std::mem::size_of::<Exchange>().max(1);
+        let offset = (ex as *const Exchange)
+            .addr()
+            .checked_sub(self.tr.exchanges.as_ptr().addr())?;
+        let i = offset / size;
+        let at = self.tr.exchanges.get(i)?;
+        (offset % size == 0 && std::ptr::eq(at, ex)).then_some(i)
     }
 }
 

@@ -205,7 +205,11 @@ pub fn judge(tr: &Transcript, policy: &Policy) -> Report {
         },
         findings: Vec::new(),
         grade: String::new(),
-        security: crate::security::assess(&replies, &all_tools(&replies), policy.expect_auth),
+        security: crate::security::assess_replies(
+            &replies,
+            &all_tools(&replies),
+            policy.expect_auth,
+        ),
         digests: None,
         drift: None,
         contract: crate::contract::from_replies(&replies),

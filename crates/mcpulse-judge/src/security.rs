@@ -244,7 +244,17 @@ pub fn evidence(ex: &Exchange) -> String {
 }
 
 /// Grades a transcript. `expect_auth` makes an unauthenticated remote server a high finding.
-pub(crate) fn assess(replies: &Replies<'_>, tools: &[Value], expect_auth: bool) -> Security {
+/// `tools` are the tool objects of its `tools/list` pages.
+pub fn assess(tr: &Transcript, tools: &[Value], expect_auth: bool) -> Security {
+    assess_replies(&Replies::new(tr), tools, expect_auth)
+}
+
+/// [`assess`], reading the replies of a judgement's view.
+pub(crate) fn assess_replies(
+    replies: &Replies<'_>,
+    tools: &[Value],
+    expect_auth: bool,
+) -> Security {
     let tr = replies.transcript();
     let mut c = Ctx {
         tr,

@@ -874,6 +874,13 @@ async fn a_session_opened_by_a_replay_whose_answer_never_ends_is_still_deleted()
             deleted.contains(&CHECK_SID),
             "{foreign}: the session the replay opened was ended: {reqs:?}"
         );
+        assert!(
+            !run.health_codes()
+                .iter()
+                .any(|c| c == "session-delete-failed"),
+            "{foreign}: both DELETEs went through: {}",
+            run.context()
+        );
     }
 }
 
