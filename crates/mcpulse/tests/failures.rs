@@ -462,18 +462,20 @@ fn sse_holding_list_replies(cfg: Held) -> Script {
     })
 }
 
+/// A legacy HTTP+SSE probe with a 64 KiB response cap.
+const SSE_CAPPED: &[&str] = &[
+    "--transport",
+    "sse",
+    "--era",
+    "legacy",
+    "--max-response-size",
+    "64KiB",
+];
+
 /// A probe (legacy era, cap 64 KiB) of [`sse_holding_list_replies`] with `cfg`.
 async fn probe_held_sse(cfg: Held, timeout: &str) -> Run {
     let server = serve(sse_holding_list_replies(cfg)).await;
-    let extra = [
-        "--transport",
-        "sse",
-        "--era",
-        "legacy",
-        "--max-response-size",
-        "64KiB",
-    ];
-    probe_url(&server.url("/sse"), timeout, &extra).await
+    probe_url(&server.url("/sse"), timeout, SSE_CAPPED).await
 }
 
 /// Over HTTP+SSE the first pages of every list are POSTed before any reply is awaited, and
@@ -1006,19 +1008,7 @@ async fn notifications_flooding_the_sse_stream_are_cut_at_the_cap() {
         }
     }))
     .await;
-    let run = probe_url(
-        &server.url("/sse"),
-        TIMEOUT,
-        &[
-            "--transport",
-            "sse",
-            "--era",
-            "legacy",
-            "--max-response-size",
-            "64KiB",
-        ],
-    )
-    .await;
+    let run = probe_url(&server.url("/sse"), TIMEOUT, SSE_CAPPED).await;
     // Up, with a list that failed: degraded, and the message says why.
     assert_list_cut_at_64k(&run);
 }
