@@ -540,17 +540,7 @@ mod tests {
     }
 
     fn o(status: Health, at: i64) -> Observation {
-        Observation {
-            at_ms: at,
-            status,
-            auth: "none".into(),
-            era: None,
-            protocol_version: None,
-            grade: None,
-            contract_digest: None,
-            drift: None,
-            summary: "connect-failed".into(),
-        }
+        Observation::bare(status, at, "connect-failed")
     }
 
     /// A minute-by-minute run through state and policy; returns every alert.

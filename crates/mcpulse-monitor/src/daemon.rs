@@ -863,17 +863,7 @@ mod tests {
 
     /// A record of `gone` confirmed down, with its incident open.
     fn down(at_ms: i64) -> CheckRecord {
-        let observation = Observation {
-            at_ms,
-            status: Health::Down,
-            auth: "none".into(),
-            era: None,
-            protocol_version: None,
-            grade: None,
-            contract_digest: None,
-            drift: None,
-            summary: "connection refused".into(),
-        };
+        let observation = Observation::bare(Health::Down, at_ms, "connection refused");
         let incidents: Incidents = BTreeMap::from([(
             "status".into(),
             Incident {

@@ -63,6 +63,25 @@ pub struct Observation {
     pub summary: String,
 }
 
+#[cfg(test)]
+impl Observation {
+    /// An observation of `status` at `at_ms`, with no facts about the server beside the summary
+    /// (for tests).
+    pub(crate) fn bare(status: Health, at_ms: i64, summary: &str) -> Observation {
+        Observation {
+            at_ms,
+            status,
+            auth: "none".into(),
+            era: None,
+            protocol_version: None,
+            grade: None,
+            contract_digest: None,
+            drift: None,
+            summary: summary.into(),
+        }
+    }
+}
+
 /// Thresholds for one target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Thresholds {
