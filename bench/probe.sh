@@ -276,6 +276,9 @@ http_group() {
   rss "$g" inspector "${inspector[@]}" "$url" $iflags --method tools/list --format json -q
 }
 
+# The floor under any client process: the exec and exit of one that does nothing.
+bench floor 200 true "$(type -P true)"
+
 http_group legacy-http "${server_pids[0]}" "$URL_LEG" "--era legacy" "--transport http --protocol-era legacy"
 http_group legacy-sse "${server_pids[1]}" "$URL_SSE" "--transport sse" "--transport sse --protocol-era legacy"
 http_group modern-http "${server_pids[2]}" "$URL_MOD" "--era modern" "--transport http --protocol-era modern"
