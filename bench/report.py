@@ -417,8 +417,9 @@ if extra:
       f"(`true`, {fmt_ms(floor)} in this run, median).")
     t("")
     t(f"| probe | requests | Inspector ÷ this (medians) | ≥ {INSPECTOR_FACTOR:.0f}×? | budget (Inspector ÷ {INSPECTOR_FACTOR:.0f}) "
-      "| the server's answers (waiting) | any client's floor | mcpulse's own share |")
-    t("|---|---|---|---|---|---|---|---|")
+      "| wall, timed mean | wall, further runs (median) | the server's answers (waiting) | any client's floor "
+      "| mcpulse's own share |")
+    t("|---|---|---|---|---|---|---|---|---|---|")
     for a in extra:
         ri = a["inspector"] / a["wall"]
         need = a["inspector"] / INSPECTOR_FACTOR
@@ -428,10 +429,13 @@ if extra:
         own = sp["wall_ms"] - sp["waiting_ms"] if sp else None
         t(f"| {a['group']}, {a['id'][8:]} | {a['requests'].split()[0]} | {fmt_x(ri)} "
           f"({fmt_x(medians[(a['group'], a['id'])][0])}) | {'yes' if ri >= INSPECTOR_FACTOR else 'no'} | "
-          f"{fmt_ms(need)} | {fmt_ms(waiting)} | {fmt_ms(least)} | {fmt_ms(own)} |")
+          f"{fmt_ms(need)} | {fmt_ms(a['wall'])} | {fmt_ms(sp['wall_ms'] if sp else None)} | {fmt_ms(waiting)} | "
+          f"{fmt_ms(least)} | {fmt_ms(own)} |")
     t("")
     t("*mcpulse's own share* is a further run's wall time less its waiting (median): process start-up, "
-      "its work between answers, judging, printing, writing the transcript (in those runs only) and exit.")
+      "its work between answers, judging, printing, writing the transcript (in those runs only) and exit. "
+      "The further runs come after the timed ones, at another moment in the server's life and the "
+      "machine's: where their wall time is far from the timed mean, the server answered at another speed.")
     t("")
 why = []
 for a in analysis_http:
