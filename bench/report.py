@@ -421,7 +421,7 @@ if extra:
       "| mcpulse's own share |")
     t("|---|---|---|---|---|---|---|---|---|---|")
     for a in extra:
-        ri = a["inspector"] / a["wall"]
+        ri = ratio(a["inspector"], a["wall"])
         need = a["inspector"] / INSPECTOR_FACTOR
         sp = a["split"]
         waiting = sp["waiting_ms"] if sp else None
