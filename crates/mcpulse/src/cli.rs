@@ -223,6 +223,12 @@ pub struct ProbeArgs {
     #[arg(long, requires = "baseline")]
     pub accept: bool,
 
+    /// With --baseline: use a baseline whose stored digests do not match its content (edited by
+    /// hand or by a tool), with the digests computed from the content; each mismatch is
+    /// reported. Without it, such a baseline is refused (exit 3).
+    #[arg(long, requires = "baseline")]
+    pub force: bool,
+
     /// When to use colour (auto: only on a terminal, and never with NO_COLOR set).
     #[arg(long, value_enum, default_value_t = ColorArg::Auto)]
     pub color: ColorArg,
@@ -255,6 +261,12 @@ pub struct DiffArgs {
     /// After reporting, replace OLD with NEW (the drift was reviewed) and exit 0.
     #[arg(long)]
     pub accept: bool,
+
+    /// Compare baselines whose stored digests do not match their content (edited by hand or
+    /// by a tool): the digests are computed from the content, and each mismatch is reported.
+    /// Without it, such a baseline is refused (exit 3).
+    #[arg(long)]
+    pub force: bool,
 
     /// When to use colour (auto: only on a terminal, and never with NO_COLOR set).
     #[arg(long, value_enum, default_value_t = ColorArg::Auto)]

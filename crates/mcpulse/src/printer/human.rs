@@ -233,6 +233,13 @@ pub fn render_drift(d: &mcpulse_judge::drift::Drift) -> String {
             d.target
         ));
     }
+    for m in &d.baseline_mismatches {
+        s.push_str(&format!(
+            "  {} the baseline's digest of {} did not match its content (--force: computed from the content)\n",
+            paint(AnsiColor::Yellow.on_default().bold(), "warning"),
+            m.what
+        ));
+    }
     for c in &d.changes {
         let st = match c.class {
             Class::Breaking => AnsiColor::Red.on_default().bold(),
