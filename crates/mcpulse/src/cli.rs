@@ -110,7 +110,7 @@ const PROBE_HELP: &str = "\
 Examples:
   mcpulse probe https://mcp.example.com/mcp
   mcpulse probe http://127.0.0.1:3001/sse --transport sse
-  mcpulse probe --json -- npx -y @modelcontextprotocol/server-everything
+  mcpulse probe --json -- npx -y @modelcontextprotocol/server-everything@2026.8.31
   mcpulse probe -H 'Authorization: Bearer ${TOKEN}' https://mcp.example.com/mcp
   mcpulse probe --bearer-env MCP_TOKEN https://mcp.example.com/mcp
   mcpulse probe --baseline mcp.lock https://mcp.example.com/mcp
@@ -122,9 +122,10 @@ With --baseline: the worse of that and the drift (1 risky, 2 breaking).";
 const SNAPSHOT_HELP: &str = "\
 Examples:
   mcpulse snapshot https://mcp.example.com/mcp -o mcp.lock
-  mcpulse snapshot -o mcp.lock -- npx -y @modelcontextprotocol/server-everything
+  mcpulse snapshot -o mcp.lock -- npx -y @modelcontextprotocol/server-everything@2026.8.31
 
-Exit codes: 0 written, 2 the server is down (no contract to take), 3 could not run.";
+Exit codes: 0 written; 1 the server is up but its contract could not be taken (gated by auth,
+a list failing or cut short); 2 the server is down; 3 could not run.";
 
 const DIFF_HELP: &str = "\
 Examples:

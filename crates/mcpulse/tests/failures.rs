@@ -889,6 +889,36 @@ async fn status_401_with_resource_metadata_is_up_but_gated() {
     assert_eq!(reqs[1].path(), scenario::RESOURCE_METADATA_PATH);
 }
 
+/// `snapshot` of a gated server writes nothing and exits 1 (up, but its contract could not be
+/// taken), not 2, which its help keeps for a server that is down.
+#[tokio::test]
+async fn snapshot_of_a_gated_server_exits_1_not_down() {
+    let server = serve(scenario::unauthorized(false)).await;
+    let dir = TempDir::new("snapshot-gated");
+    let lock = dir.join("gated.lock");
+    let url = server.url("/mcp");
+    let run = run_with(
+        &[
+            "snapshot",
+            "--timeout",
+            "3s",
+            "-o",
+            lock.to_str().unwrap(),
+            &url,
+        ],
+        &[],
+        Duration::from_secs(3) + SLACK,
+    )
+    .await;
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("(degraded)") && run.stderr.contains("auth-required"),
+        "{}",
+        run.stderr
+    );
+    assert!(!lock.exists());
+}
+
 #[tokio::test]
 async fn status_401_without_a_challenge_is_up_but_gated() {
     let server = serve(scenario::unauthorized(false)).await;
