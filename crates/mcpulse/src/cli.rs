@@ -155,9 +155,16 @@ pub struct TargetArgs {
     #[arg(long, value_enum, default_value_t = TransportArg::Auto)]
     pub transport: TransportArg,
 
-    /// Bounds the whole probe, whatever the server does (e.g. 10s, 500ms, 1m).
-    #[arg(long, default_value = "10s", value_name = "DURATION")]
-    pub timeout: String,
+    /// Bounds the whole probe, whatever the server does (e.g. 10s, 500ms, 1m). Default: 10s
+    /// for a URL; 60s for a stdio command, whose start-up may include a package manager's cold
+    /// download (`npx`, `uvx`).
+    #[arg(long, value_name = "DURATION")]
+    pub timeout: Option<String>,
+
+    /// Over stdio (auto era): also check whether a modern server serves legacy clients. It
+    /// needs a second process, so a second start-up; over HTTP the check is always made.
+    #[arg(long)]
+    pub dual_era: bool,
 
     /// An HTTP header to send, 'Name: value' (repeatable). `${VAR}` in the value is read from
     /// the environment, so secrets need not be on the command line: -H 'Authorization: Bearer ${TOKEN}'.

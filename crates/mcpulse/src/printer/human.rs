@@ -75,6 +75,7 @@ pub fn render(r: &Report) -> String {
         ("dns", t.dns),
         ("connect", t.connect),
         ("tls", t.tls),
+        ("startup", t.startup),
         ("handshake", t.handshake),
         ("tools/list", t.tools_list),
     ] {
