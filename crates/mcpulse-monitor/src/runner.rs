@@ -296,6 +296,9 @@ async fn check(
     record
 }
 
+/// The summary of a check with nothing wrong (its findings, if any, are informational).
+pub const HEALTHY_SUMMARY: &str = "healthy: the handshake and the lists succeeded";
+
 /// The pure part of a check: observation, state, alerts, the record to store.
 pub fn check_once(
     cfg: &TargetConfig,
@@ -343,7 +346,8 @@ pub fn check_once(
             .iter()
             .find(|f| f.severity != mcpulse_judge::Severity::Info)
             .map(|f| format!("{}: {}", f.code, f.message))
-            .unwrap_or_default(),
+            // A recovery says why too (its transition and alert would read `reason=""`).
+            .unwrap_or_else(|| HEALTHY_SUMMARY.to_owned()),
     };
     let thresholds = Thresholds {
         failure: cfg.failure_threshold,
