@@ -1,5 +1,5 @@
 //! The monitor config for the demo: every server as a target, on short intervals and low
-//! thresholds so that each state and alert shows within a minute or two.
+//! thresholds so that every state and alert kind shows within two minutes.
 //!
 //! The text is written for a person to read as well (each target says what it demonstrates),
 //! and must load with `mcpulse_monitor::config` (tested).
