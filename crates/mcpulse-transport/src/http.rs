@@ -108,6 +108,19 @@ fn port_of(uri: &Uri) -> u16 {
         })
 }
 
+/// The scheme a reference names, if it is absolute (RFC 3986: `ALPHA *( ALPHA / DIGIT / "+" /
+/// "-" / "." ) ":"`). `file:/etc/passwd` and `gopher://h/x` have one; `/a:b` and `a/b:c` do not.
+pub fn reference_scheme(reference: &str) -> Option<&str> {
+    let reference = reference.trim();
+    let end = reference.find(':')?;
+    let scheme = &reference[..end];
+    let mut chars = scheme.chars();
+    let first = chars.next()?;
+    (first.is_ascii_alphabetic()
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
+    .then_some(scheme)
+}
+
 /// Resolves a possibly relative reference (an SSE `endpoint`, a `Location`) against a base.
 pub fn resolve(base: &Uri, reference: &str) -> Result<Uri, String> {
     let reference = reference.trim();
@@ -151,6 +164,10 @@ pub struct HttpClient {
     /// Refuse to connect to loopback, private, link-local and other non-public addresses:
     /// set while following metadata URLs named by a public server (SSRF guard).
     pub deny_private: bool,
+    /// What `deny_private` lets through: [`is_public`]. Every connection, the first and each
+    /// redirect's, passes this one check. (A field so that this module's tests can tell two
+    /// loopback addresses apart; nothing else sets it.)
+    public: fn(IpAddr) -> bool,
     idle: Option<(String, SendRequest<Full<Bytes>>)>,
     /// Every connection attempt, in order; the probe moves these into the transcript.
     pub connections: Vec<Connection>,
@@ -163,6 +180,7 @@ impl HttpClient {
             tls: None,
             extra_roots: Vec::new(),
             deny_private: false,
+            public: is_public,
             idle: None,
             connections: Vec::new(),
         }
@@ -178,6 +196,7 @@ impl HttpClient {
             tls: self.tls.clone(),
             extra_roots: self.extra_roots.clone(),
             deny_private: self.deny_private,
+            public: self.public,
             idle: None,
             connections: Vec::new(),
         }
@@ -233,6 +252,16 @@ impl HttpClient {
                 return Err(SendError::Redirects(format!(
                     "more than {MAX_REDIRECTS} redirects; last to {}",
                     redact::url(&location)
+                )));
+            }
+            // Only http and https are followed: anything else (`gopher://`, `file:`, `ftp://`)
+            // would otherwise be spoken to as plain HTTP on whatever port it names. The
+            // redirect is recorded above, so the transcript shows where it pointed.
+            let scheme = reference_scheme(&location).map(str::to_ascii_lowercase);
+            if let Some(scheme) = scheme.filter(|s| s != "http" && s != "https") {
+                return Err(SendError::Redirects(format!(
+                    "redirect to {} refused: only http and https are followed, not {scheme}:",
+                    redact::url(location.trim())
                 )));
             }
             let next = resolve(&uri, &location).map_err(SendError::Invalid)?;
@@ -363,7 +392,7 @@ impl HttpClient {
             return Err(fail(ConnectStage::Dns, format!("{host}: no addresses")));
         }
         if self.deny_private
-            && let Some(a) = addrs.iter().find(|a| !is_public(a.ip()))
+            && let Some(a) = addrs.iter().find(|a| !(self.public)(a.ip()))
         {
             return Err(fail(
                 ConnectStage::Connect,
@@ -690,6 +719,85 @@ mod tests {
         assert!(is_loopback_host("[::1]"));
         assert!(is_loopback_host("127.0.0.2"));
         assert!(!is_loopback_host("example.com"));
+    }
+
+    #[test]
+    fn reference_schemes() {
+        assert_eq!(reference_scheme("gopher://h:70/x"), Some("gopher"));
+        assert_eq!(reference_scheme(" file:/etc/passwd"), Some("file"));
+        assert_eq!(reference_scheme("svn+ssh://h/r"), Some("svn+ssh"));
+        assert_eq!(reference_scheme("https://h/"), Some("https"));
+        for relative in ["/a:b", "a/b:c", "//h:80/x", "?q=a:b", "1x:y", ""] {
+            assert_eq!(reference_scheme(relative), None, "{relative}");
+        }
+    }
+
+    /// A listener on `ip` answering every connection with `response`, counting connections.
+    async fn answering(
+        ip: &str,
+        response: String,
+    ) -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+        use tokio::io::AsyncWriteExt;
+        let l = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let c = count.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let _ = s.write_all(response.as_bytes()).await;
+            }
+        });
+        (addr, count)
+    }
+
+    /// The SSRF guard holds for every hop of a redirect, http or https, not only the first:
+    /// each connection passes the same check. A loopback test cannot have a public first hop,
+    /// so here 127.0.0.1 stands in for "public" and 127.0.0.2 for the private address a
+    /// redirect points at.
+    #[tokio::test]
+    async fn the_guard_applies_to_each_redirect() {
+        for scheme in ["http", "https"] {
+            let (private, private_count) = answering("127.0.0.2", String::new()).await;
+            let (first, _) = answering(
+                "127.0.0.1",
+                format!(
+                    "HTTP/1.1 307 Temporary Redirect\r\nlocation: {scheme}://{private}/x\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                ),
+            )
+            .await;
+            let mut client = HttpClient::new(Clock::start());
+            client.deny_private = true;
+            client.public = |ip| ip == IpAddr::from([127, 0, 0, 1]);
+            let out = Outgoing {
+                method: Method::POST,
+                uri: format!("http://{first}/mcp").parse().unwrap(),
+                headers: Vec::new(),
+                user_headers: &[],
+                body: Some("{}".into()),
+            };
+            let mut redirects = Vec::new();
+            let deadline = Instant::now() + std::time::Duration::from_secs(5);
+            let err = client
+                .send(&out, true, deadline, &mut redirects)
+                .await
+                .err()
+                .unwrap();
+            let message = err.to_string();
+            assert!(
+                message.contains("non-public address 127.0.0.2"),
+                "{scheme}: {message}"
+            );
+            assert_eq!(redirects.len(), 1);
+            assert_eq!(client.connections.len(), 2);
+            assert!(client.connections[0].error.is_none());
+            assert_eq!(client.connections[1].addr, None);
+            assert_eq!(
+                private_count.load(std::sync::atomic::Ordering::SeqCst),
+                0,
+                "{scheme}: no connection to the private address"
+            );
+        }
     }
 
     #[test]

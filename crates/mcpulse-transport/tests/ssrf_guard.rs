@@ -26,6 +26,16 @@ async fn listener() -> (
     std::net::SocketAddr,
     std::sync::Arc<std::sync::atomic::AtomicUsize>,
 ) {
+    answering("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}".into()).await
+}
+
+/// A listener that answers every connection with `response`, counting connections.
+async fn answering(
+    response: String,
+) -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -33,9 +43,7 @@ async fn listener() -> (
     tokio::spawn(async move {
         while let Ok((mut s, _)) = l.accept().await {
             c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            let _ = s
-                .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}")
-                .await;
+            let _ = s.write_all(response.as_bytes()).await;
         }
     });
     (addr, count)
@@ -102,4 +110,70 @@ async fn a_host_name_is_checked_after_resolution() {
         ex.outcome
     );
     assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_redirect_to_another_scheme_is_refused_without_connecting() {
+    // A listener on the port a `gopher://` redirect names: before the fix, the redirect was
+    // followed as plain HTTP and this listener saw a connection.
+    let (gopher, gopher_count) = listener().await;
+    for location in [
+        format!("gopher://{gopher}/x"),
+        format!("GOPHER://{gopher}/x"),
+        format!("ftp://{gopher}/x"),
+    ] {
+        let (addr, count) = answering(format!(
+            "HTTP/1.1 302 Found\r\nlocation: {location}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+        ))
+        .await;
+        let uri: http::Uri = format!("http://{addr}/doc").parse().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut client = HttpClient::new(Clock::start());
+        let ex = get_document(&mut client, &uri, Step::ResourceMetadata, LIMITS, deadline).await;
+        match &ex.outcome {
+            Outcome::TransportError { message } => assert!(
+                message.contains(&format!("redirect to {location} refused"))
+                    && message.contains("only http and https are followed"),
+                "{message}"
+            ),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        // The redirect is in the record, where it pointed included.
+        assert_eq!(ex.redirects.len(), 1, "{ex:?}");
+        assert_eq!(ex.redirects[0].status, 302);
+        assert_eq!(ex.redirects[0].location, location);
+        assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(
+            client.connections.len(),
+            1,
+            "only the first request connected"
+        );
+    }
+    assert_eq!(
+        gopher_count.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the redirect's target never sees a connection"
+    );
+}
+
+#[tokio::test]
+async fn a_redirect_to_http_is_still_followed() {
+    // The refusal is about the scheme: an http redirect (absolute or relative) goes through.
+    let (target, target_count) = listener().await;
+    for location in [
+        format!("http://{target}/doc"),
+        format!("HTTP://{target}/doc"),
+    ] {
+        let (addr, _) = answering(format!(
+            "HTTP/1.1 302 Found\r\nlocation: {location}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+        ))
+        .await;
+        let uri: http::Uri = format!("http://{addr}/start").parse().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut client = HttpClient::new(Clock::start());
+        let ex = get_document(&mut client, &uri, Step::ResourceMetadata, LIMITS, deadline).await;
+        assert_eq!(ex.status(), Some(200), "{ex:?}");
+        assert_eq!(ex.redirects.len(), 1);
+    }
+    assert_eq!(target_count.load(std::sync::atomic::Ordering::SeqCst), 2);
 }
