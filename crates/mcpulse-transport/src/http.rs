@@ -432,7 +432,7 @@ impl HttpClient {
             let connector = tokio_rustls::TlsConnector::from(config);
             let s = match timeout_at(deadline, connector.connect(name, tcp)).await {
                 Err(_) => return Err(SendError::Timeout),
-                Ok(Err(e)) => return Err(fail(ConnectStage::Tls, error_chain(&e))),
+                Ok(Err(e)) => return Err(fail(ConnectStage::Tls, tls_failure(&e, host))),
                 Ok(Ok(s)) => s,
             };
             rec.tls_ms = Some(self.clock.since(t));
@@ -584,6 +584,114 @@ pub fn is_loopback_host(host: &str) -> bool {
     h.eq_ignore_ascii_case("localhost")
         || h.to_ascii_lowercase().ends_with(".localhost")
         || h.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// A failed TLS handshake as a sentence a person can act on. rustls's own text names the check
+/// that failed, in its types' debug form (`invalid peer certificate:
+/// Other(OtherError(CaUsedAsEndEntity))`), not what is wrong with the certificate or what to do
+/// about it. Errors that are not about the certificate keep rustls's text.
+fn tls_failure(e: &std::io::Error, host: &str) -> String {
+    use rustls::CertificateError as C;
+    let Some(err) = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) else {
+        return error_chain(e);
+    };
+    let rustls::Error::InvalidCertificate(cert) = err else {
+        return err.to_string();
+    };
+    let days = |a: &rustls::pki_types::UnixTime, b: &rustls::pki_types::UnixTime| {
+        let d = a.as_secs().saturating_sub(b.as_secs()) / 86_400;
+        if d == 1 {
+            "1 day".to_owned()
+        } else {
+            format!("{d} days")
+        }
+    };
+    let reissue = "fix the certificate the server sends";
+    match cert {
+        C::UnknownIssuer => "the server's certificate is not signed by a trusted certificate authority \
+             (it is self-signed, from a private CA, or sent without its intermediate certificates); \
+             trust its CA with --ca-file FILE, or have the server send its full chain"
+            .to_owned(),
+        C::Expired => "the server's certificate has expired; renew it".to_owned(),
+        C::ExpiredContext { time, not_after } => format!(
+            "the server's certificate expired {} ago; renew it",
+            days(time, not_after)
+        ),
+        C::NotValidYet => format!(
+            "the server's certificate is not valid yet; check the clocks of this machine and the server, or {reissue}"
+        ),
+        C::NotValidYetContext { time, not_before } => format!(
+            "the server's certificate is not valid for another {}; check the clocks of this machine and the server, or {reissue}",
+            days(not_before, time)
+        ),
+        C::NotValidForName => format!(
+            "the server's certificate is not valid for the name {host}; connect with a name it lists, or reissue it with {host} in its subject alternative names"
+        ),
+        C::NotValidForNameContext { presented, .. } => format!(
+            "the server's certificate is for {} and not for {host}; connect with a name it lists, or reissue it with {host} in its subject alternative names",
+            names(presented)
+        ),
+        C::BadSignature => format!(
+            "a signature in the server's certificate chain does not verify (a certificate paired with the wrong issuer, or altered); {reissue}"
+        ),
+        C::BadEncoding => format!("the server's certificate is malformed (not valid DER); {reissue}"),
+        C::Revoked => "the server's certificate has been revoked by its issuer; replace it".to_owned(),
+        C::InvalidPurpose | C::InvalidPurposeContext { .. } => "the server's certificate is not for TLS \
+             servers (its extended key usage lacks serverAuth); reissue it with that purpose"
+            .to_owned(),
+        C::UnhandledCriticalExtension => format!(
+            "the server's certificate has a critical extension that mcpulse does not understand; {reissue}"
+        ),
+        #[allow(deprecated)]
+        C::UnsupportedSignatureAlgorithm
+        | C::UnsupportedSignatureAlgorithmContext { .. }
+        | C::UnsupportedSignatureAlgorithmForPublicKeyContext { .. } => "the server's certificate is \
+             signed with an algorithm mcpulse does not accept (such as SHA-1); reissue it with ECDSA, \
+             Ed25519 or RSA and SHA-256 or better"
+            .to_owned(),
+        // webpki's own errors arrive boxed, untyped but for their debug names.
+        C::Other(other) => {
+            let name = format!("{other:?}");
+            if name.contains("CaUsedAsEndEntity") {
+                "the server's certificate is a CA certificate used as the server's own (as a self-signed \
+                 certificate made with `openssl req -x509` is by default), which TLS clients refuse even \
+                 when they trust it; give the server a certificate issued by that CA, or a self-signed one \
+                 without the CA flag (basicConstraints CA:FALSE), and trust it with --ca-file FILE"
+                    .to_owned()
+            } else if name.contains("UnsupportedCertVersion") {
+                format!("the server's certificate is not X.509 version 3; {reissue}")
+            } else if name.contains("EndEntityUsedAsCa") {
+                format!(
+                    "a certificate in the server's chain that is not a CA certificate signed the next one; {reissue}"
+                )
+            } else {
+                format!("the server's certificate was rejected: {other}")
+            }
+        }
+        other => format!("the server's certificate was rejected: {other}"),
+    }
+}
+
+/// The names a certificate presents, as a short list: they come from the server, so at most
+/// five, each cut to 64 characters, control characters dropped. webpki gives them in debug
+/// form (`DnsName("mcp.example.com")`); the name inside is what a person compares.
+fn names(presented: &[String]) -> String {
+    if presented.is_empty() {
+        return "no name at all".to_owned();
+    }
+    let bare = |n: &str| -> String {
+        let inner = n
+            .split_once('(')
+            .and_then(|(_, rest)| rest.strip_suffix(')'))
+            .unwrap_or(n);
+        let inner = inner.trim_matches('"');
+        inner.chars().filter(|c| !c.is_control()).take(64).collect()
+    };
+    let mut list: Vec<String> = presented.iter().take(5).map(|n| bare(n)).collect();
+    if presented.len() > 5 {
+        list.push(format!("{} more", presented.len() - 5));
+    }
+    list.join(", ")
 }
 
 /// An error and its sources, joined: "connection refused" alone rarely says enough.
