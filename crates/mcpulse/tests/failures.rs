@@ -1255,6 +1255,33 @@ async fn a_reply_line_over_the_cap_to_another_request_ends_that_one() {
 }
 
 #[tokio::test]
+async fn an_unwritable_transcript_path_fails_before_probing() {
+    // A server that would hold the probe to its whole --timeout: before the fix, mcpulse probed
+    // it for 5 s and only then failed to write the transcript.
+    let server = FakeHttp::start(|_| Reply::silence()).await;
+    let dir = TempDir::new("transcript-path");
+    for path in [dir.join("no-such-dir/transcript.json"), dir.join("")] {
+        let run = probe_url(
+            &server.url("/mcp"),
+            TIMEOUT,
+            &["--transcript", path.to_str().unwrap()],
+        )
+        .await;
+        assert_eq!(run.code, Some(3), "{}", run.stderr);
+        assert!(
+            run.stderr
+                .contains(&format!("--transcript {}", path.display()))
+                && run.stderr.contains("nothing was probed"),
+            "{}",
+            run.stderr
+        );
+        assert!(run.stdout.is_empty(), "{}", run.stdout);
+        assert!(run.elapsed < Duration::from_secs(2), "{:?}", run.elapsed);
+    }
+    assert!(server.requests().is_empty(), "the server was not contacted");
+}
+
+#[tokio::test]
 async fn stdio_server_that_exits_before_initialize_is_probed_in_the_sibling() {
     // Like rmcp servers: any request before `initialize` makes it exit. The first process dies
     // on server/discover; the legacy handshake runs in the sibling started beside it (auto mode),
