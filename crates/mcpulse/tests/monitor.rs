@@ -720,6 +720,17 @@ async fn a_server_that_dies_and_comes_back_pages_once_and_resolves_once() {
         "{}",
         history[0]
     );
+    // A history cursor that names no check of the target is told, not an empty last page.
+    let oldest = history.last().unwrap()["id"].as_i64().unwrap();
+    let (status, page) = m
+        .get(&format!("/api/v1/targets/svc/history?before={oldest}"))
+        .await;
+    assert_eq!(
+        (status, &page["items"], &page["next"]),
+        (200, &json!([]), &Value::Null)
+    );
+    let (status, page) = m.get("/api/v1/targets/svc/history?before=999999999").await;
+    assert_eq!(status, 410, "{page}");
 
     // Restored on the same port: one resolve, same incident.
     server.restore().await;
