@@ -856,6 +856,29 @@ async fn status_503_is_a_server_error_and_stops_the_probe() {
 }
 
 #[tokio::test]
+async fn a_redirect_to_gopher_is_refused_and_named() {
+    // A listener on the port the redirect names: it must never see a connection.
+    let gopher = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    gopher.set_nonblocking(true).unwrap();
+    let location = format!("gopher://{}/x", gopher.local_addr().unwrap());
+    let to = location.clone();
+    let server = FakeHttp::start(move |_| Reply::status(307).header("location", &to)).await;
+    let run = probe_url(&server.url("/mcp"), TIMEOUT, &[]).await;
+    run.expect("down", &["http-failed"]);
+    let message = finding_message(&run, "http-failed");
+    assert!(
+        message.contains(&format!("redirect to {location} refused"))
+            && message.contains("only http and https are followed"),
+        "{message}"
+    );
+    assert_eq!(
+        gopher.accept().map_err(|e| e.kind()).err(),
+        Some(std::io::ErrorKind::WouldBlock),
+        "the redirect's target was contacted"
+    );
+}
+
+#[tokio::test]
 async fn status_401_with_resource_metadata_is_up_but_gated() {
     let server = serve(scenario::unauthorized(true)).await;
     let run = probe_url(&server.url("/mcp"), TIMEOUT, &[]).await;
