@@ -840,37 +840,20 @@ mod tests {
         }
     }
 
-    /// A listener on `ip` answering every connection with `response`, counting connections.
-    async fn answering(
-        ip: &str,
-        response: String,
-    ) -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
-        use tokio::io::AsyncWriteExt;
-        let l = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
-        let addr = l.local_addr().unwrap();
-        let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let c = count.clone();
-        tokio::spawn(async move {
-            while let Ok((mut s, _)) = l.accept().await {
-                c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                let _ = s.write_all(response.as_bytes()).await;
-            }
-        });
-        (addr, count)
-    }
-
     /// The SSRF guard holds for every hop of a redirect, http or https, not only the first:
     /// each connection passes the same check. A loopback test cannot have a public first hop,
     /// so here 127.0.0.1 stands in for "public" and 127.0.0.2 for the private address a
     /// redirect points at.
     #[tokio::test]
     async fn the_guard_applies_to_each_redirect() {
+        use mcpulse_testkit::RawListener;
         for scheme in ["http", "https"] {
-            let (private, private_count) = answering("127.0.0.2", String::new()).await;
-            let (first, _) = answering(
+            let private = RawListener::start("127.0.0.2", "").await;
+            let first = RawListener::start(
                 "127.0.0.1",
                 format!(
-                    "HTTP/1.1 307 Temporary Redirect\r\nlocation: {scheme}://{private}/x\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                    "HTTP/1.1 307 Temporary Redirect\r\nlocation: {scheme}://{}/x\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                    private.addr()
                 ),
             )
             .await;
@@ -879,7 +862,7 @@ mod tests {
             client.public = |ip| ip == IpAddr::from([127, 0, 0, 1]);
             let out = Outgoing {
                 method: Method::POST,
-                uri: format!("http://{first}/mcp").parse().unwrap(),
+                uri: format!("http://{}/mcp", first.addr()).parse().unwrap(),
                 headers: Vec::new(),
                 user_headers: &[],
                 body: Some("{}".into()),
@@ -901,7 +884,7 @@ mod tests {
             assert!(client.connections[0].error.is_none());
             assert_eq!(client.connections[1].addr, None);
             assert_eq!(
-                private_count.load(std::sync::atomic::Ordering::SeqCst),
+                private.connections(),
                 0,
                 "{scheme}: no connection to the private address"
             );

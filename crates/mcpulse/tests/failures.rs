@@ -14,7 +14,9 @@ use mcpulse_testkit::mcp;
 use mcpulse_testkit::run::{self, Run};
 use mcpulse_testkit::scenario::{self, Framing};
 use mcpulse_testkit::stdio::{read_pids, still_running_after};
-use mcpulse_testkit::{Act, Body, FakeHttp, Piece, Reply, Request, StdioScript, TempDir};
+use mcpulse_testkit::{
+    Act, Body, FakeHttp, Piece, RawListener, Reply, Request, StdioScript, TempDir,
+};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -858,9 +860,8 @@ async fn status_503_is_a_server_error_and_stops_the_probe() {
 #[tokio::test]
 async fn a_redirect_to_gopher_is_refused_and_named() {
     // A listener on the port the redirect names: it must never see a connection.
-    let gopher = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    gopher.set_nonblocking(true).unwrap();
-    let location = format!("gopher://{}/x", gopher.local_addr().unwrap());
+    let gopher = RawListener::start("127.0.0.1", "").await;
+    let location = format!("gopher://{}/x", gopher.addr());
     let to = location.clone();
     let server = FakeHttp::start(move |_| Reply::status(307).header("location", &to)).await;
     let run = probe_url(&server.url("/mcp"), TIMEOUT, &[]).await;
@@ -872,8 +873,8 @@ async fn a_redirect_to_gopher_is_refused_and_named() {
         "{message}"
     );
     assert_eq!(
-        gopher.accept().map_err(|e| e.kind()).err(),
-        Some(std::io::ErrorKind::WouldBlock),
+        gopher.connections(),
+        0,
         "the redirect's target was contacted"
     );
 }
