@@ -33,7 +33,9 @@ pub fn run(args: ProbeArgs) -> Result<u8> {
         use std::io::Write;
         let text =
             serde_json::to_string_pretty(&transcript).context("serialising the transcript")?;
-        file.set_len(0)
+        // Only a regular file is truncated: `/dev/stdout` or a pipe cannot be, nor need to be.
+        let regular = file.metadata().is_ok_and(|m| m.is_file());
+        (if regular { file.set_len(0) } else { Ok(()) })
             .and_then(|()| file.write_all((text + "\n").as_bytes()))
             .with_context(|| format!("writing the transcript to {}", path.display()))?;
     }
