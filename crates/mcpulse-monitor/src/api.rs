@@ -10,7 +10,7 @@
 //! | `GET /api/v1/fleet` | counts, percentage healthy, one line per target | token |
 //! | `GET /api/v1/targets` | every target's view | token |
 //! | `GET /api/v1/targets/{name}` | one target: state, last check, findings, incidents, uptime stats | token |
-//! | `GET /api/v1/targets/{name}/history?limit=&before=` | its checks, newest first, keyset-paged | token |
+//! | `GET /api/v1/targets/{name}/history?limit=&before=` | its checks, newest first, keyset-paged (410 for a cursor that is gone) | token |
 //!
 //! The token (`[server] token`) is a read-only bearer token, compared in constant time; the
 //! health endpoints stay open so a load balancer or kubelet needs no secret. Nothing here
@@ -56,12 +56,14 @@ pub trait HistorySource: Send + Sync {
     /// A target's checks, newest first: at most `limit` rows that come after the row with id
     /// `before` in that order (from the newest when `None`). `before` is the id of the last
     /// row of the previous page, a keyset cursor, so pages stay stable while checks arrive.
+    /// `None` when `before` is not one of the target's checks (pruned, or never its): the
+    /// page cannot be placed, which is not the same as "no older checks".
     fn history(
         &self,
         target: &str,
         before: Option<i64>,
         limit: usize,
-    ) -> Result<Vec<HistoryRow>, String>;
+    ) -> Result<Option<Vec<HistoryRow>>, String>;
     /// Uptime and latency over the standard windows, ending at `now_ms`.
     fn stats(&self, target: &str, now_ms: i64) -> Result<Vec<Stats>, String>;
 }
@@ -933,7 +935,18 @@ async fn history_handler(
     let rows =
         tokio::task::spawn_blocking(move || history.history(&target, before, limit + 1)).await;
     let mut items = match rows {
-        Ok(Ok(rows)) => rows,
+        Ok(Ok(Some(rows))) => rows,
+        // An empty page here would end the client's paging as if it had reached the oldest
+        // check; 410 says the cursor is gone and what to do.
+        Ok(Ok(None)) => {
+            return error(
+                StatusCode::GONE,
+                format!(
+                    "before={} is not a check in the history of {name:?}: it was pruned (checks older than the retention are deleted, and the ones before it with it) or is not one of this target's checks; page again from the newest, without before",
+                    before.unwrap_or_default()
+                ),
+            );
+        }
         Ok(Err(e)) => {
             return error(
                 StatusCode::SERVICE_UNAVAILABLE,

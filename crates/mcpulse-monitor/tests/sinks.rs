@@ -118,6 +118,8 @@ fn webhook_body_is_the_documented_object() {
         json!({
             "schema": "mcpulse.alert/v1",
             "dedup_key": alert::dedup_key("search", "status"),
+            // Pinned: a receiver folds on it across an upgrade of the monitor too.
+            "delivery_id": "mcpulse-d-388e8f6db8a99077692a45f4",
             "action": "trigger",
             "kind": "down",
             "target": "search",
@@ -149,6 +151,7 @@ fn webhook_request_headers_and_signature() {
         req.headers,
         vec![
             ("Content-Type".to_owned(), "application/json".to_owned()),
+            ("Idempotency-Key".to_owned(), down().delivery_id()),
             ("X-Mcpulse-Timestamp".to_owned(), ts),
             ("X-Mcpulse-Signature".to_owned(), expected),
         ]
@@ -160,6 +163,16 @@ fn webhook_request_headers_and_signature() {
     let plain = webhook::request("http://h/x", None, &[], &down(), sent).unwrap();
     assert_eq!(
         plain.headers,
+        vec![
+            ("Content-Type".to_owned(), "application/json".to_owned()),
+            ("Idempotency-Key".to_owned(), down().delivery_id()),
+        ]
+    );
+    // A config header of that name wins.
+    let own = vec![("idempotency-key".to_owned(), "mine".to_owned())];
+    let req = webhook::request("http://h/x", None, &own, &down(), sent).unwrap();
+    assert_eq!(
+        req.headers,
         vec![("Content-Type".to_owned(), "application/json".to_owned())]
     );
 }
@@ -339,6 +352,7 @@ fn command_environment() {
                 "MCPULSE_DEDUP_KEY",
                 alert::dedup_key("search", "status").to_owned()
             ),
+            ("MCPULSE_DELIVERY_ID", down().delivery_id()),
             ("MCPULSE_SEVERITY", "critical".to_owned()),
             (
                 "MCPULSE_SUMMARY",
@@ -346,6 +360,38 @@ fn command_environment() {
             ),
         ]
     );
+}
+
+#[test]
+fn a_delivery_id_names_one_alert_of_an_incident() {
+    let trigger = down();
+    let id = trigger.delivery_id();
+    assert!(
+        id.starts_with("mcpulse-d-") && id.len() == "mcpulse-d-".len() + 24,
+        "{id}"
+    );
+    // The same alert read back from the outbox (as JSON) is the same delivery.
+    let stored: Alert = serde_json::from_str(&serde_json::to_string(&trigger).unwrap()).unwrap();
+    assert_eq!(stored.delivery_id(), id);
+    // The resolve and a reminder of the same incident (same dedup key) are other deliveries.
+    let reminder = Alert {
+        action: Action::Remind,
+        at_ms: trigger.at_ms + 60 * MIN,
+        ..trigger.clone()
+    };
+    let ids = [
+        id.clone(),
+        recovered().delivery_id(),
+        reminder.delivery_id(),
+    ];
+    assert_eq!(recovered().dedup_key, trigger.dedup_key);
+    assert!(
+        ids[0] != ids[1] && ids[1] != ids[2] && ids[0] != ids[2],
+        "{ids:?}"
+    );
+    // The webhook body and the command's stdin carry it.
+    let body = json_of(&webhook::body(&trigger).unwrap());
+    assert_eq!(body["delivery_id"], id.as_str());
 }
 
 // ---- filters and backoff -----------------------------------------------------------------------

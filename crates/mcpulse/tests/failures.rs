@@ -14,7 +14,9 @@ use mcpulse_testkit::mcp;
 use mcpulse_testkit::run::{self, Run};
 use mcpulse_testkit::scenario::{self, Framing};
 use mcpulse_testkit::stdio::{read_pids, still_running_after};
-use mcpulse_testkit::{Act, Body, FakeHttp, Piece, Reply, Request, StdioScript, TempDir};
+use mcpulse_testkit::{
+    Act, Body, FakeHttp, Piece, RawListener, Reply, Request, StdioScript, TempDir,
+};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -856,6 +858,28 @@ async fn status_503_is_a_server_error_and_stops_the_probe() {
 }
 
 #[tokio::test]
+async fn a_redirect_to_gopher_is_refused_and_named() {
+    // A listener on the port the redirect names: it must never see a connection.
+    let gopher = RawListener::start("127.0.0.1", "").await;
+    let location = format!("gopher://{}/x", gopher.addr());
+    let to = location.clone();
+    let server = FakeHttp::start(move |_| Reply::status(307).header("location", &to)).await;
+    let run = probe_url(&server.url("/mcp"), TIMEOUT, &[]).await;
+    run.expect("down", &["http-failed"]);
+    let message = finding_message(&run, "http-failed");
+    assert!(
+        message.contains(&format!("redirect to {location} refused"))
+            && message.contains("only http and https are followed"),
+        "{message}"
+    );
+    assert_eq!(
+        gopher.connections(),
+        0,
+        "the redirect's target was contacted"
+    );
+}
+
+#[tokio::test]
 async fn status_401_with_resource_metadata_is_up_but_gated() {
     let server = serve(scenario::unauthorized(true)).await;
     let run = probe_url(&server.url("/mcp"), TIMEOUT, &[]).await;
@@ -1282,6 +1306,33 @@ async fn a_reply_line_over_the_cap_to_another_request_ends_that_one() {
         end("prompts/list"),
         end("tools/list")
     );
+}
+
+#[tokio::test]
+async fn an_unwritable_transcript_path_fails_before_probing() {
+    // A server that would hold the probe to its whole --timeout: before the fix, mcpulse probed
+    // it for 5 s and only then failed to write the transcript.
+    let server = FakeHttp::start(|_| Reply::silence()).await;
+    let dir = TempDir::new("transcript-path");
+    for path in [dir.join("no-such-dir/transcript.json"), dir.join("")] {
+        let run = probe_url(
+            &server.url("/mcp"),
+            TIMEOUT,
+            &["--transcript", path.to_str().unwrap()],
+        )
+        .await;
+        assert_eq!(run.code, Some(3), "{}", run.stderr);
+        assert!(
+            run.stderr
+                .contains(&format!("--transcript {}", path.display()))
+                && run.stderr.contains("nothing was probed"),
+            "{}",
+            run.stderr
+        );
+        assert!(run.stdout.is_empty(), "{}", run.stdout);
+        assert!(run.elapsed < Duration::from_secs(2), "{:?}", run.elapsed);
+    }
+    assert!(server.requests().is_empty(), "the server was not contacted");
 }
 
 #[tokio::test]

@@ -720,6 +720,17 @@ async fn a_server_that_dies_and_comes_back_pages_once_and_resolves_once() {
         "{}",
         history[0]
     );
+    // A history cursor that names no check of the target is told, not an empty last page.
+    let oldest = history.last().unwrap()["id"].as_i64().unwrap();
+    let (status, page) = m
+        .get(&format!("/api/v1/targets/svc/history?before={oldest}"))
+        .await;
+    assert_eq!(
+        (status, &page["items"], &page["next"]),
+        (200, &json!([]), &Value::Null)
+    );
+    let (status, page) = m.get("/api/v1/targets/svc/history?before=999999999").await;
+    assert_eq!(status, 410, "{page}");
 
     // Restored on the same port: one resolve, same incident.
     server.restore().await;
@@ -905,8 +916,10 @@ async fn sigkill_with_an_alert_undelivered_delivers_it_once_after_the_restart() 
     let d = &delivered[0];
     assert_eq!((d.field("action"), d.field("kind")), ("trigger", "down"));
     assert_eq!(d.field("dedup_key"), key);
-    // The very alert that was refused (same raise time), not a new one.
+    // The very alert that was refused (same raise time, same delivery id), not a new one.
     assert_eq!(d.field("at"), refused[0].field("at"));
+    assert_eq!(d.field("delivery_id"), refused[0].field("delivery_id"));
+    assert!(d.field("delivery_id").starts_with("mcpulse-d-"));
     d.assert_signed();
     let view = m2.target(name).await;
     assert_eq!(view["status"], "down");
@@ -920,6 +933,81 @@ async fn sigkill_with_an_alert_undelivered_delivers_it_once_after_the_restart() 
     eprintln!(
         "timings: {attempts_before} refused attempt(s) before the SIGKILL; delivered {after:?} \
          after the restart began"
+    );
+    m2.sigterm(Duration::from_secs(5)).await;
+    let db = inspect_db(&dir.join("mcpulse.db"), name);
+    assert!(db.pending.is_empty(), "{:?}", db.pending);
+    assert_eq!(db.delivered, 1);
+}
+
+/// Kills a process by its id on drop: the command a SIGKILLed monitor leaves running.
+struct KillPid(Option<i32>);
+
+impl Drop for KillPid {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0.take() {
+            // SAFETY: kill(2) touches no memory; the pid is the test's own command's.
+            #[allow(unsafe_code)]
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_mid_command_runs_it_again_with_the_same_delivery_id() {
+    // The command appends its MCPULSE_DELIVERY_ID to `runs`; its first run then hangs (as if
+    // the monitor died while it worked), later runs succeed at once.
+    let dir = TempDir::new("monitor-crash-command");
+    let backend = healthy_backend().await;
+    let mut server = Killable::start(backend.addr()).await;
+    server.kill().await; // down from the start: a trigger
+    let (runs, hung, pid) = (dir.join("runs"), dir.join("hung"), dir.join("pid"));
+    let script = r#"echo "$MCPULSE_DELIVERY_ID $MCPULSE_ACTION" >> "$1"; [ -e "$2" ] && exit 0; echo $$ > "$3"; touch "$2"; exec sleep 30"#;
+    let argv = json!(["sh", "-c", script, "sh", runs, hung, pid]);
+    let name = "svc";
+    let config = dir.join("monitor.toml");
+    write_config(
+        &config,
+        &format!(
+            "{}\n[[alerts]]\nkind = \"command\"\ncommand = {argv}\n",
+            config_text(&[(name, &url_target(&server.url()))], None)
+        ),
+    );
+    let mut m = Monitor::start(&dir, &config, &[]).await;
+    let until = Instant::now() + PATIENCE;
+    while !(hung.exists() && std::fs::read_to_string(&pid).is_ok_and(|p| p.ends_with('\n'))) {
+        assert!(
+            Instant::now() < until,
+            "the command never ran:\n{}",
+            m.log()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    m.sigkill().await;
+    let _hung = KillPid(std::fs::read_to_string(&pid).unwrap().trim().parse().ok());
+    let db = inspect_db(&dir.join("mcpulse.db"), name);
+    assert_eq!(db.pending, vec![("trigger".to_owned(), "down".to_owned())]);
+
+    // Restarted, the monitor runs the command again for the alert it was running: the same id.
+    let mut m2 = Monitor::start(&dir, &config, &[]).await;
+    drop(m);
+    let until = Instant::now() + PATIENCE;
+    let read = || std::fs::read_to_string(&runs).unwrap_or_default();
+    while read().lines().count() < 2 {
+        assert!(Instant::now() < until, "no second run:\n{}", m2.log());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let n = m2.history(name).await.len();
+    m2.wait_checks(name, n, FAILURE_THRESHOLD as usize + 1)
+        .await;
+    let lines: Vec<String> = read().lines().map(str::to_owned).collect();
+    assert_eq!(lines.len(), 2, "one run per start, no more: {lines:?}");
+    assert_eq!(lines[0], lines[1], "the same delivery, the same id");
+    assert!(
+        lines[0].starts_with("mcpulse-d-") && lines[0].ends_with(" trigger"),
+        "{lines:?}"
     );
     m2.sigterm(Duration::from_secs(5)).await;
     let db = inspect_db(&dir.join("mcpulse.db"), name);

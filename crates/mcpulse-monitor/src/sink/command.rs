@@ -6,8 +6,11 @@
 //! - stdin: the alert as the webhook's JSON body ([`super::webhook`], `mcpulse.alert/v1`), then
 //!   end of file;
 //! - environment: mcpulse's own, plus `MCPULSE_ALERT_KIND`, `MCPULSE_TARGET`, `MCPULSE_ACTION`,
-//!   `MCPULSE_DEDUP_KEY`, `MCPULSE_SEVERITY`, `MCPULSE_SUMMARY` (NUL bytes, which no environment
-//!   can hold, are dropped);
+//!   `MCPULSE_DEDUP_KEY`, `MCPULSE_DELIVERY_ID`, `MCPULSE_SEVERITY`, `MCPULSE_SUMMARY` (NUL
+//!   bytes, which no environment can hold, are dropped). The dedup key names the incident; the
+//!   delivery id ([`Alert::delivery_id`]) names this alert of it, and is the same on every run
+//!   for it: a command killed mid-run with the monitor runs again after the restart with the
+//!   same id, so a command that must act once can remember the ids it has done;
 //! - stdout is discarded; the first 2 KiB of stderr go into the error message of a failure;
 //! - exit status 0 is delivered; anything else (a non-zero exit, a signal, the time limit) is a
 //!   retryable failure. A program that is not there or not executable is permanent;
@@ -43,6 +46,8 @@ pub fn env(alert: &Alert) -> Vec<(&'static str, String)> {
         ("MCPULSE_TARGET", clean(&alert.target)),
         ("MCPULSE_ACTION", action.to_owned()),
         ("MCPULSE_DEDUP_KEY", clean(&alert.dedup_key)),
+        // Stable across retries and restarts: a command that must act once keys on it.
+        ("MCPULSE_DELIVERY_ID", alert.delivery_id()),
         ("MCPULSE_SEVERITY", clean(&alert.severity)),
         ("MCPULSE_SUMMARY", clean(&alert.summary)),
     ]

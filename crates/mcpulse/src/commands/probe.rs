@@ -15,6 +15,13 @@ pub fn run(args: ProbeArgs) -> Result<u8> {
         Some(path) => Some(read_baseline(path, args.force)?),
         None => None,
     };
+    // Open the transcript file before probing: an unwritable path is a usage error found at
+    // once, not after the probe has run and its evidence is lost. (Not truncated yet: a probe
+    // that cannot start leaves an earlier transcript there as it was.)
+    let transcript_file = match &args.transcript {
+        Some(path) => Some(open_transcript(path)?),
+        None => None,
+    };
     // The verdict is printed before the last stdio server is ended (up to twice the shutdown
     // grace, for a server that ignores the end of its stdin): it does not depend on how the
     // server exits. The transcript, written afterwards, records the exit too.
@@ -22,13 +29,32 @@ pub fn run(args: ProbeArgs) -> Result<u8> {
     let judged = unfinished.snapshot(&transcript);
     let verdict = report_and_print(&args, &judged, budget, baseline.as_ref());
     unfinished.finish(&mut transcript);
-    if let Some(path) = &args.transcript {
+    if let (Some(path), Some(mut file)) = (&args.transcript, transcript_file) {
+        use std::io::Write;
         let text =
             serde_json::to_string_pretty(&transcript).context("serialising the transcript")?;
-        std::fs::write(path, text + "\n")
+        // Only a regular file is truncated: `/dev/stdout` or a pipe cannot be, nor need to be.
+        let regular = file.metadata().is_ok_and(|m| m.is_file());
+        (if regular { file.set_len(0) } else { Ok(()) })
+            .and_then(|()| file.write_all((text + "\n").as_bytes()))
             .with_context(|| format!("writing the transcript to {}", path.display()))?;
     }
     verdict
+}
+
+/// Opens (creating, not truncating) the `--transcript` file for writing.
+fn open_transcript(path: &std::path::Path) -> Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .with_context(|| {
+            format!(
+                "--transcript {}: the file cannot be written, so nothing was probed; choose a path in a directory that exists and that you can write to",
+                path.display()
+            )
+        })
 }
 
 /// Judges the transcript (and the drift from a baseline), prints the report, and returns the
