@@ -6,6 +6,7 @@
 //! token is read from the environment at load time, so secrets stay out of the file.
 
 pub use mcpulse_wire::env::expand;
+use mcpulse_wire::redact::Secrets;
 use mcpulse_wire::version::EraMode;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -115,7 +116,16 @@ pub struct TargetConfig {
     pub labels: BTreeMap<String, String>,
     /// Where it came from: the config file, or an imported client config.
     pub source: String,
+    /// Values hidden wherever the target is shown or recorded (API, store, logs, transcripts):
+    /// what an import's expansion read from the environment, and the target's `env` and header
+    /// values of [`SECRET_MIN_LEN`] characters or more.
+    pub secrets: Secrets,
 }
+
+/// The shortest `env` or header value taken as a secret. Shorter ones (`1`, `true`, `debug`)
+/// are settings, and hiding them would blank every `1` in a command line; values from
+/// `${VAR}` are secret whatever their length.
+pub const SECRET_MIN_LEN: usize = 8;
 
 /// An alert sink.
 #[derive(Debug, Clone, PartialEq)]
@@ -647,7 +657,18 @@ pub(crate) fn target_from(
     labels: BTreeMap<String, String>,
     source: String,
 ) -> TargetConfig {
+    let mut secrets = Secrets::default();
+    let env_values = match &endpoint {
+        Endpoint::Command { env, .. } => env.values().collect(),
+        Endpoint::Url(_) => Vec::new(),
+    };
+    for v in env_values.into_iter().chain(headers.iter().map(|(_, v)| v)) {
+        if v.len() >= SECRET_MIN_LEN {
+            secrets.add(v);
+        }
+    }
     TargetConfig {
+        secrets,
         name,
         endpoint,
         headers,

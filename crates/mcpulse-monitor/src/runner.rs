@@ -37,10 +37,12 @@ pub fn phase(name: &str, interval: Duration) -> Duration {
 
 /// The probe target and plan for a configured target.
 pub fn target_and_plan(t: &TargetConfig) -> Result<(Target, Plan), String> {
+    // The error may quote the URL: its secrets hidden.
     let target = match &t.endpoint {
-        Endpoint::Url(u) => Target::http(u).map_err(|e| e.to_string())?,
-        Endpoint::Command { argv, .. } => Target::stdio(argv).map_err(|e| e.to_string())?,
-    };
+        Endpoint::Url(u) => Target::http(u),
+        Endpoint::Command { argv, .. } => Target::stdio(argv),
+    }
+    .map_err(|e| t.secrets.hide(&e.to_string()))?;
     let env = match &t.endpoint {
         Endpoint::Command { env, .. } => env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         Endpoint::Url(_) => Vec::new(),
@@ -52,6 +54,7 @@ pub fn target_and_plan(t: &TargetConfig) -> Result<(Target, Plan), String> {
         security: t.security,
         env,
         clean_env: true,
+        secrets: t.secrets.clone(),
         ..Plan::default()
     };
     Ok((target, plan))

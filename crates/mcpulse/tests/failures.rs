@@ -1868,6 +1868,47 @@ async fn header_secrets_and_url_secrets_never_appear_in_output() {
     }
 }
 
+/// Issue #14 (5): a stdio command's credentials, by flag (`--api-key S`, `-p S`) or by shape
+/// (a positional `ghp_…`), appear in neither the report's `target` nor the transcript (its
+/// `display` and the process record).
+#[tokio::test]
+async fn argv_secrets_never_appear_in_output() {
+    let key = format!("key-{}-{}", std::process::id(), line!());
+    let pass = format!("pass-{}-{}", std::process::id(), line!());
+    let pat = format!("ghp_{}abcdefghijklmnopqrstuvwxyz", std::process::id());
+    let dir = TempDir::new("argv-secrets");
+    let script = legacy_stdio().write(&dir, "server.sh");
+    let transcript = dir.join("transcript.json");
+    let args = [
+        "probe",
+        "--json",
+        "--timeout",
+        TIMEOUT,
+        "--transcript",
+        transcript.to_str().unwrap(),
+        "--",
+        "sh",
+        script.to_str().unwrap(),
+        "--api-key",
+        &key,
+        "-p",
+        &pass,
+        &pat,
+    ];
+    let run = run_with(&args, &[], parse_secs(TIMEOUT) + SLACK).await;
+    run.expect("healthy", &[]);
+    for secret in [&key, &pass, &pat] {
+        assert_hidden(secret, &run, Some(&transcript));
+    }
+    let target = run.report()["target"].as_str().unwrap().to_owned();
+    assert!(
+        target.ends_with("server.sh --api-key <redacted> -p <redacted> <redacted>"),
+        "{target}"
+    );
+    let tr: Value = serde_json::from_str(&std::fs::read_to_string(&transcript).unwrap()).unwrap();
+    assert_eq!(tr["target"]["display"], target);
+}
+
 #[tokio::test]
 async fn bearer_token_is_not_sent_to_the_metadata_document() {
     let token = format!("tok-{}-{}", std::process::id(), line!());
