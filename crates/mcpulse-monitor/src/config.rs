@@ -161,6 +161,9 @@ pub enum SinkKind {
     },
     Command {
         argv: Vec<String>,
+        /// The monitor's variables passed on to the command, by name. It starts with a clean
+        /// environment otherwise (`sink::command`).
+        env: Vec<String>,
     },
 }
 
@@ -289,6 +292,9 @@ struct RawAlert {
     secret: Option<String>,
     routing_key: Option<String>,
     command: Option<Vec<String>>,
+    /// Command sinks: the monitor's variables the command may see (beyond the clean base).
+    #[serde(default)]
+    env: Vec<String>,
     #[serde(default)]
     headers: BTreeMap<String, String>,
     #[serde(default)]
@@ -531,11 +537,19 @@ pub fn parse(
                 },
             },
             "command" => match &r.command {
-                Some(c) if !c.is_empty() => SinkKind::Command { argv: c.clone() },
+                Some(c) if !c.is_empty() => SinkKind::Command {
+                    argv: c.clone(),
+                    env: command_env(&r.env).map_err(at)?,
+                },
                 _ => return Err(at("needs command = [\"program\", \"arg\"]".into())),
             },
             other => return Err(src.at(span, format!("unknown alert kind {other:?}: use webhook, slack, pagerduty, alertmanager or command"))),
         };
+        if !r.env.is_empty() && r.kind != "command" {
+            return Err(at(
+                "env applies to command sinks only (the variables the command may see)".into(),
+            ));
+        }
         if r.resend.is_some() && r.kind != "alertmanager" {
             return Err(at("resend applies to alertmanager sinks only".into()));
         }
@@ -790,6 +804,22 @@ pub fn duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
+/// A command sink's `env`: names of the monitor's variables, each at most once.
+fn command_env(names: &[String]) -> Result<Vec<String>, String> {
+    let mut out: Vec<String> = Vec::new();
+    for n in names {
+        if n.is_empty() || n.contains(['=', '\0']) {
+            return Err(format!(
+                "env {n:?} is not a variable name: write the names to pass on, e.g. env = [\"PAGER_TOKEN\"]"
+            ));
+        }
+        if !out.contains(n) {
+            out.push(n.clone());
+        }
+    }
+    Ok(out)
+}
+
 fn expand_headers(
     h: &BTreeMap<String, String>,
     env: &dyn Fn(&str) -> Option<String>,
@@ -863,6 +893,35 @@ mod tests {
 
     fn parse_err(t: &str) -> ConfigError {
         parse(t, "mcpulse.toml", Path::new("/etc/mcpulse"), &env).unwrap_err()
+    }
+
+    #[test]
+    fn command_sink_env_is_an_allowlist_of_names() {
+        let base = "[[targets]]\nname = \"a\"\nurl = \"http://127.0.0.1:1/mcp\"\n";
+        let c = parse_ok(&format!(
+            "{base}[[alerts]]\nkind = \"command\"\ncommand = [\"notify\"]\nenv = [\"PAGER\", \"PAGER\"]\n\
+             [[alerts]]\nkind = \"command\"\ncommand = [\"notify\"]\n"
+        ));
+        let envs: Vec<&Vec<String>> = c
+            .alerts
+            .iter()
+            .filter_map(|a| match &a.kind {
+                SinkKind::Command { env, .. } => Some(env),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(envs, [&vec!["PAGER".to_owned()], &Vec::<String>::new()]);
+        let e = parse_err(&format!(
+            "{base}[[alerts]]\nkind = \"command\"\ncommand = [\"notify\"]\nenv = [\"A=b\"]\n"
+        ));
+        assert!(e.to_string().contains("is not a variable name"), "{e}");
+        let e = parse_err(&format!(
+            "{base}[[alerts]]\nkind = \"webhook\"\nurl = \"http://hook\"\nenv = [\"A\"]\n"
+        ));
+        assert!(
+            e.to_string().contains("env applies to command sinks only"),
+            "{e}"
+        );
     }
 
     #[test]
