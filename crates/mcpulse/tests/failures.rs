@@ -1092,19 +1092,7 @@ async fn sse_stream_that_ends_before_the_endpoint_event() {
 
 /// A legacy stdio server: `initialize` and `tools/list` answered, anything else ignored.
 fn legacy_stdio() -> StdioScript {
-    StdioScript::new()
-        .on(
-            "initialize",
-            vec![Act::Result(mcp::initialize_result(mcp::LEGACY))],
-        )
-        .on(
-            "tools/list",
-            vec![Act::Result(mcp::tools_list_result(
-                mcp::tools(&["echo"]),
-                None,
-                false,
-            ))],
-        )
+    StdioScript::legacy()
 }
 
 /// A modern stdio server: `server/discover` and `tools/list` (these tools) answered. Rules
