@@ -6,7 +6,7 @@
 //! token is read from the environment at load time, so secrets stay out of the file.
 
 pub use mcpulse_wire::env::expand;
-use mcpulse_wire::redact::Secrets;
+use mcpulse_wire::redact::{self, Secrets};
 use mcpulse_wire::version::EraMode;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -97,7 +97,7 @@ pub enum Endpoint {
     },
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct TargetConfig {
     pub name: String,
     pub endpoint: Endpoint,
@@ -120,6 +120,30 @@ pub struct TargetConfig {
     /// what an import's expansion read from the environment, and the target's `env` and header
     /// values of [`SECRET_MIN_LEN`] characters or more.
     pub secrets: Secrets,
+}
+
+/// Shows the endpoint as the API does, and only the names of headers and `env` variables.
+impl std::fmt::Debug for TargetConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (endpoint, env) = match &self.endpoint {
+            Endpoint::Url(u) => (redact::target_url(u, &self.secrets), Vec::new()),
+            Endpoint::Command { argv, env } => (
+                redact::command_line(argv, &self.secrets),
+                env.keys().collect(),
+            ),
+        };
+        let headers: Vec<&String> = self.headers.iter().map(|(k, _)| k).collect();
+        f.debug_struct("TargetConfig")
+            .field("name", &self.name)
+            .field("endpoint", &endpoint)
+            .field("env", &env)
+            .field("headers", &headers)
+            .field("interval", &self.interval)
+            .field("timeout", &self.timeout)
+            .field("labels", &self.labels)
+            .field("source", &self.source)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The shortest `env` or header value taken as a secret. Shorter ones (`1`, `true`, `debug`)

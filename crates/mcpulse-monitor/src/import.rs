@@ -259,6 +259,28 @@ mod tests {
     }
 
     #[test]
+    fn what_came_from_the_environment_is_secret() {
+        let t = parse(
+            r#"{"servers": {
+                "u": {"url": "http://h/ok/${env:GH_TOKEN}/x?q=${GH_TOKEN}"},
+                "c": {"command": "srv", "args": ["--root", "/srv/${GH_TOKEN}"], "env": {"K": "literal-value-9", "D": "1"}}
+            }}"#,
+            "mcp.json",
+            &Defaults::default(),
+            &env,
+        )
+        .unwrap();
+        assert!(matches!(&t[0].endpoint, Endpoint::Command { .. }));
+        let shown = format!("{:?}", t[0]);
+        assert!(shown.contains("srv --root /srv/<redacted>"), "{shown}");
+        assert!(!shown.contains("ghp") && !shown.contains("literal-value-9"), "{shown}");
+        assert_eq!(t[0].secrets.hide("literal-value-9 1"), "<redacted> 1");
+        let shown = format!("{:?}", t[1]);
+        assert!(shown.contains("http://h/ok/<redacted>/x?q=<redacted>"), "{shown}");
+        assert!(!shown.contains("ghp"), "{shown}");
+    }
+
+    #[test]
     fn jsonc_keeps_strings() {
         assert_eq!(
             strip_jsonc(r#"{"a": "http://x // not a comment", "b": [1,2,],}"#),
