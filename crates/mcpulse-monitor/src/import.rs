@@ -273,10 +273,16 @@ mod tests {
         assert!(matches!(&t[0].endpoint, Endpoint::Command { .. }));
         let shown = format!("{:?}", t[0]);
         assert!(shown.contains("srv --root /srv/<redacted>"), "{shown}");
-        assert!(!shown.contains("ghp") && !shown.contains("literal-value-9"), "{shown}");
+        assert!(
+            !shown.contains("ghp") && !shown.contains("literal-value-9"),
+            "{shown}"
+        );
         assert_eq!(t[0].secrets.hide("literal-value-9 1"), "<redacted> 1");
         let shown = format!("{:?}", t[1]);
-        assert!(shown.contains("http://h/ok/<redacted>/x?q=<redacted>"), "{shown}");
+        assert!(
+            shown.contains("http://h/ok/<redacted>/x?q=<redacted>"),
+            "{shown}"
+        );
         assert!(!shown.contains("ghp"), "{shown}");
     }
 

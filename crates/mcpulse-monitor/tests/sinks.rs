@@ -812,14 +812,22 @@ async fn command_gets_a_clean_environment_and_its_allowlist() {
         argv: ["sh", "-c", r#"env > "$1""#, "sh", out.to_str().unwrap()]
             .map(String::from)
             .to_vec(),
-        env: vec!["CARGO_PKG_NAME".into(), "MCPULSE_TEST_UNSET_VARIABLE".into()],
+        env: vec![
+            "CARGO_PKG_NAME".into(),
+            "MCPULSE_TEST_UNSET_VARIABLE".into(),
+        ],
     };
     sink::deliver(&sink, &down(), TIMEOUT).await.unwrap();
     let env = std::fs::read_to_string(&out).unwrap();
-    let names: BTreeSet<&str> = env.lines().filter_map(|l| l.split_once('=')).map(|(k, _)| k).collect();
+    let names: BTreeSet<&str> = env
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, _)| k)
+        .collect();
     assert!(!names.contains("CARGO_MANIFEST_DIR"), "{env}");
     assert!(
-        env.lines().any(|l| l == format!("CARGO_PKG_NAME={}", passed.to_string_lossy())),
+        env.lines()
+            .any(|l| l == format!("CARGO_PKG_NAME={}", passed.to_string_lossy())),
         "{env}"
     );
     assert!(names.contains("MCPULSE_TARGET"), "{env}");

@@ -102,7 +102,9 @@ impl StdioScript {
         StdioScript::new()
             .on(
                 "initialize",
-                vec![Act::Result(crate::mcp::initialize_result(crate::mcp::LEGACY))],
+                vec![Act::Result(crate::mcp::initialize_result(
+                    crate::mcp::LEGACY,
+                ))],
             )
             .on(
                 "tools/list",

@@ -360,7 +360,10 @@ mod tests {
                 "server --api-key s3cret --token=abc --root /srv",
                 "server --api-key <redacted> --token=<redacted> --root /srv",
             ),
-            ("mysql -p hunter2 -pHunter2", "mysql -p <redacted> -p<redacted>"),
+            (
+                "mysql -p hunter2 -pHunter2",
+                "mysql -p <redacted> -p<redacted>",
+            ),
             (
                 "npx -y @modelcontextprotocol/server-filesystem /srv",
                 "npx -y @modelcontextprotocol/server-filesystem /srv",

@@ -1364,7 +1364,11 @@ async fn secrets_stay_out_of_the_api_the_database_the_log_and_the_command_sink()
         {
             break t;
         }
-        assert!(Instant::now() < until, "no alert ran the command:\n{}", m.log());
+        assert!(
+            Instant::now() < until,
+            "no alert ran the command:\n{}",
+            m.log()
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert!(!sink_env.contains(SECRET_ENV), "{sink_env}");

@@ -94,7 +94,10 @@ pub async fn run(
     let mut cmd = Command::new(program);
     cmd.env_clear()
         .envs(mcpulse_transport::stdio::inherited_env())
-        .envs(pass.iter().filter_map(|k| std::env::var_os(k).map(|v| (k, v))))
+        .envs(
+            pass.iter()
+                .filter_map(|k| std::env::var_os(k).map(|v| (k, v))),
+        )
         .args(&argv[1..])
         .envs(env(alert))
         .stdin(Stdio::piped())
