@@ -105,7 +105,7 @@ impl Secrets {
     }
 
     /// `text` with every occurrence of a secret value replaced by [`REDACTED`]. One pass, so a
-    /// replacement is never searched again.
+    /// replacement is never searched again, and a `<redacted>` already there is left whole.
     pub fn hide(&self, text: &str) -> String {
         if self.0.is_empty() {
             return text.to_owned();
@@ -119,6 +119,12 @@ impl Secrets {
                     rest = after;
                     continue 'scan;
                 }
+            }
+            // What is already hidden stays whole (hiding twice changes nothing).
+            if let Some(after) = rest.strip_prefix(REDACTED) {
+                out.push_str(REDACTED);
+                rest = after;
+                continue;
             }
             out.push(c);
             rest = &rest[c.len_utf8()..];
@@ -346,6 +352,11 @@ mod tests {
         );
         assert_eq!(s.hide("a t0k b t0ken-long"), "a <redacted> b <redacted>");
         assert_eq!(Secrets::default().hide("t0k"), "t0k");
+        let mut d = Secrets::default();
+        d.add("d");
+        assert_eq!(d.hide(&d.hide("a d")), "a <redacted>");
+        d.add("<redacted>x");
+        assert_eq!(d.hide("<redacted>x"), "<redacted>");
         assert_eq!(
             command_line(&argv("server --root /srv/t0k"), &s),
             "server --root /srv/<redacted>"

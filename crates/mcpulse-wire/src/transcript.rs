@@ -70,6 +70,7 @@ impl Transcript {
             p.hide(secrets);
         }
         for c in &mut self.connections {
+            secrets.hide_in(&mut c.authority);
             if let Some(e) = &mut c.error {
                 secrets.hide_in(&mut e.message);
             }

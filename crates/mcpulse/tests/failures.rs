@@ -1320,7 +1320,16 @@ async fn probe_script_with_transcript(
     script: &std::path::Path,
     transcript: &std::path::Path,
 ) -> Run {
-    let args = [
+    probe_script_args_with_transcript(script, &[], transcript).await
+}
+
+/// `mcpulse probe --json --timeout 5s --transcript <transcript> -- sh <script> <server_args...>`.
+async fn probe_script_args_with_transcript(
+    script: &std::path::Path,
+    server_args: &[&str],
+    transcript: &std::path::Path,
+) -> Run {
+    let mut args = vec![
         "probe",
         "--json",
         "--timeout",
@@ -1331,6 +1340,7 @@ async fn probe_script_with_transcript(
         "sh",
         script.to_str().unwrap(),
     ];
+    args.extend_from_slice(server_args);
     run_with(&args, &[], parse_secs(TIMEOUT) + SLACK).await
 }
 
@@ -1867,23 +1877,8 @@ async fn argv_secrets_never_appear_in_output() {
     let dir = TempDir::new("argv-secrets");
     let script = legacy_stdio().write(&dir, "server.sh");
     let transcript = dir.join("transcript.json");
-    let args = [
-        "probe",
-        "--json",
-        "--timeout",
-        TIMEOUT,
-        "--transcript",
-        transcript.to_str().unwrap(),
-        "--",
-        "sh",
-        script.to_str().unwrap(),
-        "--api-key",
-        &key,
-        "-p",
-        &pass,
-        &pat,
-    ];
-    let run = run_with(&args, &[], parse_secs(TIMEOUT) + SLACK).await;
+    let server_args = ["--api-key", &key, "-p", &pass, &pat];
+    let run = probe_script_args_with_transcript(&script, &server_args, &transcript).await;
     run.expect("healthy", &[]);
     for secret in [&key, &pass, &pat] {
         assert_hidden(secret, &run, Some(&transcript));
