@@ -679,13 +679,14 @@ async fn run_probe(
     let duration = probe_started.elapsed();
     drop(permit);
     drop(in_flight);
-    let report = judge(
+    let mut report = judge(
         &transcript,
         &Policy {
             latency_budget_ms: latency_budget.as_secs_f64() * 1000.0,
             expect_auth: false,
         },
     );
+    crate::runner::hide_in_report(&mut report, &plan.secrets);
     tracing::debug!(target = %shown, module = %module_name, status = report.status.as_str(), ms = duration.as_secs_f64() * 1000.0, "probe request");
 
     let format = if params.debug {

@@ -37,10 +37,12 @@ pub fn phase(name: &str, interval: Duration) -> Duration {
 
 /// The probe target and plan for a configured target.
 pub fn target_and_plan(t: &TargetConfig) -> Result<(Target, Plan), String> {
+    // The error may quote the URL: its secrets hidden.
     let target = match &t.endpoint {
-        Endpoint::Url(u) => Target::http(u).map_err(|e| e.to_string())?,
-        Endpoint::Command { argv, .. } => Target::stdio(argv).map_err(|e| e.to_string())?,
-    };
+        Endpoint::Url(u) => Target::http(u),
+        Endpoint::Command { argv, .. } => Target::stdio(argv),
+    }
+    .map_err(|e| t.secrets.hide(&e.to_string()))?;
     let env = match &t.endpoint {
         Endpoint::Command { env, .. } => env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         Endpoint::Url(_) => Vec::new(),
@@ -56,9 +58,30 @@ pub fn target_and_plan(t: &TargetConfig) -> Result<(Target, Plan), String> {
         // re-detection, and the retry of a pinned check that failed: see `EraMemo`); the
         // pinned checks in between start one process.
         stdio_dual_era: true,
+        secrets: t.secrets.clone(),
         ..Plan::default()
     };
     Ok((target, plan))
+}
+
+/// Hides the target's secrets in what a report says in words: the probe hid them in what it
+/// recorded about the target, but a finding may quote what the server sent back (a protected
+/// resource's metadata naming its URL, token and all). The report goes to the store, the API
+/// and alerts.
+pub fn hide_in_report(report: &mut Report, secrets: &mcpulse_wire::redact::Secrets) {
+    if secrets.is_empty() {
+        return;
+    }
+    secrets.hide_in(&mut report.target);
+    for f in &mut report.findings {
+        secrets.hide_in(&mut f.message);
+    }
+    for f in &mut report.security.findings {
+        secrets.hide_in(&mut f.message);
+        for e in &mut f.evidence {
+            secrets.hide_in(e);
+        }
+    }
 }
 
 /// Runs one probe. The daemon uses [`NetworkProber`]; scheduler tests use a scripted one so
@@ -287,6 +310,7 @@ async fn check(
         transcript = shared.prober.probe(target, auto).await;
         report = judge(&transcript, &policy);
     }
+    hide_in_report(&mut report, &cfg.secrets);
     drop(permit);
     let at = (shared.clock)();
     let record = check_once(cfg, memory, &transcript, &report, at, shared);
@@ -459,5 +483,45 @@ mod tests {
             .map(|n| phase(&format!("t{n}"), i).as_secs())
             .collect();
         assert!(distinct.len() > 40, "{}", distinct.len());
+    }
+
+    #[test]
+    fn a_report_quoting_the_server_hides_the_targets_secrets() {
+        use mcpulse_judge::security::{Level, SecurityFinding};
+        use mcpulse_wire::transcript::{PlanRecord, TargetKind, TargetRecord};
+        let tr = mcpulse_judge::Transcript::new(
+            TargetRecord {
+                display: "http://h/ok/<redacted>".into(),
+                kind: TargetKind::Http,
+                host: Some("h".into()),
+            },
+            PlanRecord {
+                era: mcpulse_wire::version::EraMode::Auto,
+                security: true,
+                credentials: false,
+                timeout_ms: 1000,
+                max_response_bytes: 1024,
+            },
+            0,
+        );
+        let mut r = judge(&tr, &Policy::default());
+        let quoted = "the metadata names the resource \"http://h/ok/s3cr3t-path\"";
+        r.findings.push(mcpulse_judge::Finding {
+            code: "x".into(),
+            severity: mcpulse_judge::Severity::Warning,
+            message: quoted.into(),
+        });
+        r.security.findings.push(SecurityFinding {
+            code: "y".into(),
+            severity: Level::Medium,
+            message: quoted.into(),
+            evidence: vec![quoted.into()],
+        });
+        let mut secrets = mcpulse_wire::redact::Secrets::default();
+        secrets.add("s3cr3t-path");
+        hide_in_report(&mut r, &secrets);
+        let text = serde_json::to_string(&r).unwrap();
+        assert!(!text.contains("s3cr3t-path"), "{text}");
+        assert!(text.contains("ok/<redacted>"), "{text}");
     }
 }

@@ -14,7 +14,7 @@ use mcpulse_monitor::state::{Event, Health};
 use mcpulse_testkit::{FakeHttp, Reply, TempDir};
 use serde_json::{Value, json};
 use sha2::Sha256;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -808,6 +808,7 @@ async fn a_closed_port_is_retryable() {
 fn argv(parts: &[&str]) -> SinkKind {
     SinkKind::Command {
         argv: parts.iter().map(|s| s.to_string()).collect(),
+        env: Vec::new(),
     }
 }
 
@@ -838,6 +839,58 @@ async fn command_gets_stdin_and_env_and_no_shell() {
         assert!(env.lines().any(|l| l == format!("{k}={v}")), "{k} in {env}");
     }
     assert!(!pwned.exists(), "the summary was run as shell");
+}
+
+/// Issue #14 (6): the command starts with a clean environment. Cargo runs this test with
+/// `CARGO_MANIFEST_DIR` and `CARGO_PKG_NAME` set, standing in for the monitor's own variables
+/// (API tokens, webhook secrets): only the allowlisted one, the base and `MCPULSE_*` get through.
+#[tokio::test]
+async fn command_gets_a_clean_environment_and_its_allowlist() {
+    let dir = TempDir::new("sink-command-env");
+    let out = dir.join("env.txt");
+    let (Some(_), Some(passed)) = (
+        std::env::var_os("CARGO_MANIFEST_DIR"),
+        std::env::var_os("CARGO_PKG_NAME"),
+    ) else {
+        panic!("cargo sets CARGO_MANIFEST_DIR and CARGO_PKG_NAME for tests");
+    };
+    let sink = SinkKind::Command {
+        argv: ["sh", "-c", r#"env > "$1""#, "sh", out.to_str().unwrap()]
+            .map(String::from)
+            .to_vec(),
+        env: vec![
+            "CARGO_PKG_NAME".into(),
+            "MCPULSE_TEST_UNSET_VARIABLE".into(),
+        ],
+    };
+    sink::deliver(&sink, &down(), TIMEOUT).await.unwrap();
+    let env = std::fs::read_to_string(&out).unwrap();
+    let names: BTreeSet<&str> = env
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, _)| k)
+        .collect();
+    assert!(!names.contains("CARGO_MANIFEST_DIR"), "{env}");
+    assert!(
+        env.lines()
+            .any(|l| l == format!("CARGO_PKG_NAME={}", passed.to_string_lossy())),
+        "{env}"
+    );
+    assert!(names.contains("MCPULSE_TARGET"), "{env}");
+    if std::env::var_os("PATH").is_some() {
+        assert!(names.contains("PATH"), "{env}");
+    }
+    assert!(!names.contains("MCPULSE_TEST_UNSET_VARIABLE"), "{env}");
+    let allowed = |k: &str| {
+        k.starts_with("MCPULSE_")
+            || k.starts_with("LC_")
+            || k == "CARGO_PKG_NAME"
+            || mcpulse_transport::stdio::INHERITED_ENV.contains(&k)
+            // What sh sets for itself.
+            || ["PWD", "SHLVL", "_", "OLDPWD"].contains(&k)
+    };
+    let extra: Vec<&&str> = names.iter().filter(|k| !allowed(k)).collect();
+    assert!(extra.is_empty(), "not allowlisted: {extra:?}");
 }
 
 #[tokio::test]

@@ -12,6 +12,7 @@ use mcpulse_transport::{Call, Limits};
 use mcpulse_wire::auth;
 use mcpulse_wire::jsonrpc::Message;
 use mcpulse_wire::message::{self, ListKind};
+use mcpulse_wire::redact::Secrets;
 use mcpulse_wire::transcript::{Exchange, Outcome, Step, Transcript};
 use mcpulse_wire::version::{self, Era, EraMode};
 use serde_json::Value;
@@ -33,14 +34,19 @@ pub async fn probe(target: &Target, plan: &Plan) -> Transcript {
 pub struct Live {
     children: Vec<StdioChild>,
     grace: Duration,
+    /// The plan's secrets, hidden in the records of the servers still running.
+    secrets: Secrets,
 }
 
 impl Live {
     /// The transcript as it stands, with the live servers' records so far (no exit yet).
     pub fn snapshot(&self, tr: &Transcript) -> Transcript {
         let mut t = tr.clone();
-        t.processes
-            .extend(self.children.iter().map(StdioChild::record));
+        t.processes.extend(self.children.iter().map(|c| {
+            let mut p = c.record();
+            p.hide(&self.secrets);
+            p
+        }));
         t
     }
 
@@ -59,7 +65,11 @@ impl Live {
             }
         }
         ended.sort_by_key(|(i, _)| *i);
-        tr.processes.extend(ended.into_iter().map(|(_, p)| p));
+        let secrets = self.secrets;
+        tr.processes.extend(ended.into_iter().map(|(_, mut p)| {
+            p.hide(&secrets);
+            p
+        }));
     }
 }
 
@@ -68,6 +78,7 @@ pub async fn probe_live(target: &Target, plan: &Plan) -> (Transcript, Live) {
     let mut live = Live {
         children: Vec::new(),
         grace: plan.shutdown_grace,
+        secrets: plan.secrets.clone(),
     };
     let since_epoch = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -75,7 +86,7 @@ pub async fn probe_live(target: &Target, plan: &Plan) -> (Transcript, Live) {
     let clock = Clock::start();
     let deadline = Instant::now() + plan.timeout;
     let started_unix_ms = u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX);
-    let mut tr = Transcript::new(target.record(), plan.record(), started_unix_ms);
+    let mut tr = Transcript::new(target.record(&plan.secrets), plan.record(), started_unix_ms);
     tr.started_unix_us = u64::try_from(since_epoch.as_micros()).ok();
     let mut ctx = Ctx {
         plan,
@@ -121,6 +132,7 @@ pub async fn probe_live(target: &Target, plan: &Plan) -> (Transcript, Live) {
     if Instant::now() + Duration::from_millis(1) >= deadline {
         tr.deadline_hit_ms = Some(tr.total_ms);
     }
+    tr.hide(&plan.secrets);
     (tr, live)
 }
 

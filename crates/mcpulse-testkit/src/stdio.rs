@@ -98,6 +98,26 @@ impl StdioScript {
         StdioScript::default()
     }
 
+    /// A legacy server: `initialize` and `tools/list` (one tool, `echo`) answered, anything
+    /// else ignored. Healthy, with a stable contract.
+    pub fn legacy() -> StdioScript {
+        StdioScript::new()
+            .on(
+                "initialize",
+                vec![Act::Result(crate::mcp::initialize_result(
+                    crate::mcp::LEGACY,
+                ))],
+            )
+            .on(
+                "tools/list",
+                vec![Act::Result(crate::mcp::tools_list_result(
+                    crate::mcp::tools(&["echo"]),
+                    None,
+                    false,
+                ))],
+            )
+    }
+
     /// Something done once at start, before reading stdin.
     pub fn at_start(mut self, act: Act) -> StdioScript {
         self.start.push(act);

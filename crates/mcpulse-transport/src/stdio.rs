@@ -32,6 +32,16 @@ pub const INHERITED_ENV: &[&str] = &[
     "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "TMPDIR", "TZ",
 ];
 
+/// The caller's variables that a clean environment keeps: [`INHERITED_ENV`] and the locale's
+/// `LC_*`. One list for everything mcpulse starts with a clean environment (stdio servers,
+/// the monitor's command sink).
+pub fn inherited_env() -> impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)> {
+    std::env::vars_os().filter(|(k, _)| {
+        let key = k.to_string_lossy();
+        INHERITED_ENV.contains(&key.as_ref()) || key.starts_with("LC_")
+    })
+}
+
 /// How long replies may still arrive after the server process exited.
 const EXIT_DRAIN: Duration = Duration::from_millis(100);
 /// The longest stderr line kept.
@@ -123,13 +133,7 @@ impl StdioChild {
         };
         let mut cmd = Command::new(program);
         if clean_env {
-            cmd.env_clear();
-            for (k, v) in std::env::vars_os() {
-                let key = k.to_string_lossy();
-                if INHERITED_ENV.contains(&key.as_ref()) || key.starts_with("LC_") {
-                    cmd.env(&k, &v);
-                }
-            }
+            cmd.env_clear().envs(inherited_env());
         }
         cmd.args(args)
             .envs(env.iter().map(|(k, v)| (k, v)))

@@ -1146,19 +1146,7 @@ async fn sse_stream_that_ends_before_the_endpoint_event() {
 
 /// A legacy stdio server: `initialize` and `tools/list` answered, anything else ignored.
 fn legacy_stdio() -> StdioScript {
-    StdioScript::new()
-        .on(
-            "initialize",
-            vec![Act::Result(mcp::initialize_result(mcp::LEGACY))],
-        )
-        .on(
-            "tools/list",
-            vec![Act::Result(mcp::tools_list_result(
-                mcp::tools(&["echo"]),
-                None,
-                false,
-            ))],
-        )
+    StdioScript::legacy()
 }
 
 /// A modern stdio server: `server/discover` and `tools/list` (these tools) answered. Rules
@@ -1412,7 +1400,16 @@ async fn probe_script_with_transcript(
     script: &std::path::Path,
     transcript: &std::path::Path,
 ) -> Run {
-    let args = [
+    probe_script_args_with_transcript(script, &[], transcript).await
+}
+
+/// `mcpulse probe --json --timeout 5s --transcript <transcript> -- sh <script> <server_args...>`.
+async fn probe_script_args_with_transcript(
+    script: &std::path::Path,
+    server_args: &[&str],
+    transcript: &std::path::Path,
+) -> Run {
+    let mut args = vec![
         "probe",
         "--json",
         "--timeout",
@@ -1423,6 +1420,7 @@ async fn probe_script_with_transcript(
         "sh",
         script.to_str().unwrap(),
     ];
+    args.extend_from_slice(server_args);
     run_with(&args, &[], parse_secs(TIMEOUT) + SLACK).await
 }
 
@@ -2099,6 +2097,32 @@ async fn header_secrets_and_url_secrets_never_appear_in_output() {
         );
         assert!(r.target.contains(&key), "{}", r.target);
     }
+}
+
+/// Issue #14 (5): a stdio command's credentials, by flag (`--api-key S`, `-p S`) or by shape
+/// (a positional `ghp_…`), appear in neither the report's `target` nor the transcript (its
+/// `display` and the process record).
+#[tokio::test]
+async fn argv_secrets_never_appear_in_output() {
+    let key = format!("key-{}-{}", std::process::id(), line!());
+    let pass = format!("pass-{}-{}", std::process::id(), line!());
+    let pat = format!("ghp_{}abcdefghijklmnopqrstuvwxyz", std::process::id());
+    let dir = TempDir::new("argv-secrets");
+    let script = legacy_stdio().write(&dir, "server.sh");
+    let transcript = dir.join("transcript.json");
+    let server_args = ["--api-key", &key, "-p", &pass, &pat];
+    let run = probe_script_args_with_transcript(&script, &server_args, &transcript).await;
+    run.expect("healthy", &[]);
+    for secret in [&key, &pass, &pat] {
+        assert_hidden(secret, &run, Some(&transcript));
+    }
+    let target = run.report()["target"].as_str().unwrap().to_owned();
+    assert!(
+        target.ends_with("server.sh --api-key <redacted> -p <redacted> <redacted>"),
+        "{target}"
+    );
+    let tr: Value = serde_json::from_str(&std::fs::read_to_string(&transcript).unwrap()).unwrap();
+    assert_eq!(tr["target"]["display"], target);
 }
 
 #[tokio::test]

@@ -31,7 +31,7 @@ use mcpulse_monitor::sink::webhook;
 use mcpulse_monitor::state::Health;
 use mcpulse_monitor::store::Store;
 use mcpulse_testkit::scenario::{self, Framing};
-use mcpulse_testkit::{FakeHttp, Reply, TempDir};
+use mcpulse_testkit::{FakeHttp, Reply, StdioScript, TempDir};
 use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -1339,13 +1339,147 @@ async fn monitor_import_adds_the_servers_of_a_claude_desktop_config() {
     assert_eq!(desk["labels"]["imported_from"], desktop_arg);
     let local = m.target("local").await;
     assert_eq!(local["kind"], "stdio");
-    assert_eq!(local["endpoint"], "sh -c exit 3");
+    // The argv rule hides the value of a one-letter flag: `sh -c` scripts can hold secrets.
+    assert_eq!(local["endpoint"], "sh -c <redacted>");
     let own = m
         .wait_target("own", "healthy", |v| v["status"] == "healthy")
         .await;
     assert_eq!(own["endpoint"], backend.url("/mcp"));
     assert!(own["labels"].get("imported_from").is_none(), "{own}");
     m.sigterm(Duration::from_secs(5)).await;
+}
+
+/// The bytes of the database and its journals (`-wal`, `-shm`, `-journal`), as one buffer.
+fn db_bytes(db: &Path) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    for suffix in ["", "-wal", "-shm", "-journal"] {
+        let mut p = db.as_os_str().to_owned();
+        p.push(suffix);
+        if let Ok(b) = std::fs::read(&p) {
+            bytes.extend_from_slice(&b);
+        }
+    }
+    bytes
+}
+
+fn contains(haystack: &[u8], needle: &str) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|w| w == needle.as_bytes())
+}
+
+/// Issue #14 (4, 5, 6): secrets are a property of the value. An imported URL with
+/// `${env:VAR}` in its path and query, and a command with `-p VALUE` and a positional
+/// `ghp_…` token, show up redacted in the API, the database (WAL included) and the log; the
+/// command sink sees neither the monitor's secret variable nor anything not allowlisted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_stay_out_of_the_api_the_database_the_log_and_the_command_sink() {
+    let dir = TempDir::new("monitor-secrets");
+    let backend = healthy_backend().await;
+    let pass = format!("pass-{}-{}", std::process::id(), line!());
+    let pat = format!("ghp_{}abcdefghijklmnopqrstuvwxyz", std::process::id());
+    let script = StdioScript::legacy().write(&dir, "server.sh");
+    let desktop = dir.join("mcp.json");
+    std::fs::write(
+        &desktop,
+        serde_json::to_string_pretty(&json!({
+            "servers": {
+                "pathy": { "type": "http", "url": backend.url(&format!(
+                    "/ok/${{env:{SECRET_ENV}}}/mcp?token=${{env:{SECRET_ENV}}}"
+                )) },
+                "argvy": { "command": "sh", "args": [script, "-p", pass, pat] }
+            }
+        }))
+        .unwrap(),
+    )
+    .unwrap();
+    let env_file = dir.join("sink-env.txt");
+    let config = dir.join("monitor.toml");
+    let mut text = config_text(&[("gone", &url_target("http://127.0.0.1:1/mcp"))], None);
+    text.push_str(&format!(
+        "\n[[alerts]]\nkind = \"command\"\ncommand = [\"sh\", \"-c\", \"env > \\\"$1\\\"\", \"sh\", {:?}]\nenv = [\"NO_COLOR\"]\n",
+        env_file.to_str().unwrap()
+    ));
+    write_config(&config, &text);
+    let desktop_arg = desktop.to_str().unwrap();
+    let mut m = Monitor::start(&dir, &config, &["--import", desktop_arg]).await;
+
+    let secrets = [SECRET, pass.as_str(), pat.as_str()];
+    let pathy = m
+        .wait_target("pathy", "healthy", |v| v["status"] == "healthy")
+        .await;
+    let argvy = m
+        .wait_target("argvy", "healthy", |v| v["status"] == "healthy")
+        .await;
+    assert_eq!(
+        pathy["endpoint"],
+        backend.url("/ok/<redacted>/mcp?token=<redacted>")
+    );
+    assert!(
+        argvy["endpoint"]
+            .as_str()
+            .unwrap()
+            .ends_with("server.sh -p <redacted> <redacted>"),
+        "{argvy}"
+    );
+    // The server got the real path.
+    assert!(
+        backend
+            .requests()
+            .iter()
+            .any(|r| r.target.contains(&format!("/ok/{SECRET}/mcp"))),
+        "{:?}",
+        backend.requests()
+    );
+    let (status, list) = m.get("/api/v1/targets").await;
+    assert_eq!(status, 200);
+    let list = list.to_string();
+    for s in secrets {
+        assert!(!list.contains(s), "{s} in /api/v1/targets: {list}");
+    }
+    // Every check so far, while the monitor runs: the database and its WAL.
+    let db = dir.join("mcpulse.db");
+    let bytes = db_bytes(&db);
+    assert!(!bytes.is_empty());
+    for s in secrets {
+        assert!(!contains(&bytes, s), "{s} in the database (running)");
+    }
+
+    // The command sink: the down target's alert.
+    let until = Instant::now() + PATIENCE;
+    let sink_env = loop {
+        if let Ok(t) = std::fs::read_to_string(&env_file)
+            && t.contains("MCPULSE_TARGET=gone")
+        {
+            break t;
+        }
+        assert!(
+            Instant::now() < until,
+            "no alert ran the command:\n{}",
+            m.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(!sink_env.contains(SECRET_ENV), "{sink_env}");
+    assert!(!sink_env.contains(SECRET), "{sink_env}");
+    assert!(sink_env.lines().any(|l| l == "NO_COLOR=1"), "{sink_env}");
+
+    m.sigterm(Duration::from_secs(5)).await;
+    let bytes = db_bytes(&db);
+    for s in secrets {
+        assert!(!contains(&bytes, s), "{s} in the database (stopped)");
+    }
+    let log = m.log();
+    for s in secrets {
+        assert!(!log.contains(s), "{s} in the log:\n{log}");
+    }
+    let store = Store::open(&db).unwrap();
+    let contract: Value =
+        serde_json::from_str(&store.accepted_contract("pathy").unwrap().unwrap()).unwrap();
+    assert_eq!(
+        contract["target"],
+        backend.url("/ok/<redacted>/mcp?token=<redacted>")
+    );
 }
 
 /// `mcpulse check-config FILE`: exit code, stdout, stderr.

@@ -285,7 +285,8 @@ fn destination_id(kind: &SinkKind) -> String {
             part(url);
             part(routing_key);
         }
-        SinkKind::Command { argv } => {
+        // The env allowlist is left out: widening it is the same sink, with its pending alerts.
+        SinkKind::Command { argv, .. } => {
             for a in argv {
                 part(a);
             }
@@ -345,7 +346,7 @@ pub async fn deliver(
             let _turn = alertmanager::turn(url).await;
             post(&alertmanager::request(url, alert)?, timeout, deadline).await
         }
-        SinkKind::Command { argv } => command::run(argv, alert, timeout).await,
+        SinkKind::Command { argv, env } => command::run(argv, env, alert, timeout).await,
     }
 }
 
