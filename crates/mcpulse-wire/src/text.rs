@@ -81,6 +81,17 @@ pub fn inert(s: &str, max: usize) -> Cow<'_, str> {
     Cow::Owned(render(s, max, false))
 }
 
+/// Text of our own that spans lines (an error with its cause chain, a config error pointing
+/// at a line) but may quote text from a file or a server: each line is made inert as a
+/// [`message`], and only the line breaks themselves are kept.
+pub fn lines(s: &str) -> Cow<'_, str> {
+    if !s.split('\n').any(|l| matches!(message(l), Cow::Owned(_))) {
+        return Cow::Borrowed(s);
+    }
+    let parts: Vec<Cow<'_, str>> = s.split('\n').map(message).collect();
+    Cow::Owned(parts.join("\n"))
+}
+
 /// `s` between double quotes, inert, with `"` and `\` escaped too (so the quotes are
 /// unambiguous: nothing inside can close them), the inside cut to at most `max` characters.
 pub fn quoted(s: &str, max: usize) -> String {
@@ -175,6 +186,15 @@ mod tests {
         // `\x1b` is four characters: it does not fit before the marker, and is not split.
         assert_eq!(inert("ab\x1bcdef", 5), "ab…");
         assert_eq!(inert("abc", 0), "");
+    }
+
+    #[test]
+    fn lines_keep_their_breaks_and_nothing_else() {
+        assert!(matches!(lines("a\n  b"), Cow::Borrowed(_)));
+        assert_eq!(
+            lines("bad \x1b[2J\r\n  at line 3"),
+            "bad \\x1b[2J\\r\n  at line 3"
+        );
     }
 
     #[test]
