@@ -6,8 +6,10 @@
 //! - stdin: the alert as the webhook's JSON body ([`super::webhook`], `mcpulse.alert/v1`), then
 //!   end of file;
 //! - environment: mcpulse's own, plus `MCPULSE_ALERT_KIND`, `MCPULSE_TARGET`, `MCPULSE_ACTION`,
-//!   `MCPULSE_DEDUP_KEY`, `MCPULSE_SEVERITY`, `MCPULSE_SUMMARY` (NUL bytes, which no environment
-//!   can hold, are dropped);
+//!   `MCPULSE_DEDUP_KEY`, `MCPULSE_SEVERITY`, `MCPULSE_SUMMARY`, made inert
+//!   ([`mcpulse_wire::text::message`]: control characters, NUL included, and bidi and invisible
+//!   characters become visible escapes such as `\n`, `\x1b`; cut at 1000 characters), since a
+//!   script is likely to echo them to a terminal or a log. The exact alert is on stdin;
 //! - stdout is discarded; the first 2 KiB of stderr go into the error message of a failure;
 //! - exit status 0 is delivered; anything else (a non-zero exit, a signal, the time limit) is a
 //!   retryable failure. A program that is not there or not executable is permanent;
@@ -37,7 +39,7 @@ pub fn env(alert: &Alert) -> Vec<(&'static str, String)> {
         Action::Remind => "remind",
         Action::Notify => "notify",
     };
-    let clean = |s: &str| s.replace('\0', "");
+    let clean = |s: &str| mcpulse_wire::text::message(s).into_owned();
     vec![
         ("MCPULSE_ALERT_KIND", alert.kind.as_str().to_owned()),
         ("MCPULSE_TARGET", clean(&alert.target)),
