@@ -68,36 +68,41 @@ async fn mcpulse(args: &[&str]) -> Run {
     run::run(BIN, args, &[], BOUND).await
 }
 
+/// `mcpulse probe --no-security --timeout 5s --color <color> <target...>`, the human summary.
+async fn probe(color: &str, target: &[&str]) -> Run {
+    let mut args = vec![
+        "probe",
+        "--no-security",
+        "--timeout",
+        "5s",
+        "--color",
+        color,
+    ];
+    args.extend_from_slice(target);
+    mcpulse(&args).await
+}
+
+/// `out` shows `text` (our styles aside).
+fn assert_shows(out: &str, text: &str) {
+    let plain = without_our_styles(out);
+    assert!(plain.contains(text), "{text:?} is not in:\n{plain}");
+}
+
 #[tokio::test]
 async fn probe_shows_server_text_inert_with_colour_on_and_off() {
     let server = FakeHttp::start_script(scenario::hostile(HOSTILE, LEGACY, false)).await;
     let url = server.url("/mcp");
     for color in ["always", "never"] {
-        let run = mcpulse(&[
-            "probe",
-            "--no-security",
-            "--timeout",
-            "5s",
-            "--color",
-            color,
-            &url,
-        ])
-        .await;
+        let run = probe(color, &[&url]).await;
         assert_inert(&format!("probe --color {color}"), &run.stdout);
         assert_inert(&format!("probe --color {color} (stderr)"), &run.stderr);
-        let plain = without_our_styles(&run.stdout);
         // Shown, visibly escaped: the name and version, the tool names.
-        assert!(
-            plain.contains(
-                "server evil\\x1b]0;pwned\\x07\\x1b[2J\\x1b[H\\x1b[32m\\n✔ healthy  forged\\n2026"
-            ),
-            "{plain}"
+        assert_shows(
+            &run.stdout,
+            "server evil\\x1b]0;pwned\\x07\\x1b[2J\\x1b[H\\x1b[32m\\n✔ healthy  forged\\n2026",
         );
-        assert!(
-            plain.contains("\\r\\u{9b}31mred\\u{202e}txt.exe\\u{200b}"),
-            "{plain}"
-        );
-        assert!(plain.contains("tools evil\\x1b]0;pwned"), "{plain}");
+        assert_shows(&run.stdout, "\\r\\u{9b}31mred\\u{202e}txt.exe\\u{200b}");
+        assert_shows(&run.stdout, "tools evil\\x1b]0;pwned");
         if color == "always" {
             assert!(
                 run.stdout.contains('\x1b'),
@@ -119,32 +124,15 @@ async fn error_messages_and_a_protocol_version_are_shown_inert() {
     let odd_version = FakeHttp::start_script(scenario::hostile(HOSTILE, HOSTILE, false)).await;
     for server in [&rejecting, &odd_version] {
         let url = server.url("/mcp");
-        let run = mcpulse(&[
-            "probe",
-            "--no-security",
-            "--timeout",
-            "5s",
-            "--color",
-            "always",
-            &url,
-        ])
-        .await;
+        let run = probe("always", &[&url]).await;
         assert_inert("probe", &run.stdout);
-        assert!(
-            without_our_styles(&run.stdout).contains("evil\\x1b]0;pwned\\x07"),
-            "{}",
-            run.stdout
-        );
+        assert_shows(&run.stdout, "evil\\x1b]0;pwned\\x07");
     }
     // A snapshot that cannot be taken says why, on stderr, inert.
     let run = mcpulse(&["snapshot", "--timeout", "5s", &rejecting.url("/mcp")]).await;
     assert_eq!(run.code, Some(2), "{}", run.stderr);
     assert_inert("snapshot", &run.stderr);
-    assert!(
-        run.stderr.contains("evil\\x1b]0;pwned\\x07"),
-        "{}",
-        run.stderr
-    );
+    assert_shows(&run.stderr, "evil\\x1b]0;pwned\\x07");
 }
 
 #[tokio::test]
@@ -156,17 +144,7 @@ async fn a_stdio_servers_stderr_is_shown_inert() {
         .write(&dir, "server.sh");
     let path = script.to_str().unwrap();
     for color in ["always", "never"] {
-        let run = mcpulse(&[
-            "probe",
-            "--timeout",
-            "5s",
-            "--color",
-            color,
-            "--",
-            "sh",
-            path,
-        ])
-        .await;
+        let run = probe(color, &["--", "sh", path]).await;
         assert_eq!(run.code, Some(2), "{}{}", run.stdout, run.stderr);
         // Each line the server wrote to stderr is shown as one indented line of that section:
         // its own, not one of ours.
@@ -175,11 +153,7 @@ async fn a_stdio_servers_stderr_is_shown_inert() {
         let (_, section) = plain.split_once("stderr (last lines)\n").unwrap();
         assert!(section.lines().all(|l| l.starts_with("    ")), "{plain}");
         assert!(section.contains("\n    ✔ healthy  forged\n"), "{plain}");
-        assert!(
-            run.stdout.contains("\\u{9b}31mred\\u{202e}txt.exe"),
-            "{}",
-            run.stdout
-        );
+        assert_shows(&run.stdout, "\\u{9b}31mred\\u{202e}txt.exe");
     }
 }
 
@@ -220,10 +194,7 @@ async fn diff_shows_tool_names_paths_and_values_inert() {
             "{plain}"
         );
         // The removed tool's path names it, escaped.
-        assert!(plain.contains("tools[evil\\x1b]0;pwned\\x07"), "{plain}");
-        assert!(
-            plain.contains("\\x1b[2J\\u{9b}H\\n  ✔ no drift\\u{202e}"),
-            "{plain}"
-        );
+        assert_shows(&run.stdout, "tools[evil\\x1b]0;pwned\\x07");
+        assert_shows(&run.stdout, "\\x1b[2J\\u{9b}H\\n  ✔ no drift\\u{202e}");
     }
 }
