@@ -52,6 +52,10 @@ pub fn target_and_plan(t: &TargetConfig) -> Result<(Target, Plan), String> {
         security: t.security,
         env,
         clean_env: true,
+        // Only the auto-mode checks of a stdio target ask it (its first, the hourly
+        // re-detection, and the retry of a pinned check that failed: see `EraMemo`); the
+        // pinned checks in between start one process.
+        stdio_dual_era: true,
         ..Plan::default()
     };
     Ok((target, plan))
@@ -202,8 +206,10 @@ pub const ERA_RECHECK: Duration = Duration::from_secs(3600);
 
 /// The era of a stdio target with `era = "auto"`, remembered between checks.
 ///
-/// An auto probe over stdio starts the server twice, side by side (see `mcpulse-probe`): for an
-/// `npx` server checked every minute that doubles the cost of watching it. The spec allows
+/// An auto probe over stdio asks `server/discover` before a legacy server's handshake, and the
+/// monitor's auto checks also make the dual-era check, in a second process (see
+/// `mcpulse-probe`): for an `npx` server checked every minute that would double the cost of
+/// watching it. The spec allows
 /// caching the era per server ("re-probe when the cached assumption fails"), so after a check
 /// that found the server up in an era, the next checks pin that era (one process), until a
 /// pinned check finds it down — that check is made again at once in auto mode, and only that

@@ -136,6 +136,10 @@ pub struct Plan {
     /// locale, …) plus `env`, rather than all of them: the monitor's own secrets (sink URLs,
     /// API tokens, other targets' credentials) are not a server's business.
     pub clean_env: bool,
+    /// In auto mode over stdio, also check whether a modern server serves legacy clients, in a
+    /// second process of its own (a second start-up, hence opt-in; over HTTP it is one request
+    /// and always made).
+    pub stdio_dual_era: bool,
 }
 
 impl Default for Plan {
@@ -156,6 +160,7 @@ impl Default for Plan {
             extra_roots: Vec::new(),
             env: Vec::new(),
             clean_env: false,
+            stdio_dual_era: false,
         }
     }
 }

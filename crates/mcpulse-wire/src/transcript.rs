@@ -175,6 +175,10 @@ pub struct Process {
     /// Why this process was started (the first attempt, or a respawn for the legacy fallback).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub purpose: Option<String>,
+    /// When the server first wrote anything, on stdout or stderr: the end of its start-up (a
+    /// package manager's download, an interpreter's start), which is not its handshake.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_output_ms: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

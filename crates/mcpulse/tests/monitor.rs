@@ -1370,7 +1370,7 @@ fn check_config_exit_codes_and_located_errors() {
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(
         out.contains(&format!(
-            "{shown}: ok: 2 targets (1 http, 1 stdio), 1 alert sinks"
+            "{shown}: ok: 2 targets (1 http, 1 stdio), 1 alert sink,"
         )),
         "{out}"
     );
@@ -1421,4 +1421,27 @@ fn check_config_exit_codes_and_located_errors() {
     let (code, _, err) = check_config(&dir.join("missing.toml"), &[]);
     assert_eq!(code, Some(1));
     assert!(err.contains("cannot read the config"), "{err}");
+}
+
+/// `mcpulse demo` with its port taken: an error naming `--listen`, before any banner is printed
+/// or any demo server started.
+#[test]
+fn demo_on_a_busy_port_names_the_flag_before_the_banner() {
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = busy.local_addr().unwrap().to_string();
+    let out = std::process::Command::new(BIN)
+        .args(["demo", "--listen", &addr])
+        .env("NO_COLOR", "1")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stdout}{stderr}");
+    assert!(
+        stderr.contains(&addr) && stderr.contains("--listen"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("[server]"), "{stderr}");
+    assert!(stdout.is_empty(), "the banner was printed: {stdout}");
 }

@@ -7,6 +7,15 @@ use mcpulse_monitor::daemon::{self, Options};
 
 pub fn run(args: DemoArgs) -> Result<u8> {
     super::monitor::init_logging(&args.log_level)?;
+    // Before anything is started or printed: a busy port is the most common way a demo fails,
+    // and the flag to change it is `--listen` (the monitor's own error would name its config
+    // key). The port is released again at once; the monitor binds it a moment later.
+    std::net::TcpListener::bind(args.listen).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot listen on {} for the demo's API: {e}; choose another address with --listen (e.g. --listen 127.0.0.1:9478)",
+            args.listen
+        )
+    })?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -41,13 +41,13 @@ pub fn check(args: CheckConfigArgs) -> Result<u8> {
                 })
                 .count();
             println!(
-                "{}: ok: {} targets ({} http, {} stdio), {} alert sinks, {} modules; history in {}; API on {}",
+                "{}: ok: {} ({} http, {} stdio), {}, {}; history in {}; API on {}",
                 args.config.display(),
-                cfg.targets.len(),
+                count(cfg.targets.len(), "target"),
                 cfg.targets.len() - stdio,
                 stdio,
-                cfg.alerts.len(),
-                cfg.modules.len(),
+                count(cfg.alerts.len(), "alert sink"),
+                count(cfg.modules.len(), "module"),
                 cfg.storage.path.display(),
                 cfg.server.listen
             );
@@ -78,4 +78,13 @@ pub fn init_logging(level: &str) -> Result<()> {
         .fmt_fields(crate::log::InertFields)
         .try_init();
     Ok(())
+}
+
+/// `1 target`, `2 targets`.
+fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
 }

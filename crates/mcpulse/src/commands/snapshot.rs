@@ -31,7 +31,9 @@ pub fn run(args: SnapshotArgs) -> Result<u8> {
             ));
         }
         anstream::eprintln!("{msg}");
-        return Ok(2);
+        // The probe's own exit code (2 down, 1 degraded: up, but gated or a list failing), and
+        // never 0: no baseline was written.
+        return Ok(report.status.exit_code().max(1));
     };
     let text = c.to_lock();
     match &args.output {

@@ -81,6 +81,7 @@ pub fn render(r: &Report) -> String {
         ("dns", t.dns),
         ("connect", t.connect),
         ("tls", t.tls),
+        ("startup", t.startup),
         ("handshake", t.handshake),
         ("tools/list", t.tools_list),
     ] {
@@ -242,6 +243,13 @@ pub fn render_drift(d: &mcpulse_judge::drift::Drift) -> String {
             paint(dim, "note"),
             text::message(&d.baseline_target),
             text::message(&d.target)
+        ));
+    }
+    for m in &d.baseline_mismatches {
+        s.push_str(&format!(
+            "  {} the baseline's digest of {} did not match its content (--force: computed from the content)\n",
+            paint(AnsiColor::Yellow.on_default().bold(), "warning"),
+            m.what
         ));
     }
     for c in &d.changes {
