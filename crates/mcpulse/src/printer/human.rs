@@ -249,7 +249,7 @@ pub fn render_drift(d: &mcpulse_judge::drift::Drift) -> String {
         s.push_str(&format!(
             "  {} the baseline's digest of {} did not match its content (--force: computed from the content)\n",
             paint(AnsiColor::Yellow.on_default().bold(), "warning"),
-            m.what
+            text::message(&m.what)
         ));
     }
     for c in &d.changes {
