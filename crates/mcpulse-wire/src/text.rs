@@ -74,11 +74,19 @@ pub fn message(s: &str) -> Cow<'_, str> {
 /// `s` with every [`is_escaped`] character replaced by a visible escape, cut to at most `max`
 /// characters (see the module docs).
 pub fn inert(s: &str, max: usize) -> Cow<'_, str> {
-    let fits = s.len() <= max || s.chars().count() <= max;
-    if fits && !s.chars().any(is_escaped) {
+    if is_plain(s, max) {
         return Cow::Borrowed(s);
     }
     Cow::Owned(render(s, max, false))
+}
+
+/// Whether `s` is returned as it is: within `max` and nothing to escape. Printable ASCII, the
+/// usual case, is checked a byte at a time.
+fn is_plain(s: &str, max: usize) -> bool {
+    if s.len() <= max && s.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        return true;
+    }
+    (s.len() <= max || s.chars().count() <= max) && !s.chars().any(is_escaped)
 }
 
 /// Text of our own that spans lines (an error with its cause chain, a config error pointing
@@ -114,18 +122,32 @@ pub fn log_value(s: &str) -> Cow<'_, str> {
     }
 }
 
-/// The escape for one character, or `None` when it passes as is.
-fn escape(c: char, quoting: bool) -> Option<String> {
-    Some(match c {
-        '\n' => "\\n".to_owned(),
-        '\r' => "\\r".to_owned(),
-        '\t' => "\\t".to_owned(),
-        '"' if quoting => "\\\"".to_owned(),
-        '\\' if quoting => "\\\\".to_owned(),
-        c if (c as u32) < 0x20 || c == '\u{7f}' => format!("\\x{:02x}", c as u32),
-        c if is_escaped(c) => format!("\\u{{{:x}}}", c as u32),
+/// The escape for one character, written into `buf` (ASCII, at most 10 bytes: `\u{e007f}`),
+/// or `None` when it passes as is.
+fn escape(c: char, quoting: bool, buf: &mut [u8; 12]) -> Option<&str> {
+    use std::io::Write as _;
+    let fixed = match c {
+        '\n' => "\\n",
+        '\r' => "\\r",
+        '\t' => "\\t",
+        '"' if quoting => "\\\"",
+        '\\' if quoting => "\\\\",
+        c if is_escaped(c) => {
+            let mut w = std::io::Cursor::new(&mut buf[..]);
+            let code = c as u32;
+            let written = if code < 0x20 || code == 0x7f {
+                write!(w, "\\x{code:02x}")
+            } else {
+                write!(w, "\\u{{{code:x}}}")
+            };
+            let n = usize::try_from(w.position()).unwrap_or(0);
+            return written
+                .ok()
+                .and_then(|()| std::str::from_utf8(buf.get(..n)?).ok());
+        }
         _ => return None,
-    })
+    };
+    Some(fixed)
 }
 
 /// The slow path: escapes, and cuts at the last piece boundary that leaves room for the marker.
@@ -135,14 +157,14 @@ fn render(s: &str, max: usize, quoting: bool) -> String {
     // Where to cut if the text turns out too long: the end of the last piece after which the
     // marker still fits.
     let mut cut = 0usize;
-    let mut buf = [0u8; 4];
+    let mut esc = [0u8; 12];
+    let mut utf8 = [0u8; 4];
     for c in s.chars() {
-        let escaped = escape(c, quoting);
-        let piece: &str = match &escaped {
-            Some(e) => e,
-            None => c.encode_utf8(&mut buf),
+        let (piece, n): (&str, usize) = match escape(c, quoting, &mut esc) {
+            // Escapes are ASCII: one character per byte.
+            Some(e) => (e, e.len()),
+            None => (c.encode_utf8(&mut utf8), 1),
         };
-        let n = piece.chars().count();
         if chars + n > max {
             out.truncate(cut);
             if max > 0 {
