@@ -720,18 +720,24 @@ async fn run_probe(
 
 /// `debug=true`: what the probe saw, then the metrics it would have returned (as
 /// blackbox_exporter's debug output).
+///
+/// Read by people (curl in a terminal): the target, the protocol version and the findings are
+/// made inert ([`mcpulse_wire::text`]), as in the CLI's summary.
 fn debug_text(shown: &str, module: &str, sample: &ProbeSample) -> Result<String, std::fmt::Error> {
+    use mcpulse_wire::text;
     let r = &sample.report;
     let mut t = format!(
-        "Probe of {shown} with module {module:?}, timeout {:.3}s, took {:.3}s\n",
-        sample.timeout_seconds, sample.duration_seconds
+        "Probe of {} with module {module:?}, timeout {:.3}s, took {:.3}s\n",
+        text::message(shown),
+        sample.timeout_seconds,
+        sample.duration_seconds
     );
     t.push_str(&format!("Status: {}\n", r.status.as_str()));
     if let Some(era) = r.era {
         t.push_str(&format!(
             "Protocol: {} {}\n",
             era.as_str(),
-            r.protocol_version.as_deref().unwrap_or("?")
+            text::field(r.protocol_version.as_deref().unwrap_or("?"))
         ));
     }
     let tm = &r.timings_ms;
@@ -758,7 +764,7 @@ fn debug_text(shown: &str, module: &str, sample: &ProbeSample) -> Result<String,
             "  {} {}: {}\n",
             f.severity.as_str(),
             f.code,
-            f.message
+            text::message(&f.message)
         ));
     }
     t.push_str("\nMetrics that would have been returned:\n");

@@ -1195,6 +1195,45 @@ async fn probe_answers_like_blackbox_for_configured_targets() {
     assert_eq!(ex.value("mcpulse_api_probes_in_flight", &[]), 0.0);
 }
 
+/// `/probe?debug=true` is read by people: a server's protocol version and error messages are
+/// shown inert (issue #14).
+#[tokio::test]
+async fn probe_debug_text_shows_server_text_inert() {
+    use mcpulse_testkit::scenario::HOSTILE;
+    let odd = FakeHttp::start_script(scenario::hostile(HOSTILE, HOSTILE, false)).await;
+    let rejecting = FakeHttp::start_script(scenario::hostile(
+        HOSTILE,
+        mcpulse_testkit::mcp::LEGACY,
+        true,
+    ))
+    .await;
+    let toml = probe_config(
+        "",
+        &format!(
+            "[[targets]]\nname = \"odd\"\nurl = \"{}\"\n[[targets]]\nname = \"rejecting\"\nurl = \"{}\"\n",
+            odd.url("/mcp"),
+            rejecting.url("/mcp")
+        ),
+    );
+    let s = start(&toml, Arc::new(FakeHistory::default())).await;
+    for target in ["odd", "rejecting"] {
+        let r = get(s.addr, &format!("/probe?target={target}&debug=true"), &[]).await;
+        assert_eq!(r.status, 200);
+        // The metrics keep Prometheus's own escaping; the text for people is inert.
+        let (people, _) = r
+            .body
+            .split_once("Metrics that would have been returned")
+            .unwrap();
+        assert!(
+            !people
+                .chars()
+                .any(|c| c != '\n' && mcpulse_wire::text::is_escaped(c)),
+            "{people:?}"
+        );
+        assert!(people.contains("evil\\x1b]0;pwned\\x07"), "{people}");
+    }
+}
+
 #[tokio::test]
 async fn probe_refuses_bad_parameters_with_a_message() {
     let toml = probe_config(

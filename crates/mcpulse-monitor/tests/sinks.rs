@@ -213,7 +213,7 @@ fn slack_lines_read_at_3am() {
     );
     let line = slack::line(&evil);
     assert!(
-        line.contains("&lt;!channel&gt; &amp; &lt;http://x|click&gt; second line"),
+        line.contains("&lt;!channel&gt; &amp; &lt;http://x|click&gt;\\nsecond line"),
         "{line}"
     );
     let req = slack::request("https://hooks.example/services/T/B/X", &down()).unwrap();
@@ -392,6 +392,68 @@ fn a_delivery_id_names_one_alert_of_an_incident() {
     // The webhook body and the command's stdin carry it.
     let body = json_of(&webhook::body(&trigger).unwrap());
     assert_eq!(body["delivery_id"], id.as_str());
+}
+
+/// What a hostile server (an error message) or an imported config (a target name) can put in an
+/// alert: terminal escapes (OSC title, clear screen, colour), a line forging a recovery, the
+/// one-byte CSI, a bidi override and a zero-width space.
+fn hostile() -> Alert {
+    let mut a = down();
+    a.target = "prod\x1b[2J\nFAKE".into();
+    a.summary = "prod is down: initialize was rejected: -32000 \x1b]0;owned\x07\x1b[31mred\x1b[0m\n\
+                 2026-12-01T00:00:00Z  INFO alert target=prod kind=recovered\u{9b}2J \u{202e}gnp.exe\u{200b}"
+        .into();
+    a
+}
+
+fn assert_inert(what: &str, s: &str) {
+    assert!(
+        !s.chars().any(mcpulse_wire::text::is_escaped),
+        "{what} carries a raw control, bidi or invisible character: {s:?}"
+    );
+}
+
+#[test]
+fn hostile_text_reaches_slack_pagerduty_and_the_command_environment_inert() {
+    let a = hostile();
+    let line = slack::line(&a);
+    assert_inert("the Slack line", &line);
+    assert!(
+        line.contains("-32000 \\x1b]0;owned\\x07\\x1b[31mred\\x1b[0m\\n2026-12-01T00:00:00Z  INFO"),
+        "{line}"
+    );
+    assert!(
+        line.contains("\\u{9b}2J \\u{202e}gnp.exe\\u{200b}"),
+        "{line}"
+    );
+
+    let event = json_of(&pagerduty::body("R", &a).unwrap().unwrap());
+    let summary = event["payload"]["summary"].as_str().unwrap();
+    assert_inert("the PagerDuty summary", summary);
+    assert!(summary.contains("\\x1b]0;owned\\x07"), "{summary}");
+    assert_eq!(event["payload"]["source"], "prod\\x1b[2J\\nFAKE");
+    // PagerDuty's limit holds after escaping, which lengthens the text.
+    let mut long = hostile();
+    long.summary = "\x1b".repeat(2000);
+    let long = json_of(&pagerduty::body("R", &long).unwrap().unwrap());
+    let summary = long["payload"]["summary"].as_str().unwrap();
+    assert_eq!(
+        summary.chars().count(),
+        1021,
+        "whole escapes and the marker"
+    );
+    assert!(summary.ends_with("\\x1b…"), "{summary}");
+
+    for (k, v) in command::env(&a) {
+        assert_inert(k, &v);
+    }
+    let env: BTreeMap<_, _> = command::env(&a).into_iter().collect();
+    assert_eq!(env["MCPULSE_TARGET"], "prod\\x1b[2J\\nFAKE");
+    // The webhook's JSON stays exact: JSON escapes control characters itself.
+    assert_eq!(
+        json_of(&webhook::body(&a).unwrap())["summary"],
+        a.summary.as_str()
+    );
 }
 
 // ---- filters and backoff -----------------------------------------------------------------------
@@ -891,6 +953,30 @@ async fn command_gets_a_clean_environment_and_its_allowlist() {
     };
     let extra: Vec<&&str> = names.iter().filter(|k| !allowed(k)).collect();
     assert!(extra.is_empty(), "not allowlisted: {extra:?}");
+}
+
+#[tokio::test]
+async fn a_hostile_summary_cannot_forge_an_environment_line() {
+    let dir = TempDir::new("sink-command-hostile");
+    let env = dir.join("env.txt");
+    let sink = argv(&["sh", "-c", r#"env > "$1""#, "sh", env.to_str().unwrap()]);
+    let mut a = hostile();
+    a.summary = "down\nMCPULSE_ACTION=resolve\nLD_PRELOAD=/tmp/x.so\x1b[2J".into();
+    sink::deliver(&sink, &a, TIMEOUT).await.unwrap();
+    let env = std::fs::read_to_string(&env).unwrap();
+    let lines: Vec<&str> = env
+        .lines()
+        .filter(|l| l.starts_with("MCPULSE_") || l.starts_with("LD_PRELOAD"))
+        .collect();
+    assert!(lines.contains(&"MCPULSE_ACTION=trigger"), "{env}");
+    assert!(!lines.contains(&"MCPULSE_ACTION=resolve"), "{env}");
+    assert!(!env.lines().any(|l| l.starts_with("LD_PRELOAD=")), "{env}");
+    assert!(
+        lines.contains(
+            &"MCPULSE_SUMMARY=down\\nMCPULSE_ACTION=resolve\\nLD_PRELOAD=/tmp/x.so\\x1b[2J"
+        ),
+        "{env}"
+    );
 }
 
 #[tokio::test]

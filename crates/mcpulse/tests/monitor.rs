@@ -1482,6 +1482,80 @@ async fn secrets_stay_out_of_the_api_the_database_the_log_and_the_command_sink()
     );
 }
 
+/// Issue #14, item 3: a server's error message and protocol version, and an imported target's
+/// name, reach the log inert. Every line of the log is one the monitor wrote (a timestamp, then
+/// a level), none is forged, and no raw control, bidi or invisible character is in it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_server_text_and_imported_names_reach_the_log_inert() {
+    use mcpulse_testkit::scenario::HOSTILE;
+    let dir = TempDir::new("monitor-hostile");
+    let rejecting = FakeHttp::start_script(scenario::hostile(
+        HOSTILE,
+        mcpulse_testkit::mcp::LEGACY,
+        true,
+    ))
+    .await;
+    let odd_version = FakeHttp::start_script(scenario::hostile(HOSTILE, HOSTILE, false)).await;
+    let imported = "imp\x1b[2J\n2026-12-01T00:00:00Z  INFO alert target=prod\u{9b}31m\u{202e}";
+    let desktop = dir.join("claude_desktop_config.json");
+    std::fs::write(
+        &desktop,
+        serde_json::to_string(
+            &json!({ "mcpServers": { imported: { "url": rejecting.url("/mcp") } } }),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let config = dir.join("monitor.toml");
+    write_config(
+        &config,
+        &config_text(
+            &[
+                ("rejecting", &url_target(&rejecting.url("/mcp"))),
+                ("odd-version", &url_target(&odd_version.url("/mcp"))),
+            ],
+            None,
+        ),
+    );
+    let mut m = Monitor::start(&dir, &config, &["--import", desktop.to_str().unwrap()]).await;
+    m.wait_log("transition target=rejecting").await;
+    m.wait_log("transition target=\"imp\\x1b[2J\\n2026-12-01T00:00:00Z  INFO alert target=prod\\u{9b}31m\\u{202e}\"")
+        .await;
+    m.wait_log("transition target=odd-version").await;
+    m.sigterm(Duration::from_secs(5)).await;
+    let log = m.log();
+    for line in log.lines() {
+        assert!(
+            !line.chars().any(mcpulse_wire::text::is_escaped),
+            "a raw control character in {line:?}"
+        );
+        let stamp = line.get(..20).unwrap_or("");
+        assert!(
+            stamp.len() == 20 && stamp.as_bytes()[4] == b'-' && stamp.as_bytes()[10] == b'T',
+            "a line the monitor did not start: {line:?}\n{log}"
+        );
+        assert!(
+            !line.starts_with("2026-12-01T00:00:00Z"),
+            "a forged line: {line:?}"
+        );
+    }
+    // The protocol version the server chose is in the reason (the finding quotes it).
+    assert!(
+        log.contains(
+            "reason=\"protocol-version-unknown: the server chose protocol version \\\"evil"
+        ),
+        "{log}"
+    );
+    // The server's error message is in the reason, escaped and quoted.
+    assert!(
+        log.contains(
+            "reason=\"handshake-failed: initialize was rejected: -32000 evil\\x1b]0;pwned\\x07"
+        ),
+        "{log}"
+    );
+    assert!(log.contains("\\n\u{2714} healthy  forged\\n2026-12-01T00:00:00Z  INFO alert target=prod kind=recovered\\r\\u{9b}31mred\\u{202e}txt.exe\\u{200b}"), "{log}");
+}
+
 /// `mcpulse check-config FILE`: exit code, stdout, stderr.
 fn check_config(path: &Path, env: &[(&str, &str)]) -> (Option<i32>, String, String) {
     let out = std::process::Command::new(BIN)

@@ -10,11 +10,14 @@
 //!   (`PATH`, `HOME`, `USER`, `LOGNAME`, `SHELL`, `TERM`, `LANG`, `LC_*`, `TMPDIR`, `TZ`:
 //!   [`mcpulse_transport::stdio::inherited_env`]), the variables the sink's `env` names, and
 //!   `MCPULSE_ALERT_KIND`, `MCPULSE_TARGET`, `MCPULSE_ACTION`, `MCPULSE_DEDUP_KEY`,
-//!   `MCPULSE_DELIVERY_ID`, `MCPULSE_SEVERITY`, `MCPULSE_SUMMARY` (NUL bytes, which no
-//!   environment can hold, are dropped). The dedup key names the incident; the delivery id
-//!   ([`Alert::delivery_id`]) names this alert of it, and is the same on every run for it: a
-//!   command killed mid-run with the monitor runs again after the restart with the same id, so
-//!   a command that must act once can remember the ids it has done;
+//!   `MCPULSE_DELIVERY_ID`, `MCPULSE_SEVERITY`, `MCPULSE_SUMMARY`, made inert
+//!   ([`mcpulse_wire::text::message`]: control characters, NUL included, and bidi and invisible
+//!   characters become visible escapes such as `\n`, `\x1b`; cut at 1000 characters), since a
+//!   script is likely to echo them to a terminal or a log. The exact alert is on stdin. The
+//!   dedup key names the incident; the delivery id ([`Alert::delivery_id`]) names this alert of
+//!   it, and is the same on every run for it: a command killed mid-run with the monitor runs
+//!   again after the restart with the same id, so a command that must act once can remember
+//!   the ids it has done;
 //! - stdout is discarded; the first 2 KiB of stderr go into the error message of a failure;
 //! - exit status 0 is delivered; anything else (a non-zero exit, a signal, the time limit) is a
 //!   retryable failure. A program that is not there or not executable is permanent;
@@ -44,7 +47,7 @@ pub fn env(alert: &Alert) -> Vec<(&'static str, String)> {
         Action::Remind => "remind",
         Action::Notify => "notify",
     };
-    let clean = |s: &str| s.replace('\0', "");
+    let clean = |s: &str| mcpulse_wire::text::message(s).into_owned();
     vec![
         ("MCPULSE_ALERT_KIND", alert.kind.as_str().to_owned()),
         ("MCPULSE_TARGET", clean(&alert.target)),

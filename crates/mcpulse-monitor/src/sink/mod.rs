@@ -202,15 +202,6 @@ pub(crate) fn rfc3339(ms: i64) -> String {
     mcpulse_judge::report::rfc3339(u64::try_from(ms).unwrap_or(0))
 }
 
-/// The first `max` characters of `s`, with `…` when cut.
-pub(crate) fn truncate(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        return s.to_owned();
-    }
-    let keep: String = s.chars().take(max.saturating_sub(1)).collect();
-    format!("{keep}…")
-}
-
 /// Serializes a payload. Our payload types cannot fail to encode, but an error is still an
 /// error, not a panic.
 pub(crate) fn to_json<T: Serialize>(v: &T) -> Result<String, DeliveryError> {
@@ -398,13 +389,15 @@ pub(crate) async fn post(
         None
     };
     let (body, _) = read_body(resp.body_mut(), ERROR_BODY, deadline).await;
+    // Line breaks of an error page read better as spaces; what is left (bidi, invisible
+    // characters) the text rule escapes, and cuts.
     let body = String::from_utf8_lossy(&body)
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect::<String>();
     Err(DeliveryError::Status {
         status,
-        body: truncate(body.trim(), 200),
+        body: mcpulse_wire::text::inert(body.trim(), 200).into_owned(),
         retry_after_ms,
     })
 }
@@ -945,14 +938,6 @@ mod tests {
         assert_eq!(retry_after("-5", now), None);
         assert_eq!(retry_after("soon", now), None);
         assert_eq!(retry_after("", now), None);
-    }
-
-    #[test]
-    fn truncation_is_on_characters() {
-        assert_eq!(truncate("abc", 3), "abc");
-        assert_eq!(truncate("abcd", 3), "ab…");
-        assert_eq!(truncate("ééé", 2), "é…");
-        assert_eq!(truncate("", 2), "");
     }
 
     fn sink(kind: SinkKind, targets: &[&str]) -> AlertConfig {

@@ -54,13 +54,16 @@ pub fn check(args: CheckConfigArgs) -> Result<u8> {
             Ok(0)
         }
         Err(e) => {
-            anstream::eprintln!("{e}");
+            // The error can quote the file (an imported target's name): inert, line by line.
+            anstream::eprintln!("{}", mcpulse_wire::text::lines(&e.to_string()));
             Ok(1)
         }
     }
 }
 
-/// Structured logs on stderr: transitions at info, each check at debug, frames at trace.
+/// Structured logs on stderr: transitions at info, each check at debug, frames at trace. Every
+/// field is made inert and quoted by one rule ([`crate::log::InertFields`]): servers and
+/// imported configs choose some of the text.
 pub fn init_logging(level: &str) -> Result<()> {
     let level: tracing::Level = level.parse().map_err(|_| {
         anyhow::anyhow!("--log-level {level:?}: use error, warn, info, debug or trace")
@@ -72,6 +75,7 @@ pub fn init_logging(level: &str) -> Result<()> {
         .with_writer(std::io::stderr)
         .with_target(false)
         .with_ansi(ansi)
+        .fmt_fields(crate::log::InertFields)
         .try_init();
     Ok(())
 }

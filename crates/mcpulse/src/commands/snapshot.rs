@@ -4,6 +4,7 @@ use crate::cli::SnapshotArgs;
 use crate::settings;
 use anyhow::Result;
 use mcpulse_judge::{Policy, contract, judge};
+use mcpulse_wire::text;
 use std::io::Write;
 
 pub fn run(args: SnapshotArgs) -> Result<u8> {
@@ -14,7 +15,7 @@ pub fn run(args: SnapshotArgs) -> Result<u8> {
         let report = judge(&transcript, &Policy::default());
         let mut msg = format!(
             "mcpulse: no baseline written: could not take the contract of {} ({})",
-            report.target,
+            text::message(&report.target),
             report.status.as_str()
         );
         for f in report
@@ -26,7 +27,7 @@ pub fn run(args: SnapshotArgs) -> Result<u8> {
                 "\n  {} {}: {}",
                 f.severity.as_str(),
                 f.code,
-                f.message
+                text::message(&f.message)
             ));
         }
         anstream::eprintln!("{msg}");
