@@ -67,13 +67,15 @@ pub struct Options {
 pub fn load(path: &Path, opts: &Options) -> Result<Config, MonitorError> {
     let env = |k: &str| std::env::var(k).ok();
     let mut cfg = config::load(path, &env)?;
+    let mut names = cfg.targets.iter().map(|t| t.name.clone()).collect();
     for imp in &opts.imports {
-        let targets = crate::import::read(imp, &cfg.defaults, &env).map_err(MonitorError::Other)?;
-        for t in targets {
-            if !cfg.targets.iter().any(|x| x.name == t.name) {
-                cfg.targets.push(t);
-            }
+        crate::import::Fleet {
+            targets: &mut cfg.targets,
+            names: &mut names,
+            warnings: &mut cfg.warnings,
         }
+        .import(imp, &cfg.defaults, &env)
+        .map_err(MonitorError::Other)?;
     }
     for t in &cfg.targets {
         runner::target_and_plan(t).map_err(|e| {
@@ -82,6 +84,12 @@ pub fn load(path: &Path, opts: &Options) -> Result<Config, MonitorError> {
     }
     if let Some(l) = opts.listen {
         cfg.server.listen = l;
+        cfg.server
+            .exposure()
+            .map_err(|m| MonitorError::Other(format!("--listen {l}: {m}")))?;
+    }
+    for w in &cfg.warnings {
+        tracing::warn!(reason = %w, "an imported server is not monitored");
     }
     Ok(cfg)
 }
@@ -129,6 +137,10 @@ pub async fn run(
         .local_addr()
         .map_err(|e| MonitorError::Other(e.to_string()))?;
     tracing::info!(listen = %listen_addr, targets = cfg.targets.len(), db = %cfg.storage.path.display(), "mcpulse monitor starting");
+    if cfg.server.token.is_none() && !listen_addr.ip().to_canonical().is_loopback() {
+        // Allowed by `allow_unauthenticated = true` (config validation refuses it otherwise).
+        tracing::warn!(listen = %listen_addr, "the API is open to anyone who can reach it: no token, beyond loopback (allow_unauthenticated = true)");
+    }
 
     // The fleet view is complete (resumed states included) before the API serves it.
     let fleet = Fleet::new();
