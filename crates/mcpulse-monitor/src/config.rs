@@ -974,7 +974,8 @@ fn headers(
             let name = k.get_ref();
             check_header_name(name).map_err(|m| src.at(k.span().start, format!("{what}: {m}")))?;
             let at = |m: String| src.at(v.span().start, format!("{what}: {m}"));
-            let value = expand(v.get_ref(), env).map_err(|m| at(format!("header {name:?}: {m}")))?;
+            let value =
+                expand(v.get_ref(), env).map_err(|m| at(format!("header {name:?}: {m}")))?;
             check_header_value(name, &value).map_err(at)?;
             Ok((name.clone(), value))
         })
@@ -1154,7 +1155,8 @@ url = "https://hooks.example.com/mcp"
         let target = "[[targets]]\nname = \"a\"\nurl = \"https://x\"\n";
         let cases: Vec<(String, (usize, usize), &str)> = vec![
             (
-                "[defaults]\ninterval = \"60s\"\ntimeout = \"10s\"\n\n\nfailure_threshold = 0\n".into(),
+                "[defaults]\ninterval = \"60s\"\ntimeout = \"10s\"\n\n\nfailure_threshold = 0\n"
+                    .into(),
                 (6, 21),
                 "defaults: failure_threshold must be at least 1",
             ),
@@ -1219,7 +1221,9 @@ url = "https://hooks.example.com/mcp"
                 "headers apply to url targets",
             ),
             (
-                format!("{target}[[alerts]]\nkind = \"webhook\"\nurl = \"https://h\"\ntargets = [\"a\", \"zz\"]\n"),
+                format!(
+                    "{target}[[alerts]]\nkind = \"webhook\"\nurl = \"https://h\"\ntargets = [\"a\", \"zz\"]\n"
+                ),
                 (7, 17),
                 "targets names \"zz\"",
             ),
@@ -1286,14 +1290,20 @@ url = "https://hooks.example.com/mcp"
         assert_eq!((e.line, e.column), (2, 9), "{e}");
         assert!(e.message.contains("set, but empty"), "{e}");
         assert_eq!(
-            parse_ok("[server]\ntoken = \"${TOKEN}\"\n").server.token.as_deref(),
+            parse_ok("[server]\ntoken = \"${TOKEN}\"\n")
+                .server
+                .token
+                .as_deref(),
             Some("t0k")
         );
 
         for listen in ["0.0.0.0:9477", "[::]:9477", "192.0.2.1:9477"] {
             let e = parse_err(&format!("[server]\nlisten = \"{listen}\"\n"));
             assert_eq!((e.line, e.column), (2, 10), "{e}");
-            assert!(e.message.contains("beyond loopback) without a token"), "{e}");
+            assert!(
+                e.message.contains("beyond loopback) without a token"),
+                "{e}"
+            );
             assert!(e.message.contains("allow_unauthenticated = true"), "{e}");
             parse_ok(&format!(
                 "[server]\nlisten = \"{listen}\"\ntoken = \"${{TOKEN}}\"\n"
@@ -1312,7 +1322,10 @@ url = "https://hooks.example.com/mcp"
     fn a_file_that_is_not_utf8_is_located_at_the_bad_byte() {
         let e = decode(b"[server]\nlisten = \"caf\xe9\"\n", "m.toml").unwrap_err();
         assert_eq!((e.line, e.column), (2, 14), "{e}");
-        assert!(e.message.contains("not UTF-8: byte 0xe9 at offset 22"), "{e}");
+        assert!(
+            e.message.contains("not UTF-8: byte 0xe9 at offset 22"),
+            "{e}"
+        );
         assert_eq!(decode(b"ok", "m.toml"), Ok("ok"));
     }
 
@@ -1347,8 +1360,15 @@ url = "https://hooks.example.com/mcp"
 
     #[test]
     fn durations_and_times() {
-        assert!(duration("10000000000000d").unwrap_err().contains("too large"));
-        assert_eq!(duration("37000d").unwrap(), Duration::from_secs(37_000 * 86_400));
+        assert!(
+            duration("10000000000000d")
+                .unwrap_err()
+                .contains("too large")
+        );
+        assert_eq!(
+            duration("37000d").unwrap(),
+            Duration::from_secs(37_000 * 86_400)
+        );
         assert_eq!(duration("30d").unwrap(), Duration::from_secs(30 * 86_400));
         assert!(duration("30").is_err());
         assert!(duration("0s").is_err());

@@ -864,6 +864,27 @@ mod tests {
         }
     }
 
+    /// Issue #14 item 11: `--listen` beyond loopback is held to the same rule as the config's
+    /// `listen`: it needs a token (or `allow_unauthenticated`).
+    #[test]
+    fn listen_override_beyond_loopback_needs_a_token() {
+        let dir = TempDir::new("daemon-listen");
+        let path = dir.join("monitor.toml");
+        let opts = |listen: &str| Options {
+            listen: Some(listen.parse().unwrap()),
+            ..Options::default()
+        };
+        std::fs::write(&path, "").unwrap();
+        let e = load(&path, &opts("0.0.0.0:0")).unwrap_err().to_string();
+        assert!(
+            e.starts_with("--listen 0.0.0.0:0: the API would listen on 0.0.0.0:0 (beyond loopback) without a token"),
+            "{e}"
+        );
+        assert!(load(&path, &opts("127.0.0.1:0")).is_ok());
+        std::fs::write(&path, "[server]\nallow_unauthenticated = true\n").unwrap();
+        assert!(load(&path, &opts("0.0.0.0:0")).is_ok());
+    }
+
     fn config(dir: &TempDir, with_target: bool) -> Config {
         let mut text = String::from("[storage]\npath = \"mcpulse.db\"\n");
         if with_target {

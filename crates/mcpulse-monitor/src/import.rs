@@ -14,8 +14,8 @@
 //! the others, nor page as `down` at run time.
 
 use crate::config::{
-    Defaults, Endpoint, TargetConfig, check_header_name, check_header_value, check_name,
-    check_url, target_from,
+    Defaults, Endpoint, TargetConfig, check_header_name, check_header_value, check_name, check_url,
+    target_from,
 };
 use serde_json::Value;
 use std::collections::{BTreeMap, HashSet};
@@ -391,7 +391,11 @@ mod tests {
             );
         }
         // The password never reaches a warning.
-        assert!(!i.skipped.iter().any(|w| w.contains("pw@")), "{:?}", i.skipped);
+        assert!(
+            !i.skipped.iter().any(|w| w.contains("pw@")),
+            "{:?}",
+            i.skipped
+        );
     }
 
     #[test]
