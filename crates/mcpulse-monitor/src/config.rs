@@ -1,7 +1,11 @@
 //! The monitor's configuration: a TOML file parsed once into validated types.
 //!
-//! Every way a config can be wrong is rejected here with the file, line and column, and a
-//! message that says what to write instead; the rest of the monitor only sees [`Config`].
+//! Every way a config can be wrong is rejected here with the file, line and column of the value
+//! at fault (each raw value keeps its span), and a message that says what to write instead; the
+//! rest of the monitor only sees [`Config`]. The checks on names, headers and URLs
+//! ([`check_name`], [`check_header_name`], [`check_header_value`], [`check_url`]) are the ones
+//! the importer applies to client configs too. Validation is linear in the number of targets:
+//! repeats are found in a set, and line numbers are counted only for the error returned.
 //! Defaults live in one place ([`Defaults::default`]). `${VAR}` in header values and the API
 //! token is read from the environment at load time, so secrets stay out of the file.
 
@@ -15,12 +19,27 @@ use std::time::Duration;
 
 /// A configuration error, located.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{file}:{line}:{column}: {message}")]
 pub struct ConfigError {
     pub file: String,
+    /// 1-based; 0 (with `column` 0) when the error is about the whole file (it cannot be read).
     pub line: usize,
     pub column: usize,
     pub message: String,
+}
+
+impl std::fmt::Display for ConfigError {
+    /// `file:line:column: message`, or `file: message` for the whole file (no bogus `0:0`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.line == 0 {
+            write!(f, "{}: {}", self.file, self.message)
+        } else {
+            write!(
+                f,
+                "{}:{}:{}: {}",
+                self.file, self.line, self.column, self.message
+            )
+        }
+    }
 }
 
 /// The validated configuration.
