@@ -399,6 +399,16 @@ impl Source<'_> {
 
 /// Reads and validates a config file. `env` resolves `${VAR}`.
 pub fn load(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+    load_listening(path, env, None)
+}
+
+/// [`load`], with `listen` (the command line's `--listen`) in place of `[server] listen`, so
+/// that the rule on listening beyond loopback applies to the address actually bound.
+pub fn load_listening(
+    path: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+    listen: Option<SocketAddr>,
+) -> Result<Config, ConfigError> {
     let file = path.display().to_string();
     let bytes = std::fs::read(path).map_err(|e| ConfigError {
         file: file.clone(),
@@ -408,7 +418,7 @@ pub fn load(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Config,
     })?;
     let text = decode(&bytes, &file)?;
     let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
-    parse(text, &file, &dir, env)
+    parse_listening(text, &file, &dir, env, listen)
 }
 
 /// The file as UTF-8, or an error located at the first byte that is not.
@@ -434,13 +444,23 @@ pub fn parse(
     dir: &Path,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Config, ConfigError> {
+    parse_listening(text, file, dir, env, None)
+}
+
+fn parse_listening(
+    text: &str,
+    file: &str,
+    dir: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+    listen: Option<SocketAddr>,
+) -> Result<Config, ConfigError> {
     let src = Source { file, text };
     let raw: RawFile = toml::from_str(text).map_err(|e| {
         let offset = e.span().map(|s| s.start).unwrap_or(0);
         src.at(offset, e.message().trim_end().to_owned())
     })?;
 
-    let server = server(&raw.server, &src, env)?;
+    let server = server(&raw.server, &src, env, listen)?;
     let storage = StorageConfig {
         path: dir.join(raw.storage.path.as_deref().unwrap_or("mcpulse.db")),
         retention: match &raw.storage.retention {
@@ -623,6 +643,7 @@ fn server(
     raw: &RawServer,
     src: &Source<'_>,
     env: &dyn Fn(&str) -> Option<String>,
+    listen_override: Option<SocketAddr>,
 ) -> Result<ServerConfig, ConfigError> {
     let listen = match &raw.listen {
         None => SocketAddr::from(([127, 0, 0, 1], 9477)),
@@ -653,14 +674,21 @@ fn server(
         }
     };
     let server = ServerConfig {
-        listen,
+        listen: listen_override.unwrap_or(listen),
         token,
         allow_url_probes: raw.allow_url_probes.unwrap_or(false),
         allow_unauthenticated: raw.allow_unauthenticated.unwrap_or(false),
     };
-    server
-        .exposure()
-        .map_err(|m| src.at(raw.listen.as_ref().map_or(0, |l| l.span().start), m))?;
+    server.exposure().map_err(|m| match listen_override {
+        // Not the file's address: said as the command line's, about the file as a whole.
+        Some(l) => ConfigError {
+            file: src.file.to_owned(),
+            line: 0,
+            column: 0,
+            message: format!("--listen {l}: {m}"),
+        },
+        None => src.at(raw.listen.as_ref().map_or(0, |l| l.span().start), m),
+    })?;
     Ok(server)
 }
 

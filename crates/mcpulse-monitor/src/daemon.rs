@@ -66,7 +66,7 @@ pub struct Options {
 /// Loads the config (and imports) for the daemon.
 pub fn load(path: &Path, opts: &Options) -> Result<Config, MonitorError> {
     let env = |k: &str| std::env::var(k).ok();
-    let mut cfg = config::load(path, &env)?;
+    let mut cfg = config::load_listening(path, &env, opts.listen)?;
     let mut names = cfg.targets.iter().map(|t| t.name.clone()).collect();
     for imp in &opts.imports {
         crate::import::Fleet {
@@ -81,12 +81,6 @@ pub fn load(path: &Path, opts: &Options) -> Result<Config, MonitorError> {
         runner::target_and_plan(t).map_err(|e| {
             MonitorError::Other(format!("{}: target {:?}: {e}", path.display(), t.name))
         })?;
-    }
-    if let Some(l) = opts.listen {
-        cfg.server.listen = l;
-        cfg.server
-            .exposure()
-            .map_err(|m| MonitorError::Other(format!("--listen {l}: {m}")))?;
     }
     for w in &cfg.warnings {
         tracing::warn!(reason = %w, "an imported server is not monitored");
@@ -877,12 +871,19 @@ mod tests {
         std::fs::write(&path, "").unwrap();
         let e = load(&path, &opts("0.0.0.0:0")).unwrap_err().to_string();
         assert!(
-            e.starts_with("--listen 0.0.0.0:0: the API would listen on 0.0.0.0:0 (beyond loopback) without a token"),
+            e.starts_with(&format!("{}: --listen 0.0.0.0:0: the API would listen on 0.0.0.0:0 (beyond loopback) without a token", path.display())),
             "{e}"
         );
-        assert!(load(&path, &opts("127.0.0.1:0")).is_ok());
+        assert_eq!(
+            load(&path, &opts("127.0.0.1:0")).unwrap().server.listen,
+            opts("127.0.0.1:0").listen.unwrap()
+        );
         std::fs::write(&path, "[server]\nallow_unauthenticated = true\n").unwrap();
         assert!(load(&path, &opts("0.0.0.0:0")).is_ok());
+        // The address bound is what counts: the file's open address, overridden by loopback.
+        std::fs::write(&path, "[server]\nlisten = \"0.0.0.0:9477\"\n").unwrap();
+        assert!(load(&path, &Options::default()).is_err());
+        assert!(load(&path, &opts("127.0.0.1:0")).is_ok());
     }
 
     fn config(dir: &TempDir, with_target: bool) -> Config {
