@@ -428,4 +428,12 @@ if store_text:
 else:
     w("store_bench did not run.")
 w("")
-open(out_path, "w").write("\n".join(L))
+# The "Config validation" section comes from `config_bench`, run by hand (see its doc comment),
+# not from this run: carry it over.
+kept = ""
+if os.path.exists(out_path):
+    previous = open(out_path).read()
+    i = previous.find("\n## Config validation")
+    if i >= 0:
+        kept = previous[i + 1:]
+open(out_path, "w").write("\n".join(L) + ("\n" + kept if kept else ""))

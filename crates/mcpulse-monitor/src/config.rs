@@ -1,7 +1,11 @@
 //! The monitor's configuration: a TOML file parsed once into validated types.
 //!
-//! Every way a config can be wrong is rejected here with the file, line and column, and a
-//! message that says what to write instead; the rest of the monitor only sees [`Config`].
+//! Every way a config can be wrong is rejected here with the file, line and column of the value
+//! at fault (each raw value keeps its span), and a message that says what to write instead; the
+//! rest of the monitor only sees [`Config`]. The checks on names, headers and URLs
+//! ([`check_name`], [`check_header_name`], [`check_header_value`], [`check_url`]) are the ones
+//! the importer applies to client configs too. Validation is linear in the number of targets:
+//! repeats are found in a set, and line numbers are counted only for the error returned.
 //! Defaults live in one place ([`Defaults::default`]). `${VAR}` in header values and the API
 //! token is read from the environment at load time, so secrets stay out of the file.
 
@@ -9,19 +13,34 @@ pub use mcpulse_wire::env::expand;
 use mcpulse_wire::redact::{self, Secrets};
 use mcpulse_wire::version::EraMode;
 use serde::Deserialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// A configuration error, located.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{file}:{line}:{column}: {message}")]
 pub struct ConfigError {
     pub file: String,
+    /// 1-based; 0 (with `column` 0) when the error is about the whole file (it cannot be read).
     pub line: usize,
     pub column: usize,
     pub message: String,
+}
+
+impl std::fmt::Display for ConfigError {
+    /// `file:line:column: message`, or `file: message` for the whole file (no bogus `0:0`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.line == 0 {
+            write!(f, "{}: {}", self.file, self.message)
+        } else {
+            write!(
+                f,
+                "{}:{}:{}: {}",
+                self.file, self.line, self.column, self.message
+            )
+        }
+    }
 }
 
 /// The validated configuration.
@@ -34,6 +53,9 @@ pub struct Config {
     pub alerts: Vec<AlertConfig>,
     pub modules: BTreeMap<String, ModuleConfig>,
     pub maintenance: Vec<Maintenance>,
+    /// Imported servers that were left out, one line each naming the file, the server and
+    /// why (`check-config` prints them, the daemon logs them).
+    pub warnings: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -43,6 +65,28 @@ pub struct ServerConfig {
     pub token: Option<String>,
     /// Whether `/probe?target=<URL>` may probe URLs that are not configured targets.
     pub allow_url_probes: bool,
+    /// Whether the API may listen beyond loopback without a token (something in front of it
+    /// authenticates). Without it, such a config is refused: see [`ServerConfig::exposure`].
+    pub allow_unauthenticated: bool,
+}
+
+impl ServerConfig {
+    /// Refuses an API that anyone on the network could read (the fleet, its endpoints, its
+    /// history): listening beyond loopback needs a token, or `allow_unauthenticated = true`.
+    pub fn exposure(&self) -> Result<(), String> {
+        if self.listen.ip().to_canonical().is_loopback()
+            || self.token.is_some()
+            || self.allow_unauthenticated
+        {
+            return Ok(());
+        }
+        Err(format!(
+            "the API would listen on {} (beyond loopback) without a token, open to anyone who can reach it: \
+             set token = \"${{MCPULSE_API_TOKEN}}\" in [server], listen on 127.0.0.1, \
+             or set allow_unauthenticated = true if something in front of it authenticates",
+            self.listen
+        ))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -212,6 +256,9 @@ pub struct Maintenance {
 
 // ---- the raw file -------------------------------------------------------------------------
 
+/// A value with where it was written, so that every error can point at it.
+type At<T> = toml::Spanned<T>;
+
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawFile {
@@ -222,87 +269,87 @@ struct RawFile {
     #[serde(default)]
     defaults: RawDefaults,
     #[serde(default)]
-    targets: Vec<toml::Spanned<RawTarget>>,
+    targets: Vec<At<RawTarget>>,
     #[serde(default)]
-    alerts: Vec<toml::Spanned<RawAlert>>,
+    alerts: Vec<At<RawAlert>>,
     #[serde(default)]
-    modules: BTreeMap<String, toml::Spanned<RawModule>>,
+    modules: BTreeMap<String, At<RawModule>>,
     #[serde(default)]
-    maintenance: Vec<toml::Spanned<RawMaintenance>>,
+    maintenance: Vec<At<RawMaintenance>>,
     /// MCP client config files whose `mcpServers` become targets.
     #[serde(default)]
-    import: Vec<toml::Spanned<String>>,
+    import: Vec<At<String>>,
 }
 
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawServer {
-    listen: Option<toml::Spanned<String>>,
-    token: Option<String>,
+    listen: Option<At<String>>,
+    token: Option<At<String>>,
     allow_url_probes: Option<bool>,
+    allow_unauthenticated: Option<bool>,
 }
 
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawStorage {
     path: Option<String>,
-    retention: Option<toml::Spanned<String>>,
+    retention: Option<At<String>>,
 }
 
 #[derive(Debug, Deserialize, Default, Clone)]
 #[serde(deny_unknown_fields)]
 struct RawDefaults {
-    interval: Option<toml::Spanned<String>>,
-    timeout: Option<toml::Spanned<String>>,
-    failure_threshold: Option<u32>,
-    success_threshold: Option<u32>,
-    latency_budget: Option<toml::Spanned<String>>,
-    flap_window: Option<toml::Spanned<String>>,
-    flap_threshold: Option<u32>,
-    reminder: Option<toml::Spanned<String>>,
-    era: Option<toml::Spanned<String>>,
+    interval: Option<At<String>>,
+    timeout: Option<At<String>>,
+    failure_threshold: Option<At<u32>>,
+    success_threshold: Option<At<u32>>,
+    latency_budget: Option<At<String>>,
+    flap_window: Option<At<String>>,
+    flap_threshold: Option<At<u32>>,
+    reminder: Option<At<String>>,
+    era: Option<At<String>>,
     security: Option<bool>,
 }
 
 #[derive(Debug, Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
 struct RawTarget {
-    name: String,
-    url: Option<String>,
-    command: Option<Vec<String>>,
+    name: At<String>,
+    url: Option<At<String>>,
+    command: Option<At<Vec<String>>>,
     #[serde(default)]
-    env: BTreeMap<String, String>,
+    env: BTreeMap<String, At<String>>,
     #[serde(default)]
-    headers: BTreeMap<String, String>,
+    headers: BTreeMap<At<String>, At<String>>,
     #[serde(default)]
     labels: BTreeMap<String, String>,
     // The per-target settings (serde cannot flatten these and still deny unknown fields).
-    interval: Option<String>,
-    timeout: Option<String>,
-    failure_threshold: Option<u32>,
-    success_threshold: Option<u32>,
-    latency_budget: Option<String>,
-    flap_window: Option<String>,
-    flap_threshold: Option<u32>,
-    reminder: Option<String>,
-    era: Option<String>,
+    interval: Option<At<String>>,
+    timeout: Option<At<String>>,
+    failure_threshold: Option<At<u32>>,
+    success_threshold: Option<At<u32>>,
+    latency_budget: Option<At<String>>,
+    flap_window: Option<At<String>>,
+    flap_threshold: Option<At<u32>>,
+    reminder: Option<At<String>>,
+    era: Option<At<String>>,
     security: Option<bool>,
 }
 
 impl RawTarget {
-    /// The settings, located at the target's table.
-    fn settings(&self, span: std::ops::Range<usize>) -> RawDefaults {
-        let sp = |v: &Option<String>| v.clone().map(|v| toml::Spanned::new(span.clone(), v));
+    /// The per-target settings, each located where it was written.
+    fn settings(&self) -> RawDefaults {
         RawDefaults {
-            interval: sp(&self.interval),
-            timeout: sp(&self.timeout),
-            failure_threshold: self.failure_threshold,
-            success_threshold: self.success_threshold,
-            latency_budget: sp(&self.latency_budget),
-            flap_window: sp(&self.flap_window),
-            flap_threshold: self.flap_threshold,
-            reminder: sp(&self.reminder),
-            era: sp(&self.era),
+            interval: self.interval.clone(),
+            timeout: self.timeout.clone(),
+            failure_threshold: self.failure_threshold.clone(),
+            success_threshold: self.success_threshold.clone(),
+            latency_budget: self.latency_budget.clone(),
+            flap_window: self.flap_window.clone(),
+            flap_threshold: self.flap_threshold.clone(),
+            reminder: self.reminder.clone(),
+            era: self.era.clone(),
             security: self.security,
         }
     }
@@ -320,22 +367,22 @@ struct RawAlert {
     #[serde(default)]
     env: Vec<String>,
     #[serde(default)]
-    headers: BTreeMap<String, String>,
+    headers: BTreeMap<At<String>, At<String>>,
     #[serde(default)]
-    targets: Vec<String>,
+    targets: Vec<At<String>>,
     #[serde(default)]
     on: Vec<String>,
-    resend: Option<String>,
+    resend: Option<At<String>>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawModule {
-    era: Option<String>,
-    timeout: Option<String>,
-    latency_budget: Option<String>,
+    era: Option<At<String>>,
+    timeout: Option<At<String>>,
+    latency_budget: Option<At<String>>,
     #[serde(default)]
-    headers: BTreeMap<String, String>,
+    headers: BTreeMap<At<String>, At<String>>,
     security: Option<bool>,
 }
 
@@ -345,8 +392,8 @@ struct RawMaintenance {
     #[serde(default)]
     targets: Vec<String>,
     /// RFC 3339, e.g. 2026-12-01T02:00:00Z
-    start: String,
-    end: String,
+    start: At<String>,
+    end: At<String>,
 }
 
 /// The alert kinds a sink can subscribe to.
@@ -368,8 +415,14 @@ struct Source<'a> {
 }
 
 impl Source<'_> {
+    /// The error at byte `offset`. Counting lines costs a pass over the text, which is fine for
+    /// the one error a parse returns; nothing on the success path calls this.
     fn at(&self, offset: usize, message: impl Into<String>) -> ConfigError {
-        let before = &self.text[..offset.min(self.text.len())];
+        let mut offset = offset.min(self.text.len());
+        while !self.text.is_char_boundary(offset) {
+            offset -= 1;
+        }
+        let before = self.text.get(..offset).unwrap_or_default();
         let line = before.matches('\n').count() + 1;
         let column = before
             .rfind('\n')
@@ -386,15 +439,42 @@ impl Source<'_> {
 
 /// Reads and validates a config file. `env` resolves `${VAR}`.
 pub fn load(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+    load_listening(path, env, None)
+}
+
+/// [`load`], with `listen` (the command line's `--listen`) in place of `[server] listen`, so
+/// that the rule on listening beyond loopback applies to the address actually bound.
+pub fn load_listening(
+    path: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+    listen: Option<SocketAddr>,
+) -> Result<Config, ConfigError> {
     let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+    let bytes = std::fs::read(path).map_err(|e| ConfigError {
         file: file.clone(),
         line: 0,
         column: 0,
         message: format!("cannot read the config: {e}"),
     })?;
+    let text = decode(&bytes, &file)?;
     let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
-    parse(&text, &file, &dir, env)
+    parse_listening(text, &file, &dir, env, listen)
+}
+
+/// The file as UTF-8, or an error located at the first byte that is not.
+fn decode<'a>(bytes: &'a [u8], file: &str) -> Result<&'a str, ConfigError> {
+    std::str::from_utf8(bytes).map_err(|e| {
+        let good = e.valid_up_to();
+        // The bytes before `good` are valid UTF-8 by definition of `valid_up_to`.
+        let text = std::str::from_utf8(bytes.get(..good).unwrap_or_default()).unwrap_or_default();
+        let byte = bytes.get(good).copied().unwrap_or_default();
+        Source { file, text }.at(
+            good,
+            format!(
+                "the config is not UTF-8: byte 0x{byte:02x} at offset {good} is not valid UTF-8; save the file as UTF-8"
+            ),
+        )
+    })
 }
 
 /// Parses and validates config text; `dir` anchors relative paths (storage, imports).
@@ -404,34 +484,23 @@ pub fn parse(
     dir: &Path,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Config, ConfigError> {
+    parse_listening(text, file, dir, env, None)
+}
+
+fn parse_listening(
+    text: &str,
+    file: &str,
+    dir: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+    listen: Option<SocketAddr>,
+) -> Result<Config, ConfigError> {
     let src = Source { file, text };
     let raw: RawFile = toml::from_str(text).map_err(|e| {
         let offset = e.span().map(|s| s.start).unwrap_or(0);
         src.at(offset, e.message().trim_end().to_owned())
     })?;
 
-    let listen = match &raw.server.listen {
-        None => SocketAddr::from(([127, 0, 0, 1], 9477)),
-        Some(l) => l.get_ref().parse().map_err(|_| {
-            src.at(
-                l.span().start,
-                format!(
-                    "listen {:?} is not an address: write e.g. \"127.0.0.1:9477\"",
-                    l.get_ref()
-                ),
-            )
-        })?,
-    };
-    let token = match &raw.server.token {
-        Some(t) => Some(expand(t, env).map_err(|m| src.at(0, format!("server.token: {m}")))?),
-        None => None,
-    };
-    let server = ServerConfig {
-        listen,
-        token,
-        allow_url_probes: raw.server.allow_url_probes.unwrap_or(false),
-    };
-
+    let server = server(&raw.server, &src, env, listen)?;
     let storage = StorageConfig {
         path: dir.join(raw.storage.path.as_deref().unwrap_or("mcpulse.db")),
         retention: match &raw.storage.retention {
@@ -442,98 +511,34 @@ pub fn parse(
     };
 
     let defaults = apply(&Defaults::default(), &raw.defaults, &src, "defaults")?;
-    let mut targets = Vec::new();
+    let mut targets = Vec::with_capacity(raw.targets.len());
+    // The names so far, as a set: a repeat costs the same to find for the 100,000th target as
+    // for the first (scanning the list instead made validating a large fleet quadratic).
+    let mut names = HashSet::with_capacity(raw.targets.len());
     for t in &raw.targets {
-        let span = t.span().start;
-        let r = t.get_ref();
-        let at = |m: String| src.at(span, format!("target {:?}: {m}", r.name));
-        if r.name.trim().is_empty() || r.name.chars().any(|c| c.is_control()) {
-            return Err(src.at(span, "a target needs a non-empty name"));
-        }
-        if targets.iter().any(|x: &TargetConfig| x.name == r.name) {
-            return Err(at(
-                "the name is used twice; names identify targets in history and alerts".into(),
-            ));
-        }
-        let endpoint = match (&r.url, &r.command) {
-            (Some(u), None) => {
-                if !(u.starts_with("http://") || u.starts_with("https://")) {
-                    return Err(at(format!("url {u:?} must start with http:// or https://")));
-                }
-                Endpoint::Url(u.clone())
-            }
-            (None, Some(c)) if !c.is_empty() && !c[0].is_empty() => {
-                let env_vals = r
-                    .env
-                    .iter()
-                    .map(|(k, v)| expand(v, env).map(|v| (k.clone(), v)))
-                    .collect::<Result<BTreeMap<_, _>, _>>()
-                    .map_err(|m| at(format!("env: {m}")))?;
-                Endpoint::Command {
-                    argv: c.clone(),
-                    env: env_vals,
-                }
-            }
-            (None, Some(_)) => {
-                return Err(at(
-                    "command must name a program: command = [\"npx\", \"-y\", \"server\"]".into(),
-                ));
-            }
-            (Some(_), Some(_)) => return Err(at("give either url or command, not both".into())),
-            (None, None) => {
-                return Err(at(
-                    "give url = \"https://…\" or command = [\"program\", \"arg\"]".into(),
-                ));
-            }
-        };
-        if matches!(endpoint, Endpoint::Command { .. }) && !r.headers.is_empty() {
-            return Err(at(
-                "headers apply to url targets; a stdio server takes credentials from env".into(),
-            ));
-        }
-        let headers = expand_headers(&r.headers, env).map_err(at)?;
-        let s = apply(
-            &defaults,
-            &r.settings(t.span()),
-            &src,
-            &format!("target {:?}", r.name),
-        )?;
-        targets.push(target_from(
-            r.name.clone(),
-            endpoint,
-            headers,
-            &s,
-            r.labels.clone(),
-            file.to_owned(),
-        ));
-    }
-    for imp in &raw.import {
-        let path = dir.join(imp.get_ref());
-        let imported =
-            crate::import::read(&path, &defaults, env).map_err(|m| src.at(imp.span().start, m))?;
-        for t in imported {
-            if targets.iter().any(|x| x.name == t.name) {
-                continue; // the config file's own definition wins
-            }
-            targets.push(t);
-        }
-    }
-    for t in &targets {
-        if t.timeout >= t.interval {
-            let span = raw
-                .targets
-                .iter()
-                .find(|x| x.get_ref().name == t.name)
-                .map(|x| x.span().start)
-                .unwrap_or(0);
+        let name = &t.get_ref().name;
+        check_name(name.get_ref()).map_err(|m| src.at(name.span().start, m))?;
+        if !names.insert(name.get_ref().clone()) {
             return Err(src.at(
-                span,
+                name.span().start,
                 format!(
-                    "target {:?}: timeout {:?} must be below the interval {:?}",
-                    t.name, t.timeout, t.interval
+                    "target {:?}: the name is used twice; names identify targets in history and alerts",
+                    name.get_ref()
                 ),
             ));
         }
+        targets.push(target(t, &defaults, &src, env)?);
+    }
+    let mut warnings = Vec::new();
+    for imp in &raw.import {
+        let at = |m: String| src.at(imp.span().start, m);
+        let path = dir.join(home(imp.get_ref(), env).map_err(at)?);
+        let mut fleet = crate::import::Fleet {
+            targets: &mut targets,
+            names: &mut names,
+            warnings: &mut warnings,
+        };
+        fleet.import(&path, &defaults, env).map_err(at)?;
     }
 
     let mut alerts = Vec::new();
@@ -542,11 +547,12 @@ pub fn parse(
         let r = a.get_ref();
         let at = |m: String| src.at(span, format!("alert {:?}: {m}", r.kind));
         let need_url = || r.url.clone().ok_or_else(|| at("needs url = \"…\"".into()));
+        let what = format!("alert {:?}", r.kind);
         let kind = match r.kind.as_str() {
             "webhook" => SinkKind::Webhook {
                 url: need_url()?,
                 secret: r.secret.as_deref().map(|s| expand(s, env)).transpose().map_err(|m| at(format!("secret: {m}")))?,
-                headers: expand_headers(&r.headers, env).map_err(at)?,
+                headers: headers(&r.headers, &src, env, &what)?,
             },
             "slack" => SinkKind::Slack { url: expand(&need_url()?, env).map_err(|m| at(format!("url: {m}")))? },
             "pagerduty" => SinkKind::PagerDuty {
@@ -556,7 +562,7 @@ pub fn parse(
             "alertmanager" => SinkKind::Alertmanager {
                 url: need_url()?,
                 resend: match &r.resend {
-                    Some(d) => duration(d).map_err(|m| at(format!("resend: {m}")))?,
+                    Some(d) => duration(d.get_ref()).map_err(|m| src.at(d.span().start, format!("{what}: resend: {m}")))?,
                     None => DEFAULT_RESEND,
                 },
             },
@@ -574,8 +580,11 @@ pub fn parse(
                 "env applies to command sinks only (the variables the command may see)".into(),
             ));
         }
-        if r.resend.is_some() && r.kind != "alertmanager" {
-            return Err(at("resend applies to alertmanager sinks only".into()));
+        if let Some(resend) = r.resend.as_ref().filter(|_| r.kind != "alertmanager") {
+            return Err(src.at(
+                resend.span().start,
+                format!("{what}: resend applies to alertmanager sinks only"),
+            ));
         }
         for on in &r.on {
             if !ALERT_KINDS.contains(&on.as_str()) {
@@ -586,15 +595,19 @@ pub fn parse(
             }
         }
         for t in &r.targets {
-            if !targets.iter().any(|x| &x.name == t) {
-                return Err(at(format!(
-                    "targets names {t:?}, which is not a configured target"
-                )));
+            if !names.contains(t.get_ref()) {
+                return Err(src.at(
+                    t.span().start,
+                    format!(
+                        "{what}: targets names {:?}, which is not a configured target",
+                        t.get_ref()
+                    ),
+                ));
             }
         }
         alerts.push(AlertConfig {
             kind,
-            targets: r.targets.clone(),
+            targets: r.targets.iter().map(|t| t.get_ref().clone()).collect(),
             on: r.on.clone(),
         });
     }
@@ -611,34 +624,23 @@ pub fn parse(
         },
     );
     for (name, m) in &raw.modules {
-        let span = m.span().start;
         let r = m.get_ref();
-        let at = |msg: String| src.at(span, format!("module {name:?}: {msg}"));
+        let what = format!("module {name:?}");
+        let at = |v: &At<String>, msg: String| src.at(v.span().start, format!("{what}: {msg}"));
+        let dur = |v: &Option<At<String>>, key: &str, default: Duration| match v {
+            None => Ok(default),
+            Some(v) => duration(v.get_ref()).map_err(|m| at(v, format!("{key}: {m}"))),
+        };
         modules.insert(
             name.clone(),
             ModuleConfig {
-                era: r
-                    .era
-                    .as_deref()
-                    .map(era)
-                    .transpose()
-                    .map_err(at)?
-                    .unwrap_or(defaults.era),
-                timeout: r
-                    .timeout
-                    .as_deref()
-                    .map(duration)
-                    .transpose()
-                    .map_err(at)?
-                    .unwrap_or(defaults.timeout),
-                latency_budget: r
-                    .latency_budget
-                    .as_deref()
-                    .map(duration)
-                    .transpose()
-                    .map_err(at)?
-                    .unwrap_or(defaults.latency_budget),
-                headers: expand_headers(&r.headers, env).map_err(at)?,
+                era: match &r.era {
+                    None => defaults.era,
+                    Some(v) => era(v.get_ref()).map_err(|m| at(v, m))?,
+                },
+                timeout: dur(&r.timeout, "timeout", defaults.timeout)?,
+                latency_budget: dur(&r.latency_budget, "latency_budget", defaults.latency_budget)?,
+                headers: headers(&r.headers, &src, env, &what)?,
                 security: r.security.unwrap_or(false),
             },
         );
@@ -646,28 +648,25 @@ pub fn parse(
 
     let mut maintenance = Vec::new();
     for m in &raw.maintenance {
-        let span = m.span().start;
         let r = m.get_ref();
-        let start_ms = rfc3339_ms(&r.start).ok_or_else(|| {
-            src.at(
-                span,
-                format!(
-                    "maintenance start {:?} is not RFC 3339 (2026-12-01T02:00:00Z)",
-                    r.start
-                ),
-            )
-        })?;
-        let end_ms = rfc3339_ms(&r.end).ok_or_else(|| {
-            src.at(
-                span,
-                format!(
-                    "maintenance end {:?} is not RFC 3339 (2026-12-01T04:00:00Z)",
-                    r.end
-                ),
-            )
-        })?;
+        let time = |v: &At<String>, key: &str, example: &str| {
+            rfc3339_ms(v.get_ref()).ok_or_else(|| {
+                src.at(
+                    v.span().start,
+                    format!(
+                        "maintenance {key} {:?} is not RFC 3339 ({example})",
+                        v.get_ref()
+                    ),
+                )
+            })
+        };
+        let start_ms = time(&r.start, "start", "2026-12-01T02:00:00Z")?;
+        let end_ms = time(&r.end, "end", "2026-12-01T04:00:00Z")?;
         if end_ms <= start_ms {
-            return Err(src.at(span, "maintenance end must be after its start"));
+            return Err(src.at(
+                r.end.span().start,
+                "maintenance end must be after its start",
+            ));
         }
         maintenance.push(Maintenance {
             targets: r.targets.clone(),
@@ -684,7 +683,241 @@ pub fn parse(
         alerts,
         modules,
         maintenance,
+        warnings,
     })
+}
+
+fn server(
+    raw: &RawServer,
+    src: &Source<'_>,
+    env: &dyn Fn(&str) -> Option<String>,
+    listen_override: Option<SocketAddr>,
+) -> Result<ServerConfig, ConfigError> {
+    let listen = match &raw.listen {
+        None => SocketAddr::from(([127, 0, 0, 1], 9477)),
+        Some(l) => l.get_ref().parse().map_err(|_| {
+            src.at(
+                l.span().start,
+                format!(
+                    "listen {:?} is not an address: write e.g. \"127.0.0.1:9477\"",
+                    l.get_ref()
+                ),
+            )
+        })?,
+    };
+    let token = match &raw.token {
+        None => None,
+        Some(t) => {
+            let at = |m: &str| src.at(t.span().start, format!("server.token: {m}"));
+            let value = expand(t.get_ref(), env).map_err(|m| at(&m))?;
+            // A client cannot send an empty bearer token, so an empty one locks everyone out.
+            if value.trim().is_empty() {
+                return Err(at(if t.get_ref().contains("${") {
+                    "is empty (its environment variable is set, but empty), which would lock every API client out: set the variable to the token, or remove token"
+                } else {
+                    "is empty, which would lock every API client out: write token = \"${MCPULSE_API_TOKEN}\" and set that variable, or remove token"
+                }));
+            }
+            Some(value)
+        }
+    };
+    let server = ServerConfig {
+        listen: listen_override.unwrap_or(listen),
+        token,
+        allow_url_probes: raw.allow_url_probes.unwrap_or(false),
+        allow_unauthenticated: raw.allow_unauthenticated.unwrap_or(false),
+    };
+    server.exposure().map_err(|m| match listen_override {
+        // Not the file's address: said as the command line's, about the file as a whole.
+        Some(l) => ConfigError {
+            file: src.file.to_owned(),
+            line: 0,
+            column: 0,
+            message: format!("--listen {l}: {m}"),
+        },
+        None => src.at(raw.listen.as_ref().map_or(0, |l| l.span().start), m),
+    })?;
+    Ok(server)
+}
+
+/// One `[[targets]]` entry, validated (its name has been checked by the caller).
+fn target(
+    t: &At<RawTarget>,
+    defaults: &Defaults,
+    src: &Source<'_>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<TargetConfig, ConfigError> {
+    let r = t.get_ref();
+    let name = r.name.get_ref();
+    let what = format!("target {name:?}");
+    let at = |offset: usize, m: &str| src.at(offset, format!("{what}: {m}"));
+    let endpoint = match (&r.url, &r.command) {
+        (Some(u), None) => {
+            check_url(u.get_ref()).map_err(|m| at(u.span().start, &m))?;
+            Endpoint::Url(u.get_ref().clone())
+        }
+        (None, Some(c)) => {
+            if c.get_ref().first().is_none_or(String::is_empty) {
+                return Err(at(
+                    c.span().start,
+                    "command must name a program: command = [\"npx\", \"-y\", \"server\"]",
+                ));
+            }
+            let mut vars = BTreeMap::new();
+            for (k, v) in &r.env {
+                let value = expand(v.get_ref(), env)
+                    .map_err(|m| at(v.span().start, &format!("env {k}: {m}")))?;
+                vars.insert(k.clone(), value);
+            }
+            Endpoint::Command {
+                argv: c.get_ref().clone(),
+                env: vars,
+            }
+        }
+        (Some(u), Some(_)) => {
+            return Err(at(u.span().start, "give either url or command, not both"));
+        }
+        (None, None) => {
+            return Err(at(
+                t.span().start,
+                "give url = \"https://…\" or command = [\"program\", \"arg\"]",
+            ));
+        }
+    };
+    if let Some(k) = r.headers.keys().next().filter(|_| r.url.is_none()) {
+        return Err(at(
+            k.span().start,
+            "headers apply to url targets; a stdio server takes credentials from env",
+        ));
+    }
+    if let Some(v) = r.env.values().next().filter(|_| r.command.is_none()) {
+        return Err(at(
+            v.span().start,
+            "env applies to command targets; a url target takes credentials from headers",
+        ));
+    }
+    let headers = headers(&r.headers, src, env, &what)?;
+    let s = apply(defaults, &r.settings(), src, &what)?;
+    if s.timeout >= s.interval {
+        // At the value that broke it: the target's own timeout or interval, else its table.
+        let offset = r
+            .timeout
+            .as_ref()
+            .or(r.interval.as_ref())
+            .map_or(t.span().start, |v| v.span().start);
+        return Err(at(
+            offset,
+            &format!(
+                "timeout {:?} must be below the interval {:?}",
+                s.timeout, s.interval
+            ),
+        ));
+    }
+    Ok(target_from(
+        name.clone(),
+        endpoint,
+        headers,
+        &s,
+        r.labels.clone(),
+        src.file.to_owned(),
+    ))
+}
+
+/// The longest target name, in characters: enough for any label a person would type, short
+/// enough for log lines, metric labels and URLs.
+pub const MAX_NAME_CHARS: usize = 128;
+
+/// Whether `name` can name a target. Names appear in logs, alerts, metric labels and API
+/// paths, so they must be visible: not blank, no control characters (C0, DEL, C1: an escape
+/// sequence or a line break would rewrite a terminal or forge a log line), no invisible or
+/// bidirectional-control characters (two names that look alike), no line or paragraph
+/// separators, and at most [`MAX_NAME_CHARS`]. Config targets and imported servers both go
+/// through here.
+pub fn check_name(name: &str) -> Result<(), String> {
+    if name.trim().is_empty() {
+        return Err("a target needs a non-empty name".into());
+    }
+    if let Some(c) = name.chars().find(|&c| {
+        c.is_control()
+            || mcpulse_judge::drift::is_hidden_char(c)
+            || matches!(c, '\u{2028}' | '\u{2029}' | '\u{061C}')
+    }) {
+        return Err(format!(
+            "target name {name:?} contains the control or invisible character U+{:04X}; use visible characters",
+            u32::from(c)
+        ));
+    }
+    if name.trim() != name {
+        return Err(format!(
+            "target name {name:?} starts or ends with white space; write {:?}",
+            name.trim()
+        ));
+    }
+    let chars = name.chars().count();
+    if chars > MAX_NAME_CHARS {
+        return Err(format!(
+            "target name is {chars} characters long; the most is {MAX_NAME_CHARS}"
+        ));
+    }
+    Ok(())
+}
+
+/// Whether `name` can be sent as an HTTP header name (an RFC 9110 token).
+pub fn check_header_name(name: &str) -> Result<(), String> {
+    if mcpulse_wire::env::is_header_name(name) {
+        Ok(())
+    } else {
+        Err(format!(
+            "header name {name:?} is not a valid HTTP header name (letters, digits and !#$%&'*+-.^_`|~ only)"
+        ))
+    }
+}
+
+/// Whether `value` (after `${VAR}` expansion) can be sent as the value of header `name`:
+/// a line break would end the header early or smuggle in another one, and the HTTP client
+/// refuses any control character but a tab, which would fail every check at run time.
+pub fn check_header_value(name: &str, value: &str) -> Result<(), String> {
+    match value
+        .bytes()
+        .find(|&b| (b < 0x20 && b != b'\t') || b == 0x7f)
+    {
+        None => Ok(()),
+        Some(b'\r' | b'\n') => Err(format!("header {name:?}: the value contains a line break")),
+        Some(b) => Err(format!(
+            "header {name:?}: the value contains the control character 0x{b:02x}"
+        )),
+    }
+}
+
+/// Whether `url` can be probed: the probe's own rules (http or https, a host, no credentials
+/// in it), checked when the config is read rather than at the first check.
+pub fn check_url(url: &str) -> Result<(), String> {
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(format!(
+            "url {:?} must start with http:// or https://",
+            mcpulse_wire::redact::url(url)
+        ));
+    }
+    mcpulse_probe::Target::http(url)
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+/// `~` and `~/…` in an import path, from `HOME` (as a shell would expand it).
+fn home(path: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<PathBuf, String> {
+    let rest = match path.strip_prefix('~') {
+        None => return Ok(PathBuf::from(path)),
+        Some(rest) => rest,
+    };
+    if !(rest.is_empty() || rest.starts_with('/')) {
+        return Err(format!(
+            "import {path:?}: only ~ and ~/… are expanded (the current user's home); write the full path"
+        ));
+    }
+    let home = env("HOME").filter(|h| !h.is_empty()).ok_or_else(|| {
+        format!("import {path:?}: ~ needs HOME, which is not set; set it or write the full path")
+    })?;
+    Ok(PathBuf::from(format!("{home}{rest}")))
 }
 
 pub(crate) fn target_from(
@@ -731,48 +964,44 @@ fn apply(
     src: &Source<'_>,
     what: &str,
 ) -> Result<Defaults, ConfigError> {
-    let dur = |f: &Option<toml::Spanned<String>>,
-               key: &str,
-               cur: Duration|
-     -> Result<Duration, ConfigError> {
-        match f {
-            None => Ok(cur),
-            Some(v) => duration(v.get_ref())
-                .map_err(|m| src.at(v.span().start, format!("{what}: {key}: {m}"))),
-        }
+    let dur = |v: &At<String>, key: &str| {
+        duration(v.get_ref()).map_err(|m| src.at(v.span().start, format!("{what}: {key}: {m}")))
     };
     let mut d = base.clone();
-    d.interval = dur(&raw.interval, "interval", d.interval)?;
-    d.timeout = dur(&raw.timeout, "timeout", d.timeout)?;
-    d.latency_budget = dur(&raw.latency_budget, "latency_budget", d.latency_budget)?;
-    d.flap_window = dur(&raw.flap_window, "flap_window", d.flap_window)?;
+    for (v, key, slot) in [
+        (&raw.interval, "interval", &mut d.interval),
+        (&raw.timeout, "timeout", &mut d.timeout),
+        (&raw.latency_budget, "latency_budget", &mut d.latency_budget),
+        (&raw.flap_window, "flap_window", &mut d.flap_window),
+    ] {
+        if let Some(v) = v {
+            *slot = dur(v, key)?;
+        }
+    }
     if let Some(r) = &raw.reminder {
-        d.reminder = Some(
-            duration(r.get_ref())
-                .map_err(|m| src.at(r.span().start, format!("{what}: reminder: {m}")))?,
-        );
+        d.reminder = Some(dur(r, "reminder")?);
     }
     if let Some(e) = &raw.era {
         d.era = era(e.get_ref()).map_err(|m| src.at(e.span().start, format!("{what}: {m}")))?;
     }
     for (v, key, slot) in [
         (
-            raw.failure_threshold,
+            &raw.failure_threshold,
             "failure_threshold",
             &mut d.failure_threshold,
         ),
         (
-            raw.success_threshold,
+            &raw.success_threshold,
             "success_threshold",
             &mut d.success_threshold,
         ),
-        (raw.flap_threshold, "flap_threshold", &mut d.flap_threshold),
+        (&raw.flap_threshold, "flap_threshold", &mut d.flap_threshold),
     ] {
         if let Some(n) = v {
-            if n == 0 {
-                return Err(src.at(0, format!("{what}: {key} must be at least 1")));
+            if *n.get_ref() == 0 {
+                return Err(src.at(n.span().start, format!("{what}: {key} must be at least 1")));
             }
-            *slot = n;
+            *slot = *n.get_ref();
         }
     }
     if let Some(s) = raw.security {
@@ -796,10 +1025,14 @@ fn era(s: &str) -> Result<EraMode, String> {
     }
 }
 
-/// `10s`, `500ms`, `2m`, `1h`, `30d`.
 /// How often an Alertmanager sink posts the open incidents again, by default.
 pub const DEFAULT_RESEND: Duration = Duration::from_secs(60);
 
+/// The longest duration a setting takes: 37,000 days (about a century), far beyond any sane
+/// interval or retention, and far from where the arithmetic on it could overflow.
+const MAX_DURATION_SECS: f64 = 37_000.0 * 86_400.0;
+
+/// `10s`, `500ms`, `2m`, `1h`, `30d`.
 pub fn duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
     let i = t
@@ -822,10 +1055,16 @@ pub fn duration(s: &str) -> Result<Duration, String> {
             ));
         }
     };
-    if !(secs.is_finite() && secs > 0.0 && secs <= 3.2e9) {
-        return Err(format!("{s:?} must be more than zero"));
+    // Too large is its own error: a huge number of days is not "zero" (it used to say so).
+    if !secs.is_finite() || secs > MAX_DURATION_SECS {
+        return Err(format!(
+            "{s:?} is too large: the most is 37000d (about a century)"
+        ));
     }
-    Ok(Duration::from_secs_f64(secs))
+    match Duration::try_from_secs_f64(secs) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        _ => Err(format!("{s:?} must be more than zero")),
+    }
 }
 
 /// A command sink's `env`: names of the monitor's variables, each at most once.
@@ -844,20 +1083,23 @@ fn command_env(names: &[String]) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
-fn expand_headers(
-    h: &BTreeMap<String, String>,
+/// A `headers` table: names checked, values expanded and checked, each error at its key or
+/// value.
+fn headers(
+    h: &BTreeMap<At<String>, At<String>>,
+    src: &Source<'_>,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Vec<(String, String)>, String> {
+    what: &str,
+) -> Result<Vec<(String, String)>, ConfigError> {
     h.iter()
         .map(|(k, v)| {
-            if !mcpulse_wire::env::is_header_name(k) {
-                return Err(format!("header name {k:?} is not a valid HTTP header name"));
-            }
-            let v = expand(v, env).map_err(|m| format!("header {k:?}: {m}"))?;
-            if v.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
-                return Err(format!("header {k:?}: the value contains a line break"));
-            }
-            Ok((k.clone(), v))
+            let name = k.get_ref();
+            check_header_name(name).map_err(|m| src.at(k.span().start, format!("{what}: {m}")))?;
+            let at = |m: String| src.at(v.span().start, format!("{what}: {m}"));
+            let value =
+                expand(v.get_ref(), env).map_err(|m| at(format!("header {name:?}: {m}")))?;
+            check_header_value(name, &value).map_err(at)?;
+            Ok((name.clone(), value))
         })
         .collect()
 }
@@ -908,7 +1150,12 @@ mod tests {
     use super::*;
 
     fn env(k: &str) -> Option<String> {
-        (k == "TOKEN").then(|| "t0k".to_owned())
+        match k {
+            "TOKEN" => Some("t0k".to_owned()),
+            "EMPTY" => Some(String::new()),
+            "CRLF" => Some("a\r\nX-Injected: 1".to_owned()),
+            _ => None,
+        }
     }
 
     fn parse_ok(t: &str) -> Config {
@@ -1033,13 +1280,14 @@ url = "https://hooks.example.com/mcp"
             e.message.contains("timeout") && e.message.contains("below the interval"),
             "{e}"
         );
-        assert_eq!(e.line, 1);
+        // At the interval that made the (default) timeout too long.
+        assert_eq!((e.line, e.column), (4, 12), "{e}");
         let e = parse_err("[[targets]]\nname = \"a\"\n");
         assert!(e.message.contains("give url"), "{e}");
         let e = parse_err(
             "[[targets]]\nname = \"a\"\nurl = \"https://x\"\n[[targets]]\nname = \"a\"\nurl = \"https://y\"\n",
         );
-        assert_eq!(e.line, 4, "{e}");
+        assert_eq!((e.line, e.column), (5, 8), "{e}");
         let e = parse_err(
             "[[targets]]\nname = \"a\"\nurl = \"https://x\"\nheaders = { A = \"${NOPE}\" }\n",
         );
@@ -1052,8 +1300,226 @@ url = "https://hooks.example.com/mcp"
         assert_eq!(e.line, 1, "{e}");
     }
 
+    /// Issue #14 item 8: each error points at the value that caused it.
+    #[test]
+    fn errors_point_at_the_offending_value() {
+        let target = "[[targets]]\nname = \"a\"\nurl = \"https://x\"\n";
+        let cases: Vec<(String, (usize, usize), &str)> = vec![
+            (
+                "[defaults]\ninterval = \"60s\"\ntimeout = \"10s\"\n\n\nfailure_threshold = 0\n"
+                    .into(),
+                (6, 21),
+                "defaults: failure_threshold must be at least 1",
+            ),
+            (
+                format!("{target}success_threshold = 0\n"),
+                (4, 21),
+                "target \"a\": success_threshold must be at least 1",
+            ),
+            (
+                "[server]\nlisten = \"127.0.0.1:1\"\ntoken = \"${UNSET}\"\n".into(),
+                (3, 9),
+                "server.token: the environment variable UNSET is not set",
+            ),
+            (
+                "[[targets]]\nname = \"a\"\nurl = \"https://user:hunter2@x.example/mcp\"\n".into(),
+                (3, 7),
+                "has credentials in the URL",
+            ),
+            (
+                "[defaults]\ninterval = \"10000000000000d\"\n".into(),
+                (2, 12),
+                "defaults: interval: \"10000000000000d\" is too large",
+            ),
+            (
+                format!("{target}reminder = \"0.0000000001ms\"\n"),
+                (4, 12),
+                "must be more than zero",
+            ),
+            (
+                format!("{target}headers = {{ A = \"${{NOPE}}\" }}\n"),
+                (4, 17),
+                "NOPE is not set",
+            ),
+            (
+                format!("{target}headers = {{ \"X Key\" = \"v\" }}\n"),
+                (4, 13),
+                "not a valid HTTP header name",
+            ),
+            (
+                format!("{target}headers = {{ X = \"a\\r\\nX-Injected: 1\" }}\n"),
+                (4, 17),
+                "line break",
+            ),
+            (
+                format!("{target}headers = {{ X = \"${{CRLF}}\" }}\n"),
+                (4, 17),
+                "line break",
+            ),
+            (
+                "[[targets]]\nname = \"b\"\ncommand = [\"x\"]\nenv = { K = \"${NOPE}\" }\n".into(),
+                (4, 13),
+                "env K: the environment variable NOPE is not set",
+            ),
+            (
+                format!("{target}env = {{ K = \"v\" }}\n"),
+                (4, 13),
+                "env applies to command targets",
+            ),
+            (
+                "[[targets]]\nname = \"b\"\ncommand = [\"x\"]\nheaders = { A = \"b\" }\n".into(),
+                (4, 13),
+                "headers apply to url targets",
+            ),
+            (
+                format!(
+                    "{target}[[alerts]]\nkind = \"webhook\"\nurl = \"https://h\"\ntargets = [\"a\", \"zz\"]\n"
+                ),
+                (7, 17),
+                "targets names \"zz\"",
+            ),
+            (
+                "[[maintenance]]\nstart = \"2026-12-01T02:00:00Z\"\nend = \"later\"\n".into(),
+                (3, 7),
+                "maintenance end \"later\" is not RFC 3339",
+            ),
+            (
+                "[modules.m]\ntimeout = \"soon\"\n".into(),
+                (2, 11),
+                "module \"m\": timeout: \"soon\" is not a duration",
+            ),
+        ];
+        for (text, at, message) in cases {
+            let e = parse(&text, "mcpulse.toml", Path::new("/etc/mcpulse"), &env)
+                .err()
+                .unwrap_or_else(|| panic!("accepted:\n{text}"));
+            assert_eq!((e.line, e.column), at, "{text}\n{e}");
+            assert!(e.message.contains(message), "{text}\n{e}");
+            assert!(!e.message.contains("hunter2"), "{e}");
+        }
+    }
+
+    /// Issue #14 item 7: names a person can see, one rule for config and imports.
+    #[test]
+    fn target_names_are_visible_text() {
+        for (name, message) in [
+            ("\"\"", "a target needs a non-empty name"),
+            ("\" \"", "a target needs a non-empty name"),
+            ("\" a\"", "starts or ends with white space"),
+            ("\"red\\u001b[31m\"", "U+001B"),
+            ("\"two\\nlines\"", "U+000A"),
+            ("\"c1\\u0085\"", "U+0085"),
+            ("\"rtl\\u202Eevil\"", "U+202E"),
+            ("\"zero\\u200Bwidth\"", "U+200B"),
+        ] {
+            let e = parse_err(&format!(
+                "[[targets]]\nname = {name}\nurl = \"https://x\"\n"
+            ));
+            assert_eq!((e.line, e.column), (2, 8), "{name}: {e}");
+            assert!(e.message.contains(message), "{name}: {e}");
+        }
+        let long = "n".repeat(MAX_NAME_CHARS + 1);
+        let e = parse_err(&format!(
+            "[[targets]]\nname = \"{long}\"\nurl = \"https://x\"\n"
+        ));
+        assert!(e.message.contains("the most is 128"), "{e}");
+        let ok = "n".repeat(MAX_NAME_CHARS);
+        parse_ok(&format!(
+            "[[targets]]\nname = \"Café — prod ☕ {}\"\nurl = \"https://x\"\n[[targets]]\nname = \"{ok}\"\nurl = \"https://x\"\n",
+            "x"
+        ));
+    }
+
+    /// Issue #14 item 11: an empty token locks every client out; an open API beyond loopback
+    /// is refused unless allowed.
+    #[test]
+    fn empty_tokens_and_open_listeners_are_refused() {
+        let e = parse_err("[server]\ntoken = \"\"\n");
+        assert_eq!((e.line, e.column), (2, 9), "{e}");
+        assert!(e.message.contains("server.token: is empty"), "{e}");
+        let e = parse_err("[server]\ntoken = \"${EMPTY}\"\n");
+        assert_eq!((e.line, e.column), (2, 9), "{e}");
+        assert!(e.message.contains("set, but empty"), "{e}");
+        assert_eq!(
+            parse_ok("[server]\ntoken = \"${TOKEN}\"\n")
+                .server
+                .token
+                .as_deref(),
+            Some("t0k")
+        );
+
+        for listen in ["0.0.0.0:9477", "[::]:9477", "192.0.2.1:9477"] {
+            let e = parse_err(&format!("[server]\nlisten = \"{listen}\"\n"));
+            assert_eq!((e.line, e.column), (2, 10), "{e}");
+            assert!(
+                e.message.contains("beyond loopback) without a token"),
+                "{e}"
+            );
+            assert!(e.message.contains("allow_unauthenticated = true"), "{e}");
+            parse_ok(&format!(
+                "[server]\nlisten = \"{listen}\"\ntoken = \"${{TOKEN}}\"\n"
+            ));
+            let c = parse_ok(&format!(
+                "[server]\nlisten = \"{listen}\"\nallow_unauthenticated = true\n"
+            ));
+            assert!(c.server.allow_unauthenticated);
+        }
+        for listen in ["127.0.0.1:0", "[::1]:0", "[::ffff:127.0.0.1]:0"] {
+            parse_ok(&format!("[server]\nlisten = \"{listen}\"\n"));
+        }
+    }
+
+    #[test]
+    fn a_file_that_is_not_utf8_is_located_at_the_bad_byte() {
+        let e = decode(b"[server]\nlisten = \"caf\xe9\"\n", "m.toml").unwrap_err();
+        assert_eq!((e.line, e.column), (2, 14), "{e}");
+        assert!(
+            e.message.contains("not UTF-8: byte 0xe9 at offset 22"),
+            "{e}"
+        );
+        assert_eq!(decode(b"ok", "m.toml"), Ok("ok"));
+    }
+
+    /// Issue #14 item 7: `~` in `import = [...]` is the home directory, as in the docs.
+    #[test]
+    fn import_paths_expand_the_home_directory() {
+        let home = mcpulse_testkit::TempDir::new("config-home");
+        std::fs::create_dir_all(home.join(".cursor")).unwrap();
+        std::fs::write(
+            home.join(".cursor/mcp.json"),
+            r#"{"mcpServers": {"ed": {"url": "https://x/mcp"}, "bad\u0007": {"url": "https://y/mcp"}}}"#,
+        )
+        .unwrap();
+        let home_dir = home.path().display().to_string();
+        let with_home = |k: &str| (k == "HOME").then(|| home_dir.clone());
+        let text = "import = [\"~/.cursor/mcp.json\"]\n";
+        let c = parse(text, "m.toml", Path::new("/elsewhere"), &with_home).unwrap();
+        assert_eq!(c.targets.len(), 1);
+        assert_eq!(c.targets[0].name, "ed");
+        assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+        assert!(
+            c.warnings[0].contains(".cursor/mcp.json: server \"bad\\u{7}\" left out: "),
+            "{:?}",
+            c.warnings
+        );
+        let e = parse(text, "m.toml", Path::new("/elsewhere"), &|_| None).unwrap_err();
+        assert_eq!((e.line, e.column), (1, 11), "{e}");
+        assert!(e.message.contains("~ needs HOME, which is not set"), "{e}");
+        let e = parse_err("import = [\"~bob/mcp.json\"]\n");
+        assert!(e.message.contains("only ~ and ~/… are expanded"), "{e}");
+    }
+
     #[test]
     fn durations_and_times() {
+        assert!(
+            duration("10000000000000d")
+                .unwrap_err()
+                .contains("too large")
+        );
+        assert_eq!(
+            duration("37000d").unwrap(),
+            Duration::from_secs(37_000 * 86_400)
+        );
         assert_eq!(duration("30d").unwrap(), Duration::from_secs(30 * 86_400));
         assert!(duration("30").is_err());
         assert!(duration("0s").is_err());

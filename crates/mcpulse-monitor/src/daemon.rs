@@ -66,22 +66,24 @@ pub struct Options {
 /// Loads the config (and imports) for the daemon.
 pub fn load(path: &Path, opts: &Options) -> Result<Config, MonitorError> {
     let env = |k: &str| std::env::var(k).ok();
-    let mut cfg = config::load(path, &env)?;
+    let mut cfg = config::load_listening(path, &env, opts.listen)?;
+    let mut names = cfg.targets.iter().map(|t| t.name.clone()).collect();
     for imp in &opts.imports {
-        let targets = crate::import::read(imp, &cfg.defaults, &env).map_err(MonitorError::Other)?;
-        for t in targets {
-            if !cfg.targets.iter().any(|x| x.name == t.name) {
-                cfg.targets.push(t);
-            }
+        crate::import::Fleet {
+            targets: &mut cfg.targets,
+            names: &mut names,
+            warnings: &mut cfg.warnings,
         }
+        .import(imp, &cfg.defaults, &env)
+        .map_err(MonitorError::Other)?;
     }
     for t in &cfg.targets {
         runner::target_and_plan(t).map_err(|e| {
             MonitorError::Other(format!("{}: target {:?}: {e}", path.display(), t.name))
         })?;
     }
-    if let Some(l) = opts.listen {
-        cfg.server.listen = l;
+    for w in &cfg.warnings {
+        tracing::warn!(reason = %w, "an imported server is not monitored");
     }
     Ok(cfg)
 }
@@ -129,6 +131,10 @@ pub async fn run(
         .local_addr()
         .map_err(|e| MonitorError::Other(e.to_string()))?;
     tracing::info!(listen = %listen_addr, targets = cfg.targets.len(), db = %cfg.storage.path.display(), "mcpulse monitor starting");
+    if cfg.server.token.is_none() && !listen_addr.ip().to_canonical().is_loopback() {
+        // Allowed by `allow_unauthenticated = true` (config validation refuses it otherwise).
+        tracing::warn!(listen = %listen_addr, "the API is open to anyone who can reach it: no token, beyond loopback (allow_unauthenticated = true)");
+    }
 
     // The fleet view is complete (resumed states included) before the API serves it.
     let fleet = Fleet::new();
@@ -850,6 +856,34 @@ mod tests {
         {
             Box::pin(std::future::pending())
         }
+    }
+
+    /// Issue #14 item 11: `--listen` beyond loopback is held to the same rule as the config's
+    /// `listen`: it needs a token (or `allow_unauthenticated`).
+    #[test]
+    fn listen_override_beyond_loopback_needs_a_token() {
+        let dir = TempDir::new("daemon-listen");
+        let path = dir.join("monitor.toml");
+        let opts = |listen: &str| Options {
+            listen: Some(listen.parse().unwrap()),
+            ..Options::default()
+        };
+        std::fs::write(&path, "").unwrap();
+        let e = load(&path, &opts("0.0.0.0:0")).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!("{}: --listen 0.0.0.0:0: the API would listen on 0.0.0.0:0 (beyond loopback) without a token", path.display())),
+            "{e}"
+        );
+        assert_eq!(
+            load(&path, &opts("127.0.0.1:0")).unwrap().server.listen,
+            opts("127.0.0.1:0").listen.unwrap()
+        );
+        std::fs::write(&path, "[server]\nallow_unauthenticated = true\n").unwrap();
+        assert!(load(&path, &opts("0.0.0.0:0")).is_ok());
+        // The address bound is what counts: the file's open address, overridden by loopback.
+        std::fs::write(&path, "[server]\nlisten = \"0.0.0.0:9477\"\n").unwrap();
+        assert!(load(&path, &Options::default()).is_err());
+        assert!(load(&path, &opts("127.0.0.1:0")).is_ok());
     }
 
     fn config(dir: &TempDir, with_target: bool) -> Config {

@@ -5,25 +5,77 @@
 //! `.mcp.json`, Windsurf) and `{"servers": {name: server}}` (VS Code's `mcp.json`). A server is
 //! `{"command", "args", "env"}` (stdio) or `{"url", "headers"}` (HTTP; `type` may say `http`,
 //! `streamable-http` or `sse`). VS Code files are JSON with comments and trailing commas, and use
-//! `${env:VAR}`; both `${VAR}` and `${env:VAR}` are read from the environment. A server needing
-//! `${input:…}` (a prompt in the editor) cannot be monitored unattended and is reported.
+//! `${env:VAR}`; both `${VAR}` and `${env:VAR}` are read from the environment.
+//!
+//! A file that cannot be read, or is not such a config, is an error. A server in it that cannot
+//! be monitored (a name, header or URL the config file would refuse, by the same checks; a
+//! `${input:…}` only the editor can fill in; an unset variable) is left out with a warning that
+//! names the file, the server and why: one editor-only server should not stop the monitoring of
+//! the others, nor page as `down` at run time.
 
-use crate::config::{Defaults, Endpoint, TargetConfig, target_from};
+use crate::config::{
+    Defaults, Endpoint, TargetConfig, check_header_name, check_header_value, check_name, check_url,
+    target_from,
+};
 use mcpulse_wire::env::Expanded;
 use mcpulse_wire::redact::Secrets;
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 
-/// Reads one client config file into targets.
+/// What one client config file gives.
+#[derive(Debug, Default)]
+pub struct Imported {
+    pub targets: Vec<TargetConfig>,
+    /// One line per server left out: the file, the server and why.
+    pub skipped: Vec<String>,
+}
+
+/// Reads one client config file.
 pub fn read(
     path: &Path,
     defaults: &Defaults,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Vec<TargetConfig>, String> {
+) -> Result<Imported, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("import {}: cannot read it: {e}", path.display()))?;
     parse(&text, &path.display().to_string(), defaults, env)
+}
+
+/// The targets being assembled (the config file's, then each import's), with their names as a
+/// set so that adding an import costs the same for a large fleet as for a small one.
+pub(crate) struct Fleet<'a> {
+    pub targets: &'a mut Vec<TargetConfig>,
+    pub names: &'a mut HashSet<String>,
+    pub warnings: &'a mut Vec<String>,
+}
+
+impl Fleet<'_> {
+    /// Adds the servers of the client config at `path`. A name already taken keeps its first
+    /// definition: the config file's own wins over an import, an earlier import over a later.
+    pub fn import(
+        &mut self,
+        path: &Path,
+        defaults: &Defaults,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<(), String> {
+        let imported = read(path, defaults, env)?;
+        if !imported.targets.is_empty() && defaults.timeout >= defaults.interval {
+            return Err(format!(
+                "import {}: imported targets take the defaults, and the default timeout {:?} must be below the interval {:?}",
+                path.display(),
+                defaults.timeout,
+                defaults.interval
+            ));
+        }
+        self.warnings.extend(imported.skipped);
+        for t in imported.targets {
+            if self.names.insert(t.name.clone()) {
+                self.targets.push(t);
+            }
+        }
+        Ok(())
+    }
 }
 
 pub fn parse(
@@ -31,7 +83,7 @@ pub fn parse(
     source: &str,
     defaults: &Defaults,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Vec<TargetConfig>, String> {
+) -> Result<Imported, String> {
     let json: Value = serde_json::from_str(&strip_jsonc(text))
         .map_err(|e| format!("import {source}: not JSON: {e}"))?;
     let servers = json
@@ -39,71 +91,99 @@ pub fn parse(
         .or_else(|| json.get("servers"))
         .and_then(Value::as_object)
         .ok_or_else(|| format!("import {source}: no \"mcpServers\" or \"servers\" object"))?;
-    let mut out = Vec::new();
+    let mut out = Imported::default();
     for (name, s) in servers {
-        let at = |m: String| format!("import {source}: server {name:?}: {m}");
         if s.get("disabled").and_then(Value::as_bool) == Some(true) {
             continue;
         }
-        // What expansion read from the environment is secret wherever it lands (url, args).
-        let mut secrets = Secrets::default();
-        let mut expand = |v: &str| {
-            let e = expand_editor(v, env).map_err(&at)?;
-            secrets.extend(&e.secrets);
-            Ok::<_, String>(e.value)
-        };
-        let strings = |v: Option<&Value>| -> BTreeMap<String, String> {
-            v.and_then(Value::as_object)
-                .map(|m| {
-                    m.iter()
-                        .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_owned())))
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
-        let endpoint = if let Some(url) = s
-            .get("url")
-            .or_else(|| s.get("serverUrl"))
-            .and_then(Value::as_str)
-        {
-            Endpoint::Url(expand(url)?)
-        } else if let Some(cmd) = s.get("command").and_then(Value::as_str) {
-            let mut argv = vec![expand(cmd)?];
-            for a in s
-                .get("args")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                argv.push(expand(
-                    a.as_str()
-                        .ok_or_else(|| at("args must be strings".into()))?,
-                )?);
-            }
-            let mut envs = BTreeMap::new();
-            for (k, v) in strings(s.get("env")) {
-                envs.insert(k, expand(&v)?);
-            }
-            Endpoint::Command { argv, env: envs }
-        } else {
-            return Err(at("has neither \"url\" nor \"command\"".into()));
-        };
-        let mut headers = Vec::new();
-        for (k, v) in strings(s.get("headers")) {
-            headers.push((k, expand(&v)?));
+        match server(name, s, source, defaults, env) {
+            Ok(t) => out.targets.push(t),
+            Err(m) => out
+                .skipped
+                .push(format!("import {source}: server {name:?} left out: {m}")),
         }
-        let mut target = target_from(
-            name.clone(),
-            endpoint,
-            headers,
-            defaults,
-            BTreeMap::from([("imported_from".to_owned(), source.to_owned())]),
-            source.to_owned(),
-        );
-        target.secrets.extend(&secrets);
-        out.push(target);
     }
     Ok(out)
+}
+
+/// One server, validated by the same checks as a config file's targets.
+fn server(
+    name: &str,
+    s: &Value,
+    source: &str,
+    defaults: &Defaults,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<TargetConfig, String> {
+    check_name(name)?;
+    // What expansion read from the environment is secret wherever it lands (url, args).
+    let mut secrets = Secrets::default();
+    let mut expand = |v: &str| -> Result<String, String> {
+        let e = expand_editor(v, env)?;
+        secrets.extend(&e.secrets);
+        Ok(e.value)
+    };
+    let endpoint = if let Some(url) = s
+        .get("url")
+        .or_else(|| s.get("serverUrl"))
+        .and_then(Value::as_str)
+    {
+        let url = expand(url)?;
+        check_url(&url)?;
+        Endpoint::Url(url)
+    } else if let Some(cmd) = s.get("command").and_then(Value::as_str) {
+        if cmd.is_empty() {
+            return Err("\"command\" is empty".into());
+        }
+        let mut argv = vec![expand(cmd)?];
+        for a in s
+            .get("args")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            argv.push(expand(a.as_str().ok_or("args must be strings")?)?);
+        }
+        let mut envs = BTreeMap::new();
+        for (k, v) in strings(s, "env")? {
+            envs.insert(k.clone(), expand(v)?);
+        }
+        Endpoint::Command { argv, env: envs }
+    } else {
+        return Err("has neither \"url\" nor \"command\"".into());
+    };
+    let mut headers = Vec::new();
+    for (k, v) in strings(s, "headers")? {
+        check_header_name(k)?;
+        let v = expand(v).map_err(|m| format!("header {k:?}: {m}"))?;
+        check_header_value(k, &v)?;
+        headers.push((k.clone(), v));
+    }
+    let mut target = target_from(
+        name.to_owned(),
+        endpoint,
+        headers,
+        defaults,
+        BTreeMap::from([("imported_from".to_owned(), source.to_owned())]),
+        source.to_owned(),
+    );
+    target.secrets.extend(&secrets);
+    Ok(target)
+}
+
+/// The string-valued object `key` of a server (`env`, `headers`); absent is empty.
+fn strings<'a>(s: &'a Value, key: &str) -> Result<Vec<(&'a String, &'a str)>, String> {
+    let map = match s.get(key) {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Object(m)) => m,
+        Some(_) => return Err(format!("\"{key}\" must be an object of strings")),
+    };
+    map.iter()
+        .map(|(k, v)| {
+            v.as_str()
+                .map(|v| (k, v))
+                .ok_or_else(|| format!("{key} {k:?} must be a string"))
+        })
+        .collect()
 }
 
 /// `${VAR}` and `${env:VAR}` from the environment; `${input:…}` and other editor variables are
@@ -177,10 +257,26 @@ pub fn strip_jsonc(text: &str) -> String {
                 i += 2;
             }
             (',', _) => {
-                // A trailing comma: the next significant character closes the container.
+                // A trailing comma: the next significant character (past white space and
+                // comments, as in `"a": 1, // note`) closes the container.
                 let mut j = i + 1;
-                while j < b.len() && b[j].is_whitespace() {
-                    j += 1;
+                loop {
+                    match (b.get(j), b.get(j + 1)) {
+                        (Some(c), _) if c.is_whitespace() => j += 1,
+                        (Some('/'), Some('/')) => {
+                            while j < b.len() && b[j] != '\n' {
+                                j += 1;
+                            }
+                        }
+                        (Some('/'), Some('*')) => {
+                            j += 2;
+                            while j + 1 < b.len() && !(b[j] == '*' && b[j + 1] == '/') {
+                                j += 1;
+                            }
+                            j += 2;
+                        }
+                        _ => break,
+                    }
                 }
                 if !matches!(b.get(j), Some('}') | Some(']')) {
                     out.push(c);
@@ -201,12 +297,20 @@ mod tests {
     use super::*;
 
     fn env(k: &str) -> Option<String> {
-        (k == "GH_TOKEN").then(|| "ghp".to_owned())
+        match k {
+            "GH_TOKEN" => Some("ghp".to_owned()),
+            "EVIL" => Some("x\r\nX-Injected: 1".to_owned()),
+            _ => None,
+        }
+    }
+
+    fn import(text: &str) -> Result<Imported, String> {
+        parse(text, "mcp.json", &Defaults::default(), &env)
     }
 
     #[test]
     fn claude_desktop_and_cursor() {
-        let t = parse(
+        let i = parse(
             r#"{"mcpServers": {
                 "files": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/srv"], "env": {"TOKEN": "${GH_TOKEN}"}},
                 "remote": {"url": "https://mcp.example.com/mcp", "headers": {"Authorization": "Bearer ${GH_TOKEN}"}},
@@ -217,7 +321,9 @@ mod tests {
             &env,
         )
         .unwrap();
+        let t = &i.targets;
         assert_eq!(t.len(), 2);
+        assert!(i.skipped.is_empty(), "{:?}", i.skipped);
         assert!(
             matches!(&t[0].endpoint, Endpoint::Command { argv, env } if argv[0] == "npx" && env["TOKEN"] == "ghp")
         );
@@ -230,31 +336,79 @@ mod tests {
 
     #[test]
     fn vscode_with_comments() {
-        let t = parse(
+        let i = import(
             "{\n // my servers\n \"servers\": {\n  \"gh\": {\"type\": \"http\", \"url\": \"https://api.example.com/mcp\", /* note */ \"headers\": {\"X\": \"${env:GH_TOKEN}\"},},\n },\n \"inputs\": [],\n}",
-            "mcp.json",
-            &Defaults::default(),
-            &env,
         )
         .unwrap();
-        assert_eq!(t[0].headers[0].1, "ghp");
-        let e = parse(
-            r#"{"servers": {"a": {"url": "https://x", "headers": {"K": "${input:key}"}}}}"#,
-            "mcp.json",
-            &Defaults::default(),
-            &env,
+        assert_eq!(i.targets[0].headers[0].1, "ghp");
+        assert!(import("[]").is_err());
+        assert!(import("{\"mcpServers\": 1}").is_err());
+    }
+
+    /// Issue #15: a trailing comma followed by a comment, as VS Code writes and accepts.
+    #[test]
+    fn vscode_trailing_comma_before_a_comment() {
+        let i = import(
+            "{\"servers\": {\n \"a\": {\"url\": \"https://a.example/mcp\"}, // the last one\n \"b\": {\"url\": \"https://b.example/mcp\", /* note */},\n /* end */\n},\n}",
         )
-        .unwrap_err();
-        assert!(e.contains("only the editor can fill in"), "{e}");
-        assert!(parse("[]", "x.json", &Defaults::default(), &env).is_err());
+        .unwrap();
+        let names: Vec<&str> = i.targets.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["a", "b"]);
+    }
+
+    /// Issue #14 item 7 and #15: a server the config file would refuse is left out with a
+    /// warning naming the file, the server and why; the others are still imported.
+    #[test]
+    fn invalid_servers_are_left_out_with_a_warning() {
+        let i = import(
+            r#"{"mcpServers": {
+                "": {"url": "https://x.example/mcp"},
+                " ": {"url": "https://x.example/mcp"},
+                "red\u001b[31m": {"url": "https://x.example/mcp"},
+                "two\nlines": {"url": "https://x.example/mcp"},
+                "rtl\u202e": {"url": "https://x.example/mcp"},
+                "spaced header": {"url": "https://x.example/mcp", "headers": {"X Key": "v"}},
+                "crlf": {"url": "https://x.example/mcp", "headers": {"X": "a\r\nX-Injected: 1"}},
+                "crlf-env": {"url": "https://x.example/mcp", "headers": {"X": "${EVIL}"}},
+                "creds": {"url": "https://user:pw@x.example/mcp"},
+                "editor": {"url": "https://x.example/mcp", "headers": {"K": "${input:key}"}},
+                "unset": {"command": "srv", "env": {"K": "${NOPE}"}},
+                "neither": {},
+                "good": {"url": "https://x.example/mcp"}
+            }}"#,
+        )
+        .unwrap();
+        let names: Vec<&str> = i.targets.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["good"]);
+        assert_eq!(i.skipped.len(), 12, "{:#?}", i.skipped);
+        for (server, reason) in [
+            ("\"\"", "non-empty name"),
+            ("\" \"", "non-empty name"),
+            ("\"red\\u{1b}[31m\"", "U+001B"),
+            ("\"two\\nlines\"", "U+000A"),
+            ("\"rtl\\u{202e}\"", "U+202E"),
+            ("\"spaced header\"", "not a valid HTTP header name"),
+            ("\"crlf\"", "line break"),
+            ("\"crlf-env\"", "line break"),
+            ("\"creds\"", "credentials in the URL"),
+            ("\"editor\"", "only the editor can fill in"),
+            ("\"unset\"", "NOPE is not set"),
+            ("\"neither\"", "neither \"url\" nor \"command\""),
+        ] {
+            let prefix = format!("import mcp.json: server {server} left out: ");
+            assert!(
+                i.skipped
+                    .iter()
+                    .any(|w| w.starts_with(&prefix) && w.contains(reason)),
+                "{prefix}…{reason} not in {:#?}",
+                i.skipped
+            );
+        }
+        // The password never reaches a warning.
         assert!(
-            parse(
-                r#"{"mcpServers": {"a": {}}}"#,
-                "x.json",
-                &Defaults::default(),
-                &env
-            )
-            .is_err()
+            !i.skipped.iter().any(|w| w.contains("pw@")),
+            "{:?}",
+            i.skipped
         );
     }
 
@@ -269,7 +423,8 @@ mod tests {
             &Defaults::default(),
             &env,
         )
-        .unwrap();
+        .unwrap()
+        .targets;
         assert!(matches!(&t[0].endpoint, Endpoint::Command { .. }));
         let shown = format!("{:?}", t[0]);
         assert!(shown.contains("srv --root /srv/<redacted>"), "{shown}");

@@ -1556,6 +1556,44 @@ async fn hostile_server_text_and_imported_names_reach_the_log_inert() {
     assert!(log.contains("\\n\u{2714} healthy  forged\\n2026-12-01T00:00:00Z  INFO alert target=prod kind=recovered\\r\\u{9b}31mred\\u{202e}txt.exe\\u{200b}"), "{log}");
 }
 
+/// Issue #14 item 7: an imported server the config would refuse is left out with a warning
+/// naming the file, the server and why; the rest of the import is checked and counted.
+#[test]
+fn check_config_warns_about_the_imported_servers_it_leaves_out() {
+    let dir = TempDir::new("check-config-import");
+    let desktop = dir.join("claude_desktop_config.json");
+    std::fs::write(
+        &desktop,
+        r#"{"mcpServers": {
+            "ok": {"url": "https://mcp.example.com/mcp"},
+            "esc\u001b[2J": {"url": "https://mcp.example.com/mcp"},
+            "crlf": {"url": "https://mcp.example.com/mcp", "headers": {"X": "a\r\nX-Injected: 1"}}
+        }}"#,
+    )
+    .unwrap();
+    let file = dir.join("mcpulse.toml");
+    std::fs::write(&file, "import = [\"claude_desktop_config.json\"]\n").unwrap();
+    let (code, out, err) = check_config(&file, &[]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("ok: 1 target (1 http, 0 stdio)"), "{out}");
+    let shown = desktop.display().to_string();
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    assert!(
+        lines.iter().any(|l| l.starts_with(&format!(
+            "warning: import {shown}: server \"crlf\" left out: header \"X\": the value contains a line break"
+        ))),
+        "{err}"
+    );
+    assert!(
+        lines.iter().any(|l| l.starts_with(&format!(
+            "warning: import {shown}: server \"esc\\u{{1b}}[2J\" left out: "
+        ))),
+        "{err}"
+    );
+    assert!(!err.contains('\u{1b}'), "{err:?}");
+}
+
 /// `mcpulse check-config FILE`: exit code, stdout, stderr.
 fn check_config(path: &Path, env: &[(&str, &str)]) -> (Option<i32>, String, String) {
     let out = std::process::Command::new(BIN)
@@ -1617,13 +1655,46 @@ fn check_config_exit_codes_and_located_errors() {
         (
             "[server]\nlisten = \"127.0.0.1:9477\"\n\n[[targets]]\nname = \"a\"\nurl = \"https://x\"\ninterval = \"5s\"\n"
                 .into(),
-            ":4:1: ",
+            ":7:12: ",
             "timeout 10s must be below the interval 5s",
         ),
         (
             "[[targets]]\nname = \"a\"\nurl = \"ftp://x\"\n".into(),
-            ":1:1: ",
+            ":3:7: ",
             "must start with http:// or https://",
+        ),
+        // Issue #14 item 8: each at the value, not at 1:1.
+        (
+            "[defaults]\ninterval = \"60s\"\ntimeout = \"10s\"\n\n\nfailure_threshold = 0\n".into(),
+            ":6:21: ",
+            "failure_threshold must be at least 1",
+        ),
+        (
+            "[server]\nlisten = \"127.0.0.1:9477\"\ntoken = \"${MCPULSE_TEST_UNSET_TOKEN}\"\n".into(),
+            ":3:9: ",
+            "server.token: the environment variable MCPULSE_TEST_UNSET_TOKEN is not set",
+        ),
+        (
+            "[[targets]]\nname = \"a\"\nurl = \"https://me:hunter2@mcp.example.com/mcp\"\n".into(),
+            ":3:7: ",
+            "has credentials in the URL",
+        ),
+        (
+            "[defaults]\ninterval = \"10000000000000d\"\n".into(),
+            ":2:12: ",
+            "is too large",
+        ),
+        // Issue #14 items 7 and 11.
+        (
+            "[[targets]]\nname = \"a\\u001b[2J\"\nurl = \"https://x\"\n".into(),
+            ":2:8: ",
+            "contains the control or invisible character U+001B",
+        ),
+        ("[server]\ntoken = \"\"\n".into(), ":2:9: ", "server.token: is empty"),
+        (
+            "[server]\nlisten = \"0.0.0.0:9477\"\n".into(),
+            ":2:10: ",
+            "beyond loopback) without a token",
         ),
         ("this is not toml\n".into(), ":1:", ""),
     ];
@@ -1637,12 +1708,28 @@ fn check_config_exit_codes_and_located_errors() {
             "{text}\nexpected {shown}{at}…{message}, got {err}"
         );
         assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(!err.contains("hunter2") && !err.contains('\u{1b}'), "{err}");
     }
+
+    // Not UTF-8: located at the bad byte, not at 0:0.
+    std::fs::write(&file, b"[server]\nlisten = \"caf\xe9\"\n").unwrap();
+    let (code, _, err) = check_config(&file, &[]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.starts_with(&format!("{shown}:2:14: the config is not UTF-8")),
+        "{err}"
+    );
 
     // A file that is not there: exit 1, said so.
     let (code, _, err) = check_config(&dir.join("missing.toml"), &[]);
     assert_eq!(code, Some(1));
-    assert!(err.contains("cannot read the config"), "{err}");
+    assert!(
+        err.starts_with(&format!(
+            "{}: cannot read the config",
+            dir.join("missing.toml").display()
+        )),
+        "{err}"
+    );
 }
 
 /// `mcpulse demo` with its port taken: an error naming `--listen`, before any banner is printed

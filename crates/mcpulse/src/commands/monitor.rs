@@ -30,6 +30,10 @@ pub fn check(args: CheckConfigArgs) -> Result<u8> {
     };
     match daemon::load(&args.config, &opts) {
         Ok(cfg) => {
+            // Imported servers left out: the config is valid, but they will not be monitored.
+            for w in &cfg.warnings {
+                anstream::eprintln!("warning: {w}");
+            }
             let stdio = cfg
                 .targets
                 .iter()
