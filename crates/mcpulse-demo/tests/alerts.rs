@@ -134,5 +134,19 @@ async fn every_alert_kind_the_demo_lists_arrives() {
             by(kind)
         );
     }
+    // A drift alert says what changed: the first classified changes, code and path.
+    let drifts: Vec<String> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|a| a["kind"] == "drift" && a["target"] == "drifting")
+        .filter_map(|a| a["summary"].as_str().map(str::to_owned))
+        .collect();
+    assert!(
+        drifts.iter().any(|s| s
+            .contains("drift in its contract: description-changed tools[lookup].description")
+            || s.contains("required-parameter-added tools[lookup]")),
+        "{drifts:#?}"
+    );
     eprintln!("every alert kind within {:?}", started.elapsed());
 }

@@ -117,6 +117,8 @@ fn observation(status: Health, at_ms: i64) -> Observation {
             "sha256:9f2c4a1be0d3c5f7a8e6b4d2c0a9f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b2a1".into(),
         ),
         drift: None,
+        drift_changes: Vec::new(),
+        drift_changes_more: 0,
         summary: "tools/list took 312 ms, over the 250 ms budget".into(),
     }
 }

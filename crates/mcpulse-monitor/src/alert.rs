@@ -172,7 +172,20 @@ pub struct Context<'a> {
     /// The drift class (`breaking` or `risky`) the current contract has against the accepted
     /// one, if any: drift that began inside a maintenance window is raised after it.
     pub drift: Option<&'a str>,
+    /// What changed, for the drift alert's summary: `item-removed tools[fetch]; … (+2 more)`
+    /// (see [`crate::state::DriftChange::describe`]); empty when not known.
+    pub drift_changes: &'a str,
     pub reminder_ms: Option<i64>,
+}
+
+/// `search: breaking drift in its contract: item-removed tools[fetch]`.
+fn drift_summary(cx: &Context<'_>, class: &str, note: &str) -> String {
+    let mut s = format!("{}: {class} drift in its contract{note}", cx.target);
+    if !cx.drift_changes.is_empty() {
+        s.push_str(": ");
+        s.push_str(cx.drift_changes);
+    }
+    s
 }
 
 /// Alerts for one target's events; updates its open incidents.
@@ -251,7 +264,7 @@ pub fn alerts(events: &[Event], incidents: &mut Incidents, cx: &Context<'_>) -> 
             }
             Event::Drift { class, .. } => {
                 if !cx.silenced {
-                    let summary = format!("{}: {class} drift in its contract", cx.target);
+                    let summary = drift_summary(cx, class, "");
                     let severity = drift_severity(class);
                     raise(
                         &mut out,
@@ -321,10 +334,7 @@ pub fn alerts(events: &[Event], incidents: &mut Incidents, cx: &Context<'_>) -> 
         if let Some(class) = cx.drift.filter(|c| matches!(*c, "breaking" | "risky"))
             && !incidents.contains_key("drift")
         {
-            let summary = format!(
-                "{}: {class} drift in its contract (it began inside a maintenance window)",
-                cx.target
-            );
+            let summary = drift_summary(cx, class, " (it began inside a maintenance window)");
             let severity = drift_severity(class);
             raise(
                 &mut out,
@@ -564,6 +574,7 @@ mod tests {
             flapping,
             status,
             drift: None,
+            drift_changes: "",
             reminder_ms: Some(3_600_000),
         }
     }

@@ -283,12 +283,18 @@ fn resume(
         .and_then(|s| s.accepted_contract(name).ok().flatten())
         .and_then(|text| runner::Accepted::from_lock(&text).ok());
     let drift = state.last.as_ref().and_then(|o| o.drift.clone());
+    let drift_changes = state
+        .last
+        .as_ref()
+        .map(|o| (o.drift_changes.clone(), o.drift_changes_more))
+        .unwrap_or_default();
     Memory {
         state,
         incidents,
         accepted,
         drift_checked_ms: 0,
         drift,
+        drift_changes,
     }
 }
 

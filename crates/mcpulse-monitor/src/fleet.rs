@@ -56,6 +56,11 @@ pub struct TargetView {
     pub streak: Option<Streak>,
     /// The worst drift class against the accepted contract, when there is drift.
     pub drift: Option<String>,
+    /// Its first changes (breaking first: code, path, class), and how many more there are.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub drift_changes: Vec<crate::state::DriftChange>,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub drift_changes_more: usize,
     /// The latest check; `None` before the first one.
     pub last: Option<LastCheck>,
     /// Open incidents, oldest first.
@@ -161,6 +166,8 @@ impl TargetView {
             flapping: false,
             streak: None,
             drift: None,
+            drift_changes: Vec::new(),
+            drift_changes_more: 0,
             last: None,
             incidents: Vec::new(),
         }
@@ -173,6 +180,12 @@ impl TargetView {
         self.flapping = state.flapping;
         self.streak = state.streak.map(|(status, count)| Streak { status, count });
         self.drift = state.last.as_ref().and_then(|o| o.drift.clone());
+        (self.drift_changes, self.drift_changes_more) = state
+            .last
+            .as_ref()
+            .filter(|o| o.drift.is_some())
+            .map(|o| (o.drift_changes.clone(), o.drift_changes_more))
+            .unwrap_or_default();
         let mut open: Vec<Incident> = incidents.values().cloned().collect();
         open.sort_by_key(|i| i.opened_ms);
         self.incidents = open;
@@ -260,6 +273,8 @@ impl Fleet {
                 view.flapping = old.flapping;
                 view.streak = old.streak;
                 view.drift = old.drift;
+                view.drift_changes = old.drift_changes;
+                view.drift_changes_more = old.drift_changes_more;
                 view.last = old.last;
                 view.incidents = old.incidents;
             }
@@ -581,6 +596,35 @@ mod tests {
     }
 
     #[test]
+    fn the_view_says_what_drifted() {
+        let mut v = TargetView::new(&cfg("a", Endpoint::Url("https://example.com/mcp".into())));
+        let mut last = crate::state::Observation::bare(Health::Healthy, 1, "ok");
+        last.drift = Some("breaking".into());
+        last.drift_changes = vec![crate::state::DriftChange {
+            code: "item-removed".into(),
+            path: "tools[fetch]".into(),
+            class: "breaking".into(),
+        }];
+        last.drift_changes_more = 2;
+        let state = TargetState {
+            last: Some(last),
+            ..TargetState::default()
+        };
+        v.set_state(&state, &Incidents::new());
+        let json = serde_json::to_value(&v).unwrap_or_default();
+        assert_eq!(json["drift"], "breaking");
+        assert_eq!(
+            json["drift_changes"],
+            serde_json::json!([{"code": "item-removed", "path": "tools[fetch]", "class": "breaking"}])
+        );
+        assert_eq!(json["drift_changes_more"], 2);
+        // No drift, nothing said.
+        v.set_state(&TargetState::default(), &Incidents::new());
+        let json = serde_json::to_value(&v).unwrap_or_default();
+        assert!(json.get("drift_changes").is_none(), "{json}");
+    }
+
+    #[test]
     fn endpoints_are_redacted() {
         let v = TargetView::new(&cfg(
             "a",
@@ -685,4 +729,8 @@ mod tests {
         f.set_config_at(&[], 20);
         assert!(f.snapshot().targets.is_empty());
     }
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }

@@ -133,6 +133,8 @@ pub struct Memory {
     /// server's `ttlMs` allows).
     pub drift_checked_ms: i64,
     pub drift: Option<String>,
+    /// The first changes of that drift, and how many more there are.
+    pub drift_changes: (Vec<crate::state::DriftChange>, usize),
 }
 
 /// The accepted contract (the drift baseline), kept as its compact JSON text and digest.
@@ -340,16 +342,19 @@ pub fn check_once(
                 new_contract = Some(current.to_lock());
                 memory.accepted = Some(Accepted::new(&current));
                 memory.drift = None;
+                memory.drift_changes = Default::default();
             }
             Some(base) if at - memory.drift_checked_ms >= ttl_ms(transcript) => {
                 if base.digest() == current.digest {
                     memory.drift = None; // the same contract: nothing to compare
+                    memory.drift_changes = Default::default();
                 } else if let Some(base) = base.contract() {
                     let d = drift::diff(&base, &current);
                     memory.drift = d
                         .class
                         .map(|c| c.as_str().to_owned())
                         .filter(|c| c != "info");
+                    memory.drift_changes = crate::state::DriftChange::first_of(&d);
                 }
                 memory.drift_checked_ms = at;
             }
@@ -365,6 +370,8 @@ pub fn check_once(
         grade: crate::fleet::recorded_grade(report, cfg.security),
         contract_digest: report.digests.as_ref().map(|d| d.contract.clone()),
         drift: memory.drift.clone(),
+        drift_changes: memory.drift_changes.0.clone(),
+        drift_changes_more: memory.drift_changes.1,
         summary: report
             .findings
             .iter()
@@ -397,6 +404,8 @@ pub fn check_once(
             })
         })
         .unwrap_or(false);
+    let drift_changes =
+        crate::state::DriftChange::describe(&memory.drift_changes.0, memory.drift_changes.1);
     let cx = alert::Context {
         target: &cfg.name,
         labels: &cfg.labels,
@@ -405,6 +414,7 @@ pub fn check_once(
         flapping: next.flapping,
         status: next.status,
         drift: memory.drift.as_deref(),
+        drift_changes: &drift_changes,
         reminder_ms: cfg.reminder.map(|r| r.as_millis() as i64),
     };
     let mut alerts = alert::alerts(&events, &mut memory.incidents, &cx);

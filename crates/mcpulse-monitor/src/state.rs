@@ -59,8 +59,69 @@ pub struct Observation {
     pub contract_digest: Option<String>,
     /// The worst drift class against the accepted contract, when drift was checked.
     pub drift: Option<String>,
+    /// The first changes of that drift (breaking first), at most [`DRIFT_CHANGES_SHOWN`]: what
+    /// changed, for alerts and the API.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drift_changes: Vec<DriftChange>,
+    /// How many more changes the drift has than `drift_changes` shows.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub drift_changes_more: usize,
     /// One line on why (the first finding's message), for alerts.
     pub summary: String,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// How many of a drift's changes an observation keeps (alerts and the API show them; the
+/// whole diff is `mcpulse diff` of the stored contracts).
+pub const DRIFT_CHANGES_SHOWN: usize = 3;
+
+/// One classified change of a drift: its code (`docs/drift.md`), where, and its class.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DriftChange {
+    pub code: String,
+    pub path: String,
+    pub class: String,
+}
+
+impl DriftChange {
+    /// The risky and breaking changes of a drift, breaking first, the first
+    /// [`DRIFT_CHANGES_SHOWN`] of them, and how many more there are.
+    pub fn first_of(d: &mcpulse_judge::drift::Drift) -> (Vec<DriftChange>, usize) {
+        use mcpulse_judge::drift::Class;
+        let mut notable: Vec<&mcpulse_judge::drift::Change> = d
+            .changes
+            .iter()
+            .filter(|c| c.class != Class::Info)
+            .collect();
+        notable.sort_by_key(|c| std::cmp::Reverse(c.class));
+        let more = notable.len().saturating_sub(DRIFT_CHANGES_SHOWN);
+        let shown = notable
+            .into_iter()
+            .take(DRIFT_CHANGES_SHOWN)
+            .map(|c| DriftChange {
+                code: c.code.clone(),
+                path: c.path.clone(),
+                class: c.class.as_str().to_owned(),
+            })
+            .collect();
+        (shown, more)
+    }
+
+    /// `item-removed tools[fetch]; enum-narrowed tools[search]… (+2 more)`: for a summary.
+    pub fn describe(changes: &[DriftChange], more: usize) -> String {
+        let mut s = changes
+            .iter()
+            .map(|c| format!("{} {}", c.code, c.path))
+            .collect::<Vec<_>>()
+            .join("; ");
+        if more > 0 {
+            s.push_str(&format!(" (+{more} more)"));
+        }
+        s
+    }
 }
 
 #[cfg(test)]
@@ -77,6 +138,8 @@ impl Observation {
             grade: None,
             contract_digest: None,
             drift: None,
+            drift_changes: Vec::new(),
+            drift_changes_more: 0,
             summary: summary.into(),
         }
     }
@@ -347,8 +410,54 @@ mod tests {
             grade: Some("A".into()),
             contract_digest: None,
             drift: None,
+            drift_changes: Vec::new(),
+            drift_changes_more: 0,
             summary: String::new(),
         }
+    }
+
+    #[test]
+    fn a_drift_is_told_by_its_first_changes_breaking_first() {
+        use mcpulse_judge::drift::{Change, Class, Drift};
+        let change = |code: &str, class| Change {
+            code: code.into(),
+            class,
+            path: format!("tools[{code}]"),
+            old: None,
+            new: None,
+            message: String::new(),
+        };
+        let d = Drift {
+            schema: "mcpulse.drift/v1".into(),
+            baseline_target: String::new(),
+            target: String::new(),
+            baseline_digest: String::new(),
+            digest: String::new(),
+            class: Some(Class::Breaking),
+            breaking: 2,
+            risky: 3,
+            info: 1,
+            changes: vec![
+                change("item-added", Class::Info),
+                change("description-changed", Class::Risky),
+                change("item-removed", Class::Breaking),
+                change("title-changed", Class::Risky),
+                change("enum-narrowed", Class::Breaking),
+                change("annotation-risk-widened", Class::Risky),
+            ],
+            baseline_mismatches: Vec::new(),
+        };
+        let (shown, more) = DriftChange::first_of(&d);
+        let codes: Vec<&str> = shown.iter().map(|c| c.code.as_str()).collect();
+        assert_eq!(
+            codes,
+            ["item-removed", "enum-narrowed", "description-changed"]
+        );
+        assert_eq!(more, 2);
+        assert_eq!(
+            DriftChange::describe(&shown, more),
+            "item-removed tools[item-removed]; enum-narrowed tools[enum-narrowed]; description-changed tools[description-changed] (+2 more)"
+        );
     }
 
     /// Runs a sequence of statuses, one a minute; returns the final state and every event.

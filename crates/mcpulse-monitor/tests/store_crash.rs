@@ -137,6 +137,8 @@ fn observation(t: u64, tick: u64) -> (Observation, f64) {
         grade: Some(grade.into()),
         contract_digest: Some(format!("sha256:{:016x}", mix(t) % 3)),
         drift: h.is_multiple_of(173).then(|| "risky".to_owned()),
+        drift_changes: Vec::new(),
+        drift_changes_more: 0,
         summary: format!("{} after {duration} ms", status.as_str()),
     };
     (obs, duration)
