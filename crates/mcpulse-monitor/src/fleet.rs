@@ -59,7 +59,7 @@ pub struct TargetView {
     /// Its first changes (breaking first: code, path, class), and how many more there are.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub drift_changes: Vec<crate::state::DriftChange>,
-    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(skip_serializing_if = "crate::state::is_zero")]
     pub drift_changes_more: usize,
     /// The latest check; `None` before the first one.
     pub last: Option<LastCheck>,
@@ -729,8 +729,4 @@ mod tests {
         f.set_config_at(&[], 20);
         assert!(f.snapshot().targets.is_empty());
     }
-}
-
-fn is_zero(n: &usize) -> bool {
-    *n == 0
 }

@@ -70,7 +70,7 @@ pub struct Observation {
     pub summary: String,
 }
 
-fn is_zero(n: &usize) -> bool {
+pub(crate) fn is_zero(n: &usize) -> bool {
     *n == 0
 }
 
