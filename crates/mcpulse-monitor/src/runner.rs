@@ -86,6 +86,9 @@ impl Prober for NetworkProber {
 pub struct Shared {
     pub prober: Arc<dyn Prober>,
     pub semaphore: Arc<Semaphore>,
+    /// What the probes in flight may hold together (shared with `/probe`; see
+    /// [`crate::memory`]).
+    pub memory: crate::memory::MemoryBudget,
     pub records: mpsc::Sender<CheckRecord>,
     pub fleet: crate::fleet::Fleet,
     pub maintenance: Arc<std::sync::RwLock<Vec<Maintenance>>>,
@@ -171,8 +174,13 @@ pub async fn run(
         if *stop.borrow() {
             return memory;
         }
+        let slot = async {
+            let count = shared.semaphore.clone().acquire_owned().await?;
+            let bytes = shared.memory.acquire(plan.max_response_bytes).await?;
+            Ok::<_, tokio::sync::AcquireError>((count, bytes))
+        };
         let permit = tokio::select! {
-            p = shared.semaphore.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return memory },
+            p = slot => match p { Ok(p) => p, Err(_) => return memory },
             _ = stop.changed() => return memory,
         };
         // The check (probe, transcript, report, record) lives in futures of its own, on the
@@ -267,7 +275,10 @@ async fn check(
     shared: &Shared,
     target: &Target,
     (plan, fallback): (&Plan, Option<&Plan>),
-    permit: tokio::sync::OwnedSemaphorePermit,
+    permit: (
+        tokio::sync::OwnedSemaphorePermit,
+        tokio::sync::OwnedSemaphorePermit,
+    ),
 ) -> CheckRecord {
     let policy = Policy {
         latency_budget_ms: cfg.latency_budget.as_secs_f64() * 1000.0,

@@ -9,12 +9,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use mcpulse_testkit::run;
-use mcpulse_testkit::{FakeHttp, Reply, Request, mcp};
+use mcpulse_testkit::{FakeHttp, run, scenario};
 use serde_json::Value;
 use std::io::Read;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_mcpulse");
@@ -135,49 +134,8 @@ fn measured(args: &[String], bound: Duration) -> Measured {
     }
 }
 
-/// A modern server whose `tools/list` page `k` (from 0) has the items `pages[k]` (the text
-/// inside `[...]`), with a `nextCursor` on every page but the last.
 async fn serve(pages: Vec<String>) -> FakeHttp {
-    let pages = Arc::new(pages);
-    let calls = AtomicUsize::new(0);
-    FakeHttp::start(move |req: &Request| {
-        let id = req.rpc_id().unwrap_or(Value::Null);
-        match req.rpc_method().as_deref() {
-            Some("server/discover") => Reply::json(200, &mcp::result(&id, mcp::discover_result())),
-            Some("tools/list") => {
-                let k = calls.fetch_add(1, Ordering::SeqCst).min(pages.len() - 1);
-                let next = if k + 1 < pages.len() {
-                    format!(r#","nextCursor":"c{k}""#)
-                } else {
-                    String::new()
-                };
-                let body = format!(
-                    r#"{{"jsonrpc":"2.0","id":{id},"result":{{"resultType":"complete","ttlMs":0,"cacheScope":"public"{next},"tools":[{}]}}}}"#,
-                    pages[k]
-                );
-                Reply::bytes(200, "application/json", body)
-            }
-            _ => Reply::json(400, &mcp::error(&id, -32022, "modern only")),
-        }
-    })
-    .await
-}
-
-/// As many items as fit in `bytes` of page text.
-fn fill(bytes: usize, item: impl Fn(usize) -> String) -> String {
-    let mut out = String::with_capacity(bytes);
-    let mut i = 0;
-    loop {
-        let next = item(i);
-        if out.len() + next.len() + 1 > bytes {
-            return out;
-        }
-        if i > 0 {
-            out.push(',');
-        }
-        out.push_str(&next);
-        i += 1;
-    }
+    FakeHttp::start_script(scenario::tools_pages(pages)).await
 }
 
 /// Probes `server` (modern, default cap unless `extra` says otherwise) and measures it.
@@ -209,7 +167,7 @@ const PAGE: usize = CAP - 512;
 /// first 10,000 are kept, the rest counted, and the finding says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_tiny_tools_in_one_page() {
-    let server = serve(vec![fill(PAGE, |_| r#"{"name":"t"}"#.to_owned())]).await;
+    let server = serve(vec![scenario::fill(PAGE, |_| r#"{"name":"t"}"#.to_owned())]).await;
     let m = probe(&server, &[]).await;
     show("many tiny tools, one page", &m);
     assert_eq!(m.code, Some(1), "{}", m.stderr);
@@ -236,7 +194,7 @@ async fn many_tiny_tools_in_one_page() {
 async fn deep_schemas() {
     let depth = 120;
     let schema = format!("{}{{}}{}", r#"{"a":"#.repeat(depth), "}".repeat(depth));
-    let server = serve(vec![fill(PAGE, |i| {
+    let server = serve(vec![scenario::fill(PAGE, |i| {
         format!(r#"{{"name":"t{i}","inputSchema":{{"type":"object","properties":{schema}}}}}"#)
     })])
     .await;
@@ -269,7 +227,7 @@ async fn a_long_string() {
 /// pages stops the probe.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_pages() {
-    let page = fill(256 * 1024, |_| r#"{"name":"t"}"#.to_owned());
+    let page = scenario::fill(256 * 1024, |_| r#"{"name":"t"}"#.to_owned());
     let server = serve(vec![page; 60]).await;
     let m = probe(&server, &["--max-pages", "60"]).await;
     show("many pages of tiny tools", &m);
@@ -285,7 +243,7 @@ async fn many_pages() {
 /// One tool whose schema is a million tiny objects (`"p0":{}`): ~100× its text as a DOM.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_tiny_objects_in_one_schema() {
-    let properties = fill(PAGE - 200, |i| format!(r#""p{i}":{{}}"#));
+    let properties = scenario::fill(PAGE - 200, |i| format!(r#""p{i}":{{}}"#));
     let server = serve(vec![format!(
         r#"{{"name":"t","inputSchema":{{"type":"object","properties":{{{properties}}}}}}}"#
     )])

@@ -70,11 +70,16 @@ const PATIENCE: Duration = Duration::from_secs(15);
 /// `GET path` on `addr`, `Connection: close`: the status and the body, or `None` when nothing
 /// answers.
 async fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    http_get_within(addr, path, Duration::from_secs(5)).await
+}
+
+/// [`http_get`], waiting up to `bound` for the answer.
+async fn http_get_within(addr: SocketAddr, path: &str, bound: Duration) -> Option<(u16, String)> {
     let mut s = TcpStream::connect(addr).await.ok()?;
     let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
     s.write_all(req.as_bytes()).await.ok()?;
     let mut buf = Vec::new();
-    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf))
+    tokio::time::timeout(bound, s.read_to_end(&mut buf))
         .await
         .ok()?
         .ok()?;
@@ -1347,4 +1352,73 @@ fn check_config_exit_codes_and_located_errors() {
     let (code, _, err) = check_config(&dir.join("missing.toml"), &[]);
     assert_eq!(code, Some(1));
     assert!(err.contains("cannot read the config"), "{err}");
+}
+
+// ---- memory ----------------------------------------------------------------------------------
+
+/// The monitor's peak resident memory (`VmHWM`: its own, since its `exec`).
+fn peak_rss(pid: i32) -> usize {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: usize = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kib * 1024
+}
+
+/// 64 `/probe`s at once (the count limit) of a server whose `tools/list` is a million tiny
+/// objects in one schema (each probe would build ~100× its 1 MiB reply): the monitor holds no
+/// more than its probe memory budget (docs/monitor.md, "Memory"), each request is answered (a
+/// verdict, or 503 when no slot came within the scrape budget), and the monitor stays up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_four_hostile_probes_at_once_stay_within_the_memory_budget() {
+    let properties = scenario::fill(1 << 20, |i| format!(r#""p{i}":{{}}"#));
+    let server = FakeHttp::start_script(scenario::tools_pages(vec![format!(
+        r#"{{"name":"t","inputSchema":{{"type":"object","properties":{{{properties}}}}}}}"#
+    )]))
+    .await;
+    let dir = TempDir::new("hostile-probes");
+    let config = dir.join("mcpulse.toml");
+    let target = format!(
+        "{}
+interval = \"1h\"\ntimeout = \"60s\"\nera = \"modern\"",
+        url_target(&server.url("/mcp"))
+    );
+    write_config(&config, &config_text(&[("hostile", &target)], None));
+    let m = Monitor::start(&dir, &config, &[]).await;
+    let before = peak_rss(m.pid());
+    let mut probes = JoinSet::new();
+    for _ in 0..64 {
+        let api = m.api;
+        probes.spawn(async move {
+            http_get_within(api, "/probe?target=hostile", Duration::from_secs(90)).await
+        });
+    }
+    let mut answered = Vec::new();
+    while let Some(r) = probes.join_next().await {
+        let (status, body) = r
+            .unwrap()
+            .unwrap_or_else(|| panic!("a /probe got no answer:\n{}", m.log()));
+        answered.push(status);
+        if status == 200 {
+            assert!(body.contains("\nprobe_success 1"), "{body}");
+        }
+    }
+    let peak = peak_rss(m.pid());
+    println!(
+        "monitor peak RSS {:.1} MiB (at start {:.1} MiB) for 64 concurrent hostile /probe: {} answered 200, {} 503",
+        peak as f64 / (1 << 20) as f64,
+        before as f64 / (1 << 20) as f64,
+        answered.iter().filter(|s| **s == 200).count(),
+        answered.iter().filter(|s| **s == 503).count(),
+    );
+    assert!(
+        answered.iter().all(|s| *s == 200 || *s == 503),
+        "{answered:?}"
+    );
+    assert!(answered.contains(&200), "{answered:?}");
+    let bound = mcpulse_monitor::memory::DEFAULT_PROBE_MEMORY + (64 << 20);
+    assert!(peak < bound, "peak {peak} bytes, over {bound}");
+    assert_eq!(m.get("/livez").await.0, 200);
 }
