@@ -126,6 +126,40 @@ impl Contract {
         }
     }
 
+    /// The contract's outline: every item's key and digest, without its definition (`null`),
+    /// and the server facts whole. Its digests are the contract's. What the monitor keeps of a
+    /// contract too large to store whole: enough to tell which items were added, removed or
+    /// changed, not how they changed.
+    pub fn outline(&self) -> Contract {
+        let bare = |items: &[Item]| -> Vec<Item> {
+            items
+                .iter()
+                .map(|i| Item {
+                    key: i.key.clone(),
+                    digest: i.digest.clone(),
+                    definition: Value::Null,
+                })
+                .collect()
+        };
+        Contract {
+            schema: self.schema.clone(),
+            target: self.target.clone(),
+            digest: self.digest.clone(),
+            server: self.server.clone(),
+            tools: bare(&self.tools),
+            prompts: bare(&self.prompts),
+            resources: bare(&self.resources),
+            resource_templates: bare(&self.resource_templates),
+        }
+    }
+
+    /// Whether this is an [`outline`](Contract::outline): items, none with a definition.
+    pub fn is_outline(&self) -> bool {
+        let mut items = Kind::ALL.iter().flat_map(|k| self.items(*k));
+        let first = items.next();
+        first.is_some_and(|i| i.definition.is_null()) && items.all(|i| i.definition.is_null())
+    }
+
     /// The baseline file text: pretty, sorted, stable, ending in a newline.
     pub fn to_lock(&self) -> String {
         let v = serde_json::to_value(self).unwrap_or(Value::Null);

@@ -122,14 +122,31 @@ pub struct Accepted {
     text: Box<str>,
 }
 
+/// The largest contract the monitor keeps whole (its compact JSON text), in memory and in the
+/// store. A larger one (thousands of tools with large schemas: a server can send up to
+/// 10,000 items per list) is kept as its [outline](Contract::outline), keys and digests, so
+/// that one hostile check cannot write a hundred megabytes into the database; drift against an
+/// outline is judged from the digests ([`outline_drift`]).
+pub const MAX_KEPT_CONTRACT: usize = 4 << 20;
+
 impl Accepted {
+    /// The contract, or its outline when its text passes [`MAX_KEPT_CONTRACT`].
     pub fn new(contract: &Contract) -> Accepted {
+        let text = serde_json::to_string(contract).unwrap_or_default();
+        let text = if text.len() > MAX_KEPT_CONTRACT {
+            serde_json::to_string(&contract.outline()).unwrap_or_default()
+        } else {
+            text
+        };
         Accepted {
             digest: contract.digest.clone(),
-            text: serde_json::to_string(contract)
-                .unwrap_or_default()
-                .into_boxed_str(),
+            text: text.into_boxed_str(),
         }
+    }
+
+    /// The text the store keeps (`Contract::from_lock` reads it back).
+    pub fn text(&self) -> &str {
+        &self.text
     }
 
     /// From a baseline file's text (`Contract::to_lock`), as the store keeps it.
@@ -146,6 +163,35 @@ impl Accepted {
     pub fn contract(&self) -> Option<Contract> {
         Contract::from_lock(&self.text).ok()
     }
+}
+
+/// Drift against an outline (a contract kept without its definitions): an item removed is
+/// breaking, an item changed (another digest) or server facts changed is risky (how it changed
+/// is not known), an item added is information.
+pub fn outline_drift(base: &Contract, current: &Contract) -> Option<drift::Class> {
+    use mcpulse_judge::contract::Kind;
+    let mut class = (base.server.digest != current.server.digest).then_some(drift::Class::Risky);
+    for kind in Kind::ALL {
+        let now: std::collections::BTreeMap<&str, &str> = current
+            .items(kind)
+            .iter()
+            .map(|i| (i.key.as_str(), i.digest.as_str()))
+            .collect();
+        let was: std::collections::BTreeSet<&str> =
+            base.items(kind).iter().map(|i| i.key.as_str()).collect();
+        for item in base.items(kind) {
+            let found = match now.get(item.key.as_str()) {
+                None => drift::Class::Breaking,
+                Some(d) if *d != item.digest => drift::Class::Risky,
+                Some(_) => continue,
+            };
+            class = class.max(Some(found));
+        }
+        if now.keys().any(|k| !was.contains(k)) {
+            class = class.max(Some(drift::Class::Info));
+        }
+    }
+    class
 }
 
 /// Runs a target until `stop` turns true. Returns its memory, for a reload to carry over.
@@ -292,9 +338,10 @@ async fn check(
         transcript = shared.prober.probe(target, auto).await;
         report = judge(&transcript, &policy);
     }
-    drop(permit);
     let at = (shared.clock)();
     let record = check_once(cfg, memory, &transcript, &report, at, shared);
+    // Held until the contract is taken in: that copies it (see `crate::memory`).
+    drop(permit);
     shared
         .fleet
         .update_from(cfg, &memory.state, &memory.incidents, &report, at);
@@ -312,22 +359,24 @@ pub fn check_once(
 ) -> CheckRecord {
     // Drift against the accepted contract, no faster than the server's cache TTL.
     let mut new_contract = None;
-    if let Some(current) = report.contract.clone() {
+    if let Some(current) = &report.contract {
         match &memory.accepted {
             None => {
-                new_contract = Some(current.to_lock());
-                memory.accepted = Some(Accepted::new(&current));
+                let accepted = Accepted::new(current);
+                new_contract = Some(accepted.text().to_owned());
+                memory.accepted = Some(accepted);
                 memory.drift = None;
             }
             Some(base) if at - memory.drift_checked_ms >= ttl_ms(transcript) => {
                 if base.digest() == current.digest {
                     memory.drift = None; // the same contract: nothing to compare
                 } else if let Some(base) = base.contract() {
-                    let d = drift::diff(&base, &current);
-                    memory.drift = d
-                        .class
-                        .map(|c| c.as_str().to_owned())
-                        .filter(|c| c != "info");
+                    let class = if base.is_outline() {
+                        outline_drift(&base, current)
+                    } else {
+                        drift::diff(&base, current).class
+                    };
+                    memory.drift = class.map(|c| c.as_str().to_owned()).filter(|c| c != "info");
                 }
                 memory.drift_checked_ms = at;
             }
@@ -460,5 +509,43 @@ mod tests {
             .map(|n| phase(&format!("t{n}"), i).as_secs())
             .collect();
         assert!(distinct.len() > 40, "{}", distinct.len());
+    }
+
+    fn contract(tools: &[(&str, &str)]) -> Contract {
+        mcpulse_judge::contract::build(mcpulse_judge::contract::Parts {
+            tools: tools
+                .iter()
+                .map(|(name, description)| {
+                    serde_json::json!({"name": name, "description": description})
+                })
+                .collect(),
+            ..Default::default()
+        })
+    }
+
+    /// A contract past the size kept whole is kept (in memory and in the store) as its outline,
+    /// and drift against it is judged from digests.
+    #[test]
+    fn a_contract_too_large_to_keep_is_kept_as_its_outline() {
+        let long = "d".repeat(MAX_KEPT_CONTRACT / 2);
+        let big = contract(&[("a", &long), ("b", &long), ("c", "x")]);
+        let kept = Accepted::new(&big);
+        assert!(kept.text().len() < 4096, "{}", kept.text().len());
+        assert_eq!(kept.digest(), big.digest);
+        let base = kept.contract().unwrap();
+        assert!(base.is_outline());
+        assert_eq!(base.digest, big.digest);
+        // Same items: no drift; one changed: risky; one removed: breaking; one added: info.
+        assert_eq!(outline_drift(&base, &big), None);
+        let changed = contract(&[("a", &long), ("b", &long), ("c", "y")]);
+        assert_eq!(outline_drift(&base, &changed), Some(drift::Class::Risky));
+        let removed = contract(&[("a", &long), ("b", &long)]);
+        assert_eq!(outline_drift(&base, &removed), Some(drift::Class::Breaking));
+        let added = contract(&[("a", &long), ("b", &long), ("c", "x"), ("d", "")]);
+        assert_eq!(outline_drift(&base, &added), Some(drift::Class::Info));
+        // A small contract is kept whole.
+        let small = contract(&[("c", "x")]);
+        assert!(!Accepted::new(&small).contract().unwrap().is_outline());
+        assert_eq!(Accepted::new(&small).contract().unwrap(), small);
     }
 }
