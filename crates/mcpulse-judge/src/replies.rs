@@ -268,4 +268,56 @@ mod tests {
         assert!(matches!(replies.of(&stray), Some(Cow::Owned(_))));
         assert_eq!(replies.of(&stray).as_deref(), full(&stray).as_ref());
     }
+
+    fn page(tools: usize) -> String {
+        let items = vec![r#"{"name":"t"}"#; tools].join(",");
+        format!(r#"{{"jsonrpc":"2.0","id":1,"result":{{"tools":[{items}]}}}}"#)
+    }
+
+    /// A list keeps its first MAX_LIST_ITEMS items across its pages, in page order, whichever
+    /// page is asked for first.
+    #[test]
+    fn a_list_keeps_its_first_items_across_pages() {
+        let tr = transcript(vec![ex(&page(6_000)), ex(&page(6_000))]);
+        let replies = Replies::new(&tr);
+        let last = &tr.exchanges[1];
+        let tools = |d: &Decoded| match &d.message {
+            jsonrpc::Message::Result { result, .. } => result["tools"].as_array().map(Vec::len),
+            _ => None,
+        };
+        assert_eq!(replies.cached(last).and_then(tools), Some(4_000));
+        assert_eq!(replies.cached(&tr.exchanges[0]).and_then(tools), Some(6_000));
+        assert_eq!(replies.list_items(Step::ToolsList), (MAX_LIST_ITEMS, 2_000));
+    }
+
+    /// The replies of one judgement together stay within the budget; a reply past it is
+    /// refused, and says so.
+    #[test]
+    fn replies_past_the_budget_are_refused() {
+        // ~100 bytes of heap per byte of text: 1 MiB of tiny objects is over the 64 MiB floor.
+        let objects = vec![r#"{"a":0}"#; 150_000].join(",");
+        let text = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{{"x":[{objects}]}}}}"#);
+        let mut small = ex(r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}"#);
+        small.step = Step::Initialize;
+        let mut big = ex(&text);
+        big.step = Step::Initialize;
+        let tr = transcript(vec![small, big]);
+        let replies = Replies::new(&tr);
+        assert!(replies.of(&tr.exchanges[0]).is_some());
+        assert!(replies.of(&tr.exchanges[1]).is_none());
+        let defect = replies.defect(&tr.exchanges[1]).unwrap();
+        assert_eq!(
+            defect.kind,
+            mcpulse_wire::json::JsonErrorKind::OverBudget {
+                budget: budget(1 << 20) - replies_cost(&tr.exchanges[0])
+            }
+        );
+    }
+
+    fn replies_cost(e: &Exchange) -> usize {
+        jsonrpc::decode_within(&e.frames[0].raw, &Limits::UNBOUNDED)
+            .unwrap()
+            .1
+            .cost
+    }
 }
