@@ -286,7 +286,10 @@ mod tests {
             _ => None,
         };
         assert_eq!(replies.cached(last).and_then(tools), Some(4_000));
-        assert_eq!(replies.cached(&tr.exchanges[0]).and_then(tools), Some(6_000));
+        assert_eq!(
+            replies.cached(&tr.exchanges[0]).and_then(tools),
+            Some(6_000)
+        );
         assert_eq!(replies.list_items(Step::ToolsList), (MAX_LIST_ITEMS, 2_000));
     }
 

@@ -163,7 +163,7 @@ fn show(shape: &str, m: &Measured) {
 /// Room for the envelope around a page's items.
 const PAGE: usize = CAP - 512;
 
-/// 640,000 minimal tools in one page under the cap (the issue's shape: 2.0 GB before): the
+/// 645,000 minimal tools in one page under the cap (the issue's shape: 2.0 GB before): the
 /// first 10,000 are kept, the rest counted, and the finding says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_tiny_tools_in_one_page() {
@@ -240,7 +240,7 @@ async fn many_pages() {
     assert!(m.peak < bound(CAP), "{} bytes", m.peak);
 }
 
-/// One tool whose schema is a million tiny objects (`"p0":{}`): ~100× its text as a DOM.
+/// One tool whose schema is 654,000 tiny objects (`"p0":{}`): ~100× its text as a DOM.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_tiny_objects_in_one_schema() {
     let properties = scenario::fill(PAGE - 200, |i| format!(r#""p{i}":{{}}"#));

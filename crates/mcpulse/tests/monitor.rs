@@ -1367,8 +1367,8 @@ fn peak_rss(pid: i32) -> usize {
     kib * 1024
 }
 
-/// 64 `/probe`s at once (the count limit) of a server whose `tools/list` is a million tiny
-/// objects in one schema (each probe would build ~100× its 1 MiB reply): the monitor holds no
+/// 64 `/probe`s at once (the count limit) of a server whose `tools/list` is 88,000 tiny objects
+/// in one schema (each probe would build ~100× its 1 MiB reply): the monitor holds no
 /// more than its probe memory budget (docs/monitor.md, "Memory"), each request is answered (a
 /// verdict, or 503 when no slot came within the scrape budget), and the monitor stays up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
