@@ -91,7 +91,7 @@ impl JsonError {
 
 /// The estimated heap cost of the parts of a `serde_json::Value`, with serde_json's default
 /// (B-tree) map: every value slot is 32 bytes, an object is B-tree nodes of 11 members each
-/// (about 600 bytes, allocated whole even for one member), an array grows its buffer by
+/// (about 600 bytes, allocated whole even for one member; none for no member), an array grows its buffer by
 /// doubling, and a string or key owns its bytes. Each allocation also costs the allocator about
 /// 16 bytes. An estimate, within tens of percent of what the allocator is asked for.
 pub struct Cost;
@@ -105,10 +105,11 @@ impl Cost {
         if len == 0 { 0 } else { len + Self::ALLOC }
     }
 
-    /// An object's nodes, for `members` members (not counting keys and values).
+    /// An object's nodes, for `members` members (not counting keys and values). An empty
+    /// object allocates nothing.
     pub fn object(members: usize) -> usize {
         // Members arrive in any order, so nodes are between half and fully filled.
-        let nodes = members.saturating_mul(2).div_ceil(11).max(1);
+        let nodes = members.saturating_mul(2).div_ceil(11);
         nodes.saturating_mul(Self::NODE + Self::ALLOC)
     }
 
@@ -289,7 +290,6 @@ impl<'de> Visitor<'de> for Build<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let state = self.state;
         let mut out = Map::new();
-        state.charge(Cost::object(0))?;
         while let Some(key) = map.next_key::<String>()? {
             let role = match (self.role, state.list) {
                 (Role::Top, _) if key == "result" => Role::Result,

@@ -19,7 +19,7 @@ pub const SCHEMA: &str = "mcpulse.transcript/v1";
 
 /// [`Exchange::reply`] refuses a reply whose decoded value would take more than this many times
 /// its text (ordinary JSON takes 5–20×; a page of tiny objects ~100×).
-pub const REPLY_BUDGET_MULTIPLE: usize = 32;
+pub const REPLY_BUDGET_MULTIPLE: usize = 8;
 
 /// The record of one probe.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

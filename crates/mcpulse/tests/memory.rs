@@ -9,7 +9,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use mcpulse_testkit::{FakeHttp, run, scenario};
+use mcpulse_testkit::{FakeHttp, Reply, Request, mcp, run, scenario};
 use serde_json::Value;
 use std::io::Read;
 use std::sync::Arc;
@@ -284,6 +284,39 @@ async fn unusable_json_is_named() {
         message.contains(
             "a result that is not usable JSON: nesting deeper than 127 levels at line 1 column"
         ),
+        "{message}"
+    );
+    assert!(m.peak < bound(CAP), "{} bytes", m.peak);
+}
+
+/// A handshake whose result is 8 MiB of tiny objects (in `capabilities`): the probe's own look
+/// at it (`Exchange::reply`, bounded at 8× its text) and the judge's both refuse it within the
+/// bound, and the verdict says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_handshake() {
+    let members = scenario::fill(PAGE - 300, |i| format!(r#""x{i}":{{}}"#));
+    let server = FakeHttp::start(move |req: &Request| {
+        let id = req.rpc_id().unwrap_or(Value::Null);
+        match req.rpc_method().as_deref() {
+            Some("server/discover") => Reply::bytes(
+                200,
+                "application/json",
+                format!(
+                    r#"{{"jsonrpc":"2.0","id":{id},"result":{{"supportedVersions":["{}"],"capabilities":{{"tools":{{}},"experimental":{{{members}}}}}}}}}"#,
+                    mcp::MODERN
+                ),
+            ),
+            _ => Reply::json(400, &mcp::error(&id, -32022, "modern only")),
+        }
+    })
+    .await;
+    let m = probe(&server, &[]).await;
+    show("a handshake result of tiny objects", &m);
+    let report = m.report();
+    assert_eq!(report["status"], "down", "{report}");
+    let message = m.message("handshake-failed");
+    assert!(
+        message.contains("not usable JSON: holding it would take more than"),
         "{message}"
     );
     assert!(m.peak < bound(CAP), "{} bytes", m.peak);

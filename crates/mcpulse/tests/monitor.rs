@@ -1368,7 +1368,7 @@ fn peak_rss(pid: i32) -> usize {
 }
 
 /// 64 `/probe`s at once (the count limit) of a server whose `tools/list` is 88,000 tiny objects
-/// in one schema (each probe would build ~100× its 1 MiB reply): the monitor holds no
+/// in one schema (a DOM many times its 1 MiB, and the contract's copy of it): the monitor holds no
 /// more than its probe memory budget (docs/monitor.md, "Memory"), each request is answered (a
 /// verdict, or 503 when no slot came within the scrape budget), and the monitor stays up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
