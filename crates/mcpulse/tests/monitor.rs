@@ -1356,15 +1356,20 @@ fn check_config_exit_codes_and_located_errors() {
 
 // ---- memory ----------------------------------------------------------------------------------
 
-/// The monitor's peak resident memory (`VmHWM`: its own, since its `exec`).
-fn peak_rss(pid: i32) -> usize {
+/// A memory figure of the monitor's from `/proc/PID/status`, in bytes: `VmHWM` (its peak, its
+/// own since its `exec`) or `VmRSS` (now).
+fn rss(pid: i32, field: &str) -> usize {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let kib: usize = status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap();
     kib * 1024
+}
+
+fn peak_rss(pid: i32) -> usize {
+    rss(pid, "VmHWM")
 }
 
 /// 64 `/probe`s at once (the count limit) of a server whose `tools/list` is 88,000 tiny objects
@@ -1406,10 +1411,12 @@ interval = \"1h\"\ntimeout = \"60s\"\nera = \"modern\"",
         }
     }
     let peak = peak_rss(m.pid());
+    let after = rss(m.pid(), "VmRSS");
     println!(
-        "monitor peak RSS {:.1} MiB (at start {:.1} MiB) for 64 concurrent hostile /probe: {} answered 200, {} 503",
+        "monitor peak RSS {:.1} MiB (at start {:.1} MiB, {:.1} MiB after) for 64 concurrent hostile /probe: {} answered 200, {} 503",
         peak as f64 / (1 << 20) as f64,
         before as f64 / (1 << 20) as f64,
+        after as f64 / (1 << 20) as f64,
         answered.iter().filter(|s| **s == 200).count(),
         answered.iter().filter(|s| **s == 503).count(),
     );
