@@ -1429,3 +1429,44 @@ interval = \"1h\"\ntimeout = \"60s\"\nera = \"modern\"",
     assert!(peak < bound, "peak {peak} bytes, over {bound}");
     assert_eq!(m.get("/livez").await.0, 200);
 }
+
+/// A scheduled check of a server whose contract is large (9,000 tools with long descriptions,
+/// 8 MiB): the store keeps its outline (keys and digests), not the definitions, so the
+/// database and its WAL stay small (one such check once wrote ~110 MB into each).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_contract_is_stored_as_its_outline() {
+    let description = "d".repeat(880);
+    let tools = scenario::fill(8 << 20, |i| {
+        format!(
+            r#"{{"name":"t{i}","description":"{description}","inputSchema":{{"type":"object"}}}}"#
+        )
+    });
+    let server = FakeHttp::start_script(scenario::tools_pages(vec![tools])).await;
+    let dir = TempDir::new("large-contract");
+    let config = dir.join("mcpulse.toml");
+    // Checked once within the test's patience (a name whose first check comes early), with
+    // time to read 8 MiB in a debug build.
+    let interval = Duration::from_secs(10);
+    let name = (0..1000)
+        .map(|i| format!("large-{i}"))
+        .find(|n| phase(n, interval) < Duration::from_secs(1))
+        .unwrap();
+    let target = format!(
+        "{}\ninterval = \"10s\"\ntimeout = \"9s\"\nera = \"modern\"",
+        url_target(&server.url("/mcp"))
+    );
+    write_config(&config, &config_text(&[(&name, &target)], None));
+    let m = Monitor::start(&dir, &config, &[]).await;
+    let checks = m.wait_checks(&name, 0, 1).await;
+    let v = m.target(&name).await;
+    assert!(v.to_string().contains("sha256:"), "no contract digest: {v}");
+    let size = |name: &str| std::fs::metadata(dir.join(name)).map_or(0, |m| m.len());
+    let written = size("mcpulse.db") + size("mcpulse.db-wal");
+    println!(
+        "after {} check(s) of a server with an 8 MiB contract: {:.2} MiB in mcpulse.db and its WAL, peak RSS {:.1} MiB",
+        checks.len(),
+        written as f64 / (1 << 20) as f64,
+        peak_rss(m.pid()) as f64 / (1 << 20) as f64
+    );
+    assert!(written < 4 << 20, "{written} bytes written");
+}
