@@ -7,9 +7,10 @@
 //! | `healthy-legacy` | 2025-11-25 Streamable HTTP with sessions, replies as SSE | healthy, legacy-only |
 //! | `legacy-sse` | the 2024-11-05 HTTP+SSE transport | healthy, deprecated transport |
 //! | `slow` | legacy; `initialize` takes 4 s (over the 3 s budget) | degraded, slow-handshake |
-//! | `flaky` | modern; 30 s up, then 30 s of HTTP 503 | down and recovered alerts, then flapping |
-//! | `drifting` | dual-era; its tools change every 2 min | risky, then breaking drift |
+//! | `flaky` | modern; 20 s up, then 20 s of HTTP 503 | down and recovered alerts, then flapping |
+//! | `drifting` | dual-era; its tools change every 30 s | risky, then breaking drift |
 //! | `auth-gated` | dual-era behind a bearer token, with RFC 9728/8414 metadata | degraded, auth-required |
+//! | `shifting` | legacy; every 15 s an older revision, no Origin guard, a bearer gate, steady | protocol, grade and auth alerts |
 //! | `stdio` | legacy over stdio (`mcpulse demo-server stdio`) | healthy, stdio |
 //!
 //! Every HTTP server binds `127.0.0.1:0`, rejects a foreign `Origin` or `Host` with 403, and
@@ -30,7 +31,10 @@ mod streamable;
 mod web;
 
 pub use config::demo_config;
-pub use schedule::{DriftStage, DriftSwitch, FlakySwitch, drift_stage_at, flaky_up_at};
+pub use schedule::{
+    DriftStage, DriftSwitch, FlakySwitch, ShiftStage, ShiftSwitch, Stage, StageSwitch,
+    drift_stage_at, flaky_up_at, stage_at,
+};
 pub use stdio::{serve_ndjson, serve_stdio};
 
 use std::sync::Arc;
@@ -78,11 +82,12 @@ pub enum Kind {
     Flaky,
     Drifting,
     AuthGated,
+    Shifting,
     Stdio,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 9] = [
         Kind::HealthyModern,
         Kind::HealthyLegacy,
         Kind::LegacySse,
@@ -90,6 +95,7 @@ impl Kind {
         Kind::Flaky,
         Kind::Drifting,
         Kind::AuthGated,
+        Kind::Shifting,
         Kind::Stdio,
     ];
 
@@ -103,6 +109,7 @@ impl Kind {
             Kind::Flaky => "flaky",
             Kind::Drifting => "drifting",
             Kind::AuthGated => "auth-gated",
+            Kind::Shifting => "shifting",
             Kind::Stdio => "stdio",
         }
     }
@@ -126,6 +133,9 @@ impl Kind {
             }
             Kind::AuthGated => {
                 "401 + WWW-Authenticate, RFC 9728/8414 metadata: degraded, auth-required"
+            }
+            Kind::Shifting => {
+                "an older protocol revision, then no Origin guard, then a bearer gate, in turn: protocol, grade and auth alerts"
             }
             Kind::Stdio => "a legacy server over stdio (`mcpulse demo-server stdio`): healthy",
         }
@@ -155,6 +165,10 @@ pub struct FleetOptions {
     pub flaky_down: Duration,
     /// How often `drifting` moves to its next stage.
     pub drift_every: Duration,
+    /// How often `shifting` moves to its next stage.
+    pub shift_every: Duration,
+    /// How often the monitor checks each target (the demo config's `interval`).
+    pub check_every: Duration,
 }
 
 impl FleetOptions {
@@ -162,9 +176,11 @@ impl FleetOptions {
         FleetOptions {
             stdio_command,
             slow_delay: Duration::from_secs(4),
-            flaky_up: Duration::from_secs(30),
-            flaky_down: Duration::from_secs(30),
-            drift_every: Duration::from_secs(120),
+            flaky_up: Duration::from_secs(20),
+            flaky_down: Duration::from_secs(20),
+            drift_every: Duration::from_secs(30),
+            shift_every: Duration::from_secs(15),
+            check_every: Duration::from_secs(5),
         }
     }
 }
@@ -176,6 +192,7 @@ pub struct Fleet {
     options: FleetOptions,
     flaky: Arc<FlakySwitch>,
     drift: Arc<DriftSwitch>,
+    shift: Arc<ShiftSwitch>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -192,6 +209,7 @@ pub async fn start_fleet_with(options: FleetOptions) -> Result<Fleet, DemoError>
         servers: Vec::new(),
         flaky: Arc::new(FlakySwitch::new(options.flaky_up, options.flaky_down)),
         drift: Arc::new(DriftSwitch::new(options.drift_every)),
+        shift: Arc::new(ShiftSwitch::new(options.shift_every)),
         options,
         shutdown,
         tasks: Vec::new(),
@@ -256,6 +274,11 @@ impl Fleet {
     /// `drifting`'s switch: pin a stage, or let it follow the clock.
     pub fn drift(&self) -> &DriftSwitch {
         &self.drift
+    }
+
+    /// `shifting`'s switch: pin a stage, or let it follow the clock.
+    pub fn shift(&self) -> &ShiftSwitch {
+        &self.shift
     }
 
     /// A table of the servers for a person: name, where it is, what it shows.
@@ -340,6 +363,17 @@ impl Fleet {
                 title: "mcpulse demo: auth-gated",
                 instructions: "A server behind OAuth bearer tokens.",
                 gate: Gate::Bearer {
+                    base: base.to_owned(),
+                },
+                ..p
+            },
+            Kind::Shifting => Profile {
+                name: "mcpulse-demo-shifting",
+                title: "mcpulse demo: shifting",
+                instructions: "A legacy server whose protocol revision, Origin guard and auth change in turn.",
+                modern: false,
+                gate: Gate::Shifting {
+                    switch: self.shift.clone(),
                     base: base.to_owned(),
                 },
                 ..p

@@ -21,9 +21,21 @@ pub fn flaky_up_at(elapsed: Duration, up: Duration, down: Duration) -> bool {
 
 /// The stage `drifting` is in `elapsed` after it started: the next stage every `every`.
 pub fn drift_stage_at(elapsed: Duration, every: Duration) -> DriftStage {
+    stage_at(elapsed, every)
+}
+
+/// The stage of a cycle `elapsed` after it started: the next of [`Stage::ALL`] every `every`.
+pub fn stage_at<S: Stage>(elapsed: Duration, every: Duration) -> S {
     let every = every.as_millis().max(1);
-    let n = (elapsed.as_millis() / every) % DriftStage::ALL.len() as u128;
-    DriftStage::ALL[n as usize]
+    let n = (elapsed.as_millis() / every) % S::ALL.len().max(1) as u128;
+    S::ALL.get(n as usize).copied().unwrap_or(S::FIRST)
+}
+
+/// The stages of a server that changes on a timer, in the order it goes through them.
+pub trait Stage: Copy + std::fmt::Debug + Send + Sync + 'static {
+    const ALL: &'static [Self];
+    /// Where the cycle starts.
+    const FIRST: Self;
 }
 
 /// The `flaky` server's switch: up or down (HTTP 503 to everything).
@@ -72,6 +84,15 @@ pub enum DriftStage {
     ParameterAdded,
 }
 
+impl Stage for DriftStage {
+    const ALL: &'static [DriftStage] = &[
+        DriftStage::Original,
+        DriftStage::Reworded,
+        DriftStage::ParameterAdded,
+    ];
+    const FIRST: DriftStage = DriftStage::Original;
+}
+
 impl DriftStage {
     pub const ALL: [DriftStage; 3] = [
         DriftStage::Original,
@@ -88,17 +109,49 @@ impl DriftStage {
     }
 }
 
-/// The `drifting` server's switch.
-#[derive(Debug)]
-pub struct DriftSwitch {
-    started: Instant,
-    every: Duration,
-    forced: Mutex<Option<DriftStage>>,
+/// What the `shifting` server looks like: each step to the next stage changes one signal the
+/// monitor alerts on (other than the status), so that every alert kind shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShiftStage {
+    /// A healthy legacy server, negotiating the newest legacy revision; grade A.
+    Steady,
+    /// It negotiates an older revision (2025-06-18): a *protocol* alert (and drift: a supported
+    /// version was dropped).
+    OlderProtocol,
+    /// It accepts a foreign `Origin` (no DNS-rebinding guard): the *grade* falls.
+    OriginOpen,
+    /// It wants a bearer token: an *auth* alert (none → required), and degraded. The next stage
+    /// is `Steady` again (auth back to none).
+    Gated,
 }
 
-impl DriftSwitch {
-    pub fn new(every: Duration) -> DriftSwitch {
-        DriftSwitch {
+impl Stage for ShiftStage {
+    const ALL: &'static [ShiftStage] = &[
+        ShiftStage::Steady,
+        ShiftStage::OlderProtocol,
+        ShiftStage::OriginOpen,
+        ShiftStage::Gated,
+    ];
+    const FIRST: ShiftStage = ShiftStage::Steady;
+}
+
+/// A server's stage switch: by default it follows the clock, one stage every `every`; `force`
+/// pins a stage.
+#[derive(Debug)]
+pub struct StageSwitch<S: Stage> {
+    started: Instant,
+    every: Duration,
+    forced: Mutex<Option<S>>,
+}
+
+/// The `drifting` server's switch.
+pub type DriftSwitch = StageSwitch<DriftStage>;
+/// The `shifting` server's switch.
+pub type ShiftSwitch = StageSwitch<ShiftStage>;
+
+impl<S: Stage> StageSwitch<S> {
+    pub fn new(every: Duration) -> StageSwitch<S> {
+        StageSwitch {
             started: Instant::now(),
             every,
             forced: Mutex::new(None),
@@ -106,15 +159,15 @@ impl DriftSwitch {
     }
 
     /// The stage now.
-    pub fn stage(&self) -> DriftStage {
+    pub fn stage(&self) -> S {
         match *self.forced.lock().unwrap_or_else(|p| p.into_inner()) {
             Some(s) => s,
-            None => drift_stage_at(self.started.elapsed(), self.every),
+            None => stage_at(self.started.elapsed(), self.every),
         }
     }
 
     /// Pins a stage; `None` follows the clock again.
-    pub fn force(&self, stage: Option<DriftStage>) {
+    pub fn force(&self, stage: Option<S>) {
         *self.forced.lock().unwrap_or_else(|p| p.into_inner()) = stage;
     }
 }
@@ -143,6 +196,8 @@ mod tests {
         assert_eq!(drift_stage_at(S(240), S(120)), DriftStage::ParameterAdded);
         assert_eq!(drift_stage_at(S(360), S(120)), DriftStage::Original);
         assert_eq!(drift_stage_at(S(0), Duration::ZERO), DriftStage::Original);
+        assert_eq!(stage_at::<ShiftStage>(S(45), S(15)), ShiftStage::Gated);
+        assert_eq!(stage_at::<ShiftStage>(S(60), S(15)), ShiftStage::Steady);
     }
 
     #[tokio::test(start_paused = true)]

@@ -17,7 +17,7 @@
 
 use crate::auth;
 use crate::mcp::{self, Catalogue, Incoming};
-use crate::schedule::{DriftSwitch, FlakySwitch};
+use crate::schedule::{DriftSwitch, FlakySwitch, ShiftStage, ShiftSwitch};
 use crate::web;
 use axum::Router;
 use axum::body::Bytes;
@@ -79,6 +79,22 @@ pub enum Gate {
     Bearer {
         base: String,
     },
+    /// `shifting`: by stage, steady, an older protocol revision, no DNS-rebinding guard, or the
+    /// bearer gate (with its metadata at `base`, as for `Bearer`).
+    Shifting {
+        switch: Arc<ShiftSwitch>,
+        base: String,
+    },
+}
+
+impl Gate {
+    /// The shifting server's stage now; `Steady` for every other server.
+    fn shift(&self) -> ShiftStage {
+        match self {
+            Gate::Shifting { switch, .. } => switch.stage(),
+            _ => ShiftStage::Steady,
+        }
+    }
 }
 
 /// Legacy session ids. Bounded: the oldest is forgotten first (clients that never `DELETE`
@@ -120,7 +136,7 @@ struct Server {
 /// The server's routes: `/mcp`, plus the OAuth metadata documents behind a bearer gate.
 pub fn router(profile: Profile) -> Router {
     let base = match &profile.gate {
-        Gate::Bearer { base } => Some(base.clone()),
+        Gate::Bearer { base } | Gate::Shifting { base, .. } => Some(base.clone()),
         _ => None,
     };
     let server = Arc::new(Server {
@@ -162,13 +178,17 @@ impl Server {
                 "30",
             ));
         }
-        if let Some(r) = web::foreign(headers) {
+        let stage = self.profile.gate.shift();
+        if stage != ShiftStage::OriginOpen
+            && let Some(r) = web::foreign(headers)
+        {
             return Some(r);
         }
-        if let Gate::Bearer { base } = &self.profile.gate {
-            return auth::check(headers, base);
+        match &self.profile.gate {
+            Gate::Bearer { base } => auth::check(headers, base),
+            Gate::Shifting { base, .. } if stage == ShiftStage::Gated => auth::check(headers, base),
+            _ => None,
         }
-        None
     }
 
     fn next_event(&self) -> u64 {
@@ -261,7 +281,11 @@ impl Server {
             tokio::time::sleep(self.profile.initialize_delay).await;
         }
         let requested = params.get("protocolVersion").and_then(Value::as_str);
-        let version = mcp::negotiate(requested, mcp::LEGACY);
+        let supported = match self.profile.gate.shift() {
+            ShiftStage::OlderProtocol => &mcp::LEGACY[1..],
+            _ => mcp::LEGACY,
+        };
+        let version = mcp::negotiate(requested, supported);
         let sid = web::session_id();
         self.sessions.insert(sid.clone());
         let info = mcp::server_info(self.profile.name, self.profile.title, true);

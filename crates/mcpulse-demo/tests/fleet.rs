@@ -4,7 +4,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use mcpulse_demo::{DEMO_TOKEN, DriftStage, Fleet, FleetOptions, Kind, start_fleet_with};
+use mcpulse_demo::{
+    DEMO_TOKEN, DriftStage, Fleet, FleetOptions, Kind, ShiftStage, start_fleet_with,
+};
 use mcpulse_judge::contract::{self, Contract};
 use mcpulse_judge::drift::{self, Class};
 use mcpulse_judge::report::AuthPosture;
@@ -259,6 +261,33 @@ async fn auth_gated_is_degraded_with_its_metadata_read() {
 }
 
 #[tokio::test]
+async fn shifting_changes_its_protocol_grade_and_auth_by_stage() {
+    let fleet = fleet().await;
+    let at = |stage| {
+        fleet.shift().force(Some(stage));
+        check(&fleet, Kind::Shifting)
+    };
+    let (_, steady) = at(ShiftStage::Steady).await;
+    assert_eq!(steady.status, Status::Healthy, "{:#?}", steady.findings);
+    assert_eq!(steady.protocol_version.as_deref(), Some("2025-11-25"));
+    assert_eq!(steady.auth, AuthPosture::None);
+    good_grade(&steady);
+
+    let (_, older) = at(ShiftStage::OlderProtocol).await;
+    assert_eq!(older.status, Status::Healthy, "{:#?}", older.findings);
+    assert_eq!(older.protocol_version.as_deref(), Some("2025-06-18"));
+
+    let (tr, open) = at(ShiftStage::OriginOpen).await;
+    assert_eq!(open.status, Status::Healthy, "{:#?}", open.findings);
+    assert_eq!(status_of(&tr, "origin-check"), Some(200));
+    assert_ne!(open.grade, steady.grade, "{:#?}", open.security);
+
+    let (_, gated) = at(ShiftStage::Gated).await;
+    assert_eq!(gated.status, Status::Degraded, "{:#?}", gated.findings);
+    assert_eq!(gated.auth, AuthPosture::Required);
+}
+
+#[tokio::test]
 async fn the_fleet_lists_every_server() {
     let fleet = fleet().await;
     let names: Vec<&str> = fleet.servers().iter().map(|s| s.name).collect();
@@ -272,6 +301,7 @@ async fn the_fleet_lists_every_server() {
             "flaky",
             "drifting",
             "auth-gated",
+            "shifting",
             "stdio"
         ]
     );
@@ -294,7 +324,7 @@ async fn the_fleet_lists_every_server() {
         .await
         .expect("starts");
     assert!(bare.server(Kind::Stdio).is_none());
-    assert_eq!(bare.servers().len(), 7);
+    assert_eq!(bare.servers().len(), 8);
 }
 
 /// One raw HTTP/1.1 exchange (`Connection: close`): status, head, body.

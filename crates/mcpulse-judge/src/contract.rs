@@ -180,6 +180,86 @@ impl Contract {
         }
         Ok(c)
     }
+
+    /// The contract with every digest computed again from its content, and each stored digest
+    /// (or key) that did not match it.
+    ///
+    /// A baseline is a file in a repository, edited by people and by tools: what it claims about
+    /// itself is never trusted. Each item's key is read again from its definition and its
+    /// digest computed from it, the server facts' digest from the facts, and the whole digest
+    /// from those; items are sorted again as [`build`] sorts them. Definitions are not
+    /// canonicalised or `$ref`-resolved a second time (resolving an already resolved recursive
+    /// schema would expand it one level further): the digest is of the content as it stands.
+    pub fn resealed(&self) -> (Contract, Vec<Mismatch>) {
+        let mut mismatches = Vec::new();
+        let mut c = self.clone();
+        let mut facts = c.server.clone();
+        facts.digest = String::new();
+        let server_digest = digest(&serde_json::to_value(&facts).unwrap_or(Value::Null));
+        if server_digest != c.server.digest {
+            mismatches.push(Mismatch {
+                what: "the server facts".to_owned(),
+                stored: std::mem::take(&mut c.server.digest),
+                computed: server_digest.clone(),
+            });
+        }
+        c.server.digest = server_digest;
+        for kind in Kind::ALL {
+            let items = match kind {
+                Kind::Tool => &mut c.tools,
+                Kind::Prompt => &mut c.prompts,
+                Kind::Resource => &mut c.resources,
+                Kind::ResourceTemplate => &mut c.resource_templates,
+            };
+            for item in items.iter_mut() {
+                let key = item
+                    .definition
+                    .get(kind.key_field())
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned();
+                if key != item.key {
+                    mismatches.push(Mismatch {
+                        what: format!("the key of {} {:?}", kind.noun(), item.key),
+                        stored: std::mem::take(&mut item.key),
+                        computed: key.clone(),
+                    });
+                    item.key = key;
+                }
+                let computed = digest(&item.definition);
+                if computed != item.digest {
+                    mismatches.push(Mismatch {
+                        what: format!("{} {:?}", kind.noun(), item.key),
+                        stored: std::mem::take(&mut item.digest),
+                        computed: computed.clone(),
+                    });
+                }
+                item.digest = computed;
+            }
+            items.sort_by(|a, b| a.key.cmp(&b.key).then_with(|| a.digest.cmp(&b.digest)));
+        }
+        let whole = whole_digest(&c);
+        // An item's mismatch changes the whole digest too: name the whole one only when it is
+        // the only thing that was edited.
+        if whole != c.digest && mismatches.is_empty() {
+            mismatches.push(Mismatch {
+                what: "the whole contract".to_owned(),
+                stored: std::mem::take(&mut c.digest),
+                computed: whole.clone(),
+            });
+        }
+        c.digest = whole;
+        (c, mismatches)
+    }
+}
+
+/// A digest (or key) a baseline file stores that its own content does not give.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mismatch {
+    /// What the digest is of: `tool "search"`, `the server facts`, `the whole contract`.
+    pub what: String,
+    pub stored: String,
+    pub computed: String,
 }
 
 /// The contract of the server in a transcript; `None` when no handshake completed or the

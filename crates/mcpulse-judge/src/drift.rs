@@ -70,6 +70,11 @@ pub struct Drift {
     pub risky: usize,
     pub info: usize,
     pub changes: Vec<Change>,
+    /// Digests a baseline file stored that its own content did not give, when it was read with
+    /// `--force` (the comparison then used the digests computed from the content). Without
+    /// `--force` such a baseline is refused.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub baseline_mismatches: Vec<crate::contract::Mismatch>,
 }
 
 impl Drift {
@@ -265,6 +270,7 @@ pub fn diff(old: &Contract, new: &Contract) -> Drift {
         risky,
         info,
         changes,
+        baseline_mismatches: Vec::new(),
     }
 }
 
@@ -1105,6 +1111,8 @@ pub fn drift_doc() -> String {
         "# Drift classes\n\n<!-- Generated from crates/mcpulse-judge/src/drift.rs by `cargo run -p mcpulse -- docs drift`; a test fails when this file is stale. -->\n\n\
 `mcpulse diff` and `mcpulse probe --baseline` report every change between two contracts with a stable code, the JSON path that changed, the old and new values, and a class. \
 The CI gate exits 2 on any breaking change, 1 on any risky change, 0 when only info changes (or none) were found, and 3 when it could not run.\n\n\
+A baseline's digests are computed again from its content when it is read: a stored digest or key its content does not give (an edit by hand) is refused with exit 3, \
+or, with `--force`, compared by its content and listed under `baseline_mismatches`.\n\n\
 | code | class | meaning |\n|---|---|---|\n",
     );
     for (code, class, what) in RULES {

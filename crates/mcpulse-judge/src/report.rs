@@ -163,7 +163,13 @@ pub struct Timings {
     pub dns: Option<f64>,
     pub connect: Option<f64>,
     pub tls: Option<f64>,
-    /// `server/discover` (modern) or `initialize` (legacy), including server start-up on stdio.
+    /// stdio: from spawning the server to its first output on stdout or stderr (a package
+    /// manager's download, an interpreter's start). `null` over HTTP, or when it never spoke.
+    #[serde(default)]
+    pub startup: Option<f64>,
+    /// `server/discover` (modern) or `initialize` (legacy). Over stdio it is timed from the
+    /// server's first output (or the request, if later): when the reply is the first thing the
+    /// server writes, its start-up and handshake cannot be told apart and all of it is start-up.
     pub handshake: Option<f64>,
     /// All pages of `tools/list`.
     pub tools_list: Option<f64>,
@@ -300,7 +306,9 @@ impl<'a> Judgement<'a> {
         let tr = self.tr;
         report.transport = Some(hs.ex.transport.as_str());
         report.era = Some(hs.era);
-        report.timings_ms.handshake = Some(round(hs.ex.elapsed_ms));
+        let (startup_ms, handshake_ms) = phases(tr, hs.ex);
+        report.timings_ms.startup = startup_ms.map(round);
+        report.timings_ms.handshake = Some(round(handshake_ms));
         let caps = hs
             .result
             .get("capabilities")
@@ -396,12 +404,18 @@ impl<'a> Judgement<'a> {
         if report.server.as_ref().is_none_or(|s| s.name.is_none()) {
             self.add(Rule::ServerInfoMissing.finding("the server did not send serverInfo"));
         }
-        if hs.ex.elapsed_ms > policy.latency_budget_ms {
+        if handshake_ms > policy.latency_budget_ms {
             self.add(Rule::SlowHandshake.finding(format!(
                 "the {} took {:.0} ms, over the {:.0} ms budget",
                 hs.ex.step.as_str(),
-                hs.ex.elapsed_ms,
+                handshake_ms,
                 policy.latency_budget_ms
+            )));
+        }
+        if let Some(ms) = startup_ms.filter(|ms| *ms > SLOW_STARTUP_MS) {
+            self.add(Rule::SlowStartup.finding(format!(
+                "slow start-up: {:.1} s from spawn to the server's first output",
+                ms / 1000.0
             )));
         }
         // Inventory.
@@ -673,7 +687,12 @@ impl<'a> Judgement<'a> {
                 "no reply to {step} within {} ms{}",
                 tr.plan.timeout_ms,
                 if last.transport == TransportKind::Stdio {
-                    "; the server may be stuck, or still starting"
+                    match process_of(tr, last) {
+                        Some(p) if p.first_output_ms.is_none() => {
+                            "; the server is running but has written nothing yet: still starting (a package manager's cold download can take a minute) or stuck; raise --timeout to tell which"
+                        }
+                        _ => "; the server is running and wrote to stderr, but did not answer: it may be stuck, or slow (raise --timeout)",
+                    }
                 } else {
                     ""
                 }
@@ -1031,6 +1050,44 @@ impl<'a> Judgement<'a> {
 }
 
 /// A short account of how an exchange ended, for messages.
+/// A stdio start-up slower than this is reported (`slow-startup`, info).
+pub const SLOW_STARTUP_MS: f64 = 5000.0;
+
+/// The stdio process an exchange went to: the last one started before it (not a dual-era
+/// check's, which carries nothing else).
+fn process_of<'t>(
+    tr: &'t Transcript,
+    ex: &Exchange,
+) -> Option<&'t mcpulse_wire::transcript::Process> {
+    tr.processes
+        .iter()
+        .filter(|p| {
+            p.spawn_error.is_none()
+                && p.at_ms <= ex.at_ms
+                && p.purpose.as_deref() != Some("dual-era check")
+        })
+        .max_by(|a, b| a.at_ms.total_cmp(&b.at_ms))
+}
+
+/// The handshake's start-up and its own latency (ms). Over stdio the start-up runs from the
+/// spawn to the server's first output, and the handshake from then (or from the request, if
+/// later) to the reply; over HTTP there is no start-up.
+fn phases(tr: &Transcript, hs: &Exchange) -> (Option<f64>, f64) {
+    if hs.transport != TransportKind::Stdio {
+        return (None, hs.elapsed_ms);
+    }
+    let Some(p) = process_of(tr, hs) else {
+        return (None, hs.elapsed_ms);
+    };
+    let replied = hs.at_ms + hs.elapsed_ms;
+    let Some(first) = p.first_output_ms else {
+        return (None, hs.elapsed_ms);
+    };
+    let first = first.min(replied);
+    let startup = (first - p.at_ms).max(0.0);
+    (Some(startup), (replied - first.max(hs.at_ms)).max(0.0))
+}
+
 pub fn describe(ex: Option<&Exchange>) -> String {
     let Some(ex) = ex else {
         return "not sent".to_owned();

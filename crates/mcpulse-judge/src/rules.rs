@@ -197,6 +197,9 @@ rules! {
     Stderr = "stderr-output", Info,
         "The stdio server wrote to stderr.",
         "Allowed by the spec; shown because it is often the first clue.";
+    SlowStartup = "slow-startup", Info,
+        "The stdio server took more than 5 s from spawn to its first output (`timings_ms.startup`).",
+        "Usually a package manager's download (`npx`, `uvx`) or a slow interpreter start: every client that spawns the server waits as long. Not judged as handshake latency, which is timed from the first output on.";
 }
 
 impl Rule {

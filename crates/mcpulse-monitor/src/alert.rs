@@ -130,6 +130,35 @@ pub fn dedup_key(target: &str, family: &str) -> String {
     s
 }
 
+impl Alert {
+    /// `mcpulse-d-` and 24 hex digits of SHA-256 over the dedup key, action, kind and the time
+    /// the alert was raised. The dedup key names the incident; this names one alert of it (the
+    /// trigger, each reminder, the resolve). It is the same for every attempt to deliver the
+    /// alert, to any sink, before and after a restart (the outbox keeps the alert as raised),
+    /// so a receiver, or a command, can do its work once per id: delivery is at least once.
+    pub fn delivery_id(&self) -> String {
+        let mut h = Sha256::new();
+        h.update(self.dedup_key.as_bytes());
+        h.update([0]);
+        // The action's name as the webhook body spells it.
+        h.update(
+            serde_json::to_string(&self.action)
+                .unwrap_or_default()
+                .as_bytes(),
+        );
+        h.update([0]);
+        h.update(self.kind.as_str().as_bytes());
+        h.update([0]);
+        h.update(self.at_ms.to_be_bytes());
+        let d = h.finalize();
+        let mut s = String::from("mcpulse-d-");
+        for b in &d[..12] {
+            s.push_str(&format!("{b:02x}"));
+        }
+        s
+    }
+}
+
 /// What the policy needs to know about the target.
 pub struct Context<'a> {
     pub target: &'a str,

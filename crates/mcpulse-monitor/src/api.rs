@@ -10,7 +10,7 @@
 //! | `GET /api/v1/fleet` | counts, percentage healthy, one line per target | token |
 //! | `GET /api/v1/targets` | every target's view | token |
 //! | `GET /api/v1/targets/{name}` | one target: state, last check, findings, incidents, uptime stats | token |
-//! | `GET /api/v1/targets/{name}/history?limit=&before=` | its checks, newest first, keyset-paged | token |
+//! | `GET /api/v1/targets/{name}/history?limit=&before=` | its checks, newest first, keyset-paged (410 for a cursor that is gone) | token |
 //!
 //! The token (`[server] token`) is a read-only bearer token, compared in constant time; the
 //! health endpoints stay open so a load balancer or kubelet needs no secret. Nothing here
@@ -56,12 +56,14 @@ pub trait HistorySource: Send + Sync {
     /// A target's checks, newest first: at most `limit` rows that come after the row with id
     /// `before` in that order (from the newest when `None`). `before` is the id of the last
     /// row of the previous page, a keyset cursor, so pages stay stable while checks arrive.
+    /// `None` when `before` is not one of the target's checks (pruned, or never its): the
+    /// page cannot be placed, which is not the same as "no older checks".
     fn history(
         &self,
         target: &str,
         before: Option<i64>,
         limit: usize,
-    ) -> Result<Vec<HistoryRow>, String>;
+    ) -> Result<Option<Vec<HistoryRow>>, String>;
     /// Uptime and latency over the standard windows, ending at `now_ms`.
     fn stats(&self, target: &str, now_ms: i64) -> Result<Vec<Stats>, String>;
 }
@@ -694,13 +696,14 @@ async fn run_probe(
     let duration = probe_started.elapsed();
     drop(in_flight);
     // Judging is where a reply's memory is spent: the permit is held until it is done.
-    let report = judge(
+    let mut report = judge(
         &transcript,
         &Policy {
             latency_budget_ms: latency_budget.as_secs_f64() * 1000.0,
             expect_auth: false,
         },
     );
+    crate::runner::hide_in_report(&mut report, &plan.secrets);
     drop(transcript);
     drop(permit);
     tracing::debug!(target = %shown, module = %module_name, status = report.status.as_str(), ms = duration.as_secs_f64() * 1000.0, "probe request");
@@ -736,18 +739,24 @@ async fn run_probe(
 
 /// `debug=true`: what the probe saw, then the metrics it would have returned (as
 /// blackbox_exporter's debug output).
+///
+/// Read by people (curl in a terminal): the target, the protocol version and the findings are
+/// made inert ([`mcpulse_wire::text`]), as in the CLI's summary.
 fn debug_text(shown: &str, module: &str, sample: &ProbeSample) -> Result<String, std::fmt::Error> {
+    use mcpulse_wire::text;
     let r = &sample.report;
     let mut t = format!(
-        "Probe of {shown} with module {module:?}, timeout {:.3}s, took {:.3}s\n",
-        sample.timeout_seconds, sample.duration_seconds
+        "Probe of {} with module {module:?}, timeout {:.3}s, took {:.3}s\n",
+        text::message(shown),
+        sample.timeout_seconds,
+        sample.duration_seconds
     );
     t.push_str(&format!("Status: {}\n", r.status.as_str()));
     if let Some(era) = r.era {
         t.push_str(&format!(
             "Protocol: {} {}\n",
             era.as_str(),
-            r.protocol_version.as_deref().unwrap_or("?")
+            text::field(r.protocol_version.as_deref().unwrap_or("?"))
         ));
     }
     let tm = &r.timings_ms;
@@ -774,7 +783,7 @@ fn debug_text(shown: &str, module: &str, sample: &ProbeSample) -> Result<String,
             "  {} {}: {}\n",
             f.severity.as_str(),
             f.code,
-            f.message
+            text::message(&f.message)
         ));
     }
     t.push_str("\nMetrics that would have been returned:\n");
@@ -952,7 +961,18 @@ async fn history_handler(
     let rows =
         tokio::task::spawn_blocking(move || history.history(&target, before, limit + 1)).await;
     let mut items = match rows {
-        Ok(Ok(rows)) => rows,
+        Ok(Ok(Some(rows))) => rows,
+        // An empty page here would end the client's paging as if it had reached the oldest
+        // check; 410 says the cursor is gone and what to do.
+        Ok(Ok(None)) => {
+            return error(
+                StatusCode::GONE,
+                format!(
+                    "before={} is not a check in the history of {name:?}: it was pruned (checks older than the retention are deleted, and the ones before it with it) or is not one of this target's checks; page again from the newest, without before",
+                    before.unwrap_or_default()
+                ),
+            );
+        }
         Ok(Err(e)) => {
             return error(
                 StatusCode::SERVICE_UNAVAILABLE,

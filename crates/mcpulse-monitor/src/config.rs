@@ -6,6 +6,7 @@
 //! token is read from the environment at load time, so secrets stay out of the file.
 
 pub use mcpulse_wire::env::expand;
+use mcpulse_wire::redact::{self, Secrets};
 use mcpulse_wire::version::EraMode;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -96,7 +97,7 @@ pub enum Endpoint {
     },
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct TargetConfig {
     pub name: String,
     pub endpoint: Endpoint,
@@ -115,7 +116,40 @@ pub struct TargetConfig {
     pub labels: BTreeMap<String, String>,
     /// Where it came from: the config file, or an imported client config.
     pub source: String,
+    /// Values hidden wherever the target is shown or recorded (API, store, logs, transcripts):
+    /// what an import's expansion read from the environment, and the target's `env` and header
+    /// values of [`SECRET_MIN_LEN`] characters or more.
+    pub secrets: Secrets,
 }
+
+/// Shows the endpoint as the API does, and only the names of headers and `env` variables.
+impl std::fmt::Debug for TargetConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (endpoint, env) = match &self.endpoint {
+            Endpoint::Url(u) => (redact::target_url(u, &self.secrets), Vec::new()),
+            Endpoint::Command { argv, env } => (
+                redact::command_line(argv, &self.secrets),
+                env.keys().collect(),
+            ),
+        };
+        let headers: Vec<&String> = self.headers.iter().map(|(k, _)| k).collect();
+        f.debug_struct("TargetConfig")
+            .field("name", &self.name)
+            .field("endpoint", &endpoint)
+            .field("env", &env)
+            .field("headers", &headers)
+            .field("interval", &self.interval)
+            .field("timeout", &self.timeout)
+            .field("labels", &self.labels)
+            .field("source", &self.source)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The shortest `env` or header value taken as a secret. Shorter ones (`1`, `true`, `debug`)
+/// are settings, and hiding them would blank every `1` in a command line; values from
+/// `${VAR}` are secret whatever their length.
+pub const SECRET_MIN_LEN: usize = 8;
 
 /// An alert sink.
 #[derive(Debug, Clone, PartialEq)]
@@ -151,6 +185,9 @@ pub enum SinkKind {
     },
     Command {
         argv: Vec<String>,
+        /// The monitor's variables passed on to the command, by name. It starts with a clean
+        /// environment otherwise (`sink::command`).
+        env: Vec<String>,
     },
 }
 
@@ -279,6 +316,9 @@ struct RawAlert {
     secret: Option<String>,
     routing_key: Option<String>,
     command: Option<Vec<String>>,
+    /// Command sinks: the monitor's variables the command may see (beyond the clean base).
+    #[serde(default)]
+    env: Vec<String>,
     #[serde(default)]
     headers: BTreeMap<String, String>,
     #[serde(default)]
@@ -521,11 +561,19 @@ pub fn parse(
                 },
             },
             "command" => match &r.command {
-                Some(c) if !c.is_empty() => SinkKind::Command { argv: c.clone() },
+                Some(c) if !c.is_empty() => SinkKind::Command {
+                    argv: c.clone(),
+                    env: command_env(&r.env).map_err(at)?,
+                },
                 _ => return Err(at("needs command = [\"program\", \"arg\"]".into())),
             },
             other => return Err(src.at(span, format!("unknown alert kind {other:?}: use webhook, slack, pagerduty, alertmanager or command"))),
         };
+        if !r.env.is_empty() && r.kind != "command" {
+            return Err(at(
+                "env applies to command sinks only (the variables the command may see)".into(),
+            ));
+        }
         if r.resend.is_some() && r.kind != "alertmanager" {
             return Err(at("resend applies to alertmanager sinks only".into()));
         }
@@ -647,7 +695,18 @@ pub(crate) fn target_from(
     labels: BTreeMap<String, String>,
     source: String,
 ) -> TargetConfig {
+    let mut secrets = Secrets::default();
+    let env_values = match &endpoint {
+        Endpoint::Command { env, .. } => env.values().collect(),
+        Endpoint::Url(_) => Vec::new(),
+    };
+    for v in env_values.into_iter().chain(headers.iter().map(|(_, v)| v)) {
+        if v.len() >= SECRET_MIN_LEN {
+            secrets.add(v);
+        }
+    }
     TargetConfig {
+        secrets,
         name,
         endpoint,
         headers,
@@ -769,6 +828,22 @@ pub fn duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
+/// A command sink's `env`: names of the monitor's variables, each at most once.
+fn command_env(names: &[String]) -> Result<Vec<String>, String> {
+    let mut out: Vec<String> = Vec::new();
+    for n in names {
+        if n.is_empty() || n.contains(['=', '\0']) {
+            return Err(format!(
+                "env {n:?} is not a variable name: write the names to pass on, e.g. env = [\"PAGER_TOKEN\"]"
+            ));
+        }
+        if !out.contains(n) {
+            out.push(n.clone());
+        }
+    }
+    Ok(out)
+}
+
 fn expand_headers(
     h: &BTreeMap<String, String>,
     env: &dyn Fn(&str) -> Option<String>,
@@ -842,6 +917,35 @@ mod tests {
 
     fn parse_err(t: &str) -> ConfigError {
         parse(t, "mcpulse.toml", Path::new("/etc/mcpulse"), &env).unwrap_err()
+    }
+
+    #[test]
+    fn command_sink_env_is_an_allowlist_of_names() {
+        let base = "[[targets]]\nname = \"a\"\nurl = \"http://127.0.0.1:1/mcp\"\n";
+        let c = parse_ok(&format!(
+            "{base}[[alerts]]\nkind = \"command\"\ncommand = [\"notify\"]\nenv = [\"PAGER\", \"PAGER\"]\n\
+             [[alerts]]\nkind = \"command\"\ncommand = [\"notify\"]\n"
+        ));
+        let envs: Vec<&Vec<String>> = c
+            .alerts
+            .iter()
+            .filter_map(|a| match &a.kind {
+                SinkKind::Command { env, .. } => Some(env),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(envs, [&vec!["PAGER".to_owned()], &Vec::<String>::new()]);
+        let e = parse_err(&format!(
+            "{base}[[alerts]]\nkind = \"command\"\ncommand = [\"notify\"]\nenv = [\"A=b\"]\n"
+        ));
+        assert!(e.to_string().contains("is not a variable name"), "{e}");
+        let e = parse_err(&format!(
+            "{base}[[alerts]]\nkind = \"webhook\"\nurl = \"http://hook\"\nenv = [\"A\"]\n"
+        ));
+        assert!(
+            e.to_string().contains("env applies to command sinks only"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -817,11 +817,11 @@ impl crate::api::HistorySource for StoreHistory {
         target: &str,
         before: Option<i64>,
         limit: usize,
-    ) -> Result<Vec<crate::check::HistoryRow>, String> {
+    ) -> Result<Option<Vec<crate::check::HistoryRow>>, String> {
         self.store
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .history(target, before, limit)
+            .history_page(target, before, limit)
             .map_err(|e| e.to_string())
     }
     fn stats(&self, target: &str, now_ms: i64) -> Result<Vec<crate::check::Stats>, String> {

@@ -40,8 +40,9 @@ pub struct TargetView {
     pub name: String,
     /// `http` or `stdio`.
     pub kind: &'static str,
-    /// The URL with userinfo and query values redacted, or the command line (secret-looking
-    /// arguments redacted; the environment is never shown).
+    /// The URL or the command line, redacted by `mcpulse_wire::redact`'s rules: the target's
+    /// secret values hidden wherever they are, URL userinfo and query values, and
+    /// credential-looking arguments (the environment is never shown).
     pub endpoint: String,
     pub labels: BTreeMap<String, String>,
     pub interval_ms: i64,
@@ -145,8 +146,8 @@ impl TargetView {
     /// A configured target that has not been checked yet.
     pub fn new(cfg: &TargetConfig) -> TargetView {
         let (kind, endpoint) = match &cfg.endpoint {
-            Endpoint::Url(u) => ("http", redact::url(u)),
-            Endpoint::Command { argv, .. } => ("stdio", command_line(argv)),
+            Endpoint::Url(u) => ("http", redact::target_url(u, &cfg.secrets)),
+            Endpoint::Command { argv, .. } => ("stdio", redact::command_line(argv, &cfg.secrets)),
         };
         TargetView {
             name: cfg.name.clone(),
@@ -180,45 +181,6 @@ impl TargetView {
 
 fn millis(d: std::time::Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
-/// A command line for display. Arguments that carry a secret-looking `name=value` (or the
-/// value after such a flag) and URLs with credentials are redacted; the environment, where
-/// the config puts credentials, is never part of it.
-fn command_line(argv: &[String]) -> String {
-    let mut out = Vec::with_capacity(argv.len());
-    let mut hide_next = false;
-    for a in argv {
-        if hide_next {
-            out.push(redact::REDACTED.to_owned());
-            hide_next = false;
-            continue;
-        }
-        if a.contains("://") {
-            out.push(redact::url(a));
-        } else if let Some((k, _)) = a.split_once('=') {
-            if secret_name(k) {
-                out.push(format!("{k}={}", redact::REDACTED));
-            } else {
-                out.push(a.clone());
-            }
-        } else {
-            if a.starts_with('-') && secret_name(a) {
-                hide_next = true;
-            }
-            out.push(a.clone());
-        }
-    }
-    out.join(" ")
-}
-
-fn secret_name(k: &str) -> bool {
-    let k = k.trim_start_matches('-').to_ascii_lowercase();
-    redact::is_sensitive_header(&k)
-        || k.contains("password")
-        || k.contains("passwd")
-        || k.ends_with("key")
-        || k.ends_with("_key")
 }
 
 /// The monitor's own health, for `/readyz` and the self metrics.

@@ -9,6 +9,8 @@
 //! `${input:…}` (a prompt in the editor) cannot be monitored unattended and is reported.
 
 use crate::config::{Defaults, Endpoint, TargetConfig, target_from};
+use mcpulse_wire::env::Expanded;
+use mcpulse_wire::redact::Secrets;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -43,7 +45,13 @@ pub fn parse(
         if s.get("disabled").and_then(Value::as_bool) == Some(true) {
             continue;
         }
-        let expand = |v: &str| expand_editor(v, env).map_err(&at);
+        // What expansion read from the environment is secret wherever it lands (url, args).
+        let mut secrets = Secrets::default();
+        let mut expand = |v: &str| {
+            let e = expand_editor(v, env).map_err(&at)?;
+            secrets.extend(&e.secrets);
+            Ok::<_, String>(e.value)
+        };
         let strings = |v: Option<&Value>| -> BTreeMap<String, String> {
             v.and_then(Value::as_object)
                 .map(|m| {
@@ -84,21 +92,24 @@ pub fn parse(
         for (k, v) in strings(s.get("headers")) {
             headers.push((k, expand(&v)?));
         }
-        out.push(target_from(
+        let mut target = target_from(
             name.clone(),
             endpoint,
             headers,
             defaults,
             BTreeMap::from([("imported_from".to_owned(), source.to_owned())]),
             source.to_owned(),
-        ));
+        );
+        target.secrets.extend(&secrets);
+        out.push(target);
     }
     Ok(out)
 }
 
 /// `${VAR}` and `${env:VAR}` from the environment; `${input:…}` and other editor variables are
 /// refused with a message.
-fn expand_editor(v: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+fn expand_editor(v: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Expanded, String> {
+    let mut secrets = Secrets::default();
     let mut out = String::new();
     let mut rest = v;
     while let Some(i) = rest.find("${") {
@@ -114,13 +125,16 @@ fn expand_editor(v: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String
                 "uses ${{{var}}}, which only the editor can fill in; define this target in mcpulse.toml instead"
             ));
         }
-        out.push_str(
-            &env(name).ok_or_else(|| format!("the environment variable {name} is not set"))?,
-        );
+        let val = env(name).ok_or_else(|| format!("the environment variable {name} is not set"))?;
+        out.push_str(&val);
+        secrets.add(&val);
         rest = &after[end + 1..];
     }
     out.push_str(rest);
-    Ok(out)
+    Ok(Expanded {
+        value: out,
+        secrets,
+    })
 }
 
 /// JSON with comments (`//`, `/* */`) and trailing commas, as VS Code writes it, to JSON.
@@ -242,6 +256,34 @@ mod tests {
             )
             .is_err()
         );
+    }
+
+    #[test]
+    fn what_came_from_the_environment_is_secret() {
+        let t = parse(
+            r#"{"servers": {
+                "u": {"url": "http://h/ok/${env:GH_TOKEN}/x?q=${GH_TOKEN}"},
+                "c": {"command": "srv", "args": ["--root", "/srv/${GH_TOKEN}"], "env": {"K": "literal-value-9", "D": "1"}}
+            }}"#,
+            "mcp.json",
+            &Defaults::default(),
+            &env,
+        )
+        .unwrap();
+        assert!(matches!(&t[0].endpoint, Endpoint::Command { .. }));
+        let shown = format!("{:?}", t[0]);
+        assert!(shown.contains("srv --root /srv/<redacted>"), "{shown}");
+        assert!(
+            !shown.contains("ghp") && !shown.contains("literal-value-9"),
+            "{shown}"
+        );
+        assert_eq!(t[0].secrets.hide("literal-value-9 1"), "<redacted> 1");
+        let shown = format!("{:?}", t[1]);
+        assert!(
+            shown.contains("http://h/ok/<redacted>/x?q=<redacted>"),
+            "{shown}"
+        );
+        assert!(!shown.contains("ghp"), "{shown}");
     }
 
     #[test]

@@ -37,10 +37,12 @@ pub fn phase(name: &str, interval: Duration) -> Duration {
 
 /// The probe target and plan for a configured target.
 pub fn target_and_plan(t: &TargetConfig) -> Result<(Target, Plan), String> {
+    // The error may quote the URL: its secrets hidden.
     let target = match &t.endpoint {
-        Endpoint::Url(u) => Target::http(u).map_err(|e| e.to_string())?,
-        Endpoint::Command { argv, .. } => Target::stdio(argv).map_err(|e| e.to_string())?,
-    };
+        Endpoint::Url(u) => Target::http(u),
+        Endpoint::Command { argv, .. } => Target::stdio(argv),
+    }
+    .map_err(|e| t.secrets.hide(&e.to_string()))?;
     let env = match &t.endpoint {
         Endpoint::Command { env, .. } => env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         Endpoint::Url(_) => Vec::new(),
@@ -52,9 +54,34 @@ pub fn target_and_plan(t: &TargetConfig) -> Result<(Target, Plan), String> {
         security: t.security,
         env,
         clean_env: true,
+        // Only the auto-mode checks of a stdio target ask it (its first, the hourly
+        // re-detection, and the retry of a pinned check that failed: see `EraMemo`); the
+        // pinned checks in between start one process.
+        stdio_dual_era: true,
+        secrets: t.secrets.clone(),
         ..Plan::default()
     };
     Ok((target, plan))
+}
+
+/// Hides the target's secrets in what a report says in words: the probe hid them in what it
+/// recorded about the target, but a finding may quote what the server sent back (a protected
+/// resource's metadata naming its URL, token and all). The report goes to the store, the API
+/// and alerts.
+pub fn hide_in_report(report: &mut Report, secrets: &mcpulse_wire::redact::Secrets) {
+    if secrets.is_empty() {
+        return;
+    }
+    secrets.hide_in(&mut report.target);
+    for f in &mut report.findings {
+        secrets.hide_in(&mut f.message);
+    }
+    for f in &mut report.security.findings {
+        secrets.hide_in(&mut f.message);
+        for e in &mut f.evidence {
+            secrets.hide_in(e);
+        }
+    }
 }
 
 /// Runs one probe. The daemon uses [`NetworkProber`]; scheduler tests use a scripted one so
@@ -256,8 +283,10 @@ pub const ERA_RECHECK: Duration = Duration::from_secs(3600);
 
 /// The era of a stdio target with `era = "auto"`, remembered between checks.
 ///
-/// An auto probe over stdio starts the server twice, side by side (see `mcpulse-probe`): for an
-/// `npx` server checked every minute that doubles the cost of watching it. The spec allows
+/// An auto probe over stdio asks `server/discover` before a legacy server's handshake, and the
+/// monitor's auto checks also make the dual-era check, in a second process (see
+/// `mcpulse-probe`): for an `npx` server checked every minute that would double the cost of
+/// watching it. The spec allows
 /// caching the era per server ("re-probe when the cached assumption fails"), so after a check
 /// that found the server up in an era, the next checks pin that era (one process), until a
 /// pinned check finds it down — that check is made again at once in auto mode, and only that
@@ -338,6 +367,7 @@ async fn check(
         transcript = shared.prober.probe(target, auto).await;
         report = judge(&transcript, &policy);
     }
+    hide_in_report(&mut report, &cfg.secrets);
     let at = (shared.clock)();
     let record = check_once(cfg, memory, &transcript, &report, at, shared);
     // Held until the contract is taken in: that copies it (see `crate::memory`).
@@ -347,6 +377,9 @@ async fn check(
         .update_from(cfg, &memory.state, &memory.incidents, &report, at);
     record
 }
+
+/// The summary of a check with nothing wrong (its findings, if any, are informational).
+pub const HEALTHY_SUMMARY: &str = "healthy: the handshake and the lists succeeded";
 
 /// The pure part of a check: observation, state, alerts, the record to store.
 pub fn check_once(
@@ -397,7 +430,8 @@ pub fn check_once(
             .iter()
             .find(|f| f.severity != mcpulse_judge::Severity::Info)
             .map(|f| format!("{}: {}", f.code, f.message))
-            .unwrap_or_default(),
+            // A recovery says why too (its transition and alert would read `reason=""`).
+            .unwrap_or_else(|| HEALTHY_SUMMARY.to_owned()),
     };
     let thresholds = Thresholds {
         failure: cfg.failure_threshold,
@@ -547,5 +581,45 @@ mod tests {
         let small = contract(&[("c", "x")]);
         assert!(!Accepted::new(&small).contract().unwrap().is_outline());
         assert_eq!(Accepted::new(&small).contract().unwrap(), small);
+    }
+
+    #[test]
+    fn a_report_quoting_the_server_hides_the_targets_secrets() {
+        use mcpulse_judge::security::{Level, SecurityFinding};
+        use mcpulse_wire::transcript::{PlanRecord, TargetKind, TargetRecord};
+        let tr = mcpulse_judge::Transcript::new(
+            TargetRecord {
+                display: "http://h/ok/<redacted>".into(),
+                kind: TargetKind::Http,
+                host: Some("h".into()),
+            },
+            PlanRecord {
+                era: mcpulse_wire::version::EraMode::Auto,
+                security: true,
+                credentials: false,
+                timeout_ms: 1000,
+                max_response_bytes: 1024,
+            },
+            0,
+        );
+        let mut r = judge(&tr, &Policy::default());
+        let quoted = "the metadata names the resource \"http://h/ok/s3cr3t-path\"";
+        r.findings.push(mcpulse_judge::Finding {
+            code: "x".into(),
+            severity: mcpulse_judge::Severity::Warning,
+            message: quoted.into(),
+        });
+        r.security.findings.push(SecurityFinding {
+            code: "y".into(),
+            severity: Level::Medium,
+            message: quoted.into(),
+            evidence: vec![quoted.into()],
+        });
+        let mut secrets = mcpulse_wire::redact::Secrets::default();
+        secrets.add("s3cr3t-path");
+        hide_in_report(&mut r, &secrets);
+        let text = serde_json::to_string(&r).unwrap();
+        assert!(!text.contains("s3cr3t-path"), "{text}");
+        assert!(text.contains("ok/<redacted>"), "{text}");
     }
 }

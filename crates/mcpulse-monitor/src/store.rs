@@ -686,16 +686,32 @@ impl Store {
     }
 
     /// A page of a target's checks, newest first (by check time, then id). `before_id` is the
-    /// id of the last row of the previous page; an id that no longer exists gives an empty page.
+    /// id of the last row of the previous page; an id that is not one of the target's checks
+    /// (pruned, or never its) gives an empty page: [`Store::history_page`] tells the two apart.
     pub fn history(
         &self,
         target: &str,
         before_id: Option<i64>,
         limit: usize,
     ) -> Result<Vec<HistoryRow>, StoreError> {
+        self.history_page(target, before_id, limit)
+            .map(Option::unwrap_or_default)
+    }
+
+    /// [`Store::history`], with `None` when `before_id` is not one of the target's checks. The
+    /// order is by check time, so the cursor is the time of the row it names, not its id alone
+    /// (a check that ran long is stored after one that started later): a cursor whose row was
+    /// pruned or belongs to another target cannot be placed, and the caller must say so rather
+    /// than answer an empty page that looks like the end.
+    pub fn history_page(
+        &self,
+        target: &str,
+        before_id: Option<i64>,
+        limit: usize,
+    ) -> Result<Option<Vec<HistoryRow>>, StoreError> {
         let run = || -> Result<_, Fail> {
             let Some(tid) = target_id(&self.conn, target)? else {
-                return Ok(Vec::new());
+                return Ok(before_id.is_none().then(Vec::new));
             };
             // The cursor is (at_ms, id) of the row the previous page ended with.
             let (at, id) = match before_id {
@@ -703,12 +719,14 @@ impl Store {
                 Some(id) => {
                     let at = self
                         .conn
-                        .prepare_cached("SELECT at_ms FROM checks WHERE id = ?1")?
-                        .query_row([id], |r| r.get::<_, i64>(0))
+                        .prepare_cached(
+                            "SELECT at_ms FROM checks WHERE id = ?1 AND target_id = ?2",
+                        )?
+                        .query_row(params![id, tid], |r| r.get::<_, i64>(0))
                         .optional()?;
                     match at {
                         Some(at) => (at, id),
-                        None => return Ok(Vec::new()),
+                        None => return Ok(None),
                     }
                 }
             };
@@ -735,7 +753,7 @@ impl Store {
                     grade: row.get(6)?,
                 });
             }
-            Ok(out)
+            Ok(Some(out))
         };
         run().map_err(|e| self.fail(e))
     }

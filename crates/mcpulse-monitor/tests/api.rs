@@ -64,21 +64,21 @@ impl HistorySource for FakeHistory {
         target: &str,
         before: Option<i64>,
         limit: usize,
-    ) -> Result<Vec<HistoryRow>, String> {
+    ) -> Result<Option<Vec<HistoryRow>>, String> {
         if self.failing.load(Ordering::SeqCst) {
             return Err("database is locked".into());
         }
-        let mut rows: Vec<HistoryRow> = self
-            .rows
-            .get(target)
-            .cloned()
-            .unwrap_or_default()
+        let all = self.rows.get(target).cloned().unwrap_or_default();
+        if before.is_some_and(|b| !all.iter().any(|r| r.id == b)) {
+            return Ok(None);
+        }
+        let mut rows: Vec<HistoryRow> = all
             .into_iter()
             .filter(|r| before.is_none_or(|b| r.id < b))
             .collect();
         rows.sort_by_key(|r| std::cmp::Reverse(r.id));
         rows.truncate(limit);
-        Ok(rows)
+        Ok(Some(rows))
     }
 
     fn stats(&self, target: &str, _now_ms: i64) -> Result<Vec<Stats>, String> {
@@ -828,6 +828,17 @@ async fn history_pages_by_keyset() {
         assert_eq!(r.status, 400, "{bad}");
         assert!(r.json()["error"].is_string());
     }
+    // A cursor that is not one of the target's checks (pruned, say): 410, not an empty page
+    // that would end the paging as if the oldest check had been reached.
+    let r = get(s.addr, "/api/v1/targets/my%20target/history?before=99", &[]).await;
+    assert_eq!(r.status, 410, "{}", r.body);
+    let message = r.json()["error"].as_str().unwrap().to_owned();
+    assert!(
+        message.contains("before=99 is not a check in the history of \"my target\"")
+            && message.contains("pruned")
+            && message.contains("without before"),
+        "{message}"
+    );
     history.failing.store(true, Ordering::SeqCst);
     let r = get(s.addr, "/api/v1/targets/my%20target/history", &[]).await;
     assert_eq!(r.status, 503);
@@ -1182,6 +1193,45 @@ async fn probe_answers_like_blackbox_for_configured_targets() {
     let ex = scrape(s.addr, "/metrics", &[]).await;
     assert_eq!(ex.value("mcpulse_api_probes_total", &[]), 9.0);
     assert_eq!(ex.value("mcpulse_api_probes_in_flight", &[]), 0.0);
+}
+
+/// `/probe?debug=true` is read by people: a server's protocol version and error messages are
+/// shown inert (issue #14).
+#[tokio::test]
+async fn probe_debug_text_shows_server_text_inert() {
+    use mcpulse_testkit::scenario::HOSTILE;
+    let odd = FakeHttp::start_script(scenario::hostile(HOSTILE, HOSTILE, false)).await;
+    let rejecting = FakeHttp::start_script(scenario::hostile(
+        HOSTILE,
+        mcpulse_testkit::mcp::LEGACY,
+        true,
+    ))
+    .await;
+    let toml = probe_config(
+        "",
+        &format!(
+            "[[targets]]\nname = \"odd\"\nurl = \"{}\"\n[[targets]]\nname = \"rejecting\"\nurl = \"{}\"\n",
+            odd.url("/mcp"),
+            rejecting.url("/mcp")
+        ),
+    );
+    let s = start(&toml, Arc::new(FakeHistory::default())).await;
+    for target in ["odd", "rejecting"] {
+        let r = get(s.addr, &format!("/probe?target={target}&debug=true"), &[]).await;
+        assert_eq!(r.status, 200);
+        // The metrics keep Prometheus's own escaping; the text for people is inert.
+        let (people, _) = r
+            .body
+            .split_once("Metrics that would have been returned")
+            .unwrap();
+        assert!(
+            !people
+                .chars()
+                .any(|c| c != '\n' && mcpulse_wire::text::is_escaped(c)),
+            "{people:?}"
+        );
+        assert!(people.contains("evil\\x1b]0;pwned\\x07"), "{people}");
+    }
 }
 
 #[tokio::test]

@@ -14,7 +14,7 @@ use mcpulse_monitor::state::{Event, Health};
 use mcpulse_testkit::{FakeHttp, Reply, TempDir};
 use serde_json::{Value, json};
 use sha2::Sha256;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -118,6 +118,8 @@ fn webhook_body_is_the_documented_object() {
         json!({
             "schema": "mcpulse.alert/v1",
             "dedup_key": alert::dedup_key("search", "status"),
+            // Pinned: a receiver folds on it across an upgrade of the monitor too.
+            "delivery_id": "mcpulse-d-388e8f6db8a99077692a45f4",
             "action": "trigger",
             "kind": "down",
             "target": "search",
@@ -149,6 +151,7 @@ fn webhook_request_headers_and_signature() {
         req.headers,
         vec![
             ("Content-Type".to_owned(), "application/json".to_owned()),
+            ("Idempotency-Key".to_owned(), down().delivery_id()),
             ("X-Mcpulse-Timestamp".to_owned(), ts),
             ("X-Mcpulse-Signature".to_owned(), expected),
         ]
@@ -160,6 +163,16 @@ fn webhook_request_headers_and_signature() {
     let plain = webhook::request("http://h/x", None, &[], &down(), sent).unwrap();
     assert_eq!(
         plain.headers,
+        vec![
+            ("Content-Type".to_owned(), "application/json".to_owned()),
+            ("Idempotency-Key".to_owned(), down().delivery_id()),
+        ]
+    );
+    // A config header of that name wins.
+    let own = vec![("idempotency-key".to_owned(), "mine".to_owned())];
+    let req = webhook::request("http://h/x", None, &own, &down(), sent).unwrap();
+    assert_eq!(
+        req.headers,
         vec![("Content-Type".to_owned(), "application/json".to_owned())]
     );
 }
@@ -200,7 +213,7 @@ fn slack_lines_read_at_3am() {
     );
     let line = slack::line(&evil);
     assert!(
-        line.contains("&lt;!channel&gt; &amp; &lt;http://x|click&gt; second line"),
+        line.contains("&lt;!channel&gt; &amp; &lt;http://x|click&gt;\\nsecond line"),
         "{line}"
     );
     let req = slack::request("https://hooks.example/services/T/B/X", &down()).unwrap();
@@ -339,12 +352,107 @@ fn command_environment() {
                 "MCPULSE_DEDUP_KEY",
                 alert::dedup_key("search", "status").to_owned()
             ),
+            ("MCPULSE_DELIVERY_ID", down().delivery_id()),
             ("MCPULSE_SEVERITY", "critical".to_owned()),
             (
                 "MCPULSE_SUMMARY",
                 "search is down: connect-failed".to_owned()
             ),
         ]
+    );
+}
+
+#[test]
+fn a_delivery_id_names_one_alert_of_an_incident() {
+    let trigger = down();
+    let id = trigger.delivery_id();
+    assert!(
+        id.starts_with("mcpulse-d-") && id.len() == "mcpulse-d-".len() + 24,
+        "{id}"
+    );
+    // The same alert read back from the outbox (as JSON) is the same delivery.
+    let stored: Alert = serde_json::from_str(&serde_json::to_string(&trigger).unwrap()).unwrap();
+    assert_eq!(stored.delivery_id(), id);
+    // The resolve and a reminder of the same incident (same dedup key) are other deliveries.
+    let reminder = Alert {
+        action: Action::Remind,
+        at_ms: trigger.at_ms + 60 * MIN,
+        ..trigger.clone()
+    };
+    let ids = [
+        id.clone(),
+        recovered().delivery_id(),
+        reminder.delivery_id(),
+    ];
+    assert_eq!(recovered().dedup_key, trigger.dedup_key);
+    assert!(
+        ids[0] != ids[1] && ids[1] != ids[2] && ids[0] != ids[2],
+        "{ids:?}"
+    );
+    // The webhook body and the command's stdin carry it.
+    let body = json_of(&webhook::body(&trigger).unwrap());
+    assert_eq!(body["delivery_id"], id.as_str());
+}
+
+/// What a hostile server (an error message) or an imported config (a target name) can put in an
+/// alert: terminal escapes (OSC title, clear screen, colour), a line forging a recovery, the
+/// one-byte CSI, a bidi override and a zero-width space.
+fn hostile() -> Alert {
+    let mut a = down();
+    a.target = "prod\x1b[2J\nFAKE".into();
+    a.summary = "prod is down: initialize was rejected: -32000 \x1b]0;owned\x07\x1b[31mred\x1b[0m\n\
+                 2026-12-01T00:00:00Z  INFO alert target=prod kind=recovered\u{9b}2J \u{202e}gnp.exe\u{200b}"
+        .into();
+    a
+}
+
+fn assert_inert(what: &str, s: &str) {
+    assert!(
+        !s.chars().any(mcpulse_wire::text::is_escaped),
+        "{what} carries a raw control, bidi or invisible character: {s:?}"
+    );
+}
+
+#[test]
+fn hostile_text_reaches_slack_pagerduty_and_the_command_environment_inert() {
+    let a = hostile();
+    let line = slack::line(&a);
+    assert_inert("the Slack line", &line);
+    assert!(
+        line.contains("-32000 \\x1b]0;owned\\x07\\x1b[31mred\\x1b[0m\\n2026-12-01T00:00:00Z  INFO"),
+        "{line}"
+    );
+    assert!(
+        line.contains("\\u{9b}2J \\u{202e}gnp.exe\\u{200b}"),
+        "{line}"
+    );
+
+    let event = json_of(&pagerduty::body("R", &a).unwrap().unwrap());
+    let summary = event["payload"]["summary"].as_str().unwrap();
+    assert_inert("the PagerDuty summary", summary);
+    assert!(summary.contains("\\x1b]0;owned\\x07"), "{summary}");
+    assert_eq!(event["payload"]["source"], "prod\\x1b[2J\\nFAKE");
+    // PagerDuty's limit holds after escaping, which lengthens the text.
+    let mut long = hostile();
+    long.summary = "\x1b".repeat(2000);
+    let long = json_of(&pagerduty::body("R", &long).unwrap().unwrap());
+    let summary = long["payload"]["summary"].as_str().unwrap();
+    assert_eq!(
+        summary.chars().count(),
+        1021,
+        "whole escapes and the marker"
+    );
+    assert!(summary.ends_with("\\x1b…"), "{summary}");
+
+    for (k, v) in command::env(&a) {
+        assert_inert(k, &v);
+    }
+    let env: BTreeMap<_, _> = command::env(&a).into_iter().collect();
+    assert_eq!(env["MCPULSE_TARGET"], "prod\\x1b[2J\\nFAKE");
+    // The webhook's JSON stays exact: JSON escapes control characters itself.
+    assert_eq!(
+        json_of(&webhook::body(&a).unwrap())["summary"],
+        a.summary.as_str()
     );
 }
 
@@ -762,6 +870,7 @@ async fn a_closed_port_is_retryable() {
 fn argv(parts: &[&str]) -> SinkKind {
     SinkKind::Command {
         argv: parts.iter().map(|s| s.to_string()).collect(),
+        env: Vec::new(),
     }
 }
 
@@ -792,6 +901,82 @@ async fn command_gets_stdin_and_env_and_no_shell() {
         assert!(env.lines().any(|l| l == format!("{k}={v}")), "{k} in {env}");
     }
     assert!(!pwned.exists(), "the summary was run as shell");
+}
+
+/// Issue #14 (6): the command starts with a clean environment. Cargo runs this test with
+/// `CARGO_MANIFEST_DIR` and `CARGO_PKG_NAME` set, standing in for the monitor's own variables
+/// (API tokens, webhook secrets): only the allowlisted one, the base and `MCPULSE_*` get through.
+#[tokio::test]
+async fn command_gets_a_clean_environment_and_its_allowlist() {
+    let dir = TempDir::new("sink-command-env");
+    let out = dir.join("env.txt");
+    let (Some(_), Some(passed)) = (
+        std::env::var_os("CARGO_MANIFEST_DIR"),
+        std::env::var_os("CARGO_PKG_NAME"),
+    ) else {
+        panic!("cargo sets CARGO_MANIFEST_DIR and CARGO_PKG_NAME for tests");
+    };
+    let sink = SinkKind::Command {
+        argv: ["sh", "-c", r#"env > "$1""#, "sh", out.to_str().unwrap()]
+            .map(String::from)
+            .to_vec(),
+        env: vec![
+            "CARGO_PKG_NAME".into(),
+            "MCPULSE_TEST_UNSET_VARIABLE".into(),
+        ],
+    };
+    sink::deliver(&sink, &down(), TIMEOUT).await.unwrap();
+    let env = std::fs::read_to_string(&out).unwrap();
+    let names: BTreeSet<&str> = env
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, _)| k)
+        .collect();
+    assert!(!names.contains("CARGO_MANIFEST_DIR"), "{env}");
+    assert!(
+        env.lines()
+            .any(|l| l == format!("CARGO_PKG_NAME={}", passed.to_string_lossy())),
+        "{env}"
+    );
+    assert!(names.contains("MCPULSE_TARGET"), "{env}");
+    if std::env::var_os("PATH").is_some() {
+        assert!(names.contains("PATH"), "{env}");
+    }
+    assert!(!names.contains("MCPULSE_TEST_UNSET_VARIABLE"), "{env}");
+    let allowed = |k: &str| {
+        k.starts_with("MCPULSE_")
+            || k.starts_with("LC_")
+            || k == "CARGO_PKG_NAME"
+            || mcpulse_transport::stdio::INHERITED_ENV.contains(&k)
+            // What sh sets for itself.
+            || ["PWD", "SHLVL", "_", "OLDPWD"].contains(&k)
+    };
+    let extra: Vec<&&str> = names.iter().filter(|k| !allowed(k)).collect();
+    assert!(extra.is_empty(), "not allowlisted: {extra:?}");
+}
+
+#[tokio::test]
+async fn a_hostile_summary_cannot_forge_an_environment_line() {
+    let dir = TempDir::new("sink-command-hostile");
+    let env = dir.join("env.txt");
+    let sink = argv(&["sh", "-c", r#"env > "$1""#, "sh", env.to_str().unwrap()]);
+    let mut a = hostile();
+    a.summary = "down\nMCPULSE_ACTION=resolve\nLD_PRELOAD=/tmp/x.so\x1b[2J".into();
+    sink::deliver(&sink, &a, TIMEOUT).await.unwrap();
+    let env = std::fs::read_to_string(&env).unwrap();
+    let lines: Vec<&str> = env
+        .lines()
+        .filter(|l| l.starts_with("MCPULSE_") || l.starts_with("LD_PRELOAD"))
+        .collect();
+    assert!(lines.contains(&"MCPULSE_ACTION=trigger"), "{env}");
+    assert!(!lines.contains(&"MCPULSE_ACTION=resolve"), "{env}");
+    assert!(!env.lines().any(|l| l.starts_with("LD_PRELOAD=")), "{env}");
+    assert!(
+        lines.contains(
+            &"MCPULSE_SUMMARY=down\\nMCPULSE_ACTION=resolve\\nLD_PRELOAD=/tmp/x.so\\x1b[2J"
+        ),
+        "{env}"
+    );
 }
 
 #[tokio::test]

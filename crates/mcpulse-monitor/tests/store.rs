@@ -446,6 +446,47 @@ fn history_pages_newest_first_without_gaps_or_repeats() {
 }
 
 #[test]
+fn a_history_cursor_that_is_gone_is_told_apart_from_the_end() {
+    let mut store = Store::open_in_memory().unwrap();
+    let batch: Vec<CheckRecord> = (0..6)
+        .map(|i| check("a", i * 60_000, Health::Healthy, i as f64))
+        .chain([check("b", 5, Health::Down, 1.0)])
+        .collect();
+    store.record(&batch, &sinks(1)).unwrap();
+    let all = store.history_page("a", None, 10).unwrap().unwrap();
+    assert_eq!(all.len(), 6);
+    let oldest = all[5].id;
+    let b = store.history("b", None, 1).unwrap()[0].id;
+
+    // The oldest check is a cursor with nothing after it: an empty page, the real end.
+    assert_eq!(
+        store.history_page("a", Some(oldest), 10).unwrap(),
+        Some(vec![])
+    );
+    // Another target's check, or an id no check has: no page can be placed.
+    assert_eq!(store.history_page("a", Some(b), 10).unwrap(), None);
+    assert_eq!(store.history_page("a", Some(999_999), 10).unwrap(), None);
+    assert_eq!(
+        store.history_page("nobody", Some(oldest), 10).unwrap(),
+        None
+    );
+
+    // Pruned: the cursor's row is gone (and the older ones with it).
+    let third = all[2].id;
+    assert_eq!(store.prune(4 * 60_000).unwrap(), 5, "four of a, one of b");
+    assert_eq!(store.history_page("a", Some(third), 10).unwrap(), None);
+    let newest = all[0].id;
+    assert_eq!(
+        store
+            .history_page("a", Some(newest), 10)
+            .unwrap()
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+#[test]
 fn transitions_are_listed_newest_first() {
     let mut store = Store::open_in_memory().unwrap();
     store.record(&[down("a", 1_000)], &sinks(1)).unwrap();

@@ -6,12 +6,13 @@ use http::Uri;
 use mcpulse_transport::clock::Clock;
 use mcpulse_transport::http::{HttpClient, resolve};
 use mcpulse_transport::legacy_sse::{self, SseStream};
-use mcpulse_transport::stdio::StdioChild;
+use mcpulse_transport::stdio::{Patience, StdioChild};
 use mcpulse_transport::streamable_http::{self, Post};
 use mcpulse_transport::{Call, Limits};
 use mcpulse_wire::auth;
 use mcpulse_wire::jsonrpc::Message;
 use mcpulse_wire::message::{self, ListKind};
+use mcpulse_wire::redact::Secrets;
 use mcpulse_wire::transcript::{Exchange, Outcome, Step, Transcript};
 use mcpulse_wire::version::{self, Era, EraMode};
 use serde_json::Value;
@@ -33,14 +34,19 @@ pub async fn probe(target: &Target, plan: &Plan) -> Transcript {
 pub struct Live {
     children: Vec<StdioChild>,
     grace: Duration,
+    /// The plan's secrets, hidden in the records of the servers still running.
+    secrets: Secrets,
 }
 
 impl Live {
     /// The transcript as it stands, with the live servers' records so far (no exit yet).
     pub fn snapshot(&self, tr: &Transcript) -> Transcript {
         let mut t = tr.clone();
-        t.processes
-            .extend(self.children.iter().map(StdioChild::record));
+        t.processes.extend(self.children.iter().map(|c| {
+            let mut p = c.record();
+            p.hide(&self.secrets);
+            p
+        }));
         t
     }
 
@@ -59,7 +65,11 @@ impl Live {
             }
         }
         ended.sort_by_key(|(i, _)| *i);
-        tr.processes.extend(ended.into_iter().map(|(_, p)| p));
+        let secrets = self.secrets;
+        tr.processes.extend(ended.into_iter().map(|(_, mut p)| {
+            p.hide(&secrets);
+            p
+        }));
     }
 }
 
@@ -68,6 +78,7 @@ pub async fn probe_live(target: &Target, plan: &Plan) -> (Transcript, Live) {
     let mut live = Live {
         children: Vec::new(),
         grace: plan.shutdown_grace,
+        secrets: plan.secrets.clone(),
     };
     let since_epoch = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -75,7 +86,7 @@ pub async fn probe_live(target: &Target, plan: &Plan) -> (Transcript, Live) {
     let clock = Clock::start();
     let deadline = Instant::now() + plan.timeout;
     let started_unix_ms = u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX);
-    let mut tr = Transcript::new(target.record(), plan.record(), started_unix_ms);
+    let mut tr = Transcript::new(target.record(&plan.secrets), plan.record(), started_unix_ms);
     tr.started_unix_us = u64::try_from(since_epoch.as_micros()).ok();
     let mut ctx = Ctx {
         plan,
@@ -121,6 +132,7 @@ pub async fn probe_live(target: &Target, plan: &Plan) -> (Transcript, Live) {
     if Instant::now() + Duration::from_millis(1) >= deadline {
         tr.deadline_hit_ms = Some(tr.total_ms);
     }
+    tr.hide(&plan.secrets);
     (tr, live)
 }
 
@@ -818,60 +830,61 @@ async fn probe_stdio(
     if ctx.plan.era == EraMode::Legacy {
         return legacy_stdio(child, None, ctx, children).await;
     }
-    // In auto mode a sibling process starts at the same time and is sent a legacy
-    // `initialize` at once, while the first is asked `server/discover`: the era belongs to the
-    // process (a dual-era server that has served one era refuses the other on the same
-    // connection, and some legacy servers exit on any request before `initialize`), so each
-    // question gets a process of its own, and neither waits for the other's start-up. The
-    // sibling's answer is the dual-era check of a modern server, or the legacy handshake itself.
-    let (discover_id, mut sibling) = (ctx.id(), None);
-    if ctx.plan.era == EraMode::Auto {
-        match spawn("legacy handshake", ctx) {
+    // One process, as a client has one: `server/discover` first; a legacy server answers it
+    // with an error and stays up, and the legacy handshake goes on in the same process. Only a
+    // process that went away is replaced.
+    //
+    // The dual-era check (opt-in over stdio) needs a process of its own: the era belongs to
+    // the process, and a dual-era server that has served one era refuses the other on the same
+    // connection. It starts beside the first and is sent `initialize` at once, so that its
+    // start-up overlaps the first's instead of following it; its answer is read only if the
+    // first turns out modern.
+    let mut sibling = None;
+    if ctx.plan.era == EraMode::Auto && ctx.plan.stdio_dual_era {
+        match spawn("dual-era check", ctx) {
             Ok(mut s) => {
                 let id = ctx.id();
                 let msg = message::initialize(id, &ctx.plan.client);
-                let call = request(Step::Initialize, Era::Legacy, id, &msg);
-                let sent = s.send(call, ctx.deadline).await;
+                let sent = s
+                    .send(
+                        request(Step::DualEraCheck, Era::Legacy, id, &msg),
+                        ctx.deadline,
+                    )
+                    .await;
                 sibling = Some((s, sent));
             }
             Err(rec) => ctx.tr.processes.push(*rec),
         }
     }
-    // In auto mode a silent legacy server must leave time for the fallback.
-    let deadline = if ctx.plan.era == EraMode::Auto {
-        let now = Instant::now();
-        now + ctx.deadline.saturating_duration_since(now) / 2
-    } else {
-        ctx.deadline
-    };
+    let id = ctx.id();
+    let msg = message::discover(id, version::MODERN, &ctx.plan.client);
+    let sent = child
+        .send(request(Step::Discover, Era::Modern, id, &msg), ctx.deadline)
+        .await;
+    let ex = child.receive_patient(sent, discover_patience(ctx)).await;
+    let i = ctx.push(ex);
     let mut wire = Wire::Stdio(&mut child);
-    let i = discover(&mut wire, ctx, discover_id, deadline).await;
     match classify_discover(ctx.ex(i)) {
         Discovered::Modern(caps) => {
             inventory(&mut wire, ctx, Era::Modern, &caps).await;
             ctx.mark_done();
-            if ctx.plan.era != EraMode::Auto || ctx.expired() {
+            let Some((mut s, sent)) = sibling else {
                 children.push(child);
-                children.extend(sibling.map(|(s, _)| s));
+                return;
+            };
+            let ex = s.receive(sent, ctx.deadline).await;
+            let died = went_away(&ex);
+            ctx.push(ex);
+            if !died || ctx.expired() || !room_to_restart(ctx) {
+                children.push(child);
+                children.push(s);
                 return;
             }
-            if let Some((mut s, sent)) = sibling {
-                s.set_purpose("dual-era check");
-                let mut ex = s.receive(sent, ctx.deadline).await;
-                ex.step = Step::DualEraCheck;
-                let died = sibling_died(&ex);
-                ctx.push(ex);
-                if !died || !room_to_restart(ctx) {
-                    children.push(child);
-                    children.push(s);
-                    return;
-                }
-                // The sibling died before answering (a server that cannot run twice at once,
-                // say): the check gets a process of its own after the first has ended.
-                ctx.tr
-                    .processes
-                    .push(s.shutdown(ctx.plan.shutdown_grace).await);
-            }
+            // The sibling died before answering (a server that cannot run twice at once, say):
+            // the check gets a process of its own after the first has ended.
+            ctx.tr
+                .processes
+                .push(s.shutdown(ctx.plan.shutdown_grace).await);
             if !room_to_restart(ctx) {
                 children.push(child);
                 return;
@@ -899,105 +912,62 @@ async fn probe_stdio(
             ctx.mark_done();
         }
         Discovered::Legacy => {
-            // The session goes on in the sibling, which was sent nothing but `initialize`. If it
-            // gives no answer: in the first process if that one is alive and answered, else in
-            // a fresh one, because some servers exit on a request sent before `initialize`.
-            let live = ctx.ex(i).reply().is_some() && !child.has_exited();
-            // A sibling left running, ended after the verdict. The process that carried the
-            // last attempt goes last (the judge reads its exit).
-            let mut parked = None;
-            if let Some((mut s, sent)) = sibling {
-                // Both started together: beside a live first process, the sibling gets as long
-                // again as the first took to answer (at least 200 ms), not the whole budget (it
-                // may be blocked on something the first holds).
-                let until = if live {
-                    let took = Duration::from_secs_f64(ctx.ex(i).elapsed_ms.max(0.0) / 1000.0);
-                    ctx.deadline
-                        .min(Instant::now() + took.max(Duration::from_millis(200)))
-                } else {
-                    ctx.deadline
-                };
-                let mut ex = s.receive(sent, until).await;
-                let refused = matches!(ex.reply().map(|d| d.message), Some(Message::Error { .. }));
-                if refused
-                    && ctx.ex(i).reply().is_none()
-                    && child.has_exited()
-                    && room_to_restart(ctx)
-                {
-                    // The first process went away without a word, and the sibling refuses the
-                    // legacy handshake: perhaps a modern server whose first copy lost a race
-                    // with the second (a lock, a port). The refusal is the dual-era answer;
-                    // discovery is asked again, in a fresh process, with both ended.
-                    ex.step = Step::DualEraCheck;
-                    s.set_purpose("dual-era check");
-                    ctx.push(ex);
-                    ctx.tr
-                        .processes
-                        .push(s.shutdown(ctx.plan.shutdown_grace).await);
-                    ctx.tr
-                        .processes
-                        .push(child.shutdown(ctx.plan.shutdown_grace).await);
-                    let mut fresh = match spawn("discovery retry", ctx) {
-                        Ok(c) => c,
-                        Err(rec) => {
-                            ctx.tr.processes.push(*rec);
-                            return ctx.mark_done();
-                        }
-                    };
-                    let mut wire = Wire::Stdio(&mut fresh);
-                    let id = ctx.id();
-                    let deadline = ctx.deadline;
-                    let j = discover(&mut wire, ctx, id, deadline).await;
-                    if let Discovered::Modern(caps) = classify_discover(ctx.ex(j)) {
-                        inventory(&mut wire, ctx, Era::Modern, &caps).await;
-                    }
-                    ctx.mark_done();
-                    children.push(fresh);
-                    return;
+            // Not modern: the sibling's question is moot; it is ended after the verdict.
+            children.extend(sibling.map(|(s, _)| s));
+            if !child.has_exited() && !went_away(ctx.ex(i)) {
+                let j = initialize(&mut Wire::Stdio(&mut child), ctx, Step::Initialize).await;
+                if !went_away(ctx.ex(j)) || !room_to_restart(ctx) {
+                    return legacy_stdio(child, Some(j), ctx, children).await;
                 }
-                if ex.reply().is_some() {
-                    let i = ctx.push(ex);
-                    // The first process is no longer needed; it ends after the verdict.
-                    children.push(child);
-                    return legacy_stdio(s, Some(i), ctx, children).await;
-                }
-                let died = sibling_died(&ex);
-                ctx.push(ex);
-                if died && room_to_restart(ctx) {
-                    ctx.tr
-                        .processes
-                        .push(s.shutdown(ctx.plan.shutdown_grace).await);
-                } else {
-                    parked = Some(s);
-                }
+                // It went away on our `initialize` after answering `server/discover` (a
+                // server that ends its session on any request before the handshake): the
+                // handshake gets a fresh process.
             }
-            if !live {
-                if !room_to_restart(ctx) {
-                    children.push(child);
-                    children.extend(parked);
+            if !room_to_restart(ctx) {
+                children.push(child);
+                return ctx.mark_done();
+            }
+            ctx.tr
+                .processes
+                .push(child.shutdown(ctx.plan.shutdown_grace).await);
+            let fresh = match spawn("legacy fallback", ctx) {
+                Ok(c) => c,
+                Err(rec) => {
+                    ctx.tr.processes.push(*rec);
                     return ctx.mark_done();
                 }
-                ctx.tr
-                    .processes
-                    .push(child.shutdown(ctx.plan.shutdown_grace).await);
-                child = match spawn("legacy fallback", ctx) {
-                    Ok(c) => c,
-                    Err(rec) => {
-                        children.extend(parked);
-                        ctx.tr.processes.push(*rec);
-                        return ctx.mark_done();
-                    }
-                };
-            }
-            children.extend(parked);
-            legacy_stdio(child, None, ctx, children).await;
+            };
+            legacy_stdio(fresh, None, ctx, children).await;
         }
     }
 }
 
-/// Whether a sibling's exchange ended because the process went away (not a timeout: a slow or
-/// blocked sibling is left to the end of the probe, not replaced).
-fn sibling_died(ex: &Exchange) -> bool {
+/// How long a stdio server's reply to `server/discover` is awaited. Pinned to the modern era,
+/// until the deadline. In auto mode a server that ignores the request (a legacy one that
+/// answers nothing before `initialize`) must leave time for the legacy handshake: half the
+/// budget once the server has written anything (and at least [`JUST_STARTED`] after that), but
+/// three quarters while it has written nothing at all, because then it is still starting — a
+/// cold `npx` or `uvx` download, an interpreter's start — and giving up on a modern server
+/// that is only slow to start would send it a legacy `initialize` it refuses.
+fn discover_patience(ctx: &Ctx<'_>) -> Patience {
+    if ctx.plan.era != EraMode::Auto {
+        return Patience::fixed(ctx.deadline);
+    }
+    let now = Instant::now();
+    let left = ctx.deadline.saturating_duration_since(now);
+    Patience {
+        until: now + left / 2,
+        while_silent: now + left * 3 / 4,
+        after_first_output: JUST_STARTED,
+    }
+}
+
+/// See [`discover_patience`].
+const JUST_STARTED: Duration = Duration::from_secs(2);
+
+/// Whether an exchange ended because the process went away (not a timeout: a slow or blocked
+/// process is left to the end of the probe, not replaced).
+fn went_away(ex: &Exchange) -> bool {
     ex.reply().is_none() && matches!(ex.outcome, Outcome::Closed | Outcome::TransportError { .. })
 }
 

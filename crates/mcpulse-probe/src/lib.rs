@@ -10,13 +10,13 @@
 //!   means modern. 401/403, 5xx, a timeout or a connection failure end the probe there: they are
 //!   never evidence of an era. Anything else falls back to a legacy `initialize`; if that gets
 //!   400/404/405 without a modern body, the legacy HTTP+SSE transport is tried with a `GET`.
-//! - stdio: in auto mode two processes start side by side, one sent `server/discover` (waiting at
-//!   most half the budget), the other a legacy `initialize` at once: on stdio the era belongs to
-//!   the process, and some servers exit on a request sent before `initialize`. A modern answer
-//!   makes the sibling's reply the dual-era check; anything else continues the legacy session in
-//!   the sibling. If the sibling died unanswered, the flow falls back to one process at a time
-//!   (the first process if alive, else a fresh one); a merely slow sibling beside a live first
-//!   process is given up after as long again as the first took; near the deadline nothing is
+//! - stdio: one process, as a client has one. `server/discover` first; a JSON-RPC error or
+//!   silence means legacy, and `initialize` follows in the same process; an exit or a closed
+//!   stdout means legacy in a fresh process (some servers exit on any request before
+//!   `initialize`), as does a process that goes away on that `initialize`. In auto mode the
+//!   discover reply is awaited half the budget once the server has written anything, three
+//!   quarters while it is silent (still starting). The dual-era check takes a second process,
+//!   after the first, only when `Plan::stdio_dual_era` asks for it. Near the deadline nothing is
 //!   restarted. Over stdio the first page of each list is requested at once (pipelined).
 
 mod flow;

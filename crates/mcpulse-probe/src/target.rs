@@ -1,7 +1,7 @@
 //! What to probe and how.
 
 use mcpulse_wire::message::ClientInfo;
-use mcpulse_wire::redact;
+use mcpulse_wire::redact::{self, Secrets};
 use mcpulse_wire::transcript::{PlanRecord, TargetKind, TargetRecord};
 use mcpulse_wire::version::EraMode;
 use std::time::Duration;
@@ -74,21 +74,22 @@ impl Target {
         })
     }
 
-    /// How the target appears in transcripts and reports: URL secrets redacted.
-    pub fn record(&self) -> TargetRecord {
+    /// How the target appears in transcripts and reports: `secrets` hidden, and the URL or
+    /// the command line redacted by the rules of [`redact::target_url`] and [`redact::args`].
+    pub fn record(&self, secrets: &Secrets) -> TargetRecord {
         match self {
             Target::Http { url } => TargetRecord {
-                display: redact::url(&url.to_string()),
+                display: redact::target_url(&url.to_string(), secrets),
                 kind: TargetKind::Http,
                 host: url
                     .host()
                     .map(|h| h.trim_start_matches('[').trim_end_matches(']').to_owned()),
             },
             Target::Stdio { program, args } => {
-                let mut display = program.clone();
-                for a in args {
+                let mut display = secrets.hide(program);
+                for a in redact::args(args, secrets) {
                     display.push(' ');
-                    display.push_str(a);
+                    display.push_str(&a);
                 }
                 TargetRecord {
                     display,
@@ -136,6 +137,14 @@ pub struct Plan {
     /// locale, …) plus `env`, rather than all of them: the monitor's own secrets (sink URLs,
     /// API tokens, other targets' credentials) are not a server's business.
     pub clean_env: bool,
+    /// In auto mode over stdio, also check whether a modern server serves legacy clients, in a
+    /// second process of its own (a second start-up, hence opt-in; over HTTP it is one request
+    /// and always made).
+    pub stdio_dual_era: bool,
+    /// Values that must not appear in the transcript (what config expansion read from the
+    /// environment, a stdio server's environment values): hidden wherever the probe records
+    /// something about the target ([`mcpulse_wire::transcript::Transcript::hide`]).
+    pub secrets: Secrets,
 }
 
 impl Default for Plan {
@@ -156,6 +165,8 @@ impl Default for Plan {
             extra_roots: Vec::new(),
             env: Vec::new(),
             clean_env: false,
+            stdio_dual_era: false,
+            secrets: Secrets::default(),
         }
     }
 }

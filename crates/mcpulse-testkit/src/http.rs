@@ -227,6 +227,57 @@ impl Drop for FakeHttp {
     }
 }
 
+/// A bare listener on `ip` (port 0) that writes the same bytes to every connection and counts
+/// the connections, reading nothing: for tests about whether a connection is made at all (an
+/// SSRF guard, a refused redirect). Dropping it stops it.
+pub struct RawListener {
+    addr: SocketAddr,
+    count: Arc<std::sync::atomic::AtomicUsize>,
+    accept: JoinHandle<()>,
+}
+
+impl RawListener {
+    pub async fn start(ip: &str, response: impl Into<String>) -> RawListener {
+        let response = response.into();
+        let listener = match TcpListener::bind((ip, 0)).await {
+            Ok(l) => l,
+            Err(e) => panic!("binding {ip}:0: {e}"),
+        };
+        let addr = match listener.local_addr() {
+            Ok(a) => a,
+            Err(e) => panic!("reading the listener's address: {e}"),
+        };
+        let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let c = count.clone();
+        let accept = tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let _ = s.write_all(response.as_bytes()).await;
+            }
+        });
+        RawListener {
+            addr,
+            count,
+            accept,
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Connections accepted so far.
+    pub fn connections(&self) -> usize {
+        self.count.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for RawListener {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
 impl FakeHttp {
     /// Binds 127.0.0.1 on a port chosen by the system and starts answering with `script`.
     /// Must be called inside a tokio runtime.

@@ -26,5 +26,5 @@ pub mod scenario;
 pub mod stdio;
 pub mod tls;
 
-pub use http::{Body, FakeHttp, Piece, Reply, Request, Then};
+pub use http::{Body, FakeHttp, Piece, RawListener, Reply, Request, Then};
 pub use stdio::{Act, StdioScript, TempDir};

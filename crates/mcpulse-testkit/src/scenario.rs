@@ -239,6 +239,52 @@ pub fn legacy_streamable(framing: Framing) -> Script {
     })
 }
 
+/// Text a hostile server (or config) chooses: an OSC that sets the terminal's title, a CSI that
+/// clears the screen, SGR colours, a newline that forges a `✔ healthy` line and a log line, the
+/// one-byte C1 CSI (U+009B), a carriage return, a bidi override and a zero-width space.
+pub const HOSTILE: &str = "evil\x1b]0;pwned\x07\x1b[2J\x1b[H\x1b[32m\n\
+    ✔ healthy  forged\n2026-12-01T00:00:00Z  INFO alert target=prod kind=recovered\r\u{9b}31mred\u{202e}txt.exe\u{200b}";
+
+/// A legacy (2025-11-25) Streamable HTTP server without sessions whose every string is
+/// `text`: `serverInfo.name` and `.version`, its tool names (`text`, and `text` + `2`) and the
+/// error message it answers other methods with (`server/discover` among them: 400, `-32601`).
+/// It answers `initialize` with `protocol` as its `protocolVersion`, or, with `reject`, with a
+/// JSON-RPC error whose message is `text`.
+pub fn hostile(text: &'static str, protocol: &'static str, reject: bool) -> Script {
+    Arc::new(move |req: &Request| {
+        if req.method != "POST" {
+            return Reply::status(405).header("allow", "POST");
+        }
+        let id = id_of(req);
+        match req.rpc_method().as_deref() {
+            Some("initialize") if reject => Reply::json(200, &mcp::error(&id, -32000, text)),
+            Some("initialize") => Reply::json(
+                200,
+                &mcp::result(
+                    &id,
+                    json!({
+                        "protocolVersion": protocol,
+                        "capabilities": { "tools": { "listChanged": false } },
+                        "serverInfo": { "name": text, "version": text },
+                    }),
+                ),
+            ),
+            Some("notifications/initialized") => Reply::accepted(),
+            Some("tools/list") => {
+                let second = format!("{text}2");
+                Reply::json(
+                    200,
+                    &mcp::result(
+                        &id,
+                        mcp::tools_list_result(mcp::tools(&[text, &second]), None, false),
+                    ),
+                )
+            }
+            _ => bad_request(&id, -32601, text),
+        }
+    })
+}
+
 /// A legacy HTTP+SSE (2024-11-05) server at `/sse`: `POST /sse` gets 405; `GET /sse` opens a
 /// stream that announces [`SSE_ENDPOINT`]; POSTs there get 202 and their replies arrive on the
 /// stream as `event: message`.

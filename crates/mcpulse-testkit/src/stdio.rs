@@ -73,6 +73,8 @@ pub enum Act {
     Exit(i32),
     /// Stop reading and never answer again, ignoring SIGTERM: only SIGKILL ends it.
     Hang,
+    /// Sleep this many milliseconds (a slow start-up, at start; a slow answer, on a request).
+    Sleep(u64),
     /// Start a long `sleep` in the background and append its pid to `file`: a grandchild of
     /// mcpulse, as `npx` starting `node` makes one. Its stdio is detached, so only the process
     /// group ties it to the server (and the server's stdout closes when the script exits).
@@ -94,6 +96,26 @@ pub struct StdioScript {
 impl StdioScript {
     pub fn new() -> StdioScript {
         StdioScript::default()
+    }
+
+    /// A legacy server: `initialize` and `tools/list` (one tool, `echo`) answered, anything
+    /// else ignored. Healthy, with a stable contract.
+    pub fn legacy() -> StdioScript {
+        StdioScript::new()
+            .on(
+                "initialize",
+                vec![Act::Result(crate::mcp::initialize_result(
+                    crate::mcp::LEGACY,
+                ))],
+            )
+            .on(
+                "tools/list",
+                vec![Act::Result(crate::mcp::tools_list_result(
+                    crate::mcp::tools(&["echo"]),
+                    None,
+                    false,
+                ))],
+            )
     }
 
     /// Something done once at start, before reading stdin.
@@ -188,6 +210,7 @@ fn render_act(act: &Act) -> String {
         Act::Stderr(line) => format!("printf '%s\\n' {} >&2\n", quote(line)),
         Act::Exit(code) => format!("exit {code}\n"),
         Act::Hang => "trap '' TERM\nexec sleep 100000\n".to_owned(),
+        Act::Sleep(ms) => format!("sleep {}.{:03}\n", ms / 1000, ms % 1000),
         Act::SpawnGrandchild(file) => format!(
             "sleep 100000 </dev/null >/dev/null 2>&1 &\necho $! >> {}\n",
             quote(&file.to_string_lossy())

@@ -61,9 +61,15 @@ impl TestCa {
     /// (or before its expiry, for one that expired) until midnight UTC of the day
     /// `expires_in_days` from today (negative: it expired that many days ago).
     pub fn server_cert(&self, expires_in_days: i64) -> ServerCert {
+        self.server_cert_for(&["127.0.0.1", "localhost"], expires_in_days)
+    }
+
+    /// Like [`TestCa::server_cert`], for these names only: a certificate for another host, served
+    /// on loopback, is one for the wrong name.
+    pub fn server_cert_for(&self, names: &[&str], expires_in_days: i64) -> ServerCert {
         let key = KeyPair::generate().expect("generating a server key");
-        let mut params = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".into()])
-            .expect("server certificate parameters");
+        let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+        let mut params = CertificateParams::new(names).expect("server certificate parameters");
         params
             .distinguished_name
             .push(DnType::CommonName, "mcpulse test server");
@@ -100,6 +106,30 @@ impl TestCa {
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Arc::new(config)
     }
+}
+
+/// A self-signed server certificate for `127.0.0.1` and `localhost` that is also a CA
+/// (basicConstraints CA:TRUE), as `openssl req -x509` makes one by default, and its PEM.
+/// TLS clients refuse it as a server's certificate even when they trust it.
+pub fn self_signed_ca_cert() -> (ServerCert, String) {
+    let key = KeyPair::generate().expect("generating a self-signed key");
+    let mut params = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".into()])
+        .expect("self-signed certificate parameters");
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "mcpulse self-signed");
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let (from, until) = (days_from_now(-1), days_from_now(365));
+    set_validity(&mut params, from, until);
+    let cert = params.self_signed(&key).expect("self-signing");
+    (
+        ServerCert {
+            cert_der: cert.der().to_vec(),
+            key_der: key.serialize_der(),
+            not_after_unix: until * 86_400,
+        },
+        cert.pem(),
+    )
 }
 
 impl Default for TestCa {

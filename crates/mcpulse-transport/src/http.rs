@@ -108,6 +108,19 @@ fn port_of(uri: &Uri) -> u16 {
         })
 }
 
+/// The scheme a reference names, if it is absolute (RFC 3986: `ALPHA *( ALPHA / DIGIT / "+" /
+/// "-" / "." ) ":"`). `file:/etc/passwd` and `gopher://h/x` have one; `/a:b` and `a/b:c` do not.
+pub fn reference_scheme(reference: &str) -> Option<&str> {
+    let reference = reference.trim();
+    let end = reference.find(':')?;
+    let scheme = &reference[..end];
+    let mut chars = scheme.chars();
+    let first = chars.next()?;
+    (first.is_ascii_alphabetic()
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
+    .then_some(scheme)
+}
+
 /// Resolves a possibly relative reference (an SSE `endpoint`, a `Location`) against a base.
 pub fn resolve(base: &Uri, reference: &str) -> Result<Uri, String> {
     let reference = reference.trim();
@@ -151,6 +164,10 @@ pub struct HttpClient {
     /// Refuse to connect to loopback, private, link-local and other non-public addresses:
     /// set while following metadata URLs named by a public server (SSRF guard).
     pub deny_private: bool,
+    /// What `deny_private` lets through: [`is_public`]. Every connection, the first and each
+    /// redirect's, passes this one check. (A field so that this module's tests can tell two
+    /// loopback addresses apart; nothing else sets it.)
+    public: fn(IpAddr) -> bool,
     idle: Option<(String, SendRequest<Full<Bytes>>)>,
     /// Every connection attempt, in order; the probe moves these into the transcript.
     pub connections: Vec<Connection>,
@@ -163,6 +180,7 @@ impl HttpClient {
             tls: None,
             extra_roots: Vec::new(),
             deny_private: false,
+            public: is_public,
             idle: None,
             connections: Vec::new(),
         }
@@ -178,6 +196,7 @@ impl HttpClient {
             tls: self.tls.clone(),
             extra_roots: self.extra_roots.clone(),
             deny_private: self.deny_private,
+            public: self.public,
             idle: None,
             connections: Vec::new(),
         }
@@ -233,6 +252,16 @@ impl HttpClient {
                 return Err(SendError::Redirects(format!(
                     "more than {MAX_REDIRECTS} redirects; last to {}",
                     redact::url(&location)
+                )));
+            }
+            // Only http and https are followed: anything else (`gopher://`, `file:`, `ftp://`)
+            // would otherwise be spoken to as plain HTTP on whatever port it names. The
+            // redirect is recorded above, so the transcript shows where it pointed.
+            let scheme = reference_scheme(&location).map(str::to_ascii_lowercase);
+            if let Some(scheme) = scheme.filter(|s| s != "http" && s != "https") {
+                return Err(SendError::Redirects(format!(
+                    "redirect to {} refused: only http and https are followed, not {scheme}:",
+                    redact::url(location.trim())
                 )));
             }
             let next = resolve(&uri, &location).map_err(SendError::Invalid)?;
@@ -363,7 +392,7 @@ impl HttpClient {
             return Err(fail(ConnectStage::Dns, format!("{host}: no addresses")));
         }
         if self.deny_private
-            && let Some(a) = addrs.iter().find(|a| !is_public(a.ip()))
+            && let Some(a) = addrs.iter().find(|a| !(self.public)(a.ip()))
         {
             return Err(fail(
                 ConnectStage::Connect,
@@ -403,7 +432,7 @@ impl HttpClient {
             let connector = tokio_rustls::TlsConnector::from(config);
             let s = match timeout_at(deadline, connector.connect(name, tcp)).await {
                 Err(_) => return Err(SendError::Timeout),
-                Ok(Err(e)) => return Err(fail(ConnectStage::Tls, error_chain(&e))),
+                Ok(Err(e)) => return Err(fail(ConnectStage::Tls, tls_failure(&e, host))),
                 Ok(Ok(s)) => s,
             };
             rec.tls_ms = Some(self.clock.since(t));
@@ -557,6 +586,114 @@ pub fn is_loopback_host(host: &str) -> bool {
         || h.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
+/// A failed TLS handshake as a sentence a person can act on. rustls's own text names the check
+/// that failed, in its types' debug form (`invalid peer certificate:
+/// Other(OtherError(CaUsedAsEndEntity))`), not what is wrong with the certificate or what to do
+/// about it. Errors that are not about the certificate keep rustls's text.
+fn tls_failure(e: &std::io::Error, host: &str) -> String {
+    use rustls::CertificateError as C;
+    let Some(err) = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) else {
+        return error_chain(e);
+    };
+    let rustls::Error::InvalidCertificate(cert) = err else {
+        return err.to_string();
+    };
+    let days = |a: &rustls::pki_types::UnixTime, b: &rustls::pki_types::UnixTime| {
+        let d = a.as_secs().saturating_sub(b.as_secs()) / 86_400;
+        if d == 1 {
+            "1 day".to_owned()
+        } else {
+            format!("{d} days")
+        }
+    };
+    let reissue = "fix the certificate the server sends";
+    match cert {
+        C::UnknownIssuer => "the server's certificate is not signed by a trusted certificate authority \
+             (it is self-signed, from a private CA, or sent without its intermediate certificates); \
+             trust its CA with --ca-file FILE, or have the server send its full chain"
+            .to_owned(),
+        C::Expired => "the server's certificate has expired; renew it".to_owned(),
+        C::ExpiredContext { time, not_after } => format!(
+            "the server's certificate expired {} ago; renew it",
+            days(time, not_after)
+        ),
+        C::NotValidYet => format!(
+            "the server's certificate is not valid yet; check the clocks of this machine and the server, or {reissue}"
+        ),
+        C::NotValidYetContext { time, not_before } => format!(
+            "the server's certificate is not valid for another {}; check the clocks of this machine and the server, or {reissue}",
+            days(not_before, time)
+        ),
+        C::NotValidForName => format!(
+            "the server's certificate is not valid for the name {host}; connect with a name it lists, or reissue it with {host} in its subject alternative names"
+        ),
+        C::NotValidForNameContext { presented, .. } => format!(
+            "the server's certificate is for {} and not for {host}; connect with a name it lists, or reissue it with {host} in its subject alternative names",
+            names(presented)
+        ),
+        C::BadSignature => format!(
+            "a signature in the server's certificate chain does not verify (a certificate paired with the wrong issuer, or altered); {reissue}"
+        ),
+        C::BadEncoding => format!("the server's certificate is malformed (not valid DER); {reissue}"),
+        C::Revoked => "the server's certificate has been revoked by its issuer; replace it".to_owned(),
+        C::InvalidPurpose | C::InvalidPurposeContext { .. } => "the server's certificate is not for TLS \
+             servers (its extended key usage lacks serverAuth); reissue it with that purpose"
+            .to_owned(),
+        C::UnhandledCriticalExtension => format!(
+            "the server's certificate has a critical extension that mcpulse does not understand; {reissue}"
+        ),
+        #[allow(deprecated)]
+        C::UnsupportedSignatureAlgorithm
+        | C::UnsupportedSignatureAlgorithmContext { .. }
+        | C::UnsupportedSignatureAlgorithmForPublicKeyContext { .. } => "the server's certificate is \
+             signed with an algorithm mcpulse does not accept (such as SHA-1); reissue it with ECDSA, \
+             Ed25519 or RSA and SHA-256 or better"
+            .to_owned(),
+        // webpki's own errors arrive boxed, untyped but for their debug names.
+        C::Other(other) => {
+            let name = format!("{other:?}");
+            if name.contains("CaUsedAsEndEntity") {
+                "the server's certificate is a CA certificate used as the server's own (as a self-signed \
+                 certificate made with `openssl req -x509` is by default), which TLS clients refuse even \
+                 when they trust it; give the server a certificate issued by that CA, or a self-signed one \
+                 without the CA flag (basicConstraints CA:FALSE), and trust it with --ca-file FILE"
+                    .to_owned()
+            } else if name.contains("UnsupportedCertVersion") {
+                format!("the server's certificate is not X.509 version 3; {reissue}")
+            } else if name.contains("EndEntityUsedAsCa") {
+                format!(
+                    "a certificate in the server's chain that is not a CA certificate signed the next one; {reissue}"
+                )
+            } else {
+                format!("the server's certificate was rejected: {other}")
+            }
+        }
+        other => format!("the server's certificate was rejected: {other}"),
+    }
+}
+
+/// The names a certificate presents, as a short list: they come from the server, so at most
+/// five, each cut to 64 characters, control characters dropped. webpki gives them in debug
+/// form (`DnsName("mcp.example.com")`); the name inside is what a person compares.
+fn names(presented: &[String]) -> String {
+    if presented.is_empty() {
+        return "no name at all".to_owned();
+    }
+    let bare = |n: &str| -> String {
+        let inner = n
+            .split_once('(')
+            .and_then(|(_, rest)| rest.strip_suffix(')'))
+            .unwrap_or(n);
+        let inner = inner.trim_matches('"');
+        inner.chars().filter(|c| !c.is_control()).take(64).collect()
+    };
+    let mut list: Vec<String> = presented.iter().take(5).map(|n| bare(n)).collect();
+    if presented.len() > 5 {
+        list.push(format!("{} more", presented.len() - 5));
+    }
+    list.join(", ")
+}
+
 /// An error and its sources, joined: "connection refused" alone rarely says enough.
 pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut s = e.to_string();
@@ -690,6 +827,68 @@ mod tests {
         assert!(is_loopback_host("[::1]"));
         assert!(is_loopback_host("127.0.0.2"));
         assert!(!is_loopback_host("example.com"));
+    }
+
+    #[test]
+    fn reference_schemes() {
+        assert_eq!(reference_scheme("gopher://h:70/x"), Some("gopher"));
+        assert_eq!(reference_scheme(" file:/etc/passwd"), Some("file"));
+        assert_eq!(reference_scheme("svn+ssh://h/r"), Some("svn+ssh"));
+        assert_eq!(reference_scheme("https://h/"), Some("https"));
+        for relative in ["/a:b", "a/b:c", "//h:80/x", "?q=a:b", "1x:y", ""] {
+            assert_eq!(reference_scheme(relative), None, "{relative}");
+        }
+    }
+
+    /// The SSRF guard holds for every hop of a redirect, http or https, not only the first:
+    /// each connection passes the same check. A loopback test cannot have a public first hop,
+    /// so here 127.0.0.1 stands in for "public" and 127.0.0.2 for the private address a
+    /// redirect points at.
+    #[tokio::test]
+    async fn the_guard_applies_to_each_redirect() {
+        use mcpulse_testkit::RawListener;
+        for scheme in ["http", "https"] {
+            let private = RawListener::start("127.0.0.2", "").await;
+            let first = RawListener::start(
+                "127.0.0.1",
+                format!(
+                    "HTTP/1.1 307 Temporary Redirect\r\nlocation: {scheme}://{}/x\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                    private.addr()
+                ),
+            )
+            .await;
+            let mut client = HttpClient::new(Clock::start());
+            client.deny_private = true;
+            client.public = |ip| ip == IpAddr::from([127, 0, 0, 1]);
+            let out = Outgoing {
+                method: Method::POST,
+                uri: format!("http://{}/mcp", first.addr()).parse().unwrap(),
+                headers: Vec::new(),
+                user_headers: &[],
+                body: Some("{}".into()),
+            };
+            let mut redirects = Vec::new();
+            let deadline = Instant::now() + std::time::Duration::from_secs(5);
+            let err = client
+                .send(&out, true, deadline, &mut redirects)
+                .await
+                .err()
+                .unwrap();
+            let message = err.to_string();
+            assert!(
+                message.contains("non-public address 127.0.0.2"),
+                "{scheme}: {message}"
+            );
+            assert_eq!(redirects.len(), 1);
+            assert_eq!(client.connections.len(), 2);
+            assert!(client.connections[0].error.is_none());
+            assert_eq!(client.connections[1].addr, None);
+            assert_eq!(
+                private.connections(),
+                0,
+                "{scheme}: no connection to the private address"
+            );
+        }
     }
 
     #[test]

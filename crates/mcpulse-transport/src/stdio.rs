@@ -32,6 +32,16 @@ pub const INHERITED_ENV: &[&str] = &[
     "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "TMPDIR", "TZ",
 ];
 
+/// The caller's variables that a clean environment keeps: [`INHERITED_ENV`] and the locale's
+/// `LC_*`. One list for everything mcpulse starts with a clean environment (stdio servers,
+/// the monitor's command sink).
+pub fn inherited_env() -> impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)> {
+    std::env::vars_os().filter(|(k, _)| {
+        let key = k.to_string_lossy();
+        INHERITED_ENV.contains(&key.as_ref()) || key.starts_with("LC_")
+    })
+}
+
 /// How long replies may still arrive after the server process exited.
 const EXIT_DRAIN: Duration = Duration::from_millis(100);
 /// The longest stderr line kept.
@@ -123,13 +133,7 @@ impl StdioChild {
         };
         let mut cmd = Command::new(program);
         if clean_env {
-            cmd.env_clear();
-            for (k, v) in std::env::vars_os() {
-                let key = k.to_string_lossy();
-                if INHERITED_ENV.contains(&key.as_ref()) || key.starts_with("LC_") {
-                    cmd.env(&k, &v);
-                }
-            }
+            cmd.env_clear().envs(inherited_env());
         }
         cmd.args(args)
             .envs(env.iter().map(|(k, v)| (k, v)))
@@ -258,6 +262,31 @@ impl StdioChild {
     /// Waits for the reply to a message written by [`StdioChild::send`] (nothing, for a
     /// notification or a failed write) and returns the finished exchange.
     pub async fn receive(&mut self, sent: Sent, deadline: Instant) -> Exchange {
+        self.receive_patient(sent, Patience::fixed(deadline)).await
+    }
+
+    /// When the reply to a first request is given up: see [`Patience`].
+    fn give_up_at(&self, p: &Patience) -> Instant {
+        if p.until >= p.while_silent {
+            return p.until;
+        }
+        match lock(&self.record).first_output_ms {
+            None => p.while_silent,
+            Some(first) => {
+                let ago = Duration::from_secs_f64(((self.clock.at() - first) / 1000.0).max(0.0));
+                let spoke = Instant::now().checked_sub(ago).unwrap_or_else(Instant::now);
+                p.until
+                    .max(spoke + p.after_first_output)
+                    .min(p.while_silent)
+            }
+        }
+    }
+
+    /// [`StdioChild::receive`], giving up as `patience` says: a server that has written nothing
+    /// yet is still starting (a package manager's download, an interpreter's start), which is
+    /// no evidence about the request.
+    pub async fn receive_patient(&mut self, sent: Sent, patience: Patience) -> Exchange {
+        let deadline = patience.while_silent.max(patience.until);
         let Sent {
             mut ex,
             started,
@@ -303,7 +332,12 @@ impl StdioChild {
                 ex.outcome = Outcome::Closed;
                 break;
             }
-            let wait_until = drain_until.map_or(deadline, |d| d.min(deadline));
+            let give_up = self.give_up_at(&patience);
+            // While the server is silent and patience depends on it, look again now and then.
+            let look_again = (give_up > patience.until).then(|| Instant::now() + PATIENCE_TICK);
+            let wait_until = drain_until
+                .map_or(give_up, |d| d.min(give_up))
+                .min(look_again.unwrap_or(give_up));
             let received = tokio::select! {
                 r = timeout_at(wait_until, self.rx.recv()) => r,
                 _ = exited.wait_for(|e| *e), if drain_until.is_none() => {
@@ -312,11 +346,15 @@ impl StdioChild {
                 }
             };
             match received {
-                Err(_) if drain_until.is_some() && Instant::now() < deadline => {
+                Err(_)
+                    if drain_until.is_some_and(|d| Instant::now() >= d)
+                        && Instant::now() < deadline =>
+                {
                     self.drained = true;
                     ex.outcome = Outcome::Closed;
                     break;
                 }
+                Err(_) if Instant::now() < self.give_up_at(&patience) => continue,
                 Err(_) => {
                     ex.outcome = Outcome::Timeout;
                     break;
@@ -514,6 +552,7 @@ async fn read_stdout(
 ) {
     let mut decoder = LineDecoder::new(max);
     let mut buf = vec![0u8; 64 * 1024];
+    let mut spoke = false;
     loop {
         let n = match stdout.read(&mut buf).await {
             Ok(0) | Err(_) => break,
@@ -522,6 +561,10 @@ async fn read_stdout(
         // Stamped when read, not when the channel takes each line (a full channel holds the
         // reader back while a pipeline is being written).
         let at_ms = clock.at();
+        if !spoke {
+            spoke = true;
+            first_output(&record, at_ms);
+        }
         for line in decoder.push(&buf[..n]) {
             if !handle_line(line, &tx, &record, at_ms).await {
                 return;
@@ -599,16 +642,48 @@ async fn read_stderr(
         }
         let mut line = String::from_utf8_lossy(&buf).trim_end().to_owned();
         truncate(&mut line, MAX_STDERR_LINE);
+        let at_ms = clock.at();
+        first_output(&record, at_ms);
         let mut rec = lock(&record);
         if rec.stderr.len() < MAX_STDERR_LINES {
-            rec.stderr.push(TimedLine {
-                at_ms: clock.at(),
-                line,
-            });
+            rec.stderr.push(TimedLine { at_ms, line });
         } else {
             rec.stderr_dropped += 1;
         }
     }
+}
+
+/// How often a patient wait looks again whether a silent server has spoken.
+const PATIENCE_TICK: Duration = Duration::from_millis(50);
+
+/// How long the reply to a request is awaited.
+#[derive(Debug, Clone, Copy)]
+pub struct Patience {
+    /// Given up then, once the server has written anything (or if `while_silent` is earlier).
+    pub until: Instant,
+    /// While the server has written nothing at all, awaited until then instead.
+    pub while_silent: Instant,
+    /// After the server first wrote something, awaited at least this much longer (within
+    /// `while_silent`): it has only just started.
+    pub after_first_output: Duration,
+}
+
+impl Patience {
+    /// Given up at `deadline`, whatever the server did.
+    pub fn fixed(deadline: Instant) -> Patience {
+        Patience {
+            until: deadline,
+            while_silent: deadline,
+            after_first_output: Duration::ZERO,
+        }
+    }
+}
+
+/// Notes the server's first output (on either stream), if it is the first.
+fn first_output(record: &Mutex<Process>, at_ms: f64) {
+    let mut rec = lock(record);
+    let first = rec.first_output_ms.get_or_insert(at_ms);
+    *first = first.min(at_ms);
 }
 
 fn truncate(s: &mut String, max: usize) {

@@ -1,9 +1,38 @@
 //! `${VAR}` in settings, read from the environment: how secrets stay out of command lines and
 //! config files. One expander for the CLI's `--header` values and the monitor's config.
 
+use crate::redact::Secrets;
+
+/// A value after expansion, and the values it took from the environment: those are secret
+/// wherever the value goes (a URL's path, an argument), so displays hide them.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Expanded {
+    pub value: String,
+    pub secrets: Secrets,
+}
+
+impl Expanded {
+    /// The value as it may be shown: what came from the environment is `<redacted>`.
+    pub fn display(&self) -> String {
+        self.secrets.hide(&self.value)
+    }
+}
+
+impl std::fmt::Debug for Expanded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.display())
+    }
+}
+
 /// Expands `${VAR}` with `env`; `$$` is a literal `$`, and a `$` before anything else is kept.
 /// The error says which variable is missing or what is malformed.
 pub fn expand(v: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+    expand_marked(v, env).map(|e| e.value)
+}
+
+/// [`expand`], remembering what came from the environment.
+pub fn expand_marked(v: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Expanded, String> {
+    let mut secrets = Secrets::default();
     let mut out = String::new();
     let mut rest = v;
     while let Some(i) = rest.find('$') {
@@ -21,6 +50,7 @@ pub fn expand(v: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, S
             let val =
                 env(var).ok_or_else(|| format!("the environment variable {var} is not set"))?;
             out.push_str(&val);
+            secrets.add(&val);
             rest = &a[end + 1..];
         } else {
             out.push('$');
@@ -28,7 +58,10 @@ pub fn expand(v: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, S
         }
     }
     out.push_str(rest);
-    Ok(out)
+    Ok(Expanded {
+        value: out,
+        secrets,
+    })
 }
 
 /// Whether `name` is an RFC 9110 token, as an HTTP header name must be.
@@ -54,6 +87,10 @@ mod tests {
         assert!(expand("${NOPE}", &env).unwrap_err().contains("NOPE"));
         assert!(expand("${TOKEN", &env).is_err());
         assert!(expand("${}", &env).is_err());
+        let e = expand_marked("http://h/ok/${TOKEN}?q=${TOKEN}", &env).unwrap();
+        assert_eq!(e.value, "http://h/ok/t0k?q=t0k");
+        assert_eq!(e.display(), "http://h/ok/<redacted>?q=<redacted>");
+        assert!(!format!("{e:?}").contains("t0k"));
         assert!(is_header_name("X-Api-Key"));
         assert!(!is_header_name("Bad Name"));
         assert!(!is_header_name(""));

@@ -7,7 +7,8 @@
 //! - [`message`]: the exact requests a prober sends, per era;
 //! - [`ndjson`] and [`sse`]: incremental, size-capped frame decoders for stdio and HTTP bodies;
 //! - [`transcript`]: the record of what a probe saw, which the judge turns into a verdict;
-//! - [`redact`]: how secrets are kept out of that record by construction.
+//! - [`redact`]: how secrets are kept out of that record by construction;
+//! - [`text`]: how server-controlled text is made inert before a person or a log sees it.
 //!
 //! It does not own I/O (see `mcpulse-transport`) or judgement (see `mcpulse-judge`).
 
@@ -20,6 +21,7 @@ pub mod ndjson;
 pub mod redact;
 pub mod sniff;
 pub mod sse;
+pub mod text;
 pub mod transcript;
 pub mod version;
 pub mod x509;

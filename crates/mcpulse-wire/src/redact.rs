@@ -3,6 +3,13 @@
 //! Credentials are redacted *by construction*: a header the user supplied is recorded as
 //! [`REDACTED`] whatever its name, and URLs lose their userinfo and query values before they
 //! reach a transcript or report.
+//!
+//! Names and patterns only go so far: a token in a URL's path or a bare argument has no name.
+//! So secrets are also a property of the *value*: whatever config expansion read from the
+//! environment (`${VAR}`, `${env:VAR}`) or put in a server's environment is kept in
+//! [`Secrets`], and every display of a target ([`target_url`], [`command_line`]) and every
+//! string a probe records about it ([`crate::transcript::Transcript::hide`]) has those values
+//! replaced, wherever they landed.
 
 /// What a secret is replaced with.
 pub const REDACTED: &str = "<redacted>";
@@ -64,6 +71,243 @@ pub fn url(raw: &str) -> String {
     out
 }
 
+/// Values that must never be shown: what config expansion read from the environment, and
+/// a stdio server's environment values. Held in full (they are needed to hide them), never
+/// printed: `Debug` shows only how many there are.
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
+pub struct Secrets(Vec<String>);
+
+impl std::fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Secrets({} {REDACTED})", self.0.len())
+    }
+}
+
+impl Secrets {
+    /// Remembers `value` as secret. The empty string hides nothing and is ignored.
+    pub fn add(&mut self, value: &str) {
+        if !value.is_empty() && !self.0.iter().any(|s| s == value) {
+            self.0.push(value.to_owned());
+            // Longest first, so that a secret containing another is hidden whole.
+            self.0.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        }
+    }
+
+    /// Remembers all of `other`'s values.
+    pub fn extend(&mut self, other: &Secrets) {
+        for s in &other.0 {
+            self.add(s);
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// `text` with every occurrence of a secret value replaced by [`REDACTED`]. One pass, so a
+    /// replacement is never searched again, and a `<redacted>` already there is left whole.
+    pub fn hide(&self, text: &str) -> String {
+        if self.0.is_empty() {
+            return text.to_owned();
+        }
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text;
+        'scan: while let Some(c) = rest.chars().next() {
+            for s in &self.0 {
+                if let Some(after) = rest.strip_prefix(s.as_str()) {
+                    out.push_str(REDACTED);
+                    rest = after;
+                    continue 'scan;
+                }
+            }
+            // What is already hidden stays whole (hiding twice changes nothing).
+            if let Some(after) = rest.strip_prefix(REDACTED) {
+                out.push_str(REDACTED);
+                rest = after;
+                continue;
+            }
+            out.push(c);
+            rest = &rest[c.len_utf8()..];
+        }
+        out
+    }
+
+    /// Hides secrets in `text` in place.
+    pub fn hide_in(&self, text: &mut String) {
+        if !self.0.is_empty() {
+            *text = self.hide(text);
+        }
+    }
+}
+
+/// A target URL fit for display: [`url`]'s rule, and every secret value hidden (a token in
+/// the path has no name to go by).
+pub fn target_url(raw: &str, secrets: &Secrets) -> String {
+    url(&secrets.hide(raw))
+}
+
+/// A command line fit for display: [`args`] joined by spaces.
+pub fn command_line(argv: &[String], secrets: &Secrets) -> String {
+    args(argv, secrets).join(" ")
+}
+
+/// Short flags that take no value in the commands MCP servers are started with (`npx -y`,
+/// `docker run -i`, quiet, verbose): the argument after them is shown.
+const VALUELESS_SHORT_FLAGS: &[&str] = &["-y", "-i", "-q", "-v"];
+
+/// Each argument of a command line fit for display. The rule errs on the side of hiding
+/// (docs/monitor.md, "Secrets"):
+///
+/// 1. a secret value (from `${VAR}` or the server's environment) is hidden wherever it is;
+/// 2. the argument after a flag whose name suggests a credential (`--api-key`, `--token`,
+///    `-password`, `--auth`, …) is hidden, whatever it looks like;
+/// 3. the argument after any other one-letter flag (`-p VALUE`) is hidden, unless the flag is
+///    one that takes no value (`-y`, `-i`, `-q`, `-v`) or the argument is itself a flag;
+///    `-e NAME=value` keeps the name;
+/// 4. `name=value` and `--name=value` hide the value when the name suggests a credential
+///    or the value looks like a token; `-pVALUE` hides the value;
+/// 5. an argument that looks like a token is hidden: a known prefix (`ghp_`, `github_pat_`,
+///    `sk-`, `xoxb-`, `AKIA`, `glpat-`, a JWT's `eyJ`, …) or 20 or more letters and digits
+///    mixed throughout;
+/// 6. URLs lose their userinfo and query values ([`url`]).
+pub fn args(argv: &[String], secrets: &Secrets) -> Vec<String> {
+    #[derive(PartialEq)]
+    enum Next {
+        Show,
+        /// After a credential flag: hidden whatever it is.
+        Hide,
+        /// After a one-letter flag: hidden unless it is a flag itself.
+        HideValue,
+    }
+    let mut out = Vec::with_capacity(argv.len());
+    let mut next = Next::Show;
+    for a in argv {
+        let after = std::mem::replace(&mut next, Next::Show);
+        let shown = if after == Next::Hide || (after == Next::HideValue && !a.starts_with('-')) {
+            match a.split_once('=') {
+                Some((k, _)) if after == Next::HideValue && is_env_name(k) => {
+                    format!("{k}={REDACTED}")
+                }
+                _ => REDACTED.to_owned(),
+            }
+        } else if a.contains("://") {
+            url(a)
+        } else if looks_like_token(a) {
+            REDACTED.to_owned()
+        } else if let Some((k, v)) = a.split_once('=') {
+            if credential_name(k) || looks_like_token(v) {
+                format!("{k}={REDACTED}")
+            } else {
+                a.clone()
+            }
+        } else if a.starts_with('-') && credential_name(a) {
+            next = Next::Hide;
+            a.clone()
+        } else if is_short_flag(a) {
+            if !VALUELESS_SHORT_FLAGS.contains(&a.as_str()) {
+                next = Next::HideValue;
+            }
+            a.clone()
+        } else if a.len() > 2 && a.starts_with("-p") && !a.starts_with("--") {
+            // `-pVALUE`, the password form of mysql and its kin.
+            format!("-p{REDACTED}")
+        } else {
+            a.clone()
+        };
+        out.push(secrets.hide(&shown));
+    }
+    out
+}
+
+/// `-x`: one dash, one letter.
+fn is_short_flag(a: &str) -> bool {
+    let b = a.as_bytes();
+    b.len() == 2 && b[0] == b'-' && b[1].is_ascii_alphabetic()
+}
+
+/// An environment variable's name, as in `-e NAME=value`.
+fn is_env_name(k: &str) -> bool {
+    !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+/// A flag or variable name that suggests its value is a credential.
+fn credential_name(k: &str) -> bool {
+    let k = k.trim_start_matches('-').to_ascii_lowercase();
+    is_sensitive_header(&k)
+        || [
+            "password",
+            "passwd",
+            "passphrase",
+            "credential",
+            "auth",
+            "bearer",
+            "private",
+        ]
+        .iter()
+        .any(|w| k.contains(w))
+        || k == "pass"
+        || k == "pwd"
+        || k.ends_with("key")
+}
+
+/// Prefixes of credentials that announce themselves (GitHub, OpenAI/Stripe, Slack, AWS,
+/// GitLab, npm, PyPI, Google, Hugging Face, JWTs).
+const TOKEN_PREFIXES: &[&str] = &[
+    "ghp_",
+    "gho_",
+    "ghu_",
+    "ghs_",
+    "ghr_",
+    "github_pat_",
+    "sk-",
+    "sk_live_",
+    "sk_test_",
+    "rk_live_",
+    "xoxb-",
+    "xoxa-",
+    "xoxp-",
+    "xoxs-",
+    "xapp-",
+    "AKIA",
+    "ASIA",
+    "glpat-",
+    "npm_",
+    "pypi-",
+    "AIza",
+    "hf_",
+    "eyJ",
+];
+
+/// Whether an argument looks like a credential by its shape alone: a known prefix followed by
+/// at least 8 token characters, or 20 or more token characters with letters and digits mixed
+/// throughout (at least four switches between a letter and a digit: random, not a word with a
+/// version number). Paths (`/`, `.`, `~` first) are not tokens.
+pub fn looks_like_token(a: &str) -> bool {
+    let token_char = |c: char| c.is_ascii_alphanumeric() || "_-+/=.".contains(c);
+    if !a.chars().all(token_char) || a.starts_with(['/', '.', '~', '-']) {
+        return false;
+    }
+    if TOKEN_PREFIXES
+        .iter()
+        .any(|p| a.starts_with(p) && a.len() >= p.len() + 8)
+    {
+        return true;
+    }
+    if a.len() < 20 {
+        return false;
+    }
+    let mut switches = 0;
+    let mut last: Option<bool> = None;
+    for c in a.chars().filter(char::is_ascii_alphanumeric) {
+        let digit = c.is_ascii_digit();
+        if last.is_some_and(|l| l != digit) {
+            switches += 1;
+        }
+        last = Some(digit);
+    }
+    switches >= 4
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -89,5 +333,75 @@ mod tests {
         assert!(is_sensitive_header("X-API-Key"));
         assert!(is_sensitive_header("x-auth-token"));
         assert!(!is_sensitive_header("Content-Type"));
+    }
+
+    fn argv(s: &str) -> Vec<String> {
+        s.split(' ').map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn secret_values_are_hidden_wherever_they_are() {
+        let mut s = Secrets::default();
+        s.add("t0k");
+        s.add("");
+        s.add("t0ken-long");
+        assert_eq!(format!("{s:?}"), "Secrets(2 <redacted>)");
+        assert_eq!(
+            target_url("http://h/ok/t0ken-long/x?a=1", &s),
+            "http://h/ok/<redacted>/x?a=<redacted>"
+        );
+        assert_eq!(s.hide("a t0k b t0ken-long"), "a <redacted> b <redacted>");
+        assert_eq!(Secrets::default().hide("t0k"), "t0k");
+        let mut d = Secrets::default();
+        d.add("d");
+        assert_eq!(d.hide(&d.hide("a d")), "a <redacted>");
+        d.add("<redacted>x");
+        assert_eq!(d.hide("<redacted>x"), "<redacted>");
+        assert_eq!(
+            command_line(&argv("server --root /srv/t0k"), &s),
+            "server --root /srv/<redacted>"
+        );
+    }
+
+    #[test]
+    fn the_argv_rule() {
+        let none = Secrets::default();
+        let cases = [
+            (
+                "server --api-key s3cret --token=abc --root /srv",
+                "server --api-key <redacted> --token=<redacted> --root /srv",
+            ),
+            (
+                "mysql -p hunter2 -pHunter2",
+                "mysql -p <redacted> -p<redacted>",
+            ),
+            (
+                "npx -y @modelcontextprotocol/server-filesystem /srv",
+                "npx -y @modelcontextprotocol/server-filesystem /srv",
+            ),
+            (
+                "docker run -i --rm -e GITHUB_TOKEN=abc -e PLAIN ghcr.io/github/github-mcp-server",
+                "docker run -i --rm -e GITHUB_TOKEN=<redacted> -e <redacted> ghcr.io/github/github-mcp-server",
+            ),
+            (
+                "server ghp_abcdefghijklmnopqrstuvwxyz0123456789 API_KEY=x DEBUG=1",
+                "server <redacted> API_KEY=<redacted> DEBUG=1",
+            ),
+            (
+                "server -s --password --x --out=a8Fk2mQ9xL7pR3tZ5wB1",
+                "server -s --password <redacted> --out=<redacted>",
+            ),
+            (
+                "server eyJhbGciOiJIUzI1NiJ9.e30.sig sk-proj-0123456789abcdef mcp-server-everything-2024",
+                "server <redacted> <redacted> mcp-server-everything-2024",
+            ),
+            (
+                "server https://u:p@h/x?k=v 123e4567-e89b-12d3-a456-426614174000",
+                "server https://<redacted>@h/x?k=<redacted> <redacted>",
+            ),
+        ];
+        for (input, shown) in cases {
+            assert_eq!(command_line(&argv(input), &none), shown, "{input}");
+        }
     }
 }

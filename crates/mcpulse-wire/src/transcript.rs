@@ -7,11 +7,14 @@
 //! Transcripts serialise to JSON (`mcpulse.transcript/v1`), so a failure class is a fixture file
 //! and stored evidence can be judged again when a rule changes.
 //!
-//! Secrets never enter a transcript: request headers the user supplied are stored redacted and
-//! URLs are stored through [`crate::redact::url`].
+//! Secrets never enter a transcript: request headers the user supplied are stored redacted,
+//! URLs are stored through [`crate::redact::url`], and a probe ends with [`Transcript::hide`],
+//! which hides the plan's secret values (and applies the argv rule to commands) in everything
+//! it recorded about the target: the display, URLs, commands, error messages, stderr.
 
 use crate::json;
 use crate::jsonrpc::{self, Decoded};
+use crate::redact::Secrets;
 use crate::version::{Era, EraMode};
 use serde::{Deserialize, Serialize};
 
@@ -62,10 +65,56 @@ impl Transcript {
     }
 }
 
+impl Transcript {
+    /// Hides `secrets` in every string the probe recorded about the target (not in what the
+    /// server sent: frames and bodies are evidence, kept as they came), and shows commands by
+    /// [`crate::redact::args`]' rule. Idempotent.
+    pub fn hide(&mut self, secrets: &Secrets) {
+        secrets.hide_in(&mut self.target.display);
+        for p in &mut self.processes {
+            p.hide(secrets);
+        }
+        for c in &mut self.connections {
+            secrets.hide_in(&mut c.authority);
+            if let Some(e) = &mut c.error {
+                secrets.hide_in(&mut e.message);
+            }
+        }
+        for x in &mut self.exchanges {
+            if let Some(u) = &mut x.request.url {
+                secrets.hide_in(u);
+            }
+            for r in &mut x.redirects {
+                secrets.hide_in(&mut r.location);
+            }
+            match &mut x.outcome {
+                Outcome::Endpoint { url } => secrets.hide_in(url),
+                Outcome::TransportError { message } => secrets.hide_in(message),
+                _ => {}
+            }
+        }
+    }
+}
+
+impl Process {
+    /// The command shown by [`crate::redact::args`]' rule, and `secrets` hidden in it, in the
+    /// spawn error and in stderr (a server may log its own command line or token).
+    pub fn hide(&mut self, secrets: &Secrets) {
+        self.args = crate::redact::args(&self.args, secrets);
+        secrets.hide_in(&mut self.program);
+        if let Some(e) = &mut self.spawn_error {
+            secrets.hide_in(e);
+        }
+        for l in &mut self.stderr {
+            secrets.hide_in(&mut l.line);
+        }
+    }
+}
+
 /// What was probed, as it may be shown.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct TargetRecord {
-    /// The URL (redacted) or the command line.
+    /// The URL or the command line, redacted (`mcpulse_wire::redact::target_url`, `command_line`).
     pub display: String,
     pub kind: TargetKind,
     /// For HTTP targets: the host, for rules that treat loopback differently.
@@ -180,6 +229,10 @@ pub struct Process {
     /// Why this process was started (the first attempt, or a respawn for the legacy fallback).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub purpose: Option<String>,
+    /// When the server first wrote anything, on stdout or stderr: the end of its start-up (a
+    /// package manager's download, an interpreter's start), which is not its handshake.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_output_ms: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -75,6 +75,13 @@ proptest! {
     #[test]
     fn redaction(text in "\\PC{0,200}") {
         let _ = redact::url(&text);
+        let argv: Vec<String> = text.split(' ').map(str::to_owned).collect();
+        let mut secrets = redact::Secrets::default();
+        secrets.add(argv.last().map_or("", String::as_str));
+        let shown = redact::command_line(&argv, &secrets);
+        // Hiding is idempotent: what is shown, shown again, is the same.
+        let again: Vec<String> = shown.split(' ').map(str::to_owned).collect();
+        prop_assert_eq!(redact::command_line(&again, &secrets), shown);
     }
 
     #[test]

@@ -110,7 +110,7 @@ const PROBE_HELP: &str = "\
 Examples:
   mcpulse probe https://mcp.example.com/mcp
   mcpulse probe http://127.0.0.1:3001/sse --transport sse
-  mcpulse probe --json -- npx -y @modelcontextprotocol/server-everything
+  mcpulse probe --json -- npx -y @modelcontextprotocol/server-everything@2026.8.31
   mcpulse probe -H 'Authorization: Bearer ${TOKEN}' https://mcp.example.com/mcp
   mcpulse probe --bearer-env MCP_TOKEN https://mcp.example.com/mcp
   mcpulse probe --baseline mcp.lock https://mcp.example.com/mcp
@@ -122,9 +122,10 @@ With --baseline: the worse of that and the drift (1 risky, 2 breaking).";
 const SNAPSHOT_HELP: &str = "\
 Examples:
   mcpulse snapshot https://mcp.example.com/mcp -o mcp.lock
-  mcpulse snapshot -o mcp.lock -- npx -y @modelcontextprotocol/server-everything
+  mcpulse snapshot -o mcp.lock -- npx -y @modelcontextprotocol/server-everything@2026.8.31
 
-Exit codes: 0 written, 2 the server is down (no contract to take), 3 could not run.";
+Exit codes: 0 written; 1 the server is up but its contract could not be taken (gated by auth,
+a list failing or cut short); 2 the server is down; 3 could not run.";
 
 const DIFF_HELP: &str = "\
 Examples:
@@ -154,9 +155,16 @@ pub struct TargetArgs {
     #[arg(long, value_enum, default_value_t = TransportArg::Auto)]
     pub transport: TransportArg,
 
-    /// Bounds the whole probe, whatever the server does (e.g. 10s, 500ms, 1m).
-    #[arg(long, default_value = "10s", value_name = "DURATION")]
-    pub timeout: String,
+    /// Bounds the whole probe, whatever the server does (e.g. 10s, 500ms, 1m). Default: 10s
+    /// for a URL; 60s for a stdio command, whose start-up may include a package manager's cold
+    /// download (`npx`, `uvx`).
+    #[arg(long, value_name = "DURATION")]
+    pub timeout: Option<String>,
+
+    /// Over stdio (auto era): also check whether a modern server serves legacy clients. It
+    /// needs a second process, so a second start-up; over HTTP the check is always made.
+    #[arg(long)]
+    pub dual_era: bool,
 
     /// An HTTP header to send, 'Name: value' (repeatable). `${VAR}` in the value is read from
     /// the environment, so secrets need not be on the command line: -H 'Authorization: Bearer ${TOKEN}'.
@@ -223,6 +231,12 @@ pub struct ProbeArgs {
     #[arg(long, requires = "baseline")]
     pub accept: bool,
 
+    /// With --baseline: use a baseline whose stored digests do not match its content (edited by
+    /// hand or by a tool), with the digests computed from the content; each mismatch is
+    /// reported. Without it, such a baseline is refused (exit 3).
+    #[arg(long, requires = "baseline")]
+    pub force: bool,
+
     /// When to use colour (auto: only on a terminal, and never with NO_COLOR set).
     #[arg(long, value_enum, default_value_t = ColorArg::Auto)]
     pub color: ColorArg,
@@ -255,6 +269,12 @@ pub struct DiffArgs {
     /// After reporting, replace OLD with NEW (the drift was reviewed) and exit 0.
     #[arg(long)]
     pub accept: bool,
+
+    /// Compare baselines whose stored digests do not match their content (edited by hand or
+    /// by a tool): the digests are computed from the content, and each mismatch is reported.
+    /// Without it, such a baseline is refused (exit 3).
+    #[arg(long)]
+    pub force: bool,
 
     /// When to use colour (auto: only on a terminal, and never with NO_COLOR set).
     #[arg(long, value_enum, default_value_t = ColorArg::Auto)]

@@ -3,6 +3,7 @@
 
 mod cli;
 mod commands;
+mod log;
 mod printer;
 mod settings;
 
@@ -38,7 +39,9 @@ fn main() -> ExitCode {
             for cause in e.chain().skip(1) {
                 msg.push_str(&format!("\n  caused by: {cause}"));
             }
-            anstream::eprintln!("{msg}");
+            // An error can quote a file or a server (a baseline, an imported name): one line
+            // at a time, it is made inert like any other text from outside.
+            anstream::eprintln!("{}", mcpulse_wire::text::lines(&msg));
             ExitCode::from(EXIT_COULD_NOT_RUN)
         }
     }

@@ -108,6 +108,14 @@ fn redact_header(h: &str) -> String {
     }
 }
 
+/// `--timeout` for a URL.
+pub const HTTP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// `--timeout` for a stdio command: its start-up may be a package manager's cold download. On a
+/// loaded 2-core machine with an empty npm cache, `npx -y` of the reference server took 18.9 s
+/// to its first reply (14.4 s in an earlier report); 60 s leaves room for a slower network,
+/// and the legacy fallback still gets half of it.
+pub const STDIO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Resolves the shared target arguments into a target and a plan.
 pub fn target_and_plan(
     args: &crate::cli::TargetArgs,
@@ -144,7 +152,12 @@ pub fn target_and_plan(
             TransportArg::StreamableHttp => TransportMode::StreamableHttp,
             TransportArg::Sse => TransportMode::Sse,
         },
-        timeout: duration(&args.timeout, "--timeout")?,
+        timeout: match &args.timeout {
+            Some(t) => duration(t, "--timeout")?,
+            None if stdio => STDIO_TIMEOUT,
+            None => HTTP_TIMEOUT,
+        },
+        stdio_dual_era: args.dual_era,
         max_response_bytes: size(&args.max_response_size, "--max-response-size")?,
         max_pages: args.max_pages.max(1),
         headers: headers(&args.headers, args.bearer_env.as_deref(), &env)?,

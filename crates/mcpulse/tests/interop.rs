@@ -502,11 +502,10 @@ fn everything_stdio_is_healthy_and_legacy_only() {
     assert_eq!(run.report["era"], "legacy", "{run}");
     assert_eq!(run.report["dual_era"], false, "{run}");
     assert_everything(&run);
-    // It answers server/discover with "method not found" and stays up; the legacy handshake,
-    // sent at once to the sibling process auto mode starts beside the first, carries the
-    // session. Both processes were ended by the probe.
+    // It answers server/discover with "method not found" and stays up: the legacy handshake
+    // goes on in the same process, which the probe ended.
     assert!(run.finding("legacy-only").contains("-32601"), "{run}");
-    assert_eq!(purposes(&run), ["probe", "legacy handshake"], "{run}");
+    assert_eq!(purposes(&run), ["probe"], "{run}");
     assert!(
         run.processes()
             .iter()
@@ -756,7 +755,7 @@ fn python_sdk2_streamable_http_forced_eras() {
 fn python_sdk2_stdio_is_modern_and_dual_era() {
     let script = fixture("mcp2_server.py");
     let run = mcpulse(
-        &["--", "python3", &script, "stdio"],
+        &["--dual-era", "--", "python3", &script, "stdio"],
         &[("PYTHONPATH", &py2())],
     );
     run.assert_healthy();
@@ -776,8 +775,26 @@ fn python_sdk2_stdio_is_modern_and_dual_era() {
 
 #[test]
 fn mcp_server_time_stdio_is_modern_and_dual_era() {
+    // By default over stdio: one process, the dual-era question not asked.
+    let one = mcpulse(
+        &[
+            "--",
+            "python3",
+            "-m",
+            "mcp_server_time",
+            "--local-timezone",
+            "UTC",
+        ],
+        &[("PYTHONPATH", &pytime())],
+    );
+    one.assert_healthy();
+    assert_eq!(one.report["era"], "modern", "{one}");
+    assert_eq!(one.report["dual_era"], Value::Null, "{one}");
+    assert_eq!(purposes(&one), ["probe"], "{one}");
+
     let run = mcpulse(
         &[
+            "--dual-era",
             "--",
             "python3",
             "-m",
@@ -800,8 +817,8 @@ fn mcp_server_time_stdio_is_modern_and_dual_era() {
     assert_eq!(run.report["server"]["version"], "2026.10.19", "{run}");
     assert_eq!(run.tools(), ["get_current_time", "convert_time"], "{run}");
     // The server fixes the era of its process at the first request (a later initialize gets
-    // -32022), so the dual-era check runs in a second process, started beside the first; both
-    // were ended by the probe.
+    // -32022), so the dual-era check (--dual-era) runs in a second process, started beside the
+    // first; both were ended by the probe.
     assert_eq!(purposes(&run), ["probe", "dual-era check"], "{run}");
     assert!(
         run.processes().iter().all(|p| !p["exit"].is_null()),
@@ -855,11 +872,11 @@ fn python_sdk1_stdio_is_legacy_only() {
     assert_eq!(run.report["era"], "legacy", "{run}");
     assert_eq!(run.report["dual_era"], false, "{run}");
     assert_eq!(run.tools(), ["add"], "{run}");
-    // server/discover gets -32602 (and a burst of validation errors on stderr); the sibling
-    // process, sent only `initialize`, completes the legacy handshake.
+    // server/discover gets -32602 (and a burst of validation errors on stderr), and the
+    // process stays up: the legacy handshake is completed in it.
     assert!(run.finding("legacy-only").contains("-32602"), "{run}");
     assert!(run.codes().contains(&"stderr-output"), "{run}");
-    assert_eq!(purposes(&run), ["probe", "legacy handshake"], "{run}");
+    assert_eq!(purposes(&run), ["probe"], "{run}");
 }
 
 /// The security checks against the reference servers, as the conformance suite sees them:
@@ -996,4 +1013,46 @@ fn ts_sdk_with_rebinding_protection_passes() {
         );
         assert_eq!(run.report["grade"], "A", "{mode}: {run}");
     }
+}
+
+/// The README's probe of the reference server, exactly as written there, on a cold start: an
+/// empty npm cache, so `npx` downloads the package first (about 15–20 s here). The verdict must
+/// be the true one, `healthy` (exit 0): the download is start-up, not a slow or hung server, and
+/// the default timeout for a command leaves room for it.
+#[test]
+fn readme_probe_command_is_healthy_with_a_cold_npm_cache() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
+            .unwrap();
+    let line = readme
+        .lines()
+        .find(|l| l.starts_with("cargo run --release -p mcpulse -- probe -- npx"))
+        .expect("the README's probe command");
+    let args: Vec<&str> = line
+        .split_whitespace()
+        .skip_while(|w| *w != "probe")
+        .collect();
+    let cache = scratch("npm-cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    let started = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_mcpulse"))
+        .args(&args)
+        .env("npm_config_cache", &cache)
+        .env("npm_config_update_notifier", "false")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&cache);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{} (cold npm cache, {:?}):\n{stdout}{}",
+        args.join(" "),
+        started.elapsed(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.starts_with("✔ healthy"), "{stdout}");
+    assert!(stdout.contains("startup"), "{stdout}");
 }

@@ -31,7 +31,7 @@ use mcpulse_monitor::sink::webhook;
 use mcpulse_monitor::state::Health;
 use mcpulse_monitor::store::Store;
 use mcpulse_testkit::scenario::{self, Framing};
-use mcpulse_testkit::{FakeHttp, Reply, TempDir};
+use mcpulse_testkit::{FakeHttp, Reply, StdioScript, TempDir};
 use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -725,6 +725,17 @@ async fn a_server_that_dies_and_comes_back_pages_once_and_resolves_once() {
         "{}",
         history[0]
     );
+    // A history cursor that names no check of the target is told, not an empty last page.
+    let oldest = history.last().unwrap()["id"].as_i64().unwrap();
+    let (status, page) = m
+        .get(&format!("/api/v1/targets/svc/history?before={oldest}"))
+        .await;
+    assert_eq!(
+        (status, &page["items"], &page["next"]),
+        (200, &json!([]), &Value::Null)
+    );
+    let (status, page) = m.get("/api/v1/targets/svc/history?before=999999999").await;
+    assert_eq!(status, 410, "{page}");
 
     // Restored on the same port: one resolve, same incident.
     server.restore().await;
@@ -910,8 +921,10 @@ async fn sigkill_with_an_alert_undelivered_delivers_it_once_after_the_restart() 
     let d = &delivered[0];
     assert_eq!((d.field("action"), d.field("kind")), ("trigger", "down"));
     assert_eq!(d.field("dedup_key"), key);
-    // The very alert that was refused (same raise time), not a new one.
+    // The very alert that was refused (same raise time, same delivery id), not a new one.
     assert_eq!(d.field("at"), refused[0].field("at"));
+    assert_eq!(d.field("delivery_id"), refused[0].field("delivery_id"));
+    assert!(d.field("delivery_id").starts_with("mcpulse-d-"));
     d.assert_signed();
     let view = m2.target(name).await;
     assert_eq!(view["status"], "down");
@@ -925,6 +938,81 @@ async fn sigkill_with_an_alert_undelivered_delivers_it_once_after_the_restart() 
     eprintln!(
         "timings: {attempts_before} refused attempt(s) before the SIGKILL; delivered {after:?} \
          after the restart began"
+    );
+    m2.sigterm(Duration::from_secs(5)).await;
+    let db = inspect_db(&dir.join("mcpulse.db"), name);
+    assert!(db.pending.is_empty(), "{:?}", db.pending);
+    assert_eq!(db.delivered, 1);
+}
+
+/// Kills a process by its id on drop: the command a SIGKILLed monitor leaves running.
+struct KillPid(Option<i32>);
+
+impl Drop for KillPid {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0.take() {
+            // SAFETY: kill(2) touches no memory; the pid is the test's own command's.
+            #[allow(unsafe_code)]
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_mid_command_runs_it_again_with_the_same_delivery_id() {
+    // The command appends its MCPULSE_DELIVERY_ID to `runs`; its first run then hangs (as if
+    // the monitor died while it worked), later runs succeed at once.
+    let dir = TempDir::new("monitor-crash-command");
+    let backend = healthy_backend().await;
+    let mut server = Killable::start(backend.addr()).await;
+    server.kill().await; // down from the start: a trigger
+    let (runs, hung, pid) = (dir.join("runs"), dir.join("hung"), dir.join("pid"));
+    let script = r#"echo "$MCPULSE_DELIVERY_ID $MCPULSE_ACTION" >> "$1"; [ -e "$2" ] && exit 0; echo $$ > "$3"; touch "$2"; exec sleep 30"#;
+    let argv = json!(["sh", "-c", script, "sh", runs, hung, pid]);
+    let name = "svc";
+    let config = dir.join("monitor.toml");
+    write_config(
+        &config,
+        &format!(
+            "{}\n[[alerts]]\nkind = \"command\"\ncommand = {argv}\n",
+            config_text(&[(name, &url_target(&server.url()))], None)
+        ),
+    );
+    let mut m = Monitor::start(&dir, &config, &[]).await;
+    let until = Instant::now() + PATIENCE;
+    while !(hung.exists() && std::fs::read_to_string(&pid).is_ok_and(|p| p.ends_with('\n'))) {
+        assert!(
+            Instant::now() < until,
+            "the command never ran:\n{}",
+            m.log()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    m.sigkill().await;
+    let _hung = KillPid(std::fs::read_to_string(&pid).unwrap().trim().parse().ok());
+    let db = inspect_db(&dir.join("mcpulse.db"), name);
+    assert_eq!(db.pending, vec![("trigger".to_owned(), "down".to_owned())]);
+
+    // Restarted, the monitor runs the command again for the alert it was running: the same id.
+    let mut m2 = Monitor::start(&dir, &config, &[]).await;
+    drop(m);
+    let until = Instant::now() + PATIENCE;
+    let read = || std::fs::read_to_string(&runs).unwrap_or_default();
+    while read().lines().count() < 2 {
+        assert!(Instant::now() < until, "no second run:\n{}", m2.log());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let n = m2.history(name).await.len();
+    m2.wait_checks(name, n, FAILURE_THRESHOLD as usize + 1)
+        .await;
+    let lines: Vec<String> = read().lines().map(str::to_owned).collect();
+    assert_eq!(lines.len(), 2, "one run per start, no more: {lines:?}");
+    assert_eq!(lines[0], lines[1], "the same delivery, the same id");
+    assert!(
+        lines[0].starts_with("mcpulse-d-") && lines[0].ends_with(" trigger"),
+        "{lines:?}"
     );
     m2.sigterm(Duration::from_secs(5)).await;
     let db = inspect_db(&dir.join("mcpulse.db"), name);
@@ -1256,13 +1344,221 @@ async fn monitor_import_adds_the_servers_of_a_claude_desktop_config() {
     assert_eq!(desk["labels"]["imported_from"], desktop_arg);
     let local = m.target("local").await;
     assert_eq!(local["kind"], "stdio");
-    assert_eq!(local["endpoint"], "sh -c exit 3");
+    // The argv rule hides the value of a one-letter flag: `sh -c` scripts can hold secrets.
+    assert_eq!(local["endpoint"], "sh -c <redacted>");
     let own = m
         .wait_target("own", "healthy", |v| v["status"] == "healthy")
         .await;
     assert_eq!(own["endpoint"], backend.url("/mcp"));
     assert!(own["labels"].get("imported_from").is_none(), "{own}");
     m.sigterm(Duration::from_secs(5)).await;
+}
+
+/// The bytes of the database and its journals (`-wal`, `-shm`, `-journal`), as one buffer.
+fn db_bytes(db: &Path) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    for suffix in ["", "-wal", "-shm", "-journal"] {
+        let mut p = db.as_os_str().to_owned();
+        p.push(suffix);
+        if let Ok(b) = std::fs::read(&p) {
+            bytes.extend_from_slice(&b);
+        }
+    }
+    bytes
+}
+
+fn contains(haystack: &[u8], needle: &str) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|w| w == needle.as_bytes())
+}
+
+/// Issue #14 (4, 5, 6): secrets are a property of the value. An imported URL with
+/// `${env:VAR}` in its path and query, and a command with `-p VALUE` and a positional
+/// `ghp_…` token, show up redacted in the API, the database (WAL included) and the log; the
+/// command sink sees neither the monitor's secret variable nor anything not allowlisted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_stay_out_of_the_api_the_database_the_log_and_the_command_sink() {
+    let dir = TempDir::new("monitor-secrets");
+    let backend = healthy_backend().await;
+    let pass = format!("pass-{}-{}", std::process::id(), line!());
+    let pat = format!("ghp_{}abcdefghijklmnopqrstuvwxyz", std::process::id());
+    let script = StdioScript::legacy().write(&dir, "server.sh");
+    let desktop = dir.join("mcp.json");
+    std::fs::write(
+        &desktop,
+        serde_json::to_string_pretty(&json!({
+            "servers": {
+                "pathy": { "type": "http", "url": backend.url(&format!(
+                    "/ok/${{env:{SECRET_ENV}}}/mcp?token=${{env:{SECRET_ENV}}}"
+                )) },
+                "argvy": { "command": "sh", "args": [script, "-p", pass, pat] }
+            }
+        }))
+        .unwrap(),
+    )
+    .unwrap();
+    let env_file = dir.join("sink-env.txt");
+    let config = dir.join("monitor.toml");
+    let mut text = config_text(&[("gone", &url_target("http://127.0.0.1:1/mcp"))], None);
+    text.push_str(&format!(
+        "\n[[alerts]]\nkind = \"command\"\ncommand = [\"sh\", \"-c\", \"env > \\\"$1\\\"\", \"sh\", {:?}]\nenv = [\"NO_COLOR\"]\n",
+        env_file.to_str().unwrap()
+    ));
+    write_config(&config, &text);
+    let desktop_arg = desktop.to_str().unwrap();
+    let mut m = Monitor::start(&dir, &config, &["--import", desktop_arg]).await;
+
+    let secrets = [SECRET, pass.as_str(), pat.as_str()];
+    let pathy = m
+        .wait_target("pathy", "healthy", |v| v["status"] == "healthy")
+        .await;
+    let argvy = m
+        .wait_target("argvy", "healthy", |v| v["status"] == "healthy")
+        .await;
+    assert_eq!(
+        pathy["endpoint"],
+        backend.url("/ok/<redacted>/mcp?token=<redacted>")
+    );
+    assert!(
+        argvy["endpoint"]
+            .as_str()
+            .unwrap()
+            .ends_with("server.sh -p <redacted> <redacted>"),
+        "{argvy}"
+    );
+    // The server got the real path.
+    assert!(
+        backend
+            .requests()
+            .iter()
+            .any(|r| r.target.contains(&format!("/ok/{SECRET}/mcp"))),
+        "{:?}",
+        backend.requests()
+    );
+    let (status, list) = m.get("/api/v1/targets").await;
+    assert_eq!(status, 200);
+    let list = list.to_string();
+    for s in secrets {
+        assert!(!list.contains(s), "{s} in /api/v1/targets: {list}");
+    }
+    // Every check so far, while the monitor runs: the database and its WAL.
+    let db = dir.join("mcpulse.db");
+    let bytes = db_bytes(&db);
+    assert!(!bytes.is_empty());
+    for s in secrets {
+        assert!(!contains(&bytes, s), "{s} in the database (running)");
+    }
+
+    // The command sink: the down target's alert.
+    let until = Instant::now() + PATIENCE;
+    let sink_env = loop {
+        if let Ok(t) = std::fs::read_to_string(&env_file)
+            && t.contains("MCPULSE_TARGET=gone")
+        {
+            break t;
+        }
+        assert!(
+            Instant::now() < until,
+            "no alert ran the command:\n{}",
+            m.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(!sink_env.contains(SECRET_ENV), "{sink_env}");
+    assert!(!sink_env.contains(SECRET), "{sink_env}");
+    assert!(sink_env.lines().any(|l| l == "NO_COLOR=1"), "{sink_env}");
+
+    m.sigterm(Duration::from_secs(5)).await;
+    let bytes = db_bytes(&db);
+    for s in secrets {
+        assert!(!contains(&bytes, s), "{s} in the database (stopped)");
+    }
+    let log = m.log();
+    for s in secrets {
+        assert!(!log.contains(s), "{s} in the log:\n{log}");
+    }
+    let store = Store::open(&db).unwrap();
+    let contract: Value =
+        serde_json::from_str(&store.accepted_contract("pathy").unwrap().unwrap()).unwrap();
+    assert_eq!(
+        contract["target"],
+        backend.url("/ok/<redacted>/mcp?token=<redacted>")
+    );
+}
+
+/// Issue #14, item 3: a server's error message and protocol version, and an imported target's
+/// name, reach the log inert. Every line of the log is one the monitor wrote (a timestamp, then
+/// a level), none is forged, and no raw control, bidi or invisible character is in it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_server_text_and_imported_names_reach_the_log_inert() {
+    use mcpulse_testkit::scenario::HOSTILE;
+    let dir = TempDir::new("monitor-hostile");
+    let rejecting = FakeHttp::start_script(scenario::hostile(
+        HOSTILE,
+        mcpulse_testkit::mcp::LEGACY,
+        true,
+    ))
+    .await;
+    let odd_version = FakeHttp::start_script(scenario::hostile(HOSTILE, HOSTILE, false)).await;
+    let imported = "imp\x1b[2J\n2026-12-01T00:00:00Z  INFO alert target=prod\u{9b}31m\u{202e}";
+    let desktop = dir.join("claude_desktop_config.json");
+    std::fs::write(
+        &desktop,
+        serde_json::to_string(
+            &json!({ "mcpServers": { imported: { "url": rejecting.url("/mcp") } } }),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let config = dir.join("monitor.toml");
+    write_config(
+        &config,
+        &config_text(
+            &[
+                ("rejecting", &url_target(&rejecting.url("/mcp"))),
+                ("odd-version", &url_target(&odd_version.url("/mcp"))),
+            ],
+            None,
+        ),
+    );
+    let mut m = Monitor::start(&dir, &config, &["--import", desktop.to_str().unwrap()]).await;
+    m.wait_log("transition target=rejecting").await;
+    m.wait_log("transition target=\"imp\\x1b[2J\\n2026-12-01T00:00:00Z  INFO alert target=prod\\u{9b}31m\\u{202e}\"")
+        .await;
+    m.wait_log("transition target=odd-version").await;
+    m.sigterm(Duration::from_secs(5)).await;
+    let log = m.log();
+    for line in log.lines() {
+        assert!(
+            !line.chars().any(mcpulse_wire::text::is_escaped),
+            "a raw control character in {line:?}"
+        );
+        let stamp = line.get(..20).unwrap_or("");
+        assert!(
+            stamp.len() == 20 && stamp.as_bytes()[4] == b'-' && stamp.as_bytes()[10] == b'T',
+            "a line the monitor did not start: {line:?}\n{log}"
+        );
+        assert!(
+            !line.starts_with("2026-12-01T00:00:00Z"),
+            "a forged line: {line:?}"
+        );
+    }
+    // The protocol version the server chose is in the reason (the finding quotes it).
+    assert!(
+        log.contains(
+            "reason=\"protocol-version-unknown: the server chose protocol version \\\"evil"
+        ),
+        "{log}"
+    );
+    // The server's error message is in the reason, escaped and quoted.
+    assert!(
+        log.contains(
+            "reason=\"handshake-failed: initialize was rejected: -32000 evil\\x1b]0;pwned\\x07"
+        ),
+        "{log}"
+    );
+    assert!(log.contains("\\n\u{2714} healthy  forged\\n2026-12-01T00:00:00Z  INFO alert target=prod kind=recovered\\r\\u{9b}31mred\\u{202e}txt.exe\\u{200b}"), "{log}");
 }
 
 /// `mcpulse check-config FILE`: exit code, stdout, stderr.
@@ -1301,7 +1597,7 @@ fn check_config_exit_codes_and_located_errors() {
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(
         out.contains(&format!(
-            "{shown}: ok: 2 targets (1 http, 1 stdio), 1 alert sinks"
+            "{shown}: ok: 2 targets (1 http, 1 stdio), 1 alert sink,"
         )),
         "{out}"
     );
@@ -1386,8 +1682,7 @@ async fn sixty_four_hostile_probes_at_once_stay_within_the_memory_budget() {
     let dir = TempDir::new("hostile-probes");
     let config = dir.join("mcpulse.toml");
     let target = format!(
-        "{}
-interval = \"1h\"\ntimeout = \"60s\"\nera = \"modern\"",
+        "{}\ninterval = \"1h\"\ntimeout = \"60s\"\nera = \"modern\"",
         url_target(&server.url("/mcp"))
     );
     write_config(&config, &config_text(&[("hostile", &target)], None));
@@ -1469,4 +1764,27 @@ async fn a_large_contract_is_stored_as_its_outline() {
         peak_rss(m.pid()) as f64 / (1 << 20) as f64
     );
     assert!(written < 4 << 20, "{written} bytes written");
+}
+
+/// `mcpulse demo` with its port taken: an error naming `--listen`, before any banner is printed
+/// or any demo server started.
+#[test]
+fn demo_on_a_busy_port_names_the_flag_before_the_banner() {
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = busy.local_addr().unwrap().to_string();
+    let out = std::process::Command::new(BIN)
+        .args(["demo", "--listen", &addr])
+        .env("NO_COLOR", "1")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stdout}{stderr}");
+    assert!(
+        stderr.contains(&addr) && stderr.contains("--listen"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("[server]"), "{stderr}");
+    assert!(stdout.is_empty(), "the banner was printed: {stdout}");
 }

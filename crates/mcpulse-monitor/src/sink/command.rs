@@ -5,9 +5,19 @@
 //!   if you want one, and read the alert from the environment there, not by interpolation;
 //! - stdin: the alert as the webhook's JSON body ([`super::webhook`], `mcpulse.alert/v1`), then
 //!   end of file;
-//! - environment: mcpulse's own, plus `MCPULSE_ALERT_KIND`, `MCPULSE_TARGET`, `MCPULSE_ACTION`,
-//!   `MCPULSE_DEDUP_KEY`, `MCPULSE_SEVERITY`, `MCPULSE_SUMMARY` (NUL bytes, which no environment
-//!   can hold, are dropped);
+//! - environment: a clean one, as stdio servers get (the monitor's holds API tokens, webhook
+//!   secrets, the Slack URL, other targets' credentials): only the base a program needs to run
+//!   (`PATH`, `HOME`, `USER`, `LOGNAME`, `SHELL`, `TERM`, `LANG`, `LC_*`, `TMPDIR`, `TZ`:
+//!   [`mcpulse_transport::stdio::inherited_env`]), the variables the sink's `env` names, and
+//!   `MCPULSE_ALERT_KIND`, `MCPULSE_TARGET`, `MCPULSE_ACTION`, `MCPULSE_DEDUP_KEY`,
+//!   `MCPULSE_DELIVERY_ID`, `MCPULSE_SEVERITY`, `MCPULSE_SUMMARY`, made inert
+//!   ([`mcpulse_wire::text::message`]: control characters, NUL included, and bidi and invisible
+//!   characters become visible escapes such as `\n`, `\x1b`; cut at 1000 characters), since a
+//!   script is likely to echo them to a terminal or a log. The exact alert is on stdin. The
+//!   dedup key names the incident; the delivery id ([`Alert::delivery_id`]) names this alert of
+//!   it, and is the same on every run for it: a command killed mid-run with the monitor runs
+//!   again after the restart with the same id, so a command that must act once can remember
+//!   the ids it has done;
 //! - stdout is discarded; the first 2 KiB of stderr go into the error message of a failure;
 //! - exit status 0 is delivered; anything else (a non-zero exit, a signal, the time limit) is a
 //!   retryable failure. A program that is not there or not executable is permanent;
@@ -37,12 +47,14 @@ pub fn env(alert: &Alert) -> Vec<(&'static str, String)> {
         Action::Remind => "remind",
         Action::Notify => "notify",
     };
-    let clean = |s: &str| s.replace('\0', "");
+    let clean = |s: &str| mcpulse_wire::text::message(s).into_owned();
     vec![
         ("MCPULSE_ALERT_KIND", alert.kind.as_str().to_owned()),
         ("MCPULSE_TARGET", clean(&alert.target)),
         ("MCPULSE_ACTION", action.to_owned()),
         ("MCPULSE_DEDUP_KEY", clean(&alert.dedup_key)),
+        // Stable across retries and restarts: a command that must act once keys on it.
+        ("MCPULSE_DELIVERY_ID", alert.delivery_id()),
         ("MCPULSE_SEVERITY", clean(&alert.severity)),
         ("MCPULSE_SUMMARY", clean(&alert.summary)),
     ]
@@ -72,8 +84,14 @@ impl Drop for Group {
     }
 }
 
-/// Runs the command once for an alert.
-pub async fn run(argv: &[String], alert: &Alert, timeout: Duration) -> Result<(), DeliveryError> {
+/// Runs the command once for an alert, with a clean environment plus the monitor's variables
+/// named in `pass` (those that are set).
+pub async fn run(
+    argv: &[String],
+    pass: &[String],
+    alert: &Alert,
+    timeout: Duration,
+) -> Result<(), DeliveryError> {
     let deadline = tokio::time::Instant::now() + timeout;
     let Some(program) = argv.first().filter(|p| !p.is_empty()) else {
         return Err(DeliveryError::Invalid(
@@ -82,7 +100,13 @@ pub async fn run(argv: &[String], alert: &Alert, timeout: Duration) -> Result<()
     };
     let input = webhook::body(alert)?;
     let mut cmd = Command::new(program);
-    cmd.args(&argv[1..])
+    cmd.env_clear()
+        .envs(mcpulse_transport::stdio::inherited_env())
+        .envs(
+            pass.iter()
+                .filter_map(|k| std::env::var_os(k).map(|v| (k, v))),
+        )
+        .args(&argv[1..])
         .envs(env(alert))
         .stdin(Stdio::piped())
         .stdout(Stdio::null())

@@ -202,15 +202,6 @@ pub(crate) fn rfc3339(ms: i64) -> String {
     mcpulse_judge::report::rfc3339(u64::try_from(ms).unwrap_or(0))
 }
 
-/// The first `max` characters of `s`, with `…` when cut.
-pub(crate) fn truncate(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        return s.to_owned();
-    }
-    let keep: String = s.chars().take(max.saturating_sub(1)).collect();
-    format!("{keep}…")
-}
-
 /// Serializes a payload. Our payload types cannot fail to encode, but an error is still an
 /// error, not a panic.
 pub(crate) fn to_json<T: Serialize>(v: &T) -> Result<String, DeliveryError> {
@@ -285,7 +276,8 @@ fn destination_id(kind: &SinkKind) -> String {
             part(url);
             part(routing_key);
         }
-        SinkKind::Command { argv } => {
+        // The env allowlist is left out: widening it is the same sink, with its pending alerts.
+        SinkKind::Command { argv, .. } => {
             for a in argv {
                 part(a);
             }
@@ -345,7 +337,7 @@ pub async fn deliver(
             let _turn = alertmanager::turn(url).await;
             post(&alertmanager::request(url, alert)?, timeout, deadline).await
         }
-        SinkKind::Command { argv } => command::run(argv, alert, timeout).await,
+        SinkKind::Command { argv, env } => command::run(argv, env, alert, timeout).await,
     }
 }
 
@@ -397,13 +389,15 @@ pub(crate) async fn post(
         None
     };
     let (body, _) = read_body(resp.body_mut(), ERROR_BODY, deadline).await;
+    // Line breaks of an error page read better as spaces; what is left (bidi, invisible
+    // characters) the text rule escapes, and cuts.
     let body = String::from_utf8_lossy(&body)
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect::<String>();
     Err(DeliveryError::Status {
         status,
-        body: truncate(body.trim(), 200),
+        body: mcpulse_wire::text::inert(body.trim(), 200).into_owned(),
         retry_after_ms,
     })
 }
@@ -944,14 +938,6 @@ mod tests {
         assert_eq!(retry_after("-5", now), None);
         assert_eq!(retry_after("soon", now), None);
         assert_eq!(retry_after("", now), None);
-    }
-
-    #[test]
-    fn truncation_is_on_characters() {
-        assert_eq!(truncate("abc", 3), "abc");
-        assert_eq!(truncate("abcd", 3), "ab…");
-        assert_eq!(truncate("ééé", 2), "é…");
-        assert_eq!(truncate("", 2), "");
     }
 
     fn sink(kind: SinkKind, targets: &[&str]) -> AlertConfig {

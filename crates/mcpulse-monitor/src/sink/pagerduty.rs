@@ -19,10 +19,14 @@
 //! ```
 //!
 //! Severity passes through when PagerDuty knows it (`critical`, `error`, `warning`, `info`);
-//! anything else becomes `error`. The summary is cut at PagerDuty's 1024 characters.
+//! anything else becomes `error`. The summary and the source (the target's name) are made inert
+//! ([`mcpulse_wire::text`]: control, bidi and invisible characters become visible escapes), the
+//! summary cut at PagerDuty's 1024 characters and the source at 200: both are shown to the
+//! person paged, in the app, in push notifications and in SMS.
 
-use super::{DeliveryError, HttpPost, rfc3339, to_json, truncate};
+use super::{DeliveryError, HttpPost, rfc3339, to_json};
 use crate::alert::{Action, Alert, Kind};
+use mcpulse_wire::text;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -41,7 +45,7 @@ struct Event<'a> {
 #[derive(Serialize)]
 struct Payload<'a> {
     summary: String,
-    source: &'a str,
+    source: std::borrow::Cow<'a, str>,
     severity: &'static str,
     timestamp: String,
     component: &'static str,
@@ -75,8 +79,8 @@ pub fn body(routing_key: &str, alert: &Alert) -> Result<Option<String>, Delivery
         Action::Notify => return Ok(None),
     };
     let payload = with_payload.then(|| Payload {
-        summary: truncate(&alert.summary, 1024),
-        source: &alert.target,
+        summary: text::inert(&alert.summary, 1024).into_owned(),
+        source: text::field(&alert.target),
         severity: severity(&alert.severity),
         timestamp: rfc3339(alert.at_ms),
         component: "mcp-server",

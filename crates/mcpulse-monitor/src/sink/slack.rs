@@ -13,12 +13,16 @@
 //! :large_blue_circle: GRADE · search: security grade changed from A to C
 //! ```
 //!
-//! The summary can carry text a server sent (a reason), so Slack's control characters
-//! (`&`, `<`, `>`) are escaped, line breaks become spaces, and it is cut at 1000 characters.
+//! The summary can carry text a server sent (a reason) or an imported target name, so it is
+//! made inert first ([`mcpulse_wire::text`]: control, bidi and invisible characters become
+//! visible escapes such as `\n` or `\x1b`, and it is cut at 1000 characters), then Slack's
+//! mrkdwn control characters (`&`, `<`, `>`) are escaped, so a summary can neither break the
+//! line nor ping `<!channel>` or make a link.
 //! Slack answers `200 ok`; a revoked or mistyped webhook is a 403/404/410, which is permanent.
 
-use super::{DeliveryError, HttpPost, human_duration, rfc3339, to_json, truncate};
+use super::{DeliveryError, HttpPost, human_duration, rfc3339, to_json};
 use crate::alert::{Action, Alert};
+use mcpulse_wire::text;
 use serde::Serialize;
 
 #[derive(Serialize)]
@@ -40,7 +44,7 @@ pub fn line(alert: &Alert) -> String {
         Action::Remind => format!("STILL {kind}"),
         Action::Resolve => "RESOLVED".to_owned(),
     };
-    let summary = escape(&truncate(&alert.summary, 1000));
+    let summary = escape(&text::inert(&alert.summary, 1000));
     let open_for = u128::try_from(alert.at_ms.saturating_sub(alert.started_ms)).unwrap_or(0);
     let when = match alert.action {
         Action::Trigger => format!(" · since {}", clock(alert.started_ms)),
@@ -60,7 +64,7 @@ fn clock(ms: i64) -> String {
     }
 }
 
-/// Slack's mrkdwn control characters, and no line breaks.
+/// Slack's mrkdwn control characters (the text is already inert: no line breaks).
 fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
@@ -68,7 +72,6 @@ fn escape(s: &str) -> String {
             '&' => out.push_str("&amp;"),
             '<' => out.push_str("&lt;"),
             '>' => out.push_str("&gt;"),
-            c if c.is_control() => out.push(' '),
             c => out.push(c),
         }
     }

@@ -6,6 +6,7 @@
 //! {
 //!   "schema": "mcpulse.alert/v1",
 //!   "dedup_key": "mcpulse-3f1c…",      // same for the trigger, reminders and resolve of one incident
+//!   "delivery_id": "mcpulse-d-9a07…",  // this alert: the same on every retry and after a restart
 //!   "action": "trigger",               // trigger | resolve | remind | notify
 //!   "kind": "down",                    // down | degraded | recovered | drift | auth | protocol | grade | flapping
 //!   "target": "search",
@@ -18,14 +19,16 @@
 //! ```
 //!
 //! Fields are only ever added within `v1`; a change of meaning gets `v2`. Delivery is at least
-//! once: treat `(dedup_key, action, at)` as the identity of a delivery.
+//! once: fold repeats on `delivery_id` ([`Alert::delivery_id`], a digest of `dedup_key`,
+//! `action`, `kind` and `at`).
 //!
 //! The same body is what a [`super::command`] sink reads on stdin.
 //!
 //! ## Headers
 //!
-//! `Content-Type: application/json`, then the config's `headers` (sent as given; they may carry
-//! credentials and are never logged). With a `secret`:
+//! `Content-Type: application/json`, `Idempotency-Key: <delivery_id>`, then the config's
+//! `headers` (sent as given; they may carry credentials and are never logged). With a
+//! `secret`:
 //!
 //! - `X-Mcpulse-Timestamp: <unix seconds when sent>`
 //! - `X-Mcpulse-Signature: sha256=<lowercase hex HMAC-SHA256(secret, timestamp + "." + body)>`
@@ -40,7 +43,7 @@
 //! 2. Compute `HMAC-SHA256(secret, t + "." + body)` and hex-encode it (lowercase).
 //! 3. Compare it with the part of `X-Mcpulse-Signature` after `sha256=`, in constant time.
 //! 4. Reject a `t` more than 5 minutes from your clock (a replay), and fold repeats on
-//!    `dedup_key` + `action` + `at` (a retry after a lost 2xx).
+//!    `delivery_id` (a retry after a lost 2xx, or a resend after a crash).
 //!
 //! In Python: `hmac.compare_digest(sig, "sha256=" + hmac.new(secret, f"{t}.".encode() + body,
 //! hashlib.sha256).hexdigest())`. In Rust: [`verify`].
@@ -56,11 +59,13 @@ use std::fmt::Write;
 pub const SCHEMA: &str = "mcpulse.alert/v1";
 pub const SIGNATURE_HEADER: &str = "X-Mcpulse-Signature";
 pub const TIMESTAMP_HEADER: &str = "X-Mcpulse-Timestamp";
+pub const IDEMPOTENCY_HEADER: &str = "Idempotency-Key";
 
 #[derive(Serialize)]
 struct Payload<'a> {
     schema: &'static str,
     dedup_key: &'a str,
+    delivery_id: String,
     action: Action,
     kind: Kind,
     target: &'a str,
@@ -76,6 +81,7 @@ pub fn body(alert: &Alert) -> Result<String, DeliveryError> {
     to_json(&Payload {
         schema: SCHEMA,
         dedup_key: &alert.dedup_key,
+        delivery_id: alert.delivery_id(),
         action: alert.action,
         kind: alert.kind,
         target: &alert.target,
@@ -144,6 +150,11 @@ pub fn request(
     let mut protocol = Vec::new();
     if !user_sets("content-type") {
         protocol.push(("Content-Type".to_owned(), "application/json".to_owned()));
+    }
+    // The delivery id again, where receivers that deduplicate by header look for it (the
+    // IETF httpapi draft's name, as Stripe uses it).
+    if !user_sets(IDEMPOTENCY_HEADER) {
+        protocol.push((IDEMPOTENCY_HEADER.to_owned(), alert.delivery_id()));
     }
     if let Some(secret) = secret {
         let ts = sent_ms.div_euclid(1000).to_string();

@@ -1,5 +1,5 @@
 //! `mcpulse demo`: a built-in fleet of small MCP servers on loopback, and the monitor over
-//! them, so a newcomer sees every state and alert within a minute or two.
+//! them, so a newcomer sees every state and every alert kind within two minutes.
 
 use crate::cli::DemoArgs;
 use anyhow::{Context, Result};
@@ -7,6 +7,15 @@ use mcpulse_monitor::daemon::{self, Options};
 
 pub fn run(args: DemoArgs) -> Result<u8> {
     super::monitor::init_logging(&args.log_level)?;
+    // Before anything is started or printed: a busy port is the most common way a demo fails,
+    // and the flag to change it is `--listen` (the monitor's own error would name its config
+    // key). The port is released again at once; the monitor binds it a moment later.
+    std::net::TcpListener::bind(args.listen).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot listen on {} for the demo's API: {e}; choose another address with --listen (e.g. --listen 127.0.0.1:9478)",
+            args.listen
+        )
+    })?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -26,7 +35,7 @@ pub fn run(args: DemoArgs) -> Result<u8> {
         println!("metrics  http://{}/metrics", args.listen);
         println!("probe    http://{}/probe?target=healthy-modern", args.listen);
         println!(
-            "\nWatch the log below: flaky goes down and recovers, slow is degraded, auth-gated is gated, drifting drifts.\nProbe one by hand: mcpulse probe -H 'Authorization: Bearer {}' {}\nCtrl-C stops everything.\n",
+            "\nWatch the log below: within two minutes every state and every alert kind shows. flaky goes down,\nrecovers and then flaps; slow is degraded; auth-gated is gated; drifting drifts (risky, then breaking);\nshifting changes its protocol revision, its security grade and its auth in turn.\nProbe one by hand: mcpulse probe -H 'Authorization: Bearer {}' {}\nCtrl-C stops everything.\n",
             mcpulse_demo::DEMO_TOKEN,
             fleet.url(mcpulse_demo::Kind::AuthGated).unwrap_or_default()
         );

@@ -6,9 +6,11 @@ use anyhow::Result;
 use mcpulse_judge::drift;
 
 pub fn run(args: DiffArgs) -> Result<u8> {
-    let old = super::probe::read_baseline(&args.old)?;
-    let new = super::probe::read_baseline(&args.new)?;
-    let d = drift::diff(&old, &new);
+    let (old, mut mismatches) = super::probe::read_baseline(&args.old, args.force)?;
+    let (new, new_mismatches) = super::probe::read_baseline(&args.new, args.force)?;
+    mismatches.extend(new_mismatches);
+    let mut d = drift::diff(&old, &new);
+    d.baseline_mismatches = mismatches;
     if args.json {
         printer::json::print(&d)?;
     } else {

@@ -41,26 +41,29 @@ pub fn check(args: CheckConfigArgs) -> Result<u8> {
                 })
                 .count();
             println!(
-                "{}: ok: {} targets ({} http, {} stdio), {} alert sinks, {} modules; history in {}; API on {}",
+                "{}: ok: {} ({} http, {} stdio), {}, {}; history in {}; API on {}",
                 args.config.display(),
-                cfg.targets.len(),
+                count(cfg.targets.len(), "target"),
                 cfg.targets.len() - stdio,
                 stdio,
-                cfg.alerts.len(),
-                cfg.modules.len(),
+                count(cfg.alerts.len(), "alert sink"),
+                count(cfg.modules.len(), "module"),
                 cfg.storage.path.display(),
                 cfg.server.listen
             );
             Ok(0)
         }
         Err(e) => {
-            anstream::eprintln!("{e}");
+            // The error can quote the file (an imported target's name): inert, line by line.
+            anstream::eprintln!("{}", mcpulse_wire::text::lines(&e.to_string()));
             Ok(1)
         }
     }
 }
 
-/// Structured logs on stderr: transitions at info, each check at debug, frames at trace.
+/// Structured logs on stderr: transitions at info, each check at debug, frames at trace. Every
+/// field is made inert and quoted by one rule ([`crate::log::InertFields`]): servers and
+/// imported configs choose some of the text.
 pub fn init_logging(level: &str) -> Result<()> {
     let level: tracing::Level = level.parse().map_err(|_| {
         anyhow::anyhow!("--log-level {level:?}: use error, warn, info, debug or trace")
@@ -72,6 +75,16 @@ pub fn init_logging(level: &str) -> Result<()> {
         .with_writer(std::io::stderr)
         .with_target(false)
         .with_ansi(ansi)
+        .fmt_fields(crate::log::InertFields)
         .try_init();
     Ok(())
+}
+
+/// `1 target`, `2 targets`.
+fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
 }

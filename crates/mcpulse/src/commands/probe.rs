@@ -4,7 +4,7 @@ use crate::cli::{ColorArg, FormatArg, ProbeArgs};
 use crate::printer;
 use crate::settings;
 use anyhow::{Context, Result, bail};
-use mcpulse_judge::contract::Contract;
+use mcpulse_judge::contract::{Contract, Mismatch};
 use mcpulse_judge::{Policy, drift, judge};
 
 pub fn run(args: ProbeArgs) -> Result<u8> {
@@ -12,7 +12,14 @@ pub fn run(args: ProbeArgs) -> Result<u8> {
     let budget = settings::duration(&args.latency_budget, "--latency-budget")?;
     // Read the baseline before probing: a bad file is a usage error, not a probe result.
     let baseline = match &args.baseline {
-        Some(path) => Some(read_baseline(path)?),
+        Some(path) => Some(read_baseline(path, args.force)?),
+        None => None,
+    };
+    // Open the transcript file before probing: an unwritable path is a usage error found at
+    // once, not after the probe has run and its evidence is lost. (Not truncated yet: a probe
+    // that cannot start leaves an earlier transcript there as it was.)
+    let transcript_file = match &args.transcript {
+        Some(path) => Some(open_transcript(path)?),
         None => None,
     };
     // The verdict is printed before the last stdio server is ended (up to twice the shutdown
@@ -22,13 +29,32 @@ pub fn run(args: ProbeArgs) -> Result<u8> {
     let judged = unfinished.snapshot(&transcript);
     let verdict = report_and_print(&args, &judged, budget, baseline.as_ref());
     unfinished.finish(&mut transcript);
-    if let Some(path) = &args.transcript {
+    if let (Some(path), Some(mut file)) = (&args.transcript, transcript_file) {
+        use std::io::Write;
         let text =
             serde_json::to_string_pretty(&transcript).context("serialising the transcript")?;
-        std::fs::write(path, text + "\n")
+        // Only a regular file is truncated: `/dev/stdout` or a pipe cannot be, nor need to be.
+        let regular = file.metadata().is_ok_and(|m| m.is_file());
+        (if regular { file.set_len(0) } else { Ok(()) })
+            .and_then(|()| file.write_all((text + "\n").as_bytes()))
             .with_context(|| format!("writing the transcript to {}", path.display()))?;
     }
     verdict
+}
+
+/// Opens (creating, not truncating) the `--transcript` file for writing.
+fn open_transcript(path: &std::path::Path) -> Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .with_context(|| {
+            format!(
+                "--transcript {}: the file cannot be written, so nothing was probed; choose a path in a directory that exists and that you can write to",
+                path.display()
+            )
+        })
 }
 
 /// Judges the transcript (and the drift from a baseline), prints the report, and returns the
@@ -37,7 +63,7 @@ fn report_and_print(
     args: &ProbeArgs,
     transcript: &mcpulse_probe::Transcript,
     budget: std::time::Duration,
-    baseline: Option<&Contract>,
+    baseline: Option<&(Contract, Vec<Mismatch>)>,
 ) -> Result<u8> {
     let mut report = judge(
         transcript,
@@ -55,7 +81,9 @@ fn report_and_print(
         );
         code = code.max(1);
     }
-    if let (Some(base), Some(path), Some(current)) = (baseline, &args.baseline, current) {
+    if let (Some((base, mismatches)), Some(path), Some(current)) =
+        (baseline, &args.baseline, current)
+    {
         if base.target != current.target && !args.accept {
             bail!(
                 "the baseline {} is for {:?}, not {:?}: take one for this target with `mcpulse snapshot`, or re-baseline with --accept",
@@ -64,7 +92,8 @@ fn report_and_print(
                 current.target
             );
         }
-        let d = drift::diff(base, &current);
+        let mut d = drift::diff(base, &current);
+        d.baseline_mismatches = mismatches.clone();
         if args.accept {
             write_atomic(path, &current.to_lock())?;
         } else {
@@ -93,11 +122,36 @@ pub fn color_choice(c: ColorArg) -> anstream::ColorChoice {
     }
 }
 
-/// Reads and validates a baseline file.
-pub fn read_baseline(path: &std::path::Path) -> Result<Contract> {
+/// Reads a baseline file and computes its digests again from its content.
+///
+/// A stored digest (or key) its content does not give means the file was edited by hand or by
+/// a tool: it is refused with the list of mismatches, unless `force`, when the digests computed
+/// from the content are used and the mismatches returned to be reported.
+pub fn read_baseline(path: &std::path::Path, force: bool) -> Result<(Contract, Vec<Mismatch>)> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading the baseline {}", path.display()))?;
-    Contract::from_lock(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    let stored =
+        Contract::from_lock(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let (contract, mismatches) = stored.resealed();
+    if !mismatches.is_empty() && !force {
+        /// Enough to see what was edited; the rest are counted.
+        const SHOWN: usize = 10;
+        let mut lines = String::new();
+        for m in mismatches.iter().take(SHOWN) {
+            lines.push_str(&format!(
+                "\n  {}: stored {}, computed {}",
+                m.what, m.stored, m.computed
+            ));
+        }
+        if mismatches.len() > SHOWN {
+            lines.push_str(&format!("\n  … and {} more", mismatches.len() - SHOWN));
+        }
+        bail!(
+            "{}: the baseline's digests do not match its content (edited by hand or by a tool?):{lines}\ntake it again with `mcpulse snapshot`, or pass --force to compare its content as it stands",
+            path.display()
+        );
+    }
+    Ok((contract, mismatches))
 }
 
 /// Writes a file by renaming a temporary one over it: a crash never leaves half a baseline.

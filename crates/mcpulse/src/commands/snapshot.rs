@@ -4,6 +4,7 @@ use crate::cli::SnapshotArgs;
 use crate::settings;
 use anyhow::Result;
 use mcpulse_judge::{Policy, contract, judge};
+use mcpulse_wire::text;
 use std::io::Write;
 
 pub fn run(args: SnapshotArgs) -> Result<u8> {
@@ -14,7 +15,7 @@ pub fn run(args: SnapshotArgs) -> Result<u8> {
         let report = judge(&transcript, &Policy::default());
         let mut msg = format!(
             "mcpulse: no baseline written: could not take the contract of {} ({})",
-            report.target,
+            text::message(&report.target),
             report.status.as_str()
         );
         for f in report
@@ -26,11 +27,13 @@ pub fn run(args: SnapshotArgs) -> Result<u8> {
                 "\n  {} {}: {}",
                 f.severity.as_str(),
                 f.code,
-                f.message
+                text::message(&f.message)
             ));
         }
         anstream::eprintln!("{msg}");
-        return Ok(2);
+        // The probe's own exit code (2 down, 1 degraded: up, but gated or a list failing), and
+        // never 0: no baseline was written.
+        return Ok(report.status.exit_code().max(1));
     };
     let text = c.to_lock();
     match &args.output {

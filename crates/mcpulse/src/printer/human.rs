@@ -1,8 +1,14 @@
 //! The summary for people. Colour only on a terminal; `NO_COLOR` respected (anstream).
+//!
+//! Every string a server or a file chose (names, versions, tool names, messages, evidence,
+//! stderr lines, drift paths and values, the target) goes through [`mcpulse_wire::text`] before
+//! it is painted: with colour on or off, nothing it holds can drive the terminal or start a line
+//! of its own. Our own words and styles are the only escapes in the output.
 
 use anstyle::{AnsiColor, Style};
 use anyhow::Result;
 use mcpulse_judge::{Report, Severity, Status};
+use mcpulse_wire::text;
 use std::io::Write;
 
 pub fn print(r: &Report, color: anstream::ColorChoice) -> Result<()> {
@@ -31,7 +37,7 @@ pub fn render(r: &Report) -> String {
         "{} {}  {}\n",
         paint(style, mark),
         paint(style, r.status.as_str()),
-        paint(bold, &r.target)
+        paint(bold, &text::message(&r.target))
     ));
     let mut facts = Vec::new();
     if let Some(t) = r.transport {
@@ -41,7 +47,7 @@ pub fn render(r: &Report) -> String {
         facts.push(format!("era {}", e.as_str()));
     }
     if let Some(v) = &r.protocol_version {
-        facts.push(format!("protocol {v}"));
+        facts.push(format!("protocol {}", text::field(v)));
     }
     if let Some(d) = r.dual_era {
         facts.push(if d {
@@ -54,8 +60,8 @@ pub fn render(r: &Report) -> String {
         s.push_str(&format!("  {}\n", facts.join(" · ")));
     }
     if let Some(server) = &r.server {
-        let name = server.name.as_deref().unwrap_or("(unnamed)");
-        let version = server.version.as_deref().unwrap_or("");
+        let name = text::field(server.name.as_deref().unwrap_or("(unnamed)"));
+        let version = text::field(server.version.as_deref().unwrap_or(""));
         s.push_str(&format!("  {} {name} {version}\n", paint(dim, "server")));
     }
     let mut inv = vec![format!("auth {}", r.auth.as_str())];
@@ -75,6 +81,7 @@ pub fn render(r: &Report) -> String {
         ("dns", t.dns),
         ("connect", t.connect),
         ("tls", t.tls),
+        ("startup", t.startup),
         ("handshake", t.handshake),
         ("tools/list", t.tools_list),
     ] {
@@ -89,7 +96,8 @@ pub fn render(r: &Report) -> String {
         times.join(" · ")
     ));
     if !r.tools.is_empty() {
-        let names: Vec<&str> = r.tools.iter().map(|t| t.name.as_str()).collect();
+        let names: Vec<std::borrow::Cow<'_, str>> =
+            r.tools.iter().map(|t| text::field(&t.name)).collect();
         let shown = if names.len() > 12 {
             format!("{}, … ({} more)", names[..12].join(", "), names.len() - 12)
         } else {
@@ -109,7 +117,7 @@ pub fn render(r: &Report) -> String {
                 "    {} {} {}\n",
                 paint(st, &format!("{:<8}", f.severity.as_str())),
                 paint(bold, &f.code),
-                f.message
+                text::message(&f.message)
             ));
         }
     }
@@ -120,7 +128,7 @@ pub fn render(r: &Report) -> String {
     if r.status != Status::Healthy && !r.stderr.is_empty() {
         s.push_str(&format!("  {}\n", paint(dim, "stderr (last lines)")));
         for l in r.stderr.iter().rev().take(5).rev() {
-            s.push_str(&format!("    {l}\n"));
+            s.push_str(&format!("    {}\n", text::message(l)));
         }
     }
     s
@@ -166,10 +174,14 @@ fn render_security(r: &Report) -> String {
             "    {} {} {}\n",
             paint(st, &format!("{:<8}", f.severity.as_str())),
             paint(bold, &f.code),
-            f.message
+            text::message(&f.message)
         ));
         if let Some(e) = f.evidence.first() {
-            s.push_str(&format!("             {} {e}\n", paint(dim, "evidence")));
+            s.push_str(&format!(
+                "             {} {}\n",
+                paint(dim, "evidence"),
+                text::message(e)
+            ));
         }
     }
     s
@@ -229,8 +241,15 @@ pub fn render_drift(d: &mcpulse_judge::drift::Drift) -> String {
         s.push_str(&format!(
             "  {} baseline was taken of {}, this is {}\n",
             paint(dim, "note"),
-            d.baseline_target,
-            d.target
+            text::message(&d.baseline_target),
+            text::message(&d.target)
+        ));
+    }
+    for m in &d.baseline_mismatches {
+        s.push_str(&format!(
+            "  {} the baseline's digest of {} did not match its content (--force: computed from the content)\n",
+            paint(AnsiColor::Yellow.on_default().bold(), "warning"),
+            text::message(&m.what)
         ));
     }
     for c in &d.changes {
@@ -242,10 +261,10 @@ pub fn render_drift(d: &mcpulse_judge::drift::Drift) -> String {
         s.push_str(&format!(
             "    {} {} {}\n",
             paint(st, &format!("{:<8}", c.class.as_str())),
-            paint(bold, &c.code),
-            c.path
+            paint(bold, &text::field(&c.code)),
+            text::message(&c.path)
         ));
-        s.push_str(&format!("             {}\n", c.message));
+        s.push_str(&format!("             {}\n", text::message(&c.message)));
         match (&c.old, &c.new) {
             (Some(o), Some(n)) => s.push_str(&format!(
                 "             {} {} → {}\n",
@@ -265,21 +284,18 @@ pub fn render_drift(d: &mcpulse_judge::drift::Drift) -> String {
     s
 }
 
+/// The first 12 characters of a digest (a baseline file holds it: made inert too).
 fn short(digest: &str) -> String {
-    digest
+    let head: String = digest
         .trim_start_matches("sha256:")
         .chars()
         .take(12)
-        .collect()
+        .collect();
+    text::field(&head).into_owned()
 }
 
+/// A value as JSON, cut at 100 characters (and `…`). JSON escapes C0 controls itself; DEL, C1,
+/// bidi and invisible characters it leaves raw, so the text rule applies on top.
 fn clip(v: &serde_json::Value) -> String {
-    let t = v.to_string();
-    if t.chars().count() > 100 {
-        let mut c: String = t.chars().take(100).collect();
-        c.push('…');
-        c
-    } else {
-        t
-    }
+    text::inert(&v.to_string(), 101).into_owned()
 }

@@ -1,0 +1,130 @@
+//! How log fields are written: every value of every line, whoever logs it, is made inert.
+//!
+//! tracing-subscriber's default writes a `%value` (Display) field raw, so a server's error
+//! message, a protocol version or an imported target name could carry ESC sequences and
+//! newlines into the monitor's log, and forge whole lines (`INFO alert target=prod
+//! kind=recovered`). Rather than remember a wrapper at each of the daemon's call sites, the
+//! subscriber formats fields with [`InertFields`]: the message through
+//! [`text::message`](mcpulse_wire::text::message), every other value through
+//! [`text::log_value`](mcpulse_wire::text::log_value) — bare when it is one plain token
+//! (`kind=degraded`, `action=Trigger`), quoted with `"` and `\` escaped otherwise
+//! (`summary="search is down: connect-failed"`), so a value can neither end its line nor pass
+//! for another field, and every field is quoted by the same rule.
+
+use mcpulse_wire::text;
+use std::fmt;
+use tracing::field::{Field, Visit};
+use tracing_subscriber::field::RecordFields;
+use tracing_subscriber::fmt::FormatFields;
+use tracing_subscriber::fmt::format::Writer;
+
+/// The field formatter of mcpulse's log lines (see the module docs).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct InertFields;
+
+impl<'writer> FormatFields<'writer> for InertFields {
+    fn format_fields<R: RecordFields>(
+        &self,
+        mut writer: Writer<'writer>,
+        fields: R,
+    ) -> fmt::Result {
+        let mut v = Visitor {
+            writer: &mut writer,
+            first: true,
+            result: Ok(()),
+        };
+        fields.record(&mut v);
+        v.result
+    }
+}
+
+struct Visitor<'a, 'w> {
+    writer: &'a mut Writer<'w>,
+    first: bool,
+    result: fmt::Result,
+}
+
+impl Visitor<'_, '_> {
+    fn field(&mut self, field: &Field, value: &str) {
+        if self.result.is_err() {
+            return;
+        }
+        if !self.first {
+            self.result = self.writer.write_char(' ');
+        }
+        self.first = false;
+        let name = field.name();
+        self.result = self.result.and_then(|()| {
+            if name == "message" {
+                self.writer.write_str(&text::message(value))
+            } else {
+                let name = name.strip_prefix("r#").unwrap_or(name);
+                write!(self.writer, "{name}={}", text::log_value(value))
+            }
+        });
+    }
+}
+
+impl Visit for Visitor<'_, '_> {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.field(field, value);
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        // `%x` fields arrive here too, their Debug being their Display.
+        self.field(field, &format!("{value:?}"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::InertFields;
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn every_field_is_inert_and_quoted_by_one_rule() {
+        let buf = Buf::default();
+        let out = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || out.clone())
+            .with_ansi(false)
+            .without_time()
+            .with_target(false)
+            .fmt_fields(InertFields)
+            .finish();
+        let summary = "initialize was rejected: -32000 \x1b]0;owned\x07\x1b[2J\nFAKE 2026-12-01T00:00:00Z  INFO alert target=prod kind=\"recovered\"\u{9b}31m";
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::info!(target = %"prod\u{202e}", kind = "degraded", action = ?Some(1), summary = %summary, "alert");
+        });
+        let log = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(log.lines().count(), 1, "{log}");
+        assert!(
+            !log.trim_end_matches('\n')
+                .chars()
+                .any(mcpulse_wire::text::is_escaped),
+            "{log:?}"
+        );
+        assert!(
+            log.contains(
+                "INFO alert target=\"prod\\u{202e}\" kind=degraded action=Some(1) summary=\"initialize was rejected: -32000 \\x1b]0;owned\\x07\\x1b[2J\\nFAKE 2026-12-01T00:00:00Z  INFO alert target=prod kind=\\\"recovered\\\"\\u{9b}31m\"\n"
+            ),
+            "{log}"
+        );
+    }
+}
