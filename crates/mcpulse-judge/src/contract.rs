@@ -126,6 +126,40 @@ impl Contract {
         }
     }
 
+    /// The contract's outline: every item's key and digest, without its definition (`null`),
+    /// and the server facts whole. Its digests are the contract's. What the monitor keeps of a
+    /// contract too large to store whole: enough to tell which items were added, removed or
+    /// changed, not how they changed.
+    pub fn outline(&self) -> Contract {
+        let bare = |items: &[Item]| -> Vec<Item> {
+            items
+                .iter()
+                .map(|i| Item {
+                    key: i.key.clone(),
+                    digest: i.digest.clone(),
+                    definition: Value::Null,
+                })
+                .collect()
+        };
+        Contract {
+            schema: self.schema.clone(),
+            target: self.target.clone(),
+            digest: self.digest.clone(),
+            server: self.server.clone(),
+            tools: bare(&self.tools),
+            prompts: bare(&self.prompts),
+            resources: bare(&self.resources),
+            resource_templates: bare(&self.resource_templates),
+        }
+    }
+
+    /// Whether this is an [`outline`](Contract::outline): items, none with a definition.
+    pub fn is_outline(&self) -> bool {
+        let mut items = Kind::ALL.iter().flat_map(|k| self.items(*k));
+        let first = items.next();
+        first.is_some_and(|i| i.definition.is_null()) && items.all(|i| i.definition.is_null())
+    }
+
     /// The baseline file text: pretty, sorted, stable, ending in a newline.
     pub fn to_lock(&self) -> String {
         let v = serde_json::to_value(self).unwrap_or(Value::Null);
@@ -292,8 +326,14 @@ pub(crate) fn from_replies(replies: &Replies<'_>) -> Option<Contract> {
         };
         caps.and_then(|c| c.get(key)).is_some_and(|v| !v.is_null())
     };
-    let mut lists: Vec<Vec<Value>> = Vec::new();
+    // Items are borrowed from the decoded replies, not copied: the canonical copy is the
+    // contract's own.
+    let mut lists: Vec<Vec<&Value>> = Vec::new();
     for kind in Kind::ALL {
+        // A list cut to its first items (`list-truncated`) is a contract with a hole.
+        if replies.list_items(kind.step()).1 > 0 {
+            return None;
+        }
         let pages: Vec<_> = tr
             .exchanges
             .iter()
@@ -301,10 +341,10 @@ pub(crate) fn from_replies(replies: &Replies<'_>) -> Option<Contract> {
             .collect();
         let mut items = Vec::new();
         for (i, ex) in pages.iter().enumerate() {
-            match replies.of(ex).as_deref().map(|d| &d.message) {
+            match replies.cached(ex).map(|d| &d.message) {
                 Some(Message::Result { result, .. }) => {
                     if let Some(Value::Array(a)) = result.get(kind.result_key()) {
-                        items.extend(a.iter().cloned());
+                        items.extend(a.iter());
                     }
                     let last = i + 1 == pages.len();
                     if last
@@ -323,23 +363,24 @@ pub(crate) fn from_replies(replies: &Replies<'_>) -> Option<Contract> {
         }
         lists.push(items);
     }
-    let [tools, prompts, resources, resource_templates]: [Vec<Value>; 4] = lists.try_into().ok()?;
-    Some(build(Parts {
-        target: tr.target.display.clone(),
-        era: Some(era.to_owned()),
-        protocol_version,
-        supported_versions: supported,
-        capabilities: result.get("capabilities").cloned().unwrap_or(Value::Null),
-        instructions: result
-            .get("instructions")
-            .and_then(Value::as_str)
-            .map(str::to_owned),
-        server_info,
-        tools,
-        prompts,
-        resources,
-        resource_templates,
-    }))
+    let [tools, prompts, resources, resource_templates]: [Vec<&Value>; 4] =
+        lists.try_into().ok()?;
+    Some(assemble(
+        Parts {
+            target: tr.target.display.clone(),
+            era: Some(era.to_owned()),
+            protocol_version,
+            supported_versions: supported,
+            capabilities: result.get("capabilities").cloned().unwrap_or(Value::Null),
+            instructions: result
+                .get("instructions")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            server_info,
+            ..Parts::default()
+        },
+        [&tools, &prompts, &resources, &resource_templates],
+    ))
 }
 
 /// The raw material of a contract, as a server sent it.
@@ -359,7 +400,21 @@ pub struct Parts {
 }
 
 /// Builds the canonical contract, with its digests, from its parts.
-pub fn build(p: Parts) -> Contract {
+pub fn build(mut p: Parts) -> Contract {
+    let lists = [
+        std::mem::take(&mut p.tools),
+        std::mem::take(&mut p.prompts),
+        std::mem::take(&mut p.resources),
+        std::mem::take(&mut p.resource_templates),
+    ];
+    let [tools, prompts, resources, resource_templates] =
+        lists.each_ref().map(|l| l.iter().collect::<Vec<&Value>>());
+    assemble(p, [&tools, &prompts, &resources, &resource_templates])
+}
+
+/// [`build`], with the items of the four lists (tools, prompts, resources, templates) borrowed
+/// instead of taken from `p`.
+fn assemble(p: Parts, [tools, prompts, resources, resource_templates]: [&[&Value]; 4]) -> Contract {
     let mut supported = p.supported_versions;
     supported.sort();
     supported.dedup();
@@ -378,10 +433,10 @@ pub fn build(p: Parts) -> Contract {
         target: p.target,
         digest: String::new(),
         server,
-        tools: items_of(Kind::Tool, &p.tools),
-        prompts: items_of(Kind::Prompt, &p.prompts),
-        resources: items_of(Kind::Resource, &p.resources),
-        resource_templates: items_of(Kind::ResourceTemplate, &p.resource_templates),
+        tools: items_of(Kind::Tool, tools),
+        prompts: items_of(Kind::Prompt, prompts),
+        resources: items_of(Kind::Resource, resources),
+        resource_templates: items_of(Kind::ResourceTemplate, resource_templates),
     };
     c.digest = whole_digest(&c);
     c
@@ -407,7 +462,7 @@ pub fn whole_digest(c: &Contract) -> String {
     digest(&Value::Object(v))
 }
 
-fn items_of(kind: Kind, raw: &[Value]) -> Vec<Item> {
+fn items_of(kind: Kind, raw: &[&Value]) -> Vec<Item> {
     let mut items: Vec<Item> = raw
         .iter()
         .map(|v| {

@@ -7,7 +7,7 @@
 
 pub mod contract;
 pub mod drift;
-mod replies;
+pub mod replies;
 pub mod report;
 pub mod rules;
 pub mod security;

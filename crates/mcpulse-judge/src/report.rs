@@ -241,6 +241,12 @@ pub fn judge(tr: &Transcript, policy: &Policy) -> Report {
     report
 }
 
+/// A list as judged: the items kept, and how many the server sent.
+struct Listed<'a> {
+    items: Vec<&'a Value>,
+    count: usize,
+}
+
 struct Judgement<'a> {
     tr: &'a Transcript,
     /// `tr`'s replies, each decoded once.
@@ -282,7 +288,7 @@ fn handshake<'t>(replies: &Replies<'t>) -> Option<Handshake<'t>> {
     })
 }
 
-impl Judgement<'_> {
+impl<'a> Judgement<'a> {
     fn add(&mut self, f: Finding) {
         self.findings.push(f);
     }
@@ -414,9 +420,14 @@ impl Judgement<'_> {
         }
         // Inventory.
         let tools = self.list(Step::ToolsList, "tools", caps.as_ref(), hs.era);
-        if let Some(items) = &tools {
-            report.tool_count = Some(items.len());
-            report.tools = items.iter().filter_map(tool_summary).collect();
+        if let Some(listed) = &tools {
+            report.tool_count = Some(listed.count);
+            report.tools = listed
+                .items
+                .iter()
+                .copied()
+                .filter_map(tool_summary)
+                .collect();
             let ms: f64 = tr
                 .exchanges
                 .iter()
@@ -453,10 +464,10 @@ impl Judgement<'_> {
         }
         report.prompt_count = self
             .list(Step::PromptsList, "prompts", caps.as_ref(), hs.era)
-            .map(|v| v.len());
+            .map(|l| l.count);
         report.resource_count = self
             .list(Step::ResourcesList, "resources", caps.as_ref(), hs.era)
-            .map(|v| v.len());
+            .map(|l| l.count);
         report.resource_template_count = self
             .list(
                 Step::ResourceTemplatesList,
@@ -464,7 +475,7 @@ impl Judgement<'_> {
                 caps.as_ref(),
                 hs.era,
             )
-            .map(|v| v.len());
+            .map(|l| l.count);
         report.capabilities = caps;
         // Session clean-up.
         for e in tr
@@ -489,7 +500,8 @@ impl Judgement<'_> {
         key: &str,
         caps: Option<&Value>,
         era: Era,
-    ) -> Option<Vec<Value>> {
+    ) -> Option<Listed<'a>> {
+        let replies: &'a Replies<'a> = self.replies;
         let pages: Vec<&Exchange> = self
             .tr
             .exchanges
@@ -508,11 +520,13 @@ impl Judgement<'_> {
         let mut items = Vec::new();
         let mut cursors: Vec<String> = Vec::new();
         for ex in &pages {
-            let decoded = self.replies.of(ex);
-            let result = match decoded.as_deref().map(|d| &d.message) {
+            let result = match replies.cached(ex).map(|d| &d.message) {
                 Some(Message::Result { result, .. }) => result,
                 _ => {
-                    let why = describe(Some(ex));
+                    let why = match self.replies.defect(ex) {
+                        Some(e) => format!("{} that is not usable JSON: {e}", describe(Some(ex))),
+                        None => describe(Some(ex)),
+                    };
                     let page = ex
                         .page
                         .map(|p| {
@@ -534,7 +548,7 @@ impl Judgement<'_> {
                 }
             };
             match result.get(key) {
-                Some(Value::Array(a)) => items.extend(a.iter().cloned()),
+                Some(Value::Array(a)) => items.extend(a.iter()),
                 _ => {
                     let rule = list_failed(step);
                     self.add(
@@ -552,7 +566,7 @@ impl Judgement<'_> {
                         "{} returned the cursor {c:?} twice; a client following it would loop forever",
                         step.as_str()
                     )));
-                    return Some(items);
+                    return Some(self.listed(step, items));
                 }
                 cursors.push(c.to_owned());
             }
@@ -584,7 +598,22 @@ impl Judgement<'_> {
                 pages.len()
             )));
         }
-        Some(items)
+        Some(self.listed(step, items))
+    }
+
+    /// A list's items as kept, and the finding when some were not.
+    fn listed(&mut self, step: Step, items: Vec<&'a Value>) -> Listed<'a> {
+        let (_, dropped) = self.replies.list_items(step);
+        let count = items.len().saturating_add(dropped);
+        if dropped > 0 {
+            self.add(Rule::ListTruncated.finding(format!(
+                "{} sent {count} items; only the first {} were kept and checked (at most {} per list)",
+                step.as_str(),
+                items.len(),
+                crate::replies::MAX_LIST_ITEMS
+            )));
+        }
+        Listed { items, count }
     }
 
     fn modern_fields(&mut self, what: &str, result: &Value) {
@@ -714,7 +743,11 @@ impl Judgement<'_> {
                     self.earlier_attempts(&attempts)
                 )),
                 _ => Rule::HandshakeFailed.finding(format!(
-                    "{step} got an unusable result{}",
+                    "{step} got an unusable result{}{}",
+                    self.replies
+                        .defect(last)
+                        .map(|e| format!(" (not usable JSON: {e})"))
+                        .unwrap_or_default(),
                     self.earlier_attempts(&attempts)
                 )),
             },
@@ -749,14 +782,14 @@ impl Judgement<'_> {
             let ids: Vec<String> = last
                 .frames
                 .iter()
-                .filter_map(|f| jsonrpc::decode(&f.raw).ok())
+                .filter_map(|f| jsonrpc::peek(&f.raw).ok())
                 .filter_map(|d| d.message.response_id().map(|i| i.to_string()))
                 .collect();
             if !ids.is_empty() {
                 if let Some(Message::Error { error, .. }) = last
                     .frames
                     .last()
-                    .and_then(|f| jsonrpc::decode(&f.raw).ok())
+                    .and_then(|f| jsonrpc::peek(&f.raw).ok())
                     .map(|d| d.message)
                 {
                     return Rule::HandshakeFailed.finding(format!(
@@ -1061,7 +1094,13 @@ pub fn describe(ex: Option<&Exchange>) -> String {
     };
     let status = ex.status().map(|s| format!("HTTP {s}")).unwrap_or_default();
     let tail = match &ex.outcome {
-        Outcome::Reply { .. } => match ex.reply().map(|d| d.message) {
+        // The envelope is all this needs: a hostile payload is neither built nor read here.
+        Outcome::Reply { frame } => match ex
+            .frames
+            .get(*frame)
+            .and_then(|f| jsonrpc::peek(&f.raw).ok())
+            .map(|d| d.message)
+        {
             Some(Message::Error { error, .. }) => {
                 format!("error {} {}", error.code, clip(&error.message, 100))
             }
@@ -1070,7 +1109,7 @@ pub fn describe(ex: Option<&Exchange>) -> String {
         Outcome::NoReply => match ex
             .frames
             .last()
-            .and_then(|f| jsonrpc::decode(&f.raw).ok())
+            .and_then(|f| jsonrpc::peek(&f.raw).ok())
             .map(|d| d.message)
         {
             Some(Message::Error { error, .. }) => {
@@ -1157,17 +1196,15 @@ fn tool_summary(v: &Value) -> Option<ToolSummary> {
     })
 }
 
-/// Every tool object from every page of `tools/list`.
-fn all_tools(replies: &Replies<'_>) -> Vec<Value> {
+/// Every tool object kept from every page of `tools/list`.
+fn all_tools<'a>(replies: &'a Replies<'_>) -> Vec<&'a Value> {
     replies
         .transcript()
         .exchanges
         .iter()
         .filter(|e| e.step == Step::ToolsList)
-        .filter_map(|e| match replies.of(e).as_deref().map(|d| &d.message) {
-            Some(Message::Result { result, .. }) => {
-                result.get("tools").and_then(Value::as_array).cloned()
-            }
+        .filter_map(|e| match replies.cached(e).map(|d| &d.message) {
+            Some(Message::Result { result, .. }) => result.get("tools").and_then(Value::as_array),
             _ => None,
         })
         .flatten()

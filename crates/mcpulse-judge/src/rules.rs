@@ -164,6 +164,9 @@ rules! {
     PageLimit = "page-limit", Warning,
         "A list still had pages after `--max-pages`.",
         "Very long or endless pagination; the inventory is incomplete.";
+    ListTruncated = "list-truncated", Warning,
+        "A list (across its pages) had more than 10,000 items; the first 10,000 were kept and checked, the rest only counted.",
+        "No client shows a model that many tools; mcpulse keeps its memory bounded rather than hold them all. The inventory, the security checks and the contract cover the kept items only, and no contract is taken.";
     StdoutPollution = "stdout-pollution", Warning,
         "The stdio server wrote lines to stdout that are not JSON-RPC messages.",
         "The spec forbids it: clients may fail to parse the stream. Log to stderr instead.";

@@ -246,13 +246,14 @@ pub fn evidence(ex: &Exchange) -> String {
 /// Grades a transcript. `expect_auth` makes an unauthenticated remote server a high finding.
 /// `tools` are the tool objects of its `tools/list` pages.
 pub fn assess(tr: &Transcript, tools: &[Value], expect_auth: bool) -> Security {
-    assess_replies(&Replies::new(tr), tools, expect_auth)
+    let tools: Vec<&Value> = tools.iter().collect();
+    assess_replies(&Replies::new(tr), &tools, expect_auth)
 }
 
 /// [`assess`], reading the replies of a judgement's view.
 pub(crate) fn assess_replies(
     replies: &Replies<'_>,
-    tools: &[Value],
+    tools: &[&Value],
     expect_auth: bool,
 ) -> Security {
     let tr = replies.transcript();
@@ -528,7 +529,7 @@ fn auth_rules(
     handshake_ok: bool,
     authenticated: bool,
     expect_auth: bool,
-    tools: &[Value],
+    tools: &[&Value],
 ) {
     let tr = c.tr;
     // An open remote server.
@@ -922,7 +923,7 @@ pub fn leak(body: &str) -> Option<&'static str> {
         .map(|(_, what)| *what)
 }
 
-fn tool_rules(c: &mut Ctx<'_>, tools: &[Value]) {
+fn tool_rules(c: &mut Ctx<'_>, tools: &[&Value]) {
     let text = |t: &Value, k: &str| t.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
     for t in tools {
         let name = text(t, "name");

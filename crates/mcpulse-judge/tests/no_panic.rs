@@ -94,6 +94,16 @@ fn arb_frame() -> impl Strategy<Value = String> {
         (any::<i64>(), "\\PC{0,10}").prop_map(|(c, m)| {
             json!({"jsonrpc":"2.0","id":1,"error":{"code":c,"message":m}}).to_string()
         }),
+        // Valid JSON that cannot be used: nesting around the limit, numbers out of range.
+        (0usize..300, prop_oneof![Just("1e999999"), Just("-1e400"), Just("0")]).prop_map(
+            |(depth, n)| {
+                format!(
+                    r#"{{"jsonrpc":"2.0","id":1,"result":{{"tools":[{{"name":"t","inputSchema":{}{n}{}}}]}}}}"#,
+                    "[".repeat(depth),
+                    "]".repeat(depth)
+                )
+            }
+        ),
     ]
 }
 

@@ -91,6 +91,8 @@ pub struct ApiState {
     config: Arc<RwLock<Config>>,
     probes: Arc<Semaphore>,
     probe_limit: usize,
+    /// What `/probe` probes may hold together (shared with the scheduled checks).
+    memory: crate::memory::MemoryBudget,
     clock: Clock,
     started_ms: i64,
 }
@@ -117,6 +119,7 @@ impl ApiState {
             config,
             probes: Arc::new(Semaphore::new(DEFAULT_PROBE_CONCURRENCY)),
             probe_limit: DEFAULT_PROBE_CONCURRENCY,
+            memory: crate::memory::MemoryBudget::default(),
             started_ms: clock(),
             clock,
         }
@@ -132,6 +135,13 @@ impl ApiState {
         let limit = limit.max(1);
         self.probes = Arc::new(Semaphore::new(limit));
         self.probe_limit = limit;
+        self
+    }
+
+    /// Bounds the memory of concurrent `/probe` probes: pass the daemon's budget, so scheduled
+    /// checks and `/probe` requests share one bound (see [`crate::memory`]).
+    pub fn with_memory_budget(mut self, memory: crate::memory::MemoryBudget) -> ApiState {
+        self.memory = memory;
         self
     }
 
@@ -651,14 +661,21 @@ async fn run_probe(
     // Wait for a slot, but not past the budget: Prometheus would give up anyway, and a 503
     // (the scrape fails, `up` is 0) says "the prober is saturated" rather than "the target is
     // down".
-    let permit = match tokio::time::timeout(timeout, s.probes.clone().acquire_owned()).await {
+    // A slot, then the probe's memory (see `crate::memory`), both within the budget.
+    let slot = async {
+        let count = s.probes.clone().acquire_owned().await?;
+        let memory = s.memory.acquire(plan.max_response_bytes).await?;
+        Ok::<_, tokio::sync::AcquireError>((count, memory))
+    };
+    let permit = match tokio::time::timeout(timeout, slot).await {
         Ok(Ok(p)) => p,
         _ => {
             return Err(Refusal(
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!(
-                    "too many probes in flight (the limit is {}); add monitor instances or lower the scrape rate",
-                    s.probe_limit
+                    "too many probes in flight (the limit is {} probes or {} MiB of their memory); add monitor instances or lower the scrape rate",
+                    s.probe_limit,
+                    s.memory.total() >> 20
                 ),
             ));
         }
@@ -677,8 +694,8 @@ async fn run_probe(
     let probe_started = Instant::now();
     let transcript = mcpulse_probe::probe(&target, &plan).await;
     let duration = probe_started.elapsed();
-    drop(permit);
     drop(in_flight);
+    // Judging is where a reply's memory is spent: the permit is held until it is done.
     let mut report = judge(
         &transcript,
         &Policy {
@@ -687,6 +704,8 @@ async fn run_probe(
         },
     );
     crate::runner::hide_in_report(&mut report, &plan.secrets);
+    drop(transcript);
+    drop(permit);
     tracing::debug!(target = %shown, module = %module_name, status = report.status.as_str(), ms = duration.as_secs_f64() * 1000.0, "probe request");
 
     let format = if params.debug {

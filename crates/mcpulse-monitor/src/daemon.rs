@@ -174,13 +174,16 @@ pub async fn run(
         stop_all.clone(),
     ));
     let resend = tokio::spawn(resend_loop(sinks.clone(), fleet.clone(), stop_all.clone()));
+    // One memory budget for scheduled checks and `/probe` requests together.
+    let memory = crate::memory::MemoryBudget::default();
     let api_state = crate::api::ApiState::new(
         fleet.clone(),
         Arc::new(StoreHistory {
             store: store.clone(),
         }),
         Arc::new(RwLock::new(cfg.clone())),
-    );
+    )
+    .with_memory_budget(memory.clone());
     let api_config = api_state.config_handle();
     let api = tokio::spawn(crate::api::serve(
         listener,
@@ -193,6 +196,7 @@ pub async fn run(
         semaphore: Arc::new(Semaphore::new(
             opts.concurrency.unwrap_or(DEFAULT_CONCURRENCY),
         )),
+        memory,
         records: records_tx,
         fleet: fleet.clone(),
         maintenance: maintenance.clone(),
@@ -953,6 +957,7 @@ mod tests {
         let shared = Shared {
             prober: Arc::new(Never),
             semaphore: Arc::new(Semaphore::new(4)),
+            memory: crate::memory::MemoryBudget::default(),
             records,
             fleet: Fleet::new(),
             maintenance: Arc::new(RwLock::new(Vec::new())),

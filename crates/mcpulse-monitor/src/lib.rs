@@ -20,6 +20,7 @@ pub mod config;
 pub mod daemon;
 pub mod fleet;
 pub mod import;
+pub mod memory;
 pub mod metrics;
 pub mod runner;
 pub mod sink;

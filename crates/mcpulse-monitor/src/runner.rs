@@ -113,6 +113,9 @@ impl Prober for NetworkProber {
 pub struct Shared {
     pub prober: Arc<dyn Prober>,
     pub semaphore: Arc<Semaphore>,
+    /// What the probes in flight may hold together (shared with `/probe`; see
+    /// [`crate::memory`]).
+    pub memory: crate::memory::MemoryBudget,
     pub records: mpsc::Sender<CheckRecord>,
     pub fleet: crate::fleet::Fleet,
     pub maintenance: Arc<std::sync::RwLock<Vec<Maintenance>>>,
@@ -148,14 +151,31 @@ pub struct Accepted {
     text: Box<str>,
 }
 
+/// The largest contract the monitor keeps whole (its compact JSON text), in memory and in the
+/// store. A larger one (thousands of tools with large schemas: a server can send up to
+/// 10,000 items per list) is kept as its [outline](Contract::outline), keys and digests, so
+/// that one hostile check cannot write a hundred megabytes into the database; drift against an
+/// outline is judged from the digests ([`outline_drift`]).
+pub const MAX_KEPT_CONTRACT: usize = 4 << 20;
+
 impl Accepted {
+    /// The contract, or its outline when its text passes [`MAX_KEPT_CONTRACT`].
     pub fn new(contract: &Contract) -> Accepted {
+        let text = serde_json::to_string(contract).unwrap_or_default();
+        let text = if text.len() > MAX_KEPT_CONTRACT {
+            serde_json::to_string(&contract.outline()).unwrap_or_default()
+        } else {
+            text
+        };
         Accepted {
             digest: contract.digest.clone(),
-            text: serde_json::to_string(contract)
-                .unwrap_or_default()
-                .into_boxed_str(),
+            text: text.into_boxed_str(),
         }
+    }
+
+    /// The text the store keeps (`Contract::from_lock` reads it back).
+    pub fn text(&self) -> &str {
+        &self.text
     }
 
     /// From a baseline file's text (`Contract::to_lock`), as the store keeps it.
@@ -172,6 +192,35 @@ impl Accepted {
     pub fn contract(&self) -> Option<Contract> {
         Contract::from_lock(&self.text).ok()
     }
+}
+
+/// Drift against an outline (a contract kept without its definitions): an item removed is
+/// breaking, an item changed (another digest) or server facts changed is risky (how it changed
+/// is not known), an item added is information.
+pub fn outline_drift(base: &Contract, current: &Contract) -> Option<drift::Class> {
+    use mcpulse_judge::contract::Kind;
+    let mut class = (base.server.digest != current.server.digest).then_some(drift::Class::Risky);
+    for kind in Kind::ALL {
+        let now: std::collections::BTreeMap<&str, &str> = current
+            .items(kind)
+            .iter()
+            .map(|i| (i.key.as_str(), i.digest.as_str()))
+            .collect();
+        let was: std::collections::BTreeSet<&str> =
+            base.items(kind).iter().map(|i| i.key.as_str()).collect();
+        for item in base.items(kind) {
+            let found = match now.get(item.key.as_str()) {
+                None => drift::Class::Breaking,
+                Some(d) if *d != item.digest => drift::Class::Risky,
+                Some(_) => continue,
+            };
+            class = class.max(Some(found));
+        }
+        if now.keys().any(|k| !was.contains(k)) {
+            class = class.max(Some(drift::Class::Info));
+        }
+    }
+    class
 }
 
 /// Runs a target until `stop` turns true. Returns its memory, for a reload to carry over.
@@ -200,8 +249,13 @@ pub async fn run(
         if *stop.borrow() {
             return memory;
         }
+        let slot = async {
+            let count = shared.semaphore.clone().acquire_owned().await?;
+            let bytes = shared.memory.acquire(plan.max_response_bytes).await?;
+            Ok::<_, tokio::sync::AcquireError>((count, bytes))
+        };
         let permit = tokio::select! {
-            p = shared.semaphore.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return memory },
+            p = slot => match p { Ok(p) => p, Err(_) => return memory },
             _ = stop.changed() => return memory,
         };
         // The check (probe, transcript, report, record) lives in futures of its own, on the
@@ -298,7 +352,10 @@ async fn check(
     shared: &Shared,
     target: &Target,
     (plan, fallback): (&Plan, Option<&Plan>),
-    permit: tokio::sync::OwnedSemaphorePermit,
+    permit: (
+        tokio::sync::OwnedSemaphorePermit,
+        tokio::sync::OwnedSemaphorePermit,
+    ),
 ) -> CheckRecord {
     let policy = Policy {
         latency_budget_ms: cfg.latency_budget.as_secs_f64() * 1000.0,
@@ -313,9 +370,10 @@ async fn check(
         report = judge(&transcript, &policy);
     }
     hide_in_report(&mut report, &cfg.secrets);
-    drop(permit);
     let at = (shared.clock)();
     let record = check_once(cfg, memory, &transcript, &report, at, shared);
+    // Held until the contract is taken in: that copies it (see `crate::memory`).
+    drop(permit);
     shared
         .fleet
         .update_from(cfg, &memory.state, &memory.incidents, &report, at);
@@ -336,11 +394,12 @@ pub fn check_once(
 ) -> CheckRecord {
     // Drift against the accepted contract, no faster than the server's cache TTL.
     let mut new_contract = None;
-    if let Some(current) = report.contract.clone() {
+    if let Some(current) = &report.contract {
         match &memory.accepted {
             None => {
-                new_contract = Some(current.to_lock());
-                memory.accepted = Some(Accepted::new(&current));
+                let accepted = Accepted::new(current);
+                new_contract = Some(accepted.text().to_owned());
+                memory.accepted = Some(accepted);
                 memory.drift = None;
                 memory.drift_changes = Default::default();
             }
@@ -349,12 +408,16 @@ pub fn check_once(
                     memory.drift = None; // the same contract: nothing to compare
                     memory.drift_changes = Default::default();
                 } else if let Some(base) = base.contract() {
-                    let d = drift::diff(&base, &current);
-                    memory.drift = d
-                        .class
-                        .map(|c| c.as_str().to_owned())
-                        .filter(|c| c != "info");
-                    memory.drift_changes = crate::state::DriftChange::first_of(&d);
+                    // Against an outline (a contract too large to keep whole) only the class
+                    // is known, not the changes.
+                    let (class, changes) = if base.is_outline() {
+                        (outline_drift(&base, current), Default::default())
+                    } else {
+                        let d = drift::diff(&base, current);
+                        (d.class, crate::state::DriftChange::first_of(&d))
+                    };
+                    memory.drift = class.map(|c| c.as_str().to_owned()).filter(|c| c != "info");
+                    memory.drift_changes = changes;
                 }
                 memory.drift_checked_ms = at;
             }
@@ -493,6 +556,44 @@ mod tests {
             .map(|n| phase(&format!("t{n}"), i).as_secs())
             .collect();
         assert!(distinct.len() > 40, "{}", distinct.len());
+    }
+
+    fn contract(tools: &[(&str, &str)]) -> Contract {
+        mcpulse_judge::contract::build(mcpulse_judge::contract::Parts {
+            tools: tools
+                .iter()
+                .map(|(name, description)| {
+                    serde_json::json!({"name": name, "description": description})
+                })
+                .collect(),
+            ..Default::default()
+        })
+    }
+
+    /// A contract past the size kept whole is kept (in memory and in the store) as its outline,
+    /// and drift against it is judged from digests.
+    #[test]
+    fn a_contract_too_large_to_keep_is_kept_as_its_outline() {
+        let long = "d".repeat(MAX_KEPT_CONTRACT / 2);
+        let big = contract(&[("a", &long), ("b", &long), ("c", "x")]);
+        let kept = Accepted::new(&big);
+        assert!(kept.text().len() < 4096, "{}", kept.text().len());
+        assert_eq!(kept.digest(), big.digest);
+        let base = kept.contract().unwrap();
+        assert!(base.is_outline());
+        assert_eq!(base.digest, big.digest);
+        // Same items: no drift; one changed: risky; one removed: breaking; one added: info.
+        assert_eq!(outline_drift(&base, &big), None);
+        let changed = contract(&[("a", &long), ("b", &long), ("c", "y")]);
+        assert_eq!(outline_drift(&base, &changed), Some(drift::Class::Risky));
+        let removed = contract(&[("a", &long), ("b", &long)]);
+        assert_eq!(outline_drift(&base, &removed), Some(drift::Class::Breaking));
+        let added = contract(&[("a", &long), ("b", &long), ("c", "x"), ("d", "")]);
+        assert_eq!(outline_drift(&base, &added), Some(drift::Class::Info));
+        // A small contract is kept whole.
+        let small = contract(&[("c", "x")]);
+        assert!(!Accepted::new(&small).contract().unwrap().is_outline());
+        assert_eq!(Accepted::new(&small).contract().unwrap(), small);
     }
 
     #[test]

@@ -266,6 +266,7 @@ impl Harness {
         let shared = Shared {
             prober: prober.clone(),
             semaphore: Arc::new(Semaphore::new(limit)),
+            memory: mcpulse_monitor::memory::MemoryBudget::default(),
             records: tx,
             fleet: Fleet::new(),
             maintenance: Arc::new(RwLock::new(Vec::new())),

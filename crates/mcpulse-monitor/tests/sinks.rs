@@ -587,6 +587,7 @@ fn policy_pair() -> (Alert, Alert) {
         flapping: false,
         status,
         drift: None,
+        drift_changes: "",
         reminder_ms: None,
     };
     let went_down = [Event::Transition {

@@ -49,6 +49,8 @@ fn obs(status: Health, at_ms: i64) -> Observation {
         grade: Some("A".into()),
         contract_digest: Some("sha256:abc".into()),
         drift: None,
+        drift_changes: Vec::new(),
+        drift_changes_more: 0,
         summary: "ok".into(),
     }
 }

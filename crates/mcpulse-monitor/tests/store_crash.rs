@@ -188,6 +188,7 @@ impl Fleet {
                 flapping: next.flapping,
                 status: next.status,
                 drift: None,
+                drift_changes: "",
                 reminder_ms: Some(30 * TICK_MS),
             };
             let sent: Vec<Alert> = alerts(&events, incidents, &cx);

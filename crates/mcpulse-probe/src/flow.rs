@@ -318,7 +318,7 @@ fn only_legacy(data: Option<&Value>) -> bool {
 /// Whether any frame of the exchange is an error with a 2026 code (an id-less error counts).
 fn has_modern_error(ex: &Exchange) -> bool {
     ex.frames.iter().any(|f| {
-        matches!(mcpulse_wire::jsonrpc::decode(&f.raw).map(|d| d.message),
+        matches!(mcpulse_wire::jsonrpc::peek(&f.raw).map(|d| d.message),
             Ok(Message::Error { error, .. }) if version::is_modern_error(error.code))
     })
 }

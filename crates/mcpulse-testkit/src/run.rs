@@ -37,6 +37,19 @@ pub fn codes(findings: &Value) -> Vec<String> {
         .collect()
 }
 
+/// The message of the first finding with this code in a report; the test fails when there is
+/// none.
+pub fn finding_message(report: &Value, code: &str) -> String {
+    report["findings"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no findings in {report}"))
+        .iter()
+        .find(|f| f["code"] == code)
+        .and_then(|f| f["message"].as_str())
+        .unwrap_or_else(|| panic!("no {code} finding in {report}"))
+        .to_owned()
+}
+
 /// Runs `bin` with `args`, the extra environment `env` and `NO_COLOR=1`, stdin closed; the
 /// test fails if it has not finished within `bound`.
 pub async fn run(bin: &str, args: &[&str], env: &[(&str, &str)], bound: Duration) -> Run {

@@ -111,6 +111,57 @@ pub fn modern(dual_era: bool, next_cursors: Vec<Option<&'static str>>) -> Script
     })
 }
 
+/// A 2026-07-28 server (modern only) whose `tools/list` call `k` (from 0) answers with the
+/// items `pages[k]`, given as the JSON text inside the `tools` array (the last page repeats),
+/// and a `nextCursor` on every page but the last. The text is sent as given, so it can be any
+/// shape, valid or not: many tiny tools, schemas nested to the limit, a number out of range.
+pub fn tools_pages(pages: Vec<String>) -> Script {
+    let calls = std::sync::atomic::AtomicUsize::new(0);
+    Arc::new(move |req: &Request| {
+        let id = id_of(req);
+        match req.rpc_method().as_deref() {
+            Some("server/discover") => Reply::json(200, &mcp::result(&id, mcp::discover_result())),
+            Some("tools/list") => {
+                let k = calls
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+                    .min(pages.len().saturating_sub(1));
+                let next = if k + 1 < pages.len() {
+                    format!(r#","nextCursor":"c{k}""#)
+                } else {
+                    String::new()
+                };
+                let items = pages.get(k).map(String::as_str).unwrap_or_default();
+                let body = format!(
+                    r#"{{"jsonrpc":"2.0","id":{id},"result":{{"resultType":"complete","ttlMs":0,"cacheScope":"public"{next},"tools":[{items}]}}}}"#
+                );
+                Reply::bytes(200, "application/json", body)
+            }
+            _ => Reply::json(
+                400,
+                &mcp::error(&id, -32022, "Unsupported protocol version"),
+            ),
+        }
+    })
+}
+
+/// As many items made by `item(i)` (i = 0, 1, ...) as fit, comma-separated, in `bytes` of
+/// text: a page of [`tools_pages`] filled to a size.
+pub fn fill(bytes: usize, item: impl Fn(usize) -> String) -> String {
+    let mut out = String::with_capacity(bytes);
+    for i in 0.. {
+        let next = item(i);
+        let comma = usize::from(i > 0);
+        if out.len() + comma + next.len() > bytes {
+            break;
+        }
+        if comma == 1 {
+            out.push(',');
+        }
+        out.push_str(&next);
+    }
+    out
+}
+
 /// How a server frames its replies to POSTs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Framing {

@@ -463,7 +463,7 @@ fn reply_to(ev: &sse::Event, in_flight: &[i64]) -> Option<i64> {
     if in_flight.is_empty() || ev.data.is_empty() {
         return None;
     }
-    match mcpulse_wire::jsonrpc::decode(&ev.data).ok()?.message {
+    match mcpulse_wire::jsonrpc::peek(&ev.data).ok()?.message {
         Message::Result { id, .. } | Message::Error { id, .. } => {
             in_flight.iter().copied().find(|&i| id.matches(i))
         }

@@ -389,7 +389,7 @@ impl StdioChild {
                     }
                 }
                 Ok(Some(Out::Frame(at_ms, raw))) => {
-                    let decoded = jsonrpc::decode(&raw);
+                    let decoded = jsonrpc::peek(&raw);
                     // The first reply to another request in flight, to be kept for it.
                     let keep_for = match &decoded {
                         Ok(d) => match &d.message {
@@ -587,7 +587,7 @@ async fn handle_line(
     match line {
         Line::Text(t) if t.trim().is_empty() => true,
         Line::Text(t) => {
-            if jsonrpc::decode(&t).is_ok() {
+            if jsonrpc::peek(&t).is_ok() {
                 tx.send(Out::Frame(at_ms, t)).await.is_ok()
             } else {
                 let mut shown = t;

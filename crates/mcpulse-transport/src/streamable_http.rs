@@ -284,7 +284,7 @@ pub async fn read_reply(
         }
     }
     let text = String::from_utf8_lossy(&bytes);
-    match jsonrpc::decode(&text) {
+    match jsonrpc::peek(&text) {
         Ok(d) => {
             ex.frames.push(Frame {
                 at_ms: clock.at(),
@@ -379,7 +379,7 @@ pub fn take_event(
         return None; // priming event (2025-11-25) or an empty keep-alive
     }
     let kind = ev.event.clone();
-    let decoded = jsonrpc::decode(&ev.data);
+    let decoded = jsonrpc::peek(&ev.data);
     ex.frames.push(Frame {
         at_ms,
         raw: ev.data,

@@ -1,6 +1,7 @@
 //! The wire vocabulary of mcpulse, and nothing that touches a socket, a process or a clock.
 //!
 //! This crate owns:
+//! - [`json`]: reading a server's JSON within a memory budget, saying why a text is unusable;
 //! - [`jsonrpc`]: a tolerant JSON-RPC 2.0 envelope decoder that never panics and keeps the raw text;
 //! - [`version`]: MCP protocol revisions and the two eras (stateful legacy, stateless modern);
 //! - [`message`]: the exact requests a prober sends, per era;
@@ -13,6 +14,7 @@
 
 pub mod auth;
 pub mod env;
+pub mod json;
 pub mod jsonrpc;
 pub mod message;
 pub mod ndjson;

@@ -268,7 +268,7 @@ impl ReplySniffer {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::jsonrpc::{self, Message};
     use proptest::prelude::*;
@@ -340,7 +340,7 @@ mod tests {
         assert_eq!(sniff(&format!(r#"{{"id":{long},"result":{{}}}}"#)), None);
     }
 
-    fn json() -> impl Strategy<Value = serde_json::Value> {
+    pub(crate) fn json() -> impl Strategy<Value = serde_json::Value> {
         let leaf = prop_oneof![
             Just(serde_json::Value::Null),
             any::<bool>().prop_map(serde_json::Value::from),
@@ -359,7 +359,7 @@ mod tests {
         })
     }
 
-    fn envelope() -> impl Strategy<Value = serde_json::Value> {
+    pub(crate) fn envelope() -> impl Strategy<Value = serde_json::Value> {
         (
             prop::collection::btree_map(
                 prop_oneof![

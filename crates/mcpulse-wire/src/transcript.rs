@@ -12,12 +12,17 @@
 //! which hides the plan's secret values (and applies the argv rule to commands) in everything
 //! it recorded about the target: the display, URLs, commands, error messages, stderr.
 
+use crate::json;
 use crate::jsonrpc::{self, Decoded};
 use crate::redact::Secrets;
 use crate::version::{Era, EraMode};
 use serde::{Deserialize, Serialize};
 
 pub const SCHEMA: &str = "mcpulse.transcript/v1";
+
+/// [`Exchange::reply`] refuses a reply whose decoded value would take more than this many times
+/// its text (ordinary JSON takes 5–20×; a page of tiny objects ~100×).
+pub const REPLY_BUDGET_MULTIPLE: usize = 8;
 
 /// The record of one probe.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -292,6 +297,17 @@ pub enum Step {
 }
 
 impl Step {
+    /// The member of a list step's result that holds its items.
+    pub fn list_key(self) -> Option<&'static str> {
+        match self {
+            Step::ToolsList => Some("tools"),
+            Step::PromptsList => Some("prompts"),
+            Step::ResourcesList => Some("resources"),
+            Step::ResourceTemplatesList => Some("resourceTemplates"),
+            _ => None,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Step::Discover => "server/discover",
@@ -348,13 +364,26 @@ pub struct Exchange {
 }
 
 impl Exchange {
-    /// The decoded reply with our id, when the exchange got one.
+    /// The decoded reply with our id, when the exchange got one and it is usable JSON.
+    ///
+    /// Bounded, because a reply's DOM costs up to ~100× its text: a list step's items
+    /// (`result.tools`, `.prompts`, `.resources`, `.resourceTemplates`) are skipped, not built
+    /// (the array is empty; the judge reads items within its own budget), and any other reply
+    /// that would take more than [`REPLY_BUDGET_MULTIPLE`] times its text (plus 1 MiB) is
+    /// refused, as is one nested too deep or with a number out of range.
     pub fn reply(&self) -> Option<Decoded> {
         match self.outcome {
-            Outcome::Reply { frame } => self
-                .frames
-                .get(frame)
-                .and_then(|f| jsonrpc::decode(&f.raw).ok()),
+            Outcome::Reply { frame } => self.frames.get(frame).and_then(|f| {
+                let limits = json::Limits {
+                    budget: f
+                        .raw
+                        .len()
+                        .saturating_mul(REPLY_BUDGET_MULTIPLE)
+                        .saturating_add(1 << 20),
+                    list: self.step.list_key().map(|k| (k, 0)),
+                };
+                jsonrpc::decode_within(&f.raw, &limits).ok().map(|(d, _)| d)
+            }),
             _ => None,
         }
     }

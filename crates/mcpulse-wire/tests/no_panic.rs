@@ -1,7 +1,7 @@
 //! Whatever a server sends, the decoders never panic: arbitrary bytes, in arbitrary chunks.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use mcpulse_wire::{auth, jsonrpc, ndjson, redact, sse, x509};
+use mcpulse_wire::{auth, json, jsonrpc, ndjson, redact, sse, x509};
 use proptest::prelude::*;
 
 fn chunks(bytes: &[u8], cuts: &[usize]) -> Vec<Vec<u8>> {
@@ -56,11 +56,14 @@ proptest! {
     #[test]
     fn jsonrpc_decode(text in "\\PC{0,200}") {
         let _ = jsonrpc::decode(&text);
+        let _ = jsonrpc::peek(&text);
+        let _ = json::parse(&text, &json::Limits { budget: 256, list: Some(("tools", 1)) });
     }
 
     #[test]
     fn jsonrpc_decode_json_shaped(text in "\\{(\"(jsonrpc|id|method|result|error|code|message|params)\":(null|-?[0-9]{1,20}|\"[a-z]{0,5}\"|\\{\\}|\\[\\]|true),?){0,8}\\}") {
         let _ = jsonrpc::decode(&text);
+        let _ = jsonrpc::peek(&text);
     }
 
     #[test]

@@ -626,16 +626,7 @@ fn first_message(run: &Run) -> String {
 
 /// The message of the first finding with this code.
 fn finding_message(run: &Run, code: &str) -> String {
-    let r = run.report();
-    r["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["code"] == code)
-        .unwrap_or_else(|| panic!("no {code} in {r}"))["message"]
-        .as_str()
-        .unwrap()
-        .to_owned()
+    run::finding_message(&run.report(), code)
 }
 
 /// A reply over the cap that does not say whose it is (no id) cannot be told apart while

@@ -70,11 +70,16 @@ const PATIENCE: Duration = Duration::from_secs(15);
 /// `GET path` on `addr`, `Connection: close`: the status and the body, or `None` when nothing
 /// answers.
 async fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    http_get_within(addr, path, Duration::from_secs(5)).await
+}
+
+/// [`http_get`], waiting up to `bound` for the answer.
+async fn http_get_within(addr: SocketAddr, path: &str, bound: Duration) -> Option<(u16, String)> {
     let mut s = TcpStream::connect(addr).await.ok()?;
     let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
     s.write_all(req.as_bytes()).await.ok()?;
     let mut buf = Vec::new();
-    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf))
+    tokio::time::timeout(bound, s.read_to_end(&mut buf))
         .await
         .ok()?
         .ok()?;
@@ -1735,6 +1740,122 @@ fn check_config_exit_codes_and_located_errors() {
         )),
         "{err}"
     );
+}
+
+// ---- memory ----------------------------------------------------------------------------------
+
+/// A memory figure of the monitor's from `/proc/PID/status`, in bytes: `VmHWM` (its peak, its
+/// own since its `exec`) or `VmRSS` (now).
+fn rss(pid: i32, field: &str) -> usize {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: usize = status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kib * 1024
+}
+
+fn peak_rss(pid: i32) -> usize {
+    rss(pid, "VmHWM")
+}
+
+/// 64 `/probe`s at once (the count limit) of a server whose `tools/list` is 88,000 tiny objects
+/// in one schema (a DOM many times its 1 MiB, and the contract's copy of it): the monitor holds no
+/// more than its probe memory budget (docs/monitor.md, "Memory"), each request is answered (a
+/// verdict, or 503 when no slot came within the scrape budget), and the monitor stays up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_four_hostile_probes_at_once_stay_within_the_memory_budget() {
+    let properties = scenario::fill(1 << 20, |i| format!(r#""p{i}":{{}}"#));
+    let server = FakeHttp::start_script(scenario::tools_pages(vec![format!(
+        r#"{{"name":"t","inputSchema":{{"type":"object","properties":{{{properties}}}}}}}"#
+    )]))
+    .await;
+    let dir = TempDir::new("hostile-probes");
+    let config = dir.join("mcpulse.toml");
+    let target = format!(
+        "{}\ninterval = \"1h\"\ntimeout = \"60s\"\nera = \"modern\"",
+        url_target(&server.url("/mcp"))
+    );
+    write_config(&config, &config_text(&[("hostile", &target)], None));
+    let m = Monitor::start(&dir, &config, &[]).await;
+    let before = peak_rss(m.pid());
+    let mut probes = JoinSet::new();
+    for _ in 0..64 {
+        let api = m.api;
+        probes.spawn(async move {
+            http_get_within(api, "/probe?target=hostile", Duration::from_secs(90)).await
+        });
+    }
+    let mut answered = Vec::new();
+    while let Some(r) = probes.join_next().await {
+        let (status, body) = r
+            .unwrap()
+            .unwrap_or_else(|| panic!("a /probe got no answer:\n{}", m.log()));
+        answered.push(status);
+        if status == 200 {
+            assert!(body.contains("\nprobe_success 1"), "{body}");
+        }
+    }
+    let peak = peak_rss(m.pid());
+    let after = rss(m.pid(), "VmRSS");
+    println!(
+        "monitor peak RSS {:.1} MiB (at start {:.1} MiB, {:.1} MiB after) for 64 concurrent hostile /probe: {} answered 200, {} 503",
+        peak as f64 / (1 << 20) as f64,
+        before as f64 / (1 << 20) as f64,
+        after as f64 / (1 << 20) as f64,
+        answered.iter().filter(|s| **s == 200).count(),
+        answered.iter().filter(|s| **s == 503).count(),
+    );
+    assert!(
+        answered.iter().all(|s| *s == 200 || *s == 503),
+        "{answered:?}"
+    );
+    assert!(answered.contains(&200), "{answered:?}");
+    let bound = mcpulse_monitor::memory::DEFAULT_PROBE_MEMORY + (64 << 20);
+    assert!(peak < bound, "peak {peak} bytes, over {bound}");
+    assert_eq!(m.get("/livez").await.0, 200);
+}
+
+/// A scheduled check of a server whose contract is large (9,000 tools with long descriptions,
+/// 8 MiB): the store keeps its outline (keys and digests), not the definitions, so the
+/// database and its WAL stay small (one such check once wrote ~110 MB into each).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_contract_is_stored_as_its_outline() {
+    let description = "d".repeat(880);
+    let tools = scenario::fill(8 << 20, |i| {
+        format!(
+            r#"{{"name":"t{i}","description":"{description}","inputSchema":{{"type":"object"}}}}"#
+        )
+    });
+    let server = FakeHttp::start_script(scenario::tools_pages(vec![tools])).await;
+    let dir = TempDir::new("large-contract");
+    let config = dir.join("mcpulse.toml");
+    // Checked once within the test's patience (a name whose first check comes early), with
+    // time to read 8 MiB in a debug build.
+    let interval = Duration::from_secs(10);
+    let name = (0..1000)
+        .map(|i| format!("large-{i}"))
+        .find(|n| phase(n, interval) < Duration::from_secs(1))
+        .unwrap();
+    let target = format!(
+        "{}\ninterval = \"10s\"\ntimeout = \"9s\"\nera = \"modern\"",
+        url_target(&server.url("/mcp"))
+    );
+    write_config(&config, &config_text(&[(&name, &target)], None));
+    let m = Monitor::start(&dir, &config, &[]).await;
+    let checks = m.wait_checks(&name, 0, 1).await;
+    let v = m.target(&name).await;
+    assert!(v.to_string().contains("sha256:"), "no contract digest: {v}");
+    let size = |name: &str| std::fs::metadata(dir.join(name)).map_or(0, |m| m.len());
+    let written = size("mcpulse.db") + size("mcpulse.db-wal");
+    println!(
+        "after {} check(s) of a server with an 8 MiB contract: {:.2} MiB in mcpulse.db and its WAL, peak RSS {:.1} MiB",
+        checks.len(),
+        written as f64 / (1 << 20) as f64,
+        peak_rss(m.pid()) as f64 / (1 << 20) as f64
+    );
+    assert!(written < 4 << 20, "{written} bytes written");
 }
 
 /// `mcpulse demo` with its port taken: an error naming `--listen`, before any banner is printed
