@@ -324,3 +324,115 @@ pub fn parse() -> Result<Cli, ExitCode> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The words of one shell command line: single and double quotes group (and are removed),
+    /// a `#` outside quotes starts a comment, and a `|` ends the command.
+    fn words(line: &str) -> Vec<String> {
+        let (mut out, mut cur, mut quote, mut any) = (Vec::new(), String::new(), None, false);
+        for c in line.chars() {
+            match (quote, c) {
+                (Some(q), c) if c == q => quote = None,
+                (Some(_), c) => cur.push(c),
+                (None, '\'' | '"') => {
+                    quote = Some(c);
+                    any = true;
+                }
+                (None, '#' | '|') => break,
+                (None, c) if c.is_whitespace() => {
+                    if any || !cur.is_empty() {
+                        out.push(std::mem::take(&mut cur));
+                        any = false;
+                    }
+                }
+                (None, c) => cur.push(c),
+            }
+        }
+        if any || !cur.is_empty() {
+            out.push(cur);
+        }
+        out
+    }
+
+    /// Every `mcpulse …` command line in the fenced blocks of the README and docs/*.md (a
+    /// `$ ` prompt and `cargo run … --` before it are allowed; usage lines with `[OPTIONS]` or
+    /// `<…>` placeholders are not commands).
+    fn doc_commands() -> Vec<(String, Vec<String>)> {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let mut files = vec![root.join("README.md")];
+        if let Ok(dir) = std::fs::read_dir(root.join("docs")) {
+            let mut docs: Vec<_> = dir
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|e| e == "md"))
+                .collect();
+            docs.sort();
+            files.extend(docs);
+        }
+        let mut out = Vec::new();
+        for file in files {
+            let text = std::fs::read_to_string(&file).unwrap_or_default();
+            // The fence's language while inside one: in a shell block every `mcpulse` line
+            // is a command; in another block only one after a `$ ` prompt.
+            let mut fence: Option<String> = None;
+            for (n, line) in text.lines().enumerate() {
+                let t = line.trim_start();
+                if let Some(info) = t.strip_prefix("```") {
+                    fence = match fence {
+                        Some(_) => None,
+                        None => Some(info.trim().to_owned()),
+                    };
+                    continue;
+                }
+                let Some(lang) = &fence else { continue };
+                let shell = matches!(lang.as_str(), "sh" | "bash" | "shell" | "console");
+                let t = match t.strip_prefix("$ ") {
+                    Some(rest) => rest,
+                    None if shell => t,
+                    None => continue,
+                };
+                let t = t
+                    .strip_prefix("cargo run --release -p mcpulse -- ")
+                    .map(|rest| format!("mcpulse {rest}"))
+                    .unwrap_or_else(|| t.to_owned());
+                if !t.starts_with("mcpulse ") || t.contains("[OPTIONS]") || t.contains(" <") {
+                    continue;
+                }
+                out.push((format!("{}:{}", file.display(), n + 1), words(&t)));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn every_command_line_in_the_docs_parses() {
+        let commands = doc_commands();
+        assert!(commands.len() >= 20, "{commands:?}");
+        for (at, argv) in commands {
+            if let Err(e) = Cli::try_parse_from(&argv) {
+                panic!("{at}: `{}` does not parse:\n{e}", argv.join(" "));
+            }
+        }
+    }
+
+    #[test]
+    fn words_follow_the_shell() {
+        assert_eq!(
+            words("mcpulse probe -H 'Authorization: Bearer ${T}' https://h/mcp # note"),
+            [
+                "mcpulse",
+                "probe",
+                "-H",
+                "Authorization: Bearer ${T}",
+                "https://h/mcp"
+            ]
+        );
+        assert_eq!(
+            words("mcpulse probe --json x | jq ."),
+            ["mcpulse", "probe", "--json", "x"]
+        );
+        assert_eq!(words("a \"\" b"), ["a", "", "b"]);
+    }
+}
