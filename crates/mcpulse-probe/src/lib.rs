@@ -19,6 +19,7 @@
 //!   after the first, only when `Plan::stdio_dual_era` asks for it. Near the deadline nothing is
 //!   restarted. Over stdio the first page of each list is requested at once (pipelined).
 
+mod context;
 mod flow;
 mod security;
 mod target;

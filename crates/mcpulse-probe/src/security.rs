@@ -10,7 +10,7 @@
 //! address when the target itself is public (SSRF guard). Sessions opened by a check are
 //! deleted. What the answers mean is the judge's business (`mcpulse-judge`'s security rules).
 
-use crate::flow::Ctx;
+use crate::context::{Ctx, target_is_public};
 use http::{Method, Uri};
 use mcpulse_transport::Call;
 use mcpulse_transport::http::{HttpClient, is_loopback_host, origin as http_origin, resolve};
@@ -525,7 +525,7 @@ pub(crate) async fn auth_metadata(client: &mut HttpClient, uri: &Uri, ctx: &mut 
         return;
     }
     // The SSRF guard: a public target may not send mcpulse to private addresses.
-    client.deny_private = crate::flow::target_is_public(ctx, client);
+    client.deny_private = target_is_public(ctx, client);
     let mut prm = fetched_json(ctx, Step::ResourceMetadata);
     if prm.is_none()
         && !ctx
