@@ -7,7 +7,7 @@
 //! send is `security`'s. Both depend on this module and not on each other's files, so there is
 //! no import cycle between them.
 
-use crate::target::Plan;
+use crate::plan::Plan;
 use http::Uri;
 use mcpulse_transport::clock::Clock;
 use mcpulse_transport::http::HttpClient;

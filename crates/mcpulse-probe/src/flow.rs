@@ -14,7 +14,8 @@ mod stdio;
 mod streamable_http;
 
 use crate::context::Ctx;
-use crate::target::{Plan, Target};
+use crate::plan::Plan;
+use crate::target::Target;
 use mcpulse_transport::clock::Clock;
 use mcpulse_transport::http::HttpClient;
 use mcpulse_transport::stdio::StdioChild;

@@ -21,9 +21,14 @@
 
 mod context;
 mod flow;
+mod plan;
 mod security;
 mod target;
 
 pub use flow::{Live, probe, probe_live};
 pub use mcpulse_wire::transcript::Transcript;
-pub use target::{Plan, Target, TargetError, TransportMode};
+pub use plan::{
+    Caller, HTTP_TIMEOUT, MAX_PAGES, MAX_RESPONSE_BYTES, Plan, PlanSpec, STDIO_TIMEOUT,
+    TransportMode, default_timeout,
+};
+pub use target::{Target, TargetError};

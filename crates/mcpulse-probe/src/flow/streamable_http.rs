@@ -13,8 +13,8 @@ use super::session::{
     dual_era_check, initialize, legacy_session,
 };
 use crate::context::{Ctx, Wire};
+use crate::plan::TransportMode;
 use crate::security::{self, Rides, Side};
-use crate::target::TransportMode;
 use http::Uri;
 use mcpulse_transport::http::HttpClient;
 use mcpulse_transport::streamable_http;
