@@ -13,6 +13,7 @@ use super::session::{
 };
 use crate::context::{Ctx, Wire, request};
 use mcpulse_transport::stdio::{Patience, Sent, StdioChild};
+use mcpulse_wire::checks::purpose;
 use mcpulse_wire::message;
 use mcpulse_wire::transcript::{Exchange, Outcome, Step};
 use mcpulse_wire::version::{self, Era, EraMode};
@@ -58,7 +59,7 @@ pub(super) async fn probe(
     children: &mut Vec<StdioChild>,
 ) {
     let cmd = Command { program, args };
-    let Some(mut child) = cmd.spawn("probe", ctx) else {
+    let Some(mut child) = cmd.spawn(purpose::PROBE, ctx) else {
         return ctx.mark_done();
     };
     if ctx.plan.era == EraMode::Legacy {
@@ -103,7 +104,7 @@ async fn start_sibling(cmd: Command<'_>, ctx: &mut Ctx<'_>) -> Option<(StdioChil
     if ctx.plan.era != EraMode::Auto || !ctx.plan.stdio_dual_era {
         return None;
     }
-    let mut s = cmd.spawn("dual-era check", ctx)?;
+    let mut s = cmd.spawn(purpose::DUAL_ERA_CHECK, ctx)?;
     let id = ctx.id();
     let msg = message::initialize(id, &ctx.plan.client);
     let sent = s
@@ -155,7 +156,7 @@ async fn dual_era_answer(
     ctx.tr
         .processes
         .push(child.shutdown(ctx.plan.shutdown_grace).await);
-    let Some(mut fresh) = cmd.spawn("dual-era check", ctx) else {
+    let Some(mut fresh) = cmd.spawn(purpose::DUAL_ERA_CHECK, ctx) else {
         return;
     };
     dual_era_check(&mut Wire::Stdio(&mut fresh), ctx).await;
@@ -187,7 +188,7 @@ async fn legacy_fallback(
     ctx.tr
         .processes
         .push(child.shutdown(ctx.plan.shutdown_grace).await);
-    let Some(fresh) = cmd.spawn("legacy fallback", ctx) else {
+    let Some(fresh) = cmd.spawn(purpose::LEGACY_FALLBACK, ctx) else {
         return ctx.mark_done();
     };
     legacy_stdio(fresh, None, ctx, children).await;
