@@ -225,7 +225,7 @@ fn went_away(ex: &Exchange) -> bool {
 
 /// Whether there is time to end a process (up to three shutdown graces: stdin closed, SIGTERM,
 /// SIGKILL) and start another before the deadline. Without it, the processes are left to
-/// [`Live::finish`], which records them: the probe's safety net must never drop a shutdown
+/// [`crate::Live::finish`], which records them: the probe's safety net must never drop a shutdown
 /// half-way.
 fn room_to_restart(ctx: &Ctx<'_>) -> bool {
     let left = ctx.deadline.saturating_duration_since(Instant::now());
