@@ -552,7 +552,7 @@ fn parse_listening(
             "webhook" => SinkKind::Webhook {
                 url: need_url()?,
                 secret: r.secret.as_deref().map(|s| expand(s, env)).transpose().map_err(|m| at(format!("secret: {m}")))?,
-                headers: headers(&r.headers, &src, env, &what)?,
+                headers: headers(&r.headers, &src, env, &what, &mut Secrets::default())?,
             },
             "slack" => SinkKind::Slack { url: expand(&need_url()?, env).map_err(|m| at(format!("url: {m}")))? },
             "pagerduty" => SinkKind::PagerDuty {
@@ -640,7 +640,7 @@ fn parse_listening(
                 },
                 timeout: dur(&r.timeout, "timeout", defaults.timeout)?,
                 latency_budget: dur(&r.latency_budget, "latency_budget", defaults.latency_budget)?,
-                headers: headers(&r.headers, &src, env, &what)?,
+                headers: headers(&r.headers, &src, env, &what, &mut Secrets::default())?,
                 security: r.security.unwrap_or(false),
             },
         );
@@ -751,6 +751,8 @@ fn target(
     let name = r.name.get_ref();
     let what = format!("target {name:?}");
     let at = |offset: usize, m: &str| src.at(offset, format!("{what}: {m}"));
+    // What `${VAR}` read from the environment (env and header values): secret by value.
+    let mut secrets = Secrets::default();
     let endpoint = match (&r.url, &r.command) {
         (Some(u), None) => {
             check_url(u.get_ref()).map_err(|m| at(u.span().start, &m))?;
@@ -765,9 +767,10 @@ fn target(
             }
             let mut vars = BTreeMap::new();
             for (k, v) in &r.env {
-                let value = expand(v.get_ref(), env)
+                let e = mcpulse_wire::env::expand_marked(v.get_ref(), env)
                     .map_err(|m| at(v.span().start, &format!("env {k}: {m}")))?;
-                vars.insert(k.clone(), value);
+                secrets.extend(&e.secrets);
+                vars.insert(k.clone(), e.value);
             }
             Endpoint::Command {
                 argv: c.get_ref().clone(),
@@ -796,7 +799,7 @@ fn target(
             "env applies to command targets; a url target takes credentials from headers",
         ));
     }
-    let headers = headers(&r.headers, src, env, &what)?;
+    let headers = headers(&r.headers, src, env, &what, &mut secrets)?;
     let s = apply(defaults, &r.settings(), src, &what)?;
     if s.timeout >= s.interval {
         // At the value that broke it: the target's own timeout or interval, else its table.
@@ -813,14 +816,16 @@ fn target(
             ),
         ));
     }
-    Ok(target_from(
+    let mut target = target_from(
         name.clone(),
         endpoint,
         headers,
         &s,
         r.labels.clone(),
         src.file.to_owned(),
-    ))
+    );
+    target.secrets.extend(&secrets);
+    Ok(target)
 }
 
 /// The longest target name, in characters: enough for any label a person would type, short
@@ -1085,21 +1090,26 @@ fn command_env(names: &[String]) -> Result<Vec<String>, String> {
 
 /// A `headers` table: names checked, values expanded and checked, each error at its key or
 /// value.
+///
+/// What `${VAR}` read from the environment goes into `secrets`: it is secret wherever it
+/// lands (a server that echoes its token in an error must not put it in the API).
 fn headers(
     h: &BTreeMap<At<String>, At<String>>,
     src: &Source<'_>,
     env: &dyn Fn(&str) -> Option<String>,
     what: &str,
+    secrets: &mut Secrets,
 ) -> Result<Vec<(String, String)>, ConfigError> {
     h.iter()
         .map(|(k, v)| {
             let name = k.get_ref();
             check_header_name(name).map_err(|m| src.at(k.span().start, format!("{what}: {m}")))?;
             let at = |m: String| src.at(v.span().start, format!("{what}: {m}"));
-            let value =
-                expand(v.get_ref(), env).map_err(|m| at(format!("header {name:?}: {m}")))?;
-            check_header_value(name, &value).map_err(at)?;
-            Ok((name.clone(), value))
+            let e = mcpulse_wire::env::expand_marked(v.get_ref(), env)
+                .map_err(|m| at(format!("header {name:?}: {m}")))?;
+            secrets.extend(&e.secrets);
+            check_header_value(name, &e.value).map_err(at)?;
+            Ok((name.clone(), e.value))
         })
         .collect()
 }
@@ -1155,6 +1165,21 @@ mod tests {
             "EMPTY" => Some(String::new()),
             "CRLF" => Some("a\r\nX-Injected: 1".to_owned()),
             _ => None,
+        }
+    }
+
+    #[test]
+    fn what_a_header_or_env_read_from_the_environment_is_secret_however_short() {
+        let c = parse_ok(
+            "[[targets]]\nname = \"h\"\nurl = \"https://x.example/mcp\"\nheaders = { Authorization = \"Bearer ${TOKEN}\" }\n\n[[targets]]\nname = \"c\"\ncommand = [\"srv\"]\nenv = { K = \"${TOKEN}\" }\n",
+        );
+        for t in &c.targets {
+            assert_eq!(
+                t.secrets.hide("the server said: token t0k is revoked"),
+                "the server said: token <redacted> is revoked",
+                "{}",
+                t.name
+            );
         }
     }
 

@@ -115,13 +115,34 @@ fn server(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<TargetConfig, String> {
     check_name(name)?;
-    // What expansion read from the environment is secret wherever it lands (url, args).
-    let mut secrets = Secrets::default();
-    let mut expand = |v: &str| -> Result<String, String> {
+    // What expansion read from the environment is secret wherever it lands (url, args), the
+    // message of a server left out included.
+    let secrets = std::cell::RefCell::new(Secrets::default());
+    server_with(name, s, source, defaults, env, &secrets).map_err(|m| secrets.borrow().hide(&m))
+}
+
+fn server_with(
+    name: &str,
+    s: &Value,
+    source: &str,
+    defaults: &Defaults,
+    env: &dyn Fn(&str) -> Option<String>,
+    secrets: &std::cell::RefCell<Secrets>,
+) -> Result<TargetConfig, String> {
+    let expand_with = |v: &str, env: &dyn Fn(&str) -> Option<String>| -> Result<String, String> {
         let e = expand_editor(v, env)?;
-        secrets.extend(&e.secrets);
+        secrets.borrow_mut().extend(&e.secrets);
         Ok(e.value)
     };
+    let expand = |v: &str| expand_with(v, env);
+    // The server's own `env` block first: a launcher such as mcp-remote expands `${VAR}` in
+    // its arguments from the environment it is given (`"args": ["--header",
+    // "Authorization:${AUTH_HEADER}"], "env": {"AUTH_HEADER": "Bearer …"}`).
+    let mut envs = BTreeMap::new();
+    for (k, v) in strings(s, "env")? {
+        envs.insert(k.clone(), expand(v)?);
+    }
+    let own = |k: &str| envs.get(k).cloned().or_else(|| env(k));
     let endpoint = if let Some(url) = s
         .get("url")
         .or_else(|| s.get("serverUrl"))
@@ -134,20 +155,22 @@ fn server(
         if cmd.is_empty() {
             return Err("\"command\" is empty".into());
         }
-        let mut argv = vec![expand(cmd)?];
+        let mut argv = vec![expand_with(cmd, &own)?];
         for a in s
             .get("args")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
         {
-            argv.push(expand(a.as_str().ok_or("args must be strings")?)?);
+            argv.push(expand_with(
+                a.as_str().ok_or("args must be strings")?,
+                &own,
+            )?);
         }
-        let mut envs = BTreeMap::new();
-        for (k, v) in strings(s, "env")? {
-            envs.insert(k.clone(), expand(v)?);
+        Endpoint::Command {
+            argv,
+            env: envs.clone(),
         }
-        Endpoint::Command { argv, env: envs }
     } else {
         return Err("has neither \"url\" nor \"command\"".into());
     };
@@ -166,7 +189,7 @@ fn server(
         BTreeMap::from([("imported_from".to_owned(), source.to_owned())]),
         source.to_owned(),
     );
-    target.secrets.extend(&secrets);
+    target.secrets.extend(&secrets.borrow());
     Ok(target)
 }
 
@@ -358,6 +381,42 @@ mod tests {
 
     /// Issue #14 item 7 and #15: a server the config file would refuse is left out with a
     /// warning naming the file, the server and why; the others are still imported.
+    #[test]
+    fn a_launchers_args_expand_from_its_own_env_block_and_stay_secret() {
+        let t = parse(
+            r#"{"mcpServers": {"remote": {"command": "npx",
+                "args": ["mcp-remote", "https://x.example/mcp", "--header", "Authorization:${AUTH_HEADER}"],
+                "env": {"AUTH_HEADER": "Bearer ${GH_TOKEN}-s3cr3t"}}}}"#,
+            "claude_desktop_config.json",
+            &Defaults::default(),
+            &env,
+        )
+        .unwrap()
+        .targets;
+        let Endpoint::Command { argv, .. } = &t[0].endpoint else {
+            panic!("{:?}", t[0].endpoint)
+        };
+        assert_eq!(argv[4], "Authorization:Bearer ghp-s3cr3t");
+        assert!(!format!("{:?}", t[0]).contains("s3cr3t"), "{:?}", t[0]);
+    }
+
+    #[test]
+    fn a_server_left_out_is_named_without_its_secrets() {
+        let i = import(
+            r#"{"mcpServers": {
+                "spaced": {"url": "http://x.example/a b/${GH_TOKEN}"},
+                "ftp": {"url": "ftp://x.example/ok/${env:GH_TOKEN}-tail"}
+            }}"#,
+        )
+        .unwrap();
+        assert!(i.targets.is_empty());
+        assert_eq!(i.skipped.len(), 2, "{:?}", i.skipped);
+        for w in &i.skipped {
+            assert!(!w.contains("ghp"), "{w}");
+            assert!(w.contains("<redacted>"), "{w}");
+        }
+    }
+
     #[test]
     fn invalid_servers_are_left_out_with_a_warning() {
         let i = import(
