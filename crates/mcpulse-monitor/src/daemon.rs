@@ -11,7 +11,7 @@
 //!   aside, logged, never sent elsewhere. A new `server.listen` needs a restart (logged).
 //!
 //! The store is synchronous: every call to it runs under `spawn_blocking` (the API's history
-//! and stats reads too, in `api.rs`), except the few reads at start-up and reload.
+//! and stats reads too, in `api`), except the few reads at start-up and reload.
 
 use crate::alert::Alert;
 use crate::check::{CheckRecord, Removal};
@@ -78,7 +78,7 @@ pub fn load(path: &Path, opts: &Options) -> Result<Config, MonitorError> {
         .map_err(MonitorError::Other)?;
     }
     for t in &cfg.targets {
-        runner::target_and_plan(t).map_err(|e| {
+        crate::probe::target_and_plan(t).map_err(|e| {
             MonitorError::Other(format!("{}: target {:?}: {e}", path.display(), t.name))
         })?;
     }

@@ -16,12 +16,14 @@
 pub mod alert;
 pub mod api;
 pub mod check;
+pub mod clock;
 pub mod config;
 pub mod daemon;
 pub mod fleet;
 pub mod import;
 pub mod memory;
 pub mod metrics;
+pub mod probe;
 pub mod runner;
 pub mod sink;
 pub mod state;
