@@ -73,7 +73,7 @@ pub struct Shared {
     pub maintenance: Arc<std::sync::RwLock<Vec<Maintenance>>>,
     /// The wall clock that stamps checks (and so drives reminders, maintenance windows and
     /// flap windows): [`now_ms`] in the daemon; in paused-time tests, one that advances with
-    /// `tokio::time` (see [`crate::sink::Timebase`]).
+    /// `tokio::time` (see [`crate::clock::Timebase`]).
     pub clock: crate::clock::Clock,
 }
 
