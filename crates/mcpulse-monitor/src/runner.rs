@@ -16,17 +16,9 @@ use mcpulse_judge::{Report, drift, judge};
 use mcpulse_probe::{Plan, Target};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::time::{Instant, MissedTickBehavior};
-
-/// Wall-clock milliseconds since the Unix epoch.
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
 
 /// Where in its interval a target's checks fall: a stable hash of its name.
 pub fn phase(name: &str, interval: Duration) -> Duration {
@@ -72,7 +64,7 @@ pub struct Shared {
     pub fleet: crate::fleet::Fleet,
     pub maintenance: Arc<std::sync::RwLock<Vec<Maintenance>>>,
     /// The wall clock that stamps checks (and so drives reminders, maintenance windows and
-    /// flap windows): [`now_ms`] in the daemon; in paused-time tests, one that advances with
+    /// flap windows): [`crate::clock::system`] in the daemon; in paused-time tests, one that advances with
     /// `tokio::time` (see [`crate::clock::Timebase`]).
     pub clock: crate::clock::Clock,
 }
