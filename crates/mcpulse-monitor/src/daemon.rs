@@ -71,7 +71,7 @@ pub fn load(path: &Path, opts: &Options) -> Result<Config, MonitorError> {
     let mut cfg = config::load_listening(path, &env, opts.listen)?;
     let mut names = cfg.targets.iter().map(|t| t.name.clone()).collect();
     for imp in &opts.imports {
-        crate::import::Fleet {
+        crate::config::import::Fleet {
             targets: &mut cfg.targets,
             names: &mut names,
             warnings: &mut cfg.warnings,

@@ -9,7 +9,8 @@
 //!                                 fleet snapshot ─► api (/livez /readyz /metrics /probe /api/v1/…)
 //! ```
 //!
-//! - [`config`]: the TOML file into validated types; [`import`]: MCP client config files;
+//! - [`config`]: the TOML file into validated types, with [`config::import`]: MCP client config
+//!   files;
 //! - [`state`]: the pure per-target state machine (thresholds, flapping, signals);
 //! - [`alert`]: the pure alert policy (incidents, dedup keys, reminders, maintenance).
 
@@ -20,7 +21,8 @@ pub mod clock;
 pub mod config;
 pub mod daemon;
 pub mod fleet;
-pub mod import;
+/// The importer lives under [`config`]; this keeps its old path.
+pub use config::import;
 pub mod memory;
 pub mod metrics;
 pub mod probe;
