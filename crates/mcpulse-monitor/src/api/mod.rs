@@ -27,8 +27,8 @@
 //! reached through [`HistorySource`]).
 
 //!
-//! One module per concern: [`auth`] (the token), [`health`] (`/livez`, `/readyz`),
-//! [`metrics`] (`/metrics`), [`probe`] (`/probe`), [`fleet`] and [`history`] (the JSON API).
+//! One module per concern: `auth` (the token), `health` (`/livez`, `/readyz`), `metrics`
+//! (`/metrics`), `probe` (`/probe`), `fleet` and `history` (the JSON API).
 //! This one holds the router and what the handlers share.
 
 mod auth;

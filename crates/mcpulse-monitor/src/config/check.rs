@@ -1,5 +1,5 @@
 //! The checks a target must pass wherever it comes from, the config file or an imported MCP
-//! client config: its name, header names and values, and URL; and [`target_from`], the last
+//! client config: its name, header names and values, and URL; and `target_from`, the last
 //! step both take to a [`TargetConfig`].
 //!
 //! This module does not locate errors in a file (the parser does, with the value's span) nor

@@ -1,4 +1,4 @@
-//! Delivery: one attempt at one sink ([`deliver`], and the HTTP [`post`] the HTTP sinks
+//! Delivery: one attempt at one sink ([`deliver`], and the HTTP `post` the HTTP sinks
 //! share), the [`Deliver`] seam the loop delivers through ([`Sinks`], the configured ones), and
 //! the per-sink workers that deliver a sink's queue in order.
 //!
@@ -27,7 +27,7 @@ const ERROR_BODY: usize = 512;
 
 /// One attempt to deliver `alert` to `sink`, within `timeout`.
 ///
-/// A PagerDuty sink given a [`Action::Notify`] alert sends nothing and succeeds: one-off change
+/// A PagerDuty sink given a [`crate::alert::Action::Notify`] alert sends nothing and succeeds: one-off change
 /// notices have no incident to open or close (see [`pagerduty`]).
 pub async fn deliver(
     sink: &SinkKind,
@@ -124,7 +124,7 @@ pub(crate) async fn post(
 
 /// What the loop delivers with: the configured sinks, or a test double.
 pub trait Deliver: Send + Sync + 'static {
-    /// One attempt at sink `sink`. The loop also bounds it by [`OutboxOptions::timeout`].
+    /// One attempt at sink `sink`. The loop also bounds it by [`super::OutboxOptions::timeout`].
     fn deliver(
         &self,
         sink: &SinkId,
@@ -140,7 +140,7 @@ pub trait Deliver: Send + Sync + 'static {
 
 /// The configured sinks, shared with the config reload (SIGHUP swaps the list in place).
 ///
-/// An alert a sink's filters do not take ([`matches`]) counts as delivered without a request:
+/// An alert a sink's filters do not take ([`matches`](fn@matches)) counts as delivered without a request:
 /// the filters are applied at delivery time, so they are the current config's.
 pub struct Sinks(pub Arc<RwLock<Vec<AlertConfig>>>);
 

@@ -5,7 +5,7 @@
 //! - one pure payload builder per sink ([`webhook`], [`slack`], [`pagerduty`], [`alertmanager`],
 //!   [`command`]), so every wire format is a value a test can compare;
 //! - [`HttpPost`] and [`DeliveryError`]: the request a sink makes and why an attempt failed;
-//! - [`SinkId`]: a sink's stable identity; [`matches`]: a sink's `targets` / `on` filters;
+//! - [`SinkId`]: a sink's stable identity; [`matches`](fn@matches): a sink's `targets` / `on` filters;
 //! - [`delivery`]: one attempt at one sink ([`deliver`]), classified as success, retryable or
 //!   permanent ([`DeliveryError::is_permanent`]), and the per-sink workers;
 //! - [`backoff`]: the pure retry policy ([`next_attempt`], [`retry_after`], expiry);
