@@ -11,15 +11,17 @@
 //!   aside, logged, never sent elsewhere. A new `server.listen` needs a restart (logged).
 //!
 //! The store is synchronous: every call to it runs under `spawn_blocking` (the API's history
-//! and stats reads too, in `api.rs`), except the few reads at start-up and reload.
+//! and stats reads too, in `api`), except the few reads at start-up and reload.
 
 use crate::alert::Alert;
 use crate::check::{CheckRecord, Removal};
+use crate::clock::Clock;
 use crate::config::{self, AlertConfig, Config, TargetConfig};
 use crate::fleet::Fleet;
 use crate::runner::{self, Memory, Shared};
 use crate::sink::{SinkId, sink_ids};
 use crate::state::Event;
+use crate::store::adapters::{StoreHistory, StoreOutbox};
 use crate::store::{PruneFrom, Store, StoreError};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -69,7 +71,7 @@ pub fn load(path: &Path, opts: &Options) -> Result<Config, MonitorError> {
     let mut cfg = config::load_listening(path, &env, opts.listen)?;
     let mut names = cfg.targets.iter().map(|t| t.name.clone()).collect();
     for imp in &opts.imports {
-        crate::import::Fleet {
+        crate::config::import::Fleet {
             targets: &mut cfg.targets,
             names: &mut names,
             warnings: &mut cfg.warnings,
@@ -78,7 +80,7 @@ pub fn load(path: &Path, opts: &Options) -> Result<Config, MonitorError> {
         .map_err(MonitorError::Other)?;
     }
     for t in &cfg.targets {
-        runner::target_and_plan(t).map_err(|e| {
+        crate::probe::target_and_plan(t).map_err(|e| {
             MonitorError::Other(format!("{}: target {:?}: {e}", path.display(), t.name))
         })?;
     }
@@ -99,6 +101,8 @@ pub async fn run(
     let mut term = signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut int = signal(tokio::signal::unix::SignalKind::interrupt())?;
     let cfg = load(&config_path, &opts)?;
+    // The one wall clock: it stamps checks, store health, prunes, re-sends and the API.
+    let clock = crate::clock::system();
     let store_error = |source| MonitorError::Store {
         path: cfg.storage.path.display().to_string(),
         source,
@@ -116,7 +120,7 @@ pub async fn run(
         );
     }
     let abandoned = store
-        .abandon_missing_sinks(&ids, runner::now_ms())
+        .abandon_missing_sinks(&ids, clock())
         .map_err(store_error)?;
     log_abandoned(&abandoned, &[]);
     let mut resumed = store.load_states().map_err(store_error)?;
@@ -138,7 +142,7 @@ pub async fn run(
 
     // The fleet view is complete (resumed states included) before the API serves it.
     let fleet = Fleet::new();
-    fleet.set_config(&cfg.targets);
+    fleet.set_config_at(&cfg.targets, clock());
     let mut memories: BTreeMap<String, Memory> = BTreeMap::new();
     for t in &cfg.targets {
         let memory = resume(&store, &mut resumed, &t.name);
@@ -159,11 +163,10 @@ pub async fn run(
         sinks.clone(),
         fleet.clone(),
         wake_outbox.clone(),
+        clock.clone(),
     ));
     let outbox = tokio::spawn(crate::sink::run_outbox(
-        StoreOutbox {
-            store: store.clone(),
-        },
+        StoreOutbox::new(store.clone()),
         sinks.clone(),
         wake_outbox.clone(),
         stop_all.clone(),
@@ -172,18 +175,23 @@ pub async fn run(
         store.clone(),
         cfg.storage.retention,
         stop_all.clone(),
+        clock.clone(),
     ));
-    let resend = tokio::spawn(resend_loop(sinks.clone(), fleet.clone(), stop_all.clone()));
+    let resend = tokio::spawn(resend_loop(
+        sinks.clone(),
+        fleet.clone(),
+        stop_all.clone(),
+        clock.clone(),
+    ));
     // One memory budget for scheduled checks and `/probe` requests together.
     let memory = crate::memory::MemoryBudget::default();
     let api_state = crate::api::ApiState::new(
         fleet.clone(),
-        Arc::new(StoreHistory {
-            store: store.clone(),
-        }),
+        Arc::new(StoreHistory::new(store.clone())),
         Arc::new(RwLock::new(cfg.clone())),
     )
-    .with_memory_budget(memory.clone());
+    .with_memory_budget(memory.clone())
+    .with_clock(clock.clone());
     let api_config = api_state.config_handle();
     let api = tokio::spawn(crate::api::serve(
         listener,
@@ -200,7 +208,7 @@ pub async fn run(
         records: records_tx,
         fleet: fleet.clone(),
         maintenance: maintenance.clone(),
-        clock: Arc::new(runner::now_ms),
+        clock: clock.clone(),
     };
     let mut running: BTreeMap<String, Running> = BTreeMap::new();
     for t in &cfg.targets {
@@ -225,7 +233,7 @@ pub async fn run(
                         // apply, so from now on no Alertmanager re-send (which lists the
                         // fleet's open incidents) posts a departing target's incidents or a
                         // changed target's old label set.
-                        fleet.set_config(&new.targets);
+                        fleet.set_config_at(&new.targets, clock());
                         // Then the sinks: the resolves of removed targets go to the new ones.
                         swap_sinks(&store, &sinks, &current.alerts, &new.alerts, (shared.clock)()).await;
                         reload(&mut running, &current, &new, &shared, &store, &removals_tx, &mut pending_removals).await;
@@ -523,6 +531,7 @@ async fn write_loop(
     sinks: Arc<RwLock<Vec<AlertConfig>>>,
     fleet: Fleet,
     wake: Arc<Notify>,
+    clock: Clock,
 ) {
     loop {
         let (batch, removal) = tokio::select! {
@@ -551,7 +560,7 @@ async fn write_loop(
             let alerts = batch.iter().any(|r| !r.alerts.is_empty());
             let (batch, sinks) = (Arc::new(batch), sinks.clone());
             let n = batch.len();
-            write_with_retry(&store, &fleet, n, move |s| {
+            write_with_retry(&store, &fleet, &clock, n, move |s| {
                 // The sinks are read under the store's lock, as a reload swaps them.
                 let ids = sink_ids(&sinks.read().unwrap_or_else(|p| p.into_inner()));
                 s.record(&batch, &ids)
@@ -564,7 +573,10 @@ async fn write_loop(
         if let Some(job) = removal {
             let alerts = !job.removal.alerts.is_empty();
             let removal = Arc::new(job.removal);
-            write_with_retry(&store, &fleet, 1, move |s| s.record_removal(&removal)).await;
+            write_with_retry(&store, &fleet, &clock, 1, move |s| {
+                s.record_removal(&removal)
+            })
+            .await;
             let _ = job.written.send(());
             if alerts {
                 wake.notify_one();
@@ -576,8 +588,13 @@ async fn write_loop(
 /// Runs a store write off the async threads, retrying a failure rather than dropping it: it
 /// holds alerts that exist nowhere else. Meanwhile the bounded channel holds the checks back
 /// and /readyz says why.
-async fn write_with_retry<F>(store: &Arc<Mutex<Store>>, fleet: &Fleet, records: usize, write: F)
-where
+async fn write_with_retry<F>(
+    store: &Arc<Mutex<Store>>,
+    fleet: &Fleet,
+    clock: &Clock,
+    records: usize,
+    write: F,
+) where
     F: Fn(&mut Store) -> Result<(), StoreError> + Send + Sync + 'static,
 {
     let write = Arc::new(write);
@@ -591,14 +608,14 @@ where
         .await;
         let error = match result {
             Ok(Ok(())) => {
-                fleet.store_ok(runner::now_ms());
+                fleet.store_ok(clock());
                 return;
             }
             Ok(Err(e)) => e.to_string(),
             Err(e) => format!("the store writer panicked: {e}"),
         };
         tracing::error!(error = %error, attempt, "writing check results failed; retrying");
-        fleet.store_failed(runner::now_ms(), &error);
+        fleet.store_failed(clock(), &error);
         if attempt >= MAX_WRITE_ATTEMPTS {
             tracing::error!(
                 records,
@@ -656,6 +673,7 @@ async fn resend_loop(
     sinks: Arc<RwLock<Vec<AlertConfig>>>,
     fleet: Fleet,
     mut stop: watch::Receiver<bool>,
+    clock: Clock,
 ) {
     let mut last: BTreeMap<SinkId, tokio::time::Instant> = BTreeMap::new();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -678,7 +696,7 @@ async fn resend_loop(
             last.insert(id.clone(), tokio::time::Instant::now());
             let open = || {
                 fleet
-                    .open_alerts(runner::now_ms())
+                    .open_alerts(clock())
                     .into_iter()
                     .filter(|a| crate::sink::matches(cfg, a))
                     .collect()
@@ -705,6 +723,7 @@ async fn retention_loop(
     store: Arc<Mutex<Store>>,
     retention: Duration,
     mut stop: watch::Receiver<bool>,
+    clock: Clock,
 ) {
     let mut tick = tokio::time::interval(Duration::from_secs(3600));
     loop {
@@ -712,7 +731,7 @@ async fn retention_loop(
             _ = tick.tick() => {}
             _ = stop.wait_for(|v| *v) => return,
         }
-        let horizon = runner::now_ms() - retention.as_millis() as i64;
+        let horizon = clock() - retention.as_millis() as i64;
         let store = store.clone();
         // Step by step, the store's lock taken for one short transaction at a time: the
         // writer, the outbox and the API get their turns in between.
@@ -742,106 +761,6 @@ async fn retention_loop(
             Ok(Err(e)) => tracing::error!(error = %e, "pruning history failed"),
             _ => {}
         }
-    }
-}
-
-/// The store as the outbox the sink loop drains. Every call runs under `spawn_blocking`: the
-/// store's lock may be held for a while (a batch of results being written, a prune step), and
-/// the wait must not hold an async thread.
-struct StoreOutbox {
-    store: Arc<Mutex<Store>>,
-}
-
-impl StoreOutbox {
-    /// Runs `f` on the store off the async threads; `None` if it panicked (logged).
-    async fn blocking<T, F>(&self, what: &'static str, f: F) -> Option<T>
-    where
-        T: Send + 'static,
-        F: FnOnce(&mut Store) -> T + Send + 'static,
-    {
-        let store = self.store.clone();
-        match tokio::task::spawn_blocking(move || {
-            let mut s = store.lock().unwrap_or_else(|p| p.into_inner());
-            f(&mut s)
-        })
-        .await
-        {
-            Ok(v) => Some(v),
-            Err(e) => {
-                tracing::error!(error = %e, "{what} panicked");
-                None
-            }
-        }
-    }
-}
-
-impl crate::sink::Outbox for StoreOutbox {
-    async fn due(&mut self, now_ms: i64, limit: usize) -> Vec<(i64, SinkId, Alert, u32)> {
-        let due = self
-            .blocking("reading the alert outbox", move |s| {
-                s.due_alerts(now_ms, limit)
-            })
-            .await;
-        match due {
-            Some(Ok(items)) => items
-                .into_iter()
-                .map(|i| (i.id, i.sink, i.alert, i.attempts))
-                .collect(),
-            Some(Err(e)) => {
-                tracing::error!(error = %e, "reading the alert outbox failed");
-                Vec::new()
-            }
-            None => Vec::new(),
-        }
-    }
-    async fn delivered(&mut self, id: i64, at_ms: i64) {
-        let r = self
-            .blocking("recording an alert delivery", move |s| {
-                s.mark_delivered(id, at_ms)
-            })
-            .await;
-        if let Some(Err(e)) = r {
-            tracing::error!(error = %e, "recording an alert delivery failed");
-        }
-    }
-    async fn failed(&mut self, id: i64, error: &str, next_ms: i64, permanent: bool) {
-        let next = if permanent { i64::MAX } else { next_ms };
-        let error = error.to_owned();
-        let r = self
-            .blocking("recording an alert failure", move |s| {
-                s.mark_failed(id, &error, next)
-            })
-            .await;
-        if let Some(Err(e)) = r {
-            tracing::error!(error = %e, "recording an alert failure failed");
-        }
-    }
-}
-
-/// The store as the API's history source.
-struct StoreHistory {
-    store: Arc<Mutex<Store>>,
-}
-
-impl crate::api::HistorySource for StoreHistory {
-    fn history(
-        &self,
-        target: &str,
-        before: Option<i64>,
-        limit: usize,
-    ) -> Result<Option<Vec<crate::check::HistoryRow>>, String> {
-        self.store
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .history_page(target, before, limit)
-            .map_err(|e| e.to_string())
-    }
-    fn stats(&self, target: &str, now_ms: i64) -> Result<Vec<crate::check::Stats>, String> {
-        self.store
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .stats(target, now_ms)
-            .map_err(|e| e.to_string())
     }
 }
 

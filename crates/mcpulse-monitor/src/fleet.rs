@@ -20,7 +20,6 @@ use mcpulse_wire::redact;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The shared, cloneable handle on the fleet snapshot. Clones share the same data.
 #[derive(Debug, Clone, Default)]
@@ -232,13 +231,6 @@ pub struct Snapshot {
     pub monitor: MonitorHealth,
 }
 
-fn wall_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
-
 impl Fleet {
     pub fn new() -> Fleet {
         Fleet::default()
@@ -258,7 +250,7 @@ impl Fleet {
     /// ones disappear, changed ones keep their state with the new endpoint, labels and
     /// interval. Marks the config loaded now.
     pub fn set_config(&self, targets: &[TargetConfig]) {
-        self.set_config_at(targets, wall_ms());
+        self.set_config_at(targets, crate::clock::wall_ms());
     }
 
     /// [`Fleet::set_config`] at a given time.

@@ -8,24 +8,17 @@
 
 use crate::alert::{self, Incidents};
 use crate::check::CheckRecord;
-use crate::config::{Endpoint, Maintenance, TargetConfig};
+use crate::config::{Maintenance, TargetConfig};
+use crate::probe::{hide_in_report, target_and_plan};
 use crate::state::{self, Health, Observation, TargetState, Thresholds};
 use mcpulse_judge::contract::Contract;
-use mcpulse_judge::{Policy, Report, drift, judge};
-use mcpulse_probe::{Caller, Plan, PlanSpec, Target};
+use mcpulse_judge::{Report, drift, judge};
+use mcpulse_probe::{Plan, Target};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::time::{Instant, MissedTickBehavior};
-
-/// Wall-clock milliseconds since the Unix epoch.
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
 
 /// Where in its interval a target's checks fall: a stable hash of its name.
 pub fn phase(name: &str, interval: Duration) -> Duration {
@@ -33,54 +26,6 @@ pub fn phase(name: &str, interval: Duration) -> Duration {
     let n = u64::from_be_bytes([h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]]);
     let ms = interval.as_millis().max(1) as u64;
     Duration::from_millis(n % ms)
-}
-
-/// The probe target and plan for a configured target.
-pub fn target_and_plan(t: &TargetConfig) -> Result<(Target, Plan), String> {
-    // The error may quote the URL: its secrets hidden.
-    let target = match &t.endpoint {
-        Endpoint::Url(u) => Target::http(u),
-        Endpoint::Command { argv, .. } => Target::stdio(argv),
-    }
-    .map_err(|e| t.secrets.hide(&e.to_string()))?;
-    let env = match &t.endpoint {
-        Endpoint::Command { env, .. } => env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-        Endpoint::Url(_) => Vec::new(),
-    };
-    // Only the auto-mode checks of a stdio target make the dual-era check `Caller::Monitor`
-    // asks for (its first, the hourly re-detection, and the retry of a pinned check that
-    // failed: see `EraMemo`); the pinned checks in between start one process.
-    let plan = PlanSpec {
-        era: t.era,
-        timeout: Some(t.timeout),
-        headers: t.headers.clone(),
-        security: t.security,
-        env,
-        secrets: t.secrets.clone(),
-        ..PlanSpec::new(Caller::Monitor)
-    }
-    .plan(&target);
-    Ok((target, plan))
-}
-
-/// Hides the target's secrets in what a report says in words: the probe hid them in what it
-/// recorded about the target, but a finding may quote what the server sent back (a protected
-/// resource's metadata naming its URL, token and all). The report goes to the store, the API
-/// and alerts.
-pub fn hide_in_report(report: &mut Report, secrets: &mcpulse_wire::redact::Secrets) {
-    if secrets.is_empty() {
-        return;
-    }
-    secrets.hide_in(&mut report.target);
-    for f in &mut report.findings {
-        secrets.hide_in(&mut f.message);
-    }
-    for f in &mut report.security.findings {
-        secrets.hide_in(&mut f.message);
-        for e in &mut f.evidence {
-            secrets.hide_in(e);
-        }
-    }
 }
 
 /// Runs one probe. The daemon uses [`NetworkProber`]; scheduler tests use a scripted one so
@@ -119,9 +64,9 @@ pub struct Shared {
     pub fleet: crate::fleet::Fleet,
     pub maintenance: Arc<std::sync::RwLock<Vec<Maintenance>>>,
     /// The wall clock that stamps checks (and so drives reminders, maintenance windows and
-    /// flap windows): [`now_ms`] in the daemon; in paused-time tests, one that advances with
-    /// `tokio::time` (see [`crate::sink::Timebase`]).
-    pub clock: crate::api::Clock,
+    /// flap windows): [`crate::clock::system`] in the daemon; in paused-time tests, one that advances with
+    /// `tokio::time` (see [`crate::clock::Timebase`]).
+    pub clock: crate::clock::Clock,
 }
 
 /// The mutable part of a target that survives a reload and a restart.
@@ -356,10 +301,7 @@ async fn check(
         tokio::sync::OwnedSemaphorePermit,
     ),
 ) -> CheckRecord {
-    let policy = Policy {
-        latency_budget_ms: cfg.latency_budget.as_secs_f64() * 1000.0,
-        expect_auth: false,
-    };
+    let policy = crate::probe::policy(cfg.latency_budget);
     let mut transcript = shared.prober.probe(target, plan).await;
     let mut report = judge(&transcript, &policy);
     if report.status == mcpulse_judge::Status::Down
@@ -614,7 +556,7 @@ mod tests {
             },
             0,
         );
-        let mut r = judge(&tr, &Policy::default());
+        let mut r = judge(&tr, &mcpulse_judge::Policy::default());
         let quoted = "the metadata names the resource \"http://h/ok/s3cr3t-path\"";
         r.findings.push(mcpulse_judge::Finding {
             code: "x".into(),

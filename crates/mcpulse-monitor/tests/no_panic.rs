@@ -5,10 +5,10 @@
 //! (`servers`, comments, trailing commas) shapes.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use mcpulse_monitor::config::import;
 use mcpulse_monitor::config::{
     self, Defaults, Endpoint, check_header_name, check_header_value, check_name,
 };
-use mcpulse_monitor::import;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use std::path::Path;

@@ -8,9 +8,24 @@
 //! repeats are found in a set, and line numbers are counted only for the error returned.
 //! Defaults live in one place ([`Defaults::default`]). `${VAR}` in header values and the API
 //! token is read from the environment at load time, so secrets stay out of the file.
+//!
+//! Layout: [`types`] (what a valid config is), [`check`] (the rules a target must pass, shared
+//! with imports), [`import`] (MCP client config files), and this module, which reads the file
+//! in named steps (server, storage, defaults, targets, imports, alerts, modules, maintenance).
+
+pub mod check;
+pub mod import;
+pub mod types;
+
+pub(crate) use check::target_from;
+pub use check::{MAX_NAME_CHARS, check_header_name, check_header_value, check_name, check_url};
+pub use types::{
+    ALERT_KINDS, AlertConfig, Config, Defaults, Endpoint, Maintenance, ModuleConfig,
+    SECRET_MIN_LEN, ServerConfig, SinkKind, StorageConfig, TargetConfig,
+};
 
 pub use mcpulse_wire::env::expand;
-use mcpulse_wire::redact::{self, Secrets};
+use mcpulse_wire::redact::Secrets;
 use mcpulse_wire::version::EraMode;
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashSet};
@@ -41,217 +56,6 @@ impl std::fmt::Display for ConfigError {
             )
         }
     }
-}
-
-/// The validated configuration.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Config {
-    pub server: ServerConfig,
-    pub storage: StorageConfig,
-    pub defaults: Defaults,
-    pub targets: Vec<TargetConfig>,
-    pub alerts: Vec<AlertConfig>,
-    pub modules: BTreeMap<String, ModuleConfig>,
-    pub maintenance: Vec<Maintenance>,
-    /// Imported servers that were left out, one line each naming the file, the server and
-    /// why (`check-config` prints them, the daemon logs them).
-    pub warnings: Vec<String>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct ServerConfig {
-    pub listen: SocketAddr,
-    /// A read-only bearer token for the API (`/livez` and `/readyz` stay open).
-    pub token: Option<String>,
-    /// Whether `/probe?target=<URL>` may probe URLs that are not configured targets.
-    pub allow_url_probes: bool,
-    /// Whether the API may listen beyond loopback without a token (something in front of it
-    /// authenticates). Without it, such a config is refused: see [`ServerConfig::exposure`].
-    pub allow_unauthenticated: bool,
-}
-
-impl ServerConfig {
-    /// Refuses an API that anyone on the network could read (the fleet, its endpoints, its
-    /// history): listening beyond loopback needs a token, or `allow_unauthenticated = true`.
-    pub fn exposure(&self) -> Result<(), String> {
-        if self.listen.ip().to_canonical().is_loopback()
-            || self.token.is_some()
-            || self.allow_unauthenticated
-        {
-            return Ok(());
-        }
-        Err(format!(
-            "the API would listen on {} (beyond loopback) without a token, open to anyone who can reach it: \
-             set token = \"${{MCPULSE_API_TOKEN}}\" in [server], listen on 127.0.0.1, \
-             or set allow_unauthenticated = true if something in front of it authenticates",
-            self.listen
-        ))
-    }
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct StorageConfig {
-    pub path: PathBuf,
-    pub retention: Duration,
-}
-
-/// Per-target settings, with their defaults.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Defaults {
-    pub interval: Duration,
-    pub timeout: Duration,
-    pub failure_threshold: u32,
-    pub success_threshold: u32,
-    pub latency_budget: Duration,
-    /// A target with more than `flap_threshold` transitions within `flap_window` is flapping.
-    pub flap_window: Duration,
-    pub flap_threshold: u32,
-    /// Re-send an open incident's alert this often (none: never).
-    pub reminder: Option<Duration>,
-    pub era: EraMode,
-    /// Send the security checks' extra requests (the grade is then tracked).
-    pub security: bool,
-}
-
-impl Default for Defaults {
-    fn default() -> Self {
-        Defaults {
-            interval: Duration::from_secs(60),
-            timeout: Duration::from_secs(10),
-            failure_threshold: 3,
-            success_threshold: 2,
-            latency_budget: Duration::from_secs(3),
-            flap_window: Duration::from_secs(600),
-            flap_threshold: 4,
-            reminder: None,
-            era: EraMode::Auto,
-            security: true,
-        }
-    }
-}
-
-/// How to reach a target.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Endpoint {
-    Url(String),
-    /// A stdio server; only ever from a config file, never from an API call.
-    Command {
-        argv: Vec<String>,
-        env: BTreeMap<String, String>,
-    },
-}
-
-#[derive(Clone, PartialEq)]
-pub struct TargetConfig {
-    pub name: String,
-    pub endpoint: Endpoint,
-    /// Header values with `${VAR}` expanded. Never logged or exposed.
-    pub headers: Vec<(String, String)>,
-    pub interval: Duration,
-    pub timeout: Duration,
-    pub failure_threshold: u32,
-    pub success_threshold: u32,
-    pub latency_budget: Duration,
-    pub flap_window: Duration,
-    pub flap_threshold: u32,
-    pub reminder: Option<Duration>,
-    pub era: EraMode,
-    pub security: bool,
-    pub labels: BTreeMap<String, String>,
-    /// Where it came from: the config file, or an imported client config.
-    pub source: String,
-    /// Values hidden wherever the target is shown or recorded (API, store, logs, transcripts):
-    /// what an import's expansion read from the environment, and the target's `env` and header
-    /// values of [`SECRET_MIN_LEN`] characters or more.
-    pub secrets: Secrets,
-}
-
-/// Shows the endpoint as the API does, and only the names of headers and `env` variables.
-impl std::fmt::Debug for TargetConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let (endpoint, env) = match &self.endpoint {
-            Endpoint::Url(u) => (redact::target_url(u, &self.secrets), Vec::new()),
-            Endpoint::Command { argv, env } => (
-                redact::command_line(argv, &self.secrets),
-                env.keys().collect(),
-            ),
-        };
-        let headers: Vec<&String> = self.headers.iter().map(|(k, _)| k).collect();
-        f.debug_struct("TargetConfig")
-            .field("name", &self.name)
-            .field("endpoint", &endpoint)
-            .field("env", &env)
-            .field("headers", &headers)
-            .field("interval", &self.interval)
-            .field("timeout", &self.timeout)
-            .field("labels", &self.labels)
-            .field("source", &self.source)
-            .finish_non_exhaustive()
-    }
-}
-
-/// The shortest `env` or header value taken as a secret. Shorter ones (`1`, `true`, `debug`)
-/// are settings, and hiding them would blank every `1` in a command line; values from
-/// `${VAR}` are secret whatever their length.
-pub const SECRET_MIN_LEN: usize = 8;
-
-/// An alert sink.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AlertConfig {
-    pub kind: SinkKind,
-    /// Only these targets (by name); empty means all.
-    pub targets: Vec<String>,
-    /// Only these alert kinds (`down`, `degraded`, `recovered`, `drift`, `auth`, `protocol`,
-    /// `grade`, `flapping`); empty means all.
-    pub on: Vec<String>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum SinkKind {
-    Webhook {
-        url: String,
-        secret: Option<String>,
-        headers: Vec<(String, String)>,
-    },
-    Slack {
-        url: String,
-    },
-    PagerDuty {
-        routing_key: String,
-        url: String,
-    },
-    Alertmanager {
-        url: String,
-        /// How often the open incidents are posted again (`resend`, default 1 minute, like
-        /// Prometheus's `resend_delay`): Alertmanager keeps alerts in memory only, so a restart
-        /// of it would otherwise lose a firing alert until its next reminder.
-        resend: Duration,
-    },
-    Command {
-        argv: Vec<String>,
-        /// The monitor's variables passed on to the command, by name. It starts with a clean
-        /// environment otherwise (`sink::command`).
-        env: Vec<String>,
-    },
-}
-
-/// A `/probe` module: how to probe, like blackbox_exporter's modules.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ModuleConfig {
-    pub era: EraMode,
-    pub timeout: Duration,
-    pub latency_budget: Duration,
-    pub headers: Vec<(String, String)>,
-    pub security: bool,
-}
-
-/// A maintenance window: alerts for the named targets (all when empty) are silenced.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Maintenance {
-    pub targets: Vec<String>,
-    /// Unix milliseconds.
-    pub start_ms: i64,
-    pub end_ms: i64,
 }
 
 // ---- the raw file -------------------------------------------------------------------------
@@ -396,18 +200,6 @@ struct RawMaintenance {
     end: At<String>,
 }
 
-/// The alert kinds a sink can subscribe to.
-pub const ALERT_KINDS: &[&str] = &[
-    "down",
-    "degraded",
-    "recovered",
-    "drift",
-    "auth",
-    "protocol",
-    "grade",
-    "flapping",
-];
-
 /// Where line/column come from.
 struct Source<'a> {
     file: &'a str,
@@ -501,21 +293,56 @@ fn parse_listening(
     })?;
 
     let server = server(&raw.server, &src, env, listen)?;
-    let storage = StorageConfig {
-        path: dir.join(raw.storage.path.as_deref().unwrap_or("mcpulse.db")),
-        retention: match &raw.storage.retention {
+    let storage = storage(&raw.storage, &src, dir)?;
+    let defaults = apply(&Defaults::default(), &raw.defaults, &src, "defaults")?;
+    let (mut targets, mut names) = targets(&raw.targets, &defaults, &src, env)?;
+    let warnings = imports(
+        &raw.import,
+        dir,
+        &defaults,
+        &src,
+        env,
+        (&mut targets, &mut names),
+    )?;
+    let alerts = alerts(&raw.alerts, &names, &src, env)?;
+    let modules = modules(&raw.modules, &defaults, &src, env)?;
+    let maintenance = maintenance(&raw.maintenance, &src)?;
+    Ok(Config {
+        server,
+        storage,
+        defaults,
+        targets,
+        alerts,
+        modules,
+        maintenance,
+        warnings,
+    })
+}
+
+/// `[storage]`: the database path (relative to the config's directory) and the retention.
+fn storage(raw: &RawStorage, src: &Source<'_>, dir: &Path) -> Result<StorageConfig, ConfigError> {
+    Ok(StorageConfig {
+        path: dir.join(raw.path.as_deref().unwrap_or("mcpulse.db")),
+        retention: match &raw.retention {
             None => Duration::from_secs(30 * 86_400),
             Some(r) => duration(r.get_ref())
                 .map_err(|m| src.at(r.span().start, format!("storage.retention: {m}")))?,
         },
-    };
+    })
+}
 
-    let defaults = apply(&Defaults::default(), &raw.defaults, &src, "defaults")?;
-    let mut targets = Vec::with_capacity(raw.targets.len());
+/// `[[targets]]`, each validated, and the set of their names (no name twice).
+fn targets(
+    raw: &[At<RawTarget>],
+    defaults: &Defaults,
+    src: &Source<'_>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(Vec<TargetConfig>, HashSet<String>), ConfigError> {
+    let mut targets = Vec::with_capacity(raw.len());
     // The names so far, as a set: a repeat costs the same to find for the 100,000th target as
     // for the first (scanning the list instead made validating a large fleet quadratic).
-    let mut names = HashSet::with_capacity(raw.targets.len());
-    for t in &raw.targets {
+    let mut names = HashSet::with_capacity(raw.len());
+    for t in raw {
         let name = &t.get_ref().name;
         check_name(name.get_ref()).map_err(|m| src.at(name.span().start, m))?;
         if !names.insert(name.get_ref().clone()) {
@@ -527,22 +354,44 @@ fn parse_listening(
                 ),
             ));
         }
-        targets.push(target(t, &defaults, &src, env)?);
+        targets.push(target(t, defaults, src, env)?);
     }
+    Ok((targets, names))
+}
+
+/// `import = [...]`: the servers of MCP client config files, added to `targets` (their names
+/// joining `names`). Returns the warnings about servers left out.
+fn imports(
+    raw: &[At<String>],
+    dir: &Path,
+    defaults: &Defaults,
+    src: &Source<'_>,
+    env: &dyn Fn(&str) -> Option<String>,
+    (targets, names): (&mut Vec<TargetConfig>, &mut HashSet<String>),
+) -> Result<Vec<String>, ConfigError> {
     let mut warnings = Vec::new();
-    for imp in &raw.import {
+    for imp in raw {
         let at = |m: String| src.at(imp.span().start, m);
         let path = dir.join(home(imp.get_ref(), env).map_err(at)?);
-        let mut fleet = crate::import::Fleet {
-            targets: &mut targets,
-            names: &mut names,
+        let mut fleet = import::Fleet {
+            targets,
+            names,
             warnings: &mut warnings,
         };
-        fleet.import(&path, &defaults, env).map_err(at)?;
+        fleet.import(&path, defaults, env).map_err(at)?;
     }
+    Ok(warnings)
+}
 
+/// `[[alerts]]`: the sinks, each naming only configured targets (`names`).
+fn alerts(
+    raw: &[At<RawAlert>],
+    names: &HashSet<String>,
+    src: &Source<'_>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<AlertConfig>, ConfigError> {
     let mut alerts = Vec::new();
-    for a in &raw.alerts {
+    for a in raw {
         let span = a.span().start;
         let r = a.get_ref();
         let at = |m: String| src.at(span, format!("alert {:?}: {m}", r.kind));
@@ -552,7 +401,7 @@ fn parse_listening(
             "webhook" => SinkKind::Webhook {
                 url: need_url()?,
                 secret: r.secret.as_deref().map(|s| expand(s, env)).transpose().map_err(|m| at(format!("secret: {m}")))?,
-                headers: headers(&r.headers, &src, env, &what, &mut Secrets::default())?,
+                headers: headers(&r.headers, src, env, &what, &mut Secrets::default())?,
             },
             "slack" => SinkKind::Slack { url: expand(&need_url()?, env).map_err(|m| at(format!("url: {m}")))? },
             "pagerduty" => SinkKind::PagerDuty {
@@ -611,7 +460,17 @@ fn parse_listening(
             on: r.on.clone(),
         });
     }
+    Ok(alerts)
+}
 
+/// `[modules.<name>]`: `/probe`'s settings for URLs outside the config, with `default` built
+/// from `[defaults]`.
+fn modules(
+    raw: &BTreeMap<String, At<RawModule>>,
+    defaults: &Defaults,
+    src: &Source<'_>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<BTreeMap<String, ModuleConfig>, ConfigError> {
     let mut modules = BTreeMap::new();
     modules.insert(
         "default".to_owned(),
@@ -623,7 +482,7 @@ fn parse_listening(
             security: false,
         },
     );
-    for (name, m) in &raw.modules {
+    for (name, m) in raw {
         let r = m.get_ref();
         let what = format!("module {name:?}");
         let at = |v: &At<String>, msg: String| src.at(v.span().start, format!("{what}: {msg}"));
@@ -640,14 +499,21 @@ fn parse_listening(
                 },
                 timeout: dur(&r.timeout, "timeout", defaults.timeout)?,
                 latency_budget: dur(&r.latency_budget, "latency_budget", defaults.latency_budget)?,
-                headers: headers(&r.headers, &src, env, &what, &mut Secrets::default())?,
+                headers: headers(&r.headers, src, env, &what, &mut Secrets::default())?,
                 security: r.security.unwrap_or(false),
             },
         );
     }
+    Ok(modules)
+}
 
+/// `[[maintenance]]`: windows (RFC 3339 start and end) when alerts are held.
+fn maintenance(
+    raw: &[At<RawMaintenance>],
+    src: &Source<'_>,
+) -> Result<Vec<Maintenance>, ConfigError> {
     let mut maintenance = Vec::new();
-    for m in &raw.maintenance {
+    for m in raw {
         let r = m.get_ref();
         let time = |v: &At<String>, key: &str, example: &str| {
             rfc3339_ms(v.get_ref()).ok_or_else(|| {
@@ -674,17 +540,7 @@ fn parse_listening(
             end_ms,
         });
     }
-
-    Ok(Config {
-        server,
-        storage,
-        defaults,
-        targets,
-        alerts,
-        modules,
-        maintenance,
-        warnings,
-    })
+    Ok(maintenance)
 }
 
 fn server(
@@ -828,86 +684,6 @@ fn target(
     Ok(target)
 }
 
-/// The longest target name, in characters: enough for any label a person would type, short
-/// enough for log lines, metric labels and URLs.
-pub const MAX_NAME_CHARS: usize = 128;
-
-/// Whether `name` can name a target. Names appear in logs, alerts, metric labels and API
-/// paths, so they must be visible: not blank, no control characters (C0, DEL, C1: an escape
-/// sequence or a line break would rewrite a terminal or forge a log line), no invisible or
-/// bidirectional-control characters (two names that look alike), no line or paragraph
-/// separators, and at most [`MAX_NAME_CHARS`]. Config targets and imported servers both go
-/// through here.
-pub fn check_name(name: &str) -> Result<(), String> {
-    if name.trim().is_empty() {
-        return Err("a target needs a non-empty name".into());
-    }
-    if let Some(c) = name.chars().find(|&c| {
-        c.is_control()
-            || mcpulse_judge::drift::is_hidden_char(c)
-            || matches!(c, '\u{2028}' | '\u{2029}' | '\u{061C}')
-    }) {
-        return Err(format!(
-            "target name {name:?} contains the control or invisible character U+{:04X}; use visible characters",
-            u32::from(c)
-        ));
-    }
-    if name.trim() != name {
-        return Err(format!(
-            "target name {name:?} starts or ends with white space; write {:?}",
-            name.trim()
-        ));
-    }
-    let chars = name.chars().count();
-    if chars > MAX_NAME_CHARS {
-        return Err(format!(
-            "target name is {chars} characters long; the most is {MAX_NAME_CHARS}"
-        ));
-    }
-    Ok(())
-}
-
-/// Whether `name` can be sent as an HTTP header name (an RFC 9110 token).
-pub fn check_header_name(name: &str) -> Result<(), String> {
-    if mcpulse_wire::env::is_header_name(name) {
-        Ok(())
-    } else {
-        Err(format!(
-            "header name {name:?} is not a valid HTTP header name (letters, digits and !#$%&'*+-.^_`|~ only)"
-        ))
-    }
-}
-
-/// Whether `value` (after `${VAR}` expansion) can be sent as the value of header `name`:
-/// a line break would end the header early or smuggle in another one, and the HTTP client
-/// refuses any control character but a tab, which would fail every check at run time.
-pub fn check_header_value(name: &str, value: &str) -> Result<(), String> {
-    match value
-        .bytes()
-        .find(|&b| (b < 0x20 && b != b'\t') || b == 0x7f)
-    {
-        None => Ok(()),
-        Some(b'\r' | b'\n') => Err(format!("header {name:?}: the value contains a line break")),
-        Some(b) => Err(format!(
-            "header {name:?}: the value contains the control character 0x{b:02x}"
-        )),
-    }
-}
-
-/// Whether `url` can be probed: the probe's own rules (http or https, a host, no credentials
-/// in it), checked when the config is read rather than at the first check.
-pub fn check_url(url: &str) -> Result<(), String> {
-    if !(url.starts_with("http://") || url.starts_with("https://")) {
-        return Err(format!(
-            "url {:?} must start with http:// or https://",
-            mcpulse_wire::redact::url(url)
-        ));
-    }
-    mcpulse_probe::Target::http(url)
-        .map(drop)
-        .map_err(|e| e.to_string())
-}
-
 /// `~` and `~/…` in an import path, from `HOME` (as a shell would expand it).
 fn home(path: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<PathBuf, String> {
     let rest = match path.strip_prefix('~') {
@@ -923,44 +699,6 @@ fn home(path: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<PathBuf, Str
         format!("import {path:?}: ~ needs HOME, which is not set; set it or write the full path")
     })?;
     Ok(PathBuf::from(format!("{home}{rest}")))
-}
-
-pub(crate) fn target_from(
-    name: String,
-    endpoint: Endpoint,
-    headers: Vec<(String, String)>,
-    s: &Defaults,
-    labels: BTreeMap<String, String>,
-    source: String,
-) -> TargetConfig {
-    let mut secrets = Secrets::default();
-    let env_values = match &endpoint {
-        Endpoint::Command { env, .. } => env.values().collect(),
-        Endpoint::Url(_) => Vec::new(),
-    };
-    for v in env_values.into_iter().chain(headers.iter().map(|(_, v)| v)) {
-        if v.len() >= SECRET_MIN_LEN {
-            secrets.add(v);
-        }
-    }
-    TargetConfig {
-        secrets,
-        name,
-        endpoint,
-        headers,
-        interval: s.interval,
-        timeout: s.timeout,
-        failure_threshold: s.failure_threshold,
-        success_threshold: s.success_threshold,
-        latency_budget: s.latency_budget,
-        flap_window: s.flap_window,
-        flap_threshold: s.flap_threshold,
-        reminder: s.reminder,
-        era: s.era,
-        security: s.security,
-        labels,
-        source,
-    }
 }
 
 fn apply(

@@ -5,7 +5,8 @@
 //! pages, uptime and latency statistics, pruning). It does not decide anything: the state
 //! machine ([`crate::state`]) and the alert policy ([`crate::alert`]) hand it finished
 //! [`CheckRecord`]s, and the sink workers read the outbox and report back. It is synchronous;
-//! the daemon runs it on one dedicated thread (or `spawn_blocking`).
+//! the daemon runs it on one dedicated thread (or `spawn_blocking`), through [`adapters`] where
+//! async code reads it.
 //!
 //! ## Why the outbox makes alerts exactly-once across crashes
 //!
@@ -60,6 +61,8 @@
 //!
 //! `PRAGMA user_version` is the schema version and `PRAGMA application_id` marks the file as
 //! mcpulse's. Each migration runs in its own transaction together with the version bump.
+
+pub mod adapters;
 
 use crate::alert::{Alert, Incidents};
 use crate::check::{CheckRecord, HistoryRow, Removal, Stats};

@@ -13,10 +13,8 @@
 //! names the file, the server and why: one editor-only server should not stop the monitoring of
 //! the others, nor page as `down` at run time.
 
-use crate::config::{
-    Defaults, Endpoint, TargetConfig, check_header_name, check_header_value, check_name, check_url,
-    target_from,
-};
+use super::check::{check_header_name, check_header_value, check_name, check_url, target_from};
+use super::types::{Defaults, Endpoint, TargetConfig};
 use mcpulse_wire::env::Expanded;
 use mcpulse_wire::redact::Secrets;
 use serde_json::Value;

@@ -1,0 +1,114 @@
+//! The JSON API over the fleet: `/api/v1/fleet`, `/api/v1/targets` and
+//! `/api/v1/targets/{name}` (a target's view with its uptime and latency windows).
+//!
+//! This module does not own the fleet's contents ([`crate::fleet`]) or the history
+//! ([`super::history`]).
+
+use super::{ApiState, error};
+use crate::check::Stats;
+use crate::fleet::{Summary, TargetView};
+use crate::state::Health;
+use axum::Json;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde_json::json;
+
+/// One line of the fleet summary.
+#[derive(Debug, Serialize)]
+struct FleetLine<'a> {
+    name: &'a str,
+    kind: &'a str,
+    status: Health,
+    since_ms: Option<i64>,
+    flapping: bool,
+    last_check_ms: Option<i64>,
+    last_status: Option<Health>,
+    open_incidents: usize,
+}
+
+#[derive(Debug, Serialize)]
+struct FleetBody<'a> {
+    #[serde(flatten)]
+    summary: Summary,
+    generated_at_ms: i64,
+    targets: Vec<FleetLine<'a>>,
+}
+
+pub(super) async fn fleet_handler(State(s): State<ApiState>) -> Response {
+    let snap = s.fleet.snapshot();
+    let body = FleetBody {
+        summary: snap.summary(),
+        generated_at_ms: s.now(),
+        targets: snap
+            .targets
+            .iter()
+            .map(|v| FleetLine {
+                name: &v.name,
+                kind: v.kind,
+                status: v.status,
+                since_ms: v.since_ms,
+                flapping: v.flapping,
+                last_check_ms: v.last.as_ref().map(|l| l.at_ms),
+                last_status: v.last.as_ref().map(|l| l.status),
+                open_incidents: v.incidents.len(),
+            })
+            .collect(),
+    };
+    Json(body).into_response()
+}
+
+pub(super) async fn targets_handler(State(s): State<ApiState>) -> Response {
+    Json(json!({ "targets": s.fleet.snapshot().targets })).into_response()
+}
+
+#[derive(Debug, Serialize)]
+struct TargetBody {
+    #[serde(flatten)]
+    view: TargetView,
+    /// Uptime and latency windows; `null` with `stats_error` when the store failed.
+    stats: Option<Vec<Stats>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stats_error: Option<String>,
+}
+
+pub(super) fn target_name(p: Result<Path<String>, PathRejection>) -> Result<String, String> {
+    p.map(|Path(n)| n)
+        .map_err(|e| format!("the target name in the path is malformed: {e}"))
+}
+
+pub(super) fn unknown_target(name: &str) -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        format!("no target named {name:?}: /api/v1/targets lists them"),
+    )
+}
+
+pub(super) async fn target_handler(
+    State(s): State<ApiState>,
+    p: Result<Path<String>, PathRejection>,
+) -> Response {
+    let name = match target_name(p) {
+        Ok(n) => n,
+        Err(m) => return error(StatusCode::BAD_REQUEST, m),
+    };
+    let Some(view) = s.fleet.get(&name) else {
+        return unknown_target(&name);
+    };
+    let now = s.now();
+    let history = s.history.clone();
+    let stats = tokio::task::spawn_blocking(move || history.stats(&name, now)).await;
+    let (stats, stats_error) = match stats {
+        Ok(Ok(st)) => (Some(st), None),
+        Ok(Err(e)) => (None, Some(format!("the history store failed: {e}"))),
+        Err(e) => (None, Some(format!("reading the stats failed: {e}"))),
+    };
+    Json(TargetBody {
+        view,
+        stats,
+        stats_error,
+    })
+    .into_response()
+}

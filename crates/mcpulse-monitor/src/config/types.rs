@@ -1,0 +1,235 @@
+//! The validated configuration: what the rest of the monitor sees of the file ([`Config`] and
+//! its parts), with the defaults in one place ([`Defaults::default`]).
+//!
+//! This module does not read or check anything: [`super::parse`] builds these from the file
+//! and [`super::import`] from MCP client configs.
+
+use mcpulse_wire::redact::{self, Secrets};
+use mcpulse_wire::version::EraMode;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The validated configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub storage: StorageConfig,
+    pub defaults: Defaults,
+    pub targets: Vec<TargetConfig>,
+    pub alerts: Vec<AlertConfig>,
+    pub modules: BTreeMap<String, ModuleConfig>,
+    pub maintenance: Vec<Maintenance>,
+    /// Imported servers that were left out, one line each naming the file, the server and
+    /// why (`check-config` prints them, the daemon logs them).
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    /// A read-only bearer token for the API (`/livez` and `/readyz` stay open).
+    pub token: Option<String>,
+    /// Whether `/probe?target=<URL>` may probe URLs that are not configured targets.
+    pub allow_url_probes: bool,
+    /// Whether the API may listen beyond loopback without a token (something in front of it
+    /// authenticates). Without it, such a config is refused: see [`ServerConfig::exposure`].
+    pub allow_unauthenticated: bool,
+}
+
+impl ServerConfig {
+    /// Refuses an API that anyone on the network could read (the fleet, its endpoints, its
+    /// history): listening beyond loopback needs a token, or `allow_unauthenticated = true`.
+    pub fn exposure(&self) -> Result<(), String> {
+        if self.listen.ip().to_canonical().is_loopback()
+            || self.token.is_some()
+            || self.allow_unauthenticated
+        {
+            return Ok(());
+        }
+        Err(format!(
+            "the API would listen on {} (beyond loopback) without a token, open to anyone who can reach it: \
+             set token = \"${{MCPULSE_API_TOKEN}}\" in [server], listen on 127.0.0.1, \
+             or set allow_unauthenticated = true if something in front of it authenticates",
+            self.listen
+        ))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct StorageConfig {
+    pub path: PathBuf,
+    pub retention: Duration,
+}
+
+/// Per-target settings, with their defaults.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Defaults {
+    pub interval: Duration,
+    pub timeout: Duration,
+    pub failure_threshold: u32,
+    pub success_threshold: u32,
+    pub latency_budget: Duration,
+    /// A target with more than `flap_threshold` transitions within `flap_window` is flapping.
+    pub flap_window: Duration,
+    pub flap_threshold: u32,
+    /// Re-send an open incident's alert this often (none: never).
+    pub reminder: Option<Duration>,
+    pub era: EraMode,
+    /// Send the security checks' extra requests (the grade is then tracked).
+    pub security: bool,
+}
+
+impl Default for Defaults {
+    fn default() -> Self {
+        Defaults {
+            interval: Duration::from_secs(60),
+            timeout: Duration::from_secs(10),
+            failure_threshold: 3,
+            success_threshold: 2,
+            latency_budget: Duration::from_secs(3),
+            flap_window: Duration::from_secs(600),
+            flap_threshold: 4,
+            reminder: None,
+            era: EraMode::Auto,
+            security: true,
+        }
+    }
+}
+
+/// How to reach a target.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Endpoint {
+    Url(String),
+    /// A stdio server; only ever from a config file, never from an API call.
+    Command {
+        argv: Vec<String>,
+        env: BTreeMap<String, String>,
+    },
+}
+
+#[derive(Clone, PartialEq)]
+pub struct TargetConfig {
+    pub name: String,
+    pub endpoint: Endpoint,
+    /// Header values with `${VAR}` expanded. Never logged or exposed.
+    pub headers: Vec<(String, String)>,
+    pub interval: Duration,
+    pub timeout: Duration,
+    pub failure_threshold: u32,
+    pub success_threshold: u32,
+    pub latency_budget: Duration,
+    pub flap_window: Duration,
+    pub flap_threshold: u32,
+    pub reminder: Option<Duration>,
+    pub era: EraMode,
+    pub security: bool,
+    pub labels: BTreeMap<String, String>,
+    /// Where it came from: the config file, or an imported client config.
+    pub source: String,
+    /// Values hidden wherever the target is shown or recorded (API, store, logs, transcripts):
+    /// what an import's expansion read from the environment, and the target's `env` and header
+    /// values of [`SECRET_MIN_LEN`] characters or more.
+    pub secrets: Secrets,
+}
+
+/// Shows the endpoint as the API does, and only the names of headers and `env` variables.
+impl std::fmt::Debug for TargetConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (endpoint, env) = match &self.endpoint {
+            Endpoint::Url(u) => (redact::target_url(u, &self.secrets), Vec::new()),
+            Endpoint::Command { argv, env } => (
+                redact::command_line(argv, &self.secrets),
+                env.keys().collect(),
+            ),
+        };
+        let headers: Vec<&String> = self.headers.iter().map(|(k, _)| k).collect();
+        f.debug_struct("TargetConfig")
+            .field("name", &self.name)
+            .field("endpoint", &endpoint)
+            .field("env", &env)
+            .field("headers", &headers)
+            .field("interval", &self.interval)
+            .field("timeout", &self.timeout)
+            .field("labels", &self.labels)
+            .field("source", &self.source)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The shortest `env` or header value taken as a secret. Shorter ones (`1`, `true`, `debug`)
+/// are settings, and hiding them would blank every `1` in a command line; values from
+/// `${VAR}` are secret whatever their length.
+pub const SECRET_MIN_LEN: usize = 8;
+
+/// An alert sink.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlertConfig {
+    pub kind: SinkKind,
+    /// Only these targets (by name); empty means all.
+    pub targets: Vec<String>,
+    /// Only these alert kinds (`down`, `degraded`, `recovered`, `drift`, `auth`, `protocol`,
+    /// `grade`, `flapping`); empty means all.
+    pub on: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum SinkKind {
+    Webhook {
+        url: String,
+        secret: Option<String>,
+        headers: Vec<(String, String)>,
+    },
+    Slack {
+        url: String,
+    },
+    PagerDuty {
+        routing_key: String,
+        url: String,
+    },
+    Alertmanager {
+        url: String,
+        /// How often the open incidents are posted again (`resend`, default 1 minute, like
+        /// Prometheus's `resend_delay`): Alertmanager keeps alerts in memory only, so a restart
+        /// of it would otherwise lose a firing alert until its next reminder.
+        resend: Duration,
+    },
+    Command {
+        argv: Vec<String>,
+        /// The monitor's variables passed on to the command, by name. It starts with a clean
+        /// environment otherwise (`sink::command`).
+        env: Vec<String>,
+    },
+}
+
+/// A `/probe` module: how to probe, like blackbox_exporter's modules.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModuleConfig {
+    pub era: EraMode,
+    pub timeout: Duration,
+    pub latency_budget: Duration,
+    pub headers: Vec<(String, String)>,
+    pub security: bool,
+}
+
+/// A maintenance window: alerts for the named targets (all when empty) are silenced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Maintenance {
+    pub targets: Vec<String>,
+    /// Unix milliseconds.
+    pub start_ms: i64,
+    pub end_ms: i64,
+}
+
+/// The alert kinds a sink can subscribe to.
+pub const ALERT_KINDS: &[&str] = &[
+    "down",
+    "degraded",
+    "recovered",
+    "drift",
+    "auth",
+    "protocol",
+    "grade",
+    "flapping",
+];

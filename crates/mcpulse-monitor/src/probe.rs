@@ -1,0 +1,119 @@
+//! The probe service: how the monitor turns a configured target (or a `/probe` URL with a
+//! module's settings) into a probe target and plan, probes it, judges the transcript and hides
+//! the target's secrets in the report. The scheduler ([`crate::runner`]) and `/probe`
+//! ([`crate::api`]) both come here, so a target is probed the same way by both.
+//!
+//! This module does not schedule, fold results into state or alert (the runner does), nor
+//! decide what a request may probe or how it is answered (the API does).
+
+use crate::config::{Endpoint, ModuleConfig, TargetConfig};
+use crate::fleet::Fleet;
+use mcpulse_judge::{Policy, Report, judge};
+use mcpulse_probe::{Caller, Plan, PlanSpec, Target};
+use std::time::{Duration, Instant};
+
+/// The probe target and plan for a configured target.
+pub fn target_and_plan(t: &TargetConfig) -> Result<(Target, Plan), String> {
+    // The error may quote the URL: its secrets hidden.
+    let target = match &t.endpoint {
+        Endpoint::Url(u) => Target::http(u),
+        Endpoint::Command { argv, .. } => Target::stdio(argv),
+    }
+    .map_err(|e| t.secrets.hide(&e.to_string()))?;
+    let env = match &t.endpoint {
+        Endpoint::Command { env, .. } => env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        Endpoint::Url(_) => Vec::new(),
+    };
+    // Only the auto-mode checks of a stdio target make the dual-era check `Caller::Monitor`
+    // asks for (its first, the hourly re-detection, and the retry of a pinned check that
+    // failed: see the runner's `EraMemo`); the pinned checks in between start one process.
+    let plan = PlanSpec {
+        era: t.era,
+        timeout: Some(t.timeout),
+        headers: t.headers.clone(),
+        security: t.security,
+        env,
+        secrets: t.secrets.clone(),
+        ..PlanSpec::new(Caller::Monitor)
+    }
+    .plan(&target);
+    Ok((target, plan))
+}
+
+/// Hides the target's secrets in what a report says in words: the probe hid them in what it
+/// recorded about the target, but a finding may quote what the server sent back (a protected
+/// resource's metadata naming its URL, token and all). The report goes to the store, the API
+/// and alerts.
+pub fn hide_in_report(report: &mut Report, secrets: &mcpulse_wire::redact::Secrets) {
+    if secrets.is_empty() {
+        return;
+    }
+    secrets.hide_in(&mut report.target);
+    for f in &mut report.findings {
+        secrets.hide_in(&mut f.message);
+    }
+    for f in &mut report.security.findings {
+        secrets.hide_in(&mut f.message);
+        for e in &mut f.evidence {
+            secrets.hide_in(e);
+        }
+    }
+}
+
+/// The probe target and plan for a URL outside the config, probed with `module`'s settings.
+pub fn url_target_and_plan(
+    url: &str,
+    module: &ModuleConfig,
+) -> Result<(Target, Plan), mcpulse_probe::TargetError> {
+    let target = Target::http(url)?;
+    let plan = PlanSpec {
+        era: module.era,
+        timeout: Some(module.timeout),
+        headers: module.headers.clone(),
+        security: module.security,
+        ..PlanSpec::new(Caller::Monitor)
+    }
+    .plan(&target);
+    Ok((target, plan))
+}
+
+/// The judge's policy for a target with this latency budget.
+pub fn policy(latency_budget: Duration) -> Policy {
+    Policy {
+        latency_budget_ms: latency_budget.as_secs_f64() * 1000.0,
+        expect_auth: false,
+    }
+}
+
+/// What one on-demand probe found: the judged report, and how long the probe took.
+pub struct Probed {
+    pub report: Report,
+    pub duration: Duration,
+}
+
+/// Decrements the fleet's in-flight count however the probe ends (a client that hangs up
+/// drops the future, and with it the probe, whose stdio children are killed on drop).
+struct InFlight(Fleet);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.probe_finished();
+    }
+}
+
+/// One probe now (`/probe`'s): probes `target` with `plan`, counted in `fleet`'s in-flight
+/// probes while it runs, then judges it against `latency_budget` and hides `plan`'s secrets in
+/// the report. The transcript is dropped before this returns, so a caller holding a memory
+/// permit across the call holds it through judging, where a reply's memory is spent.
+pub async fn once(fleet: &Fleet, target: &Target, plan: &Plan, latency_budget: Duration) -> Probed {
+    fleet.probe_started();
+    let in_flight = InFlight(fleet.clone());
+    let started = Instant::now();
+    let transcript = mcpulse_probe::probe(target, plan).await;
+    let duration = started.elapsed();
+    drop(in_flight);
+    let mut report = judge(&transcript, &policy(latency_budget));
+    hide_in_report(&mut report, &plan.secrets);
+    drop(transcript);
+    Probed { report, duration }
+}
