@@ -17,37 +17,14 @@ use crate::contract::{Contract, Item, Kind};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-/// How bad a change is. Ordered: `Info < Risky < Breaking`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Class {
-    Info,
-    Risky,
-    Breaking,
-}
-
-impl Class {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Class::Info => "info",
-            Class::Risky => "risky",
-            Class::Breaking => "breaking",
-        }
-    }
-    /// The CI-gate exit code: 2 breaking, 1 risky, 0 info.
-    pub fn exit_code(self) -> u8 {
-        match self {
-            Class::Breaking => 2,
-            Class::Risky => 1,
-            Class::Info => 0,
-        }
-    }
-}
+pub use crate::rules::docs::drift_doc;
+pub use crate::rules::drift::{ALL as RULES, Class, DriftRule};
 
 /// One change.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Change {
-    pub code: String,
+    /// The rule, serialized as its code.
+    pub code: DriftRule,
     pub class: Class,
     /// Where, as a path into the contract: `tools[search].inputSchema.properties.q.type`.
     pub path: String,
@@ -84,139 +61,6 @@ impl Drift {
     }
 }
 
-/// (code, class, what it means) for every change code, in documentation order.
-pub const RULES: &[(&str, Class, &str)] = &[
-    (
-        "item-removed",
-        Class::Breaking,
-        "A tool, prompt, resource or resource template was removed.",
-    ),
-    (
-        "required-parameter-added",
-        Class::Breaking,
-        "A tool parameter (or prompt argument) became required: old calls lack it.",
-    ),
-    (
-        "parameter-removed",
-        Class::Breaking,
-        "A tool parameter (or prompt argument) was removed: old calls send it.",
-    ),
-    (
-        "parameter-renamed",
-        Class::Breaking,
-        "A parameter was removed and another with the same schema added: a rename.",
-    ),
-    (
-        "type-narrowed",
-        Class::Breaking,
-        "A parameter's type changed or accepts fewer types.",
-    ),
-    (
-        "enum-narrowed",
-        Class::Breaking,
-        "Values were removed from an `enum`.",
-    ),
-    (
-        "additional-properties-closed",
-        Class::Breaking,
-        "`additionalProperties` became `false`.",
-    ),
-    (
-        "constraint-tightened",
-        Class::Breaking,
-        "A bound (minimum, maximum, minLength, maxLength, minItems, maxItems) tightened, or a `pattern`/`format`/`const` was added or changed.",
-    ),
-    (
-        "output-schema-changed",
-        Class::Breaking,
-        "The output schema changed incompatibly: removed, a property removed or no longer required, a type changed.",
-    ),
-    (
-        "capability-removed",
-        Class::Breaking,
-        "The server no longer advertises a capability.",
-    ),
-    (
-        "protocol-version-dropped",
-        Class::Breaking,
-        "A protocol version the server supported is no longer supported.",
-    ),
-    (
-        "era-changed",
-        Class::Breaking,
-        "The server crossed protocol eras (stateful legacy ↔ stateless modern).",
-    ),
-    (
-        "description-changed",
-        Class::Risky,
-        "A description changed: what the model reads changed (possible tool poisoning, a \"rug pull\").",
-    ),
-    ("title-changed", Class::Risky, "A title changed."),
-    (
-        "annotation-risk-widened",
-        Class::Risky,
-        "An annotation flip widened risk: `readOnlyHint` true→false, `destructiveHint` false→true, `openWorldHint` false→true (with the spec's defaults).",
-    ),
-    (
-        "hidden-unicode-introduced",
-        Class::Risky,
-        "Invisible, bidirectional-control or tag Unicode characters appeared in a name, title or description.",
-    ),
-    (
-        "instructions-changed",
-        Class::Risky,
-        "The server's `instructions` (read by the model) changed.",
-    ),
-    (
-        "item-added",
-        Class::Info,
-        "A tool, prompt, resource or resource template was added.",
-    ),
-    (
-        "optional-parameter-added",
-        Class::Info,
-        "An optional parameter was added.",
-    ),
-    (
-        "widened",
-        Class::Info,
-        "A change that accepts more: a type or enum widened, a bound loosened, a parameter no longer required, `additionalProperties` opened.",
-    ),
-    (
-        "annotation-changed",
-        Class::Info,
-        "An annotation changed without widening risk.",
-    ),
-    (
-        "capability-added",
-        Class::Info,
-        "The server advertises a new capability.",
-    ),
-    (
-        "protocol-version-added",
-        Class::Info,
-        "The server supports a new protocol version.",
-    ),
-    (
-        "server-info-changed",
-        Class::Info,
-        "The self-reported `serverInfo` (name, version) changed.",
-    ),
-    (
-        "other-changed",
-        Class::Info,
-        "Any other change to an item or the server facts (icons, `_meta`, capability details, unknown keys).",
-    ),
-];
-
-fn class_of(code: &str) -> Class {
-    RULES
-        .iter()
-        .find(|(c, _, _)| *c == code)
-        .map(|(_, class, _)| *class)
-        .unwrap_or(Class::Info)
-}
-
 struct Diff {
     changes: Vec<Change>,
 }
@@ -224,15 +68,15 @@ struct Diff {
 impl Diff {
     fn push(
         &mut self,
-        code: &str,
+        rule: DriftRule,
         path: String,
         old: Option<&Value>,
         new: Option<&Value>,
         message: String,
     ) {
         self.changes.push(Change {
-            code: code.to_owned(),
-            class: class_of(code),
+            code: rule,
+            class: rule.class(),
             path,
             old: old.cloned(),
             new: new.cloned(),
@@ -278,7 +122,7 @@ fn server_diff(d: &mut Diff, old: &Contract, new: &Contract) {
     let (o, n) = (&old.server, &new.server);
     if o.era != n.era {
         d.push(
-            "era-changed",
+            DriftRule::EraChanged,
             "server.era".into(),
             o.era.as_ref().map(|s| Value::String(s.clone())).as_ref(),
             n.era.as_ref().map(|s| Value::String(s.clone())).as_ref(),
@@ -292,7 +136,7 @@ fn server_diff(d: &mut Diff, old: &Contract, new: &Contract) {
     for v in &o.supported_versions {
         if !n.supported_versions.contains(v) {
             d.push(
-                "protocol-version-dropped",
+                DriftRule::ProtocolVersionDropped,
                 "server.supported_versions".into(),
                 Some(&Value::String(v.clone())),
                 None,
@@ -303,7 +147,7 @@ fn server_diff(d: &mut Diff, old: &Contract, new: &Contract) {
     for v in &n.supported_versions {
         if !o.supported_versions.contains(v) {
             d.push(
-                "protocol-version-added",
+                DriftRule::ProtocolVersionAdded,
                 "server.supported_versions".into(),
                 None,
                 Some(&Value::String(v.clone())),
@@ -317,14 +161,14 @@ fn server_diff(d: &mut Diff, old: &Contract, new: &Contract) {
     for (k, ov) in oc {
         match nc.get(k) {
             None => d.push(
-                "capability-removed",
+                DriftRule::CapabilityRemoved,
                 format!("server.capabilities.{k}"),
                 Some(ov),
                 None,
                 format!("capability {k:?} is no longer advertised"),
             ),
             Some(nv) if nv != ov => d.push(
-                "other-changed",
+                DriftRule::OtherChanged,
                 format!("server.capabilities.{k}"),
                 Some(ov),
                 Some(nv),
@@ -336,7 +180,7 @@ fn server_diff(d: &mut Diff, old: &Contract, new: &Contract) {
     for (k, nv) in nc {
         if !oc.contains_key(k) {
             d.push(
-                "capability-added",
+                DriftRule::CapabilityAdded,
                 format!("server.capabilities.{k}"),
                 None,
                 Some(nv),
@@ -348,7 +192,7 @@ fn server_diff(d: &mut Diff, old: &Contract, new: &Contract) {
         let ov = o.instructions.clone().map(Value::String);
         let nv = n.instructions.clone().map(Value::String);
         d.push(
-            "instructions-changed",
+            DriftRule::InstructionsChanged,
             "server.instructions".into(),
             ov.as_ref(),
             nv.as_ref(),
@@ -358,7 +202,7 @@ fn server_diff(d: &mut Diff, old: &Contract, new: &Contract) {
             && hidden_unicode(text) > hidden_unicode(o.instructions.as_deref().unwrap_or(""))
         {
             d.push(
-                "hidden-unicode-introduced",
+                DriftRule::HiddenUnicodeIntroduced,
                 "server.instructions".into(),
                 None,
                 nv.as_ref(),
@@ -371,7 +215,7 @@ fn server_diff(d: &mut Diff, old: &Contract, new: &Contract) {
     }
     if o.server_info != n.server_info {
         d.push(
-            "server-info-changed",
+            DriftRule::ServerInfoChanged,
             "server.server_info".into(),
             Some(&o.server_info),
             Some(&n.server_info),
@@ -386,7 +230,7 @@ fn items_diff(d: &mut Diff, kind: Kind, old: &[Item], new: &[Item]) {
         let path = format!("{}[{}]", kind.section(), o.key);
         match find(new, &o.key) {
             None => d.push(
-                "item-removed",
+                DriftRule::ItemRemoved,
                 path,
                 Some(&o.definition),
                 None,
@@ -404,7 +248,7 @@ fn items_diff(d: &mut Diff, kind: Kind, old: &[Item], new: &[Item]) {
         if find(old, &n.key).is_none() {
             let path = format!("{}[{}]", kind.section(), n.key);
             d.push(
-                "item-added",
+                DriftRule::ItemAdded,
                 path.clone(),
                 None,
                 Some(&n.definition),
@@ -424,9 +268,9 @@ fn item_diff(d: &mut Diff, kind: Kind, path: &str, old: &Value, new: &Value) {
         handled.push(field);
         if o.get(field) != n.get(field) {
             let code = if field == "description" {
-                "description-changed"
+                DriftRule::DescriptionChanged
             } else {
-                "title-changed"
+                DriftRule::TitleChanged
             };
             d.push(
                 code,
@@ -482,7 +326,7 @@ fn rest_diff(
     for k in keys {
         if o.get(k) != n.get(k) {
             d.push(
-                "other-changed",
+                DriftRule::OtherChanged,
                 format!("{path}.{k}"),
                 o.get(k),
                 n.get(k),
@@ -512,7 +356,7 @@ fn annotations_diff(d: &mut Diff, path: &str, old: Option<&Value>, new: Option<&
         if o != n && n == risky {
             widened = true;
             d.push(
-                "annotation-risk-widened",
+                DriftRule::AnnotationRiskWidened,
                 format!("{path}.annotations.{k}"),
                 Some(&Value::Bool(o)),
                 Some(&Value::Bool(n)),
@@ -524,7 +368,7 @@ fn annotations_diff(d: &mut Diff, path: &str, old: Option<&Value>, new: Option<&
     }
     if !widened {
         d.push(
-            "annotation-changed",
+            DriftRule::AnnotationChanged,
             format!("{path}.annotations"),
             old,
             new,
@@ -587,7 +431,7 @@ fn schema_diff(d: &mut Diff, path: &str, old: &Value, new: &Value) {
         (Some(ot), Some(nt)) if ot != nt => {
             if accepts(&nt, &ot) {
                 d.push(
-                    "widened",
+                    DriftRule::Widened,
                     format!("{path}.type"),
                     o.get("type"),
                     n.get("type"),
@@ -595,7 +439,7 @@ fn schema_diff(d: &mut Diff, path: &str, old: &Value, new: &Value) {
                 );
             } else {
                 d.push(
-                    "type-narrowed",
+                    DriftRule::TypeNarrowed,
                     format!("{path}.type"),
                     o.get("type"),
                     n.get("type"),
@@ -604,14 +448,14 @@ fn schema_diff(d: &mut Diff, path: &str, old: &Value, new: &Value) {
             }
         }
         (None, Some(nt)) => d.push(
-            "type-narrowed",
+            DriftRule::TypeNarrowed,
             format!("{path}.type"),
             None,
             n.get("type"),
             format!("type {nt:?} is now required"),
         ),
         (Some(_), None) => d.push(
-            "widened",
+            DriftRule::Widened,
             format!("{path}.type"),
             o.get("type"),
             None,
@@ -629,7 +473,7 @@ fn schema_diff(d: &mut Diff, path: &str, old: &Value, new: &Value) {
             let added: Vec<&Value> = ne.iter().filter(|v| !oe.contains(v)).collect();
             if !removed.is_empty() {
                 d.push(
-                    "enum-narrowed",
+                    DriftRule::EnumNarrowed,
                     format!("{path}.enum"),
                     o.get("enum"),
                     n.get("enum"),
@@ -638,7 +482,7 @@ fn schema_diff(d: &mut Diff, path: &str, old: &Value, new: &Value) {
             }
             if !added.is_empty() {
                 d.push(
-                    "widened",
+                    DriftRule::Widened,
                     format!("{path}.enum"),
                     o.get("enum"),
                     n.get("enum"),
@@ -647,14 +491,14 @@ fn schema_diff(d: &mut Diff, path: &str, old: &Value, new: &Value) {
             }
         }
         (None, Some(_)) => d.push(
-            "enum-narrowed",
+            DriftRule::EnumNarrowed,
             format!("{path}.enum"),
             None,
             n.get("enum"),
             "an enum now restricts the values".into(),
         ),
         (Some(_), None) => d.push(
-            "widened",
+            DriftRule::Widened,
             format!("{path}.enum"),
             o.get("enum"),
             None,
@@ -667,7 +511,7 @@ fn schema_diff(d: &mut Diff, path: &str, old: &Value, new: &Value) {
         |m: &Map<String, Value>| m.get("additionalProperties") == Some(&Value::Bool(false));
     if !closed(o) && closed(n) {
         d.push(
-            "additional-properties-closed",
+            DriftRule::AdditionalPropertiesClosed,
             format!("{path}.additionalProperties"),
             o.get("additionalProperties"),
             n.get("additionalProperties"),
@@ -675,7 +519,7 @@ fn schema_diff(d: &mut Diff, path: &str, old: &Value, new: &Value) {
         );
     } else if closed(o) && !closed(n) {
         d.push(
-            "widened",
+            DriftRule::Widened,
             format!("{path}.additionalProperties"),
             o.get("additionalProperties"),
             n.get("additionalProperties"),
@@ -683,7 +527,7 @@ fn schema_diff(d: &mut Diff, path: &str, old: &Value, new: &Value) {
         );
     } else if o.get("additionalProperties") != n.get("additionalProperties") {
         d.push(
-            "other-changed",
+            DriftRule::OtherChanged,
             format!("{path}.additionalProperties"),
             o.get("additionalProperties"),
             n.get("additionalProperties"),
@@ -716,14 +560,14 @@ fn schema_diff(d: &mut Diff, path: &str, old: &Value, new: &Value) {
         };
         match tighter {
             Some(true) => d.push(
-                "constraint-tightened",
+                DriftRule::ConstraintTightened,
                 format!("{path}.{k}"),
                 o.get(k),
                 n.get(k),
                 format!("{k} tightened"),
             ),
             Some(false) => d.push(
-                "widened",
+                DriftRule::Widened,
                 format!("{path}.{k}"),
                 o.get(k),
                 n.get(k),
@@ -736,14 +580,14 @@ fn schema_diff(d: &mut Diff, path: &str, old: &Value, new: &Value) {
         handled.push(k);
         match (o.get(k), n.get(k)) {
             (a, Some(b)) if a != Some(b) => d.push(
-                "constraint-tightened",
+                DriftRule::ConstraintTightened,
                 format!("{path}.{k}"),
                 a,
                 Some(b),
                 format!("{k} added or changed"),
             ),
             (Some(a), None) => d.push(
-                "widened",
+                DriftRule::Widened,
                 format!("{path}.{k}"),
                 Some(a),
                 None,
@@ -756,9 +600,9 @@ fn schema_diff(d: &mut Diff, path: &str, old: &Value, new: &Value) {
     for k in ["description", "title"] {
         if o.get(k) != n.get(k) && path.contains(".properties.") {
             let code = if k == "description" {
-                "description-changed"
+                DriftRule::DescriptionChanged
             } else {
-                "title-changed"
+                DriftRule::TitleChanged
             };
             d.push(
                 code,
@@ -791,7 +635,7 @@ fn schema_diff(d: &mut Diff, path: &str, old: &Value, new: &Value) {
             Some(a) => {
                 renamed_to.push(a);
                 d.push(
-                    "parameter-renamed",
+                    DriftRule::ParameterRenamed,
                     format!("{path}.properties.{r}"),
                     Some(&Value::String((*r).clone())),
                     Some(&Value::String((*a).clone())),
@@ -799,7 +643,7 @@ fn schema_diff(d: &mut Diff, path: &str, old: &Value, new: &Value) {
                 );
             }
             None => d.push(
-                "parameter-removed",
+                DriftRule::ParameterRemoved,
                 format!("{path}.properties.{r}"),
                 op.get(r.as_str()),
                 None,
@@ -813,7 +657,7 @@ fn schema_diff(d: &mut Diff, path: &str, old: &Value, new: &Value) {
         }
         if nreq.contains(a) {
             d.push(
-                "required-parameter-added",
+                DriftRule::RequiredParameterAdded,
                 format!("{path}.properties.{a}"),
                 None,
                 np.get(a.as_str()),
@@ -821,7 +665,7 @@ fn schema_diff(d: &mut Diff, path: &str, old: &Value, new: &Value) {
             );
         } else {
             d.push(
-                "optional-parameter-added",
+                DriftRule::OptionalParameterAdded,
                 format!("{path}.properties.{a}"),
                 None,
                 np.get(a.as_str()),
@@ -838,7 +682,7 @@ fn schema_diff(d: &mut Diff, path: &str, old: &Value, new: &Value) {
     for r in &nreq {
         if op.contains_key(r) && np.contains_key(r) && !oreq.contains(r) {
             d.push(
-                "required-parameter-added",
+                DriftRule::RequiredParameterAdded,
                 format!("{path}.required"),
                 None,
                 Some(&Value::String(r.clone())),
@@ -849,7 +693,7 @@ fn schema_diff(d: &mut Diff, path: &str, old: &Value, new: &Value) {
     for r in &oreq {
         if !nreq.contains(r) && np.contains_key(r) {
             d.push(
-                "widened",
+                DriftRule::Widened,
                 format!("{path}.required"),
                 Some(&Value::String(r.clone())),
                 None,
@@ -866,7 +710,7 @@ fn schema_diff(d: &mut Diff, path: &str, old: &Value, new: &Value) {
         schema_diff(d, &format!("{path}.items"), oi, ni);
     } else if o.get("items") != n.get("items") {
         d.push(
-            "other-changed",
+            DriftRule::OtherChanged,
             format!("{path}.items"),
             o.get("items"),
             n.get("items"),
@@ -882,14 +726,14 @@ fn output_diff(d: &mut Diff, path: &str, old: Option<&Value>, new: Option<&Value
     match (old, new) {
         (None, None) => {}
         (Some(o), None) => d.push(
-            "output-schema-changed",
+            DriftRule::OutputSchemaChanged,
             path.into(),
             Some(o),
             None,
             "the output schema was removed".into(),
         ),
         (None, Some(n)) => d.push(
-            "other-changed",
+            DriftRule::OtherChanged,
             path.into(),
             None,
             Some(n),
@@ -901,7 +745,7 @@ fn output_diff(d: &mut Diff, path: &str, old: Option<&Value>, new: Option<&Value
             output_walk(d, path, o, n);
             if d.changes.len() == before {
                 d.push(
-                    "other-changed",
+                    DriftRule::OtherChanged,
                     path.into(),
                     Some(o),
                     Some(n),
@@ -917,7 +761,7 @@ fn output_walk(d: &mut Diff, path: &str, o: &Value, n: &Value) {
         && ot != nt
     {
         d.push(
-            "output-schema-changed",
+            DriftRule::OutputSchemaChanged,
             format!("{path}.type"),
             o.get("type"),
             n.get("type"),
@@ -936,7 +780,7 @@ fn output_walk(d: &mut Diff, path: &str, o: &Value, n: &Value) {
     for (k, ov) in op {
         match np.get(k) {
             None => d.push(
-                "output-schema-changed",
+                DriftRule::OutputSchemaChanged,
                 format!("{path}.properties.{k}"),
                 Some(ov),
                 None,
@@ -950,7 +794,7 @@ fn output_walk(d: &mut Diff, path: &str, o: &Value, n: &Value) {
     for r in &oreq {
         if !nreq.contains(r) {
             d.push(
-                "output-schema-changed",
+                DriftRule::OutputSchemaChanged,
                 format!("{path}.required"),
                 Some(&Value::String(r.clone())),
                 None,
@@ -981,7 +825,7 @@ fn prompt_args_diff(d: &mut Diff, path: &str, old: Option<&Value>, new: Option<&
         let p = format!("{path}.arguments[{name}]");
         match na.iter().find(|(n, _, _)| n == name) {
             None => d.push(
-                "parameter-removed",
+                DriftRule::ParameterRemoved,
                 p,
                 Some(ov),
                 None,
@@ -990,7 +834,7 @@ fn prompt_args_diff(d: &mut Diff, path: &str, old: Option<&Value>, new: Option<&
             Some((_, nreq, nv)) => {
                 if *nreq && !oreq {
                     d.push(
-                        "required-parameter-added",
+                        DriftRule::RequiredParameterAdded,
                         p.clone(),
                         Some(ov),
                         Some(nv),
@@ -998,7 +842,7 @@ fn prompt_args_diff(d: &mut Diff, path: &str, old: Option<&Value>, new: Option<&
                     );
                 } else if !nreq && *oreq {
                     d.push(
-                        "widened",
+                        DriftRule::Widened,
                         p.clone(),
                         Some(ov),
                         Some(nv),
@@ -1007,7 +851,7 @@ fn prompt_args_diff(d: &mut Diff, path: &str, old: Option<&Value>, new: Option<&
                 }
                 if ov.get("description") != nv.get("description") {
                     d.push(
-                        "description-changed",
+                        DriftRule::DescriptionChanged,
                         format!("{p}.description"),
                         ov.get("description"),
                         nv.get("description"),
@@ -1020,9 +864,9 @@ fn prompt_args_diff(d: &mut Diff, path: &str, old: Option<&Value>, new: Option<&
     for (name, req, nv) in &na {
         if !oa.iter().any(|(n, _, _)| n == name) {
             let code = if *req {
-                "required-parameter-added"
+                DriftRule::RequiredParameterAdded
             } else {
-                "optional-parameter-added"
+                DriftRule::OptionalParameterAdded
             };
             d.push(
                 code,
@@ -1086,7 +930,7 @@ fn hidden_in_item(d: &mut Diff, path: &str, old: &Value, new: &Value) {
             .unwrap_or(0);
         if n > before {
             d.push(
-                "hidden-unicode-introduced",
+                DriftRule::HiddenUnicodeIntroduced,
                 p,
                 None,
                 Some(&Value::String(s.to_owned())),
@@ -1103,20 +947,4 @@ fn list(v: &[&Value]) -> String {
         .map(|x| x.to_string())
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-/// `docs/drift.md`, generated from [`RULES`].
-pub fn drift_doc() -> String {
-    let mut s = String::from(
-        "# Drift classes\n\n<!-- Generated from crates/mcpulse-judge/src/drift.rs by `cargo run -p mcpulse -- docs drift`; a test fails when this file is stale. -->\n\n\
-`mcpulse diff` and `mcpulse probe --baseline` report every change between two contracts with a stable code, the JSON path that changed, the old and new values, and a class. \
-The CI gate exits 2 on any breaking change, 1 on any risky change, 0 when only info changes (or none) were found, and 3 when it could not run.\n\n\
-A baseline's digests are computed again from its content when it is read: a stored digest or key its content does not give (an edit by hand) is refused with exit 3, \
-or, with `--force`, compared by its content and listed under `baseline_mismatches`.\n\n\
-| code | class | meaning |\n|---|---|---|\n",
-    );
-    for (code, class, what) in RULES {
-        s.push_str(&format!("| `{code}` | {} | {what} |\n", class.as_str()));
-    }
-    s
 }

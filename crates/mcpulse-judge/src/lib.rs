@@ -14,4 +14,4 @@ pub mod security;
 
 pub use mcpulse_wire::transcript::Transcript;
 pub use report::{Policy, Report, judge};
-pub use rules::{Finding, Rule, Severity, Status};
+pub use rules::{AnyRule, Finding, Rule, Severity, Status};

@@ -2,7 +2,7 @@
 //! the verdict (status and findings).
 
 use crate::replies::Replies;
-use crate::rules::{Finding, Rule, Severity, Status};
+use crate::rules::{Finding, Rule, Status};
 use mcpulse_wire::auth;
 use mcpulse_wire::jsonrpc::{self, Message};
 use mcpulse_wire::transcript::{
@@ -441,18 +441,15 @@ impl<'a> Judgement<'a> {
             let advertised = caps
                 .as_ref()
                 .is_some_and(|c| c.get("tools").is_some_and(|v| !v.is_null()));
-            let (rule, severity) = if advertised {
-                (Rule::ToolsListFailed, Severity::Warning)
+            let rule = if advertised {
+                Rule::ToolsListFailed
             } else {
-                (Rule::ToolsListUnsupported, Severity::Info)
+                Rule::ToolsListUnsupported
             };
-            self.add(rule.finding_with(
-                severity,
-                format!(
-                    "tools/list was never answered: the probe ran out of time after the {}",
-                    hs.ex.step.as_str()
-                ),
-            ));
+            self.add(rule.finding(format!(
+                "tools/list was never answered: the probe ran out of time after the {}",
+                hs.ex.step.as_str()
+            )));
         } else if tr.exchanges.iter().any(|e| e.step == Step::ToolsList) {
             let ms: f64 = tr
                 .exchanges
@@ -537,13 +534,11 @@ impl<'a> Judgement<'a> {
                             }
                         })
                         .unwrap_or_default();
-                    let (rule, sev) = match (step, advertised) {
-                        (Step::ToolsList, false) => (Rule::ToolsListUnsupported, Severity::Info),
-                        _ => (list_failed(step), Severity::Warning),
+                    let rule = match (step, advertised) {
+                        (Step::ToolsList, false) => Rule::ToolsListUnsupported,
+                        _ => list_failed(step),
                     };
-                    self.add(
-                        rule.finding_with(sev, format!("{}{page} failed: {why}", step.as_str())),
-                    );
+                    self.add(rule.finding(format!("{}{page} failed: {why}", step.as_str())));
                     return None;
                 }
             };
