@@ -7,6 +7,7 @@
 
 pub mod contract;
 pub mod drift;
+pub(crate) mod evidence;
 pub mod replies;
 pub mod report;
 pub mod rules;

@@ -84,7 +84,7 @@ pub fn evidence(ex: &Exchange) -> String {
     };
     let got = match ex.status() {
         Some(s) => format!("HTTP {s}"),
-        None => crate::report::describe(Some(ex)),
+        None => crate::evidence::describe(Some(ex)),
     };
     format!(
         "{}: {} {url}{with} → {got}",
@@ -247,7 +247,7 @@ fn transport_rules(c: &mut Ctx<'_>, loopback: bool) {
             let now = (tr.started_unix_ms / 1000) as i64;
             let days = (not_after - now) as f64 / 86_400.0;
             if days < 14.0 {
-                let when = crate::report::rfc3339((not_after.max(0) as u64) * 1000);
+                let when = crate::evidence::rfc3339((not_after.max(0) as u64) * 1000);
                 let msg = if days < 0.0 {
                     format!("the certificate of {} expired on {when}", conn.authority)
                 } else {
