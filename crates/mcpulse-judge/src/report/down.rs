@@ -83,8 +83,9 @@ impl Judgement<'_> {
             Outcome::Closed => {
                 Rule::HttpFailed.finding(format!("the response to {step} ended before the reply"))
             }
-            Outcome::Endpoint { .. } => Rule::HandshakeFailed.finding(
-                "the legacy SSE endpoint was announced, but initialize was never answered",
+            Outcome::Endpoint { .. } => self.handshake_failed(
+                "the legacy SSE endpoint was announced, but initialize was never answered".into(),
+                &[],
             ),
             Outcome::Reply { .. } => match last.reply().map(|d| d.message) {
                 // A modern server that does not support the revision we speak: up, but no
@@ -102,20 +103,20 @@ impl Judgement<'_> {
                         report.supported_versions
                     ))
                 }
-                Some(Message::Error { error, .. }) => Rule::HandshakeFailed.finding(format!(
-                    "{step} was rejected: {} {}{}",
-                    error.code,
-                    error.message,
-                    self.earlier_attempts(&attempts)
-                )),
-                _ => Rule::HandshakeFailed.finding(format!(
-                    "{step} got an unusable result{}{}",
-                    self.replies
-                        .defect(last)
-                        .map(|e| format!(" (not usable JSON: {e})"))
-                        .unwrap_or_default(),
-                    self.earlier_attempts(&attempts)
-                )),
+                Some(Message::Error { error, .. }) => self.handshake_failed(
+                    format!("{step} was rejected: {} {}", error.code, error.message),
+                    &attempts,
+                ),
+                _ => self.handshake_failed(
+                    format!(
+                        "{step} got an unusable result{}",
+                        self.replies
+                            .defect(last)
+                            .map(|e| format!(" (not usable JSON: {e})"))
+                            .unwrap_or_default()
+                    ),
+                    &attempts,
+                ),
             },
             Outcome::NoReply | Outcome::Accepted | Outcome::Fetched => {
                 self.no_reply(last, &attempts)
@@ -158,12 +159,10 @@ impl Judgement<'_> {
                     .and_then(|f| jsonrpc::peek(&f.raw).ok())
                     .map(|d| d.message)
                 {
-                    return Rule::HandshakeFailed.finding(format!(
-                        "HTTP {status} to {step}: {} {}{}",
-                        error.code,
-                        error.message,
-                        self.earlier_attempts(attempts)
-                    ));
+                    return self.handshake_failed(
+                        format!("HTTP {status} to {step}: {} {}", error.code, error.message),
+                        attempts,
+                    );
                 }
                 return Rule::WrongReplyId.finding(format!(
                     "{step} was sent with id {} but the reply carried id {}",
@@ -182,11 +181,17 @@ impl Judgement<'_> {
                 "HTTP {status} to {step} with {what}: is this the MCP endpoint?"
             ));
         }
-        Rule::HandshakeFailed.finding(format!(
-            "HTTP {status} to {step}{}{}",
-            body_hint(last),
-            self.earlier_attempts(attempts)
-        ))
+        self.handshake_failed(
+            format!("HTTP {status} to {step}{}", body_hint(last)),
+            attempts,
+        )
+    }
+
+    /// `handshake-failed`, however the handshake was refused (an error reply, an unusable
+    /// result, an error status, an endpoint never followed by a reply): one place, so the
+    /// message always ends with the earlier attempts for context.
+    fn handshake_failed(&self, what: String, attempts: &[&Exchange]) -> Finding {
+        Rule::HandshakeFailed.finding(format!("{what}{}", self.earlier_attempts(attempts)))
     }
 
     /// "; server/discover: HTTP 400" for the attempts before the last, for context.
