@@ -4,6 +4,7 @@
 //! Whole items (added, removed, described, annotated) are `super`'s.
 
 use super::{Diff, hidden_in_item, list, rest_diff};
+use crate::evidence::strings;
 use crate::rules::DriftRule;
 use serde_json::{Map, Value};
 
@@ -255,14 +256,7 @@ fn parameter_text_diff(d: &mut Diff, path: &str, o: &Object, n: &Object) {
 /// then each kept parameter's own schema.
 fn properties_diff(d: &mut Diff, path: &str, old: &Value, new: &Value, o: &Object, n: &Object) {
     let empty = Map::new();
-    let op = o
-        .get("properties")
-        .and_then(Value::as_object)
-        .unwrap_or(&empty);
-    let np = n
-        .get("properties")
-        .and_then(Value::as_object)
-        .unwrap_or(&empty);
+    let (op, np) = (properties(o, &empty), properties(n, &empty));
     let (oreq, nreq) = (required(old), required(new));
     let removed: Vec<&String> = op.keys().filter(|k| !np.contains_key(*k)).collect();
     let added: Vec<&String> = np.keys().filter(|k| !op.contains_key(*k)).collect();
@@ -413,14 +407,11 @@ fn output_walk(d: &mut Diff, path: &str, o: &Value, n: &Value) {
         );
     }
     let empty = Map::new();
-    let op = o
-        .get("properties")
-        .and_then(Value::as_object)
-        .unwrap_or(&empty);
-    let np = n
-        .get("properties")
-        .and_then(Value::as_object)
-        .unwrap_or(&empty);
+    let (o_obj, n_obj) = (
+        o.as_object().unwrap_or(&empty),
+        n.as_object().unwrap_or(&empty),
+    );
+    let (op, np) = (properties(o_obj, &empty), properties(n_obj, &empty));
     for (k, ov) in op {
         match np.get(k) {
             None => d.push(
@@ -468,13 +459,13 @@ fn accepts(a: &[String], b: &[String]) -> bool {
 }
 
 fn required(s: &Value) -> Vec<String> {
-    s.get("required")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect()
-        })
-        .unwrap_or_default()
+    strings(s.get("required"))
+}
+
+/// A schema's `properties`, or `empty` when it has none.
+fn properties<'a>(schema: &'a Object, empty: &'a Object) -> &'a Object {
+    schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .unwrap_or(empty)
 }

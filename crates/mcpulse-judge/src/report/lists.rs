@@ -27,6 +27,7 @@ impl<'a> Judgement<'a> {
         caps: Option<&Value>,
     ) {
         let tr = self.tr;
+        let sent = tr.exchanges.iter().any(|e| e.step == Step::ToolsList);
         let tools = self.list(Step::ToolsList, "tools", caps, hs.era);
         if let Some(listed) = &tools {
             report.tool_count = Some(listed.count);
@@ -36,14 +37,7 @@ impl<'a> Judgement<'a> {
                 .copied()
                 .filter_map(tool_summary)
                 .collect();
-            let ms: f64 = tr
-                .exchanges
-                .iter()
-                .filter(|e| e.step == Step::ToolsList)
-                .map(|e| e.elapsed_ms)
-                .sum();
-            report.timings_ms.tools_list = Some(round(ms));
-        } else if !tr.exchanges.iter().any(|e| e.step == Step::ToolsList) {
+        } else if !sent {
             // The handshake worked but tools/list was never sent: the probe ran out of time
             // after it (a server stuck after `initialize`).
             let advertised = caps
@@ -58,7 +52,9 @@ impl<'a> Judgement<'a> {
                 "tools/list was never answered: the probe ran out of time after the {}",
                 hs.ex.step.as_str()
             )));
-        } else if tr.exchanges.iter().any(|e| e.step == Step::ToolsList) {
+        }
+        if sent {
+            // All pages, whether or not the list was usable.
             let ms: f64 = tr
                 .exchanges
                 .iter()
