@@ -289,7 +289,7 @@ fn rebinding_rules(c: &mut Ctx<'_>, loopback: bool, has_auth: bool) {
         c.add_in(
             SecRule::OriginNotValidated,
             seen,
-            format!("a request with the foreign Origin {} was accepted (HTTP {}); it must be rejected with 403", "http://evil.example", ex.status().unwrap_or(0)),
+            format!("a request with the foreign Origin {} was accepted (HTTP {}); it must be rejected with 403", mcpulse_wire::checks::FOREIGN_ORIGIN, ex.status().unwrap_or(0)),
             vec![evidence(ex)],
         );
     }
@@ -299,7 +299,7 @@ fn rebinding_rules(c: &mut Ctx<'_>, loopback: bool, has_auth: bool) {
         c.add_in(
             SecRule::HostNotValidated,
             seen,
-            format!("a request with the foreign Host evil.example was accepted (HTTP {}); a loopback server must reject it", ex.status().unwrap_or(0)),
+            format!("a request with the foreign Host {} was accepted (HTTP {}); a loopback server must reject it", mcpulse_wire::checks::FOREIGN_HOST, ex.status().unwrap_or(0)),
             vec![evidence(ex)],
         );
     }
@@ -324,7 +324,9 @@ fn cors_rules(c: &mut Ctx<'_>, loopback: bool, has_auth: bool) {
             );
             return;
         }
-        if ex.step == Step::OriginCheck && acao.eq_ignore_ascii_case("http://evil.example") {
+        if ex.step == Step::OriginCheck
+            && acao.eq_ignore_ascii_case(mcpulse_wire::checks::FOREIGN_ORIGIN)
+        {
             let seen = Exposure {
                 credentials_allowed: creds,
                 ..Exposure::default()

@@ -8,11 +8,13 @@
 //! - [`ndjson`] and [`sse`]: incremental, size-capped frame decoders for stdio and HTTP bodies;
 //! - [`transcript`]: the record of what a probe saw, which the judge turns into a verdict;
 //! - [`redact`]: how secrets are kept out of that record by construction;
-//! - [`text`]: how server-controlled text is made inert before a person or a log sees it.
+//! - [`text`]: how server-controlled text is made inert before a person or a log sees it;
+//! - [`checks`]: the values the probe sends that the judge recognises (foreign Origin, …).
 //!
 //! It does not own I/O (see `mcpulse-transport`) or judgement (see `mcpulse-judge`).
 
 pub mod auth;
+pub mod checks;
 pub mod env;
 pub mod json;
 pub mod jsonrpc;
