@@ -10,6 +10,7 @@
 //! The contract is taken from a transcript (record, then judge), so a stored transcript yields
 //! the same contract as the live probe did.
 
+use crate::evidence::strings;
 use crate::replies::Replies;
 use mcpulse_wire::jsonrpc::Message;
 use mcpulse_wire::transcript::{Step, Transcript};
@@ -634,17 +635,6 @@ impl Resolver<'_> {
             other => other.clone(),
         }
     }
-}
-
-fn strings(v: Option<&Value>) -> Vec<String> {
-    v.and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 
 pub mod contract;
 pub mod drift;
+pub(crate) mod evidence;
 pub mod replies;
 pub mod report;
 pub mod rules;
@@ -14,4 +15,4 @@ pub mod security;
 
 pub use mcpulse_wire::transcript::Transcript;
 pub use report::{Policy, Report, judge};
-pub use rules::{Finding, Rule, Severity, Status};
+pub use rules::{AnyRule, Finding, Rule, Severity, Status};

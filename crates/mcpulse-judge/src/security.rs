@@ -16,46 +16,16 @@ use mcpulse_wire::transcript::{
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// How much a security finding weighs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Level {
-    Info,
-    Low,
-    Medium,
-    High,
-    Critical,
-}
-
-impl Level {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Level::Info => "info",
-            Level::Low => "low",
-            Level::Medium => "medium",
-            Level::High => "high",
-            Level::Critical => "critical",
-        }
-    }
-    /// Points off the score of 100.
-    pub fn penalty(self) -> u32 {
-        match self {
-            Level::Info => 0,
-            Level::Low => 5,
-            Level::Medium => 15,
-            Level::High => 30,
-            Level::Critical => 60,
-        }
-    }
-}
-
-/// The grade thresholds, best first: (grade, minimum score).
-pub const GRADES: &[(&str, u32)] = &[("A", 90), ("B", 75), ("C", 60), ("D", 40), ("F", 0)];
+pub use crate::rules::docs::checks_doc;
+pub use crate::rules::security::{
+    ALL, DESTRUCTIVE_WORDS, Exposure, GRADES, INJECTION_PATTERNS, LEAK_PATTERNS, Level, SecRule,
+};
 
 /// One security finding with its evidence.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SecurityFinding {
-    pub code: String,
+    /// The rule, serialized as its code.
+    pub code: SecRule,
     pub severity: Level,
     pub message: String,
     /// Which request and response showed it: `origin-check: POST http://…/mcp with Origin: http://evil.example → HTTP 200`.
@@ -73,132 +43,6 @@ pub struct Security {
     pub findings: Vec<SecurityFinding>,
 }
 
-macro_rules! sec_rules {
-    ($( $variant:ident = $code:literal, $level:ident, $checks:literal, $why:literal; )*) => {
-        /// Every security rule, in documentation order.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-        pub enum SecRule { $( $variant, )* }
-        pub const ALL: &[SecRule] = &[ $( SecRule::$variant, )* ];
-        impl SecRule {
-            pub fn code(self) -> &'static str { match self { $( SecRule::$variant => $code, )* } }
-            pub fn level(self) -> Level { match self { $( SecRule::$variant => Level::$level, )* } }
-            pub fn checks(self) -> &'static str { match self { $( SecRule::$variant => $checks, )* } }
-            pub fn why(self) -> &'static str { match self { $( SecRule::$variant => $why, )* } }
-        }
-    };
-}
-
-sec_rules! {
-    PlainHttpRemote = "plain-http-remote", Critical,
-        "The target is `http://` on a host that is not loopback.",
-        "Tokens and tool traffic cross the network in clear text; bearer tokens (RFC 6750) and OAuth 2.1 require TLS.";
-    TlsInvalid = "tls-invalid", Critical,
-        "The TLS handshake failed on the certificate (untrusted, expired, wrong name).",
-        "Clients either fail or are taught to skip verification, which invites interception.";
-    TlsExpiring = "tls-expiring", Medium,
-        "The server certificate expires in less than 14 days.",
-        "An expired certificate is an outage for every client; renew before it happens.";
-    OriginNotValidated = "origin-not-validated", High,
-        "A request with a foreign `Origin: http://evil.example` was accepted instead of rejected with 403. Critical for a loopback server without authentication.",
-        "The spec requires servers to validate `Origin` (403 since 2025-11-25); without it a web page can drive a local server through DNS rebinding.";
-    HostNotValidated = "host-not-validated", High,
-        "A loopback server accepted a request with a foreign `Host: evil.example`. Critical without authentication.",
-        "The conformance scenario `dns-rebinding-protection`: a rebinding attack reaches a local server under a foreign host name.";
-    NoAuthRemote = "no-auth-remote", Info,
-        "A server on a non-loopback host answered `tools/list` without any credentials. Low when it exposes tools that may be destructive.",
-        "Fine for a deliberately public server; otherwise anyone who can reach it can use its tools. Use `--expect-auth` to make it high.";
-    ChallengeMissing = "auth-challenge-missing", Medium,
-        "A 401 came without a `WWW-Authenticate` header, and no protected-resource metadata was found at the well-known URLs either.",
-        "Clients cannot discover how to authenticate (RFC 9728, MCP authorization).";
-    ResourceMetadataInvalid = "resource-metadata-invalid", Medium,
-        "The protected-resource metadata (RFC 9728) is missing, not JSON, lacks `authorization_servers`, or names another resource.",
-        "Clients cannot find the authorization server, or may send tokens meant for another resource.";
-    AuthServerMetadataMissing = "auth-server-metadata-missing", Medium,
-        "No authorization-server metadata (RFC 8414 or OpenID discovery) was found for the advertised issuer.",
-        "Clients cannot learn the endpoints and must refuse to proceed.";
-    IssuerMismatch = "issuer-mismatch", High,
-        "The authorization-server metadata's `issuer` differs from the issuer it was fetched for.",
-        "The 2026 spec requires rejecting such metadata: it is the mix-up attack's opening.";
-    PkceS256Missing = "pkce-s256-missing", High,
-        "`code_challenge_methods_supported` is absent or lacks `S256`.",
-        "MCP clients must use PKCE with S256 and must refuse an authorization server that does not advertise it.";
-    AuthEndpointsNotHttps = "auth-endpoints-not-https", High,
-        "An authorization-server endpoint (authorization, token, registration) is not HTTPS.",
-        "All authorization-server endpoints must be HTTPS: codes and tokens would travel in clear text.";
-    MetadataPrivateAddress = "metadata-private-address", High,
-        "A public server's metadata pointed at a non-public address; mcpulse refused to follow it.",
-        "A server that sends clients to internal addresses is a server-side request forgery vector.";
-    CorsWildcardCredentials = "cors-wildcard-credentials", High,
-        "`Access-Control-Allow-Origin: *` together with `Access-Control-Allow-Credentials: true`.",
-        "Any web page may make credentialed requests (browsers refuse the combination, but the intent is unsafe and proxies vary).";
-    CorsReflectsOrigin = "cors-reflects-origin", High,
-        "The server reflected the foreign `Origin` in `Access-Control-Allow-Origin` (high with `Access-Control-Allow-Credentials: true`, medium without).",
-        "Any web page may read responses; with credentials allowed this hands a user's session to any site.";
-    CorsWildcard = "cors-wildcard", Low,
-        "`Access-Control-Allow-Origin: *` on a loopback server without authentication.",
-        "A browser page can call a local server directly.";
-    SessionIdWeak = "session-id-weak", Medium,
-        "An `Mcp-Session-Id` is short, low in entropy, not visible ASCII, or predictable from another.",
-        "Session ids must be secure and non-deterministic (spec: session hijacking).";
-    HiddenUnicode = "tool-hidden-unicode", High,
-        "Invisible, bidirectional-control or tag Unicode characters in a tool's name, title or description.",
-        "Text a person cannot see but the model reads: the signature of tool poisoning.";
-    Homoglyph = "tool-homoglyph", Medium,
-        "A tool name with characters outside `[A-Za-z0-9_.-]` that look like ASCII (Cyrillic, Greek, full-width).",
-        "A look-alike name can shadow a trusted tool.";
-    PromptInjection = "tool-prompt-injection", Medium,
-        "A tool description addresses the model with instructions from a small published pattern list (see below).",
-        "Descriptions are read by the model; instructions hidden in them steer the agent.";
-    ExcessiveTools = "tool-count-excessive", Low,
-        "More than 100 tools.",
-        "Clients cap the tools they show the model (often at 128); a huge surface is hard to review.";
-    DestructiveUnannotated = "tool-destructive-unannotated", Low,
-        "A tool whose name looks destructive (delete, remove, drop, …) does not declare `destructiveHint`, or declares `readOnlyHint: true`.",
-        "Clients use the hints to ask for confirmation; an honest server declares them.";
-    ErrorLeak = "error-leak", Medium,
-        "The response to a malformed request contains a stack trace or an internal file path.",
-        "Internals help an attacker; errors should say what was wrong with the request and nothing more.";
-}
-
-/// Patterns of descriptions that address the model (lowercase substrings). Published in
-/// `docs/checks.md`.
-pub const INJECTION_PATTERNS: &[&str] = &[
-    "ignore previous instructions",
-    "ignore all previous",
-    "ignore any previous",
-    "disregard previous",
-    "<important>",
-    "</important>",
-    "do not tell the user",
-    "don't tell the user",
-    "do not mention",
-    "without telling the user",
-    "you must always",
-    "~/.ssh",
-    "id_rsa",
-    ".env file",
-    "<instructions>",
-];
-
-/// Tool names that look destructive (matched as whole words of the name).
-pub const DESTRUCTIVE_WORDS: &[&str] = &[
-    "delete",
-    "remove",
-    "rm",
-    "drop",
-    "destroy",
-    "kill",
-    "terminate",
-    "truncate",
-    "purge",
-    "wipe",
-    "erase",
-    "reset",
-    "revoke",
-    "overwrite",
-    "shutdown",
-];
-
 struct Ctx<'a> {
     tr: &'a Transcript,
     /// `tr`'s replies, each decoded once.
@@ -207,10 +51,16 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    fn add(&mut self, rule: SecRule, level: Level, message: String, evidence: Vec<String>) {
+    /// A finding at the rule's documented level.
+    fn add(&mut self, rule: SecRule, message: String, evidence: Vec<String>) {
+        self.add_in(rule, Exposure::default(), message, evidence);
+    }
+
+    /// A finding at the rule's level given what was seen.
+    fn add_in(&mut self, rule: SecRule, seen: Exposure, message: String, evidence: Vec<String>) {
         self.out.push(SecurityFinding {
-            code: rule.code().to_owned(),
-            severity: level,
+            code: rule,
+            severity: rule.level_in(seen),
             message,
             evidence,
         });
@@ -234,7 +84,7 @@ pub fn evidence(ex: &Exchange) -> String {
     };
     let got = match ex.status() {
         Some(s) => format!("HTTP {s}"),
-        None => crate::report::describe(Some(ex)),
+        None => crate::evidence::describe(Some(ex)),
     };
     format!(
         "{}: {} {url}{with} → {got}",
@@ -304,11 +154,11 @@ pub(crate) fn assess_replies(
 /// The published formula: each rule once at its worst, penalties summed off 100, any critical
 /// is an F.
 pub fn grade(findings: &[SecurityFinding]) -> (u32, String) {
-    let mut worst: Vec<(&str, Level)> = Vec::new();
+    let mut worst: Vec<(SecRule, Level)> = Vec::new();
     for f in findings {
         match worst.iter_mut().find(|(c, _)| *c == f.code) {
             Some(w) => w.1 = w.1.max(f.severity),
-            None => worst.push((&f.code, f.severity)),
+            None => worst.push((f.code, f.severity)),
         }
     }
     let penalty: u32 = worst.iter().map(|(_, l)| l.penalty()).sum();
@@ -367,7 +217,6 @@ fn transport_rules(c: &mut Ctx<'_>, loopback: bool) {
     if tr.target.display.starts_with("http://") && !loopback {
         c.add(
             SecRule::PlainHttpRemote,
-            Level::Critical,
             format!("{} is plain HTTP to a non-loopback host", tr.target.display),
             vec![format!("target: {}", tr.target.display)],
         );
@@ -390,7 +239,6 @@ fn transport_rules(c: &mut Ctx<'_>, loopback: bool) {
             seen.push((SecRule::TlsInvalid, conn.authority.as_str()));
             c.add(
                 SecRule::TlsInvalid,
-                Level::Critical,
                 format!("TLS with {} failed: {}", conn.authority, e.message),
                 vec![format!("connect {} → {}", conn.authority, e.message)],
             );
@@ -399,7 +247,7 @@ fn transport_rules(c: &mut Ctx<'_>, loopback: bool) {
             let now = (tr.started_unix_ms / 1000) as i64;
             let days = (not_after - now) as f64 / 86_400.0;
             if days < 14.0 {
-                let when = crate::report::rfc3339((not_after.max(0) as u64) * 1000);
+                let when = crate::evidence::rfc3339((not_after.max(0) as u64) * 1000);
                 let msg = if days < 0.0 {
                     format!("the certificate of {} expired on {when}", conn.authority)
                 } else {
@@ -407,11 +255,6 @@ fn transport_rules(c: &mut Ctx<'_>, loopback: bool) {
                         "the certificate of {} expires in {days:.1} days ({when})",
                         conn.authority
                     )
-                };
-                let level = if days < 0.0 {
-                    Level::Critical
-                } else {
-                    Level::Medium
                 };
                 let rule = if days < 0.0 {
                     SecRule::TlsInvalid
@@ -422,12 +265,7 @@ fn transport_rules(c: &mut Ctx<'_>, loopback: bool) {
                     continue;
                 }
                 seen.push((rule, conn.authority.as_str()));
-                c.add(
-                    rule,
-                    level,
-                    msg,
-                    vec![format!("certificate notAfter {when}")],
-                );
+                c.add(rule, msg, vec![format!("certificate notAfter {when}")]);
             }
         }
     }
@@ -439,19 +277,18 @@ fn accepted(ex: &Exchange) -> bool {
 
 fn rebinding_rules(c: &mut Ctx<'_>, loopback: bool, has_auth: bool) {
     let tr = c.tr;
-    let level = if loopback && !has_auth {
-        Level::Critical
-    } else {
-        Level::High
+    let seen = Exposure {
+        loopback_without_auth: loopback && !has_auth,
+        ..Exposure::default()
     };
     // The last check of each kind decides: an in-session Host check that got an answer that
     // may be about the session is followed by a replay of the handshake (mcpulse-probe).
     if let Some(ex) = tr.exchanges.iter().rfind(|e| e.step == Step::OriginCheck)
         && accepted(ex)
     {
-        c.add(
+        c.add_in(
             SecRule::OriginNotValidated,
-            level,
+            seen,
             format!("a request with the foreign Origin {} was accepted (HTTP {}); it must be rejected with 403", mcpulse_wire::checks::FOREIGN_ORIGIN, ex.status().unwrap_or(0)),
             vec![evidence(ex)],
         );
@@ -459,9 +296,9 @@ fn rebinding_rules(c: &mut Ctx<'_>, loopback: bool, has_auth: bool) {
     if let Some(ex) = tr.exchanges.iter().rfind(|e| e.step == Step::HostCheck)
         && accepted(ex)
     {
-        c.add(
+        c.add_in(
             SecRule::HostNotValidated,
-            level,
+            seen,
             format!("a request with the foreign Host {} was accepted (HTTP {}); a loopback server must reject it", mcpulse_wire::checks::FOREIGN_HOST, ex.status().unwrap_or(0)),
             vec![evidence(ex)],
         );
@@ -482,7 +319,6 @@ fn cors_rules(c: &mut Ctx<'_>, loopback: bool, has_auth: bool) {
         if acao == "*" && creds {
             c.add(
                 SecRule::CorsWildcardCredentials,
-                Level::High,
                 "Access-Control-Allow-Origin: * with Access-Control-Allow-Credentials: true".into(),
                 vec![evidence(ex)],
             );
@@ -491,10 +327,13 @@ fn cors_rules(c: &mut Ctx<'_>, loopback: bool, has_auth: bool) {
         if ex.step == Step::OriginCheck
             && acao.eq_ignore_ascii_case(mcpulse_wire::checks::FOREIGN_ORIGIN)
         {
-            let level = if creds { Level::High } else { Level::Medium };
-            c.add(
+            let seen = Exposure {
+                credentials_allowed: creds,
+                ..Exposure::default()
+            };
+            c.add_in(
                 SecRule::CorsReflectsOrigin,
-                level,
+                seen,
                 format!(
                     "the foreign Origin was reflected in Access-Control-Allow-Origin{}",
                     if creds {
@@ -518,7 +357,6 @@ fn cors_rules(c: &mut Ctx<'_>, loopback: bool, has_auth: bool) {
         });
         c.add(
             SecRule::CorsWildcard,
-            Level::Low,
             "Access-Control-Allow-Origin: * on a loopback server without authentication".into(),
             ex.map(evidence).into_iter().collect(),
         );
@@ -548,16 +386,14 @@ fn auth_rules(
                 t.pointer("/annotations/readOnlyHint") != Some(&Value::Bool(true))
                     && t.pointer("/annotations/destructiveHint") != Some(&Value::Bool(false))
             });
-            let level = if expect_auth {
-                Level::High
-            } else if destructive {
-                Level::Low
-            } else {
-                Level::Info
+            let seen = Exposure {
+                auth_expected: expect_auth,
+                tools_may_write: destructive,
+                ..Exposure::default()
             };
-            c.add(
+            c.add_in(
                 SecRule::NoAuthRemote,
-                level,
+                seen,
                 format!(
                     "tools/list answered without credentials on a non-loopback host{}",
                     if destructive {
@@ -593,13 +429,12 @@ fn auth_rules(
     if header.is_none() && prm.is_none() {
         let mut ev = vec![evidence(challenge_ex)];
         ev.extend(prm_exchanges.iter().map(|e| evidence(e)));
-        c.add(SecRule::ChallengeMissing, Level::Medium, "401 without WWW-Authenticate, and no protected-resource metadata at the well-known URLs".into(), ev);
+        c.add(SecRule::ChallengeMissing, "401 without WWW-Authenticate, and no protected-resource metadata at the well-known URLs".into(), ev);
         return;
     }
     if let Some(e) = prm_exchanges.iter().find(|e| e.error_refused_private()) {
         c.add(
             SecRule::MetadataPrivateAddress,
-            Level::High,
             "the protected-resource metadata URL points at a non-public address".into(),
             vec![evidence(e)],
         );
@@ -614,7 +449,7 @@ fn auth_rules(
             }
             None => "no protected-resource metadata found".into(),
         };
-        c.add(SecRule::ResourceMetadataInvalid, Level::Medium, msg, ev);
+        c.add(SecRule::ResourceMetadataInvalid, msg, ev);
         return;
     };
     let servers: Vec<&str> = doc
@@ -625,7 +460,6 @@ fn auth_rules(
     if servers.is_empty() {
         c.add(
             SecRule::ResourceMetadataInvalid,
-            Level::Medium,
             "the protected-resource metadata has no authorization_servers".into(),
             vec![evidence(prm_ex)],
         );
@@ -635,7 +469,6 @@ fn auth_rules(
         if canonical_resource(resource) != target {
             c.add(
                 SecRule::ResourceMetadataInvalid,
-                Level::Medium,
                 format!(
                     "the metadata names the resource {resource:?}, not this server ({target:?})"
                 ),
@@ -645,7 +478,6 @@ fn auth_rules(
     } else {
         c.add(
             SecRule::ResourceMetadataInvalid,
-            Level::Medium,
             "the protected-resource metadata has no resource".into(),
             vec![evidence(prm_ex)],
         );
@@ -661,7 +493,6 @@ fn auth_rules(
     if let Some(e) = as_exchanges.iter().find(|e| e.error_refused_private()) {
         c.add(
             SecRule::MetadataPrivateAddress,
-            Level::High,
             format!("the authorization server {issuer} is on a non-public address"),
             vec![evidence(e)],
         );
@@ -680,7 +511,6 @@ fn auth_rules(
     let Some((as_ex, meta)) = meta else {
         c.add(
             SecRule::AuthServerMetadataMissing,
-            Level::Medium,
             format!("no authorization-server metadata found for {issuer}"),
             as_exchanges.iter().map(|e| evidence(e)).collect(),
         );
@@ -694,7 +524,6 @@ fn auth_rules(
     {
         c.add(
             SecRule::IssuerMismatch,
-            Level::High,
             format!(
                 "issuer {} does not match {issuer}",
                 meta.get("issuer")
@@ -711,7 +540,6 @@ fn auth_rules(
     if !s256 {
         c.add(
             SecRule::PkceS256Missing,
-            Level::High,
             "code_challenge_methods_supported does not include S256".into(),
             vec![evidence(as_ex)],
         );
@@ -732,7 +560,6 @@ fn auth_rules(
     if !plain.is_empty() {
         c.add(
             SecRule::AuthEndpointsNotHttps,
-            Level::High,
             format!("not HTTPS: {}", plain.join(", ")),
             vec![evidence(as_ex)],
         );
@@ -812,7 +639,6 @@ fn session_rules(c: &mut Ctx<'_>) {
         if let Some(problem) = weak_session_id(id) {
             c.add(
                 SecRule::SessionIdWeak,
-                Level::Medium,
                 format!("Mcp-Session-Id {:?} {problem}", clip(id)),
                 vec![evidence(ex)],
             );
@@ -824,7 +650,6 @@ fn session_rules(c: &mut Ctx<'_>) {
     {
         c.add(
             SecRule::SessionIdWeak,
-            Level::Medium,
             format!(
                 "two sessions got related ids ({:?} and {:?})",
                 clip(a),
@@ -894,7 +719,6 @@ fn leak_rules(c: &mut Ctx<'_>) {
         if let Some(what) = leak(body) {
             c.add(
                 SecRule::ErrorLeak,
-                Level::Medium,
                 format!("the error response to a malformed request contains {what}"),
                 vec![evidence(ex)],
             );
@@ -905,21 +729,7 @@ fn leak_rules(c: &mut Ctx<'_>) {
 
 /// What a body leaks, if anything: a stack trace or an internal path.
 pub fn leak(body: &str) -> Option<&'static str> {
-    const TRACES: &[(&str, &str)] = &[
-        ("Traceback (most recent call last)", "a Python traceback"),
-        ("panicked at", "a Rust panic message"),
-        ("Exception in thread", "a Java stack trace"),
-        ("\tat ", "a stack trace"),
-        ("    at ", "a JavaScript stack trace"),
-        ("goroutine ", "a Go stack trace"),
-        ("node_modules/", "an internal node_modules path"),
-        ("/site-packages/", "an internal Python path"),
-        ("/home/", "an internal home-directory path"),
-        ("/usr/src/", "an internal source path"),
-        ("/var/www/", "an internal path"),
-        ("C:\\\\", "an internal Windows path"),
-    ];
-    TRACES
+    LEAK_PATTERNS
         .iter()
         .find(|(needle, _)| body.contains(needle))
         .map(|(_, what)| *what)
@@ -947,20 +757,18 @@ fn tool_rules(c: &mut Ctx<'_>, tools: &[&Value]) {
             if n > 0 {
                 c.add(
                     SecRule::HiddenUnicode,
-                    Level::High,
                     format!("tool {name:?}: {n} hidden Unicode character(s) in its {field}"),
                     vec![format!("tools/list: {name}.{field}")],
                 );
             }
         }
         if name.chars().any(|ch| ch.is_ascii_alphabetic()) && name.chars().any(is_confusable) {
-            c.add(SecRule::Homoglyph, Level::Medium, format!("tool name {name:?} contains non-ASCII letters (possible look-alike of another name)"), vec![format!("tools/list: {name}")]);
+            c.add(SecRule::Homoglyph, format!("tool name {name:?} contains non-ASCII letters (possible look-alike of another name)"), vec![format!("tools/list: {name}")]);
         }
         let desc = text(t, "description").to_lowercase();
         if let Some(p) = INJECTION_PATTERNS.iter().find(|p| desc.contains(*p)) {
             c.add(
                 SecRule::PromptInjection,
-                Level::Medium,
                 format!("tool {name:?}: its description contains {p:?}"),
                 vec![format!("tools/list: {name}.description")],
             );
@@ -985,7 +793,6 @@ fn tool_rules(c: &mut Ctx<'_>, tools: &[&Value]) {
                 };
                 c.add(
                     SecRule::DestructiveUnannotated,
-                    Level::Low,
                     format!("tool {name:?} looks destructive but {why}"),
                     vec![format!("tools/list: {name}.annotations")],
                 );
@@ -995,7 +802,6 @@ fn tool_rules(c: &mut Ctx<'_>, tools: &[&Value]) {
     if tools.len() > 100 {
         c.add(
             SecRule::ExcessiveTools,
-            Level::Low,
             format!("{} tools", tools.len()),
             vec!["tools/list".into()],
         );
@@ -1017,68 +823,6 @@ fn split_camel(word: &str) -> Vec<String> {
     out
 }
 
-/// `docs/checks.md`, generated from the rules: what each checks, why, its severity, and the
-/// grade formula.
-pub fn checks_doc() -> String {
-    let mut s = String::from(
-        "# Security checks and the grade\n\n<!-- Generated from crates/mcpulse-judge/src/security.rs by `cargo run -p mcpulse -- docs checks`; a test fails when this file is stale. -->\n\n\
-`mcpulse probe` grades a server's security posture from what it can observe. For HTTP targets it sends a few extra, read-only requests \
-(`--no-security` turns them off): the successful handshake again with a foreign `Origin: http://evil.example` (and, for loopback targets, a foreign \
-`Host: evil.example`) — over the legacy HTTP+SSE transport a `ping` POSTed to the session's endpoint with that header instead, since that is \
-where such a server receives messages —, one malformed JSON-RPC body (Streamable HTTP), and for a server that answers 401 the OAuth metadata documents it names (RFC 9728 protected-resource \
-metadata, then RFC 8414 / OpenID discovery). It never calls a tool, never sends your credentials to any host but the target (the metadata \
-requests carry none), never follows a public server's metadata to a non-public address, and deletes any session a check opened.\n\n\
-## The formula\n\n\
-score = 100 − Σ penalty, over the rules that fired, each rule counted once at its worst severity\n\n\
-| severity | penalty |\n|---|---|\n",
-    );
-    for l in [
-        Level::Critical,
-        Level::High,
-        Level::Medium,
-        Level::Low,
-        Level::Info,
-    ] {
-        s.push_str(&format!("| {} | {} |\n", l.as_str(), l.penalty()));
-    }
-    s.push_str("\n| grade | score |\n|---|---|\n");
-    for (g, min) in GRADES {
-        s.push_str(&format!("| {g} | ≥ {min} |\n"));
-    }
-    s.push_str("\nAny **critical** finding makes the grade **F**, whatever the score.\n\n## The rules\n\n| code | severity | what it checks |\n|---|---|---|\n");
-    for r in ALL {
-        s.push_str(&format!(
-            "| `{}` | {} | {} |\n",
-            r.code(),
-            r.level().as_str(),
-            r.checks()
-        ));
-    }
-    for r in ALL {
-        s.push_str(&format!(
-            "\n### `{}`\n\n**Severity:** {} (default)\n\n{}\n\n**Why it matters:** {}\n",
-            r.code(),
-            r.level().as_str(),
-            r.checks(),
-            r.why()
-        ));
-    }
-    s.push_str("\n## Patterns\n\n`tool-prompt-injection` looks (case-insensitively) for these in tool descriptions:\n\n");
-    for p in INJECTION_PATTERNS {
-        s.push_str(&format!("- `{p}`\n"));
-    }
-    s.push_str("\n`tool-destructive-unannotated` treats a tool name as destructive when one of its words (split on `_`, `-`, `.` and camelCase) is one of: ");
-    s.push_str(
-        &DESTRUCTIVE_WORDS
-            .iter()
-            .map(|w| format!("`{w}`"))
-            .collect::<Vec<_>>()
-            .join(", "),
-    );
-    s.push_str(".\n\n`error-leak` looks for: Python tracebacks, Rust panic messages, Java, JavaScript and Go stack traces, and internal paths (`node_modules/`, `/site-packages/`, `/home/`, `/usr/src/`, `/var/www/`, `C:\\\\`).\n");
-    s
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1095,7 +839,11 @@ mod tests {
     #[test]
     fn formula() {
         let f = |code: &str, severity| SecurityFinding {
-            code: code.into(),
+            code: match code {
+                "a" => SecRule::TlsExpiring,
+                "b" => SecRule::SessionIdWeak,
+                _ => SecRule::ErrorLeak,
+            },
             severity,
             message: String::new(),
             evidence: Vec::new(),

@@ -351,7 +351,8 @@ fn prompts_and_other_changes() {
 #[test]
 fn every_rule_has_a_test_above() {
     let src = include_str!("drift.rs");
-    for (code, _, _) in RULES {
+    for rule in RULES {
+        let code = rule.code();
         assert!(
             src.matches(&format!("\"{code}\"")).count() >= 1,
             "no test mentions {code}"

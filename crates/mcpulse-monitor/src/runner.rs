@@ -559,12 +559,12 @@ mod tests {
         let mut r = judge(&tr, &mcpulse_judge::Policy::default());
         let quoted = "the metadata names the resource \"http://h/ok/s3cr3t-path\"";
         r.findings.push(mcpulse_judge::Finding {
-            code: "x".into(),
+            code: mcpulse_judge::Rule::Timeout,
             severity: mcpulse_judge::Severity::Warning,
             message: quoted.into(),
         });
         r.security.findings.push(SecurityFinding {
-            code: "y".into(),
+            code: mcpulse_judge::security::SecRule::ResourceMetadataInvalid,
             severity: Level::Medium,
             message: quoted.into(),
             evidence: vec![quoted.into()],

@@ -102,7 +102,7 @@ impl DriftChange {
             .into_iter()
             .take(DRIFT_CHANGES_SHOWN)
             .map(|c| DriftChange {
-                code: c.code.clone(),
+                code: c.code.code().to_owned(),
                 path: c.path.clone(),
                 class: c.class.as_str().to_owned(),
             })
@@ -420,7 +420,7 @@ mod tests {
     fn a_drift_is_told_by_its_first_changes_breaking_first() {
         use mcpulse_judge::drift::{Change, Class, Drift};
         let change = |code: &str, class| Change {
-            code: code.into(),
+            code: mcpulse_judge::drift::DriftRule::from_code(code).unwrap(),
             class,
             path: format!("tools[{code}]"),
             old: None,

@@ -116,7 +116,7 @@ pub fn render(r: &Report) -> String {
             s.push_str(&format!(
                 "    {} {} {}\n",
                 paint(st, &format!("{:<8}", f.severity.as_str())),
-                paint(bold, &f.code),
+                paint(bold, f.code.code()),
                 text::message(&f.message)
             ));
         }
@@ -173,7 +173,7 @@ fn render_security(r: &Report) -> String {
         s.push_str(&format!(
             "    {} {} {}\n",
             paint(st, &format!("{:<8}", f.severity.as_str())),
-            paint(bold, &f.code),
+            paint(bold, f.code.code()),
             text::message(&f.message)
         ));
         if let Some(e) = f.evidence.first() {
@@ -261,7 +261,7 @@ pub fn render_drift(d: &mcpulse_judge::drift::Drift) -> String {
         s.push_str(&format!(
             "    {} {} {}\n",
             paint(st, &format!("{:<8}", c.class.as_str())),
-            paint(bold, &text::field(&c.code)),
+            paint(bold, &text::field(c.code.code())),
             text::message(&c.path)
         ));
         s.push_str(&format!("             {}\n", text::message(&c.message)));

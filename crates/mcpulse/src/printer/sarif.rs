@@ -51,8 +51,8 @@ pub fn log(r: &Report) -> Value {
         driver_rules.push(json!({
             "id": rule.code(),
             "name": pascal(rule.code()),
-            "shortDescription": {"text": rule.checks()},
-            "fullDescription": {"text": format!("{} {}", rule.checks(), rule.why())},
+            "shortDescription": {"text": rule.title()},
+            "fullDescription": {"text": format!("{} {}", rule.title(), rule.why())},
             "help": {"text": rule.why()},
             "helpUri": format!("{INFO_URI}#{}", rule.code()),
             "defaultConfiguration": {"level": level},
@@ -64,8 +64,8 @@ pub fn log(r: &Report) -> Value {
         driver_rules.push(json!({
             "id": rule.code(),
             "name": pascal(rule.code()),
-            "shortDescription": {"text": rule.summary()},
-            "fullDescription": {"text": format!("{} {}", rule.summary(), rule.why())},
+            "shortDescription": {"text": rule.title()},
+            "fullDescription": {"text": format!("{} {}", rule.title(), rule.why())},
             "help": {"text": rule.why()},
             "defaultConfiguration": {"level": health_level(rule.severity())},
             "properties": {"tags": ["health", "mcp"]},
@@ -77,7 +77,7 @@ pub fn log(r: &Report) -> Value {
         let (level, sev) = security_level(f.severity);
         results.push(json!({
             "ruleId": f.code,
-            "ruleIndex": rule_ids.iter().position(|c| *c == f.code).unwrap_or(0),
+            "ruleIndex": rule_ids.iter().position(|c| *c == f.code.code()).unwrap_or(0),
             "level": level,
             "message": {"text": f.message},
             "locations": [location.clone()],
@@ -87,7 +87,7 @@ pub fn log(r: &Report) -> Value {
     for f in &r.findings {
         results.push(json!({
             "ruleId": f.code,
-            "ruleIndex": rule_ids.iter().position(|c| *c == f.code).unwrap_or(0),
+            "ruleIndex": rule_ids.iter().position(|c| *c == f.code.code()).unwrap_or(0),
             "level": health_level(f.severity),
             "message": {"text": f.message},
             "locations": [location.clone()],

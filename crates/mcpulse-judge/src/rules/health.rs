@@ -1,97 +1,12 @@
-//! The rules: every finding mcpulse can report, with a stable code and its documentation.
-//!
-//! Codes are never reused or renamed: alerts, dashboards and CI scripts key on them.
+//! The health rules: what makes a server `down` (critical) or `degraded` (warning), and what is
+//! only worth knowing (info). It owns each rule's code, severity and text; the checks that emit
+//! them live in `report`, the registry and the docs page in [`super`].
 
-use serde::{Deserialize, Serialize};
+use super::Severity;
 
-/// How bad a finding is. The verdict is the worst severity found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Severity {
-    Info,
-    /// Makes the server `degraded`.
-    Warning,
-    /// Makes the server `down`.
-    Critical,
-}
-
-impl Severity {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Severity::Info => "info",
-            Severity::Warning => "warning",
-            Severity::Critical => "critical",
-        }
-    }
-}
-
-/// The verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Status {
-    Healthy,
-    Degraded,
-    Down,
-}
-
-impl Status {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Healthy => "healthy",
-            Status::Degraded => "degraded",
-            Status::Down => "down",
-        }
-    }
-
-    /// The monitoring-plugin exit code: 0 healthy, 1 degraded, 2 down.
-    pub fn exit_code(self) -> u8 {
-        match self {
-            Status::Healthy => 0,
-            Status::Degraded => 1,
-            Status::Down => 2,
-        }
-    }
-
-    pub fn from_findings(findings: &[Finding]) -> Status {
-        match findings.iter().map(|f| f.severity).max() {
-            Some(Severity::Critical) => Status::Down,
-            Some(Severity::Warning) => Status::Degraded,
-            _ => Status::Healthy,
-        }
-    }
-}
-
-/// One reason in a verdict.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Finding {
-    pub code: String,
-    pub severity: Severity,
-    pub message: String,
-}
-
-macro_rules! rules {
-    ($( $variant:ident = $code:literal, $sev:ident, $summary:literal, $why:literal; )*) => {
-        /// Every rule. The variant order is the order of `docs/findings.md`.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-        pub enum Rule { $( $variant, )* }
-
-        /// All rules, in documentation order.
-        pub const ALL: &[Rule] = &[ $( Rule::$variant, )* ];
-
-        impl Rule {
-            /// The stable code.
-            pub fn code(self) -> &'static str { match self { $( Rule::$variant => $code, )* } }
-            /// The severity a finding of this rule has unless the rule says otherwise.
-            pub fn severity(self) -> Severity { match self { $( Rule::$variant => Severity::$sev, )* } }
-            /// What the rule checks, in one line.
-            pub fn summary(self) -> &'static str { match self { $( Rule::$variant => $summary, )* } }
-            /// Why it matters and what to do.
-            pub fn why(self) -> &'static str { match self { $( Rule::$variant => $why, )* } }
-        }
-    };
-}
-
-rules! {
+crate::rule_family! {
+    /// A health rule. The variant order is the order of `docs/findings.md`.
+    Rule, Severity;
     DnsFailed = "dns-failed", Critical,
         "The target's host name did not resolve.",
         "No client can reach a server whose name does not resolve. Check the host name and the resolver.";
@@ -203,73 +118,17 @@ rules! {
 }
 
 impl Rule {
-    /// A finding of this rule with its default severity.
-    pub fn finding(self, message: impl Into<String>) -> Finding {
-        self.finding_with(self.severity(), message)
+    /// The severity every finding of this rule has: the verdict follows from it.
+    pub fn severity(self) -> Severity {
+        self.weight()
     }
 
-    pub fn finding_with(self, severity: Severity, message: impl Into<String>) -> Finding {
-        Finding {
-            code: self.code().to_owned(),
-            severity,
+    /// A finding of this rule, at the rule's severity.
+    pub fn finding(self, message: impl Into<String>) -> super::Finding {
+        super::Finding {
+            code: self,
+            severity: self.severity(),
             message: message.into(),
         }
-    }
-}
-
-/// `docs/findings.md`, generated from the rules.
-pub fn findings_doc() -> String {
-    let mut s = String::from(
-        "# Findings\n\n<!-- Generated from crates/mcpulse-judge/src/rules.rs by `cargo run -p mcpulse -- docs findings`; a test fails when this file is stale. -->\n\n\
-Every finding in a probe report has a stable `code` (never reused), a `severity` and a message. \
-The verdict is the worst severity: any `critical` finding makes the server `down` (exit code 2), any `warning` makes it `degraded` (exit code 1), otherwise it is `healthy` (exit code 0).\n\n\
-| code | severity | what it means |\n|---|---|---|\n",
-    );
-    for r in ALL {
-        s.push_str(&format!(
-            "| `{}` | {} | {} |\n",
-            r.code(),
-            r.severity().as_str(),
-            r.summary()
-        ));
-    }
-    for r in ALL {
-        s.push_str(&format!(
-            "\n## `{}`\n\n**Severity:** {}\n\n{}\n\n{}\n",
-            r.code(),
-            r.severity().as_str(),
-            r.summary(),
-            r.why()
-        ));
-    }
-    s
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn codes_are_unique_and_kebab() {
-        let mut codes: Vec<&str> = ALL.iter().map(|r| r.code()).collect();
-        let n = codes.len();
-        codes.sort_unstable();
-        codes.dedup();
-        assert_eq!(codes.len(), n, "a code is used twice");
-        for c in codes {
-            assert!(
-                c.chars().all(|ch| ch.is_ascii_lowercase() || ch == '-'),
-                "{c}"
-            );
-        }
-    }
-
-    #[test]
-    fn status_is_worst_severity() {
-        assert_eq!(Status::from_findings(&[]), Status::Healthy);
-        let f = vec![Rule::DualEra.finding("x"), Rule::SlowHandshake.finding("y")];
-        assert_eq!(Status::from_findings(&f), Status::Degraded);
-        let f = vec![Rule::Timeout.finding("x"), Rule::SlowHandshake.finding("y")];
-        assert_eq!(Status::from_findings(&f), Status::Down);
     }
 }

@@ -1,0 +1,471 @@
+//! Schema drift: a tool's input schema from the caller's side (what accepts less breaks old
+//! calls) and its output schema from the consumer's side (what promises less breaks readers),
+//! one function per JSON Schema concern, walked recursively through `properties` and `items`.
+//! Whole items (added, removed, described, annotated) are `super`'s.
+
+use super::{Diff, hidden_in_item, list, rest_diff};
+use crate::evidence::strings;
+use crate::rules::DriftRule;
+use serde_json::{Map, Value};
+
+/// The numeric bounds, and whether each is a lower one (raising it tightens).
+const BOUNDS: &[(&str, bool)] = &[
+    ("minimum", true),
+    ("exclusiveMinimum", true),
+    ("minLength", true),
+    ("minItems", true),
+    ("minProperties", true),
+    ("maximum", false),
+    ("exclusiveMaximum", false),
+    ("maxLength", false),
+    ("maxItems", false),
+    ("maxProperties", false),
+];
+
+/// Keywords that restrict the values: adding or changing one tightens, removing it widens.
+const CONSTRAINTS: &[&str] = &["pattern", "format", "const"];
+
+/// Keywords a schema diff classifies itself; any other that changed is `other-changed`.
+const HANDLED: &[&str] = &[
+    "type",
+    "enum",
+    "additionalProperties",
+    "properties",
+    "required",
+    "items",
+    "description",
+    "title",
+];
+
+type Object = Map<String, Value>;
+
+/// Input schemas, from the caller's side: what accepts less breaks old calls.
+pub(super) fn schema_diff(d: &mut Diff, path: &str, old: &Value, new: &Value) {
+    if old == new {
+        return;
+    }
+    let empty = Map::new();
+    let o = old.as_object().unwrap_or(&empty);
+    let n = new.as_object().unwrap_or(&empty);
+    type_diff(d, path, old, new, o, n);
+    enum_diff(d, path, o, n);
+    additional_properties_diff(d, path, o, n);
+    bounds_diff(d, path, o, n);
+    parameter_text_diff(d, path, o, n);
+    properties_diff(d, path, old, new, o, n);
+    items_schema_diff(d, path, o, n);
+    let handled: Vec<&str> = HANDLED
+        .iter()
+        .copied()
+        .chain(BOUNDS.iter().map(|(k, _)| *k))
+        .chain(CONSTRAINTS.iter().copied())
+        .collect();
+    rest_diff(d, path, o, n, &handled);
+}
+
+/// `type`: fewer accepted types is narrowed, more is widened.
+fn type_diff(d: &mut Diff, path: &str, old: &Value, new: &Value, o: &Object, n: &Object) {
+    match (types(old), types(new)) {
+        (Some(ot), Some(nt)) if ot != nt => {
+            if accepts(&nt, &ot) {
+                d.push(
+                    DriftRule::Widened,
+                    format!("{path}.type"),
+                    o.get("type"),
+                    n.get("type"),
+                    format!("type widened from {ot:?} to {nt:?}"),
+                );
+            } else {
+                d.push(
+                    DriftRule::TypeNarrowed,
+                    format!("{path}.type"),
+                    o.get("type"),
+                    n.get("type"),
+                    format!("type changed from {ot:?} to {nt:?}"),
+                );
+            }
+        }
+        (None, Some(nt)) => d.push(
+            DriftRule::TypeNarrowed,
+            format!("{path}.type"),
+            None,
+            n.get("type"),
+            format!("type {nt:?} is now required"),
+        ),
+        (Some(_), None) => d.push(
+            DriftRule::Widened,
+            format!("{path}.type"),
+            o.get("type"),
+            None,
+            "type constraint removed".into(),
+        ),
+        _ => {}
+    }
+}
+
+/// `enum`: values removed (or an enum added) narrow, values added (or the enum removed) widen.
+fn enum_diff(d: &mut Diff, path: &str, o: &Object, n: &Object) {
+    match (
+        o.get("enum").and_then(Value::as_array),
+        n.get("enum").and_then(Value::as_array),
+    ) {
+        (Some(oe), Some(ne)) => {
+            let removed: Vec<&Value> = oe.iter().filter(|v| !ne.contains(v)).collect();
+            let added: Vec<&Value> = ne.iter().filter(|v| !oe.contains(v)).collect();
+            if !removed.is_empty() {
+                d.push(
+                    DriftRule::EnumNarrowed,
+                    format!("{path}.enum"),
+                    o.get("enum"),
+                    n.get("enum"),
+                    format!("enum values removed: {}", list(&removed)),
+                );
+            }
+            if !added.is_empty() {
+                d.push(
+                    DriftRule::Widened,
+                    format!("{path}.enum"),
+                    o.get("enum"),
+                    n.get("enum"),
+                    format!("enum values added: {}", list(&added)),
+                );
+            }
+        }
+        (None, Some(_)) => d.push(
+            DriftRule::EnumNarrowed,
+            format!("{path}.enum"),
+            None,
+            n.get("enum"),
+            "an enum now restricts the values".into(),
+        ),
+        (Some(_), None) => d.push(
+            DriftRule::Widened,
+            format!("{path}.enum"),
+            o.get("enum"),
+            None,
+            "the enum restriction was removed".into(),
+        ),
+        _ => {}
+    }
+}
+
+/// `additionalProperties`: closing it rejects the extra arguments old calls may send.
+fn additional_properties_diff(d: &mut Diff, path: &str, o: &Object, n: &Object) {
+    let closed =
+        |m: &Map<String, Value>| m.get("additionalProperties") == Some(&Value::Bool(false));
+    if !closed(o) && closed(n) {
+        d.push(
+            DriftRule::AdditionalPropertiesClosed,
+            format!("{path}.additionalProperties"),
+            o.get("additionalProperties"),
+            n.get("additionalProperties"),
+            "additionalProperties is now false: extra arguments are rejected".into(),
+        );
+    } else if closed(o) && !closed(n) {
+        d.push(
+            DriftRule::Widened,
+            format!("{path}.additionalProperties"),
+            o.get("additionalProperties"),
+            n.get("additionalProperties"),
+            "additionalProperties opened".into(),
+        );
+    } else if o.get("additionalProperties") != n.get("additionalProperties") {
+        d.push(
+            DriftRule::OtherChanged,
+            format!("{path}.additionalProperties"),
+            o.get("additionalProperties"),
+            n.get("additionalProperties"),
+            "additionalProperties changed".into(),
+        );
+    }
+}
+
+/// Numeric bounds and value constraints: tightened breaks, loosened widens.
+fn bounds_diff(d: &mut Diff, path: &str, o: &Object, n: &Object) {
+    for &(k, lower) in BOUNDS {
+        let (ov, nv) = (
+            o.get(k).and_then(Value::as_f64),
+            n.get(k).and_then(Value::as_f64),
+        );
+        let tighter = match (ov, nv) {
+            (None, Some(_)) => Some(true),
+            (Some(_), None) => Some(false),
+            (Some(a), Some(b)) if a != b => Some(if lower { b > a } else { b < a }),
+            _ => None,
+        };
+        match tighter {
+            Some(true) => d.push(
+                DriftRule::ConstraintTightened,
+                format!("{path}.{k}"),
+                o.get(k),
+                n.get(k),
+                format!("{k} tightened"),
+            ),
+            Some(false) => d.push(
+                DriftRule::Widened,
+                format!("{path}.{k}"),
+                o.get(k),
+                n.get(k),
+                format!("{k} loosened"),
+            ),
+            None => {}
+        }
+    }
+    for &k in CONSTRAINTS {
+        match (o.get(k), n.get(k)) {
+            (a, Some(b)) if a != Some(b) => d.push(
+                DriftRule::ConstraintTightened,
+                format!("{path}.{k}"),
+                a,
+                Some(b),
+                format!("{k} added or changed"),
+            ),
+            (Some(a), None) => d.push(
+                DriftRule::Widened,
+                format!("{path}.{k}"),
+                Some(a),
+                None,
+                format!("{k} removed"),
+            ),
+            _ => {}
+        }
+    }
+}
+
+/// A parameter's description or title: what the model reads.
+fn parameter_text_diff(d: &mut Diff, path: &str, o: &Object, n: &Object) {
+    for k in ["description", "title"] {
+        if o.get(k) != n.get(k) && path.contains(".properties.") {
+            let code = if k == "description" {
+                DriftRule::DescriptionChanged
+            } else {
+                DriftRule::TitleChanged
+            };
+            d.push(
+                code,
+                format!("{path}.{k}"),
+                o.get(k),
+                n.get(k),
+                format!("parameter {k} changed"),
+            );
+        }
+    }
+}
+
+/// Parameters removed, renamed, added (required or optional), newly required or no longer,
+/// then each kept parameter's own schema.
+fn properties_diff(d: &mut Diff, path: &str, old: &Value, new: &Value, o: &Object, n: &Object) {
+    let empty = Map::new();
+    let (op, np) = (properties(o, &empty), properties(n, &empty));
+    let (oreq, nreq) = (required(old), required(new));
+    let removed: Vec<&String> = op.keys().filter(|k| !np.contains_key(*k)).collect();
+    let added: Vec<&String> = np.keys().filter(|k| !op.contains_key(*k)).collect();
+    let mut renamed_to: Vec<&String> = Vec::new();
+    for r in &removed {
+        // A removed parameter whose exact schema reappears under a new name: a rename.
+        let twin = added
+            .iter()
+            .find(|a| !renamed_to.contains(a) && np.get(a.as_str()) == op.get(r.as_str()));
+        match twin {
+            Some(a) => {
+                renamed_to.push(a);
+                d.push(
+                    DriftRule::ParameterRenamed,
+                    format!("{path}.properties.{r}"),
+                    Some(&Value::String((*r).clone())),
+                    Some(&Value::String((*a).clone())),
+                    format!("parameter {r:?} was renamed to {a:?}"),
+                );
+            }
+            None => d.push(
+                DriftRule::ParameterRemoved,
+                format!("{path}.properties.{r}"),
+                op.get(r.as_str()),
+                None,
+                format!("parameter {r:?} was removed"),
+            ),
+        }
+    }
+    for a in &added {
+        if renamed_to.contains(a) {
+            continue;
+        }
+        if nreq.contains(a) {
+            d.push(
+                DriftRule::RequiredParameterAdded,
+                format!("{path}.properties.{a}"),
+                None,
+                np.get(a.as_str()),
+                format!("required parameter {a:?} was added"),
+            );
+        } else {
+            d.push(
+                DriftRule::OptionalParameterAdded,
+                format!("{path}.properties.{a}"),
+                None,
+                np.get(a.as_str()),
+                format!("optional parameter {a:?} was added"),
+            );
+        }
+        hidden_in_item(
+            d,
+            &format!("{path}.properties.{a}"),
+            &Value::Null,
+            np.get(a.as_str()).unwrap_or(&Value::Null),
+        );
+    }
+    for r in &nreq {
+        if op.contains_key(r) && np.contains_key(r) && !oreq.contains(r) {
+            d.push(
+                DriftRule::RequiredParameterAdded,
+                format!("{path}.required"),
+                None,
+                Some(&Value::String(r.clone())),
+                format!("parameter {r:?} is now required"),
+            );
+        }
+    }
+    for r in &oreq {
+        if !nreq.contains(r) && np.contains_key(r) {
+            d.push(
+                DriftRule::Widened,
+                format!("{path}.required"),
+                Some(&Value::String(r.clone())),
+                None,
+                format!("parameter {r:?} is no longer required"),
+            );
+        }
+    }
+    for (k, ov) in op {
+        if let Some(nv) = np.get(k) {
+            schema_diff(d, &format!("{path}.properties.{k}"), ov, nv);
+        }
+    }
+}
+
+/// An array's `items` schema.
+fn items_schema_diff(d: &mut Diff, path: &str, o: &Object, n: &Object) {
+    if let (Some(oi), Some(ni)) = (o.get("items"), n.get("items")) {
+        schema_diff(d, &format!("{path}.items"), oi, ni);
+    } else if o.get("items") != n.get("items") {
+        d.push(
+            DriftRule::OtherChanged,
+            format!("{path}.items"),
+            o.get("items"),
+            n.get("items"),
+            "items schema added or removed".into(),
+        );
+    }
+}
+
+/// Output schemas, from the consumer's side: anything that stops promising what it promised
+/// breaks the consumer.
+pub(super) fn output_diff(d: &mut Diff, path: &str, old: Option<&Value>, new: Option<&Value>) {
+    match (old, new) {
+        (None, None) => {}
+        (Some(o), None) => d.push(
+            DriftRule::OutputSchemaChanged,
+            path.into(),
+            Some(o),
+            None,
+            "the output schema was removed".into(),
+        ),
+        (None, Some(n)) => d.push(
+            DriftRule::OtherChanged,
+            path.into(),
+            None,
+            Some(n),
+            "an output schema was added".into(),
+        ),
+        (Some(o), Some(n)) if o == n => {}
+        (Some(o), Some(n)) => {
+            let before = d.changes.len();
+            output_walk(d, path, o, n);
+            if d.changes.len() == before {
+                d.push(
+                    DriftRule::OtherChanged,
+                    path.into(),
+                    Some(o),
+                    Some(n),
+                    "the output schema changed compatibly".into(),
+                );
+            }
+        }
+    }
+}
+
+fn output_walk(d: &mut Diff, path: &str, o: &Value, n: &Value) {
+    if let (Some(ot), Some(nt)) = (types(o), types(n))
+        && ot != nt
+    {
+        d.push(
+            DriftRule::OutputSchemaChanged,
+            format!("{path}.type"),
+            o.get("type"),
+            n.get("type"),
+            format!("output type changed from {ot:?} to {nt:?}"),
+        );
+    }
+    let empty = Map::new();
+    let (o_obj, n_obj) = (
+        o.as_object().unwrap_or(&empty),
+        n.as_object().unwrap_or(&empty),
+    );
+    let (op, np) = (properties(o_obj, &empty), properties(n_obj, &empty));
+    for (k, ov) in op {
+        match np.get(k) {
+            None => d.push(
+                DriftRule::OutputSchemaChanged,
+                format!("{path}.properties.{k}"),
+                Some(ov),
+                None,
+                format!("output property {k:?} was removed"),
+            ),
+            Some(nv) if nv != ov => output_walk(d, &format!("{path}.properties.{k}"), ov, nv),
+            _ => {}
+        }
+    }
+    let (oreq, nreq) = (required(o), required(n));
+    for r in &oreq {
+        if !nreq.contains(r) {
+            d.push(
+                DriftRule::OutputSchemaChanged,
+                format!("{path}.required"),
+                Some(&Value::String(r.clone())),
+                None,
+                format!("output property {r:?} is no longer guaranteed"),
+            );
+        }
+    }
+}
+
+fn types(s: &Value) -> Option<Vec<String>> {
+    match s.get("type")? {
+        Value::String(t) => Some(vec![t.clone()]),
+        Value::Array(a) => Some(
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect(),
+        ),
+        _ => None,
+    }
+}
+
+/// Does type set `a` accept everything `b` accepts? (`number` accepts `integer`.)
+fn accepts(a: &[String], b: &[String]) -> bool {
+    b.iter()
+        .all(|t| a.contains(t) || (t == "integer" && a.iter().any(|x| x == "number")))
+}
+
+fn required(s: &Value) -> Vec<String> {
+    strings(s.get("required"))
+}
+
+/// A schema's `properties`, or `empty` when it has none.
+fn properties<'a>(schema: &'a Object, empty: &'a Object) -> &'a Object {
+    schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .unwrap_or(empty)
+}
