@@ -700,9 +700,9 @@ impl<'a> Judgement<'a> {
             Outcome::TooLarge { limit } => Rule::ResponseTooLarge.finding(format!(
                 "the reply to {step} passed the {limit}-byte cap (--max-response-size)"
             )),
-            Outcome::TransportError { message } => match self.connect_failure() {
+            Outcome::TransportError { cause, message } => match self.connect_failure() {
                 Some(f) => f,
-                None if message.contains("redirect") => {
+                None if cause.is_redirect() => {
                     Rule::HttpFailed.finding(format!("{step}: {message}"))
                 }
                 None if last.transport == TransportKind::Stdio => self.exited(step, message),
@@ -1122,7 +1122,7 @@ pub fn describe(ex: Option<&Exchange>) -> String {
         Outcome::Closed => "closed before a reply".to_owned(),
         Outcome::Timeout => "timed out".to_owned(),
         Outcome::TooLarge { limit } => format!("over the {limit}-byte cap"),
-        Outcome::TransportError { message } => message.clone(),
+        Outcome::TransportError { message, .. } => message.clone(),
     };
     match (status.is_empty(), tail.is_empty()) {
         (true, true) => "no answer".to_owned(),

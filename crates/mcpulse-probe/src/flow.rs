@@ -1003,7 +1003,7 @@ async fn legacy_stdio(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mcpulse_wire::transcript::{Frame, HttpResponse, Request, TransportKind};
+    use mcpulse_wire::transcript::{ErrorKind, Frame, HttpResponse, Request, TransportKind};
 
     fn ex(status: Option<u16>, body: Option<&str>, outcome: Outcome) -> Exchange {
         Exchange {
@@ -1096,6 +1096,7 @@ mod tests {
             Some(200),
             None,
             Outcome::TransportError {
+                cause: ErrorKind::Connect,
                 message: "x".into(),
             },
         );
@@ -1128,6 +1129,7 @@ mod tests {
             Outcome::Timeout,
             Outcome::Closed,
             Outcome::TransportError {
+                cause: ErrorKind::Pipe,
                 message: "pipe".into(),
             },
         ] {

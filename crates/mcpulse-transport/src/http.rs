@@ -18,7 +18,7 @@ use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use mcpulse_wire::redact;
-use mcpulse_wire::transcript::{ConnectError, ConnectStage, Connection, Redirect};
+use mcpulse_wire::transcript::{ConnectError, ConnectStage, Connection, ErrorKind, Redirect};
 pub use rustls::pki_types::CertificateDer;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -41,8 +41,41 @@ pub enum SendError {
     Timeout,
     /// The request could not even be built (a bad URL from a server's `endpoint` event).
     Invalid(String),
-    /// More than [`MAX_REDIRECTS`], or a loop.
-    Redirects(String),
+    /// More than [`MAX_REDIRECTS`], a loop, or a scheme not followed.
+    Redirects(RedirectError),
+}
+
+impl SendError {
+    /// The kind recorded in the transcript, for checks to match.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            SendError::Connect(e) => e.kind(),
+            SendError::Timeout => ErrorKind::Unknown,
+            SendError::Invalid(_) => ErrorKind::InvalidRequest,
+            SendError::Redirects(r) => r.kind(),
+        }
+    }
+}
+
+/// A redirect chain not followed to its end.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RedirectError {
+    #[error("more than {MAX_REDIRECTS} redirects; last to {location}")]
+    TooMany { location: String },
+    #[error("redirect to {location} refused: only http and https are followed, not {scheme}:")]
+    Scheme { location: String, scheme: String },
+    #[error("redirect loop back to {url}")]
+    Loop { url: String },
+}
+
+impl RedirectError {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            RedirectError::TooMany { .. } => ErrorKind::TooManyRedirects,
+            RedirectError::Scheme { .. } => ErrorKind::RedirectRefused,
+            RedirectError::Loop { .. } => ErrorKind::RedirectLoop,
+        }
+    }
 }
 
 impl std::fmt::Display for SendError {
@@ -59,7 +92,7 @@ impl std::fmt::Display for SendError {
             }
             SendError::Timeout => f.write_str("timed out waiting for the response"),
             SendError::Invalid(m) => write!(f, "invalid request: {m}"),
-            SendError::Redirects(m) => f.write_str(m),
+            SendError::Redirects(r) => r.fmt(f),
         }
     }
 }
@@ -249,27 +282,25 @@ impl HttpClient {
                 location: redact::url(&location),
             });
             if redirects.len() > MAX_REDIRECTS {
-                return Err(SendError::Redirects(format!(
-                    "more than {MAX_REDIRECTS} redirects; last to {}",
-                    redact::url(&location)
-                )));
+                return Err(SendError::Redirects(RedirectError::TooMany {
+                    location: redact::url(&location),
+                }));
             }
             // Only http and https are followed: anything else (`gopher://`, `file:`, `ftp://`)
             // would otherwise be spoken to as plain HTTP on whatever port it names. The
             // redirect is recorded above, so the transcript shows where it pointed.
             let scheme = reference_scheme(&location).map(str::to_ascii_lowercase);
             if let Some(scheme) = scheme.filter(|s| s != "http" && s != "https") {
-                return Err(SendError::Redirects(format!(
-                    "redirect to {} refused: only http and https are followed, not {scheme}:",
-                    redact::url(location.trim())
-                )));
+                return Err(SendError::Redirects(RedirectError::Scheme {
+                    location: redact::url(location.trim()),
+                    scheme,
+                }));
             }
             let next = resolve(&uri, &location).map_err(SendError::Invalid)?;
             if seen.contains(&next.to_string()) {
-                return Err(SendError::Redirects(format!(
-                    "redirect loop back to {}",
-                    redact::url(&next.to_string())
-                )));
+                return Err(SendError::Redirects(RedirectError::Loop {
+                    url: redact::url(&next.to_string()),
+                }));
             }
             seen.push(next.to_string());
             // Drain nothing: the connection that carried the redirect is dropped, not reused.
@@ -320,6 +351,7 @@ impl HttpClient {
             Ok(Err(e)) => {
                 let err = ConnectError {
                     stage: ConnectStage::Http,
+                    cause: ErrorKind::Unknown,
                     message: error_chain(&e),
                 };
                 return Err(SendError::Connect(err));
@@ -376,7 +408,13 @@ impl HttpClient {
         deadline: Instant,
         rec: &mut Connection,
     ) -> Result<SendRequest<Full<Bytes>>, SendError> {
-        let fail = |stage, message: String| SendError::Connect(ConnectError { stage, message });
+        let fail = |stage, message: String| {
+            SendError::Connect(ConnectError {
+                stage,
+                cause: ErrorKind::Unknown,
+                message,
+            })
+        };
         // DNS
         let t = Instant::now();
         let addrs: Vec<SocketAddr> = match host.parse::<IpAddr>() {
@@ -394,13 +432,14 @@ impl HttpClient {
         if self.deny_private
             && let Some(a) = addrs.iter().find(|a| !(self.public)(a.ip()))
         {
-            return Err(fail(
-                ConnectStage::Connect,
-                format!(
+            return Err(SendError::Connect(ConnectError {
+                stage: ConnectStage::Connect,
+                cause: ErrorKind::NonPublicAddress,
+                message: format!(
                     "refused: {host} resolves to the non-public address {}, and a public server may not point mcpulse there",
                     a.ip()
                 ),
-            ));
+            }));
         }
         // TCP: each address in turn.
         let t = Instant::now();
