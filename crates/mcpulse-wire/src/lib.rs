@@ -8,7 +8,8 @@
 //! - [`ndjson`] and [`sse`]: incremental, size-capped frame decoders for stdio and HTTP bodies;
 //! - [`transcript`]: the record of what a probe saw, which the judge turns into a verdict;
 //! - [`redact`]: how secrets are kept out of that record by construction;
-//! - [`text`]: how server-controlled text is made inert before a person or a log sees it.
+//! - [`text`]: how server-controlled text is made inert before a person or a log sees it;
+//! - [`units`]: durations, sizes and timestamps, parsed and printed the same way everywhere.
 //!
 //! It does not own I/O (see `mcpulse-transport`) or judgement (see `mcpulse-judge`).
 
@@ -23,5 +24,6 @@ pub mod sniff;
 pub mod sse;
 pub mod text;
 pub mod transcript;
+pub mod units;
 pub mod version;
 pub mod x509;
