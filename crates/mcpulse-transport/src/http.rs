@@ -141,51 +141,7 @@ fn port_of(uri: &Uri) -> u16 {
         })
 }
 
-/// The scheme a reference names, if it is absolute (RFC 3986: `ALPHA *( ALPHA / DIGIT / "+" /
-/// "-" / "." ) ":"`). `file:/etc/passwd` and `gopher://h/x` have one; `/a:b` and `a/b:c` do not.
-pub fn reference_scheme(reference: &str) -> Option<&str> {
-    let reference = reference.trim();
-    let end = reference.find(':')?;
-    let scheme = &reference[..end];
-    let mut chars = scheme.chars();
-    let first = chars.next()?;
-    (first.is_ascii_alphabetic()
-        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
-    .then_some(scheme)
-}
-
-/// Resolves a possibly relative reference (an SSE `endpoint`, a `Location`) against a base.
-pub fn resolve(base: &Uri, reference: &str) -> Result<Uri, String> {
-    let reference = reference.trim();
-    if reference.contains("://") {
-        return reference
-            .parse::<Uri>()
-            .map_err(|e| format!("{reference:?}: {e}"));
-    }
-    let scheme = base.scheme_str().unwrap_or("http");
-    let authority = base.authority().map(|a| a.as_str()).unwrap_or("");
-    let path = if reference.starts_with("//") {
-        return format!("{scheme}:{reference}")
-            .parse::<Uri>()
-            .map_err(|e| format!("{reference:?}: {e}"));
-    } else if reference.starts_with('/') {
-        reference.to_owned()
-    } else {
-        let base_path = base.path();
-        let dir = match base_path.rfind('/') {
-            Some(i) => &base_path[..=i],
-            None => "/",
-        };
-        if let Some(q) = reference.strip_prefix('?') {
-            format!("{base_path}?{q}")
-        } else {
-            format!("{dir}{reference}")
-        }
-    };
-    format!("{scheme}://{authority}{path}")
-        .parse::<Uri>()
-        .map_err(|e| format!("{reference:?}: {e}"))
-}
+pub use crate::reference::{InvalidReference, reference_scheme, resolve};
 
 /// The client: a clock, a lazily built TLS configuration, one kept-alive connection, and the
 /// record of every connection made.
@@ -296,7 +252,7 @@ impl HttpClient {
                     scheme,
                 }));
             }
-            let next = resolve(&uri, &location).map_err(SendError::Invalid)?;
+            let next = resolve(&uri, &location).map_err(|e| SendError::Invalid(e.to_string()))?;
             if seen.contains(&next.to_string()) {
                 return Err(SendError::Redirects(RedirectError::Loop {
                     url: redact::url(&next.to_string()),
@@ -823,26 +779,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn resolves_endpoint_references() {
-        let base: Uri = "http://127.0.0.1:3001/sse".parse().unwrap();
-        assert_eq!(
-            resolve(&base, "/message?sessionId=1").unwrap().to_string(),
-            "http://127.0.0.1:3001/message?sessionId=1"
-        );
-        assert_eq!(
-            resolve(&base, "messages?x=1").unwrap().to_string(),
-            "http://127.0.0.1:3001/messages?x=1"
-        );
-        assert_eq!(
-            resolve(&base, "https://o.example/p").unwrap().to_string(),
-            "https://o.example/p"
-        );
-        let deep: Uri = "http://h/a/b/sse".parse().unwrap();
-        assert_eq!(resolve(&deep, "m").unwrap().to_string(), "http://h/a/b/m");
-        assert!(resolve(&base, "http://bad host/").is_err());
-    }
-
-    #[test]
     fn address_classes() {
         for ip in [
             "127.0.0.1",
@@ -866,17 +802,6 @@ mod tests {
         assert!(is_loopback_host("[::1]"));
         assert!(is_loopback_host("127.0.0.2"));
         assert!(!is_loopback_host("example.com"));
-    }
-
-    #[test]
-    fn reference_schemes() {
-        assert_eq!(reference_scheme("gopher://h:70/x"), Some("gopher"));
-        assert_eq!(reference_scheme(" file:/etc/passwd"), Some("file"));
-        assert_eq!(reference_scheme("svn+ssh://h/r"), Some("svn+ssh"));
-        assert_eq!(reference_scheme("https://h/"), Some("https"));
-        for relative in ["/a:b", "a/b:c", "//h:80/x", "?q=a:b", "1x:y", ""] {
-            assert_eq!(reference_scheme(relative), None, "{relative}");
-        }
     }
 
     /// The SSRF guard holds for every hop of a redirect, http or https, not only the first:
