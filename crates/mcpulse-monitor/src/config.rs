@@ -1030,8 +1030,8 @@ pub const DEFAULT_RESEND: Duration = Duration::from_secs(60);
 
 /// A duration setting: the forms of [`mcpulse_wire::units::duration`] (`10s`, `500ms`, `2m`,
 /// `1h`, `30d`, a bare number of seconds), up to 37,000 days.
-pub fn duration(s: &str) -> Result<Duration, String> {
-    mcpulse_wire::units::duration(s).map_err(|e| e.to_string())
+pub fn duration(s: &str) -> Result<Duration, mcpulse_wire::units::UnitError> {
+    mcpulse_wire::units::duration(s)
 }
 
 /// A command sink's `env`: names of the monitor's variables, each at most once.
@@ -1446,6 +1446,7 @@ url = "https://hooks.example.com/mcp"
         assert!(
             duration("10000000000000d")
                 .unwrap_err()
+                .to_string()
                 .contains("too large")
         );
         assert_eq!(

@@ -525,16 +525,24 @@ fn build(
         .map_err(|e| SendError::Invalid(e.to_string()))
 }
 
+/// Why a `--ca-file` gave no certificates.
+#[derive(Debug, thiserror::Error)]
+pub enum PemError {
+    #[error("not a valid PEM certificate file: {0}")]
+    Invalid(rustls::pki_types::pem::Error),
+    #[error("no PEM certificates (-----BEGIN CERTIFICATE-----) found")]
+    Empty,
+}
+
 /// Reads PEM certificates (a `--ca-file`). Errors say what is wrong with the file.
-pub fn read_pem_certs(pem: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+pub fn read_pem_certs(pem: &[u8]) -> Result<Vec<Vec<u8>>, PemError> {
     use rustls::pki_types::pem::PemObject;
     let mut out = Vec::new();
     for cert in rustls::pki_types::CertificateDer::pem_slice_iter(pem) {
-        let cert = cert.map_err(|e| format!("not a valid PEM certificate file: {e}"))?;
-        out.push(cert.as_ref().to_vec());
+        out.push(cert.map_err(PemError::Invalid)?.as_ref().to_vec());
     }
     if out.is_empty() {
-        return Err("no PEM certificates (-----BEGIN CERTIFICATE-----) found".into());
+        return Err(PemError::Empty);
     }
     Ok(out)
 }
