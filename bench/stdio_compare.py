@@ -15,7 +15,9 @@ spawn to the client's exit. The clients:
   server      the server alone: spawn to its first reply to `initialize` (its start-up and
               handshake), measured by the minimal client.
 With --load K, K busy loops run on the machine during the runs (a loaded 2-core machine, as in
-issue #15's figures). Prints one JSON object with each client's median, min and max (ms).
+issue #15's figures). Prints one JSON object with each client's median, min and max (ms): for mcpulse and the
+Inspector both the time to their first stdout byte (the verdict, the result) and to their exit
+(mcpulse prints its verdict before it ends the server: stdin closed, then SIGTERM, then SIGKILL).
 """
 import argparse
 import json
@@ -78,10 +80,16 @@ def minimal(server):
 
 
 def timed(cmd):
+    """(ms to the client's first stdout byte: its verdict or result, ms to its exit, exit code)."""
     t0 = time.monotonic()
-    r = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
-    return (time.monotonic() - t0) * 1000, r.returncode
+    p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL)
+    first = p.stdout.read(1)
+    verdict = (time.monotonic() - t0) * 1000
+    p.stdout.read()
+    code = p.wait()
+    done = (time.monotonic() - t0) * 1000
+    return (verdict if first else done), done, code
 
 
 def stats(xs):
@@ -96,27 +104,36 @@ def main():
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--load", type=int, default=0)
     ap.add_argument("--label", default="")
+    ap.add_argument("--inspector-env", action="append", default=[],
+                    help="KEY=VALUE for the server the Inspector starts (it passes few variables on)")
     ap.add_argument("server", nargs=argparse.REMAINDER)
     a = ap.parse_args()
     server = a.server[1:] if a.server[:1] == ["--"] else a.server
     burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
                for _ in range(a.load)]
-    times = {"mcpulse": [], "inspector": [], "minimal": [], "server": []}
+    times = {"mcpulse_verdict": [], "mcpulse_exit": [], "inspector_result": [],
+             "inspector_exit": [], "minimal": [], "server_alone": []}
+    inspector = [a.inspector, "--cli"]
+    for kv in a.inspector_env:
+        inspector += ["-e", kv]
+    inspector += [*server, "--method", "tools/list"]
     codes = {"mcpulse": set(), "inspector": set()}
     try:
         # One warm-up round (page cache, the interpreter's bytecode), not counted.
         timed([a.mcpulse, "probe", "--", *server])
         minimal(server)
         for _ in range(a.runs):
-            ms, code = timed([a.mcpulse, "probe", "--", *server])
-            times["mcpulse"].append(ms)
+            verdict, done, code = timed([a.mcpulse, "probe", "--", *server])
+            times["mcpulse_verdict"].append(verdict)
+            times["mcpulse_exit"].append(done)
             codes["mcpulse"].add(code)
-            ms, code = timed([a.inspector, "--cli", *server, "--method", "tools/list"])
-            times["inspector"].append(ms)
+            verdict, done, code = timed(inspector)
+            times["inspector_result"].append(verdict)
+            times["inspector_exit"].append(done)
             codes["inspector"].add(code)
             wall, ready = minimal(server)
             times["minimal"].append(wall)
-            times["server"].append(ready)
+            times["server_alone"].append(ready)
     finally:
         for b in burners:
             b.kill()

@@ -26,17 +26,8 @@ async fn receive(State(seen): State<Seen>, body: String) -> &'static str {
     "ok"
 }
 
-const ALL_KINDS: [&str; 8] = [
-    "down",
-    "degraded",
-    "recovered",
-    "drift",
-    "auth",
-    "protocol",
-    "grade",
-    "flapping",
-];
-
+/// Every alert kind the monitor has: the demo lists them all.
+const ALL_KINDS: &[&str] = mcpulse_monitor::config::ALERT_KINDS;
 #[tokio::test]
 async fn every_alert_kind_the_demo_lists_arrives() {
     // The demo's defaults, five times faster (the monitor checks at most once a second).

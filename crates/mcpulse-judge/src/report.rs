@@ -862,11 +862,10 @@ impl<'a> Judgement<'a> {
         if tr.target.kind != TargetKind::Stdio {
             return;
         }
-        let Some(p) = tr
-            .processes
-            .iter()
-            .rev()
-            .find(|p| p.purpose.as_deref() != Some("dual-era check"))
+        let Some(p) =
+            tr.processes.iter().rev().find(|p| {
+                p.purpose.as_deref() != Some(mcpulse_wire::checks::purpose::DUAL_ERA_CHECK)
+            })
         else {
             return;
         };
@@ -1064,7 +1063,7 @@ fn process_of<'t>(
         .filter(|p| {
             p.spawn_error.is_none()
                 && p.at_ms <= ex.at_ms
-                && p.purpose.as_deref() != Some("dual-era check")
+                && p.purpose.as_deref() != Some(mcpulse_wire::checks::purpose::DUAL_ERA_CHECK)
         })
         .max_by(|a, b| a.at_ms.total_cmp(&b.at_ms))
 }

@@ -452,7 +452,7 @@ fn rebinding_rules(c: &mut Ctx<'_>, loopback: bool, has_auth: bool) {
         c.add(
             SecRule::OriginNotValidated,
             level,
-            format!("a request with the foreign Origin {} was accepted (HTTP {}); it must be rejected with 403", "http://evil.example", ex.status().unwrap_or(0)),
+            format!("a request with the foreign Origin {} was accepted (HTTP {}); it must be rejected with 403", mcpulse_wire::checks::FOREIGN_ORIGIN, ex.status().unwrap_or(0)),
             vec![evidence(ex)],
         );
     }
@@ -462,7 +462,7 @@ fn rebinding_rules(c: &mut Ctx<'_>, loopback: bool, has_auth: bool) {
         c.add(
             SecRule::HostNotValidated,
             level,
-            format!("a request with the foreign Host evil.example was accepted (HTTP {}); a loopback server must reject it", ex.status().unwrap_or(0)),
+            format!("a request with the foreign Host {} was accepted (HTTP {}); a loopback server must reject it", mcpulse_wire::checks::FOREIGN_HOST, ex.status().unwrap_or(0)),
             vec![evidence(ex)],
         );
     }
@@ -488,7 +488,9 @@ fn cors_rules(c: &mut Ctx<'_>, loopback: bool, has_auth: bool) {
             );
             return;
         }
-        if ex.step == Step::OriginCheck && acao.eq_ignore_ascii_case("http://evil.example") {
+        if ex.step == Step::OriginCheck
+            && acao.eq_ignore_ascii_case(mcpulse_wire::checks::FOREIGN_ORIGIN)
+        {
             let level = if creds { Level::High } else { Level::Medium };
             c.add(
                 SecRule::CorsReflectsOrigin,

@@ -40,7 +40,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use mcpulse_judge::{Policy, judge};
-use mcpulse_probe::{Plan, Target};
+use mcpulse_probe::{Caller, PlanSpec, Target};
 use mcpulse_wire::redact;
 use serde::Serialize;
 use serde_json::json;
@@ -637,13 +637,14 @@ async fn run_probe(
         }
         ProbeTarget::Url(u) => {
             let target = Target::http(u).map_err(|e| bad(e.to_string()))?;
-            let plan = Plan {
+            let plan = PlanSpec {
                 era: module.era,
-                timeout: module.timeout,
+                timeout: Some(module.timeout),
                 headers: module.headers.clone(),
                 security: module.security,
-                ..Plan::default()
-            };
+                ..PlanSpec::new(Caller::Monitor)
+            }
+            .plan(&target);
             (
                 target,
                 plan,

@@ -12,7 +12,7 @@ use crate::config::{Endpoint, Maintenance, TargetConfig};
 use crate::state::{self, Health, Observation, TargetState, Thresholds};
 use mcpulse_judge::contract::Contract;
 use mcpulse_judge::{Policy, Report, drift, judge};
-use mcpulse_probe::{Plan, Target};
+use mcpulse_probe::{Caller, Plan, PlanSpec, Target};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -47,20 +47,19 @@ pub fn target_and_plan(t: &TargetConfig) -> Result<(Target, Plan), String> {
         Endpoint::Command { env, .. } => env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         Endpoint::Url(_) => Vec::new(),
     };
-    let plan = Plan {
+    // Only the auto-mode checks of a stdio target make the dual-era check `Caller::Monitor`
+    // asks for (its first, the hourly re-detection, and the retry of a pinned check that
+    // failed: see `EraMemo`); the pinned checks in between start one process.
+    let plan = PlanSpec {
         era: t.era,
-        timeout: t.timeout,
+        timeout: Some(t.timeout),
         headers: t.headers.clone(),
         security: t.security,
         env,
-        clean_env: true,
-        // Only the auto-mode checks of a stdio target ask it (its first, the hourly
-        // re-detection, and the retry of a pinned check that failed: see `EraMemo`); the
-        // pinned checks in between start one process.
-        stdio_dual_era: true,
         secrets: t.secrets.clone(),
-        ..Plan::default()
-    };
+        ..PlanSpec::new(Caller::Monitor)
+    }
+    .plan(&target);
     Ok((target, plan))
 }
 

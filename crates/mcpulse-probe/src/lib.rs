@@ -18,11 +18,21 @@
 //!   quarters while it is silent (still starting). The dual-era check takes a second process,
 //!   after the first, only when `Plan::stdio_dual_era` asks for it. Near the deadline nothing is
 //!   restarted. Over stdio the first page of each list is requested at once (pipelined).
+//!
+//! Layout: `target` (what to probe) and `plan` (how: [`PlanSpec`] builds every [`Plan`]);
+//! `flow` runs a probe, one module per transport under `flow/`; `security` sends the security
+//! checks' extra requests; `context` is what both write through (so neither imports the other).
 
+mod context;
 mod flow;
+mod plan;
 mod security;
 mod target;
 
 pub use flow::{Live, probe, probe_live};
 pub use mcpulse_wire::transcript::Transcript;
-pub use target::{Plan, Target, TargetError, TransportMode};
+pub use plan::{
+    Caller, HTTP_TIMEOUT, MAX_PAGES, MAX_RESPONSE_BYTES, Plan, PlanSpec, STDIO_TIMEOUT,
+    TransportMode, default_timeout,
+};
+pub use target::{Target, TargetError};

@@ -10,23 +10,16 @@
 //! address when the target itself is public (SSRF guard). Sessions opened by a check are
 //! deleted. What the answers mean is the judge's business (`mcpulse-judge`'s security rules).
 
-use crate::flow::Ctx;
+use crate::context::{Ctx, target_is_public};
 use http::{Method, Uri};
 use mcpulse_transport::Call;
 use mcpulse_transport::http::{HttpClient, is_loopback_host, origin as http_origin, resolve};
 use mcpulse_transport::streamable_http::{self, Post};
+use mcpulse_wire::checks::{FOREIGN_HOST, FOREIGN_ORIGIN, MALFORMED_BODY};
 use mcpulse_wire::jsonrpc::Message;
 use mcpulse_wire::transcript::{Exchange, Step, TransportKind};
 use mcpulse_wire::version::{self, Era};
 use serde_json::Value;
-
-/// The foreign origin and host used by the DNS-rebinding checks.
-pub const FOREIGN_ORIGIN: &str = "http://evil.example";
-pub const FOREIGN_HOST: &str = "evil.example";
-
-/// A deliberately truncated JSON-RPC body.
-pub const MALFORMED_BODY: &str =
-    r#"{"jsonrpc":"2.0","id":"mcpulse-malformed","method":"tools/list","params":{"#;
 
 /// Exchanges made beside the main flow, each on a connection of its own, and the clients that
 /// made them (for their connection records).
@@ -525,7 +518,7 @@ pub(crate) async fn auth_metadata(client: &mut HttpClient, uri: &Uri, ctx: &mut 
         return;
     }
     // The SSRF guard: a public target may not send mcpulse to private addresses.
-    client.deny_private = crate::flow::target_is_public(ctx, client);
+    client.deny_private = target_is_public(ctx, client);
     let mut prm = fetched_json(ctx, Step::ResourceMetadata);
     if prm.is_none()
         && !ctx

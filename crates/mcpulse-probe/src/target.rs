@@ -1,10 +1,7 @@
-//! What to probe and how.
+//! What to probe: a server and how to reach it. How to probe it is `crate::plan`'s.
 
-use mcpulse_wire::message::ClientInfo;
 use mcpulse_wire::redact::{self, Secrets};
-use mcpulse_wire::transcript::{PlanRecord, TargetKind, TargetRecord};
-use mcpulse_wire::version::EraMode;
-use std::time::Duration;
+use mcpulse_wire::transcript::{TargetKind, TargetRecord};
 
 /// A server and how to reach it.
 #[derive(Debug, Clone)]
@@ -97,88 +94,6 @@ impl Target {
                     host: None,
                 }
             }
-        }
-    }
-}
-
-/// Which HTTP transport to use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum TransportMode {
-    /// Streamable HTTP, falling back to legacy HTTP+SSE.
-    #[default]
-    Auto,
-    StreamableHttp,
-    Sse,
-}
-
-/// The steps and deadlines of a probe.
-#[derive(Debug, Clone)]
-pub struct Plan {
-    pub era: EraMode,
-    pub transport: TransportMode,
-    /// Bounds the whole probe, whatever the server does.
-    pub timeout: Duration,
-    /// The most bytes one response may take.
-    pub max_response_bytes: usize,
-    /// The most pages followed per list.
-    pub max_pages: u32,
-    /// Headers the user supplied (credentials): never recorded in clear.
-    pub headers: Vec<(String, String)>,
-    pub client: ClientInfo,
-    /// How long a stdio child gets to exit after its stdin closes, and again after SIGTERM.
-    pub shutdown_grace: Duration,
-    /// Send the security checks' extra, read-only requests (HTTP targets).
-    pub security: bool,
-    /// Extra trusted root certificates (DER), from `--ca-file`.
-    pub extra_roots: Vec<Vec<u8>>,
-    /// Environment variables for a stdio server (credentials: never recorded).
-    pub env: Vec<(String, String)>,
-    /// Start a stdio server with only a small set of the caller's variables (PATH, HOME, the
-    /// locale, …) plus `env`, rather than all of them: the monitor's own secrets (sink URLs,
-    /// API tokens, other targets' credentials) are not a server's business.
-    pub clean_env: bool,
-    /// In auto mode over stdio, also check whether a modern server serves legacy clients, in a
-    /// second process of its own (a second start-up, hence opt-in; over HTTP it is one request
-    /// and always made).
-    pub stdio_dual_era: bool,
-    /// Values that must not appear in the transcript (what config expansion read from the
-    /// environment, a stdio server's environment values): hidden wherever the probe records
-    /// something about the target ([`mcpulse_wire::transcript::Transcript::hide`]).
-    pub secrets: Secrets,
-}
-
-impl Default for Plan {
-    fn default() -> Self {
-        Plan {
-            era: EraMode::Auto,
-            transport: TransportMode::Auto,
-            timeout: Duration::from_secs(10),
-            max_response_bytes: 8 * 1024 * 1024,
-            max_pages: 50,
-            headers: Vec::new(),
-            client: ClientInfo {
-                name: "mcpulse".into(),
-                version: env!("CARGO_PKG_VERSION").into(),
-            },
-            shutdown_grace: Duration::from_millis(100),
-            security: true,
-            extra_roots: Vec::new(),
-            env: Vec::new(),
-            clean_env: false,
-            stdio_dual_era: false,
-            secrets: Secrets::default(),
-        }
-    }
-}
-
-impl Plan {
-    pub fn record(&self) -> PlanRecord {
-        PlanRecord {
-            era: self.era,
-            security: self.security,
-            credentials: !self.headers.is_empty(),
-            timeout_ms: u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX),
-            max_response_bytes: self.max_response_bytes,
         }
     }
 }

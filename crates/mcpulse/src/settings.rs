@@ -8,7 +8,8 @@ use std::time::Duration;
 /// A timeout: the forms of [`mcpulse_wire::units::duration`] (`10s`, `500ms`, `2m`, `1h`, or a
 /// bare number of seconds), at most a day.
 pub fn duration(s: &str, what: &str) -> Result<Duration> {
-    let d = units::duration(s).with_context(|| what.to_owned())?;
+    // One message, as before: "timeout \"ten\" is not a duration: …".
+    let d = units::duration(s).map_err(|e| anyhow::anyhow!("{what} {e}"))?;
     if d > Duration::from_secs(86_400) {
         bail!("{what} {s:?} is more than a day");
     }
@@ -18,7 +19,7 @@ pub fn duration(s: &str, what: &str) -> Result<Duration> {
 /// A size cap: the forms of [`mcpulse_wire::units::size`] (`8MiB`, `512KiB`, `1MB`, `4096`), at
 /// least 1KiB.
 pub fn size(s: &str, what: &str) -> Result<usize> {
-    let bytes = units::size(s).with_context(|| what.to_owned())?;
+    let bytes = units::size(s).map_err(|e| anyhow::anyhow!("{what} {e}"))?;
     if bytes < 1024 {
         bail!("{what} {s:?} is too small: allow at least 1KiB");
     }
@@ -74,20 +75,12 @@ fn redact_header(h: &str) -> String {
     }
 }
 
-/// `--timeout` for a URL.
-pub const HTTP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-/// `--timeout` for a stdio command: its start-up may be a package manager's cold download. On a
-/// loaded 2-core machine with an empty npm cache, `npx -y` of the reference server took 18.9 s
-/// to its first reply (14.4 s in an earlier report); 60 s leaves room for a slower network,
-/// and the legacy fallback still gets half of it.
-pub const STDIO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
-
 /// Resolves the shared target arguments into a target and a plan.
 pub fn target_and_plan(
     args: &crate::cli::TargetArgs,
 ) -> Result<(mcpulse_probe::Target, mcpulse_probe::Plan)> {
     use crate::cli::{EraArg, TransportArg};
-    use mcpulse_probe::{Plan, Target, TransportMode};
+    use mcpulse_probe::{Caller, PlanSpec, Target, TransportMode};
     use mcpulse_wire::version::EraMode;
     let target = match (&args.url, args.command.is_empty()) {
         (Some(url), true) => Target::http(url)?,
@@ -107,7 +100,12 @@ pub fn target_and_plan(
         bail!("--transport applies to HTTP servers");
     }
     let env = |k: &str| std::env::var(k).ok();
-    let plan = Plan {
+    // Unset, the timeout is the probe's default for the target's kind (60 s for a command).
+    let timeout = match &args.timeout {
+        Some(t) => Some(duration(t, "--timeout")?),
+        None => None,
+    };
+    let plan = PlanSpec {
         era: match args.era {
             EraArg::Auto => EraMode::Auto,
             EraArg::Modern => EraMode::Modern,
@@ -118,12 +116,7 @@ pub fn target_and_plan(
             TransportArg::StreamableHttp => TransportMode::StreamableHttp,
             TransportArg::Sse => TransportMode::Sse,
         },
-        timeout: match &args.timeout {
-            Some(t) => duration(t, "--timeout")?,
-            None if stdio => STDIO_TIMEOUT,
-            None => HTTP_TIMEOUT,
-        },
-        stdio_dual_era: args.dual_era,
+        timeout,
         max_response_bytes: size(&args.max_response_size, "--max-response-size")?,
         max_pages: args.max_pages.max(1),
         headers: headers(&args.headers, args.bearer_env.as_deref(), &env)?,
@@ -137,8 +130,11 @@ pub fn target_and_plan(
                     .map_err(|e| anyhow::anyhow!("--ca-file {}: {e}", path.display()))?
             }
         },
-        ..Plan::default()
-    };
+        ..PlanSpec::new(Caller::Cli {
+            stdio_dual_era: args.dual_era,
+        })
+    }
+    .plan(&target);
     Ok((target, plan))
 }
 

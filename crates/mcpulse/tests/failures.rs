@@ -1503,27 +1503,29 @@ async fn stdio_start_up_is_its_own_phase_not_the_handshake() {
     assert!(!run.codes().contains(&"slow-handshake".to_owned()));
     // Without a --timeout, a stdio probe gets the stdio default (room for a cold `npx`).
     let transcript = dir.join("transcript.json");
-    let run = probe_script_with_transcript_default_timeout(&script, &transcript).await;
+    let run = probe_script_flags_with_transcript(&script, &[], &transcript).await;
     run.expect("healthy", &["legacy-only"]);
     let tr: Value = serde_json::from_str(&std::fs::read_to_string(&transcript).unwrap()).unwrap();
     assert_eq!(tr["plan"]["timeout_ms"], 60000, "{}", tr["plan"]);
 }
 
-/// [`probe_script_with_transcript`] without `--timeout`.
-async fn probe_script_with_transcript_default_timeout(
+/// `mcpulse probe --json <flags...> --transcript <transcript> -- sh <script>` (no `--timeout`
+/// unless `flags` has one), bounded by the test's usual timeout and slack.
+async fn probe_script_flags_with_transcript(
     script: &std::path::Path,
+    flags: &[&str],
     transcript: &std::path::Path,
 ) -> Run {
-    let args = [
-        "probe",
-        "--json",
+    let mut args = vec!["probe", "--json"];
+    args.extend_from_slice(flags);
+    args.extend([
         "--transcript",
         transcript.to_str().unwrap(),
         "--",
         "sh",
         script.to_str().unwrap(),
-    ];
-    run_with(&args, &[], Duration::from_secs(10)).await
+    ]);
+    run_with(&args, &[], parse_secs(TIMEOUT) + SLACK).await
 }
 
 #[tokio::test]
@@ -1536,20 +1538,8 @@ async fn stdio_modern_server_silent_while_it_starts_is_not_sent_a_legacy_handsha
         .at_start(Act::Sleep(1200))
         .write(&dir, "server.sh");
     let transcript = dir.join("transcript.json");
-    let args = [
-        "probe",
-        "--json",
-        "--timeout",
-        "2s",
-        "--latency-budget",
-        "1s",
-        "--transcript",
-        transcript.to_str().unwrap(),
-        "--",
-        "sh",
-        script.to_str().unwrap(),
-    ];
-    let run = run_with(&args, &[], parse_secs("2s") + SLACK).await;
+    let flags = ["--timeout", "2s", "--latency-budget", "1s"];
+    let run = probe_script_flags_with_transcript(&script, &flags, &transcript).await;
     run.expect("healthy", &[]);
     assert_eq!(run.report()["era"], "modern");
     let tr: Value = serde_json::from_str(&std::fs::read_to_string(&transcript).unwrap()).unwrap();
@@ -1605,19 +1595,9 @@ async fn stdio_dual_era_check_is_opt_in_and_gets_a_process_of_its_own() {
     assert_processes_ended(&pids, 1);
     // --dual-era: the check in a second process, started beside the first.
     let again = dir.join("transcript-dual.json");
-    let args = [
-        "probe",
-        "--json",
-        "--dual-era",
-        "--timeout",
-        TIMEOUT,
-        "--transcript",
-        again.to_str().unwrap(),
-        "--",
-        "sh",
-        script.to_str().unwrap(),
-    ];
-    let run = run_with(&args, &[], parse_secs(TIMEOUT) + SLACK).await;
+    let run =
+        probe_script_flags_with_transcript(&script, &["--dual-era", "--timeout", TIMEOUT], &again)
+            .await;
     run.expect("healthy", &["dual-era"]);
     assert_eq!(run.report()["dual_era"], true);
     assert_eq!(purposes(&again), ["probe", "dual-era check"]);
@@ -1641,19 +1621,12 @@ async fn stdio_dual_era_sibling_that_dies_gets_a_fresh_process_after_the_first()
         )
         .write(&dir, "server.sh");
     let transcript = dir.join("transcript.json");
-    let args = [
-        "probe",
-        "--json",
-        "--dual-era",
-        "--timeout",
-        TIMEOUT,
-        "--transcript",
-        transcript.to_str().unwrap(),
-        "--",
-        "sh",
-        script.to_str().unwrap(),
-    ];
-    let run = run_with(&args, &[], parse_secs(TIMEOUT) + SLACK).await;
+    let run = probe_script_flags_with_transcript(
+        &script,
+        &["--dual-era", "--timeout", TIMEOUT],
+        &transcript,
+    )
+    .await;
     run.expect("healthy", &["dual-era"]);
     let r = run.report();
     assert_eq!(r["era"], "modern");

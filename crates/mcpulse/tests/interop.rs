@@ -775,35 +775,26 @@ fn python_sdk2_stdio_is_modern_and_dual_era() {
 
 #[test]
 fn mcp_server_time_stdio_is_modern_and_dual_era() {
-    // By default over stdio: one process, the dual-era question not asked.
-    let one = mcpulse(
-        &[
+    let time_server = |flags: &[&str]| {
+        let mut args = flags.to_vec();
+        args.extend([
             "--",
             "python3",
             "-m",
             "mcp_server_time",
             "--local-timezone",
             "UTC",
-        ],
-        &[("PYTHONPATH", &pytime())],
-    );
+        ]);
+        mcpulse(&args, &[("PYTHONPATH", &pytime())])
+    };
+    // By default over stdio: one process, the dual-era question not asked.
+    let one = time_server(&[]);
     one.assert_healthy();
     assert_eq!(one.report["era"], "modern", "{one}");
     assert_eq!(one.report["dual_era"], Value::Null, "{one}");
     assert_eq!(purposes(&one), ["probe"], "{one}");
 
-    let run = mcpulse(
-        &[
-            "--dual-era",
-            "--",
-            "python3",
-            "-m",
-            "mcp_server_time",
-            "--local-timezone",
-            "UTC",
-        ],
-        &[("PYTHONPATH", &pytime())],
-    );
+    let run = time_server(&["--dual-era"]);
     run.assert_healthy();
     assert_eq!(run.report["transport"], "stdio", "{run}");
     assert_eq!(run.report["era"], "modern", "{run}");
