@@ -117,6 +117,16 @@ impl Kind {
     }
 }
 
+/// Why a baseline file could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error("not a valid mcpulse baseline: {0}")]
+    Invalid(serde_json::Error),
+    /// Another version's baseline: written by a newer or older mcpulse.
+    #[error("baseline schema is {0:?}; this mcpulse reads {SCHEMA:?}")]
+    Schema(String),
+}
+
 impl Contract {
     pub fn items(&self, kind: Kind) -> &[Item] {
         match kind {
@@ -170,14 +180,10 @@ impl Contract {
     }
 
     /// Reads a baseline file, with a message that says what is wrong.
-    pub fn from_lock(text: &str) -> Result<Contract, String> {
-        let c: Contract =
-            serde_json::from_str(text).map_err(|e| format!("not a valid mcpulse baseline: {e}"))?;
+    pub fn from_lock(text: &str) -> Result<Contract, LockError> {
+        let c: Contract = serde_json::from_str(text).map_err(LockError::Invalid)?;
         if c.schema != SCHEMA {
-            return Err(format!(
-                "baseline schema is {:?}; this mcpulse reads {SCHEMA:?}",
-                c.schema
-            ));
+            return Err(LockError::Schema(c.schema));
         }
         Ok(c)
     }

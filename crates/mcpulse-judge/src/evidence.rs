@@ -43,7 +43,7 @@ pub fn describe(ex: Option<&Exchange>) -> String {
         Outcome::Closed => "closed before a reply".to_owned(),
         Outcome::Timeout => "timed out".to_owned(),
         Outcome::TooLarge { limit } => format!("over the {limit}-byte cap"),
-        Outcome::TransportError { message } => message.clone(),
+        Outcome::TransportError { message, .. } => message.clone(),
     };
     match (status.is_empty(), tail.is_empty()) {
         (true, true) => "no answer".to_owned(),
@@ -116,24 +116,10 @@ pub(crate) fn round(ms: f64) -> f64 {
     (ms * 1000.0).round() / 1000.0
 }
 
-/// Milliseconds since the epoch as RFC 3339 UTC (civil-from-days, Howard Hinnant's algorithm).
+/// Milliseconds since the epoch as RFC 3339 UTC with milliseconds (see `mcpulse_wire::units`,
+/// which owns how times are printed; this takes the transcript's unsigned clock).
 pub fn rfc3339(unix_ms: u64) -> String {
-    let secs = unix_ms / 1000;
-    let ms = unix_ms % 1000;
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    let (h, m, s) = (rem / 3600, (rem % 3600) / 60, rem % 60);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let mo = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = if mo <= 2 { y + 1 } else { y };
-    format!("{y:04}-{mo:02}-{d:02}T{h:02}:{m:02}:{s:02}.{ms:03}Z")
+    mcpulse_wire::units::format_rfc3339(i64::try_from(unix_ms).unwrap_or(i64::MAX))
 }
 
 #[cfg(test)]

@@ -610,7 +610,13 @@ trait RefusedPrivate {
 
 impl RefusedPrivate for Exchange {
     fn error_refused_private(&self) -> bool {
-        matches!(&self.outcome, mcpulse_wire::transcript::Outcome::TransportError { message } if message.contains("non-public address"))
+        matches!(
+            &self.outcome,
+            mcpulse_wire::transcript::Outcome::TransportError {
+                cause: mcpulse_wire::transcript::ErrorKind::NonPublicAddress,
+                ..
+            }
+        )
     }
 }
 

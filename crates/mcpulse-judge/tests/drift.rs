@@ -2,7 +2,7 @@
 //! of the canonical form.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use mcpulse_judge::contract::{self, Contract, Parts};
+use mcpulse_judge::contract::{self, Contract, LockError, Parts};
 use mcpulse_judge::drift::{self, Class, RULES};
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -379,6 +379,24 @@ fn lock_round_trip_is_byte_identical() {
     assert_eq!(back.to_lock(), text);
     assert!(Contract::from_lock("{}").is_err());
     assert!(Contract::from_lock("not json").is_err());
+    // Another version's baseline is its own error, which a caller can tell from a broken file.
+    let other = text.replace(contract::SCHEMA, "mcpulse.contract/v0");
+    let e = Contract::from_lock(&other).unwrap_err();
+    assert!(
+        matches!(&e, LockError::Schema(s) if s == "mcpulse.contract/v0"),
+        "{e}"
+    );
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "baseline schema is \"mcpulse.contract/v0\"; this mcpulse reads {:?}",
+            contract::SCHEMA
+        )
+    );
+    assert!(matches!(
+        Contract::from_lock("not json"),
+        Err(LockError::Invalid(_))
+    ));
 }
 
 /// Re-serialises a JSON value with shuffled key order, random whitespace and other spellings

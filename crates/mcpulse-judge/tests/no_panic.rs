@@ -162,6 +162,7 @@ fn arb_exchange() -> impl Strategy<Value = Exchange> {
                         6 => Outcome::TooLarge { limit: 1 },
                         7 => Outcome::Endpoint { url: "/m".into() },
                         _ => Outcome::TransportError {
+                            cause: ErrorKind::Body,
                             message: "reset".into(),
                         },
                     },

@@ -101,7 +101,7 @@ fn refused(step: &str, url: &str, host: &str, ip: &str) -> Value {
         "step": step, "transport": "streamable-http", "at_ms": 2.0,
         "request": { "method": "GET", "url": url, "headers": [["accept", "application/json"]] },
         "body_bytes": 0,
-        "outcome": { "kind": "transport-error",
+        "outcome": { "kind": "transport-error", "cause": "non-public-address",
                      "message": format!("connection failed: refused: {host} resolves to the non-public address {ip}, and a public server may not point mcpulse there") },
         "elapsed_ms": 0.2
     })

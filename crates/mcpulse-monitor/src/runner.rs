@@ -123,7 +123,7 @@ impl Accepted {
     }
 
     /// From a baseline file's text (`Contract::to_lock`), as the store keeps it.
-    pub fn from_lock(text: &str) -> Result<Accepted, String> {
+    pub fn from_lock(text: &str) -> Result<Accepted, mcpulse_judge::contract::LockError> {
         Contract::from_lock(text).map(|c| Accepted::new(&c))
     }
 

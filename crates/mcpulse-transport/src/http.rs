@@ -18,7 +18,7 @@ use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use mcpulse_wire::redact;
-use mcpulse_wire::transcript::{ConnectError, ConnectStage, Connection, Redirect};
+use mcpulse_wire::transcript::{ConnectError, ConnectStage, Connection, ErrorKind, Redirect};
 pub use rustls::pki_types::CertificateDer;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -41,8 +41,41 @@ pub enum SendError {
     Timeout,
     /// The request could not even be built (a bad URL from a server's `endpoint` event).
     Invalid(String),
-    /// More than [`MAX_REDIRECTS`], or a loop.
-    Redirects(String),
+    /// More than [`MAX_REDIRECTS`], a loop, or a scheme not followed.
+    Redirects(RedirectError),
+}
+
+impl SendError {
+    /// The kind recorded in the transcript, for checks to match.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            SendError::Connect(e) => e.kind(),
+            SendError::Timeout => ErrorKind::Unknown,
+            SendError::Invalid(_) => ErrorKind::InvalidRequest,
+            SendError::Redirects(r) => r.kind(),
+        }
+    }
+}
+
+/// A redirect chain not followed to its end.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RedirectError {
+    #[error("more than {MAX_REDIRECTS} redirects; last to {location}")]
+    TooMany { location: String },
+    #[error("redirect to {location} refused: only http and https are followed, not {scheme}:")]
+    Scheme { location: String, scheme: String },
+    #[error("redirect loop back to {url}")]
+    Loop { url: String },
+}
+
+impl RedirectError {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            RedirectError::TooMany { .. } => ErrorKind::TooManyRedirects,
+            RedirectError::Scheme { .. } => ErrorKind::RedirectRefused,
+            RedirectError::Loop { .. } => ErrorKind::RedirectLoop,
+        }
+    }
 }
 
 impl std::fmt::Display for SendError {
@@ -59,7 +92,7 @@ impl std::fmt::Display for SendError {
             }
             SendError::Timeout => f.write_str("timed out waiting for the response"),
             SendError::Invalid(m) => write!(f, "invalid request: {m}"),
-            SendError::Redirects(m) => f.write_str(m),
+            SendError::Redirects(r) => r.fmt(f),
         }
     }
 }
@@ -108,51 +141,7 @@ fn port_of(uri: &Uri) -> u16 {
         })
 }
 
-/// The scheme a reference names, if it is absolute (RFC 3986: `ALPHA *( ALPHA / DIGIT / "+" /
-/// "-" / "." ) ":"`). `file:/etc/passwd` and `gopher://h/x` have one; `/a:b` and `a/b:c` do not.
-pub fn reference_scheme(reference: &str) -> Option<&str> {
-    let reference = reference.trim();
-    let end = reference.find(':')?;
-    let scheme = &reference[..end];
-    let mut chars = scheme.chars();
-    let first = chars.next()?;
-    (first.is_ascii_alphabetic()
-        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
-    .then_some(scheme)
-}
-
-/// Resolves a possibly relative reference (an SSE `endpoint`, a `Location`) against a base.
-pub fn resolve(base: &Uri, reference: &str) -> Result<Uri, String> {
-    let reference = reference.trim();
-    if reference.contains("://") {
-        return reference
-            .parse::<Uri>()
-            .map_err(|e| format!("{reference:?}: {e}"));
-    }
-    let scheme = base.scheme_str().unwrap_or("http");
-    let authority = base.authority().map(|a| a.as_str()).unwrap_or("");
-    let path = if reference.starts_with("//") {
-        return format!("{scheme}:{reference}")
-            .parse::<Uri>()
-            .map_err(|e| format!("{reference:?}: {e}"));
-    } else if reference.starts_with('/') {
-        reference.to_owned()
-    } else {
-        let base_path = base.path();
-        let dir = match base_path.rfind('/') {
-            Some(i) => &base_path[..=i],
-            None => "/",
-        };
-        if let Some(q) = reference.strip_prefix('?') {
-            format!("{base_path}?{q}")
-        } else {
-            format!("{dir}{reference}")
-        }
-    };
-    format!("{scheme}://{authority}{path}")
-        .parse::<Uri>()
-        .map_err(|e| format!("{reference:?}: {e}"))
-}
+pub use crate::reference::{InvalidReference, reference_scheme, resolve};
 
 /// The client: a clock, a lazily built TLS configuration, one kept-alive connection, and the
 /// record of every connection made.
@@ -249,27 +238,25 @@ impl HttpClient {
                 location: redact::url(&location),
             });
             if redirects.len() > MAX_REDIRECTS {
-                return Err(SendError::Redirects(format!(
-                    "more than {MAX_REDIRECTS} redirects; last to {}",
-                    redact::url(&location)
-                )));
+                return Err(SendError::Redirects(RedirectError::TooMany {
+                    location: redact::url(&location),
+                }));
             }
             // Only http and https are followed: anything else (`gopher://`, `file:`, `ftp://`)
             // would otherwise be spoken to as plain HTTP on whatever port it names. The
             // redirect is recorded above, so the transcript shows where it pointed.
             let scheme = reference_scheme(&location).map(str::to_ascii_lowercase);
             if let Some(scheme) = scheme.filter(|s| s != "http" && s != "https") {
-                return Err(SendError::Redirects(format!(
-                    "redirect to {} refused: only http and https are followed, not {scheme}:",
-                    redact::url(location.trim())
-                )));
+                return Err(SendError::Redirects(RedirectError::Scheme {
+                    location: redact::url(location.trim()),
+                    scheme,
+                }));
             }
-            let next = resolve(&uri, &location).map_err(SendError::Invalid)?;
+            let next = resolve(&uri, &location).map_err(|e| SendError::Invalid(e.to_string()))?;
             if seen.contains(&next.to_string()) {
-                return Err(SendError::Redirects(format!(
-                    "redirect loop back to {}",
-                    redact::url(&next.to_string())
-                )));
+                return Err(SendError::Redirects(RedirectError::Loop {
+                    url: redact::url(&next.to_string()),
+                }));
             }
             seen.push(next.to_string());
             // Drain nothing: the connection that carried the redirect is dropped, not reused.
@@ -320,6 +307,7 @@ impl HttpClient {
             Ok(Err(e)) => {
                 let err = ConnectError {
                     stage: ConnectStage::Http,
+                    cause: ErrorKind::Unknown,
                     message: error_chain(&e),
                 };
                 return Err(SendError::Connect(err));
@@ -376,7 +364,13 @@ impl HttpClient {
         deadline: Instant,
         rec: &mut Connection,
     ) -> Result<SendRequest<Full<Bytes>>, SendError> {
-        let fail = |stage, message: String| SendError::Connect(ConnectError { stage, message });
+        let fail = |stage, message: String| {
+            SendError::Connect(ConnectError {
+                stage,
+                cause: ErrorKind::Unknown,
+                message,
+            })
+        };
         // DNS
         let t = Instant::now();
         let addrs: Vec<SocketAddr> = match host.parse::<IpAddr>() {
@@ -394,13 +388,14 @@ impl HttpClient {
         if self.deny_private
             && let Some(a) = addrs.iter().find(|a| !(self.public)(a.ip()))
         {
-            return Err(fail(
-                ConnectStage::Connect,
-                format!(
+            return Err(SendError::Connect(ConnectError {
+                stage: ConnectStage::Connect,
+                cause: ErrorKind::NonPublicAddress,
+                message: format!(
                     "refused: {host} resolves to the non-public address {}, and a public server may not point mcpulse there",
                     a.ip()
                 ),
-            ));
+            }));
         }
         // TCP: each address in turn.
         let t = Instant::now();
@@ -530,16 +525,24 @@ fn build(
         .map_err(|e| SendError::Invalid(e.to_string()))
 }
 
+/// Why a `--ca-file` gave no certificates.
+#[derive(Debug, thiserror::Error)]
+pub enum PemError {
+    #[error("not a valid PEM certificate file: {0}")]
+    Invalid(rustls::pki_types::pem::Error),
+    #[error("no PEM certificates (-----BEGIN CERTIFICATE-----) found")]
+    Empty,
+}
+
 /// Reads PEM certificates (a `--ca-file`). Errors say what is wrong with the file.
-pub fn read_pem_certs(pem: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+pub fn read_pem_certs(pem: &[u8]) -> Result<Vec<Vec<u8>>, PemError> {
     use rustls::pki_types::pem::PemObject;
     let mut out = Vec::new();
     for cert in rustls::pki_types::CertificateDer::pem_slice_iter(pem) {
-        let cert = cert.map_err(|e| format!("not a valid PEM certificate file: {e}"))?;
-        out.push(cert.as_ref().to_vec());
+        out.push(cert.map_err(PemError::Invalid)?.as_ref().to_vec());
     }
     if out.is_empty() {
-        return Err("no PEM certificates (-----BEGIN CERTIFICATE-----) found".into());
+        return Err(PemError::Empty);
     }
     Ok(out)
 }
@@ -784,26 +787,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn resolves_endpoint_references() {
-        let base: Uri = "http://127.0.0.1:3001/sse".parse().unwrap();
-        assert_eq!(
-            resolve(&base, "/message?sessionId=1").unwrap().to_string(),
-            "http://127.0.0.1:3001/message?sessionId=1"
-        );
-        assert_eq!(
-            resolve(&base, "messages?x=1").unwrap().to_string(),
-            "http://127.0.0.1:3001/messages?x=1"
-        );
-        assert_eq!(
-            resolve(&base, "https://o.example/p").unwrap().to_string(),
-            "https://o.example/p"
-        );
-        let deep: Uri = "http://h/a/b/sse".parse().unwrap();
-        assert_eq!(resolve(&deep, "m").unwrap().to_string(), "http://h/a/b/m");
-        assert!(resolve(&base, "http://bad host/").is_err());
-    }
-
-    #[test]
     fn address_classes() {
         for ip in [
             "127.0.0.1",
@@ -827,17 +810,6 @@ mod tests {
         assert!(is_loopback_host("[::1]"));
         assert!(is_loopback_host("127.0.0.2"));
         assert!(!is_loopback_host("example.com"));
-    }
-
-    #[test]
-    fn reference_schemes() {
-        assert_eq!(reference_scheme("gopher://h:70/x"), Some("gopher"));
-        assert_eq!(reference_scheme(" file:/etc/passwd"), Some("file"));
-        assert_eq!(reference_scheme("svn+ssh://h/r"), Some("svn+ssh"));
-        assert_eq!(reference_scheme("https://h/"), Some("https"));
-        for relative in ["/a:b", "a/b:c", "//h:80/x", "?q=a:b", "1x:y", ""] {
-            assert_eq!(reference_scheme(relative), None, "{relative}");
-        }
     }
 
     /// The SSRF guard holds for every hop of a redirect, http or https, not only the first:

@@ -12,7 +12,7 @@ use crate::{Call, Limits};
 use ::http::{Method, Uri};
 use mcpulse_wire::jsonrpc::{Id, Message};
 use mcpulse_wire::sse;
-use mcpulse_wire::transcript::{Exchange, Outcome, Step, TransportKind};
+use mcpulse_wire::transcript::{ErrorKind, Exchange, Outcome, Step, TransportKind};
 use mcpulse_wire::version::Era;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -176,7 +176,10 @@ pub async fn open(
                 break;
             }
             Ok(Some(Item::Error(message))) => {
-                ex.outcome = Outcome::TransportError { message };
+                ex.outcome = Outcome::TransportError {
+                    cause: ErrorKind::Body,
+                    message,
+                };
                 break;
             }
             Ok(Some(Item::TooLarge(..))) => {
@@ -195,6 +198,7 @@ pub async fn open(
                     }
                     Err(message) => {
                         ex.outcome = Outcome::TransportError {
+                            cause: ErrorKind::InvalidRequest,
                             message: format!("endpoint event names an invalid URL: {message}"),
                         };
                         break;
@@ -369,6 +373,7 @@ impl SseStream {
                     ex.outcome = match &self.lost {
                         Some(lost) if lost.ids.contains(&id) && Instant::now() < deadline => {
                             Outcome::TransportError {
+                                cause: ErrorKind::LostReply,
                                 message: lost.why.clone(),
                             }
                         }
@@ -381,7 +386,10 @@ impl SseStream {
                     break;
                 }
                 Ok(Some(Item::Error(message))) => {
-                    ex.outcome = Outcome::TransportError { message };
+                    ex.outcome = Outcome::TransportError {
+                        cause: ErrorKind::Body,
+                        message,
+                    };
                     break;
                 }
                 // Its data said whose reply it was.

@@ -7,6 +7,7 @@
 //! or step comes next; that is `mcpulse-probe` (flow) and `mcpulse-judge` (meaning).
 //!
 //! - [`http`]: a small HTTP/1.1 client on hyper's connection API, timing DNS, connect and TLS;
+//! - [`reference`]: RFC 3986 resolution of the URLs a server names (`endpoint`, `Location`);
 //! - [`streamable_http`]: one JSON-RPC POST whose reply is JSON or an SSE stream;
 //! - [`legacy_sse`]: the 2024-11-05 GET stream + `endpoint` event + POST transport;
 //! - [`stdio`]: a child process in its own process group, NDJSON over its stdin/stdout.
@@ -14,6 +15,7 @@
 pub mod clock;
 pub mod http;
 pub mod legacy_sse;
+pub mod reference;
 pub mod stdio;
 pub mod streamable_http;
 

@@ -14,7 +14,7 @@ use mcpulse_wire::jsonrpc::{self, Id, Message};
 use mcpulse_wire::message;
 use mcpulse_wire::ndjson::{Line, LineDecoder};
 use mcpulse_wire::transcript::{
-    Exchange, Exit, Frame, Outcome, Process, Request, TimedLine, TransportKind,
+    ErrorKind, Exchange, Exit, Frame, Outcome, Process, Request, TimedLine, TransportKind,
 };
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -244,7 +244,10 @@ impl StdioChild {
         );
         let mut awaiting = None;
         if let Err(message) = self.write_line(&line, deadline).await {
-            ex.outcome = Outcome::TransportError { message };
+            ex.outcome = Outcome::TransportError {
+                cause: ErrorKind::Pipe,
+                message,
+            };
             self.settle_exit(deadline).await;
         } else if let Some(sent) = call.id {
             self.in_flight.push(sent);

@@ -8,7 +8,7 @@ use ::http::Method;
 use mcpulse_wire::jsonrpc::{self, Message};
 use mcpulse_wire::sse;
 use mcpulse_wire::transcript::{
-    Exchange, Frame, HttpResponse, Outcome, Request, Step, TransportKind,
+    ErrorKind, Exchange, Frame, HttpResponse, Outcome, Request, Step, TransportKind,
 };
 use mcpulse_wire::version::Era;
 use tokio::time::Instant;
@@ -207,7 +207,10 @@ async fn read_document(sent: &mut Sent, cap: usize, deadline: Instant) {
         BodyEnd::Complete => Outcome::Fetched,
         BodyEnd::TooLarge => Outcome::TooLarge { limit: cap },
         BodyEnd::Timeout => Outcome::Timeout,
-        BodyEnd::Error(message) => Outcome::TransportError { message },
+        BodyEnd::Error(message) => Outcome::TransportError {
+            cause: ErrorKind::Body,
+            message,
+        },
     };
 }
 
@@ -216,6 +219,7 @@ pub fn send_error_outcome(e: &SendError) -> Outcome {
     match e {
         SendError::Timeout => Outcome::Timeout,
         other => Outcome::TransportError {
+            cause: other.kind(),
             message: other.to_string(),
         },
     }
@@ -279,7 +283,10 @@ pub async fn read_reply(
         }
         BodyEnd::Error(message) => {
             ex.body = Some(crate::snippet(&bytes));
-            ex.outcome = Outcome::TransportError { message };
+            ex.outcome = Outcome::TransportError {
+                cause: ErrorKind::Body,
+                message,
+            };
             return;
         }
     }
@@ -360,7 +367,10 @@ async fn read_sse_reply(
                 return;
             }
             Chunk::Error(message) => {
-                ex.outcome = Outcome::TransportError { message };
+                ex.outcome = Outcome::TransportError {
+                    cause: ErrorKind::Body,
+                    message,
+                };
                 return;
             }
         }

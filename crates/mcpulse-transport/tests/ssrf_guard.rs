@@ -13,7 +13,7 @@ use mcpulse_transport::Limits;
 use mcpulse_transport::clock::Clock;
 use mcpulse_transport::http::HttpClient;
 use mcpulse_transport::streamable_http::get_document;
-use mcpulse_wire::transcript::{Outcome, Step};
+use mcpulse_wire::transcript::{ErrorKind, Outcome, Step};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -56,7 +56,8 @@ async fn a_guarded_fetch_to_a_private_address_is_refused_without_connecting() {
     client.deny_private = true;
     let ex = get_document(&mut client, &uri, Step::ResourceMetadata, LIMITS, deadline).await;
     match &ex.outcome {
-        Outcome::TransportError { message } => {
+        Outcome::TransportError { cause, message } => {
+            assert_eq!(*cause, ErrorKind::NonPublicAddress);
             assert!(message.contains("non-public address"), "{message}");
             assert!(message.contains("127.0.0.1"), "{message}");
         }
@@ -96,7 +97,7 @@ async fn a_host_name_is_checked_after_resolution() {
     )
     .await;
     assert!(
-        matches!(&ex.outcome, Outcome::TransportError { message } if message.contains("non-public address")),
+        matches!(&ex.outcome, Outcome::TransportError { cause: ErrorKind::NonPublicAddress, message } if message.contains("non-public address")),
         "{:?}",
         ex.outcome
     );
@@ -120,8 +121,9 @@ async fn a_redirect_to_another_scheme_is_refused_without_connecting() {
         let mut client = HttpClient::new(Clock::start());
         let ex = get_document(&mut client, &uri, Step::ResourceMetadata, LIMITS, deadline).await;
         match &ex.outcome {
-            Outcome::TransportError { message } => assert!(
-                message.contains(&format!("redirect to {location} refused"))
+            Outcome::TransportError { cause, message } => assert!(
+                *cause == ErrorKind::RedirectRefused
+                    && message.contains(&format!("redirect to {location} refused"))
                     && message.contains("only http and https are followed"),
                 "{message}"
             ),

@@ -11,7 +11,7 @@ use mcpulse_transport::Limits;
 use mcpulse_transport::clock::Clock;
 use mcpulse_transport::http::{CertificateDer, HttpClient};
 use mcpulse_transport::streamable_http::get_document;
-use mcpulse_wire::transcript::{ConnectStage, Outcome, Step};
+use mcpulse_wire::transcript::{ConnectStage, ErrorKind, Outcome, Step};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -35,7 +35,7 @@ async fn tls_failure(cert: &ServerCert, roots: &str, host: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(5);
     let ex = get_document(&mut client, &uri, Step::ResourceMetadata, LIMITS, deadline).await;
     assert!(
-        matches!(&ex.outcome, Outcome::TransportError { message } if message.starts_with("TLS handshake failed: ")),
+        matches!(&ex.outcome, Outcome::TransportError { cause: ErrorKind::Tls, message } if message.starts_with("TLS handshake failed: ")),
         "{:?}",
         ex.outcome
     );

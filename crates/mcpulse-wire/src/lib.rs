@@ -9,7 +9,8 @@
 //! - [`transcript`]: the record of what a probe saw, which the judge turns into a verdict;
 //! - [`redact`]: how secrets are kept out of that record by construction;
 //! - [`text`]: how server-controlled text is made inert before a person or a log sees it;
-//! - [`checks`]: the values the probe sends that the judge recognises (foreign Origin, …).
+//! - [`checks`]: the values the probe sends that the judge recognises (foreign Origin, …);
+//! - [`units`]: durations, sizes and timestamps, parsed and printed the same way everywhere.
 //!
 //! It does not own I/O (see `mcpulse-transport`) or judgement (see `mcpulse-judge`).
 
@@ -25,5 +26,6 @@ pub mod sniff;
 pub mod sse;
 pub mod text;
 pub mod transcript;
+pub mod units;
 pub mod version;
 pub mod x509;

@@ -89,7 +89,7 @@ impl Transcript {
             }
             match &mut x.outcome {
                 Outcome::Endpoint { url } => secrets.hide_in(url),
-                Outcome::TransportError { message } => secrets.hide_in(message),
+                Outcome::TransportError { message, .. } => secrets.hide_in(message),
                 _ => {}
             }
         }
@@ -190,7 +190,75 @@ pub struct Connection {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ConnectError {
     pub stage: ConnectStage,
+    /// What went wrong, finer than the stage where a check acts on it (a refused non-public
+    /// address fails at the connect stage). Absent in transcripts recorded before kinds were.
+    #[serde(default, skip_serializing_if = "ErrorKind::is_unknown")]
+    pub cause: ErrorKind,
     pub message: String,
+}
+
+impl ConnectError {
+    /// The error's kind: `cause` where recorded, else the stage's.
+    pub fn kind(&self) -> ErrorKind {
+        match self.cause {
+            ErrorKind::Unknown => match self.stage {
+                ConnectStage::Dns => ErrorKind::Dns,
+                ConnectStage::Connect => ErrorKind::Connect,
+                ConnectStage::Tls => ErrorKind::Tls,
+                ConnectStage::Http => ErrorKind::Http,
+            },
+            known => known,
+        }
+    }
+}
+
+/// What kind of failure below the protocol ended an exchange or a connection: the typed
+/// evidence a check matches (never the message text, which is for people and may change).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum ErrorKind {
+    /// The host name did not resolve.
+    Dns,
+    /// The TCP connection failed.
+    Connect,
+    /// The SSRF guard refused a loopback, private or other non-public address.
+    NonPublicAddress,
+    /// The TLS handshake failed.
+    Tls,
+    /// The HTTP exchange failed below the status line (a bad response head, a reset).
+    Http,
+    /// The request could not be built: a bad URL (from a server's `endpoint` event, say).
+    InvalidRequest,
+    /// More redirects than are followed.
+    TooManyRedirects,
+    /// A redirect pointed back at a URL already visited.
+    RedirectLoop,
+    /// A redirect to a scheme other than http or https was refused.
+    RedirectRefused,
+    /// Reading a response body or stream failed part way (reset, bad chunking).
+    Body,
+    /// Writing to a child's stdin failed (closed, not read).
+    Pipe,
+    /// A reply may have come, but could not be told apart from others in flight.
+    LostReply,
+    /// Not recorded: a transcript from before kinds were (or a kind this build does not know).
+    #[default]
+    #[serde(other)]
+    Unknown,
+}
+
+impl ErrorKind {
+    pub fn is_unknown(&self) -> bool {
+        *self == ErrorKind::Unknown
+    }
+
+    /// A refused redirect: too many, a loop, or to another scheme.
+    pub fn is_redirect(&self) -> bool {
+        matches!(
+            self,
+            ErrorKind::TooManyRedirects | ErrorKind::RedirectLoop | ErrorKind::RedirectRefused
+        )
+    }
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -465,8 +533,72 @@ pub enum Outcome {
     Timeout,
     /// The response passed the size cap.
     TooLarge { limit: usize },
-    /// Reading or writing failed below the protocol (reset, broken pipe, bad HTTP).
-    TransportError { message: String },
+    /// Reading or writing failed below the protocol (reset, broken pipe, bad HTTP). `cause` is
+    /// what a check matches (the tag already takes the name `kind`); `message` is for people.
+    TransportError {
+        #[serde(default, skip_serializing_if = "ErrorKind::is_unknown")]
+        cause: ErrorKind,
+        message: String,
+    },
     /// The metadata document was fetched (for non-JSON-RPC GETs).
     Fetched,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_kind_is_additive_in_the_transcript() {
+        // Recorded before kinds were: loads, with the kind unknown.
+        let old: Outcome =
+            serde_json::from_str(r#"{"kind":"transport-error","message":"reset"}"#).unwrap();
+        assert_eq!(
+            old,
+            Outcome::TransportError {
+                cause: ErrorKind::Unknown,
+                message: "reset".into()
+            }
+        );
+        // Written back unchanged: an unknown kind is not spelled out.
+        assert_eq!(
+            serde_json::to_string(&old).unwrap(),
+            r#"{"kind":"transport-error","message":"reset"}"#
+        );
+        let new = Outcome::TransportError {
+            cause: ErrorKind::NonPublicAddress,
+            message: "refused".into(),
+        };
+        let text = serde_json::to_string(&new).unwrap();
+        assert_eq!(
+            text,
+            r#"{"kind":"transport-error","cause":"non-public-address","message":"refused"}"#
+        );
+        assert_eq!(serde_json::from_str::<Outcome>(&text).unwrap(), new);
+        // A kind from a newer build reads as unknown, not as an error.
+        let newer: Outcome = serde_json::from_str(
+            r#"{"kind":"transport-error","cause":"quantum-flux","message":"x"}"#,
+        )
+        .unwrap();
+        assert!(matches!(
+            newer,
+            Outcome::TransportError {
+                cause: ErrorKind::Unknown,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_connect_error_kind_falls_back_to_its_stage() {
+        let e: ConnectError =
+            serde_json::from_str(r#"{"stage":"tls","message":"bad cert"}"#).unwrap();
+        assert_eq!(e.kind(), ErrorKind::Tls);
+        let e = ConnectError {
+            stage: ConnectStage::Connect,
+            cause: ErrorKind::NonPublicAddress,
+            message: String::new(),
+        };
+        assert_eq!(e.kind(), ErrorKind::NonPublicAddress);
+    }
 }

@@ -2,57 +2,24 @@
 //! `${VAR}` taken from the environment. Every error says what to write instead.
 
 use anyhow::{Context, Result, bail};
+use mcpulse_wire::units;
 use std::time::Duration;
 
-/// `10s`, `500ms`, `2m`, `1h`, or a bare number of seconds.
+/// A timeout: the forms of [`mcpulse_wire::units::duration`] (`10s`, `500ms`, `2m`, `1h`, or a
+/// bare number of seconds), at most a day.
 pub fn duration(s: &str, what: &str) -> Result<Duration> {
-    let t = s.trim();
-    let (num, unit) = match t.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
-        Some(i) => t.split_at(i),
-        None => (t, "s"),
-    };
-    let n: f64 = num
-        .parse()
-        .ok()
-        .filter(|n: &f64| n.is_finite() && *n >= 0.0)
-        .with_context(|| format!("{what} {s:?} is not a duration: write e.g. 10s, 500ms or 2m"))?;
-    let secs = match unit.trim() {
-        "ms" => n / 1000.0,
-        "s" | "" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        other => bail!("{what} {s:?}: unknown unit {other:?}; use ms, s, m or h"),
-    };
-    if secs <= 0.0 {
-        bail!("{what} must be more than zero");
-    }
-    if secs > 86_400.0 {
+    // One message, as before: "timeout \"ten\" is not a duration: …".
+    let d = units::duration(s).map_err(|e| anyhow::anyhow!("{what} {e}"))?;
+    if d > Duration::from_secs(86_400) {
         bail!("{what} {s:?} is more than a day");
     }
-    Ok(Duration::from_secs_f64(secs))
+    Ok(d)
 }
 
-/// `8MiB`, `512KiB`, `1MB`, `4096`.
+/// A size cap: the forms of [`mcpulse_wire::units::size`] (`8MiB`, `512KiB`, `1MB`, `4096`), at
+/// least 1KiB.
 pub fn size(s: &str, what: &str) -> Result<usize> {
-    let t = s.trim();
-    let i = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(i);
-    let n: usize = num
-        .parse()
-        .with_context(|| format!("{what} {s:?} is not a size: write e.g. 8MiB, 512KiB or 4096"))?;
-    let mult: usize = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" => 1000,
-        "kib" => 1024,
-        "m" | "mb" => 1_000_000,
-        "mib" => 1024 * 1024,
-        "g" | "gb" => 1_000_000_000,
-        "gib" => 1024 * 1024 * 1024,
-        other => bail!("{what} {s:?}: unknown unit {other:?}; use KiB, MiB or GiB"),
-    };
-    let bytes = n
-        .checked_mul(mult)
-        .with_context(|| format!("{what} {s:?} is too large"))?;
+    let bytes = units::size(s).map_err(|e| anyhow::anyhow!("{what} {e}"))?;
     if bytes < 1024 {
         bail!("{what} {s:?} is too small: allow at least 1KiB");
     }

@@ -66,9 +66,9 @@ impl Judgement<'_> {
             Outcome::TooLarge { limit } => Rule::ResponseTooLarge.finding(format!(
                 "the reply to {step} passed the {limit}-byte cap (--max-response-size)"
             )),
-            Outcome::TransportError { message } => match self.connect_failure() {
+            Outcome::TransportError { cause, message } => match self.connect_failure() {
                 Some(f) => f,
-                None if message.contains("redirect") => {
+                None if cause.is_redirect() => {
                     Rule::HttpFailed.finding(format!("{step}: {message}"))
                 }
                 None if last.transport == TransportKind::Stdio => self.exited(step, message),

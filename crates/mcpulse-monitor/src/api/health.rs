@@ -54,9 +54,7 @@ fn health_json(status: CheckStatus, description: &str, checks: &[SelfCheck]) -> 
     body
 }
 
-fn rfc3339(ms: i64) -> String {
-    mcpulse_judge::report::rfc3339(u64::try_from(ms).unwrap_or(0))
-}
+use mcpulse_wire::units::format_rfc3339 as rfc3339;
 
 fn health_response(
     status: CheckStatus,

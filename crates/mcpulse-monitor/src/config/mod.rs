@@ -771,43 +771,10 @@ fn era(s: &str) -> Result<EraMode, String> {
 /// How often an Alertmanager sink posts the open incidents again, by default.
 pub const DEFAULT_RESEND: Duration = Duration::from_secs(60);
 
-/// The longest duration a setting takes: 37,000 days (about a century), far beyond any sane
-/// interval or retention, and far from where the arithmetic on it could overflow.
-const MAX_DURATION_SECS: f64 = 37_000.0 * 86_400.0;
-
-/// `10s`, `500ms`, `2m`, `1h`, `30d`.
-pub fn duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    let i = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(i);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration: write e.g. 30s, 500ms, 5m, 1h or 30d"))?;
-    let secs = match unit.trim() {
-        "ms" => n / 1000.0,
-        "s" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        "d" => n * 86_400.0,
-        "" => return Err(format!("{s:?} has no unit: write e.g. {s}s")),
-        other => {
-            return Err(format!(
-                "{s:?}: unknown unit {other:?}; use ms, s, m, h or d"
-            ));
-        }
-    };
-    // Too large is its own error: a huge number of days is not "zero" (it used to say so).
-    if !secs.is_finite() || secs > MAX_DURATION_SECS {
-        return Err(format!(
-            "{s:?} is too large: the most is 37000d (about a century)"
-        ));
-    }
-    match Duration::try_from_secs_f64(secs) {
-        Ok(d) if !d.is_zero() => Ok(d),
-        _ => Err(format!("{s:?} must be more than zero")),
-    }
+/// A duration setting: the forms of [`mcpulse_wire::units::duration`] (`10s`, `500ms`, `2m`,
+/// `1h`, `30d`, a bare number of seconds), up to 37,000 days.
+pub fn duration(s: &str) -> Result<Duration, mcpulse_wire::units::UnitError> {
+    mcpulse_wire::units::duration(s)
 }
 
 /// A command sink's `env`: names of the monitor's variables, each at most once.
@@ -852,45 +819,10 @@ fn headers(
         .collect()
 }
 
-/// RFC 3339 UTC (`2026-12-01T02:00:00Z`, optional fraction and offset) to Unix milliseconds.
+/// RFC 3339 (`2026-12-01T02:00:00Z`, optional fraction and offset) to Unix milliseconds: see
+/// [`mcpulse_wire::units::parse_rfc3339`].
 pub fn rfc3339_ms(s: &str) -> Option<i64> {
-    let s = s.trim();
-    let (date, time) = s.split_once(['T', 't', ' '])?;
-    let mut d = date.split('-');
-    let (y, mo, da): (i64, i64, i64) = (
-        d.next()?.parse().ok()?,
-        d.next()?.parse().ok()?,
-        d.next()?.parse().ok()?,
-    );
-    let (clock, offset_s) = if let Some(c) = time.strip_suffix(['Z', 'z']) {
-        (c, 0)
-    } else {
-        let i = time.rfind(['+', '-'])?;
-        let (c, off) = time.split_at(i);
-        let sign = if off.starts_with('-') { -1 } else { 1 };
-        let (oh, om) = off[1..].split_once(':')?;
-        (
-            c,
-            sign * (oh.parse::<i64>().ok()? * 3600 + om.parse::<i64>().ok()? * 60),
-        )
-    };
-    let (hms, frac) = clock.split_once('.').unwrap_or((clock, ""));
-    let mut t = hms.split(':');
-    let (h, mi, se): (i64, i64, i64) = (
-        t.next()?.parse().ok()?,
-        t.next()?.parse().ok()?,
-        t.next()?.parse().ok()?,
-    );
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&da) || h > 23 || mi > 59 || se > 60 {
-        return None;
-    }
-    let ms: i64 = format!("{frac:0<3}").get(..3)?.parse().ok()?;
-    let y2 = if mo <= 2 { y - 1 } else { y };
-    let era = y2.div_euclid(400);
-    let yoe = y2 - era * 400;
-    let doy = (153 * ((mo + 9) % 12) + 2) / 5 + da - 1;
-    let days = era * 146_097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719_468;
-    Some((days * 86_400 + h * 3600 + mi * 60 + se - offset_s) * 1000 + ms)
+    mcpulse_wire::units::parse_rfc3339(s).ok()
 }
 
 #[cfg(test)]
@@ -1277,6 +1209,7 @@ url = "https://hooks.example.com/mcp"
         assert!(
             duration("10000000000000d")
                 .unwrap_err()
+                .to_string()
                 .contains("too large")
         );
         assert_eq!(
@@ -1284,7 +1217,8 @@ url = "https://hooks.example.com/mcp"
             Duration::from_secs(37_000 * 86_400)
         );
         assert_eq!(duration("30d").unwrap(), Duration::from_secs(30 * 86_400));
-        assert!(duration("30").is_err());
+        // One grammar with the CLI: a bare number is seconds (it was refused here).
+        assert_eq!(duration("30").unwrap(), Duration::from_secs(30));
         assert!(duration("0s").is_err());
         assert_eq!(rfc3339_ms("1970-01-01T00:00:01Z"), Some(1000));
         assert_eq!(

@@ -185,24 +185,7 @@ fn quoted(body: &str) -> String {
     }
 }
 
-/// `45s`, `12m`, `2h 5m`, `3d 4h`; under a second as `250ms`.
-pub(crate) fn human_duration(ms: u128) -> String {
-    let s = ms / 1000;
-    match s {
-        0 => format!("{ms}ms"),
-        1..=59 => format!("{s}s"),
-        60..=3599 => format!("{}m", s / 60),
-        3600..=86_399 if (s % 3600) / 60 == 0 => format!("{}h", s / 3600),
-        3600..=86_399 => format!("{}h {}m", s / 3600, (s % 3600) / 60),
-        _ if (s % 86_400) / 3600 == 0 => format!("{}d", s / 86_400),
-        _ => format!("{}d {}h", s / 86_400, (s % 86_400) / 3600),
-    }
-}
-
-/// Unix milliseconds as RFC 3339 UTC with milliseconds (times before 1970 clamp to 1970).
-pub(crate) fn rfc3339(ms: i64) -> String {
-    mcpulse_judge::report::rfc3339(u64::try_from(ms).unwrap_or(0))
-}
+pub(crate) use mcpulse_wire::units::{format_rfc3339 as rfc3339, human_duration};
 
 /// Serializes a payload. Our payload types cannot fail to encode, but an error is still an
 /// error, not a panic.
@@ -357,15 +340,6 @@ pub fn log(alert: &Alert) {
 mod tests {
     use super::*;
 
-    #[test]
-    fn durations_read_well() {
-        assert_eq!(human_duration(250), "250ms");
-        assert_eq!(human_duration(45_000), "45s");
-        assert_eq!(human_duration(12 * 60_000 + 5_000), "12m");
-        assert_eq!(human_duration(2 * 3_600_000), "2h");
-        assert_eq!(human_duration(2 * 3_600_000 + 5 * 60_000), "2h 5m");
-        assert_eq!(human_duration(3 * 86_400_000 + 4 * 3_600_000), "3d 4h");
-    }
     fn sink(kind: SinkKind, targets: &[&str]) -> AlertConfig {
         AlertConfig {
             kind,

@@ -216,7 +216,7 @@ pub(super) async fn challenge_metadata(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mcpulse_wire::transcript::{Frame, HttpResponse, Request, TransportKind};
+    use mcpulse_wire::transcript::{ErrorKind, Frame, HttpResponse, Request, TransportKind};
 
     fn ex(status: Option<u16>, body: Option<&str>, outcome: Outcome) -> Exchange {
         Exchange {
@@ -309,6 +309,7 @@ mod tests {
             Some(200),
             None,
             Outcome::TransportError {
+                cause: ErrorKind::Connect,
                 message: "x".into(),
             },
         );
@@ -341,6 +342,7 @@ mod tests {
             Outcome::Timeout,
             Outcome::Closed,
             Outcome::TransportError {
+                cause: ErrorKind::Pipe,
                 message: "pipe".into(),
             },
         ] {
