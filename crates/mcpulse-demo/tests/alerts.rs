@@ -139,5 +139,14 @@ async fn every_alert_kind_the_demo_lists_arrives() {
             || s.contains("required-parameter-added tools[lookup]")),
         "{drifts:#?}"
     );
+    // Both classes of drift the demo promises: risky (a reworded description), then breaking.
+    for class in ["risky", "breaking"] {
+        assert!(
+            drifts
+                .iter()
+                .any(|s| s.contains(&format!("{class} drift in its contract"))),
+            "{class}: {drifts:#?}"
+        );
+    }
     eprintln!("every alert kind within {:?}", started.elapsed());
 }

@@ -357,21 +357,29 @@ impl Collector for FleetCollector {
             None,
             &tools,
         )?;
+        // The version is the server's own text: a label value a person reads, made inert.
+        let versions: Vec<std::borrow::Cow<'_, str>> = snap
+            .targets
+            .iter()
+            .map(|v| {
+                mcpulse_wire::text::field(
+                    v.last
+                        .as_ref()
+                        .and_then(|l| l.protocol_version.as_deref())
+                        .unwrap_or(""),
+                )
+            })
+            .collect();
         let protocol: Vec<(TargetLabel<'_>, TargetAnd<'_>)> = snap
             .targets
             .iter()
-            .filter_map(|v| {
+            .zip(&versions)
+            .filter_map(|(v, version)| {
                 let l = v.last.as_ref()?;
                 let era = l.era.as_deref()?;
                 Some((
                     t(&v.name),
-                    [
-                        ("era", era),
-                        (
-                            "protocol_version",
-                            l.protocol_version.as_deref().unwrap_or(""),
-                        ),
-                    ],
+                    [("era", era), ("protocol_version", version.as_ref())],
                 ))
             })
             .collect();
@@ -574,18 +582,13 @@ impl Collector for ProbeCollector {
             None,
             r.tool_count.map(|n| n as i64),
         )?;
+        let version = mcpulse_wire::text::field(r.protocol_version.as_deref().unwrap_or(""));
         let era_rows: Vec<(NoLabels, [(&str, &str); 2])> = r
             .era
             .map(|e| {
                 (
                     NoLabels,
-                    [
-                        ("era", e.as_str()),
-                        (
-                            "protocol_version",
-                            r.protocol_version.as_deref().unwrap_or(""),
-                        ),
-                    ],
+                    [("era", e.as_str()), ("protocol_version", version.as_ref())],
                 )
             })
             .into_iter()

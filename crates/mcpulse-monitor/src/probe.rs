@@ -40,26 +40,6 @@ pub fn target_and_plan(t: &TargetConfig) -> Result<(Target, Plan), String> {
     Ok((target, plan))
 }
 
-/// Hides the target's secrets in what a report says in words: the probe hid them in what it
-/// recorded about the target, but a finding may quote what the server sent back (a protected
-/// resource's metadata naming its URL, token and all). The report goes to the store, the API
-/// and alerts.
-pub fn hide_in_report(report: &mut Report, secrets: &mcpulse_wire::redact::Secrets) {
-    if secrets.is_empty() {
-        return;
-    }
-    secrets.hide_in(&mut report.target);
-    for f in &mut report.findings {
-        secrets.hide_in(&mut f.message);
-    }
-    for f in &mut report.security.findings {
-        secrets.hide_in(&mut f.message);
-        for e in &mut f.evidence {
-            secrets.hide_in(e);
-        }
-    }
-}
-
 /// The probe target and plan for a URL outside the config, probed with `module`'s settings.
 pub fn url_target_and_plan(
     url: &str,
@@ -113,7 +93,9 @@ pub async fn once(fleet: &Fleet, target: &Target, plan: &Plan, latency_budget: D
     let duration = started.elapsed();
     drop(in_flight);
     let mut report = judge(&transcript, &policy(latency_budget));
-    hide_in_report(&mut report, &plan.secrets);
+    // A finding may quote what the server sent back (a token it echoed): the report goes to
+    // the store, the API and alerts.
+    report.hide(&plan.secrets);
     drop(transcript);
     Probed { report, duration }
 }

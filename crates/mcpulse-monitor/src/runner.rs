@@ -9,7 +9,7 @@
 use crate::alert::{self, Incidents};
 use crate::check::CheckRecord;
 use crate::config::{Maintenance, TargetConfig};
-use crate::probe::{hide_in_report, target_and_plan};
+use crate::probe::target_and_plan;
 use crate::state::{self, Health, Observation, TargetState, Thresholds};
 use mcpulse_judge::contract::Contract;
 use mcpulse_judge::{Report, drift, judge};
@@ -310,7 +310,7 @@ async fn check(
         transcript = shared.prober.probe(target, auto).await;
         report = judge(&transcript, &policy);
     }
-    hide_in_report(&mut report, &cfg.secrets);
+    report.hide(&plan.secrets);
     let at = (shared.clock)();
     let record = check_once(cfg, memory, &transcript, &report, at, shared);
     // Held until the contract is taken in: that copies it (see `crate::memory`).
@@ -571,7 +571,7 @@ mod tests {
         });
         let mut secrets = mcpulse_wire::redact::Secrets::default();
         secrets.add("s3cr3t-path");
-        hide_in_report(&mut r, &secrets);
+        r.hide(&secrets);
         let text = serde_json::to_string(&r).unwrap();
         assert!(!text.contains("s3cr3t-path"), "{text}");
         assert!(text.contains("ok/<redacted>"), "{text}");

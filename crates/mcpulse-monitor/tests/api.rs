@@ -1228,6 +1228,18 @@ async fn probe_debug_text_shows_server_text_inert() {
         );
         assert!(people.contains("evil\\x1b]0;pwned\\x07"), "{people}");
     }
+    // The metrics too: the server's protocol version is a label value, made inert (no raw
+    // escape a terminal or a log would act on), not only Prometheus-escaped.
+    let r = get(s.addr, "/probe?target=odd", &[]).await;
+    assert_eq!(r.status, 200);
+    assert!(
+        !r.body
+            .chars()
+            .any(|c| c != '\n' && mcpulse_wire::text::is_escaped(c)),
+        "{:?}",
+        r.body
+    );
+    assert!(r.body.contains("protocol_version=\"evil"), "{}", r.body);
 }
 
 #[tokio::test]

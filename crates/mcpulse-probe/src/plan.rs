@@ -181,6 +181,26 @@ impl PlanSpec {
             Caller::Cli { stdio_dual_era } => (false, stdio_dual_era),
             Caller::Monitor => (true, true),
         };
+        // Secret by value wherever they land: the header values the user supplied (a server
+        // may echo its token in an error) and what the argv rule hides in a command line.
+        let mut secrets = self.secrets;
+        for (_, v) in &self.headers {
+            // A short value (`X-Debug: 1`) would blank ordinary text wherever it appears.
+            if v.chars().count() >= mcpulse_wire::redact::ARGV_SECRET_MIN_LEN {
+                secrets.add(v);
+            }
+            // The token alone, as a server quotes it: `Bearer <token>`.
+            if let Some((_, token)) = v.split_once(' ')
+                && token.chars().count() >= mcpulse_wire::redact::ARGV_SECRET_MIN_LEN
+            {
+                secrets.add(token.trim());
+            }
+        }
+        if let Target::Stdio { program, args } = target {
+            let mut argv = vec![program.clone()];
+            argv.extend(args.iter().cloned());
+            secrets.extend(&mcpulse_wire::redact::argv_secrets(&argv));
+        }
         Plan {
             era: self.era,
             transport: self.transport,
@@ -193,7 +213,7 @@ impl PlanSpec {
             env: self.env,
             clean_env,
             stdio_dual_era,
-            secrets: self.secrets,
+            secrets,
             ..Plan::default()
         }
     }

@@ -169,7 +169,10 @@ const VALUELESS_SHORT_FLAGS: &[&str] = &["-y", "-i", "-q", "-v"];
 /// 5. an argument that looks like a token is hidden: a known prefix (`ghp_`, `github_pat_`,
 ///    `sk-`, `xoxb-`, `AKIA`, `glpat-`, a JWT's `eyJ`, …) or 20 or more letters and digits
 ///    mixed throughout;
-/// 6. URLs lose their userinfo and query values ([`url`]).
+/// 6. URLs lose their userinfo and query values ([`url`]);
+/// 7. a header written as one argument, `Name: value` or `Name:value` (`--header
+///    "Authorization: Bearer …"`, as mcp-remote takes it), hides the value when the name is a
+///    credential header's ([`is_sensitive_header`]) or suggests a credential.
 pub fn args(argv: &[String], secrets: &Secrets) -> Vec<String> {
     #[derive(PartialEq)]
     enum Next {
@@ -190,6 +193,8 @@ pub fn args(argv: &[String], secrets: &Secrets) -> Vec<String> {
                 }
                 _ => REDACTED.to_owned(),
             }
+        } else if let Some(name) = header_name(a) {
+            format!("{name}: {REDACTED}")
         } else if a.contains("://") {
             url(a)
         } else if looks_like_token(a) {
@@ -217,6 +222,42 @@ pub fn args(argv: &[String], secrets: &Secrets) -> Vec<String> {
         out.push(secrets.hide(&shown));
     }
     out
+}
+
+/// The name of a credential header written as one argument (`Authorization: Bearer …`,
+/// `X-Api-Key:abc`): a header name (RFC 9110 token characters) before a colon, with a value.
+fn header_name(a: &str) -> Option<&str> {
+    let (name, value) = a.split_once(':')?;
+    let token = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+    (token && !value.trim().is_empty() && !value.starts_with("//") && credential_name(name))
+        .then_some(name)
+}
+
+/// The least length of a value the argv rule hid that is also hidden wherever else it shows
+/// (a server echoing it in stderr or an error): shorter ones would blank ordinary words.
+pub const ARGV_SECRET_MIN_LEN: usize = 6;
+
+/// The values [`args`] hides in `argv`, as [`Secrets`]: hidden too where the server echoes
+/// them (its stderr, an error message), not only in the command line shown.
+pub fn argv_secrets(argv: &[String]) -> Secrets {
+    let mut secrets = Secrets::default();
+    for (a, shown) in argv.iter().zip(args(argv, &Secrets::default())) {
+        if shown == *a || a.contains("://") {
+            continue;
+        }
+        let value = match shown.strip_suffix(REDACTED) {
+            // `k=`, `-p`, or a header's `Name: ` (the argument may have no space after `:`).
+            Some(prefix) => a.get(prefix.trim_end().len()..).unwrap_or(a).trim(),
+            None => continue,
+        };
+        if value.chars().count() >= ARGV_SECRET_MIN_LEN {
+            secrets.add(value);
+        }
+    }
+    secrets
 }
 
 /// `-x`: one dash, one letter.
@@ -310,6 +351,36 @@ pub fn looks_like_token(a: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn header_arguments_and_what_the_rule_hides_elsewhere() {
+        let argv: Vec<String> = [
+            "npx",
+            "mcp-remote",
+            "https://x.example/mcp",
+            "--header",
+            "Authorization: Bearer abcdef123456",
+            "--header",
+            "X-Api-Key:k3y-v4lue",
+            "--header",
+            "Accept: text/plain",
+            "--api-key",
+            "s3cret-value",
+            "-p",
+            "1",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        assert_eq!(
+            command_line(&argv, &Secrets::default()),
+            "npx mcp-remote https://x.example/mcp --header Authorization: <redacted> --header X-Api-Key: <redacted> --header Accept: text/plain --api-key <redacted> -p <redacted>"
+        );
+        let s = argv_secrets(&argv);
+        assert_eq!(
+            s.hide("401: Bearer abcdef123456 / k3y-v4lue / s3cret-value / 1 / text/plain"),
+            "401: <redacted> / <redacted> / <redacted> / 1 / text/plain"
+        );
+    }
     use super::*;
 
     #[test]

@@ -1910,9 +1910,11 @@ async fn stdio_server_that_hangs_times_out_and_is_killed_with_its_children() {
 
 #[tokio::test]
 async fn stdio_legacy_server_silent_on_discover_has_its_handshake_timed_from_its_start() {
-    // It ignores server/discover (auto mode waits half the budget for it); the sibling's
-    // initialize, sent at its start, was answered long before: the handshake time is that
-    // answer's, not the wait for discover.
+    // It ignores server/discover and writes nothing (auto mode waits three quarters of the
+    // budget for a silent server); the `initialize` that follows in the same process is
+    // answered at once: the handshake time is that answer's, not the wait for discover, and
+    // the wait is not taken for its start-up either (which cannot be told: it may have been up
+    // all along), so no false `slow-startup`.
     let dir = TempDir::new("silent-discover");
     let script = legacy_stdio().write(&dir, "server.sh");
     let run = probe_script(&script, "2s").await;
@@ -1924,9 +1926,10 @@ async fn stdio_legacy_server_silent_on_discover_has_its_handshake_timed_from_its
         "the handshake took {handshake} ms: the wait for discover was counted ({r})"
     );
     assert!(
-        r["timings_ms"]["total"].as_f64().unwrap() >= 900.0,
-        "the probe did wait for discover (half of 2 s): {r}"
+        r["timings_ms"]["total"].as_f64().unwrap() >= 1400.0,
+        "the probe did wait for discover (three quarters of 2 s): {r}"
     );
+    assert_eq!(r["timings_ms"]["startup"], Value::Null, "{r}");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -2072,7 +2075,11 @@ async fn argv_secrets_never_appear_in_output() {
     let pass = format!("pass-{}-{}", std::process::id(), line!());
     let pat = format!("ghp_{}abcdefghijklmnopqrstuvwxyz", std::process::id());
     let dir = TempDir::new("argv-secrets");
-    let script = legacy_stdio().write(&dir, "server.sh");
+    // The server echoes what it was given on stderr, as many do at start: what the argv rule
+    // hides is hidden there too.
+    let script = legacy_stdio()
+        .at_start(Act::Stderr(format!("starting with key {key} and {pat}")))
+        .write(&dir, "server.sh");
     let transcript = dir.join("transcript.json");
     let server_args = ["--api-key", &key, "-p", &pass, &pat];
     let run = probe_script_args_with_transcript(&script, &server_args, &transcript).await;
@@ -2087,6 +2094,45 @@ async fn argv_secrets_never_appear_in_output() {
     );
     let tr: Value = serde_json::from_str(&std::fs::read_to_string(&transcript).unwrap()).unwrap();
     assert_eq!(tr["target"]["display"], target);
+}
+
+/// A header value the user gave (`-H`, expanded from `${VAR}`) that the server echoes back in
+/// an error is hidden in the report, as it is in the transcript.
+#[tokio::test]
+async fn a_header_value_the_server_echoes_is_hidden_in_the_report() {
+    const TOKEN: &str = "tok-echoed-4f1c2b9a";
+    let server = serve(scenario::hostile(
+        "token tok-echoed-4f1c2b9a is revoked",
+        mcp::LEGACY,
+        true,
+    ))
+    .await;
+    let url = server.url("/mcp");
+    let args = [
+        "probe",
+        "--json",
+        "--no-security",
+        "--era",
+        "legacy",
+        "--timeout",
+        TIMEOUT,
+        "-H",
+        "Authorization: Bearer ${MCPULSE_TEST_TOKEN}",
+        &url,
+    ];
+    let run = run_with(
+        &args,
+        &[("MCPULSE_TEST_TOKEN", TOKEN)],
+        parse_secs(TIMEOUT) + SLACK,
+    )
+    .await;
+    run.expect("down", &["handshake-failed"]);
+    assert!(!run.stdout.contains(TOKEN), "{}", run.stdout);
+    assert!(
+        finding_message(&run, "handshake-failed").contains("token <redacted> is revoked"),
+        "{}",
+        run.stdout
+    );
 }
 
 #[tokio::test]

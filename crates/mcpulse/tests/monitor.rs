@@ -746,6 +746,9 @@ async fn a_server_that_dies_and_comes_back_pages_once_and_resolves_once() {
     assert_eq!(resolve.field("action"), "resolve");
     assert_eq!(resolve.field("kind"), "recovered");
     assert_eq!(resolve.field("dedup_key"), key);
+    // The recovery's transition says why, as the outage's did (not `reason=""`).
+    m.wait_log("to=healthy reason=\"healthy: the handshake and the lists succeeded\"")
+        .await;
     assert_eq!(resolve.field("started_at"), trigger.field("started_at"));
     resolve.assert_signed();
     assert!(
@@ -1879,4 +1882,16 @@ fn demo_on_a_busy_port_names_the_flag_before_the_banner() {
     );
     assert!(!stderr.contains("[server]"), "{stderr}");
     assert!(stdout.is_empty(), "the banner was printed: {stdout}");
+
+    // Beyond loopback (the demo's API has no token): refused the same way, before the banner.
+    let out = std::process::Command::new(BIN)
+        .args(["demo", "--listen", "0.0.0.0:0"])
+        .env("NO_COLOR", "1")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("--listen 127.0.0.1:PORT"), "{stderr}");
+    assert!(out.stdout.is_empty(), "the banner was printed");
 }

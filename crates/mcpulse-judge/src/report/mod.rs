@@ -90,6 +90,31 @@ pub struct Report {
     pub stderr: Vec<String>,
 }
 
+impl Report {
+    /// Hides `secrets` (values that must not be shown: what `${VAR}` read, the user's header
+    /// values, what the argv rule hides) in what the report says in words. The probe hid them
+    /// in what it recorded about the target, but a server may echo them back: in an error
+    /// message a finding quotes, in security evidence, in its stderr.
+    pub fn hide(&mut self, secrets: &mcpulse_wire::redact::Secrets) {
+        if secrets.is_empty() {
+            return;
+        }
+        secrets.hide_in(&mut self.target);
+        for f in &mut self.findings {
+            secrets.hide_in(&mut f.message);
+        }
+        for f in &mut self.security.findings {
+            secrets.hide_in(&mut f.message);
+            for e in &mut f.evidence {
+                secrets.hide_in(e);
+            }
+        }
+        for line in &mut self.stderr {
+            secrets.hide_in(line);
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ServerInfo {
     pub name: Option<String>,

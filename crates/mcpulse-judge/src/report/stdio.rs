@@ -116,6 +116,19 @@ pub(super) fn phases(tr: &Transcript, hs: &Exchange) -> (Option<f64>, f64) {
         return (None, hs.elapsed_ms);
     };
     let first = first.min(replied);
+    // The server's first word came only after the handshake was sent, and an earlier request
+    // to the same process (`server/discover`, which it ignored) went unanswered: it may have
+    // been up all along, so its start-up cannot be told (not mcpulse's wait for the ignored
+    // request), and the handshake is its own round trip.
+    let asked_before = tr.exchanges.iter().any(|e| {
+        e.transport == TransportKind::Stdio
+            && e.id.is_some()
+            && e.at_ms >= p.at_ms
+            && e.at_ms < hs.at_ms
+    });
+    if asked_before && first >= hs.at_ms {
+        return (None, hs.elapsed_ms);
+    }
     let startup = (first - p.at_ms).max(0.0);
     (Some(startup), (replied - first.max(hs.at_ms)).max(0.0))
 }

@@ -10,6 +10,11 @@ pub fn run(args: DemoArgs) -> Result<u8> {
     // Before anything is started or printed: a busy port is the most common way a demo fails,
     // and the flag to change it is `--listen` (the monitor's own error would name its config
     // key). The port is released again at once; the monitor binds it a moment later.
+    if !args.listen.ip().is_loopback() {
+        anyhow::bail!(
+            "the demo's API has no token, so it listens on loopback only: use --listen 127.0.0.1:PORT (for a monitor reachable from elsewhere, run `mcpulse monitor` with a [server] token)"
+        );
+    }
     std::net::TcpListener::bind(args.listen).map_err(|e| {
         anyhow::anyhow!(
             "cannot listen on {} for the demo's API: {e}; choose another address with --listen (e.g. --listen 127.0.0.1:9478)",

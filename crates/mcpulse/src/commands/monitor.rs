@@ -1,6 +1,7 @@
 //! `mcpulse monitor` and `mcpulse check-config`.
 
 use crate::cli::{CheckConfigArgs, MonitorArgs};
+use crate::printer::count;
 use anyhow::{Context, Result};
 use mcpulse_monitor::daemon::{self, Options};
 
@@ -82,13 +83,4 @@ pub fn init_logging(level: &str) -> Result<()> {
         .fmt_fields(crate::log::InertFields)
         .try_init();
     Ok(())
-}
-
-/// `1 target`, `2 targets`.
-fn count(n: usize, noun: &str) -> String {
-    if n == 1 {
-        format!("1 {noun}")
-    } else {
-        format!("{n} {noun}s")
-    }
 }

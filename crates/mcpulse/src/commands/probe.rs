@@ -6,6 +6,7 @@ use crate::settings;
 use anyhow::{Context, Result, bail};
 use mcpulse_judge::contract::{Contract, Mismatch};
 use mcpulse_judge::{Policy, drift, judge};
+use mcpulse_wire::text;
 
 pub fn run(args: ProbeArgs) -> Result<u8> {
     let (target, plan) = settings::target_and_plan(&args.target)?;
@@ -27,7 +28,7 @@ pub fn run(args: ProbeArgs) -> Result<u8> {
     // server exits. The transcript, written afterwards, records the exit too.
     let (mut transcript, unfinished) = settings::start_probe(&target, &plan)?;
     let judged = unfinished.snapshot(&transcript);
-    let verdict = report_and_print(&args, &judged, budget, baseline.as_ref());
+    let verdict = report_and_print(&args, &judged, budget, baseline.as_ref(), &plan.secrets);
     unfinished.finish(&mut transcript);
     if let (Some(path), Some(mut file)) = (&args.transcript, transcript_file) {
         use std::io::Write;
@@ -64,6 +65,7 @@ fn report_and_print(
     transcript: &mcpulse_probe::Transcript,
     budget: std::time::Duration,
     baseline: Option<&(Contract, Vec<Mismatch>)>,
+    secrets: &mcpulse_wire::redact::Secrets,
 ) -> Result<u8> {
     let mut report = judge(
         transcript,
@@ -72,6 +74,8 @@ fn report_and_print(
             expect_auth: args.expect_auth,
         },
     );
+    // A server may echo a header value or a hidden argument back (an error message, stderr).
+    report.hide(secrets);
     let mut code = report.status.exit_code();
     let current = baseline.and(report.contract.take());
     if baseline.is_some() && current.is_none() {
@@ -138,9 +142,12 @@ pub fn read_baseline(path: &std::path::Path, force: bool) -> Result<(Contract, V
         const SHOWN: usize = 10;
         let mut lines = String::new();
         for m in mismatches.iter().take(SHOWN) {
+            // The file's own text (a hand-edited digest may hold anything): inert.
             lines.push_str(&format!(
                 "\n  {}: stored {}, computed {}",
-                m.what, m.stored, m.computed
+                text::field(&m.what),
+                text::field(&m.stored),
+                m.computed
             ));
         }
         if mismatches.len() > SHOWN {

@@ -1,6 +1,7 @@
 //! `mcpulse snapshot`: a baseline of a server's contract.
 
 use crate::cli::SnapshotArgs;
+use crate::printer::count;
 use crate::settings;
 use anyhow::Result;
 use mcpulse_judge::{Policy, contract, judge};
@@ -12,7 +13,8 @@ pub fn run(args: SnapshotArgs) -> Result<u8> {
     let transcript = settings::run_probe(&target, &plan)?;
     let Some(c) = contract::from_transcript(&transcript) else {
         // No contract: say why, with the probe's own findings.
-        let report = judge(&transcript, &Policy::default());
+        let mut report = judge(&transcript, &Policy::default());
+        report.hide(&plan.secrets);
         let mut msg = format!(
             "mcpulse: no baseline written: could not take the contract of {} ({})",
             text::message(&report.target),
@@ -40,12 +42,12 @@ pub fn run(args: SnapshotArgs) -> Result<u8> {
         Some(path) => {
             super::probe::write_atomic(path, &text)?;
             anstream::eprintln!(
-                "mcpulse: wrote {} ({} tools, {} prompts, {} resources, {} resource templates; {})",
+                "mcpulse: wrote {} ({}, {}, {}, {}; {})",
                 path.display(),
-                c.tools.len(),
-                c.prompts.len(),
-                c.resources.len(),
-                c.resource_templates.len(),
+                count(c.tools.len(), "tool"),
+                count(c.prompts.len(), "prompt"),
+                count(c.resources.len(), "resource"),
+                count(c.resource_templates.len(), "resource template"),
                 c.digest
             );
         }

@@ -66,13 +66,13 @@ pub fn render(r: &Report) -> String {
     }
     let mut inv = vec![format!("auth {}", r.auth.as_str())];
     if let Some(n) = r.tool_count {
-        inv.push(format!("{n} tools"));
+        inv.push(super::count(n, "tool"));
     }
     if let Some(n) = r.prompt_count {
-        inv.push(format!("{n} prompts"));
+        inv.push(super::count(n, "prompt"));
     }
     if let Some(n) = r.resource_count {
-        inv.push(format!("{n} resources"));
+        inv.push(super::count(n, "resource"));
     }
     s.push_str(&format!("  {}\n", inv.join(" · ")));
     let t = &r.timings_ms;
