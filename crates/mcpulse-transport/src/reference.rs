@@ -17,6 +17,25 @@ pub struct InvalidReference {
     pub reason: String,
 }
 
+/// RFC 3986 unreserved characters: what a path segment keeps as is.
+pub const UNRESERVED: &[u8] = b"-._~";
+/// The unreserved and reserved characters and `%`: what a URI reference keeps as is.
+pub const URI_CHARS: &[u8] = b"-._~:/?#[]@!$&'()*+,;=%";
+
+/// Percent-encodes every byte of `s` but ASCII letters, digits and `keep` ([`UNRESERVED`]
+/// for a path segment, [`URI_CHARS`] to make any text a valid URI reference).
+pub fn percent_encode(s: &str, keep: &[u8]) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || keep.contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 /// The scheme a reference names, if it is absolute (RFC 3986: `ALPHA *( ALPHA / DIGIT / "+" /
 /// "-" / "." ) ":"`). `file:/etc/passwd` and `gopher://h/x` have one; `/a:b` and `a/b:c` do not.
 pub fn reference_scheme(reference: &str) -> Option<&str> {

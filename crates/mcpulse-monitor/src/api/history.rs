@@ -135,15 +135,8 @@ pub(super) async fn history_handler(
 
 /// Percent-encodes a path segment (everything but RFC 3986 unreserved characters).
 fn encode_segment(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    use mcpulse_transport::reference::{UNRESERVED, percent_encode};
+    percent_encode(s, UNRESERVED)
 }
 
 #[cfg(test)]

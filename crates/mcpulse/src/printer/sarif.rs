@@ -125,15 +125,8 @@ fn location(target: &str) -> Value {
 /// URL holds `<redacted>`, and `<`, `>` (like spaces or non-ASCII) are not URI characters, so
 /// every byte outside RFC 3986's unreserved, reserved and `%` is percent-encoded.
 fn uri_reference(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~:/?#[]@!$&'()*+,;=%".contains(&b) {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    use mcpulse_transport::reference::{URI_CHARS, percent_encode};
+    percent_encode(s, URI_CHARS)
 }
 
 #[cfg(test)]
