@@ -1567,7 +1567,9 @@ async fn stdio_server_silent_since_its_spawn_times_out_saying_it_may_be_starting
         .unwrap()
         .to_owned();
     assert!(
-        message.contains("has written nothing yet") && message.contains("raise --timeout"),
+        message.contains("has written nothing yet")
+            && message.contains("raise the timeout")
+            && message.contains("--timeout; a monitor target's timeout"),
         "{message}"
     );
     assert_eq!(run.report()["timings_ms"]["startup"], Value::Null);

@@ -55,9 +55,9 @@ impl Judgement<'_> {
                 if last.transport == TransportKind::Stdio {
                     match process_of(tr, last) {
                         Some(p) if p.first_output_ms.is_none() => {
-                            "; the server is running but has written nothing yet: still starting (a package manager's cold download can take a minute) or stuck; raise --timeout to tell which"
+                            "; the server is running but has written nothing yet: still starting (a package manager's cold download can take a minute) or stuck; raise the timeout to tell which (--timeout; a monitor target's timeout)"
                         }
-                        _ => "; the server is running and wrote to stderr, but did not answer: it may be stuck, or slow (raise --timeout)",
+                        _ => "; the server is running and wrote to stderr, but did not answer: it may be stuck, or slow (raise the timeout: --timeout; a monitor target's timeout)",
                     }
                 } else {
                     ""
