@@ -35,6 +35,10 @@ pub enum Command {
     CheckConfig(CheckConfigArgs),
     /// Start a built-in fleet of demo MCP servers and the monitor over them.
     Demo(DemoArgs),
+    /// Run a local stdio MCP server under supervision, in place of its command in a client's
+    /// config: heartbeats, restarts with backoff, the session kept across restarts.
+    #[command(after_help = SUPERVISE_HELP)]
+    Supervise(SuperviseArgs),
     /// Print generated documentation (used to keep docs/ in step with the code).
     #[command(hide = true)]
     Docs { which: DocKind },
@@ -97,6 +101,97 @@ pub struct DemoArgs {
     /// error, warn, info (transitions and alerts), debug (every check) or trace.
     #[arg(long, default_value = "info", value_name = "LEVEL")]
     pub log_level: String,
+}
+
+const SUPERVISE_HELP: &str = "\
+Examples:
+  mcpulse supervise -- npx -y @modelcontextprotocol/server-everything@2026.8.31
+  mcpulse supervise --listen 127.0.0.1:9478 -- python3 -m mcp_server_time
+  mcpulse supervise --wrap ~/.cursor/mcp.json --dry-run
+
+See docs/supervise.md.";
+
+#[derive(Debug, Args)]
+pub struct SuperviseArgs {
+    /// The server: its command and arguments, after `--`.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+
+    /// How often to send the child a heartbeat (`ping`, or `server/discover` on 2026-07-28).
+    #[arg(long, default_value = "30s", value_name = "DURATION")]
+    pub heartbeat_interval: String,
+    /// How long a heartbeat may go unanswered before it counts as failed.
+    #[arg(long, default_value = "5s", value_name = "DURATION")]
+    pub heartbeat_timeout: String,
+    /// Restart the child after this many heartbeat failures in a row.
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub failures: u32,
+    /// A heartbeat missed while a client request has been running for less than this counts
+    /// as busy, not failed.
+    #[arg(long, default_value = "60s", value_name = "DURATION")]
+    pub busy_grace: String,
+    /// The first restart's backoff; it doubles (with full jitter) up to --backoff-max.
+    #[arg(long, default_value = "1s", value_name = "DURATION")]
+    pub backoff_initial: String,
+    /// The longest backoff between restarts.
+    #[arg(long, default_value = "60s", value_name = "DURATION")]
+    pub backoff_max: String,
+    /// How long a child must stay up for the backoff to reset.
+    #[arg(long, default_value = "60s", value_name = "DURATION")]
+    pub backoff_reset: String,
+    /// At most this many restarts within --restart-window; past it the supervisor gives up.
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    pub max_restarts: u32,
+    /// The window of --max-restarts.
+    #[arg(long, default_value = "60s", value_name = "DURATION")]
+    pub restart_window: String,
+    /// Answer a client request that outlives this with an error, and cancel it in the child.
+    /// Off by default: the client's own timeouts stand.
+    #[arg(long, value_name = "DURATION")]
+    pub request_timeout: Option<String>,
+    /// A per-tool --request-timeout for `tools/call`, 'TOOL=DURATION' (repeatable).
+    #[arg(long, value_name = "TOOL=DURATION")]
+    pub tool_timeout: Vec<String>,
+    /// How long a stopping child gets after its stdin is closed, and again after SIGTERM,
+    /// before the next step (SIGTERM, then SIGKILL to its whole process group).
+    #[arg(long, default_value = "2s", value_name = "DURATION")]
+    pub stop_grace: String,
+    /// The most messages held while the child restarts.
+    #[arg(long, default_value_t = 1000, value_name = "N")]
+    pub queue_max_messages: usize,
+    /// The most bytes held while the child restarts.
+    #[arg(long, default_value = "16MiB", value_name = "SIZE")]
+    pub queue_max_bytes: String,
+    /// The longest message relayed either way; a longer line is dropped and reported.
+    #[arg(long, default_value = "64MiB", value_name = "SIZE")]
+    pub max_message_size: String,
+    /// How much of the child's stderr to keep for diagnostics (it is passed through as well).
+    #[arg(long, default_value = "64KiB", value_name = "SIZE")]
+    pub stderr_ring: String,
+
+    /// Serve /livez, /readyz (application/health+json) and /metrics on this address.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// Write logs to this file instead of stderr.
+    #[arg(long, value_name = "FILE")]
+    pub log_file: Option<std::path::PathBuf>,
+    /// error, warn, info (restarts, state changes), debug (heartbeats) or trace.
+    #[arg(long, default_value = "info", value_name = "LEVEL")]
+    pub log_level: String,
+    /// Log lines as JSON objects instead of text.
+    #[arg(long)]
+    pub log_json: bool,
+
+    /// Rewrite the stdio servers of this client config (Claude Desktop, Cursor, VS Code,
+    /// Claude Code) to run under `mcpulse supervise`; a backup is written first.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["unwrap", "command"])]
+    pub wrap: Option<std::path::PathBuf>,
+    /// Undo --wrap: restore each server's own command.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["wrap", "command"])]
+    pub unwrap: Option<std::path::PathBuf>,
+    /// With --wrap or --unwrap: show the change as a diff and write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

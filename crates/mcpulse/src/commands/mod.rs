@@ -5,6 +5,7 @@ mod diff;
 mod monitor;
 mod probe;
 mod snapshot;
+mod supervise;
 
 use crate::cli::{Cli, Command, DocKind};
 use anyhow::Result;
@@ -17,6 +18,7 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Monitor(args) => monitor::run(args),
         Command::CheckConfig(args) => monitor::check(args),
         Command::Demo(args) => demo::run(args),
+        Command::Supervise(args) => supervise::run(args),
         Command::DemoServer {
             which: crate::cli::DemoServerKind::Stdio,
         } => demo::serve_stdio(),

@@ -1,0 +1,12 @@
+//! `mcpulse-policy`: the inside-out half's decisions, as pure state machines.
+//!
+//! Nothing here waits, spawns, reads a clock or does I/O: every function takes the current time
+//! as an argument (milliseconds on a monotonic clock the caller owns) and returns what to do.
+//! The supervisor (`mcpulse-relay::supervise`), the gateway and the kit for rmcp servers call
+//! the same code, and the tests drive it with plain numbers or under paused tokio time.
+
+pub mod backoff;
+pub mod health;
+pub mod heartbeat;
+pub mod restart;
+pub mod timeout;

@@ -1,0 +1,132 @@
+//! What the supervisor tells the outside world: the child's state and the events behind it.
+//!
+//! The supervisor ([`crate::supervise`]) reports through one [`Observer`]; the health endpoints
+//! and metrics ([`crate::endpoints`]) and the logs implement it. The relay's hot path calls it
+//! with borrowed data only, so an observer that does nothing costs nothing.
+
+use serde::Serialize;
+use std::time::Duration;
+
+/// The child's state, as `/readyz` and the `mcpulse_supervise_state` metric show it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ChildState {
+    /// Spawned; the client's handshake (or a replay of it) has not completed yet.
+    Starting,
+    /// Answering its heartbeats.
+    Running,
+    /// A heartbeat went unanswered while a client request was running, within `--busy-grace`:
+    /// slow but alive, not counted as a failure.
+    Busy,
+    /// Waiting out the backoff before the next start.
+    Backoff,
+    /// The restart budget is spent: no more restarts; every request is answered with an error.
+    Fatal,
+    /// The client closed its stdin; the child was shut down.
+    Stopped,
+}
+
+/// Why the child was restarted (the `reason` label of `mcpulse_supervise_restarts_total`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "reason", rename_all = "snake_case")]
+pub enum RestartReason {
+    /// The child exited on its own (or was killed by someone else).
+    Exited {
+        code: Option<i32>,
+        signal: Option<i32>,
+    },
+    /// It missed this many heartbeats in a row.
+    Unresponsive { failures: u32 },
+    /// It could not be started (command not found, permission denied...).
+    SpawnFailed { message: String },
+}
+
+impl RestartReason {
+    /// The metric label: `exited`, `unresponsive` or `spawn_failed`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            RestartReason::Exited { .. } => "exited",
+            RestartReason::Unresponsive { .. } => "unresponsive",
+            RestartReason::SpawnFailed { .. } => "spawn_failed",
+        }
+    }
+}
+
+/// How one heartbeat ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HeartbeatOutcome {
+    /// Answered in time.
+    Ok,
+    /// Unanswered while a client request was running within `--busy-grace`.
+    Busy,
+    /// Unanswered (or answered with an error) with no excuse: counts toward a restart.
+    Failed,
+}
+
+/// How one relayed `tools/call` ended (the `outcome` of the per-tool metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallOutcome {
+    /// A result without `isError`.
+    Ok,
+    /// A result with `isError: true`.
+    ToolError,
+    /// A JSON-RPC error from the server.
+    RpcError,
+    /// Outlived `--request-timeout`: answered by the supervisor, the late reply dropped.
+    Timeout,
+    /// The child died or was restarted with the call in flight.
+    Lost,
+}
+
+/// One restart, as `/readyz` lists the recent ones.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Restart {
+    /// Wall-clock time, milliseconds since the Unix epoch.
+    pub at_ms: i64,
+    #[serde(flatten)]
+    pub reason: RestartReason,
+}
+
+/// The supervisor's state as a whole: what `/readyz` renders.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Status {
+    pub state: ChildState,
+    /// Wall-clock time the state was entered, milliseconds since the Unix epoch.
+    pub since_ms: i64,
+    /// The running child's process id.
+    pub pid: Option<u32>,
+    /// The protocol version the client negotiated (legacy era), or `2026-07-28`.
+    pub protocol_version: Option<String>,
+    /// The last heartbeat: when (epoch ms), how it ended, and its round trip.
+    pub last_heartbeat: Option<(i64, HeartbeatOutcome, Option<Duration>)>,
+    /// Restarts since the supervisor started.
+    pub restarts_total: u64,
+    /// The most recent restarts, oldest first (at most 10).
+    pub recent_restarts: Vec<Restart>,
+    /// Why the supervisor gave up, in `Fatal`.
+    pub fatal_reason: Option<String>,
+}
+
+/// Receives the supervisor's events. Every method has a no-op default.
+pub trait Observer: Send + Sync + 'static {
+    /// The status changed (state, pid, heartbeat, restarts).
+    fn status(&self, _status: &Status) {}
+    /// The child is being restarted, for this reason.
+    fn restart(&self, _reason: &RestartReason) {}
+    /// A heartbeat ended; its round trip when it was answered.
+    fn heartbeat(&self, _outcome: HeartbeatOutcome, _latency: Option<Duration>) {}
+    /// A relayed `tools/call` ended. `tool` is the server's (hostile) name, unsanitised: an
+    /// observer that prints it or uses it as a label makes it inert and bounds it first.
+    fn tool_call(&self, _tool: &str, _outcome: CallOutcome, _latency: Duration) {}
+    /// A line on the child's stdout that was not a JSON-RPC message was kept off the client's
+    /// stream (`line` is a bounded prefix, unsanitised).
+    fn junk_line(&self, _line: &str) {}
+}
+
+/// An observer that ignores everything.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Ignore;
+
+impl Observer for Ignore {}
