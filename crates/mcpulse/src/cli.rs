@@ -38,7 +38,7 @@ pub enum Command {
     /// Run a local stdio MCP server under supervision, in place of its command in a client's
     /// config: heartbeats, restarts with backoff, the session kept across restarts.
     #[command(after_help = SUPERVISE_HELP)]
-    Supervise(SuperviseArgs),
+    Supervise(Box<SuperviseArgs>),
     /// Print generated documentation (used to keep docs/ in step with the code).
     #[command(hide = true)]
     Docs { which: DocKind },

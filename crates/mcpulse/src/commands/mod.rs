@@ -18,7 +18,7 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Monitor(args) => monitor::run(args),
         Command::CheckConfig(args) => monitor::check(args),
         Command::Demo(args) => demo::run(args),
-        Command::Supervise(args) => supervise::run(args),
+        Command::Supervise(args) => supervise::run(*args),
         Command::DemoServer {
             which: crate::cli::DemoServerKind::Stdio,
         } => demo::serve_stdio(),
