@@ -16,6 +16,7 @@
 
 pub mod auth;
 pub mod checks;
+pub mod clientconfig;
 pub mod env;
 pub mod json;
 pub mod jsonrpc;

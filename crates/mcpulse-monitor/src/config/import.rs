@@ -1,8 +1,10 @@
 //! Targets from the MCP client config files people already have, so that "monitor the servers
 //! my editor uses" is one line: `import = ["~/.cursor/mcp.json"]` or `mcpulse monitor --import`.
 //!
-//! Two shapes exist: `{"mcpServers": {name: server}}` (Claude Desktop, Cursor, Claude Code's
-//! `.mcp.json`, Windsurf) and `{"servers": {name: server}}` (VS Code's `mcp.json`). A server is
+//! Where each client keeps its servers is `mcpulse_wire::clientconfig` (shared with
+//! `mcpulse supervise --wrap`): `{"mcpServers": {name: server}}` (Claude Desktop, Cursor, Claude
+//! Code's `.mcp.json` and, per project too, `~/.claude.json`, Windsurf), `{"servers": {…}}` (VS
+//! Code's `mcp.json`) and `mcp.servers` (VS Code's `settings.json`). A server is
 //! `{"command", "args", "env"}` (stdio) or `{"url", "headers"}` (HTTP; `type` may say `http`,
 //! `streamable-http` or `sse`). VS Code files are JSON with comments and trailing commas, and use
 //! `${env:VAR}`; both `${VAR}` and `${env:VAR}` are read from the environment.
@@ -15,6 +17,8 @@
 
 use super::check::{check_header_name, check_header_value, check_name, check_url, target_from};
 use super::types::{Defaults, Endpoint, TargetConfig};
+pub use mcpulse_wire::clientconfig::strip_jsonc;
+use mcpulse_wire::clientconfig::{is_disabled, server_tables};
 use mcpulse_wire::env::Expanded;
 use mcpulse_wire::redact::Secrets;
 use serde_json::Value;
@@ -84,14 +88,18 @@ pub fn parse(
 ) -> Result<Imported, String> {
     let json: Value = serde_json::from_str(&strip_jsonc(text))
         .map_err(|e| format!("import {source}: not JSON: {e}"))?;
-    let servers = json
-        .get("mcpServers")
-        .or_else(|| json.get("servers"))
-        .and_then(Value::as_object)
-        .ok_or_else(|| format!("import {source}: no \"mcpServers\" or \"servers\" object"))?;
+    let tables = server_tables(&json);
+    if tables.is_empty() {
+        return Err(format!(
+            "import {source}: no \"mcpServers\", \"servers\" or \"mcp.servers\" object"
+        ));
+    }
     let mut out = Imported::default();
+    // A name in two tables (Claude Code's projects) keeps its first definition, as across files.
+    let servers = tables.iter().filter_map(|t| t.get(&json)).flatten();
+    let mut seen = HashSet::new();
     for (name, s) in servers {
-        if s.get("disabled").and_then(Value::as_bool) == Some(true) {
+        if is_disabled(s) || !seen.insert(name) {
             continue;
         }
         match server(name, s, source, defaults, env) {
@@ -238,81 +246,6 @@ fn expand_editor(v: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Expand
     })
 }
 
-/// JSON with comments (`//`, `/* */`) and trailing commas, as VS Code writes it, to JSON.
-pub fn strip_jsonc(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let b: Vec<char> = text.chars().collect();
-    let mut i = 0;
-    let mut in_str = false;
-    while i < b.len() {
-        let c = b[i];
-        if in_str {
-            out.push(c);
-            if c == '\\' && i + 1 < b.len() {
-                out.push(b[i + 1]);
-                i += 2;
-                continue;
-            }
-            if c == '"' {
-                in_str = false;
-            }
-            i += 1;
-            continue;
-        }
-        match (c, b.get(i + 1)) {
-            ('"', _) => {
-                in_str = true;
-                out.push(c);
-                i += 1;
-            }
-            ('/', Some('/')) => {
-                while i < b.len() && b[i] != '\n' {
-                    i += 1;
-                }
-            }
-            ('/', Some('*')) => {
-                i += 2;
-                while i + 1 < b.len() && !(b[i] == '*' && b[i + 1] == '/') {
-                    i += 1;
-                }
-                i += 2;
-            }
-            (',', _) => {
-                // A trailing comma: the next significant character (past white space and
-                // comments, as in `"a": 1, // note`) closes the container.
-                let mut j = i + 1;
-                loop {
-                    match (b.get(j), b.get(j + 1)) {
-                        (Some(c), _) if c.is_whitespace() => j += 1,
-                        (Some('/'), Some('/')) => {
-                            while j < b.len() && b[j] != '\n' {
-                                j += 1;
-                            }
-                        }
-                        (Some('/'), Some('*')) => {
-                            j += 2;
-                            while j + 1 < b.len() && !(b[j] == '*' && b[j + 1] == '/') {
-                                j += 1;
-                            }
-                            j += 2;
-                        }
-                        _ => break,
-                    }
-                }
-                if !matches!(b.get(j), Some('}') | Some(']')) {
-                    out.push(c);
-                }
-                i += 1;
-            }
-            _ => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -353,6 +286,31 @@ mod tests {
             vec![("Authorization".to_owned(), "Bearer ghp".to_owned())]
         );
         assert_eq!(t[1].labels["imported_from"], "claude_desktop_config.json");
+    }
+
+    /// Claude Code's `~/.claude.json`: top-level servers and each project's; a name in two
+    /// projects keeps its first definition. VS Code's settings.json: `mcp.servers`.
+    #[test]
+    fn claude_code_projects_and_vscode_settings() {
+        let i = import(
+            r#"{"mcpServers": {"top": {"command": "a"}},
+                "projects": {"/p1": {"mcpServers": {"p": {"command": "b"}, "top": {"command": "c"}}},
+                             "/p2": {"mcpServers": {"p": {"command": "d"}}}}}"#,
+        )
+        .unwrap();
+        let argv0 = |t: &TargetConfig| match &t.endpoint {
+            Endpoint::Command { argv, .. } => argv[0].clone(),
+            Endpoint::Url(u) => u.clone(),
+        };
+        let got: Vec<(&str, String)> = i
+            .targets
+            .iter()
+            .map(|t| (t.name.as_str(), argv0(t)))
+            .collect();
+        assert_eq!(got, [("top", "a".to_owned()), ("p", "b".to_owned())]);
+        let i = import(r#"{"editor.tabSize": 2, "mcp": {"servers": {"s": {"command": "e"}}}}"#)
+            .unwrap();
+        assert_eq!(i.targets[0].name, "s");
     }
 
     #[test]
@@ -496,13 +454,5 @@ mod tests {
             "{shown}"
         );
         assert!(!shown.contains("ghp"), "{shown}");
-    }
-
-    #[test]
-    fn jsonc_keeps_strings() {
-        assert_eq!(
-            strip_jsonc(r#"{"a": "http://x // not a comment", "b": [1,2,],}"#),
-            r#"{"a": "http://x // not a comment", "b": [1,2]}"#
-        );
     }
 }
