@@ -133,8 +133,8 @@ def report(path):
                 if not ms:
                     continue
                 p50, p99 = med([r["p50_us"] for r in ms]), med([r["p99_us"] for r in ms])
-                add = "" if mode == "direct" else f"+{p50 - base:.0f} µs"
-                add99 = "" if mode == "direct" else f"+{p99 - base99:.0f} µs"
+                add = "" if mode == "direct" else f"{p50 - base:+.0f} µs"
+                add99 = "" if mode == "direct" else f"{p99 - base99:+.0f} µs"
                 lines.append(f"| {mode} | {p50:.0f} | {add} | {p99:.0f} | {add99} |")
     for server in dict.fromkeys(r["server"] for r in rows if r["kind"] == "throughput"):
         sel = [r for r in rows if r["kind"] == "throughput" and r["server"] == server]

@@ -13,6 +13,7 @@
 #                    snapshot under /work/.mirror if present, else a clone); it is built once
 #                    at the pinned commit into target/bench-supervise/ (npm ci, then tsc)
 #   LATENCY_N, THROUGHPUT_M, THROUGHPUT_SIZE   the loads (5000, 100, 1048576)
+#   BENCH_NOTE       a line for the report (for example, which build MCPULSE is)
 #
 # Needs scripts/interop-setup.sh's installs (server-everything), node, npm, python3, git.
 # A path that cannot run (the supervisor not built yet, the peer not buildable) is left out of
@@ -36,6 +37,7 @@ if [ -z "${MCPULSE:-}" ] && [ ! -x "$mcpulse" ]; then
   (cd "$root" && CARGO_TARGET_DIR="$root/target" cargo build --release --locked -p mcpulse)
 fi
 notes=()
+[ -n "${BENCH_NOTE:-}" ] && notes+=("$BENCH_NOTE")
 modes=(direct)
 said="$("$mcpulse" supervise -- true </dev/null 2>&1 || true)"
 if [[ "$said" == *"not built yet"* ]]; then
