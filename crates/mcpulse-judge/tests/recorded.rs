@@ -157,14 +157,7 @@ fn stdio_server_that_exits_at_once_is_down_with_its_stderr() {
     let r = report("stdio-exits-at-once");
     expect(&r, "down", &["process-exited"]);
     assert_eq!(r["transport"], "stdio");
-    assert!(
-        r["stderr"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|l| l == "fatal: API_KEY is not set"),
-        "{r}"
-    );
+    // Its stderr in the report: captured by the wire, so checked end to end in failures.rs.
     assert_eq!(finding(&r, "process-exited")["severity"], "critical");
 }
 
@@ -218,43 +211,16 @@ fn no_sec_finding(fixture: &str, code: &str) {
     );
 }
 
-/// The grade and score, checked against the published formula (docs/security.md: each rule
-/// costs its worst finding's penalty once; any critical is F) for the findings reported.
+/// The grade and score, the same in the report and its security section. The callers pin the
+/// findings they rest on, so the pair also checks the published formula (itself tested in
+/// src/security/grade.rs) on them: each rule counted once, at its worst.
 fn grade(r: &Value) -> (String, u64) {
     let sec = &r["security"];
-    let mut worst: Vec<(String, u64, bool)> = Vec::new();
-    for f in sec["findings"].as_array().unwrap() {
-        let code = f["code"].as_str().unwrap().to_owned();
-        let sev = f["severity"].as_str().unwrap();
-        let penalty = match sev {
-            "critical" => 60,
-            "high" => 30,
-            "medium" => 15,
-            "low" => 5,
-            _ => 0,
-        };
-        match worst.iter_mut().find(|w| w.0 == code) {
-            Some(w) => {
-                w.1 = w.1.max(penalty);
-                w.2 |= sev == "critical";
-            }
-            None => worst.push((code, penalty, sev == "critical")),
-        }
-    }
-    let score = 100u64.saturating_sub(worst.iter().map(|w| w.1).sum());
-    let grade = if worst.iter().any(|w| w.2) {
-        "F"
-    } else {
-        [("A", 90), ("B", 75), ("C", 60), ("D", 40), ("F", 0)]
-            .iter()
-            .find(|(_, min)| score >= *min)
-            .unwrap()
-            .0
-    };
-    assert_eq!(sec["score"], score, "{sec}");
-    assert_eq!(sec["grade"], grade, "{sec}");
-    assert_eq!(r["grade"], grade);
-    (grade.to_owned(), score)
+    assert_eq!(r["grade"], sec["grade"], "{sec}");
+    (
+        sec["grade"].as_str().unwrap().to_owned(),
+        sec["score"].as_u64().unwrap(),
+    )
 }
 
 #[test]
@@ -279,6 +245,10 @@ fn tool_hidden_unicode() {
     assert!(
         all[1]["message"].as_str().unwrap().contains("6 hidden"),
         "{all:?}"
+    );
+    assert_eq!(
+        codes(&sec["findings"]),
+        ["tool-hidden-unicode", "tool-hidden-unicode"]
     );
     assert_eq!(grade(&r), ("C".to_owned(), 70), "counted once");
 
@@ -346,6 +316,13 @@ fn tool_destructive_unannotated() {
     assert!(
         messages.iter().any(|m| m.contains("readOnlyHint: true")),
         "{messages:?}"
+    );
+    assert_eq!(
+        codes(&sec["findings"]),
+        [
+            "tool-destructive-unannotated",
+            "tool-destructive-unannotated"
+        ]
     );
     assert_eq!(grade(&r), ("A".to_owned(), 95), "counted once");
 

@@ -7,6 +7,20 @@ use mcpulse_wire::jsonrpc::Message;
 use mcpulse_wire::transcript::{Exchange, Step};
 use serde_json::Value;
 
+/// The first metadata document answered 200 with a JSON object, and its exchange.
+fn first_json_object<'a>(exchanges: &[&'a Exchange]) -> Option<(&'a Exchange, Value)> {
+    exchanges
+        .iter()
+        .filter(|e| e.status() == Some(200))
+        .find_map(|e| {
+            e.body
+                .as_deref()
+                .and_then(|b| serde_json::from_str::<Value>(b).ok())
+                .filter(Value::is_object)
+                .map(|v| (*e, v))
+        })
+}
+
 pub(super) fn auth_rules(
     c: &mut Ctx<'_>,
     loopback: bool,
@@ -59,16 +73,7 @@ pub(super) fn auth_rules(
         .iter()
         .filter(|e| e.step == Step::ResourceMetadata)
         .collect();
-    let prm: Option<(&Exchange, Value)> = prm_exchanges
-        .iter()
-        .filter(|e| e.status() == Some(200))
-        .find_map(|e| {
-            e.body
-                .as_deref()
-                .and_then(|b| serde_json::from_str::<Value>(b).ok())
-                .filter(Value::is_object)
-                .map(|v| (*e, v))
-        });
+    let prm = first_json_object(&prm_exchanges);
     let advertised = header.and_then(auth::resource_metadata);
     if header.is_none() && prm.is_none() {
         let mut ev = vec![evidence(challenge_ex)];
@@ -142,16 +147,7 @@ pub(super) fn auth_rules(
         );
         return;
     }
-    let meta = as_exchanges
-        .iter()
-        .filter(|e| e.status() == Some(200))
-        .find_map(|e| {
-            e.body
-                .as_deref()
-                .and_then(|b| serde_json::from_str::<Value>(b).ok())
-                .filter(Value::is_object)
-                .map(|v| (*e, v))
-        });
+    let meta = first_json_object(&as_exchanges);
     let Some((as_ex, meta)) = meta else {
         c.add(
             SecRule::AuthServerMetadataMissing,
