@@ -418,7 +418,7 @@ fn alerts(
             "command" => match &r.command {
                 Some(c) if !c.is_empty() => SinkKind::Command {
                     argv: c.clone(),
-                    env: command_env(&r.env).map_err(at)?,
+                    env: command_env(&r.env).map_err(|e| at(e.to_string()))?,
                 },
                 _ => return Err(at("needs command = [\"program\", \"arg\"]".into())),
             },
@@ -798,14 +798,19 @@ pub fn duration(s: &str) -> Result<Duration, mcpulse_wire::units::UnitError> {
     mcpulse_wire::units::duration(s)
 }
 
+/// A command sink's `env` entry that cannot name a variable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "env {0:?} is not a variable name: write the names to pass on, e.g. env = [\"PAGER_TOKEN\"]"
+)]
+struct NotAVariable(String);
+
 /// A command sink's `env`: names of the monitor's variables, each at most once.
-fn command_env(names: &[String]) -> Result<Vec<String>, String> {
+fn command_env(names: &[String]) -> Result<Vec<String>, NotAVariable> {
     let mut out: Vec<String> = Vec::new();
     for n in names {
         if n.is_empty() || n.contains(['=', '\0']) {
-            return Err(format!(
-                "env {n:?} is not a variable name: write the names to pass on, e.g. env = [\"PAGER_TOKEN\"]"
-            ));
+            return Err(NotAVariable(n.clone()));
         }
         if !out.contains(n) {
             out.push(n.clone());
@@ -901,7 +906,12 @@ mod tests {
         let e = parse_err(&format!(
             "{base}[[alerts]]\nkind = \"command\"\ncommand = [\"notify\"]\nenv = [\"A=b\"]\n"
         ));
-        assert!(e.to_string().contains("is not a variable name"), "{e}");
+        assert!(
+            e.message.ends_with(
+                "alert \"command\": env \"A=b\" is not a variable name: write the names to pass on, e.g. env = [\"PAGER_TOKEN\"]"
+            ),
+            "{e}"
+        );
         let e = parse_err(&format!(
             "{base}[[alerts]]\nkind = \"webhook\"\nurl = \"http://hook\"\nenv = [\"A\"]\n"
         ));
