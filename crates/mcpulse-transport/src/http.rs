@@ -421,7 +421,9 @@ impl HttpClient {
         // TLS
         let io: Box<dyn Io> = if tls {
             let t = Instant::now();
-            let config = self.tls_config().map_err(|m| fail(ConnectStage::Tls, m))?;
+            let config = self
+                .tls_config()
+                .map_err(|e| fail(ConnectStage::Tls, e.to_string()))?;
             let name = rustls::pki_types::ServerName::try_from(host.to_owned())
                 .map_err(|e| fail(ConnectStage::Tls, format!("{host}: {e}")))?;
             let connector = tokio_rustls::TlsConnector::from(config);
@@ -462,7 +464,7 @@ impl HttpClient {
         Ok(sender)
     }
 
-    fn tls_config(&mut self) -> Result<Arc<rustls::ClientConfig>, String> {
+    fn tls_config(&mut self) -> Result<Arc<rustls::ClientConfig>, TlsConfigError> {
         if let Some(c) = &self.tls {
             return Ok(c.clone());
         }
@@ -471,17 +473,15 @@ impl HttpClient {
             let _ = roots.add(cert);
         }
         for cert in &self.extra_roots {
-            roots
-                .add(cert.clone())
-                .map_err(|e| format!("a certificate from --ca-file was rejected: {e}"))?;
+            roots.add(cert.clone()).map_err(TlsConfigError::CaFile)?;
         }
         if roots.is_empty() {
-            return Err("no trusted root certificates found on this system (install the ca-certificates package)".into());
+            return Err(TlsConfigError::NoRoots);
         }
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut config = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
+            .map_err(TlsConfigError::Provider)?
             .with_root_certificates(roots)
             .with_no_client_auth();
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
@@ -489,6 +489,19 @@ impl HttpClient {
         self.tls = Some(config.clone());
         Ok(config)
     }
+}
+
+/// Why no TLS client configuration could be made; recorded as the connection's TLS error.
+#[derive(Debug, thiserror::Error)]
+enum TlsConfigError {
+    #[error("a certificate from --ca-file was rejected: {0}")]
+    CaFile(rustls::Error),
+    #[error(
+        "no trusted root certificates found on this system (install the ca-certificates package)"
+    )]
+    NoRoots,
+    #[error("{0}")]
+    Provider(rustls::Error),
 }
 
 fn build(
@@ -785,6 +798,24 @@ pub fn recorded_headers(resp: &Response<Incoming>) -> Vec<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The typed TLS set-up errors print what the `String` errors they replaced printed.
+    #[test]
+    fn tls_config_messages_are_unchanged() {
+        let bad = rustls::Error::General("bad der".into());
+        assert_eq!(
+            TlsConfigError::CaFile(bad.clone()).to_string(),
+            format!("a certificate from --ca-file was rejected: {bad}")
+        );
+        assert_eq!(
+            TlsConfigError::NoRoots.to_string(),
+            "no trusted root certificates found on this system (install the ca-certificates package)"
+        );
+        assert_eq!(
+            TlsConfigError::Provider(bad.clone()).to_string(),
+            bad.to_string()
+        );
+    }
 
     #[test]
     fn address_classes() {
