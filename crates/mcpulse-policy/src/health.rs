@@ -72,6 +72,9 @@ pub struct Check {
     pub time_ms: Option<i64>,
     /// Why it is not `pass` (or, on pass, a word for people); already inert.
     pub output: Option<String>,
+    /// More members of the check object (the draft allows extra keys), such as the supervisor's
+    /// recent restarts.
+    pub extra: Map<String, Value>,
 }
 
 impl Check {
@@ -91,6 +94,7 @@ impl Check {
             observed_unit: None,
             time_ms: None,
             output: None,
+            extra: Map::new(),
         }
     }
 
@@ -124,9 +128,15 @@ impl Check {
         self
     }
 
+    /// One more member of the check object; the draft's own members win over it.
+    pub fn with(mut self, key: impl Into<String>, value: impl Into<Value>) -> Check {
+        self.extra.insert(key.into(), value.into());
+        self
+    }
+
     /// The check as one element of its `checks` array.
     fn to_json(&self) -> Value {
-        let mut o = Map::new();
+        let mut o = self.extra.clone();
         if let Some(id) = &self.component_id {
             o.insert("componentId".into(), id.as_str().into());
         }
