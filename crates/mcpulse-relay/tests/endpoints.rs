@@ -5,7 +5,7 @@
 
 use mcpulse_relay::endpoints::{self, Endpoints, MAX_TOOL_LABELS, OTHER_TOOL};
 use mcpulse_relay::status::{
-    CallOutcome, ChildState, HeartbeatOutcome, Observer, Restart, RestartReason, Status,
+    CallOutcome, ChildState, HeartbeatOutcome, Logs, Observer, Restart, RestartReason, Status,
 };
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -243,7 +243,9 @@ impl Exposition {
 #[tokio::test]
 async fn metrics_have_conventional_names_and_types() {
     let (e, l) = start().await;
-    let obs: &dyn Observer = &e;
+    // Through the logging observer, as the binary wires it: every event reaches the metrics.
+    let logs = Logs::new(e.clone());
+    let obs: &dyn Observer = &logs;
     obs.status(&status(ChildState::Running));
     obs.restart(&RestartReason::Unresponsive { failures: 3 });
     obs.restart(&RestartReason::Exited {
