@@ -300,13 +300,13 @@ impl Endpoints {
     }
 
     /// The last status the supervisor reported.
-    pub fn status(&self) -> Status {
+    pub fn current(&self) -> Status {
         lock(&self.inner.status).clone()
     }
 
     /// `/readyz`'s document for the current status.
     pub fn readiness(&self) -> Health {
-        readiness(&self.status(), self.inner.service_version)
+        readiness(&self.current(), self.inner.service_version)
     }
 
     /// `/metrics`'s body (OpenMetrics text, ending in `# EOF`).

@@ -3,10 +3,12 @@
 //!
 //! This module owns the report's shape and the order of judgement ([`judge`]); each family of
 //! checks is a child module: `session` (the handshake's facts), `lists` (the inventory),
-//! `down` (a handshake that failed), `gated` (401/403), `stdio` (processes). How exchanges read
+//! `down` (a handshake that failed), `gated` (401/403), `stdio` (processes), `endpoint` (the
+//! server's HTTP health endpoint). How exchanges read
 //! in messages is `crate::evidence`'s; the security grade is `crate::security`'s.
 
 mod down;
+mod endpoint;
 mod gated;
 mod lists;
 mod session;
@@ -270,6 +272,7 @@ pub fn judge(tr: &Transcript, policy: &Policy) -> Report {
     j.process_findings();
     j.envelope_findings();
     let mut findings = j.findings;
+    findings.extend(endpoint::findings(&tr.health));
     // Most severe first, then in the order found.
     findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
     report.status = Status::from_findings(&findings);

@@ -9,7 +9,12 @@ use mcpulse_judge::{Policy, drift, judge};
 use mcpulse_wire::text;
 
 pub fn run(args: ProbeArgs) -> Result<u8> {
-    let (target, plan) = settings::target_and_plan(&args.target)?;
+    let (target, mut plan) = settings::target_and_plan(&args.target)?;
+    if let Some(url) = &args.health_url {
+        // Checked as a probe URL is (http or https, a host): a usage error, not a finding.
+        mcpulse_probe::Target::http(url).map_err(|e| anyhow::anyhow!("--health-url: {e}"))?;
+        plan.health_url = Some(url.clone());
+    }
     let budget = settings::duration(&args.latency_budget, "--latency-budget")?;
     // Read the baseline before probing: a bad file is a usage error, not a probe result.
     let baseline = match &args.baseline {
