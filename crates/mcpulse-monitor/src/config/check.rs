@@ -127,5 +127,6 @@ pub(crate) fn target_from(
         security: s.security,
         labels,
         source,
+        health_url: None,
     }
 }
