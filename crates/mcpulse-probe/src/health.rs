@@ -7,10 +7,11 @@
 //! sooner), redirects are followed only within the URL's origin, and the user's credentials
 //! (meant for the MCP endpoint) are not sent.
 
+use crate::plan::Plan;
 use mcpulse_transport::clock::Clock;
 use mcpulse_transport::http::{BodyEnd, HttpClient, Outgoing, read_body};
 use mcpulse_wire::redact;
-use mcpulse_wire::transcript::{HEALTH_BODY_CAP, HealthFetch};
+use mcpulse_wire::transcript::{HEALTH_BODY_CAP, HealthFetch, TargetKind, TargetRecord, Transcript};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -82,4 +83,37 @@ pub(crate) async fn fetch(
     }
     rec.elapsed_ms = Some(clock.at() - at);
     rec
+}
+
+/// A probe of a health endpoint alone (no MCP target): the transcript holds the one read, and
+/// its target is the endpoint (kind `health`), so the judge decides from it alone. `plan`
+/// gives the deadline (`timeout`, within [`HEALTH_TIMEOUT`]), the extra roots and the secrets.
+pub async fn probe_health(url: &str, plan: &Plan) -> Transcript {
+    let since_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let clock = Clock::start();
+    let deadline = Instant::now() + plan.timeout;
+    let host = url
+        .parse::<http::Uri>()
+        .ok()
+        .and_then(|u| u.host().map(|h| h.trim_start_matches('[').trim_end_matches(']').to_owned()));
+    let target = TargetRecord {
+        display: redact::target_url(url, &plan.secrets),
+        kind: TargetKind::Health,
+        host,
+    };
+    let started_unix_ms = u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX);
+    let mut tr = Transcript::new(target, plan.record(), started_unix_ms);
+    tr.started_unix_us = u64::try_from(since_epoch.as_micros()).ok();
+    let roots = plan
+        .extra_roots
+        .iter()
+        .map(|d| mcpulse_transport::http::CertificateDer::from(d.clone()))
+        .collect();
+    let fetch = fetch(url, clock, roots, deadline).await;
+    tr.total_ms = fetch.at_ms + fetch.elapsed_ms.unwrap_or(0.0);
+    tr.health.push(fetch);
+    tr.hide(&plan.secrets);
+    tr
 }

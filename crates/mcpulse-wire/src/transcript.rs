@@ -175,6 +175,9 @@ pub struct TargetRecord {
 pub enum TargetKind {
     Http,
     Stdio,
+    /// Only an HTTP health endpoint (`mcpulse probe --health-url URL` without an MCP target):
+    /// no protocol steps, the verdict from `health` alone.
+    Health,
 }
 
 /// The settings that shaped the probe and that the judge needs.

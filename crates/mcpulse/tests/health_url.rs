@@ -267,3 +267,52 @@ async fn component_text_reaches_the_terminal_inert() {
         r.stdout
     );
 }
+
+#[tokio::test]
+async fn without_an_mcp_target_the_endpoint_alone_decides() {
+    let e = Endpoints::new("test");
+    let l = endpoints::serve("127.0.0.1:0".parse().unwrap(), e.clone())
+        .await
+        .unwrap();
+    let readyz = format!("http://{}/readyz", l.addr);
+    let alone = |extra: &'static [&'static str]| {
+        let readyz = readyz.clone();
+        async move {
+            let mut args = vec!["probe", "--health-url", readyz.as_str()];
+            args.extend_from_slice(extra);
+            run::run(BIN, &args, &[], BOUND).await
+        }
+    };
+
+    e.status(&running());
+    let r = alone(&["--json"]).await;
+    assert_eq!(r.code, Some(0), "{}\n{}", r.stdout, r.stderr);
+    let v = r.json();
+    assert_eq!(v["status"], "healthy");
+    assert_eq!(v["target"], readyz.as_str());
+    // No protocol was spoken, so no protocol finding either.
+    assert_eq!(v["findings"], json!([]), "{}", r.stdout);
+    let human = alone(&["--color", "never"]).await;
+    assert_eq!(human.code, Some(0), "{}", human.stderr);
+    assert!(human.stdout.contains("healthy"), "{}", human.stdout);
+
+    let mut s = running();
+    s.state = ChildState::Fatal;
+    s.fatal_reason = Some("5 restarts within 60s".into());
+    e.status(&s);
+    let r = alone(&["--json"]).await;
+    assert_eq!(r.code, Some(2), "{}", r.stdout);
+    assert!(has(&r, "health-endpoint-down", "gave up: 5 restarts within 60s"), "{}", r.stdout);
+    assert!(has(&r, "health-component-unhealthy", "restarts:count reports fail"));
+
+    // Nothing listening: unreachable, and quickly.
+    drop(l);
+    let started = Instant::now();
+    let r = alone(&["--json"]).await;
+    assert_eq!(r.code, Some(2), "{}", r.stdout);
+    assert!(has(&r, "health-endpoint-unreachable", "could not be read"), "{}", r.stdout);
+    assert!(started.elapsed() < Duration::from_secs(10));
+
+    let r = alone(&["--baseline", "x.lock"]).await;
+    assert_eq!(r.code, Some(3), "{}", r.stderr);
+}
