@@ -11,7 +11,9 @@ use crate::plan::Plan;
 use mcpulse_transport::clock::Clock;
 use mcpulse_transport::http::{BodyEnd, HttpClient, Outgoing, read_body};
 use mcpulse_wire::redact;
-use mcpulse_wire::transcript::{HEALTH_BODY_CAP, HealthFetch, TargetKind, TargetRecord, Transcript};
+use mcpulse_wire::transcript::{
+    HEALTH_BODY_CAP, HealthFetch, TargetKind, TargetRecord, Transcript,
+};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -94,10 +96,10 @@ pub async fn probe_health(url: &str, plan: &Plan) -> Transcript {
         .unwrap_or_default();
     let clock = Clock::start();
     let deadline = Instant::now() + plan.timeout;
-    let host = url
-        .parse::<http::Uri>()
-        .ok()
-        .and_then(|u| u.host().map(|h| h.trim_start_matches('[').trim_end_matches(']').to_owned()));
+    let host = url.parse::<http::Uri>().ok().and_then(|u| {
+        u.host()
+            .map(|h| h.trim_start_matches('[').trim_end_matches(']').to_owned())
+    });
     let target = TargetRecord {
         display: redact::target_url(url, &plan.secrets),
         kind: TargetKind::Health,

@@ -302,15 +302,27 @@ async fn without_an_mcp_target_the_endpoint_alone_decides() {
     e.status(&s);
     let r = alone(&["--json"]).await;
     assert_eq!(r.code, Some(2), "{}", r.stdout);
-    assert!(has(&r, "health-endpoint-down", "gave up: 5 restarts within 60s"), "{}", r.stdout);
-    assert!(has(&r, "health-component-unhealthy", "restarts:count reports fail"));
+    assert!(
+        has(&r, "health-endpoint-down", "gave up: 5 restarts within 60s"),
+        "{}",
+        r.stdout
+    );
+    assert!(has(
+        &r,
+        "health-component-unhealthy",
+        "restarts:count reports fail"
+    ));
 
     // Nothing listening: unreachable, and quickly.
     drop(l);
     let started = Instant::now();
     let r = alone(&["--json"]).await;
     assert_eq!(r.code, Some(2), "{}", r.stdout);
-    assert!(has(&r, "health-endpoint-unreachable", "could not be read"), "{}", r.stdout);
+    assert!(
+        has(&r, "health-endpoint-unreachable", "could not be read"),
+        "{}",
+        r.stdout
+    );
     assert!(started.elapsed() < Duration::from_secs(10));
 
     let r = alone(&["--baseline", "x.lock"]).await;

@@ -53,7 +53,9 @@ fn health_only(args: &ProbeArgs, url: &str) -> Result<u8> {
     use mcpulse_probe::{Caller, PlanSpec, Target};
     let target = Target::http(url).map_err(|e| anyhow::anyhow!("--health-url: {e}"))?;
     if args.baseline.is_some() {
-        bail!("--baseline needs an MCP target (a URL or a command after `--`), not only --health-url");
+        bail!(
+            "--baseline needs an MCP target (a URL or a command after `--`), not only --health-url"
+        );
     }
     let budget = settings::duration(&args.latency_budget, "--latency-budget")?;
     let timeout = match &args.target.timeout {
