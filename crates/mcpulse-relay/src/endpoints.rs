@@ -281,16 +281,7 @@ impl Endpoints {
     pub fn new(version: &'static str) -> Endpoints {
         Endpoints {
             inner: Arc::new(Inner {
-                status: Mutex::new(Status {
-                    state: ChildState::Starting,
-                    since_ms: now_ms(),
-                    pid: None,
-                    protocol_version: None,
-                    last_heartbeat: None,
-                    restarts_total: 0,
-                    recent_restarts: Vec::new(),
-                    fatal_reason: None,
-                }),
+                status: Mutex::new(Status::new(ChildState::Starting, now_ms())),
                 metrics: Metrics::new(),
                 tools: Mutex::new(HashSet::new()),
                 started: Instant::now(),
@@ -497,19 +488,6 @@ pub fn readiness(s: &Status, version: &'static str) -> Health {
     }
 }
 
-fn respond(r: health::Rendered) -> Response {
-    let code = StatusCode::from_u16(r.http_status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    (
-        code,
-        [
-            (header::CONTENT_TYPE, r.content_type),
-            (header::CACHE_CONTROL, "no-store"),
-        ],
-        r.body,
-    )
-        .into_response()
-}
-
 type Pairs = Result<Query<Vec<(String, String)>>, QueryRejection>;
 
 fn query(q: Pairs) -> health::Query {
@@ -531,11 +509,11 @@ async fn livez(State(e): State<Endpoints>, q: Pairs) -> Response {
                 .at(now_ms()),
         ],
     };
-    respond(health.render(&query, "livez"))
+    health.render(&query, "livez").into_response()
 }
 
 async fn readyz(State(e): State<Endpoints>, q: Pairs) -> Response {
-    respond(e.readiness().render(&query(q), "readyz"))
+    e.readiness().render(&query(q), "readyz").into_response()
 }
 
 async fn metrics(State(e): State<Endpoints>) -> Response {

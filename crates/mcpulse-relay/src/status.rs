@@ -109,6 +109,23 @@ pub struct Status {
     pub fatal_reason: Option<String>,
 }
 
+impl Status {
+    /// `state` since `since_ms`, with nothing else known yet (no child, no heartbeat, no
+    /// restart).
+    pub fn new(state: ChildState, since_ms: i64) -> Status {
+        Status {
+            state,
+            since_ms,
+            pid: None,
+            protocol_version: None,
+            last_heartbeat: None,
+            restarts_total: 0,
+            recent_restarts: Vec::new(),
+            fatal_reason: None,
+        }
+    }
+}
+
 /// Receives the supervisor's events. Every method has a no-op default.
 pub trait Observer: Send + Sync + 'static {
     /// The status changed (state, pid, heartbeat, restarts).

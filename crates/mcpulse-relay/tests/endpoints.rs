@@ -61,14 +61,9 @@ async fn get(addr: SocketAddr, path: &str) -> Resp {
 
 fn status(state: ChildState) -> Status {
     Status {
-        state,
-        since_ms: 1_700_000_000_000,
         pid: Some(4242),
         protocol_version: Some("2025-06-18".into()),
-        last_heartbeat: None,
-        restarts_total: 0,
-        recent_restarts: Vec::new(),
-        fatal_reason: None,
+        ..Status::new(state, 1_700_000_000_000)
     }
 }
 

@@ -54,14 +54,9 @@ fn has(r: &Run, code: &str, needle: &str) -> bool {
 
 fn running() -> Status {
     Status {
-        state: ChildState::Running,
-        since_ms: 1_700_000_000_000,
         pid: Some(4242),
         protocol_version: Some("2025-06-18".into()),
-        last_heartbeat: None,
-        restarts_total: 0,
-        recent_restarts: Vec::new(),
-        fatal_reason: None,
+        ..Status::new(ChildState::Running, 1_700_000_000_000)
     }
 }
 

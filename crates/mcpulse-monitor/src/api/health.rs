@@ -8,23 +8,8 @@ use super::ApiState;
 use crate::fleet::SelfCheck;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
-use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use mcpulse_policy::health::{self, Health};
-
-/// Puts a rendered health document on the wire, never cached.
-fn respond(r: health::Rendered) -> Response {
-    let code = StatusCode::from_u16(r.http_status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    (
-        code,
-        [
-            (header::CONTENT_TYPE, r.content_type),
-            (header::CACHE_CONTROL, "no-store"),
-        ],
-        r.body,
-    )
-        .into_response()
-}
 
 fn monitor_health(description: &'static str, checks: Vec<SelfCheck>) -> Health {
     Health {
@@ -57,7 +42,9 @@ pub(super) async fn livez(
         exclude: Vec::new(),
         ..query
     };
-    respond(monitor_health("mcpulse monitor liveness", checks).render(&query, "livez"))
+    monitor_health("mcpulse monitor liveness", checks)
+        .render(&query, "livez")
+        .into_response()
 }
 
 pub(super) async fn readyz(
@@ -66,11 +53,10 @@ pub(super) async fn readyz(
 ) -> Response {
     let query = health_params(q);
     let checks = s.fleet.snapshot().readiness(s.now());
-    respond(
-        monitor_health(
-            "mcpulse monitor readiness: config loaded, store writable, checks flowing",
-            checks,
-        )
-        .render(&query, "readyz"),
+    monitor_health(
+        "mcpulse monitor readiness: config loaded, store writable, checks flowing",
+        checks,
     )
+    .render(&query, "readyz")
+    .into_response()
 }
