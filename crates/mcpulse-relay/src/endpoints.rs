@@ -443,7 +443,7 @@ pub fn readiness(s: &Status, version: &'static str) -> Health {
     checks.push(match s.last_heartbeat {
         None => heartbeat.output("no heartbeat yet"),
         Some((at, outcome, latency)) => {
-            let mut c = heartbeat.at(at);
+            let mut c = heartbeat.at(at).with("outcome", heartbeat_label(outcome));
             if let Some(l) = latency {
                 c = c.observed(l.as_secs_f64() * 1000.0, "ms");
             }
@@ -593,7 +593,7 @@ mod tests {
         };
         assert_eq!(
             readiness(&s, "0.1.0").to_json().to_string(),
-            r#"{"checks":{"child:state":[{"componentType":"component","observedUnit":"state","observedValue":"BACKOFF","output":"waiting out the backoff before a restart: unresponsive: 3 heartbeats missed in a row","status":"fail","time":"2023-11-14T22:13:23.000Z"}],"heartbeat:responseTime":[{"componentType":"component","output":"unanswered","status":"warn","time":"2023-11-14T22:13:22.000Z"}],"protocol:version":[{"componentType":"component","observedUnit":"version","observedValue":"2025-06-18","status":"pass"}],"restarts:count":[{"componentType":"system","observedUnit":"restarts","observedValue":4,"output":"unresponsive: 3 heartbeats missed in a row","recent":[{"output":"unresponsive: 3 heartbeats missed in a row","reason":"unresponsive","time":"2023-11-14T22:13:23.000Z"}],"status":"pass","time":"2023-11-14T22:13:23.000Z"}]},"description":"mcpulse supervise readiness: the supervised MCP server answers","output":"waiting out the backoff before a restart: unresponsive: 3 heartbeats missed in a row","serviceId":"mcpulse","status":"fail","version":"0.1.0"}"#
+            r#"{"checks":{"child:state":[{"componentType":"component","observedUnit":"state","observedValue":"BACKOFF","output":"waiting out the backoff before a restart: unresponsive: 3 heartbeats missed in a row","status":"fail","time":"2023-11-14T22:13:23.000Z"}],"heartbeat:responseTime":[{"componentType":"component","outcome":"failed","output":"unanswered","status":"warn","time":"2023-11-14T22:13:22.000Z"}],"protocol:version":[{"componentType":"component","observedUnit":"version","observedValue":"2025-06-18","status":"pass"}],"restarts:count":[{"componentType":"system","observedUnit":"restarts","observedValue":4,"output":"unresponsive: 3 heartbeats missed in a row","recent":[{"output":"unresponsive: 3 heartbeats missed in a row","reason":"unresponsive","time":"2023-11-14T22:13:23.000Z"}],"status":"pass","time":"2023-11-14T22:13:23.000Z"}]},"description":"mcpulse supervise readiness: the supervised MCP server answers","output":"waiting out the backoff before a restart: unresponsive: 3 heartbeats missed in a row","serviceId":"mcpulse","status":"fail","version":"0.1.0"}"#
         );
     }
 
