@@ -34,6 +34,7 @@ pub fn target_and_plan(t: &TargetConfig) -> Result<(Target, Plan), TargetError> 
         security: t.security,
         env,
         secrets: t.secrets.clone(),
+        health_url: t.health_url.clone(),
         ..PlanSpec::new(Caller::Monitor)
     }
     .plan(&target);

@@ -66,6 +66,8 @@ pub enum RedirectError {
     Scheme { location: String, scheme: String },
     #[error("redirect loop back to {url}")]
     Loop { url: String },
+    #[error("redirect to {location} refused: it leaves the origin {origin}")]
+    OffOrigin { location: String, origin: String },
 }
 
 impl RedirectError {
@@ -74,6 +76,7 @@ impl RedirectError {
             RedirectError::TooMany { .. } => ErrorKind::TooManyRedirects,
             RedirectError::Scheme { .. } => ErrorKind::RedirectRefused,
             RedirectError::Loop { .. } => ErrorKind::RedirectLoop,
+            RedirectError::OffOrigin { .. } => ErrorKind::RedirectRefused,
         }
     }
 }
@@ -157,6 +160,10 @@ pub struct HttpClient {
     /// redirect's, passes this one check. (A field so that this module's tests can tell two
     /// loopback addresses apart; nothing else sets it.)
     public: fn(IpAddr) -> bool,
+    /// Follow redirects within the first request's origin only (a health endpoint's: what it
+    /// says about another host is not this server's health, and the request must not be
+    /// steered elsewhere).
+    pub same_origin_only: bool,
     idle: Option<(String, SendRequest<Full<Bytes>>)>,
     /// Every connection attempt, in order; the probe moves these into the transcript.
     pub connections: Vec<Connection>,
@@ -170,6 +177,7 @@ impl HttpClient {
             extra_roots: Vec::new(),
             deny_private: false,
             public: is_public,
+            same_origin_only: false,
             idle: None,
             connections: Vec::new(),
         }
@@ -186,6 +194,7 @@ impl HttpClient {
             extra_roots: self.extra_roots.clone(),
             deny_private: self.deny_private,
             public: self.public,
+            same_origin_only: self.same_origin_only,
             idle: None,
             connections: Vec::new(),
         }
@@ -253,6 +262,12 @@ impl HttpClient {
                 }));
             }
             let next = resolve(&uri, &location).map_err(|e| SendError::Invalid(e.to_string()))?;
+            if self.same_origin_only && origin(&next) != first_origin {
+                return Err(SendError::Redirects(RedirectError::OffOrigin {
+                    location: redact::url(&next.to_string()),
+                    origin: first_origin,
+                }));
+            }
             if seen.contains(&next.to_string()) {
                 return Err(SendError::Redirects(RedirectError::Loop {
                     url: redact::url(&next.to_string()),

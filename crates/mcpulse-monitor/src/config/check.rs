@@ -152,6 +152,7 @@ pub(crate) fn target_from(
         security: s.security,
         labels,
         source,
+        health_url: None,
     }
 }
 

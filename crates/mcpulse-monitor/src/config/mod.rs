@@ -139,6 +139,8 @@ struct RawTarget {
     reminder: Option<At<String>>,
     era: Option<At<String>>,
     security: Option<bool>,
+    /// The server's HTTP health endpoint, read at each check (`mcpulse supervise`'s `/readyz`).
+    health_url: Option<At<String>>,
 }
 
 impl RawTarget {
@@ -684,6 +686,10 @@ fn target(
         src.file.to_owned(),
     );
     target.secrets.extend(&secrets);
+    if let Some(u) = &r.health_url {
+        check_url(u.get_ref()).map_err(|m| at(u.span().start, &format!("health_url: {m}")))?;
+        target.health_url = Some(u.get_ref().clone());
+    }
     Ok(target)
 }
 
@@ -885,6 +891,22 @@ mod tests {
 
     fn parse_err(t: &str) -> ConfigError {
         parse(t, "mcpulse.toml", Path::new("/etc/mcpulse"), &env).unwrap_err()
+    }
+
+    #[test]
+    fn a_health_url_is_an_http_url_on_a_target() {
+        let c = parse_ok(
+            "[[targets]]\nname = \"s\"\ncommand = [\"mcpulse\", \"supervise\", \"--listen\", \"127.0.0.1:9478\", \"--\", \"srv\"]\nhealth_url = \"http://127.0.0.1:9478/readyz\"\n",
+        );
+        assert_eq!(
+            c.targets[0].health_url.as_deref(),
+            Some("http://127.0.0.1:9478/readyz")
+        );
+        let e = parse_err(
+            "[[targets]]\nname = \"s\"\nurl = \"http://127.0.0.1:1/mcp\"\nhealth_url = \"file:///etc/passwd\"\n",
+        );
+        assert!(e.to_string().contains("health_url: url"), "{e}");
+        assert!(e.to_string().starts_with("mcpulse.toml:4:"), "{e}");
     }
 
     #[test]

@@ -141,6 +141,8 @@ pub struct TargetConfig {
     /// what an import's expansion read from the environment, and the target's `env` and header
     /// values of [`SECRET_MIN_LEN`] characters or more.
     pub secrets: Secrets,
+    /// The server's HTTP health endpoint, read beside each check (`health_url`).
+    pub health_url: Option<String>,
 }
 
 /// Shows the endpoint as the API does, and only the names of headers and `env` variables.
