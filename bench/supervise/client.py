@@ -119,6 +119,13 @@ def report(path):
     def med(xs):
         return statistics.median(xs) if xs else float("nan")
 
+    def by_mode(sel):
+        """The rows of each path, in the order the paths were run."""
+        for mode in modes:
+            ms = [r for r in sel if r["mode"] == mode]
+            if ms:
+                yield mode, ms
+
     lines = []
     for server in dict.fromkeys(r["server"] for r in rows if r["kind"] == "latency"):
         for method in dict.fromkeys(r["method"] for r in rows if r["kind"] == "latency" and r["server"] == server):
@@ -128,10 +135,7 @@ def report(path):
             lines.append(f"\n**Latency: `{method}` to {server}** ({sel[0]['n']:,} sequential requests a run; medians over {len([r for r in sel if r['mode'] == 'direct'])} runs)\n")
             lines.append("| path | p50 (µs) | added at p50 | p99 (µs) | added at p99 |")
             lines.append("|---|---|---|---|---|")
-            for mode in modes:
-                ms = [r for r in sel if r["mode"] == mode]
-                if not ms:
-                    continue
+            for mode, ms in by_mode(sel):
                 p50, p99 = med([r["p50_us"] for r in ms]), med([r["p99_us"] for r in ms])
                 add = "" if mode == "direct" else f"{p50 - base:+.0f} µs"
                 add99 = "" if mode == "direct" else f"{p99 - base99:+.0f} µs"
@@ -142,10 +146,7 @@ def report(path):
         lines.append(f"\n**Throughput: {sel[0]['n']} echoes of {sel[0]['size'] // 1024:,} KiB to {server}** (payload both ways; medians)\n")
         lines.append("| path | MiB/s | of direct | ms a call |")
         lines.append("|---|---|---|---|")
-        for mode in modes:
-            ms = [r for r in sel if r["mode"] == mode]
-            if not ms:
-                continue
+        for mode, ms in by_mode(sel):
             v = med([r["mib_per_s"] for r in ms])
             lines.append(f"| {mode} | {v:.0f} | {100 * v / base:.0f}% | {med([r['ms_per_call'] for r in ms]):.2f} |")
     print("\n".join(lines))

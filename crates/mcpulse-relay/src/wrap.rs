@@ -991,4 +991,37 @@ mod tests {
         assert!(d.contains("@@ -1,7 +1,7 @@\n"), "{d}");
         assert!(d.contains("@@ -25,5 +25,5 @@\n   \"h17\""), "{d}");
     }
+    /// Whatever the text (cut anywhere, a byte replaced by JSON punctuation), `plan` returns
+    /// and never panics, and what it would write still parses: the span parser and the edits
+    /// only ever cut at token boundaries.
+    #[test]
+    fn no_panic_on_damaged_configs() {
+        let base = "{\n // c\n \"mcpServers\": {\"a\": {\"command\": \"x\\\"y\", \"args\": [\"1\", /* n */ \"2\",]},\n  \"b\": {\"command\": \"/opt/bin/mcpulse\", \"args\": [\"supervise\", \"--\", \"z\"]}, \"é\": {\"url\": \"u\"}}}";
+        assert!(wrap(base).is_change() && unwrap(base).is_change());
+        let mut texts: Vec<String> = (0..=base.len())
+            .filter(|&i| base.is_char_boundary(i))
+            .map(|i| base[..i].to_owned())
+            .collect();
+        for (i, _) in base.char_indices() {
+            for c in ['"', '\\', '[', ']', '{', '}', ',', '/', '*', ':', ' '] {
+                let mut t = base.to_owned();
+                t.replace_range(
+                    i..i + base[i..].chars().next().map_or(1, char::len_utf8),
+                    &c.to_string(),
+                );
+                texts.push(t);
+            }
+        }
+        for t in &texts {
+            for d in [Direction::Wrap, Direction::Unwrap] {
+                if let Ok(p) = plan(t, "f", d, EXE) {
+                    assert!(
+                        serde_json::from_str::<Value>(&strip_jsonc(&p.edited)).is_ok(),
+                        "{t}"
+                    );
+                    let _ = diff(&p, "f");
+                }
+            }
+        }
+    }
 }
