@@ -194,3 +194,29 @@ fn errors_say_what_to_do_and_change_nothing() {
     assert!(text(&o).1.contains("cannot read"), "{}", text(&o).1);
     assert!(backups(dir.path()).is_empty());
 }
+
+/// A name from the file reaches the terminal inert, in the summary and in the diff.
+#[test]
+fn hostile_names_are_printed_inert() {
+    let dir = TempDir::new("wrap-hostile");
+    let file = dir.path().join("mcp.json");
+    std::fs::write(
+        &file,
+        "{\"mcpServers\": {\"evil\\u001b]0;pwned\\u0007\u{202e}\": {\"command\": \"srv\"}}}",
+    )
+    .unwrap();
+    let o = mcpulse(&["--dry-run", "--wrap"], &file);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    for s in [&out, &err] {
+        assert!(
+            !s.contains('\u{1b}') && !s.contains('\u{7}') && !s.contains('\u{202e}'),
+            "{s:?}"
+        );
+    }
+    assert!(
+        err.contains(r#"would wrap "evil\x1b]0;pwned\x07\u{202e}""#),
+        "{err}"
+    );
+    assert!(out.contains("\\u{202e}"), "{out}");
+}

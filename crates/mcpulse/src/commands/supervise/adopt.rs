@@ -40,6 +40,12 @@ pub fn run(args: &SuperviseArgs) -> Result<u8> {
             text::field(&c.table)
         );
     }
+    if plan.changes.is_empty() {
+        anstream::eprintln!(
+            "{}: its server list is empty",
+            text::field(&path.display().to_string())
+        );
+    }
     if !plan.is_change() {
         anstream::eprintln!(
             "{}: nothing to change",
