@@ -10,6 +10,9 @@
 //! (see their headers). The child to hurt is found through /proc: the supervisor's child (the
 //! client's child when there is no supervisor).
 //!
+//! `inspector_cli_runs_a_wrapped_config` closes the adoption loop: a config rewritten by
+//! `mcpulse supervise --wrap` is run by a real client, then unwrapped byte for byte.
+//!
 //! The `direct_*` tests run the same scripts against the server with no supervisor: they pin
 //! what a client sees today (the in-flight call fails, and so does every call after it), which
 //! is what the supervised tests must do better than. The supervised tests need the supervisor's
@@ -524,4 +527,68 @@ fn inspector_cli_killed_child_ends_the_call_with_an_error_and_leaves_nothing() {
     let left = still_running_after(&tree, Duration::from_secs(10));
     kill(&left);
     assert!(left.is_empty(), "left running: {left:?}");
+}
+
+/// Adoption end to end: a client config rewritten by `--wrap` is run by a real client (the
+/// Inspector CLI reads `mcpServers` files with `--config`), whose server then runs under the
+/// supervisor with its `env` intact; `--unwrap` gives the file back byte for byte.
+#[test]
+fn inspector_cli_runs_a_wrapped_config() {
+    require_supervisor();
+    let home = installs::scratch("wrapped-home");
+    std::fs::create_dir_all(&home).unwrap();
+    let config = home.join("claude_desktop_config.json");
+    let original = serde_json::json!({"mcpServers": {"time": {
+        "command": "python3",
+        "args": ["-m", "mcp_server_time", "--local-timezone=UTC"],
+        "env": {"PYTHONPATH": pytime()}
+    }}})
+    .to_string();
+    std::fs::write(&config, &original).unwrap();
+    let wrap = |flag: &str| {
+        let out = Command::new(BIN)
+            .args(["supervise", flag])
+            .arg(&config)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    wrap("--wrap");
+    let wrapped = std::fs::read_to_string(&config).unwrap();
+    assert!(
+        wrapped.contains(r#""args":["supervise", "--", "python3","#),
+        "{wrapped}"
+    );
+    let out = Command::new(path_str(
+        interop_dir().join("npm/node_modules/.bin/mcp-inspector"),
+    ))
+    .args(["--cli", "--config"])
+    .arg(&config)
+    .args([
+        "--server",
+        "time",
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "get_current_time",
+    ])
+    .args(["--tool-arg", "timezone=UTC", "--format", "json", "-q"])
+    .env("HOME", &home)
+    .env("MCP_CLIENT_CONFIG_PATH", home.join("clients.json"))
+    .env_remove("MCP_CATALOG_PATH")
+    .stdin(Stdio::null())
+    .output()
+    .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains(r#"\"timezone\": \"UTC\""#),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wrap("--unwrap");
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), original);
 }
