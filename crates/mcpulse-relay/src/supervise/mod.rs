@@ -18,9 +18,11 @@ pub mod session;
 pub use child::Program;
 pub use session::{Outcome, run};
 
-use mcpulse_policy::heartbeat::HeartbeatPolicy;
-use mcpulse_policy::restart::RestartPolicy;
-use mcpulse_policy::timeout::Timeouts;
+// The policy settings a caller fills in, re-exported so that the CLI needs no other crate.
+pub use mcpulse_policy::backoff::Backoff;
+pub use mcpulse_policy::heartbeat::HeartbeatPolicy;
+pub use mcpulse_policy::restart::RestartPolicy;
+pub use mcpulse_policy::timeout::Timeouts;
 use std::time::Duration;
 
 /// The JSON-RPC error codes the supervisor answers with (all in the range JSON-RPC leaves to
