@@ -59,6 +59,10 @@ pub enum Kind {
 impl<'a> Envelope<'a> {
     /// Parses a line; `None` when it is not a JSON object.
     pub fn parse(line: &'a [u8]) -> Option<Envelope<'a>> {
+        // serde would also read a struct from an array (`[1]`): only an object is a message.
+        if line.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+            return None;
+        }
         serde_json::from_slice(line).ok()
     }
 

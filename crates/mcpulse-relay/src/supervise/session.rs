@@ -482,14 +482,14 @@ impl Session {
     /// The child may now take client messages: write what was queued, in order.
     fn open_gate(&mut self) {
         self.ready = true;
-        if self.mismatch.is_some() {
+        if let Some(why) = self.mismatch.clone() {
             // Queued requests were meant for the session the client negotiated, which is gone.
             let queued: Vec<_> = self.queue.drain(..).collect();
             self.queue_bytes = 0;
-            for (_, id) in queued {
+            for (_, id) in queued.into_iter() {
                 if let Some(id) = id {
                     self.in_flight.remove(&id);
-                    self.answer_error(&id, codes::SESSION_CHANGED, "mcpulse supervise: the server was restarted and its session differs; initialize the session again");
+                    self.answer_error(&id, codes::SESSION_CHANGED, &session_changed(&why));
                 }
             }
         }
@@ -845,10 +845,7 @@ impl Session {
                 if let Some(why) = &self.mismatch
                     && method != "initialize"
                 {
-                    let message = format!(
-                        "mcpulse supervise: the server was restarted and {why}; initialize the session again"
-                    );
-                    self.answer_error(&id, codes::SESSION_CHANGED, &message);
+                    self.answer_error(&id, codes::SESSION_CHANGED, &session_changed(why));
                     return;
                 }
                 if method == "initialize" {
@@ -1115,6 +1112,10 @@ impl Session {
         tracing::warn!(line = %text::field(&text), "supervise: a line on the server's stdout that is not a JSON-RPC message, kept from the client");
         self.observer.junk_line(&text);
     }
+}
+
+fn session_changed(why: &str) -> String {
+    format!("mcpulse supervise: the server was restarted and {why}; initialize the session again")
 }
 
 /// Protocol version and capabilities from an `initialize` result.
