@@ -33,7 +33,11 @@ pub fn run(args: SuperviseArgs) -> Result<u8> {
             visibility.observer.clone(),
         )
         .await;
-        Ok(if outcome.fatal.is_some() { EXIT_FATAL } else { 0 })
+        Ok(if outcome.fatal.is_some() {
+            EXIT_FATAL
+        } else {
+            0
+        })
     })
 }
 
@@ -86,7 +90,9 @@ pub fn resolve(args: &SuperviseArgs) -> Result<Settings> {
     for raw in &args.tool_timeout {
         // The last `=`: a tool name may hold one, a duration never does.
         let Some((tool, dur)) = raw.rsplit_once('=').filter(|(t, _)| !t.is_empty()) else {
-            bail!("--tool-timeout {raw:?}: write it as TOOL=DURATION, e.g. --tool-timeout search=2m");
+            bail!(
+                "--tool-timeout {raw:?}: write it as TOOL=DURATION, e.g. --tool-timeout search=2m"
+            );
         };
         tools.push((
             tool.to_owned(),
