@@ -660,3 +660,36 @@ async fn messages_during_a_restart_are_queued_up_to_the_bound() {
     let (_, _) = c.close().await;
     assert_all_gone(&[&pids]);
 }
+
+#[tokio::test]
+async fn a_modern_client_gets_server_discover_heartbeats_not_ping() {
+    let dir = TempDir::new("modern");
+    let pids = dir.join("pids");
+    let pings = dir.join("pings");
+    let discover = json!({"resultType": "complete", "supportedVersions": ["2026-07-28"], "capabilities": {}, "ttlMs": 0, "cacheScope": "public"});
+    // A 2026-07-28 server: no ping (recorded if it ever comes, and never answered).
+    let script = StdioScript::new()
+        .at_start(Act::RecordPid(pids.clone()))
+        .on("ping", vec![Act::RecordLine(pings.clone())])
+        .on("server/discover", vec![Act::Result(discover)])
+        .write(&dir, "s.sh");
+    let mut c = Client::start(settings(&script));
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}, "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"}});
+    let reply = c
+        .request(1, "server/discover", json!({"_meta": meta}))
+        .await;
+    assert_eq!(reply["result"]["supportedVersions"][0], "2026-07-28");
+    c.quiet(Duration::from_millis(600)).await;
+    assert!(!pings.exists(), "pinged a 2026-07-28 server");
+    assert!(
+        c.seen
+            .count(|s| *s == Seen::Heartbeat(HeartbeatOutcome::Ok))
+            >= 3,
+        "{:?}",
+        c.seen.all()
+    );
+    assert_eq!(c.seen.count(|s| matches!(s, Seen::Restart(_))), 0);
+    let (outcome, _) = c.close().await;
+    assert_eq!(outcome.fatal, None);
+    assert_all_gone(&[&pids]);
+}
