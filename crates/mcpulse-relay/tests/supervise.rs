@@ -212,6 +212,24 @@ fn assert_all_gone(files: &[&Path]) {
     assert!(left.is_empty(), "left running: {left:?} of {pids:?}");
 }
 
+/// The file's text once it exists (a script writes it when it gets to it; bounded).
+async fn wait_for_file(path: &Path) -> String {
+    let until = std::time::Instant::now() + WAIT;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path)
+            && !text.is_empty()
+        {
+            return text;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "{} never written",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 fn error_code(reply: &Value) -> i64 {
     reply["error"]["code"]
         .as_i64()
@@ -604,7 +622,7 @@ async fn a_request_past_its_timeout_is_answered_and_cancelled_and_its_late_reply
     );
     // The late reply (at ~700 ms) never reaches the client.
     c.quiet(Duration::from_millis(900)).await;
-    let cancelled = std::fs::read_to_string(&lines).unwrap();
+    let cancelled = wait_for_file(&lines).await;
     let note: Value = serde_json::from_str(cancelled.lines().next().unwrap()).unwrap();
     assert_eq!(note["params"]["requestId"], 7, "{note}");
     assert!(
@@ -691,5 +709,48 @@ async fn a_modern_client_gets_server_discover_heartbeats_not_ping() {
     assert_eq!(c.seen.count(|s| matches!(s, Seen::Restart(_))), 0);
     let (outcome, _) = c.close().await;
     assert_eq!(outcome.fatal, None);
+    assert_all_gone(&[&pids]);
+}
+
+#[tokio::test]
+async fn a_client_reply_meant_for_a_replaced_child_is_dropped() {
+    let dir = TempDir::new("stale");
+    let pids = dir.join("pids");
+    let other = dir.join("other");
+    let script = server(
+        &pids,
+        vec![
+            (
+                "ask",
+                vec![Act::Stdout(
+                    r#"{"jsonrpc":"2.0","id":900,"method":"roots/list"}"#.into(),
+                )],
+            ),
+            ("crash", vec![Act::Exit(1)]),
+        ],
+    )
+    .otherwise(vec![Act::RecordLine(other.clone())])
+    .write(&dir, "s.sh");
+    let mut c = Client::start(settings(&script));
+    c.initialize().await;
+    c.send(json!({"jsonrpc": "2.0", "method": "ask"})).await;
+    let asked = c.recv().await;
+    assert_eq!(asked["method"], "roots/list", "{asked}");
+    // Answered while the first child is alive: it gets the reply.
+    c.send(json!({"jsonrpc": "2.0", "id": 900, "result": {"roots": [{"uri": "file:///first"}]}}))
+        .await;
+    c.send(json!({"jsonrpc": "2.0", "method": "ask"})).await;
+    assert_eq!(c.recv().await["method"], "roots/list");
+    let lost = c.request(2, "crash", json!({})).await;
+    assert_eq!(error_code(&lost), codes::SERVER_RESTARTED);
+    // Answered after the restart: meant for the dead child; the new one never sees it.
+    c.send(json!({"jsonrpc": "2.0", "id": 900, "result": {"roots": [{"uri": "file:///stale"}]}}))
+        .await;
+    let ok = c.request(3, "tools/list", json!({})).await;
+    assert!(ok["result"].is_object(), "{ok}");
+    let seen = std::fs::read_to_string(&other).unwrap_or_default();
+    assert!(seen.contains("file:///first"), "{seen}");
+    assert!(!seen.contains("file:///stale"), "{seen}");
+    let (_, _) = c.close().await;
     assert_all_gone(&[&pids]);
 }

@@ -100,6 +100,7 @@ pub enum Act {
 pub struct StdioScript {
     start: Vec<Act>,
     rules: Vec<(String, Vec<Act>)>,
+    otherwise: Vec<Act>,
 }
 
 impl StdioScript {
@@ -140,6 +141,13 @@ impl StdioScript {
         self
     }
 
+    /// What to do on a message no rule matched (replies from the client included); by default
+    /// nothing.
+    pub fn otherwise(mut self, acts: Vec<Act>) -> StdioScript {
+        self.otherwise = acts;
+        self
+    }
+
     /// The script text.
     pub fn render(&self) -> String {
         let mut s = String::from(
@@ -166,7 +174,13 @@ impl StdioScript {
             }
             s.push_str("      ;;\n");
         }
-        s.push_str("    *) ;;\n  esac\n");
+        s.push_str("    *)\n");
+        for act in &self.otherwise {
+            for line in render_act(act).lines() {
+                s.push_str(&format!("      {line}\n"));
+            }
+        }
+        s.push_str("      ;;\n  esac\n");
         s.push_str("  if [ -n \"$id\" ]; then prev=$id; fi\ndone\n");
         s
     }

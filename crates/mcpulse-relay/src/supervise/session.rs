@@ -52,6 +52,8 @@ pub struct Outcome {
 
 /// How much of the child's stderr goes into an error message.
 const STDERR_TAIL: usize = 600;
+/// The most server→client requests remembered (to drop replies meant for a replaced child).
+const MAX_SERVER_REQUESTS: usize = 4096;
 /// The most recent restarts kept in the status.
 const RECENT_RESTARTS: usize = 10;
 
@@ -517,6 +519,13 @@ impl Session {
     /// The child is gone (exited, unresponsive, or never started): answer what it had, then
     /// restart after a backoff, or give up.
     fn went_down(&mut self, reason: RestartReason) {
+        if self.closing_until.is_some() {
+            // The client is gone: stop, never restart (the loop ends at the child's exit or
+            // when the grace runs out, and `shutdown` finishes the stop).
+            self.beat = None;
+            self.replay = None;
+            return;
+        }
         let why = describe(&reason);
         let tail = self.stderr_tail();
         if let Some(child) = self.child.take() {
@@ -675,6 +684,16 @@ impl Session {
         }
         if self.s.timeouts.any() {
             self.expire_requests(now);
+        }
+        let client_stalled = self.out_backlog.load(Ordering::Relaxed) > self.backlog_bound();
+        if let Some(p) = self.beat.as_mut()
+            && p.deadline <= now
+            && client_stalled
+        {
+            // The client is not reading, so the relay is not reading the child (whose reply
+            // may be waiting): not the child's fault. Judge later.
+            p.deadline = now + self.s.heartbeat_timeout;
+            return;
         }
         if let Some(p) = &self.beat
             && p.deadline <= now
@@ -907,8 +926,9 @@ impl Session {
             Kind::Response => {
                 if let Some(id) = env.id_text()
                     && let Some(generation) = self.server_requests.remove(id)
-                    && generation != self.generation
+                    && self.child.as_ref().map(|c| c.generation) != Some(generation)
                 {
+                    // The child that asked is gone (restarting, or replaced already).
                     tracing::info!(
                         "supervise: a reply for a server that was since restarted, dropped"
                     );
@@ -1031,6 +1051,14 @@ impl Session {
             }
             Kind::Request => {
                 if let Some(id) = env.id_text() {
+                    if self.server_requests.len() >= MAX_SERVER_REQUESTS {
+                        // Unanswered ones pile up only if the client never replies: forget
+                        // those of earlier children first, then all.
+                        self.server_requests.retain(|_, g| *g == generation);
+                        if self.server_requests.len() >= MAX_SERVER_REQUESTS {
+                            self.server_requests.clear();
+                        }
+                    }
                     self.server_requests.insert(id.to_owned(), generation);
                 }
                 line.push(b'\n');
