@@ -343,6 +343,13 @@ mod tests {
         )
     }
 
+    fn parse_lines(stdout: &str) -> Vec<Value> {
+        stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
     #[test]
     fn a_script_answers_by_method_with_the_request_id() {
         let script = StdioScript::new()
@@ -361,10 +368,7 @@ mod tests {
             ],
         );
         assert_eq!(code, Some(3));
-        let replies: Vec<Value> = stdout
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
+        let replies = parse_lines(&stdout);
         assert_eq!(
             replies,
             vec![
@@ -393,10 +397,7 @@ mod tests {
                 r#"{"jsonrpc":"2.0","id":8,"method":"ping"}"#,
             ],
         );
-        let replies: Vec<Value> = stdout
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
+        let replies = parse_lines(&stdout);
         assert_eq!(
             replies,
             vec![

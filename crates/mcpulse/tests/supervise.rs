@@ -18,44 +18,34 @@ const BOUND: Duration = Duration::from_secs(20);
 
 #[tokio::test]
 async fn a_missing_command_and_bad_values_are_named() {
-    let r = run(BIN, &["supervise"], &[], BOUND).await;
-    assert_eq!(r.code, Some(3), "{}", r.stderr);
-    assert!(r.stderr.contains("no server command"), "{}", r.stderr);
-    let r = run(
-        BIN,
-        &["supervise", "--heartbeat-interval", "often", "--", "true"],
-        &[],
-        BOUND,
-    )
-    .await;
-    assert_eq!(r.code, Some(3));
-    assert!(r.stderr.contains("--heartbeat-interval"), "{}", r.stderr);
-    let r = run(
-        BIN,
-        &["supervise", "--tool-timeout", "search", "--", "true"],
-        &[],
-        BOUND,
-    )
-    .await;
-    assert_eq!(r.code, Some(3));
-    assert!(r.stderr.contains("TOOL=DURATION"), "{}", r.stderr);
-    let r = run(
-        BIN,
-        &[
-            "supervise",
-            "--backoff-initial",
-            "10s",
+    let cases: &[(&[&str], &str)] = &[
+        (&[], "no server command"),
+        (
+            &["--heartbeat-interval", "often", "--", "true"],
+            "--heartbeat-interval",
+        ),
+        (&["--tool-timeout", "search", "--", "true"], "TOOL=DURATION"),
+        (
+            &[
+                "--backoff-initial",
+                "10s",
+                "--backoff-max",
+                "1s",
+                "--",
+                "true",
+            ],
             "--backoff-max",
-            "1s",
-            "--",
-            "true",
-        ],
-        &[],
-        BOUND,
-    )
-    .await;
-    assert_eq!(r.code, Some(3));
-    assert!(r.stderr.contains("--backoff-max"), "{}", r.stderr);
+        ),
+        (&["--failures", "0", "--", "true"], "--failures"),
+    ];
+    for (args, said) in cases {
+        let args: Vec<&str> = std::iter::once("supervise")
+            .chain(args.iter().copied())
+            .collect();
+        let r = run(BIN, &args, &[], BOUND).await;
+        assert_eq!(r.code, Some(3), "{args:?}: {}", r.stderr);
+        assert!(r.stderr.contains(said), "{args:?}: {}", r.stderr);
+    }
 }
 
 /// A healthy legacy server recording its pid and a grandchild's.
@@ -67,16 +57,57 @@ fn server(dir: &TempDir) -> std::path::PathBuf {
         .write(dir, "s.sh")
 }
 
-fn spawn(args: &[&str]) -> tokio::process::Child {
-    tokio::process::Command::new(BIN)
-        .arg("supervise")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap()
+/// `mcpulse supervise ARGS` with piped stdin and stdout (stderr dropped), killed on drop.
+struct Supervised {
+    process: tokio::process::Child,
+    stdin: Option<tokio::process::ChildStdin>,
+    stdout: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+}
+
+impl Supervised {
+    fn spawn(args: &[&str]) -> Supervised {
+        let mut process = tokio::process::Command::new(BIN)
+            .arg("supervise")
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let stdin = process.stdin.take();
+        let stdout = BufReader::new(process.stdout.take().unwrap()).lines();
+        Supervised {
+            process,
+            stdin,
+            stdout,
+        }
+    }
+
+    /// Writes one message and reads the next line (bounded).
+    async fn exchange(&mut self, message: Value) -> Value {
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin
+            .write_all(format!("{message}\n").as_bytes())
+            .await
+            .unwrap();
+        let line = tokio::time::timeout(BOUND, self.stdout.next_line())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        serde_json::from_str(&line).unwrap()
+    }
+
+    /// Closes its stdin; its exit code (bounded).
+    async fn close(mut self) -> Option<i32> {
+        drop(self.stdin.take());
+        let status = tokio::time::timeout(BOUND, self.process.wait())
+            .await
+            .unwrap()
+            .unwrap();
+        status.code()
+    }
 }
 
 async fn wait_for_pids(file: &std::path::Path, n: usize) -> Vec<u32> {
@@ -99,38 +130,22 @@ async fn wait_for_pids(file: &std::path::Path, n: usize) -> Vec<u32> {
 async fn the_clients_eof_stops_everything_and_exits_zero() {
     let dir = TempDir::new("sup-eof");
     let script = server(&dir);
-    let mut sup = spawn(&[
+    let mut sup = Supervised::spawn(&[
         "--heartbeat-interval",
         "100ms",
         "--",
         "sh",
         script.to_str().unwrap(),
     ]);
-    let mut stdin = sup.stdin.take().unwrap();
-    let mut stdout = BufReader::new(sup.stdout.take().unwrap()).lines();
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
-    stdin
-        .write_all(format!("{init}\n").as_bytes())
-        .await
-        .unwrap();
-    let line = tokio::time::timeout(BOUND, stdout.next_line())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    let reply: Value = serde_json::from_str(&line).unwrap();
+    let reply = sup.exchange(init).await;
     assert_eq!(reply["id"], 1, "{reply}");
     let pids: Vec<u32> = wait_for_pids(&dir.join("pids"), 1)
         .await
         .into_iter()
         .chain(wait_for_pids(&dir.join("grand"), 1).await)
         .collect();
-    drop(stdin);
-    let status = tokio::time::timeout(BOUND, sup.wait())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(status.code(), Some(0));
+    assert_eq!(sup.close().await, Some(0));
     let left = still_running_after(&pids, Duration::from_secs(3));
     kill(&left);
     assert!(left.is_empty(), "left running: {left:?}");
@@ -143,7 +158,7 @@ async fn after_giving_up_it_exits_non_zero_when_the_client_closes() {
         .at_start(Act::RecordPid(dir.join("pids")))
         .at_start(Act::Exit(1))
         .write(&dir, "s.sh");
-    let mut sup = spawn(&[
+    let mut sup = Supervised::spawn(&[
         "--backoff-initial",
         "10ms",
         "--backoff-max",
@@ -154,27 +169,13 @@ async fn after_giving_up_it_exits_non_zero_when_the_client_closes() {
         "sh",
         script.to_str().unwrap(),
     ]);
-    let mut stdin = sup.stdin.take().unwrap();
-    let mut stdout = BufReader::new(sup.stdout.take().unwrap()).lines();
     wait_for_pids(&dir.join("pids"), 3).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    stdin
-        .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}\n")
-        .await
-        .unwrap();
-    let line = tokio::time::timeout(BOUND, stdout.next_line())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    let reply: Value = serde_json::from_str(&line).unwrap();
+    let reply = sup
+        .exchange(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+        .await;
     assert_eq!(reply["error"]["code"], -32081, "{reply}");
-    drop(stdin);
-    let status = tokio::time::timeout(BOUND, sup.wait())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(status.code(), Some(1));
+    assert_eq!(sup.close().await, Some(1));
     assert_eq!(
         read_pids(&dir.join("pids")).len(),
         3,
@@ -190,11 +191,11 @@ async fn a_sigkilled_supervisor_takes_its_child_with_it() {
         .at_start(Act::RecordPid(dir.join("pids")))
         .at_start(Act::Hang)
         .write(&dir, "s.sh");
-    let mut sup = spawn(&["--", "sh", script.to_str().unwrap()]);
+    let mut sup = Supervised::spawn(&["--", "sh", script.to_str().unwrap()]);
     let child = wait_for_pids(&dir.join("pids"), 1).await;
     assert!(is_running(child[0]));
-    sup.start_kill().unwrap();
-    sup.wait().await.unwrap();
+    sup.process.start_kill().unwrap();
+    sup.process.wait().await.unwrap();
     let left = still_running_after(&child, Duration::from_secs(3));
     kill(&left);
     assert!(
