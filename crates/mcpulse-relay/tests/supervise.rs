@@ -754,3 +754,30 @@ async fn a_client_reply_meant_for_a_replaced_child_is_dropped() {
     let (_, _) = c.close().await;
     assert_all_gone(&[&pids]);
 }
+
+#[tokio::test]
+async fn replies_written_just_before_exiting_still_reach_the_client() {
+    let dir = TempDir::new("lastwords");
+    let pids = dir.join("pids");
+    let script = server(
+        &pids,
+        vec![("bye", vec![Act::Result(json!({"bye": true})), Act::Exit(0)])],
+    )
+    .write(&dir, "s.sh");
+    let mut c = Client::start(settings(&script));
+    c.initialize().await;
+    // Several rounds: the exit races the last line on another pipe every time.
+    for (round, id) in (2..6).enumerate() {
+        let reply = c.request(id, "bye", json!({})).await;
+        assert_eq!(reply["result"]["bye"], true, "{reply}");
+        // Wait for the restart before the next round (a request sent to the dying child
+        // would rightly get -32080).
+        let until = std::time::Instant::now() + WAIT;
+        while c.seen.count(|s| matches!(s, Seen::Restart(_))) <= round {
+            assert!(std::time::Instant::now() < until);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    let (_, _) = c.close().await;
+    assert_all_gone(&[&pids]);
+}

@@ -35,6 +35,9 @@ use tokio::time::{Instant, timeout_at};
 /// was reparented to us is recognised as ours at stop time.
 pub const LINEAGE_VAR: &str = "MCPULSE_SUPERVISE_LINEAGE";
 
+/// How long after the child's exit its stdout may still be read before the exit is reported.
+const STDOUT_DRAIN: Duration = Duration::from_millis(200);
+
 /// How a child ended: its exit code or the signal that killed it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ExitStatus {
@@ -209,9 +212,16 @@ impl Child {
         })?;
         let pid = child.id().unwrap_or(0);
         let stdin = child.stdin.take();
+        // The exit is reported after the last stdout line (or a moment after the exit, if a
+        // grandchild holds stdout open): a reply written just before exiting is relayed, not
+        // lost to the restart.
+        let (stdout_done, stdout_closed) = tokio::sync::oneshot::channel::<()>();
         if let Some(stdout) = child.stdout.take() {
             let events = events.clone();
-            tokio::spawn(read_stdout(stdout, generation, max_line, events));
+            tokio::spawn(async move {
+                read_stdout(stdout, generation, max_line, events).await;
+                drop(stdout_done);
+            });
         }
         if let Some(stderr) = child.stderr.take() {
             tokio::spawn(pass_stderr(stderr, ring));
@@ -227,6 +237,7 @@ impl Child {
                 Err(_) => ExitStatus::default(),
             };
             let _ = exit_tx.send(Some(status));
+            let _ = tokio::time::timeout(STDOUT_DRAIN, stdout_closed).await;
             let _ = events.send(ChildEvent::Exited(generation, status)).await;
         });
         let (tx, rx) = mpsc::unbounded_channel();

@@ -50,6 +50,8 @@ pub struct Outcome {
     pub fatal: Option<String>,
 }
 
+/// How often a stalled relay looks whether the backlog drained.
+const STALL_POLL: Duration = Duration::from_millis(10);
 /// How much of the child's stderr goes into an error message.
 const STDERR_TAIL: usize = 600;
 /// The most server→client requests remembered (to drop replies meant for a replaced child).
@@ -244,6 +246,9 @@ where
                     }
                 }
             },
+            // A stalled side (see the module docs) is looked at again every few milliseconds;
+            // without this, a client and a child both not reading would leave no branch.
+            () = tokio::time::sleep(STALL_POLL), if !to_client_ok || !to_child_ok => {}
             () = sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => {
                 if session.closing_until.is_some_and(|t| t <= Instant::now()) {
                     break;
