@@ -630,6 +630,8 @@ async fn a_request_past_its_timeout_is_answered_and_cancelled_and_its_late_reply
             .all()
             .contains(&Seen::Tool("slow".into(), CallOutcome::Timeout))
     );
+    // Still busy with the timed-out call, the child missed heartbeats: busy, not restarted.
+    assert_eq!(read_pids(&pids).len(), 1, "{:?}", c.seen.all());
     // Another tool has no timeout.
     let fine = c.request(8, "tools/call", json!({"name": "other"})).await;
     assert!(fine["result"].is_object(), "{fine}");

@@ -54,7 +54,8 @@ pub struct Outcome {
 const STALL_POLL: Duration = Duration::from_millis(10);
 /// How much of the child's stderr goes into an error message.
 const STDERR_TAIL: usize = 600;
-/// The most server→client requests remembered (to drop replies meant for a replaced child).
+/// The most server→client requests remembered (to drop replies meant for a replaced child),
+/// and the most timed-out requests tracked for `--busy-grace`.
 const MAX_SERVER_REQUESTS: usize = 4096;
 /// The most recent restarts kept in the status.
 const RECENT_RESTARTS: usize = 10;
@@ -119,6 +120,10 @@ struct Session {
     queue_bytes: usize,
     dropped_notifications: u64,
     in_flight: HashMap<String, InFlight>,
+    /// Requests answered with a timeout but still running in the child (until their late reply
+    /// or a restart), by id, with when they were sent: the child is busy with them, so they
+    /// count for `--busy-grace` as if still in flight.
+    expired: HashMap<String, Instant>,
     /// Server→client requests forwarded, by id, with the generation that sent them.
     server_requests: HashMap<String, u64>,
     handshake: Handshake,
@@ -189,6 +194,7 @@ where
         queue_bytes: 0,
         dropped_notifications: 0,
         in_flight: HashMap::new(),
+        expired: HashMap::new(),
         server_requests: HashMap::new(),
         handshake: Handshake::default(),
         mismatch: None,
@@ -541,6 +547,7 @@ impl Session {
         self.beat = None;
         self.replay = None;
         self.next_beat = None;
+        self.expired.clear();
         let generation = self.generation;
         let lost: Vec<String> = self
             .in_flight
@@ -732,7 +739,9 @@ impl Session {
         self.in_flight
             .values()
             .filter_map(|f| f.sent.filter(|(g, _)| *g == generation))
-            .map(|(_, at)| now.saturating_duration_since(at))
+            .map(|(_, at)| at)
+            .chain(self.expired.values().copied())
+            .map(|at| now.saturating_duration_since(at))
             .max()
     }
 
@@ -823,7 +832,12 @@ impl Session {
                 ),
             );
             // Queued requests never reached the child: drop them from the queue instead.
-            if f.sent.is_some_and(|(g, _)| g == self.generation) {
+            if let Some((g, sent)) = f.sent
+                && g == self.generation
+            {
+                if self.expired.len() < MAX_SERVER_REQUESTS {
+                    self.expired.insert(id.clone(), sent);
+                }
                 let cancel = format!(
                     r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{id},"reason":"timed out (mcpulse supervise)"}}}}"#
                 );
@@ -1026,6 +1040,7 @@ impl Session {
                     return;
                 }
                 let Some(f) = self.in_flight.remove(id) else {
+                    self.expired.remove(id);
                     tracing::debug!(id = %text::field(id), "supervise: a reply to no request in flight (late or unknown), dropped");
                     return;
                 };
