@@ -783,3 +783,42 @@ async fn replies_written_just_before_exiting_still_reach_the_client() {
     let (_, _) = c.close().await;
     assert_all_gone(&[&pids]);
 }
+
+#[tokio::test]
+async fn a_frozen_child_is_not_busy_even_with_a_request_in_flight() {
+    let dir = TempDir::new("sigstop");
+    let pids = dir.join("pids");
+    let script = server(
+        &pids,
+        vec![(
+            "tools/call",
+            vec![Act::Sleep(3000), Act::Result(json!({"content": []}))],
+        )],
+    )
+    .write(&dir, "s.sh");
+    let mut s = settings(&script);
+    s.heartbeat.busy_grace = Duration::from_secs(30);
+    let mut c = Client::start(s);
+    c.initialize().await;
+    c.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "slow"}}))
+        .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let child = read_pids(&pids)[0];
+    let stopped = std::process::Command::new("kill")
+        .args(["-STOP", &child.to_string()])
+        .status()
+        .unwrap();
+    assert!(stopped.success());
+    // Frozen (SIGSTOP): three failed heartbeats, not 30 s of "busy".
+    let lost = c.recv().await;
+    assert_eq!(error_code(&lost), codes::SERVER_RESTARTED, "{lost}");
+    assert!(
+        lost["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("stopped answering"),
+        "{lost}"
+    );
+    let (_, _) = c.close().await;
+    assert_all_gone(&[&pids]);
+}

@@ -49,7 +49,7 @@ impl std::fmt::Display for ExitStatus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match (self.code, self.signal) {
             (Some(c), _) => write!(f, "exited with code {c}"),
-            (None, Some(s)) => write!(f, "killed by signal {s}"),
+            (None, Some(s)) => write!(f, "was killed by signal {s}"),
             (None, None) => write!(f, "exited"),
         }
     }
@@ -267,6 +267,20 @@ impl Child {
     /// server.
     pub fn close_stdin(&mut self) {
         self.stdin = None;
+    }
+
+    /// Whether the child is stopped (SIGSTOP, a debugger): frozen, so never "busy" with the
+    /// request it holds. Read from `/proc/<pid>/stat` (Linux; elsewhere, never).
+    pub fn is_stopped(&self) -> bool {
+        std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
+            .ok()
+            .and_then(|stat| {
+                let (_, rest) = stat.rsplit_once(')')?;
+                rest.split_whitespace()
+                    .next()
+                    .map(|s| matches!(s, "T" | "t"))
+            })
+            .unwrap_or(false)
     }
 
     /// Whether the child has exited.

@@ -710,7 +710,13 @@ impl Session {
         if let Some(p) = &self.beat
             && p.deadline <= now
         {
-            let oldest = self.oldest_request_age(now);
+            // A frozen child (SIGSTOP) is not busy, whatever it holds.
+            let stopped = self.child.as_ref().is_some_and(Child::is_stopped);
+            let oldest = if stopped {
+                None
+            } else {
+                self.oldest_request_age(now)
+            };
             self.beat = None;
             self.next_beat = Some(
                 now + self
