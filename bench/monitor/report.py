@@ -429,6 +429,7 @@ else:
     w("store_bench did not run.")
 w("")
 # The "Config validation" section comes from `config_bench`, run by hand (see its doc comment),
+# and the "A/B" section after it from `ab_soak.sh`, also run by hand,
 # not from this run: carry it over.
 kept = ""
 if os.path.exists(out_path):

@@ -3,7 +3,8 @@
 //! (`plain-http-remote`, `no-auth-remote`, `metadata-private-address`, and `origin-not-validated`
 //! at its remote severity), and certificate dates at the rule's thresholds (`tls-expiring`,
 //! `tls-invalid` for an expired certificate). The other rules, and these TLS ones with real
-//! certificates, run end to end in crates/mcpulse/tests/security.rs.
+//! certificates, run end to end in crates/mcpulse/tests/security.rs, but for the tool-surface
+//! rules, judged on recorded transcripts in tests/recorded.rs.
 //!
 //! The public addresses below are data in a transcript: nothing connects to them.
 

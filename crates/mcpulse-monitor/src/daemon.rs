@@ -77,7 +77,7 @@ pub fn load(path: &Path, opts: &Options) -> Result<Config, MonitorError> {
             warnings: &mut cfg.warnings,
         }
         .import(imp, &cfg.defaults, &env)
-        .map_err(MonitorError::Other)?;
+        .map_err(|e| MonitorError::Other(e.to_string()))?;
     }
     for t in &cfg.targets {
         crate::probe::target_and_plan(t).map_err(|e| {

@@ -398,40 +398,9 @@ pub struct Summary {
     pub percentage: Option<f64>,
 }
 
-/// One check of the monitor itself, as `/readyz` reports it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct SelfCheck {
-    /// `component:measurement`, as the health+json draft keys its checks.
-    pub key: &'static str,
-    /// The short name `?exclude=` and `?verbose` use.
-    pub name: &'static str,
-    pub component_type: &'static str,
-    pub status: CheckStatus,
-    pub observed_value: Option<serde_json::Value>,
-    pub observed_unit: Option<&'static str>,
-    /// When the observation was made (Unix ms).
-    pub time_ms: Option<i64>,
-    pub output: Option<String>,
-}
-
-/// The health+json statuses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CheckStatus {
-    Pass,
-    Warn,
-    Fail,
-}
-
-impl CheckStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CheckStatus::Pass => "pass",
-            CheckStatus::Warn => "warn",
-            CheckStatus::Fail => "fail",
-        }
-    }
-}
+/// One check of the monitor itself, as `/readyz` reports it: the shared health model's check
+/// (`mcpulse-policy` renders the monitor's, the supervisor's and the gateway's health alike).
+pub use mcpulse_policy::health::{Check as SelfCheck, CheckStatus};
 
 /// Slack on top of two intervals and a timeout before a target's checks count as stale: the
 /// first check is spread across the interval and a busy semaphore delays a probe.
@@ -464,64 +433,34 @@ impl Snapshot {
     pub fn readiness(&self, now_ms: i64) -> Vec<SelfCheck> {
         let m = &self.monitor;
         let config = match m.config_loaded_ms {
-            Some(at) => SelfCheck {
-                key: "config:loaded",
-                name: "config",
-                component_type: "component",
-                status: CheckStatus::Pass,
-                observed_value: Some(self.targets.len().into()),
-                observed_unit: Some("targets"),
-                time_ms: Some(at),
-                output: None,
-            },
-            None => SelfCheck {
-                key: "config:loaded",
-                name: "config",
-                component_type: "component",
-                status: CheckStatus::Fail,
-                observed_value: None,
-                observed_unit: None,
-                time_ms: None,
-                output: Some("no configuration loaded yet".into()),
-            },
+            Some(at) => SelfCheck::new("config:loaded", "config", "component")
+                .observed(self.targets.len(), "targets")
+                .at(at),
+            None => SelfCheck::new("config:loaded", "config", "component")
+                .status(CheckStatus::Fail)
+                .output("no configuration loaded yet"),
         };
         let store = match (&m.store_error, m.store_last_ok_ms) {
-            (Some(e), _) => SelfCheck {
-                key: "store:writable",
-                name: "store",
-                component_type: "datastore",
-                status: CheckStatus::Fail,
-                observed_value: Some(m.store_write_errors.into()),
-                observed_unit: Some("write errors"),
-                time_ms: Some(e.at_ms),
-                output: Some(format!("the last write failed: {}", e.message)),
-            },
-            (None, ok) => SelfCheck {
-                key: "store:writable",
-                name: "store",
-                component_type: "datastore",
-                status: CheckStatus::Pass,
-                observed_value: ok.map(|at| ((now_ms - at).max(0) as f64 / 1000.0).into()),
-                observed_unit: ok.map(|_| "s since the last write"),
-                time_ms: ok,
-                output: None,
-            },
+            (Some(e), _) => SelfCheck::new("store:writable", "store", "datastore")
+                .status(CheckStatus::Fail)
+                .observed(m.store_write_errors, "write errors")
+                .at(e.at_ms)
+                .output(format!("the last write failed: {}", e.message)),
+            (None, None) => SelfCheck::new("store:writable", "store", "datastore"),
+            (None, Some(at)) => SelfCheck::new("store:writable", "store", "datastore")
+                .observed(
+                    (now_ms - at).max(0) as f64 / 1000.0,
+                    "s since the last write",
+                )
+                .at(at),
         };
         let scheduler = self.scheduler_check(now_ms);
         vec![config, store, scheduler]
     }
 
     fn scheduler_check(&self, now_ms: i64) -> SelfCheck {
-        let mut check = SelfCheck {
-            key: "scheduler:checks",
-            name: "scheduler",
-            component_type: "component",
-            status: CheckStatus::Pass,
-            observed_value: None,
-            observed_unit: Some("stale targets"),
-            time_ms: Some(now_ms),
-            output: None,
-        };
+        let mut check = SelfCheck::new("scheduler:checks", "scheduler", "component").at(now_ms);
+        check.observed_unit = Some("stale targets".into());
         if self.monitor.scheduler_running == Some(false) {
             check.status = CheckStatus::Fail;
             check.output = Some("the scheduler is stopped".into());

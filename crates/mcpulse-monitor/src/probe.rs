@@ -9,17 +9,17 @@
 use crate::config::{Endpoint, ModuleConfig, TargetConfig};
 use crate::fleet::Fleet;
 use mcpulse_judge::{Policy, Report, judge};
-use mcpulse_probe::{Caller, Plan, PlanSpec, Target};
+use mcpulse_probe::{Caller, Plan, PlanSpec, Target, TargetError};
 use std::time::{Duration, Instant};
 
-/// The probe target and plan for a configured target.
-pub fn target_and_plan(t: &TargetConfig) -> Result<(Target, Plan), String> {
-    // The error may quote the URL: its secrets hidden.
+/// The probe target and plan for a configured target. The error's message may quote the URL:
+/// the target's secrets are hidden in it.
+pub fn target_and_plan(t: &TargetConfig) -> Result<(Target, Plan), TargetError> {
     let target = match &t.endpoint {
         Endpoint::Url(u) => Target::http(u),
         Endpoint::Command { argv, .. } => Target::stdio(argv),
     }
-    .map_err(|e| t.secrets.hide(&e.to_string()))?;
+    .map_err(|e| TargetError(t.secrets.hide(&e.0)))?;
     let env = match &t.endpoint {
         Endpoint::Command { env, .. } => env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         Endpoint::Url(_) => Vec::new(),
@@ -34,6 +34,7 @@ pub fn target_and_plan(t: &TargetConfig) -> Result<(Target, Plan), String> {
         security: t.security,
         env,
         secrets: t.secrets.clone(),
+        health_url: t.health_url.clone(),
         ..PlanSpec::new(Caller::Monitor)
     }
     .plan(&target);
@@ -44,7 +45,7 @@ pub fn target_and_plan(t: &TargetConfig) -> Result<(Target, Plan), String> {
 pub fn url_target_and_plan(
     url: &str,
     module: &ModuleConfig,
-) -> Result<(Target, Plan), mcpulse_probe::TargetError> {
+) -> Result<(Target, Plan), TargetError> {
     let target = Target::http(url)?;
     let plan = PlanSpec {
         era: module.era,

@@ -263,7 +263,7 @@ proptest! {
             text = text.replace(",\n", ", // note\n").replacen("\n}", ",\n}", 1);
         }
         match import::parse(&text, "x.json", &Defaults::default(), &env) {
-            Err(e) => assert!(e.starts_with("import x.json: "), "{e}"),
+            Err(e) => assert!(e.to_string().starts_with("import x.json: "), "{e}"),
             Ok(imported) => {
                 for t in &imported.targets {
                     check_name(&t.name).unwrap();
@@ -286,7 +286,7 @@ proptest! {
     fn any_text_as_a_client_config_never_panics(text in ".{0,200}") {
         let _ = import::strip_jsonc(&text);
         if let Err(e) = import::parse(&text, "x.json", &Defaults::default(), &env) {
-            assert!(e.starts_with("import x.json: "), "{e}");
+            assert!(e.to_string().starts_with("import x.json: "), "{e}");
         }
     }
 }

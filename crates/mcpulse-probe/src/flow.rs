@@ -93,36 +93,54 @@ pub async fn probe_live(target: &Target, plan: &Plan) -> (Transcript, Live) {
     let started_unix_ms = u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX);
     let mut tr = Transcript::new(target.record(&plan.secrets), plan.record(), started_unix_ms);
     tr.started_unix_us = u64::try_from(since_epoch.as_micros()).ok();
-    let mut ctx = Ctx::new(plan, deadline, clock, &mut tr);
-    // Every transport operation honours the deadline itself; this outer bound is a safety net
-    // (a little later, so that a step can record its own timeout first).
-    let net = deadline + Duration::from_millis(50);
-    match target {
-        Target::Http { url } => {
-            let roots = plan.extra_roots.iter().map(|d| rustls_pki_der(d)).collect();
-            let mut client = HttpClient::new(clock).with_roots(roots);
-            let _ = timeout_at(net, async {
-                streamable_http::probe(&mut client, url, &mut ctx).await;
-                if plan.security {
-                    crate::security::auth_metadata(&mut client, url, &mut ctx).await;
-                }
-            })
-            .await;
-            let done = ctx.done_ms();
-            tr.connections = client.connections;
-            tr.total_ms = done;
+    // The health endpoint is read beside the protocol steps, on a client of its own: its
+    // answer does not wait for a slow handshake, nor delays one.
+    let health = async {
+        match &plan.health_url {
+            Some(url) => {
+                let roots = plan.extra_roots.iter().map(|d| rustls_pki_der(d)).collect();
+                Some(crate::health::fetch(url, clock, roots, deadline).await)
+            }
+            None => None,
         }
-        Target::Stdio { program, args } => {
-            let _ = timeout_at(
-                net,
-                stdio::probe(program, args, &mut ctx, &mut live.children),
-            )
-            .await;
-            let done = ctx.done_ms();
-            // The children left (the last server, or those the flow did not finish because
-            // the safety net fired) are ended by `Live::finish`, their records kept.
-            tr.total_ms = done;
+    };
+    let protocol = async {
+        let mut ctx = Ctx::new(plan, deadline, clock, &mut tr);
+        // Every transport operation honours the deadline itself; this outer bound is a safety
+        // net (a little later, so that a step can record its own timeout first).
+        let net = deadline + Duration::from_millis(50);
+        match target {
+            Target::Http { url } => {
+                let roots = plan.extra_roots.iter().map(|d| rustls_pki_der(d)).collect();
+                let mut client = HttpClient::new(clock).with_roots(roots);
+                let _ = timeout_at(net, async {
+                    streamable_http::probe(&mut client, url, &mut ctx).await;
+                    if plan.security {
+                        crate::security::auth_metadata(&mut client, url, &mut ctx).await;
+                    }
+                })
+                .await;
+                let done = ctx.done_ms();
+                tr.connections = client.connections;
+                tr.total_ms = done;
+            }
+            Target::Stdio { program, args } => {
+                let _ = timeout_at(
+                    net,
+                    stdio::probe(program, args, &mut ctx, &mut live.children),
+                )
+                .await;
+                let done = ctx.done_ms();
+                // The children left (the last server, or those the flow did not finish because
+                // the safety net fired) are ended by `Live::finish`, their records kept.
+                tr.total_ms = done;
+            }
         }
+    };
+    let ((), health) = tokio::join!(protocol, health);
+    if let Some(h) = health {
+        tr.total_ms = tr.total_ms.max(h.at_ms + h.elapsed_ms.unwrap_or(0.0));
+        tr.health.push(h);
     }
     if Instant::now() + Duration::from_millis(1) >= deadline {
         tr.deadline_hit_ms = Some(tr.total_ms);

@@ -21,15 +21,18 @@
 //!
 //! Layout: `target` (what to probe) and `plan` (how: [`PlanSpec`] builds every [`Plan`]);
 //! `flow` runs a probe, one module per transport under `flow/`; `security` sends the security
-//! checks' extra requests; `context` is what both write through (so neither imports the other).
+//! checks' extra requests; `context` is what both write through (so neither imports the other);
+//! `health` reads an HTTP health endpoint (`Plan::health_url`) beside the protocol steps.
 
 mod context;
 mod flow;
+mod health;
 mod plan;
 mod security;
 mod target;
 
 pub use flow::{Live, probe, probe_live};
+pub use health::{HEALTH_TIMEOUT, probe_health};
 pub use mcpulse_wire::transcript::Transcript;
 pub use plan::{
     Caller, HTTP_TIMEOUT, MAX_PAGES, MAX_RESPONSE_BYTES, Plan, PlanSpec, STDIO_TIMEOUT,

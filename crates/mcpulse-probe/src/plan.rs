@@ -80,6 +80,9 @@ pub struct Plan {
     /// environment, a stdio server's environment values): hidden wherever the probe records
     /// something about the target ([`mcpulse_wire::transcript::Transcript::hide`]).
     pub secrets: Secrets,
+    /// Also read this HTTP health endpoint (`/readyz` of `mcpulse supervise`, a server's
+    /// `/healthz`), alongside the protocol steps: see `crate::health`.
+    pub health_url: Option<String>,
 }
 
 impl Default for Plan {
@@ -102,6 +105,7 @@ impl Default for Plan {
             clean_env: false,
             stdio_dual_era: false,
             secrets: Secrets::default(),
+            health_url: None,
         }
     }
 }
@@ -154,6 +158,8 @@ pub struct PlanSpec {
     pub env: Vec<(String, String)>,
     /// Values hidden wherever the probe records something about the target.
     pub secrets: Secrets,
+    /// An HTTP health endpoint to read as well.
+    pub health_url: Option<String>,
 }
 
 impl PlanSpec {
@@ -172,6 +178,7 @@ impl PlanSpec {
             extra_roots: Vec::new(),
             env: Vec::new(),
             secrets: Secrets::default(),
+            health_url: None,
         }
     }
 
@@ -214,6 +221,7 @@ impl PlanSpec {
             clean_env,
             stdio_dual_era,
             secrets,
+            health_url: self.health_url,
             ..Plan::default()
         }
     }

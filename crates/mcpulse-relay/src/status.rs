@@ -109,6 +109,23 @@ pub struct Status {
     pub fatal_reason: Option<String>,
 }
 
+impl Status {
+    /// `state` since `since_ms`, with nothing else known yet (no child, no heartbeat, no
+    /// restart).
+    pub fn new(state: ChildState, since_ms: i64) -> Status {
+        Status {
+            state,
+            since_ms,
+            pid: None,
+            protocol_version: None,
+            last_heartbeat: None,
+            restarts_total: 0,
+            recent_restarts: Vec::new(),
+            fatal_reason: None,
+        }
+    }
+}
+
 /// Receives the supervisor's events. Every method has a no-op default.
 pub trait Observer: Send + Sync + 'static {
     /// The status changed (state, pid, heartbeat, restarts).
@@ -130,3 +147,77 @@ pub trait Observer: Send + Sync + 'static {
 pub struct Ignore;
 
 impl Observer for Ignore {}
+
+/// How many junk lines [`Logs`] reports at `warn`; the rest go to `debug` (the metric counts
+/// them all), so a server that prints its logs to stdout cannot flood the supervisor's.
+pub const JUNK_LINES_WARNED: u64 = 10;
+
+/// An observer that logs (state changes at info, restarts and the first junk lines at warn,
+/// heartbeats and tool calls at debug) and passes every event on to `inner`. Server text goes
+/// out as `tracing` fields, which the binary's formatters make inert.
+#[derive(Debug)]
+pub struct Logs<O> {
+    inner: O,
+    last_state: std::sync::Mutex<Option<ChildState>>,
+    junk: std::sync::atomic::AtomicU64,
+}
+
+impl<O: Observer> Logs<O> {
+    pub fn new(inner: O) -> Logs<O> {
+        Logs {
+            inner,
+            last_state: std::sync::Mutex::new(None),
+            junk: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+}
+
+impl<O: Observer> Observer for Logs<O> {
+    fn status(&self, status: &Status) {
+        let changed = {
+            let mut last = self.last_state.lock().unwrap_or_else(|e| e.into_inner());
+            let changed = *last != Some(status.state);
+            *last = Some(status.state);
+            changed
+        };
+        if changed {
+            tracing::info!(
+                state = ?status.state,
+                pid = ?status.pid,
+                restarts = status.restarts_total,
+                fatal = ?status.fatal_reason,
+                "child state"
+            );
+        }
+        self.inner.status(status);
+    }
+
+    fn restart(&self, reason: &RestartReason) {
+        tracing::warn!(reason = reason.label(), detail = ?reason, "restarting the child");
+        self.inner.restart(reason);
+    }
+
+    fn heartbeat(&self, outcome: HeartbeatOutcome, latency: Option<Duration>) {
+        tracing::debug!(outcome = ?outcome, latency = ?latency, "heartbeat");
+        self.inner.heartbeat(outcome, latency);
+    }
+
+    fn tool_call(&self, tool: &str, outcome: CallOutcome, latency: Duration) {
+        tracing::debug!(tool, outcome = ?outcome, latency = ?latency, "tools/call");
+        self.inner.tool_call(tool, outcome, latency);
+    }
+
+    fn junk_line(&self, line: &str) {
+        let n = self.junk.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        if n <= JUNK_LINES_WARNED {
+            tracing::warn!(
+                line,
+                n,
+                "a line on the child's stdout that is not JSON-RPC, kept off the client's stream"
+            );
+        } else {
+            tracing::debug!(line, n, "a line on the child's stdout that is not JSON-RPC");
+        }
+        self.inner.junk_line(line);
+    }
+}

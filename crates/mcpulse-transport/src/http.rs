@@ -66,6 +66,8 @@ pub enum RedirectError {
     Scheme { location: String, scheme: String },
     #[error("redirect loop back to {url}")]
     Loop { url: String },
+    #[error("redirect to {location} refused: it leaves the origin {origin}")]
+    OffOrigin { location: String, origin: String },
 }
 
 impl RedirectError {
@@ -74,6 +76,7 @@ impl RedirectError {
             RedirectError::TooMany { .. } => ErrorKind::TooManyRedirects,
             RedirectError::Scheme { .. } => ErrorKind::RedirectRefused,
             RedirectError::Loop { .. } => ErrorKind::RedirectLoop,
+            RedirectError::OffOrigin { .. } => ErrorKind::RedirectRefused,
         }
     }
 }
@@ -157,6 +160,10 @@ pub struct HttpClient {
     /// redirect's, passes this one check. (A field so that this module's tests can tell two
     /// loopback addresses apart; nothing else sets it.)
     public: fn(IpAddr) -> bool,
+    /// Follow redirects within the first request's origin only (a health endpoint's: what it
+    /// says about another host is not this server's health, and the request must not be
+    /// steered elsewhere).
+    pub same_origin_only: bool,
     idle: Option<(String, SendRequest<Full<Bytes>>)>,
     /// Every connection attempt, in order; the probe moves these into the transcript.
     pub connections: Vec<Connection>,
@@ -170,6 +177,7 @@ impl HttpClient {
             extra_roots: Vec::new(),
             deny_private: false,
             public: is_public,
+            same_origin_only: false,
             idle: None,
             connections: Vec::new(),
         }
@@ -186,6 +194,7 @@ impl HttpClient {
             extra_roots: self.extra_roots.clone(),
             deny_private: self.deny_private,
             public: self.public,
+            same_origin_only: self.same_origin_only,
             idle: None,
             connections: Vec::new(),
         }
@@ -253,6 +262,12 @@ impl HttpClient {
                 }));
             }
             let next = resolve(&uri, &location).map_err(|e| SendError::Invalid(e.to_string()))?;
+            if self.same_origin_only && origin(&next) != first_origin {
+                return Err(SendError::Redirects(RedirectError::OffOrigin {
+                    location: redact::url(&next.to_string()),
+                    origin: first_origin,
+                }));
+            }
             if seen.contains(&next.to_string()) {
                 return Err(SendError::Redirects(RedirectError::Loop {
                     url: redact::url(&next.to_string()),
@@ -421,7 +436,9 @@ impl HttpClient {
         // TLS
         let io: Box<dyn Io> = if tls {
             let t = Instant::now();
-            let config = self.tls_config().map_err(|m| fail(ConnectStage::Tls, m))?;
+            let config = self
+                .tls_config()
+                .map_err(|e| fail(ConnectStage::Tls, e.to_string()))?;
             let name = rustls::pki_types::ServerName::try_from(host.to_owned())
                 .map_err(|e| fail(ConnectStage::Tls, format!("{host}: {e}")))?;
             let connector = tokio_rustls::TlsConnector::from(config);
@@ -462,7 +479,7 @@ impl HttpClient {
         Ok(sender)
     }
 
-    fn tls_config(&mut self) -> Result<Arc<rustls::ClientConfig>, String> {
+    fn tls_config(&mut self) -> Result<Arc<rustls::ClientConfig>, TlsConfigError> {
         if let Some(c) = &self.tls {
             return Ok(c.clone());
         }
@@ -471,17 +488,15 @@ impl HttpClient {
             let _ = roots.add(cert);
         }
         for cert in &self.extra_roots {
-            roots
-                .add(cert.clone())
-                .map_err(|e| format!("a certificate from --ca-file was rejected: {e}"))?;
+            roots.add(cert.clone()).map_err(TlsConfigError::CaFile)?;
         }
         if roots.is_empty() {
-            return Err("no trusted root certificates found on this system (install the ca-certificates package)".into());
+            return Err(TlsConfigError::NoRoots);
         }
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut config = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
+            .map_err(TlsConfigError::Provider)?
             .with_root_certificates(roots)
             .with_no_client_auth();
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
@@ -489,6 +504,19 @@ impl HttpClient {
         self.tls = Some(config.clone());
         Ok(config)
     }
+}
+
+/// Why no TLS client configuration could be made; recorded as the connection's TLS error.
+#[derive(Debug, thiserror::Error)]
+enum TlsConfigError {
+    #[error("a certificate from --ca-file was rejected: {0}")]
+    CaFile(rustls::Error),
+    #[error(
+        "no trusted root certificates found on this system (install the ca-certificates package)"
+    )]
+    NoRoots,
+    #[error("{0}")]
+    Provider(rustls::Error),
 }
 
 fn build(
@@ -785,6 +813,24 @@ pub fn recorded_headers(resp: &Response<Incoming>) -> Vec<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The typed TLS set-up errors print what the `String` errors they replaced printed.
+    #[test]
+    fn tls_config_messages_are_unchanged() {
+        let bad = rustls::Error::General("bad der".into());
+        assert_eq!(
+            TlsConfigError::CaFile(bad.clone()).to_string(),
+            format!("a certificate from --ca-file was rejected: {bad}")
+        );
+        assert_eq!(
+            TlsConfigError::NoRoots.to_string(),
+            "no trusted root certificates found on this system (install the ca-certificates package)"
+        );
+        assert_eq!(
+            TlsConfigError::Provider(bad.clone()).to_string(),
+            bad.to_string()
+        );
+    }
 
     #[test]
     fn address_classes() {

@@ -244,10 +244,10 @@ impl StdioChild {
             self.clock.at(),
         );
         let mut awaiting = None;
-        if let Err(message) = self.write_line(&line, deadline).await {
+        if let Err(e) = self.write_line(&line, deadline).await {
             ex.outcome = Outcome::TransportError {
                 cause: ErrorKind::Pipe,
-                message,
+                message: e.to_string(),
             };
             self.settle_exit(deadline).await;
         } else if let Some(sent) = call.id {
@@ -477,9 +477,9 @@ impl StdioChild {
         lock(&self.record).purpose = Some(purpose.to_owned());
     }
 
-    async fn write_line(&mut self, line: &str, deadline: Instant) -> Result<(), String> {
+    async fn write_line(&mut self, line: &str, deadline: Instant) -> Result<(), WriteError> {
         let Some(stdin) = self.stdin.as_mut() else {
-            return Err("stdin already closed".into());
+            return Err(WriteError::Closed);
         };
         let mut buf = Vec::with_capacity(line.len() + 1);
         buf.extend_from_slice(line.as_bytes());
@@ -489,11 +489,9 @@ impl StdioChild {
             stdin.flush().await
         };
         match timeout_at(deadline, write).await {
-            Err(_) => Err("timed out writing to the server's stdin (it is not reading)".into()),
-            Ok(Err(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
-                Err("the server closed its stdin (broken pipe); it has probably exited".into())
-            }
-            Ok(Err(e)) => Err(format!("writing to the server's stdin: {e}")),
+            Err(_) => Err(WriteError::Timeout),
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(WriteError::BrokenPipe),
+            Ok(Err(e)) => Err(WriteError::Io(e)),
             Ok(Ok(())) => Ok(()),
         }
     }
@@ -545,6 +543,20 @@ impl StdioChild {
     pub fn record(&self) -> Process {
         lock(&self.record).clone()
     }
+}
+
+/// Why a line could not be written to the child's stdin; recorded as the exchange's transport
+/// error (kind `Pipe`), so the messages are what reports show.
+#[derive(Debug, thiserror::Error)]
+enum WriteError {
+    #[error("stdin already closed")]
+    Closed,
+    #[error("timed out writing to the server's stdin (it is not reading)")]
+    Timeout,
+    #[error("the server closed its stdin (broken pipe); it has probably exited")]
+    BrokenPipe,
+    #[error("writing to the server's stdin: {0}")]
+    Io(std::io::Error),
 }
 
 async fn read_stdout(

@@ -24,14 +24,32 @@ impl std::fmt::Debug for Expanded {
     }
 }
 
+/// Why a value could not be expanded. The messages are user-facing (the CLI's `--header` and
+/// the monitor's config errors embed them), so they stay as they are.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExpandError {
+    /// `${` without its `}`.
+    #[error("unclosed ${{ (write ${{VAR}})")]
+    Unclosed,
+    /// `${}`.
+    #[error("empty ${{}} (write ${{VAR}})")]
+    Empty,
+    /// `${VAR}` where the environment has no `VAR`.
+    #[error("the environment variable {0} is not set")]
+    Unset(String),
+}
+
 /// Expands `${VAR}` with `env`; `$$` is a literal `$`, and a `$` before anything else is kept.
 /// The error says which variable is missing or what is malformed.
-pub fn expand(v: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+pub fn expand(v: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, ExpandError> {
     expand_marked(v, env).map(|e| e.value)
 }
 
 /// [`expand`], remembering what came from the environment.
-pub fn expand_marked(v: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Expanded, String> {
+pub fn expand_marked(
+    v: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Expanded, ExpandError> {
     let mut secrets = Secrets::default();
     let mut out = String::new();
     let mut rest = v;
@@ -42,13 +60,12 @@ pub fn expand_marked(v: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Ex
             out.push('$');
             rest = a;
         } else if let Some(a) = after.strip_prefix('{') {
-            let end = a.find('}').ok_or("unclosed ${ (write ${VAR})")?;
+            let end = a.find('}').ok_or(ExpandError::Unclosed)?;
             let var = &a[..end];
             if var.is_empty() {
-                return Err("empty ${} (write ${VAR})".into());
+                return Err(ExpandError::Empty);
             }
-            let val =
-                env(var).ok_or_else(|| format!("the environment variable {var} is not set"))?;
+            let val = env(var).ok_or_else(|| ExpandError::Unset(var.to_owned()))?;
             out.push_str(&val);
             secrets.add(&val);
             rest = &a[end + 1..];
@@ -84,9 +101,18 @@ mod tests {
     fn expansion() {
         assert_eq!(expand("Bearer ${TOKEN}", &env).unwrap(), "Bearer t0k");
         assert_eq!(expand("$$5 and $x", &env).unwrap(), "$5 and $x");
-        assert!(expand("${NOPE}", &env).unwrap_err().contains("NOPE"));
-        assert!(expand("${TOKEN", &env).is_err());
-        assert!(expand("${}", &env).is_err());
+        let unset = expand("${NOPE}", &env).unwrap_err();
+        assert_eq!(unset, ExpandError::Unset("NOPE".into()));
+        assert_eq!(
+            unset.to_string(),
+            "the environment variable NOPE is not set"
+        );
+        let unclosed = expand("${TOKEN", &env).unwrap_err();
+        assert_eq!(unclosed.to_string(), "unclosed ${ (write ${VAR})");
+        assert_eq!(
+            expand("${}", &env).unwrap_err().to_string(),
+            "empty ${} (write ${VAR})"
+        );
         let e = expand_marked("http://h/ok/${TOKEN}?q=${TOKEN}", &env).unwrap();
         assert_eq!(e.value, "http://h/ok/t0k?q=t0k");
         assert_eq!(e.display(), "http://h/ok/<redacted>?q=<redacted>");

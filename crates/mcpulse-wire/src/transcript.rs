@@ -42,6 +42,10 @@ pub struct Transcript {
     pub processes: Vec<Process>,
     #[serde(default)]
     pub exchanges: Vec<Exchange>,
+    /// Reads of the server's HTTP health endpoint (`--health-url`, a monitor target's
+    /// `health_url`); absent in transcripts without one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub health: Vec<HealthFetch>,
     /// Set when the whole-probe deadline cut the probe short.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline_hit_ms: Option<f64>,
@@ -59,6 +63,7 @@ impl Transcript {
             connections: Vec::new(),
             processes: Vec::new(),
             exchanges: Vec::new(),
+            health: Vec::new(),
             deadline_hit_ms: None,
             total_ms: 0.0,
         }
@@ -93,7 +98,50 @@ impl Transcript {
                 _ => {}
             }
         }
+        for h in &mut self.health {
+            secrets.hide_in(&mut h.url);
+            for r in &mut h.redirects {
+                secrets.hide_in(&mut r.location);
+            }
+            if let Some(e) = &mut h.error {
+                secrets.hide_in(e);
+            }
+        }
     }
+}
+
+/// The most bytes of a health endpoint's body kept (and read: a longer body is cut here and
+/// marked `truncated`). Health documents are small; a body this large is itself a finding.
+pub const HEALTH_BODY_CAP: usize = 64 * 1024;
+
+/// One `GET` of an HTTP health endpoint (`/readyz`, `/healthz`, `/health`): what came back, not
+/// what it means (the judge reads the status code and the document).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct HealthFetch {
+    /// The URL asked for, through [`crate::redact::url`].
+    pub url: String,
+    /// When the request was sent, relative to the transcript's start.
+    pub at_ms: f64,
+    /// Until the body was read (or the fetch failed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub elapsed_ms: Option<f64>,
+    /// The HTTP status, once a response head came.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_type: Option<String>,
+    /// The body as text (lossy UTF-8), at most [`HEALTH_BODY_CAP`] bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
+    /// The body was longer than [`HEALTH_BODY_CAP`] (or did not end before the deadline).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
+    /// Redirects followed (same origin only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub redirects: Vec<Redirect>,
+    /// Why no response was read: connect failure, timeout, a redirect off the origin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 impl Process {
@@ -127,6 +175,9 @@ pub struct TargetRecord {
 pub enum TargetKind {
     Http,
     Stdio,
+    /// Only an HTTP health endpoint (`mcpulse probe --health-url URL` without an MCP target):
+    /// no protocol steps, the verdict from `health` alone.
+    Health,
 }
 
 /// The settings that shaped the probe and that the judge needs.

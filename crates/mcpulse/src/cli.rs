@@ -294,6 +294,12 @@ pub struct ProbeArgs {
     #[command(flatten)]
     pub target: TargetArgs,
 
+    /// Also read this HTTP health endpoint (`mcpulse supervise --listen`'s `/readyz`, a
+    /// server's `/healthz`): a 503, a `fail`/`warn` document or a failing component is a
+    /// finding. See docs/probe.md.
+    #[arg(long, value_name = "URL")]
+    pub health_url: Option<String>,
+
     /// A handshake slower than this makes the server degraded.
     #[arg(long, default_value = "3s", value_name = "DURATION")]
     pub latency_budget: String,

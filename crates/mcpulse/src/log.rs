@@ -10,13 +10,101 @@
 //! (`kind=degraded`, `action=Trigger`), quoted with `"` and `\` escaped otherwise
 //! (`summary="search is down: connect-failed"`), so a value can neither end its line nor pass
 //! for another field, and every field is quoted by the same rule.
+//!
+//! [`InertJson`] writes the same events as one JSON object a line (`--log-json`): the values
+//! are made inert by the same functions before serde_json quotes them, so besides `"`, `\` and
+//! C0 controls (which JSON escapes anyway) neither C1 controls nor bidi overrides reach a
+//! terminal that shows the file.
 
 use mcpulse_wire::text;
 use std::fmt;
 use tracing::field::{Field, Visit};
+use tracing::{Event, Subscriber};
 use tracing_subscriber::field::RecordFields;
-use tracing_subscriber::fmt::FormatFields;
 use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::registry::LookupSpan;
+
+/// `--log-level`: error, warn, info, debug or trace.
+pub fn level(level: &str) -> anyhow::Result<tracing::Level> {
+    level.parse().map_err(|_| {
+        anyhow::anyhow!("--log-level {level:?}: use error, warn, info, debug or trace")
+    })
+}
+
+/// One JSON object a line: `timestamp` (RFC 3339, UTC, ms), `level`, `message`, then the
+/// event's fields (numbers and booleans as such, everything else an inert string). Span
+/// fields are left out.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct InertJson;
+
+impl<S, N> FormatEvent<S, N> for InertJson
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        _ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let mut map = serde_json::Map::new();
+        map.insert(
+            "timestamp".into(),
+            mcpulse_wire::units::format_rfc3339(now_ms).into(),
+        );
+        map.insert("level".into(), event.metadata().level().as_str().into());
+        event.record(&mut JsonVisitor(&mut map));
+        let line = serde_json::to_string(&map).map_err(|_| fmt::Error)?;
+        writeln!(writer, "{line}")
+    }
+}
+
+struct JsonVisitor<'a>(&'a mut serde_json::Map<String, serde_json::Value>);
+
+impl JsonVisitor<'_> {
+    fn put(&mut self, field: &Field, value: serde_json::Value) {
+        let name = field.name();
+        let name = name.strip_prefix("r#").unwrap_or(name);
+        // Our own keys come first and stay ours.
+        if name != "timestamp" && name != "level" {
+            self.0.insert(name.to_string(), value);
+        }
+    }
+}
+
+impl Visit for JsonVisitor<'_> {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.put(field, text::message(value).into_owned().into());
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        self.put(
+            field,
+            text::message(&format!("{value:?}")).into_owned().into(),
+        );
+    }
+
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.put(field, value.into());
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.put(field, value.into());
+    }
+
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.put(field, value.into());
+    }
+
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        self.put(field, value.into());
+    }
+}
 
 /// The field formatter of mcpulse's log lines (see the module docs).
 #[derive(Debug, Clone, Copy, Default)]
@@ -95,6 +183,43 @@ mod tests {
         fn flush(&mut self) -> std::io::Result<()> {
             Ok(())
         }
+    }
+
+    #[test]
+    fn json_lines_are_inert_and_one_object_each() {
+        let buf = Buf::default();
+        let out = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || out.clone())
+            .with_ansi(false)
+            .event_format(super::InertJson)
+            .finish();
+        let hostile = "x\x1b]0;owned\x07\n{\"level\":\"ERROR\"}\u{9b}31m\u{202e}";
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::warn!(tool = %hostile, failures = 3u64, busy = true, level = "forged", "junk {hostile}");
+        });
+        let log = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(log.lines().count(), 1, "{log}");
+        assert!(
+            !log.chars()
+                .any(|c| c != '\n' && mcpulse_wire::text::is_escaped(c)),
+            "{log:?}"
+        );
+        let v: serde_json::Value = serde_json::from_str(log.trim_end()).unwrap();
+        assert_eq!(v["level"], "WARN");
+        assert_eq!(v["failures"], 3);
+        assert_eq!(v["busy"], true);
+        assert_eq!(
+            v["tool"],
+            "x\\x1b]0;owned\\x07\\n{\"level\":\"ERROR\"}\\u{9b}31m\\u{202e}"
+        );
+        assert!(
+            v["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("junk x\\x1b]0;owned")
+        );
+        assert!(v["timestamp"].as_str().unwrap().ends_with('Z'));
     }
 
     #[test]

@@ -827,9 +827,7 @@ async fn html_page_with_status_200_is_not_json_rpc() {
     .await;
     let run = probe_url(&server.url("/mcp"), TIMEOUT, &[]).await;
     run.expect("down", &["not-json-rpc"]);
-    assert_eq!(run.codes(), ["not-json-rpc"]);
-    let message = first_message(&run);
-    assert!(message.contains("HTML"), "{message}");
+    // The verdict's details (the only finding, its message): mcpulse-judge tests/recorded.rs.
     // A 2xx without a JSON-RPC reply is a legacy candidate: initialize is tried too.
     assert_eq!(server.methods(), ["server/discover", "initialize"]);
 }
@@ -839,8 +837,7 @@ async fn status_503_is_a_server_error_and_stops_the_probe() {
     let server = FakeHttp::start(|_| Reply::bytes(503, "text/plain", "upstream unavailable")).await;
     let run = probe_url(&server.url("/mcp"), TIMEOUT, &[]).await;
     run.expect("down", &["server-error"]);
-    let r = run.report();
-    assert_eq!(r["era"], Value::Null, "a 5xx says nothing about the era");
+    // The verdict (no era from a 5xx): mcpulse-judge tests/recorded.rs.
     assert_eq!(
         server.methods(),
         ["server/discover"],
@@ -875,30 +872,8 @@ async fn status_401_with_resource_metadata_is_up_but_gated() {
     let server = serve(scenario::unauthorized(true)).await;
     let run = probe_url(&server.url("/mcp"), TIMEOUT, &[]).await;
     run.expect("degraded", &["auth-required"]);
-    assert_eq!(run.codes(), ["auth-required"]);
-    let r = run.report();
-    assert_eq!(r["auth"], "required");
-    assert_eq!(r["transport"], "streamable-http");
-    assert_eq!(r["era"], Value::Null);
-    let detail = &r["auth_detail"];
-    assert_eq!(detail["status"], 401);
-    assert_eq!(detail["scheme"], "Bearer");
-    assert_eq!(detail["scope"], "mcp:tools");
-    assert_eq!(
-        detail["resource_metadata_url"],
-        server.url(scenario::RESOURCE_METADATA_PATH)
-    );
-    assert_eq!(
-        detail["resource_metadata"]["authorization_servers"],
-        json!([scenario::AUTHORIZATION_SERVER])
-    );
-    assert_eq!(detail["resource_metadata"]["resource"], server.url("/mcp"));
-    let message = r["findings"][0]["message"].as_str().unwrap();
-    assert!(
-        message.contains(scenario::AUTHORIZATION_SERVER),
-        "{message}"
-    );
-
+    // The verdict's details (auth, auth_detail, the message naming the authorization server):
+    // mcpulse-judge tests/recorded.rs. Here: the metadata document is fetched, once.
     let reqs = server.requests();
     assert_eq!(server.methods(), ["server/discover", "GET"]);
     assert_eq!(reqs[1].path(), scenario::RESOURCE_METADATA_PATH);
@@ -939,12 +914,7 @@ async fn status_401_without_a_challenge_is_up_but_gated() {
     let server = serve(scenario::unauthorized(false)).await;
     let run = probe_url(&server.url("/mcp"), TIMEOUT, &[]).await;
     run.expect("degraded", &["auth-required"]);
-    let r = run.report();
-    assert_eq!(r["auth"], "required");
-    assert_eq!(r["auth_detail"]["www_authenticate"], Value::Null);
-    assert_eq!(r["auth_detail"]["resource_metadata"], Value::Null);
-    let message = r["findings"][0]["message"].as_str().unwrap();
-    assert!(message.contains("no WWW-Authenticate"), "{message}");
+    // The verdict's details: mcpulse-judge tests/recorded.rs.
     assert_eq!(
         server.methods(),
         ["server/discover"],
@@ -977,8 +947,7 @@ async fn reply_with_the_wrong_id_is_reported() {
     .await;
     let run = probe_url(&server.url("/mcp"), TIMEOUT, &[]).await;
     run.expect("down", &["wrong-reply-id"]);
-    let message = first_message(&run);
-    assert!(message.contains("999"), "{message}");
+    // The message naming the id: mcpulse-judge tests/recorded.rs.
 }
 
 #[tokio::test]
@@ -1110,8 +1079,7 @@ async fn status_403_is_up_but_forbidden() {
     .await;
     let run = probe_url(&server.url("/mcp"), TIMEOUT, &[]).await;
     run.expect("degraded", &["forbidden"]);
-    assert_eq!(run.codes(), ["forbidden"]);
-    assert_eq!(run.report()["auth"], "forbidden");
+    // The verdict's details: mcpulse-judge tests/recorded.rs.
     assert_eq!(server.methods(), ["server/discover"]);
 }
 
@@ -1793,23 +1761,8 @@ async fn stdio_stdout_pollution_is_a_warning() {
         .write(&dir, "server.sh");
     let run = probe_script(&script, TIMEOUT).await;
     run.expect("degraded", &["stdout-pollution", "legacy-only"]);
-    let r = run.report();
-    assert_eq!(r["era"], "legacy");
-    assert_eq!(r["tool_count"], 1);
-    let pollution = r["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["code"] == "stdout-pollution")
-        .unwrap();
-    assert_eq!(pollution["severity"], "warning");
-    assert!(
-        pollution["message"]
-            .as_str()
-            .unwrap()
-            .contains("Server listening on stdio"),
-        "{pollution}"
-    );
+    // The verdict's details (a warning quoting the line, the legacy era, the tool):
+    // mcpulse-judge tests/recorded.rs.
 }
 
 #[tokio::test]
@@ -1831,13 +1784,7 @@ async fn stdio_server_that_exits_at_once_is_down_with_its_stderr() {
             .any(|l| l == "fatal: API_KEY is not set"),
         "{r}"
     );
-    let exited = r["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["code"] == "process-exited")
-        .unwrap();
-    assert_eq!(exited["severity"], "critical");
+    // The verdict's details (process-exited is critical): mcpulse-judge tests/recorded.rs.
 }
 
 #[tokio::test]

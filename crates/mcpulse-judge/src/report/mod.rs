@@ -3,10 +3,12 @@
 //!
 //! This module owns the report's shape and the order of judgement ([`judge`]); each family of
 //! checks is a child module: `session` (the handshake's facts), `lists` (the inventory),
-//! `down` (a handshake that failed), `gated` (401/403), `stdio` (processes). How exchanges read
+//! `down` (a handshake that failed), `gated` (401/403), `stdio` (processes), `endpoint` (the
+//! server's HTTP health endpoint). How exchanges read
 //! in messages is `crate::evidence`'s; the security grade is `crate::security`'s.
 
 mod down;
+mod endpoint;
 mod gated;
 mod lists;
 mod session;
@@ -16,7 +18,7 @@ use crate::evidence::{all_tools, round};
 use crate::replies::Replies;
 use crate::rules::{Finding, Rule, Status};
 use mcpulse_wire::jsonrpc::Message;
-use mcpulse_wire::transcript::{Exchange, Step, Transcript, TransportKind};
+use mcpulse_wire::transcript::{Exchange, Step, TargetKind, Transcript, TransportKind};
 use mcpulse_wire::version::Era;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -259,17 +261,22 @@ pub fn judge(tr: &Transcript, policy: &Policy) -> Report {
         stderr: stderr_tail(&tr.processes),
     };
     report.digests = report.contract.as_ref().map(Digests::of);
-    j.connection_timings(&mut report);
-    match handshake(&replies) {
-        Some(hs) => {
-            j.up(&mut report, &hs, policy);
-            j.exited_after_handshake();
+    // A probe of a health endpoint alone has no protocol to judge: its verdict is the
+    // endpoint's.
+    if tr.target.kind != TargetKind::Health {
+        j.connection_timings(&mut report);
+        match handshake(&replies) {
+            Some(hs) => {
+                j.up(&mut report, &hs, policy);
+                j.exited_after_handshake();
+            }
+            None => j.not_up(&mut report),
         }
-        None => j.not_up(&mut report),
+        j.process_findings();
+        j.envelope_findings();
     }
-    j.process_findings();
-    j.envelope_findings();
     let mut findings = j.findings;
+    findings.extend(endpoint::findings(&tr.health));
     // Most severe first, then in the order found.
     findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
     report.status = Status::from_findings(&findings);

@@ -49,6 +49,21 @@ crate::rule_family! {
     ProcessExitedAfterHandshake = "process-exited-after-handshake", Critical,
         "The stdio server exited on its own after the handshake, while the probe was still using it (a crash on `tools/list`, say).",
         "A client would lose its session with it. Its stderr, shown with the finding, usually says why.";
+    HealthEndpointDown = "health-endpoint-down", Critical,
+        "The server's health endpoint (`--health-url`) reports it down: an HTTP 4xx/5xx, or a document whose `status` is `fail` (`down`, `error`, `unhealthy`).",
+        "The server says of itself that it cannot serve: `mcpulse supervise` answers 503 while its child is starting, backing off after a crash, or given up on. The findings that follow name the failing components.";
+    HealthEndpointUnreachable = "health-endpoint-unreachable", Critical,
+        "The health endpoint could not be read: connection refused, timed out, or a redirect off its origin.",
+        "Whoever watches this endpoint (a load balancer, Kubernetes, `mcpulse monitor`) sees the server as down. If only the endpoint is wrong, fix `--health-url`.";
+    HealthEndpointInvalid = "health-endpoint-invalid", Critical,
+        "The health endpoint answered, but not with a health document: an HTML page, unparseable JSON, no `status`, a body over 64 KiB, or an unfollowed redirect.",
+        "An HTTP 200 with a login page or a proxy's error page is not a healthy server; mcpulse does not take a 2xx alone as health.";
+    HealthEndpointDegraded = "health-endpoint-degraded", Warning,
+        "The health endpoint reports `warn` (`degraded`): up, but something behind it is not well.",
+        "`mcpulse supervise` reports `warn` while its child is busy (a heartbeat unanswered during a long tool call). The component findings say what.";
+    HealthComponentUnhealthy = "health-component-unhealthy", Warning,
+        "A component in the health document's `checks` reports `warn` or `fail`.",
+        "The component is named (a database, the supervised child, its heartbeat) with its observed value and output, so the alert says what is wrong behind the server, not only that it is.";
     AuthRequired = "auth-required", Warning,
         "The server answered 401: it is up, but gated behind authentication.",
         "Up but gated, not down. Supply credentials with `--header` or `--bearer-env` to probe further.";

@@ -74,9 +74,13 @@ struct TargetBody {
     stats_error: Option<String>,
 }
 
-pub(super) fn target_name(p: Result<Path<String>, PathRejection>) -> Result<String, String> {
-    p.map(|Path(n)| n)
-        .map_err(|e| format!("the target name in the path is malformed: {e}"))
+/// A target name in an API path that could not be read (bad percent-encoding, not UTF-8).
+#[derive(Debug, thiserror::Error)]
+#[error("the target name in the path is malformed: {0}")]
+pub(super) struct MalformedName(PathRejection);
+
+pub(super) fn target_name(p: Result<Path<String>, PathRejection>) -> Result<String, MalformedName> {
+    p.map(|Path(n)| n).map_err(MalformedName)
 }
 
 pub(super) fn unknown_target(name: &str) -> Response {
@@ -92,7 +96,7 @@ pub(super) async fn target_handler(
 ) -> Response {
     let name = match target_name(p) {
         Ok(n) => n,
-        Err(m) => return error(StatusCode::BAD_REQUEST, m),
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
     };
     let Some(view) = s.fleet.get(&name) else {
         return unknown_target(&name);

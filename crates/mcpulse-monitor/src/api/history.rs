@@ -32,7 +32,7 @@ pub(super) async fn history_handler(
 ) -> Response {
     let name = match target_name(p) {
         Ok(n) => n,
-        Err(m) => return error(StatusCode::BAD_REQUEST, m),
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
     };
     let pairs = match q {
         Ok(Query(p)) => p,

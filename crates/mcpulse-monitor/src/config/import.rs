@@ -13,13 +13,97 @@
 //! names the file, the server and why: one editor-only server should not stop the monitoring of
 //! the others, nor page as `down` at run time.
 
-use super::check::{check_header_name, check_header_value, check_name, check_url, target_from};
+use super::check::{
+    CheckError, check_header_name, check_header_value, check_name, check_url, target_from,
+};
 use super::types::{Defaults, Endpoint, TargetConfig};
 use mcpulse_wire::env::Expanded;
 use mcpulse_wire::redact::Secrets;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Why a client config file could not be imported at all (a server in it that cannot be
+/// monitored is not an error: see [`LeftOut`]). The messages name the file and are shown as
+/// they are, so their wording is fixed.
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    #[error("import {}: cannot read it: {error}", .path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        error: std::io::Error,
+    },
+    #[error("import {file}: not JSON: {error}")]
+    NotJson {
+        file: String,
+        #[source]
+        error: serde_json::Error,
+    },
+    #[error("import {file}: no \"mcpServers\" or \"servers\" object")]
+    NoServers { file: String },
+    #[error(
+        "import {}: imported targets take the defaults, and the default timeout {timeout:?} must be below the interval {interval:?}",
+        .path.display()
+    )]
+    TimeoutNotBelowInterval {
+        path: PathBuf,
+        timeout: Duration,
+        interval: Duration,
+    },
+}
+
+/// Why one server of a client config is left out (the warning's reason).
+#[derive(Debug, thiserror::Error)]
+enum LeftOut {
+    #[error(transparent)]
+    Check(#[from] CheckError),
+    #[error(transparent)]
+    Expand(#[from] EditorExpandError),
+    #[error("\"command\" is empty")]
+    EmptyCommand,
+    #[error("args must be strings")]
+    ArgNotString,
+    #[error("has neither \"url\" nor \"command\"")]
+    NoEndpoint,
+    #[error("\"{key}\" must be an object of strings")]
+    NotObject { key: String },
+    #[error("{key} {name:?} must be a string")]
+    NotString { key: String, name: String },
+    #[error("header {name:?}: {error}")]
+    HeaderValue {
+        name: String,
+        #[source]
+        error: EditorExpandError,
+    },
+}
+
+/// A [`LeftOut`] with the values expansion read from the environment, which its message must
+/// not show (an expanded URL can carry a token in its path): `Display` and `Debug` hide them.
+struct Skipped {
+    reason: LeftOut,
+    secrets: Secrets,
+}
+
+impl std::fmt::Display for Skipped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.secrets.hide(&self.reason.to_string()))
+    }
+}
+
+/// Why `${…}` in a client config could not be expanded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum EditorExpandError {
+    #[error("unclosed ${{ in {value:?}")]
+    Unclosed { value: String },
+    #[error(
+        "uses ${{{var}}}, which only the editor can fill in; define this target in mcpulse.toml instead"
+    )]
+    EditorOnly { var: String },
+    #[error("the environment variable {name} is not set")]
+    Unset { name: String },
+}
 
 /// What one client config file gives.
 #[derive(Debug, Default)]
@@ -34,9 +118,11 @@ pub fn read(
     path: &Path,
     defaults: &Defaults,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Imported, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("import {}: cannot read it: {e}", path.display()))?;
+) -> Result<Imported, ImportError> {
+    let text = std::fs::read_to_string(path).map_err(|error| ImportError::Read {
+        path: path.to_owned(),
+        error,
+    })?;
     parse(&text, &path.display().to_string(), defaults, env)
 }
 
@@ -56,15 +142,14 @@ impl Fleet<'_> {
         path: &Path,
         defaults: &Defaults,
         env: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<(), String> {
+    ) -> Result<(), ImportError> {
         let imported = read(path, defaults, env)?;
         if !imported.targets.is_empty() && defaults.timeout >= defaults.interval {
-            return Err(format!(
-                "import {}: imported targets take the defaults, and the default timeout {:?} must be below the interval {:?}",
-                path.display(),
-                defaults.timeout,
-                defaults.interval
-            ));
+            return Err(ImportError::TimeoutNotBelowInterval {
+                path: path.to_owned(),
+                timeout: defaults.timeout,
+                interval: defaults.interval,
+            });
         }
         self.warnings.extend(imported.skipped);
         for t in imported.targets {
@@ -81,14 +166,19 @@ pub fn parse(
     source: &str,
     defaults: &Defaults,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Imported, String> {
-    let json: Value = serde_json::from_str(&strip_jsonc(text))
-        .map_err(|e| format!("import {source}: not JSON: {e}"))?;
+) -> Result<Imported, ImportError> {
+    let json: Value =
+        serde_json::from_str(&strip_jsonc(text)).map_err(|error| ImportError::NotJson {
+            file: source.to_owned(),
+            error,
+        })?;
     let servers = json
         .get("mcpServers")
         .or_else(|| json.get("servers"))
         .and_then(Value::as_object)
-        .ok_or_else(|| format!("import {source}: no \"mcpServers\" or \"servers\" object"))?;
+        .ok_or_else(|| ImportError::NoServers {
+            file: source.to_owned(),
+        })?;
     let mut out = Imported::default();
     for (name, s) in servers {
         if s.get("disabled").and_then(Value::as_bool) == Some(true) {
@@ -111,12 +201,17 @@ fn server(
     source: &str,
     defaults: &Defaults,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<TargetConfig, String> {
-    check_name(name)?;
+) -> Result<TargetConfig, Skipped> {
     // What expansion read from the environment is secret wherever it lands (url, args), the
     // message of a server left out included.
     let secrets = std::cell::RefCell::new(Secrets::default());
-    server_with(name, s, source, defaults, env, &secrets).map_err(|m| secrets.borrow().hide(&m))
+    check_name(name)
+        .map_err(LeftOut::from)
+        .and_then(|()| server_with(name, s, source, defaults, env, &secrets))
+        .map_err(|reason| Skipped {
+            reason,
+            secrets: secrets.take(),
+        })
 }
 
 fn server_with(
@@ -126,12 +221,13 @@ fn server_with(
     defaults: &Defaults,
     env: &dyn Fn(&str) -> Option<String>,
     secrets: &std::cell::RefCell<Secrets>,
-) -> Result<TargetConfig, String> {
-    let expand_with = |v: &str, env: &dyn Fn(&str) -> Option<String>| -> Result<String, String> {
-        let e = expand_editor(v, env)?;
-        secrets.borrow_mut().extend(&e.secrets);
-        Ok(e.value)
-    };
+) -> Result<TargetConfig, LeftOut> {
+    let expand_with =
+        |v: &str, env: &dyn Fn(&str) -> Option<String>| -> Result<String, EditorExpandError> {
+            let e = expand_editor(v, env)?;
+            secrets.borrow_mut().extend(&e.secrets);
+            Ok(e.value)
+        };
     let expand = |v: &str| expand_with(v, env);
     // The server's own `env` block first: a launcher such as mcp-remote expands `${VAR}` in
     // its arguments from the environment it is given (`"args": ["--header",
@@ -151,7 +247,7 @@ fn server_with(
         Endpoint::Url(url)
     } else if let Some(cmd) = s.get("command").and_then(Value::as_str) {
         if cmd.is_empty() {
-            return Err("\"command\" is empty".into());
+            return Err(LeftOut::EmptyCommand);
         }
         let mut argv = vec![expand_with(cmd, &own)?];
         for a in s
@@ -160,22 +256,22 @@ fn server_with(
             .into_iter()
             .flatten()
         {
-            argv.push(expand_with(
-                a.as_str().ok_or("args must be strings")?,
-                &own,
-            )?);
+            argv.push(expand_with(a.as_str().ok_or(LeftOut::ArgNotString)?, &own)?);
         }
         Endpoint::Command {
             argv,
             env: envs.clone(),
         }
     } else {
-        return Err("has neither \"url\" nor \"command\"".into());
+        return Err(LeftOut::NoEndpoint);
     };
     let mut headers = Vec::new();
     for (k, v) in strings(s, "headers")? {
         check_header_name(k)?;
-        let v = expand(v).map_err(|m| format!("header {k:?}: {m}"))?;
+        let v = expand(v).map_err(|error| LeftOut::HeaderValue {
+            name: k.clone(),
+            error,
+        })?;
         check_header_value(k, &v)?;
         headers.push((k.clone(), v));
     }
@@ -192,41 +288,53 @@ fn server_with(
 }
 
 /// The string-valued object `key` of a server (`env`, `headers`); absent is empty.
-fn strings<'a>(s: &'a Value, key: &str) -> Result<Vec<(&'a String, &'a str)>, String> {
+fn strings<'a>(s: &'a Value, key: &str) -> Result<Vec<(&'a String, &'a str)>, LeftOut> {
     let map = match s.get(key) {
         None | Some(Value::Null) => return Ok(Vec::new()),
         Some(Value::Object(m)) => m,
-        Some(_) => return Err(format!("\"{key}\" must be an object of strings")),
+        Some(_) => {
+            return Err(LeftOut::NotObject {
+                key: key.to_owned(),
+            });
+        }
     };
     map.iter()
         .map(|(k, v)| {
             v.as_str()
                 .map(|v| (k, v))
-                .ok_or_else(|| format!("{key} {k:?} must be a string"))
+                .ok_or_else(|| LeftOut::NotString {
+                    key: key.to_owned(),
+                    name: k.clone(),
+                })
         })
         .collect()
 }
 
 /// `${VAR}` and `${env:VAR}` from the environment; `${input:…}` and other editor variables are
 /// refused with a message.
-fn expand_editor(v: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Expanded, String> {
+fn expand_editor(
+    v: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Expanded, EditorExpandError> {
     let mut secrets = Secrets::default();
     let mut out = String::new();
     let mut rest = v;
     while let Some(i) = rest.find("${") {
         out.push_str(&rest[..i]);
         let after = &rest[i + 2..];
-        let end = after
-            .find('}')
-            .ok_or_else(|| format!("unclosed ${{ in {v:?}"))?;
+        let end = after.find('}').ok_or_else(|| EditorExpandError::Unclosed {
+            value: v.to_owned(),
+        })?;
         let var = &after[..end];
         let name = var.strip_prefix("env:").unwrap_or(var);
         if name.contains(':') {
-            return Err(format!(
-                "uses ${{{var}}}, which only the editor can fill in; define this target in mcpulse.toml instead"
-            ));
+            return Err(EditorExpandError::EditorOnly {
+                var: var.to_owned(),
+            });
         }
-        let val = env(name).ok_or_else(|| format!("the environment variable {name} is not set"))?;
+        let val = env(name).ok_or_else(|| EditorExpandError::Unset {
+            name: name.to_owned(),
+        })?;
         out.push_str(&val);
         secrets.add(&val);
         rest = &after[end + 1..];
@@ -325,7 +433,78 @@ mod tests {
         }
     }
 
-    fn import(text: &str) -> Result<Imported, String> {
+    /// The typed errors print exactly what the `String` errors they replaced printed.
+    #[test]
+    fn messages_are_unchanged() {
+        let e = import("[]").unwrap_err();
+        assert!(matches!(e, ImportError::NoServers { .. }), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            "import mcp.json: no \"mcpServers\" or \"servers\" object"
+        );
+        let e = import("{").unwrap_err();
+        assert!(
+            e.to_string().starts_with("import mcp.json: not JSON: EOF"),
+            "{e}"
+        );
+        let e = read(
+            Path::new("/nonexistent/mcp.json"),
+            &Defaults::default(),
+            &env,
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("import /nonexistent/mcp.json: cannot read it: "),
+            "{e}"
+        );
+        let e = ImportError::TimeoutNotBelowInterval {
+            path: "/x/mcp.json".into(),
+            timeout: Duration::from_secs(30),
+            interval: Duration::from_secs(30),
+        };
+        assert_eq!(
+            e.to_string(),
+            "import /x/mcp.json: imported targets take the defaults, and the default timeout 30s must be below the interval 30s"
+        );
+        let skipped = import(
+            r#"{"mcpServers": {
+                "a": {"command": ""},
+                "b": {"command": "x", "args": [1]},
+                "c": {},
+                "d": {"command": "x", "env": []},
+                "e": {"command": "x", "env": {"K": 1}},
+                "f": {"url": "http://h/", "headers": {"X-A": "${input:t}"}},
+                "g": {"url": "http://h/${GH_TOKEN", "headers": {}},
+                "h": {"url": "http://h/${NOPE}"},
+                "i": {"url": "http://h/", "headers": {"X-A": "${EVIL}"}}
+            }}"#,
+        )
+        .unwrap()
+        .skipped;
+        let why = |n: &str| {
+            let head = format!("import mcp.json: server {n:?} left out: ");
+            skipped
+                .iter()
+                .find_map(|w| w.strip_prefix(&head))
+                .unwrap_or_default()
+                .to_owned()
+        };
+        assert_eq!(why("a"), "\"command\" is empty");
+        assert_eq!(why("b"), "args must be strings");
+        assert_eq!(why("c"), "has neither \"url\" nor \"command\"");
+        assert_eq!(why("d"), "\"env\" must be an object of strings");
+        assert_eq!(why("e"), "env \"K\" must be a string");
+        assert_eq!(
+            why("f"),
+            "header \"X-A\": uses ${input:t}, which only the editor can fill in; define this target in mcpulse.toml instead"
+        );
+        assert_eq!(why("g"), "unclosed ${ in \"http://h/${GH_TOKEN\"");
+        assert_eq!(why("h"), "the environment variable NOPE is not set");
+        assert_eq!(why("i"), "header \"X-A\": the value contains a line break");
+    }
+
+    fn import(text: &str) -> Result<Imported, ImportError> {
         parse(text, "mcp.json", &Defaults::default(), &env)
     }
 

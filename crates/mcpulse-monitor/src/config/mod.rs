@@ -139,6 +139,8 @@ struct RawTarget {
     reminder: Option<At<String>>,
     era: Option<At<String>>,
     security: Option<bool>,
+    /// The server's HTTP health endpoint, read at each check (`mcpulse supervise`'s `/readyz`).
+    health_url: Option<At<String>>,
 }
 
 impl RawTarget {
@@ -344,7 +346,7 @@ fn targets(
     let mut names = HashSet::with_capacity(raw.len());
     for t in raw {
         let name = &t.get_ref().name;
-        check_name(name.get_ref()).map_err(|m| src.at(name.span().start, m))?;
+        check_name(name.get_ref()).map_err(|e| src.at(name.span().start, e.to_string()))?;
         if !names.insert(name.get_ref().clone()) {
             return Err(src.at(
                 name.span().start,
@@ -371,14 +373,14 @@ fn imports(
 ) -> Result<Vec<String>, ConfigError> {
     let mut warnings = Vec::new();
     for imp in raw {
-        let at = |m: String| src.at(imp.span().start, m);
-        let path = dir.join(home(imp.get_ref(), env).map_err(at)?);
+        let at = |e: &dyn std::fmt::Display| src.at(imp.span().start, e.to_string());
+        let path = dir.join(home(imp.get_ref(), env).map_err(|e| at(&e))?);
         let mut fleet = import::Fleet {
             targets,
             names,
             warnings: &mut warnings,
         };
-        fleet.import(&path, defaults, env).map_err(at)?;
+        fleet.import(&path, defaults, env).map_err(|e| at(&e))?;
     }
     Ok(warnings)
 }
@@ -418,7 +420,7 @@ fn alerts(
             "command" => match &r.command {
                 Some(c) if !c.is_empty() => SinkKind::Command {
                     argv: c.clone(),
-                    env: command_env(&r.env).map_err(at)?,
+                    env: command_env(&r.env).map_err(|e| at(e.to_string()))?,
                 },
                 _ => return Err(at("needs command = [\"program\", \"arg\"]".into())),
             },
@@ -495,7 +497,7 @@ fn modules(
             ModuleConfig {
                 era: match &r.era {
                     None => defaults.era,
-                    Some(v) => era(v.get_ref()).map_err(|m| at(v, m))?,
+                    Some(v) => era(v.get_ref()).map_err(|e| at(v, e.to_string()))?,
                 },
                 timeout: dur(&r.timeout, "timeout", defaults.timeout)?,
                 latency_budget: dur(&r.latency_budget, "latency_budget", defaults.latency_budget)?,
@@ -565,7 +567,7 @@ fn server(
         None => None,
         Some(t) => {
             let at = |m: &str| src.at(t.span().start, format!("server.token: {m}"));
-            let value = expand(t.get_ref(), env).map_err(|m| at(&m))?;
+            let value = expand(t.get_ref(), env).map_err(|e| at(&e.to_string()))?;
             // A client cannot send an empty bearer token, so an empty one locks everyone out.
             if value.trim().is_empty() {
                 return Err(at(if t.get_ref().contains("${") {
@@ -583,15 +585,18 @@ fn server(
         allow_url_probes: raw.allow_url_probes.unwrap_or(false),
         allow_unauthenticated: raw.allow_unauthenticated.unwrap_or(false),
     };
-    server.exposure().map_err(|m| match listen_override {
+    server.exposure().map_err(|e| match listen_override {
         // Not the file's address: said as the command line's, about the file as a whole.
         Some(l) => ConfigError {
             file: src.file.to_owned(),
             line: 0,
             column: 0,
-            message: format!("--listen {l}: {m}"),
+            message: format!("--listen {l}: {e}"),
         },
-        None => src.at(raw.listen.as_ref().map_or(0, |l| l.span().start), m),
+        None => src.at(
+            raw.listen.as_ref().map_or(0, |l| l.span().start),
+            e.to_string(),
+        ),
     })?;
     Ok(server)
 }
@@ -611,7 +616,7 @@ fn target(
     let mut secrets = Secrets::default();
     let endpoint = match (&r.url, &r.command) {
         (Some(u), None) => {
-            check_url(u.get_ref()).map_err(|m| at(u.span().start, &m))?;
+            check_url(u.get_ref()).map_err(|e| at(u.span().start, &e.to_string()))?;
             Endpoint::Url(u.get_ref().clone())
         }
         (None, Some(c)) => {
@@ -681,23 +686,40 @@ fn target(
         src.file.to_owned(),
     );
     target.secrets.extend(&secrets);
+    if let Some(u) = &r.health_url {
+        check_url(u.get_ref()).map_err(|m| at(u.span().start, &format!("health_url: {m}")))?;
+        target.health_url = Some(u.get_ref().clone());
+    }
     Ok(target)
 }
 
+/// Why `~` in an import path could not be expanded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum HomeError {
+    #[error(
+        "import {path:?}: only ~ and ~/… are expanded (the current user's home); write the full path"
+    )]
+    OtherUser { path: String },
+    #[error("import {path:?}: ~ needs HOME, which is not set; set it or write the full path")]
+    NoHome { path: String },
+}
+
 /// `~` and `~/…` in an import path, from `HOME` (as a shell would expand it).
-fn home(path: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<PathBuf, String> {
+fn home(path: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<PathBuf, HomeError> {
     let rest = match path.strip_prefix('~') {
         None => return Ok(PathBuf::from(path)),
         Some(rest) => rest,
     };
     if !(rest.is_empty() || rest.starts_with('/')) {
-        return Err(format!(
-            "import {path:?}: only ~ and ~/… are expanded (the current user's home); write the full path"
-        ));
+        return Err(HomeError::OtherUser {
+            path: path.to_owned(),
+        });
     }
-    let home = env("HOME").filter(|h| !h.is_empty()).ok_or_else(|| {
-        format!("import {path:?}: ~ needs HOME, which is not set; set it or write the full path")
-    })?;
+    let home = env("HOME")
+        .filter(|h| !h.is_empty())
+        .ok_or_else(|| HomeError::NoHome {
+            path: path.to_owned(),
+        })?;
     Ok(PathBuf::from(format!("{home}{rest}")))
 }
 
@@ -759,12 +781,17 @@ fn apply(
     Ok(d)
 }
 
-fn era(s: &str) -> Result<EraMode, String> {
+/// An `era` that is none of the three.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("era {0:?}: use auto, modern or legacy")]
+struct EraError(String);
+
+fn era(s: &str) -> Result<EraMode, EraError> {
     match s {
         "auto" => Ok(EraMode::Auto),
         "modern" => Ok(EraMode::Modern),
         "legacy" => Ok(EraMode::Legacy),
-        other => Err(format!("era {other:?}: use auto, modern or legacy")),
+        other => Err(EraError(other.to_owned())),
     }
 }
 
@@ -777,14 +804,19 @@ pub fn duration(s: &str) -> Result<Duration, mcpulse_wire::units::UnitError> {
     mcpulse_wire::units::duration(s)
 }
 
+/// A command sink's `env` entry that cannot name a variable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "env {0:?} is not a variable name: write the names to pass on, e.g. env = [\"PAGER_TOKEN\"]"
+)]
+struct NotAVariable(String);
+
 /// A command sink's `env`: names of the monitor's variables, each at most once.
-fn command_env(names: &[String]) -> Result<Vec<String>, String> {
+fn command_env(names: &[String]) -> Result<Vec<String>, NotAVariable> {
     let mut out: Vec<String> = Vec::new();
     for n in names {
         if n.is_empty() || n.contains(['=', '\0']) {
-            return Err(format!(
-                "env {n:?} is not a variable name: write the names to pass on, e.g. env = [\"PAGER_TOKEN\"]"
-            ));
+            return Err(NotAVariable(n.clone()));
         }
         if !out.contains(n) {
             out.push(n.clone());
@@ -808,12 +840,12 @@ fn headers(
     h.iter()
         .map(|(k, v)| {
             let name = k.get_ref();
-            check_header_name(name).map_err(|m| src.at(k.span().start, format!("{what}: {m}")))?;
-            let at = |m: String| src.at(v.span().start, format!("{what}: {m}"));
+            check_header_name(name).map_err(|e| src.at(k.span().start, format!("{what}: {e}")))?;
+            let at = |m: &dyn std::fmt::Display| src.at(v.span().start, format!("{what}: {m}"));
             let e = mcpulse_wire::env::expand_marked(v.get_ref(), env)
-                .map_err(|m| at(format!("header {name:?}: {m}")))?;
+                .map_err(|e| at(&format_args!("header {name:?}: {e}")))?;
             secrets.extend(&e.secrets);
-            check_header_value(name, &e.value).map_err(at)?;
+            check_header_value(name, &e.value).map_err(|e| at(&e))?;
             Ok((name.clone(), e.value))
         })
         .collect()
@@ -862,6 +894,22 @@ mod tests {
     }
 
     #[test]
+    fn a_health_url_is_an_http_url_on_a_target() {
+        let c = parse_ok(
+            "[[targets]]\nname = \"s\"\ncommand = [\"mcpulse\", \"supervise\", \"--listen\", \"127.0.0.1:9478\", \"--\", \"srv\"]\nhealth_url = \"http://127.0.0.1:9478/readyz\"\n",
+        );
+        assert_eq!(
+            c.targets[0].health_url.as_deref(),
+            Some("http://127.0.0.1:9478/readyz")
+        );
+        let e = parse_err(
+            "[[targets]]\nname = \"s\"\nurl = \"http://127.0.0.1:1/mcp\"\nhealth_url = \"file:///etc/passwd\"\n",
+        );
+        assert!(e.to_string().contains("health_url: url"), "{e}");
+        assert!(e.to_string().starts_with("mcpulse.toml:4:"), "{e}");
+    }
+
+    #[test]
     fn command_sink_env_is_an_allowlist_of_names() {
         let base = "[[targets]]\nname = \"a\"\nurl = \"http://127.0.0.1:1/mcp\"\n";
         let c = parse_ok(&format!(
@@ -880,7 +928,12 @@ mod tests {
         let e = parse_err(&format!(
             "{base}[[alerts]]\nkind = \"command\"\ncommand = [\"notify\"]\nenv = [\"A=b\"]\n"
         ));
-        assert!(e.to_string().contains("is not a variable name"), "{e}");
+        assert!(
+            e.message.ends_with(
+                "alert \"command\": env \"A=b\" is not a variable name: write the names to pass on, e.g. env = [\"PAGER_TOKEN\"]"
+            ),
+            "{e}"
+        );
         let e = parse_err(&format!(
             "{base}[[alerts]]\nkind = \"webhook\"\nurl = \"http://hook\"\nenv = [\"A\"]\n"
         ));

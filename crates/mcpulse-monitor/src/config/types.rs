@@ -41,20 +41,29 @@ pub struct ServerConfig {
 impl ServerConfig {
     /// Refuses an API that anyone on the network could read (the fleet, its endpoints, its
     /// history): listening beyond loopback needs a token, or `allow_unauthenticated = true`.
-    pub fn exposure(&self) -> Result<(), String> {
+    pub fn exposure(&self) -> Result<(), ExposureError> {
         if self.listen.ip().to_canonical().is_loopback()
             || self.token.is_some()
             || self.allow_unauthenticated
         {
             return Ok(());
         }
-        Err(format!(
-            "the API would listen on {} (beyond loopback) without a token, open to anyone who can reach it: \
-             set token = \"${{MCPULSE_API_TOKEN}}\" in [server], listen on 127.0.0.1, \
-             or set allow_unauthenticated = true if something in front of it authenticates",
-            self.listen
-        ))
+        Err(ExposureError {
+            listen: self.listen,
+        })
     }
+}
+
+/// An API that would listen beyond loopback with nothing guarding it; the message says the
+/// three ways out.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the API would listen on {listen} (beyond loopback) without a token, open to anyone who can reach it: \
+     set token = \"${{MCPULSE_API_TOKEN}}\" in [server], listen on 127.0.0.1, \
+     or set allow_unauthenticated = true if something in front of it authenticates"
+)]
+pub struct ExposureError {
+    pub listen: SocketAddr,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -132,6 +141,8 @@ pub struct TargetConfig {
     /// what an import's expansion read from the environment, and the target's `env` and header
     /// values of [`SECRET_MIN_LEN`] characters or more.
     pub secrets: Secrets,
+    /// The server's HTTP health endpoint, read beside each check (`health_url`).
+    pub health_url: Option<String>,
 }
 
 /// Shows the endpoint as the API does, and only the names of headers and `env` variables.

@@ -369,9 +369,9 @@ impl Session {
         self.send_client(error_line(id, code, message));
     }
 
+    /// Records a state (the observer logs and exports transitions: not logged here too).
     fn set_state(&mut self, state: ChildState) {
         if self.status.state != state {
-            tracing::info!(from = ?self.status.state, to = ?state, "supervise: state");
             self.status.state = state;
             self.status.since_ms = epoch_ms();
         }
@@ -1160,11 +1160,10 @@ impl Session {
         }
     }
 
+    /// A junk line, reported to the observer (which logs it, inert, and counts it).
     fn junk(&mut self, line: &[u8]) {
         let prefix = &line[..line.len().min(1024)];
-        let text = String::from_utf8_lossy(prefix);
-        tracing::warn!(line = %text::field(&text), "supervise: a line on the server's stdout that is not a JSON-RPC message, kept from the client");
-        self.observer.junk_line(&text);
+        self.observer.junk_line(&String::from_utf8_lossy(prefix));
     }
 }
 

@@ -70,9 +70,7 @@ pub fn check(args: CheckConfigArgs) -> Result<u8> {
 /// field is made inert and quoted by one rule ([`crate::log::InertFields`]): servers and
 /// imported configs choose some of the text.
 pub fn init_logging(level: &str) -> Result<()> {
-    let level: tracing::Level = level.parse().map_err(|_| {
-        anyhow::anyhow!("--log-level {level:?}: use error, warn, info, debug or trace")
-    })?;
+    let level = crate::log::level(level)?;
     use std::io::IsTerminal;
     let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let _ = tracing_subscriber::fmt()

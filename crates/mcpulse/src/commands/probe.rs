@@ -9,7 +9,19 @@ use mcpulse_judge::{Policy, drift, judge};
 use mcpulse_wire::text;
 
 pub fn run(args: ProbeArgs) -> Result<u8> {
-    let (target, plan) = settings::target_and_plan(&args.target)?;
+    if let (None, true, Some(url)) = (
+        &args.target.url,
+        args.target.command.is_empty(),
+        &args.health_url,
+    ) {
+        return health_only(&args, url);
+    }
+    let (target, mut plan) = settings::target_and_plan(&args.target)?;
+    if let Some(url) = &args.health_url {
+        // Checked as a probe URL is (http or https, a host): a usage error, not a finding.
+        mcpulse_probe::Target::http(url).map_err(|e| anyhow::anyhow!("--health-url: {e}"))?;
+        plan.health_url = Some(url.clone());
+    }
     let budget = settings::duration(&args.latency_budget, "--latency-budget")?;
     // Read the baseline before probing: a bad file is a usage error, not a probe result.
     let baseline = match &args.baseline {
@@ -30,17 +42,63 @@ pub fn run(args: ProbeArgs) -> Result<u8> {
     let judged = unfinished.snapshot(&transcript);
     let verdict = report_and_print(&args, &judged, budget, baseline.as_ref(), &plan.secrets);
     unfinished.finish(&mut transcript);
-    if let (Some(path), Some(mut file)) = (&args.transcript, transcript_file) {
-        use std::io::Write;
-        let text =
-            serde_json::to_string_pretty(&transcript).context("serialising the transcript")?;
-        // Only a regular file is truncated: `/dev/stdout` or a pipe cannot be, nor need to be.
-        let regular = file.metadata().is_ok_and(|m| m.is_file());
-        (if regular { file.set_len(0) } else { Ok(()) })
-            .and_then(|()| file.write_all((text + "\n").as_bytes()))
-            .with_context(|| format!("writing the transcript to {}", path.display()))?;
+    if let (Some(path), Some(file)) = (&args.transcript, transcript_file) {
+        write_transcript(path, file, &transcript)?;
     }
     verdict
+}
+
+/// `--health-url` without an MCP target: one read of the endpoint, judged alone.
+fn health_only(args: &ProbeArgs, url: &str) -> Result<u8> {
+    use mcpulse_probe::{Caller, PlanSpec, Target};
+    let target = Target::http(url).map_err(|e| anyhow::anyhow!("--health-url: {e}"))?;
+    if args.baseline.is_some() {
+        bail!(
+            "--baseline needs an MCP target (a URL or a command after `--`), not only --health-url"
+        );
+    }
+    let budget = settings::duration(&args.latency_budget, "--latency-budget")?;
+    let timeout = match &args.target.timeout {
+        Some(t) => settings::duration(t, "--timeout")?,
+        None => mcpulse_probe::HEALTH_TIMEOUT,
+    };
+    let plan = PlanSpec {
+        timeout: Some(timeout),
+        ..PlanSpec::new(Caller::Cli {
+            stdio_dual_era: false,
+        })
+    }
+    .plan(&target);
+    let transcript_file = match &args.transcript {
+        Some(path) => Some(open_transcript(path)?),
+        None => None,
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let transcript = runtime.block_on(mcpulse_probe::probe_health(url, &plan));
+    runtime.shutdown_background();
+    let verdict = report_and_print(args, &transcript, budget, None, &plan.secrets);
+    if let (Some(path), Some(file)) = (&args.transcript, transcript_file) {
+        write_transcript(path, file, &transcript)?;
+    }
+    verdict
+}
+
+/// Writes the transcript (pretty JSON) into the file `--transcript` opened.
+fn write_transcript(
+    path: &std::path::Path,
+    mut file: std::fs::File,
+    transcript: &mcpulse_probe::Transcript,
+) -> Result<()> {
+    use std::io::Write;
+    let text = serde_json::to_string_pretty(transcript).context("serialising the transcript")?;
+    // Only a regular file is truncated: `/dev/stdout` or a pipe cannot be, nor need to be.
+    let regular = file.metadata().is_ok_and(|m| m.is_file());
+    (if regular { file.set_len(0) } else { Ok(()) })
+        .and_then(|()| file.write_all((text + "\n").as_bytes()))
+        .with_context(|| format!("writing the transcript to {}", path.display()))
 }
 
 /// Opens (creating, not truncating) the `--transcript` file for writing.

@@ -1,26 +1,90 @@
-//! Logs, `/livez` `/readyz` `/metrics` for the supervisor (being written: #17 visibility).
+//! What `mcpulse supervise` shows of itself: logs (stderr or `--log-file`, text or
+//! `--log-json`) and, with `--listen`, `/livez` `/readyz` `/metrics`
+//! ([`mcpulse_relay::endpoints`]).
+//!
+//! Nothing here writes to stdout: it is the client's MCP stream, and one stray byte breaks it.
 
 use crate::cli::SuperviseArgs;
-use anyhow::Result;
-use mcpulse_relay::status::Observer;
-use std::sync::Arc;
+use anyhow::{Context, Result};
+use mcpulse_relay::endpoints::{self, Endpoints, Listening};
+use mcpulse_relay::status::{Logs, Observer};
+use std::sync::{Arc, Mutex};
 
 #[allow(dead_code)] // used by the relay once it is built (#17)
-/// What [`start`] keeps running: the observer to hand the supervisor, and the endpoints'
-/// server task, if `--listen` was given.
+/// What [`start`] keeps running: the observer to hand the supervisor (it logs, and feeds the
+/// endpoints), and the endpoints' server while `--listen` serves; dropping it stops them.
 pub struct Visibility {
     pub observer: Arc<dyn Observer>,
+    pub endpoints: Endpoints,
+    pub listening: Option<Listening>,
 }
 
-/// Sets up logging (stderr or `--log-file`; never stdout, which is the client's MCP stream).
-pub fn init_logging(_args: &SuperviseArgs) -> Result<()> {
+/// Sets up logging: stderr, or `--log-file` (appended to, created if missing); text with every
+/// field inert ([`crate::log::InertFields`]) or, with `--log-json`, one JSON object a line
+/// ([`crate::log::InertJson`]). Never stdout.
+pub fn init_logging(args: &SuperviseArgs) -> Result<()> {
+    let level = crate::log::level(&args.log_level)?;
+    let builder = tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_target(false);
+    let result = match &args.log_file {
+        Some(path) => {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .with_context(|| format!("--log-file {}", path.display()))?;
+            let builder = builder.with_writer(Mutex::new(file)).with_ansi(false);
+            if args.log_json {
+                builder.event_format(crate::log::InertJson).try_init()
+            } else {
+                builder.fmt_fields(crate::log::InertFields).try_init()
+            }
+        }
+        None => {
+            use std::io::IsTerminal;
+            let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+            let builder = builder.with_writer(std::io::stderr);
+            if args.log_json {
+                builder
+                    .with_ansi(false)
+                    .event_format(crate::log::InertJson)
+                    .try_init()
+            } else {
+                builder
+                    .with_ansi(ansi)
+                    .fmt_fields(crate::log::InertFields)
+                    .try_init()
+            }
+        }
+    };
+    // A subscriber already set (in-process tests) keeps logging where it did.
+    drop(result);
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        pid = std::process::id(),
+        command = %args.command.join(" "),
+        "mcpulse supervise started"
+    );
     Ok(())
 }
 
 #[allow(dead_code)] // used by the relay once it is built (#17)
-/// Binds `--listen` (if given) and starts serving; call inside the supervisor's runtime.
-pub async fn start(_args: &SuperviseArgs) -> Result<Visibility> {
+/// Binds `--listen` (if given; a port in use is an error here, before any child starts) and
+/// starts serving; call inside the supervisor's runtime.
+pub async fn start(args: &SuperviseArgs) -> Result<Visibility> {
+    let endpoints = Endpoints::new(env!("CARGO_PKG_VERSION"));
+    let listening = match args.listen {
+        Some(addr) => {
+            let l = endpoints::serve(addr, endpoints.clone()).await?;
+            tracing::info!(addr = %l.addr, "serving /livez /readyz /metrics");
+            Some(l)
+        }
+        None => None,
+    };
     Ok(Visibility {
-        observer: Arc::new(mcpulse_relay::status::Ignore),
+        observer: Arc::new(Logs::new(endpoints.clone())),
+        endpoints,
+        listening,
     })
 }

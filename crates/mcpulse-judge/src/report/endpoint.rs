@@ -1,0 +1,298 @@
+//! The server's own HTTP health endpoint (`--health-url`): what its status code and document
+//! say, as findings.
+//!
+//! Read: a 2xx with a health document (`application/health+json` as
+//! draft-inadarei-api-health-check-06 has it, or the seeds' `{"status": ..., "checks": {...}}`
+//! where a check is a status string, an object with `status`, or the draft's array of them),
+//! or a 2xx whose whole body is `ok` (kube-apiserver's `/healthz`). The top-level status maps
+//! `pass`/`ok`/`up`/`healthy` → pass, `warn`/`degraded` → warn, `fail`/`error`/`down`/
+//! `unhealthy` → fail (case-insensitive). A 4xx/5xx is down whatever its body says; a 2xx
+//! that is not a health document (an HTML page, no `status`) is not health.
+//!
+//! Each component whose status is `warn` or `fail` is one finding naming it, at most
+//! [`MAX_COMPONENT_FINDINGS`] (the rest counted in the last). Every text taken from the
+//! document is made inert and cut ([`mcpulse_wire::text`]).
+
+use crate::rules::{Finding, Rule};
+use mcpulse_wire::text;
+use mcpulse_wire::transcript::HealthFetch;
+use serde_json::Value;
+
+/// The most component findings from one document.
+pub const MAX_COMPONENT_FINDINGS: usize = 20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Level {
+    Pass,
+    Warn,
+    Fail,
+}
+
+fn level(s: &str) -> Option<Level> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "pass" | "ok" | "up" | "healthy" => Some(Level::Pass),
+        "warn" | "degraded" => Some(Level::Warn),
+        "fail" | "error" | "down" | "unhealthy" => Some(Level::Fail),
+        _ => None,
+    }
+}
+
+/// The findings of every health endpoint read in the transcript.
+pub(super) fn findings(fetches: &[HealthFetch]) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for f in fetches {
+        one(f, &mut out);
+    }
+    out
+}
+
+fn one(f: &HealthFetch, out: &mut Vec<Finding>) {
+    let url = text::field(&f.url);
+    let Some(status) = f.status else {
+        let why = f.error.as_deref().unwrap_or("no response");
+        out.push(
+            Rule::HealthEndpointUnreachable
+                .finding(format!("{url} could not be read: {}", text::message(why))),
+        );
+        return;
+    };
+    if f.truncated {
+        let why = match &f.error {
+            Some(e) => text::message(e).into_owned(),
+            None => format!(
+                "the body passed {} KiB",
+                mcpulse_wire::transcript::HEALTH_BODY_CAP / 1024
+            ),
+        };
+        out.push(Rule::HealthEndpointInvalid.finding(format!(
+            "{url} answered {status} but the body could not be read whole: {why}"
+        )));
+        return;
+    }
+    let body = f.body.as_deref().unwrap_or("");
+    let doc: Option<Value> = serde_json::from_str::<Value>(body)
+        .ok()
+        .filter(Value::is_object);
+    let stated = doc
+        .as_ref()
+        .and_then(|d| d.get("status"))
+        .and_then(Value::as_str)
+        .and_then(level);
+    let ct = f
+        .content_type
+        .as_deref()
+        .map(|c| format!(" ({})", text::field(c)))
+        .unwrap_or_default();
+    let overall = match status {
+        200..=299 => {
+            if body.trim().eq_ignore_ascii_case("ok") {
+                Level::Pass
+            } else if let Some(l) = stated {
+                l
+            } else {
+                let what = if doc.is_some() {
+                    "a JSON object without a known `status`"
+                } else if body.trim().is_empty() {
+                    "an empty body"
+                } else {
+                    "a body that is not a health document"
+                };
+                out.push(Rule::HealthEndpointInvalid.finding(format!(
+                    "{url} answered {status} with {what}{ct}: a 2xx alone is not health"
+                )));
+                return;
+            }
+        }
+        300..=399 => {
+            out.push(Rule::HealthEndpointInvalid.finding(format!(
+                "{url} answered {status}, a redirect that was not followed"
+            )));
+            return;
+        }
+        _ => Level::Fail,
+    };
+    let output = doc
+        .as_ref()
+        .and_then(|d| d.get("output"))
+        .and_then(Value::as_str)
+        .map(|o| format!(": {}", text::message(o)))
+        .unwrap_or_default();
+    match overall {
+        Level::Pass => {}
+        Level::Warn => {
+            out.push(Rule::HealthEndpointDegraded.finding(format!("{url} reports warn{output}")))
+        }
+        Level::Fail => {
+            let stated = match stated {
+                Some(Level::Fail) => " with status fail".to_string(),
+                Some(_) | None => String::new(),
+            };
+            out.push(
+                Rule::HealthEndpointDown
+                    .finding(format!("{url} answered {status}{stated}{output}")),
+            );
+        }
+    }
+    if let Some(checks) = doc
+        .as_ref()
+        .and_then(|d| d.get("checks"))
+        .and_then(Value::as_object)
+    {
+        components(checks, out);
+    }
+}
+
+/// One finding per component at warn or fail.
+fn components(checks: &serde_json::Map<String, Value>, out: &mut Vec<Finding>) {
+    let mut bad: Vec<String> = Vec::new();
+    let mut more = 0usize;
+    for (key, v) in checks {
+        // A check is a status string, an object, or the draft's array of objects (one a node).
+        let entries: Vec<&Value> = match v {
+            Value::Array(a) => a.iter().collect(),
+            other => vec![other],
+        };
+        for e in entries {
+            let (lvl, detail) = match e {
+                Value::String(s) => (level(s), String::new()),
+                Value::Object(o) => (
+                    o.get("status").and_then(Value::as_str).and_then(level),
+                    describe(o),
+                ),
+                _ => (None, String::new()),
+            };
+            let word = match lvl {
+                Some(Level::Warn) => "warn",
+                Some(Level::Fail) => "fail",
+                _ => continue,
+            };
+            if bad.len() >= MAX_COMPONENT_FINDINGS {
+                more += 1;
+                continue;
+            }
+            bad.push(format!("{} reports {word}{detail}", text::field(key)));
+        }
+    }
+    let n = bad.len();
+    for (i, mut m) in bad.into_iter().enumerate() {
+        if i + 1 == n && more > 0 {
+            m.push_str(&format!(" (and {more} more unhealthy components)"));
+        }
+        out.push(Rule::HealthComponentUnhealthy.finding(m));
+    }
+}
+
+/// ` (componentId x, observed 12 ms): output`, from what the entry has.
+fn describe(o: &serde_json::Map<String, Value>) -> String {
+    let mut facts = Vec::new();
+    if let Some(id) = o.get("componentId").and_then(Value::as_str) {
+        facts.push(format!("id {}", text::field(id)));
+    }
+    if let Some(v) = o.get("observedValue").filter(|v| !v.is_null()) {
+        let value = match v {
+            Value::String(s) => text::field(s).into_owned(),
+            Value::Number(n) => n.to_string(),
+            Value::Bool(b) => b.to_string(),
+            _ => "…".to_string(),
+        };
+        let unit = o
+            .get("observedUnit")
+            .and_then(Value::as_str)
+            .map(|u| format!(" {}", text::field(u)))
+            .unwrap_or_default();
+        facts.push(format!("observed {value}{unit}"));
+    } else if let Some(ms) = o.get("latency_ms").and_then(Value::as_f64) {
+        // The seeds' shape gives a component's latency this way.
+        facts.push(format!("latency {ms} ms"));
+    }
+    let mut s = if facts.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", facts.join(", "))
+    };
+    if let Some(out) = o.get("output").and_then(Value::as_str) {
+        s.push_str(&format!(": {}", text::message(out)));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+
+    fn fetch(status: u16, body: &str) -> HealthFetch {
+        HealthFetch {
+            url: "http://127.0.0.1:1/readyz".into(),
+            at_ms: 0.0,
+            elapsed_ms: Some(1.0),
+            status: Some(status),
+            content_type: Some("application/json".into()),
+            body: Some(body.into()),
+            truncated: false,
+            redirects: Vec::new(),
+            error: None,
+        }
+    }
+
+    fn codes(f: &[Finding]) -> Vec<&'static str> {
+        f.iter().map(|f| f.code.code()).collect()
+    }
+
+    #[test]
+    fn statuses_and_shapes() {
+        assert!(findings(&[fetch(200, "ok")]).is_empty());
+        assert!(findings(&[fetch(200, r#"{"status":"UP"}"#)]).is_empty());
+        assert_eq!(
+            codes(&findings(&[fetch(503, "")])),
+            ["health-endpoint-down"]
+        );
+        // A 5xx is down whatever the body claims.
+        assert_eq!(
+            codes(&findings(&[fetch(500, r#"{"status":"pass"}"#)])),
+            ["health-endpoint-down"]
+        );
+        assert_eq!(
+            codes(&findings(&[fetch(200, r#"{"status":"maybe"}"#)])),
+            ["health-endpoint-invalid"]
+        );
+        assert_eq!(
+            codes(&findings(&[fetch(200, "")])),
+            ["health-endpoint-invalid"]
+        );
+        assert_eq!(
+            codes(&findings(&[fetch(302, "")])),
+            ["health-endpoint-invalid"]
+        );
+        let mut big = fetch(200, "{");
+        big.truncated = true;
+        assert_eq!(codes(&findings(&[big])), ["health-endpoint-invalid"]);
+        let f = findings(&[fetch(
+            200,
+            r#"{"status":"pass","checks":{"db":{"status":"down","latency_ms":12}}}"#,
+        )]);
+        assert_eq!(codes(&f), ["health-component-unhealthy"]);
+        assert_eq!(f[0].message, "db reports fail (latency 12 ms)");
+    }
+
+    #[test]
+    fn server_text_is_inert_and_components_are_bounded() {
+        let mut checks = serde_json::Map::new();
+        for i in 0..500 {
+            checks.insert(format!("c{i:03}\x1b[2J\n"), "fail".into());
+        }
+        let body = serde_json::json!({"status": "fail", "output": "\u{202e}evil\x1b]0;t\x07", "checks": checks});
+        let f = findings(&[fetch(503, &body.to_string())]);
+        assert_eq!(f.len(), 1 + MAX_COMPONENT_FINDINGS);
+        assert!(
+            f.iter().all(|f| !f.message.chars().any(text::is_escaped)),
+            "{f:?}"
+        );
+        assert!(
+            f[MAX_COMPONENT_FINDINGS]
+                .message
+                .ends_with("(and 480 more unhealthy components)")
+        );
+    }
+}
