@@ -209,16 +209,7 @@ where
         id_prefix,
         counter: 0,
         random,
-        status: Status {
-            state: ChildState::Starting,
-            since_ms: epoch_ms(),
-            pid: None,
-            protocol_version: None,
-            last_heartbeat: None,
-            restarts_total: 0,
-            recent_restarts: Vec::new(),
-            fatal_reason: None,
-        },
+        status: Status::new(ChildState::Starting, epoch_ms()),
     };
     session.start().await;
     let mut client_open = true;
