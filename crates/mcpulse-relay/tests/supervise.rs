@@ -230,6 +230,17 @@ async fn wait_for_file(path: &Path) -> String {
     }
 }
 
+/// Kills every process recorded in these files when dropped: a failing test (a panic before
+/// its last check) leaves nothing behind either, a `setsid` escapee included.
+struct Reap(Vec<std::path::PathBuf>);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        let pids: Vec<u32> = self.0.iter().flat_map(|f| read_pids(f)).collect();
+        mcpulse_testkit::stdio::kill(&pids);
+    }
+}
+
 fn error_code(reply: &Value) -> i64 {
     reply["error"]["code"]
         .as_i64()
@@ -514,6 +525,7 @@ async fn grandchildren_go_with_the_child_even_those_that_left_its_session() {
         .at_start(Act::SpawnGrandchild(grand.clone()))
         .at_start(Act::SpawnSessionLeader(escaped.clone()))
         .write(&dir, "s.sh");
+    let _reap = Reap(vec![pids.clone(), grand.clone(), escaped.clone()]);
     let mut c = Client::start(settings(&script));
     c.initialize().await;
     // Let the first generation's setsid grandchild record itself, then crash the child: its
