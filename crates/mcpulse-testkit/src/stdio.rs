@@ -84,6 +84,15 @@ pub enum Act {
     /// Exit with code 1 the first time any process of the script gets here (a directory made at
     /// `marker` remembers it across processes); later, go on with the next act.
     ExitOnce(PathBuf),
+    /// The first act the first time any process of the script gets here (a directory made at
+    /// the path remembers it across processes, as for [`Act::ExitOnce`]), the second one
+    /// every later time: a server that behaves differently after a restart.
+    FirstTimeElse(PathBuf, Box<Act>, Box<Act>),
+    /// Start a long `sleep` in a session of its own (`setsid`), and append its pid to `file`:
+    /// a grandchild that left the server's process group, so killing the group misses it.
+    SpawnSessionLeader(PathBuf),
+    /// Append the message being handled (the whole line) to `file`.
+    RecordLine(PathBuf),
 }
 
 /// A scripted stdio server, built up then written to a file.
@@ -91,6 +100,7 @@ pub enum Act {
 pub struct StdioScript {
     start: Vec<Act>,
     rules: Vec<(String, Vec<Act>)>,
+    otherwise: Vec<Act>,
 }
 
 impl StdioScript {
@@ -131,6 +141,13 @@ impl StdioScript {
         self
     }
 
+    /// What to do on a message no rule matched (replies from the client included); by default
+    /// nothing.
+    pub fn otherwise(mut self, acts: Vec<Act>) -> StdioScript {
+        self.otherwise = acts;
+        self
+    }
+
     /// The script text.
     pub fn render(&self) -> String {
         let mut s = String::from(
@@ -140,8 +157,9 @@ impl StdioScript {
             s.push_str(&render_act(act));
         }
         s.push_str("while IFS= read -r line; do\n");
+        // A numeric id, or a string one (quotes kept, no escapes inside): spliced as is.
         s.push_str(
-            "  id=$(printf '%s\\n' \"$line\" | sed -n 's/.*\"id\":\\([0-9][0-9]*\\).*/\\1/p')\n",
+            "  id=$(printf '%s\\n' \"$line\" | sed -n -e 's/.*\"id\":\\([0-9][0-9]*\\).*/\\1/p' -e 's/.*\"id\":\\(\"[^\"]*\"\\).*/\\1/p')\n",
         );
         s.push_str("  case \"$line\" in\n");
         for (method, acts) in &self.rules {
@@ -156,7 +174,13 @@ impl StdioScript {
             }
             s.push_str("      ;;\n");
         }
-        s.push_str("    *) ;;\n  esac\n");
+        s.push_str("    *)\n");
+        for act in &self.otherwise {
+            for line in render_act(act).lines() {
+                s.push_str(&format!("      {line}\n"));
+            }
+        }
+        s.push_str("      ;;\n  esac\n");
         s.push_str("  if [ -n \"$id\" ]; then prev=$id; fi\ndone\n");
         s
     }
@@ -219,6 +243,20 @@ fn render_act(act: &Act) -> String {
         Act::ExitOnce(marker) => format!(
             "if mkdir {} 2>/dev/null; then exit 1; fi\n",
             quote(&marker.to_string_lossy())
+        ),
+        Act::FirstTimeElse(marker, first, later) => format!(
+            "if mkdir {} 2>/dev/null; then\n{}else\n{}fi\n",
+            quote(&marker.to_string_lossy()),
+            render_act(first),
+            render_act(later)
+        ),
+        Act::SpawnSessionLeader(file) => format!(
+            "setsid sh -c 'echo $$ >> \"$1\"; exec sleep 100000' sh {} </dev/null >/dev/null 2>&1 &\n",
+            quote(&file.to_string_lossy())
+        ),
+        Act::RecordLine(file) => format!(
+            "printf '%s\\n' \"$line\" >> {}\n",
+            quote(&file.to_string_lossy())
         ),
     }
 }
@@ -305,6 +343,13 @@ mod tests {
         )
     }
 
+    fn parse_lines(stdout: &str) -> Vec<Value> {
+        stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
     #[test]
     fn a_script_answers_by_method_with_the_request_id() {
         let script = StdioScript::new()
@@ -323,10 +368,7 @@ mod tests {
             ],
         );
         assert_eq!(code, Some(3));
-        let replies: Vec<Value> = stdout
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
+        let replies = parse_lines(&stdout);
         assert_eq!(
             replies,
             vec![
@@ -335,6 +377,34 @@ mod tests {
             ]
         );
         assert_eq!(stderr, "starting\n");
+    }
+
+    #[test]
+    fn string_ids_are_echoed_and_a_script_can_change_after_its_first_time() {
+        let dir = TempDir::new("selftest-first");
+        let script = StdioScript::new().on(
+            "ping",
+            vec![Act::FirstTimeElse(
+                dir.join("m"),
+                Box::new(Act::Result(json!(1))),
+                Box::new(Act::Result(json!(2))),
+            )],
+        );
+        let (_, stdout, _) = run(
+            &script,
+            &[
+                r#"{"jsonrpc":"2.0","id":"hb-1","method":"ping"}"#,
+                r#"{"jsonrpc":"2.0","id":8,"method":"ping"}"#,
+            ],
+        );
+        let replies = parse_lines(&stdout);
+        assert_eq!(
+            replies,
+            vec![
+                json!({"jsonrpc": "2.0", "id": "hb-1", "result": 1}),
+                json!({"jsonrpc": "2.0", "id": 8, "result": 2}),
+            ]
+        );
     }
 
     #[test]

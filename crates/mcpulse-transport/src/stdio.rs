@@ -102,8 +102,9 @@ fn lock(m: &Mutex<Process>) -> std::sync::MutexGuard<'_, Process> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Sends a signal to a whole process group. ESRCH (already gone) is fine.
-fn kill_group(pgid: i32, sig: i32) {
+/// Sends a signal to a whole process group. ESRCH (already gone) is fine. Public for the
+/// supervisor (`mcpulse-relay`), whose child lives in a group of its own as the probe's does.
+pub fn kill_group(pgid: i32, sig: i32) {
     if pgid > 0 {
         // SAFETY: kill(2) with a negative pid signals a process group; it has no memory effects.
         #[allow(unsafe_code)]

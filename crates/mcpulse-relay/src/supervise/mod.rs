@@ -1,1 +1,85 @@
-//! (being written: #17 core)
+//! The stdio supervisor: `mcpulse supervise -- <command>` sits between an MCP client and a
+//! local server process, relays their messages line by line, and keeps the server alive and
+//! answering (issue #17). See docs/supervise.md.
+//!
+//! - [`child`]: the process: group, parent-death signal, subreaper, stderr ring, stop;
+//! - [`lines`]: bounded line reading, both directions;
+//! - [`envelope`]: the little of a message the relay reads;
+//! - [`session`]: the relay loop: routing, heartbeats, restarts, replay, queue, timeouts.
+//!
+//! Every decision (is a missed heartbeat a failure, how long to back off, when to give up, when
+//! a request expires) is `mcpulse-policy`'s; this module waits, reads, writes and signals.
+
+pub mod child;
+pub mod envelope;
+pub mod lines;
+pub mod session;
+
+pub use child::Program;
+pub use session::{Outcome, run};
+
+// The policy settings a caller fills in, re-exported so that the CLI needs no other crate.
+pub use mcpulse_policy::backoff::Backoff;
+pub use mcpulse_policy::heartbeat::HeartbeatPolicy;
+pub use mcpulse_policy::restart::RestartPolicy;
+pub use mcpulse_policy::timeout::Timeouts;
+use std::time::Duration;
+
+/// The JSON-RPC error codes the supervisor answers with (all in the range JSON-RPC leaves to
+/// implementations, -32000..-32099). Documented in docs/supervise.md §Error codes.
+pub mod codes {
+    /// A request outlived `--request-timeout` / `--tool-timeout` (the TypeScript SDK's
+    /// `RequestTimeout` code, so clients already treat it as a timeout).
+    pub const REQUEST_TIMEOUT: i64 = -32001;
+    /// The server exited or was restarted while the request was in flight.
+    pub const SERVER_RESTARTED: i64 = -32080;
+    /// The restart budget is spent: the supervisor no longer restarts the server.
+    pub const SUPERVISOR_GAVE_UP: i64 = -32081;
+    /// The restarted server negotiated a different protocol version or capabilities than the
+    /// client did; the client must initialize again.
+    pub const SESSION_CHANGED: i64 = -32082;
+    /// The queue held during a restart is full.
+    pub const QUEUE_FULL: i64 = -32083;
+    /// The request (or its reply) was longer than `--max-message-size`.
+    pub const MESSAGE_TOO_LARGE: i64 = -32084;
+}
+
+/// Everything the supervisor is told, resolved and validated (by the CLI).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub program: Program,
+    pub heartbeat_interval: Duration,
+    pub heartbeat_timeout: Duration,
+    pub heartbeat: HeartbeatPolicy,
+    pub restart: RestartPolicy,
+    pub timeouts: Timeouts,
+    /// Each step of a graceful stop: after closing stdin, after SIGTERM.
+    pub stop_grace: Duration,
+    pub queue_max_messages: usize,
+    pub queue_max_bytes: usize,
+    pub max_message_size: usize,
+    pub stderr_ring: usize,
+    /// How long a restarted child has to answer the replayed `initialize`; past it the start
+    /// counts as failed (and goes through the restart policy).
+    pub start_timeout: Duration,
+}
+
+impl Settings {
+    /// The CLI's defaults, for `program`.
+    pub fn new(program: Program) -> Settings {
+        Settings {
+            program,
+            heartbeat_interval: Duration::from_secs(30),
+            heartbeat_timeout: Duration::from_secs(5),
+            heartbeat: HeartbeatPolicy::default(),
+            restart: RestartPolicy::default(),
+            timeouts: Timeouts::default(),
+            stop_grace: Duration::from_secs(2),
+            queue_max_messages: 1000,
+            queue_max_bytes: 16 << 20,
+            max_message_size: 64 << 20,
+            stderr_ring: 64 << 10,
+            start_timeout: Duration::from_secs(30),
+        }
+    }
+}

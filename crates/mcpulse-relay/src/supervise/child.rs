@@ -1,0 +1,513 @@
+//! The supervised child process: spawning it, reading its stdout and stderr, and stopping it
+//! with everything it started. It owns process hygiene; it does not know what a message is
+//! (the session, [`super::session`], does).
+//!
+//! - The child leads a process group of its own (so `npx` → `node`, `uv run` → `python` and
+//!   `sh -c` chains go with it) and gets `PR_SET_PDEATHSIG(SIGKILL)`: if the supervisor is
+//!   killed, the child dies too. The parent-death signal fires when the *thread* that forked
+//!   the child exits, not the process; the supervisor therefore runs on a `current_thread`
+//!   runtime on the main thread (see `mcpulse supervise`), which lives as long as the process.
+//! - The supervisor is a child subreaper (`PR_SET_CHILD_SUBREAPER`, [`become_subreaper`]): a
+//!   grandchild that calls `setsid` to leave the group is reparented to us, not to init, when
+//!   its parent exits. On stop, [`Child::stop`] kills every process whose parent chain leads to
+//!   the child (or to us, for those reparented, recognised by the environment variable
+//!   [`LINEAGE_VAR`] every descendant inherits) and reaps those zombies by pid only, so tokio's
+//!   own `wait` on the child still gets the child's status.
+//! - Stderr is passed through to our stderr as the child wrote it (the client logs a server's
+//!   stderr the same way without the supervisor), and its tail is kept in a bounded ring
+//!   ([`StderrRing`]) to explain a crash in the error the client gets.
+
+use super::lines::{LineRead, read_line};
+use mcpulse_transport::stdio::kill_group;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::Command;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, timeout_at};
+
+/// Set in the child's environment (and so in every descendant's that does not clear it) to
+/// `<supervisor pid>-<instance>-<generation>`: how a grandchild that left the process group and
+/// was reparented to us is recognised as ours at stop time.
+pub const LINEAGE_VAR: &str = "MCPULSE_SUPERVISE_LINEAGE";
+
+/// How long after the child's exit its stdout may still be read before the exit is reported.
+const STDOUT_DRAIN: Duration = Duration::from_millis(200);
+
+/// How a child ended: its exit code or the signal that killed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ExitStatus {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+}
+
+impl std::fmt::Display for ExitStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.code, self.signal) {
+            (Some(c), _) => write!(f, "exited with code {c}"),
+            (None, Some(s)) => write!(f, "was killed by signal {s}"),
+            (None, None) => write!(f, "exited"),
+        }
+    }
+}
+
+/// What a child's stdout and exit tell the session, tagged with the child's generation so
+/// that news from a child already replaced is ignored.
+#[derive(Debug)]
+pub enum ChildEvent {
+    /// One line (without its newline).
+    Line(u64, Vec<u8>),
+    /// A line longer than the limit, dropped; its first bytes, to find the id it answered.
+    TooLong(u64, Vec<u8>),
+    /// The child exited.
+    Exited(u64, ExitStatus),
+}
+
+/// The last bytes of the child's stderr (of every generation), at most `cap` bytes.
+#[derive(Debug)]
+pub struct StderrRing {
+    cap: usize,
+    bytes: Mutex<VecDeque<u8>>,
+}
+
+impl StderrRing {
+    pub fn new(cap: usize) -> StderrRing {
+        StderrRing {
+            cap,
+            bytes: Mutex::new(VecDeque::with_capacity(cap.min(64 * 1024))),
+        }
+    }
+
+    fn push(&self, chunk: &[u8]) {
+        if self.cap == 0 {
+            return;
+        }
+        let mut ring = self.bytes.lock().unwrap_or_else(|p| p.into_inner());
+        let chunk = &chunk[chunk.len().saturating_sub(self.cap)..];
+        let overflow = (ring.len() + chunk.len()).saturating_sub(self.cap);
+        let drop = overflow.min(ring.len());
+        ring.drain(..drop);
+        ring.extend(chunk);
+    }
+
+    /// The last `max` bytes kept, as text (lossy UTF-8; not yet made inert).
+    pub fn tail(&self, max: usize) -> String {
+        let ring = self.bytes.lock().unwrap_or_else(|p| p.into_inner());
+        let skip = ring.len().saturating_sub(max);
+        let bytes: Vec<u8> = ring.iter().skip(skip).copied().collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}
+
+/// How to start the child.
+#[derive(Debug, Clone)]
+pub struct Program {
+    pub program: String,
+    pub args: Vec<String>,
+}
+
+/// A running child.
+pub struct Child {
+    pub pid: u32,
+    pub generation: u64,
+    lineage: String,
+    /// Messages to write to its stdin (each a line, newline included).
+    stdin: Option<mpsc::UnboundedSender<Vec<u8>>>,
+    /// Bytes queued for its stdin and not yet written: the session stops reading the client
+    /// while this is over its bound (backpressure instead of unbounded memory).
+    pub stdin_backlog: Arc<AtomicUsize>,
+    writer: JoinHandle<()>,
+    exited: watch::Receiver<Option<ExitStatus>>,
+}
+
+/// Why a child could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    #[error("{0}: command not found")]
+    NotFound(String),
+    #[error("{0}: permission denied")]
+    PermissionDenied(String),
+    #[error("{program}: {source}")]
+    Other {
+        program: String,
+        source: std::io::Error,
+    },
+}
+
+/// Makes this process a child subreaper, so that orphaned descendants of the child (a
+/// grandchild that called `setsid` and whose parent exited) are reparented to us and can be
+/// found and killed at stop. Returns whether it worked (Linux only).
+pub fn become_subreaper() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: prctl(PR_SET_CHILD_SUBREAPER, 1) sets a flag on this process; no memory is
+        // passed.
+        #[allow(unsafe_code)]
+        let rc = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+        rc == 0
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        false
+    }
+}
+
+static INSTANCE: AtomicUsize = AtomicUsize::new(0);
+
+impl Child {
+    /// Spawns generation `generation` of the child. Its stdout lines (at most `max_line`
+    /// bytes each) and its exit go to `events`; its stderr to our stderr and `ring`.
+    pub fn spawn(
+        cmd: &Program,
+        generation: u64,
+        max_line: usize,
+        events: mpsc::Sender<ChildEvent>,
+        ring: Arc<StderrRing>,
+    ) -> Result<Child, SpawnError> {
+        let instance = INSTANCE.fetch_add(1, Ordering::Relaxed);
+        let lineage = format!("{}-{instance}-{generation}", std::process::id());
+        // The child gets our whole environment: the client chose it for the server.
+        let mut command = Command::new(&cmd.program);
+        command
+            .args(&cmd.args)
+            .env(LINEAGE_VAR, &lineage)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        #[cfg(target_os = "linux")]
+        {
+            let parent = std::process::id();
+            // SAFETY: the closure runs in the forked child before exec and calls only
+            // async-signal-safe functions (prctl, getppid), allocating nothing.
+            #[allow(unsafe_code)]
+            unsafe {
+                command.pre_exec(move || {
+                    // The signal fires when the thread that forked us exits: see the module docs.
+                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    // The supervisor died between fork and prctl: the signal was never sent.
+                    if u32::try_from(libc::getppid()).ok() != Some(parent) {
+                        return Err(std::io::Error::other("the supervisor exited"));
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let mut child = command.spawn().map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => SpawnError::NotFound(cmd.program.clone()),
+            std::io::ErrorKind::PermissionDenied => {
+                SpawnError::PermissionDenied(cmd.program.clone())
+            }
+            _ => SpawnError::Other {
+                program: cmd.program.clone(),
+                source: e,
+            },
+        })?;
+        let pid = child.id().unwrap_or(0);
+        let stdin = child.stdin.take();
+        // The exit is reported after the last stdout line (or a moment after the exit, if a
+        // grandchild holds stdout open): a reply written just before exiting is relayed, not
+        // lost to the restart.
+        let (stdout_done, stdout_closed) = tokio::sync::oneshot::channel::<()>();
+        if let Some(stdout) = child.stdout.take() {
+            let events = events.clone();
+            tokio::spawn(async move {
+                read_stdout(stdout, generation, max_line, events).await;
+                drop(stdout_done);
+            });
+        }
+        if let Some(stderr) = child.stderr.take() {
+            tokio::spawn(pass_stderr(stderr, ring));
+        }
+        let (exit_tx, exited) = watch::channel(None);
+        tokio::spawn(async move {
+            use std::os::unix::process::ExitStatusExt;
+            let status = match child.wait().await {
+                Ok(s) => ExitStatus {
+                    code: s.code(),
+                    signal: s.signal(),
+                },
+                Err(_) => ExitStatus::default(),
+            };
+            let _ = exit_tx.send(Some(status));
+            let _ = tokio::time::timeout(STDOUT_DRAIN, stdout_closed).await;
+            let _ = events.send(ChildEvent::Exited(generation, status)).await;
+        });
+        let (tx, rx) = mpsc::unbounded_channel();
+        let stdin_backlog = Arc::new(AtomicUsize::new(0));
+        let writer = tokio::spawn(write_stdin(stdin, rx, stdin_backlog.clone()));
+        Ok(Child {
+            pid,
+            generation,
+            lineage,
+            stdin: Some(tx),
+            stdin_backlog,
+            writer,
+            exited,
+        })
+    }
+
+    /// Queues one line (newline included) for the child's stdin. A child whose stdin is
+    /// closed loses it silently: its exit is what the session acts on.
+    pub fn send(&self, line: Vec<u8>) {
+        if let Some(tx) = &self.stdin {
+            self.stdin_backlog.fetch_add(line.len(), Ordering::Relaxed);
+            let _ = tx.send(line);
+        }
+    }
+
+    /// Closes the child's stdin once what is queued is written: the polite way to end a stdio
+    /// server.
+    pub fn close_stdin(&mut self) {
+        self.stdin = None;
+    }
+
+    /// Whether the child is stopped (SIGSTOP, a debugger): frozen, so never "busy" with the
+    /// request it holds. Read from `/proc/<pid>/stat` (Linux; elsewhere, never).
+    pub fn is_stopped(&self) -> bool {
+        std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
+            .ok()
+            .and_then(|stat| {
+                let (_, rest) = stat.rsplit_once(')')?;
+                rest.split_whitespace()
+                    .next()
+                    .map(|s| matches!(s, "T" | "t"))
+            })
+            .unwrap_or(false)
+    }
+
+    /// Whether the child has exited.
+    pub fn has_exited(&self) -> bool {
+        self.exited.borrow().is_some()
+    }
+
+    async fn wait_exit(&mut self, until: Instant) -> bool {
+        timeout_at(until, self.exited.wait_for(|e| e.is_some()))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
+    /// Stops the child and everything it started: close its stdin (after what was queued is
+    /// written, within `grace`), wait `grace`, SIGTERM the group, wait `grace`, then SIGKILL
+    /// the group and every descendant, and reap the descendants reparented to us. Bounded:
+    /// at most about `3 × grace + 1 s`.
+    pub async fn stop(mut self, grace: Duration) {
+        let pgid = i32::try_from(self.pid).unwrap_or(0);
+        // Closing the channel lets the writer finish what is queued, then drop the pipe (EOF).
+        self.stdin = None;
+        let until = Instant::now() + grace;
+        if timeout_at(until, &mut self.writer).await.is_err() {
+            self.writer.abort(); // a child not reading its stdin: drop the pipe now
+        }
+        if !self.wait_exit(until).await {
+            kill_group(pgid, libc::SIGTERM);
+            if !self.wait_exit(Instant::now() + grace).await {
+                kill_group(pgid, libc::SIGKILL);
+            }
+        }
+        // Whatever is left: the group (grandchildren outliving the leader) and descendants that
+        // left it. SIGKILL, then reap our own zombies among them.
+        kill_group(pgid, libc::SIGKILL);
+        let leftovers = descendants(self.pid, &self.lineage);
+        for pid in &leftovers {
+            kill_pid(*pid);
+        }
+        let _ = self
+            .wait_exit(Instant::now() + Duration::from_secs(1))
+            .await;
+        reap(&leftovers, self.pid).await;
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        // A session dropped without `stop` (a panic, a test giving up) still ends the group.
+        if !self.has_exited() {
+            kill_group(i32::try_from(self.pid).unwrap_or(0), libc::SIGKILL);
+        }
+    }
+}
+
+fn kill_pid(pid: u32) {
+    if let Ok(pid) = i32::try_from(pid)
+        && pid > 0
+    {
+        // SAFETY: kill(2) on one process id; it has no memory effects.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+        }
+    }
+}
+
+/// Reaps (waitpid by pid, never -1) those of `pids` that are our own children, so that a
+/// descendant reparented to us does not stay a zombie. The child itself (`leader`) is left to
+/// tokio, which waits for it.
+async fn reap(pids: &[u32], leader: u32) {
+    let me = std::process::id();
+    let mut ours: Vec<u32> = pids
+        .iter()
+        .copied()
+        .filter(|p| *p != leader && parent_of(*p) == Some(me))
+        .collect();
+    let until = Instant::now() + Duration::from_secs(1);
+    while !ours.is_empty() && Instant::now() < until {
+        ours.retain(|pid| {
+            let Ok(raw) = i32::try_from(*pid) else {
+                return false;
+            };
+            // SAFETY: waitpid on one pid with WNOHANG; the status pointer is a valid local.
+            #[allow(unsafe_code)]
+            let rc = unsafe {
+                let mut status = 0;
+                libc::waitpid(raw, &mut status, libc::WNOHANG)
+            };
+            rc == 0 // 0: still running; the pid or -1 (not ours / gone): done with it
+        });
+        if !ours.is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// A process's parent, from `/proc/<pid>/stat` (Linux).
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Whether `/proc/<pid>/environ` holds `LINEAGE_VAR=lineage`.
+fn has_lineage(pid: u32, lineage: &str) -> bool {
+    let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
+        return false;
+    };
+    let want = format!("{LINEAGE_VAR}={lineage}");
+    env.split(|b| *b == 0).any(|kv| kv == want.as_bytes())
+}
+
+/// The child's descendants, walking `/proc`: processes whose parent chain passes through
+/// `leader`, and those reparented to us (their chain leads to us) that carry the child's
+/// lineage. Not the supervisor's other children (in a test binary, other tests' processes).
+fn descendants(leader: u32, lineage: &str) -> Vec<u32> {
+    let me = std::process::id();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let parents: HashMap<u32, u32> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| Some((pid, parent_of(pid)?)))
+        .collect();
+    let mut found = HashSet::new();
+    for &pid in parents.keys() {
+        if pid == me || pid == leader {
+            continue;
+        }
+        // Walk up (bounded: a cycle cannot happen, but a racing /proc could mislead).
+        let mut at = pid;
+        for _ in 0..4096 {
+            let Some(&up) = parents.get(&at) else { break };
+            if up == leader {
+                found.insert(pid);
+                break;
+            }
+            if up == me {
+                if has_lineage(pid, lineage) {
+                    found.insert(pid);
+                }
+                break;
+            }
+            if up <= 1 {
+                break;
+            }
+            at = up;
+        }
+    }
+    found.into_iter().collect()
+}
+
+async fn write_stdin(
+    stdin: Option<tokio::process::ChildStdin>,
+    mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
+    backlog: Arc<AtomicUsize>,
+) {
+    let Some(mut stdin) = stdin else { return };
+    while let Some(line) = rx.recv().await {
+        let n = line.len();
+        let ok = stdin.write_all(&line).await.is_ok();
+        backlog.fetch_sub(n, Ordering::Relaxed);
+        if !ok {
+            // A closed pipe (the child exited): drain without writing, never spin on EPIPE.
+            while let Some(line) = rx.recv().await {
+                backlog.fetch_sub(line.len(), Ordering::Relaxed);
+            }
+            return;
+        }
+    }
+}
+
+async fn read_stdout(
+    stdout: tokio::process::ChildStdout,
+    generation: u64,
+    max_line: usize,
+    events: mpsc::Sender<ChildEvent>,
+) {
+    let mut reader = BufReader::with_capacity(64 * 1024, stdout);
+    loop {
+        let event = match read_line(&mut reader, max_line).await {
+            LineRead::Line(line) => ChildEvent::Line(generation, line),
+            LineRead::TooLong(prefix) => ChildEvent::TooLong(generation, prefix),
+            LineRead::Eof => return,
+        };
+        if events.send(event).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Copies the child's stderr to ours, chunk by chunk, and into the ring. Our stderr being
+/// closed or slow never blocks the child for long: a write error stops the pass-through, not
+/// the ring.
+async fn pass_stderr(stderr: tokio::process::ChildStderr, ring: Arc<StderrRing>) {
+    let mut stderr = stderr;
+    let mut out = tokio::io::stderr();
+    let mut passing = true;
+    let mut buf = vec![0u8; 8192];
+    loop {
+        let n = match stderr.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        let chunk = &buf[..n];
+        ring.push(chunk);
+        if passing && out.write_all(chunk).await.is_err() {
+            passing = false;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ring_keeps_the_last_bytes_only() {
+        let ring = StderrRing::new(8);
+        ring.push(b"hello ");
+        ring.push(b"world\n");
+        assert_eq!(ring.tail(100), "o world\n");
+        ring.push(b"0123456789abcdef");
+        assert_eq!(ring.tail(100), "89abcdef");
+        assert_eq!(ring.tail(3), "def");
+        let none = StderrRing::new(0);
+        none.push(b"x");
+        assert_eq!(none.tail(10), "");
+    }
+}

@@ -1,0 +1,181 @@
+//! The little the relay reads of a message: its id, method, a `tools/call`'s tool name, the
+//! modern protocol version in `_meta`, and (for replies) whether it is an error or a tool error.
+//!
+//! One borrowed `serde` pass, no tree: the id and result stay raw slices of the line, other
+//! fields are skipped unread, so a large message costs one scan and no copies. The line itself
+//! is forwarded as it came.
+
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+use serde_json::value::RawValue;
+use std::borrow::Cow;
+
+/// A JSON-RPC message's envelope, borrowing from its line.
+#[derive(Debug, Deserialize)]
+pub struct Envelope<'a> {
+    /// The raw JSON of the id (`7`, `"abc"`), absent for notifications and `null` ids.
+    #[serde(borrow, default)]
+    pub id: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub method: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub params: Option<Params<'a>>,
+    #[serde(borrow, default)]
+    pub result: Option<&'a RawValue>,
+    #[serde(default)]
+    pub error: Option<IgnoredAny>,
+}
+
+/// The params the relay looks at.
+#[derive(Debug, Deserialize)]
+pub struct Params<'a> {
+    /// A `tools/call`'s tool.
+    #[serde(borrow, default)]
+    pub name: Option<Cow<'a, str>>,
+    #[serde(borrow, default, rename = "_meta")]
+    pub meta: Option<Meta<'a>>,
+    /// A `notifications/cancelled`'s request.
+    #[serde(borrow, default, rename = "requestId")]
+    pub request_id: Option<&'a RawValue>,
+}
+
+/// A modern request's per-request `_meta`.
+#[derive(Debug, Deserialize)]
+pub struct Meta<'a> {
+    #[serde(borrow, default, rename = "io.modelcontextprotocol/protocolVersion")]
+    pub protocol_version: Option<Cow<'a, str>>,
+}
+
+/// What a message is, by the shape of its envelope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Request,
+    Notification,
+    Response,
+    /// Valid JSON, but not a JSON-RPC message we can route (an array, a bare value...).
+    Other,
+}
+
+impl<'a> Envelope<'a> {
+    /// Parses a line; `None` when it is not a JSON object.
+    pub fn parse(line: &'a [u8]) -> Option<Envelope<'a>> {
+        // serde would also read a struct from an array (`[1]`): only an object is a message.
+        if line.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+            return None;
+        }
+        serde_json::from_slice(line).ok()
+    }
+
+    pub fn kind(&self) -> Kind {
+        match (&self.method, &self.id) {
+            (Some(_), Some(_)) => Kind::Request,
+            (Some(_), None) => Kind::Notification,
+            (None, Some(_)) if self.result.is_some() || self.error.is_some() => Kind::Response,
+            (None, None) if self.error.is_some() => Kind::Response, // an error with a null id
+            _ => Kind::Other,
+        }
+    }
+
+    /// The id's raw JSON text.
+    pub fn id_text(&self) -> Option<&'a str> {
+        self.id.map(RawValue::get)
+    }
+
+    pub fn tool(&self) -> Option<&str> {
+        self.params.as_ref()?.name.as_deref()
+    }
+
+    /// A `notifications/cancelled`'s request id, raw.
+    pub fn cancelled_id(&self) -> Option<&'a str> {
+        self.params.as_ref()?.request_id.map(RawValue::get)
+    }
+
+    /// The modern revision named in `_meta`, if any.
+    pub fn modern_version(&self) -> Option<&str> {
+        self.params
+            .as_ref()?
+            .meta
+            .as_ref()?
+            .protocol_version
+            .as_deref()
+    }
+
+    /// For a reply: whether a result says `isError: true` (a tool error, not a JSON-RPC one).
+    pub fn is_tool_error(&self) -> bool {
+        #[derive(Deserialize)]
+        struct Head {
+            #[serde(default, rename = "isError")]
+            is_error: Option<bool>,
+        }
+        self.result
+            .and_then(|r| serde_json::from_str::<Head>(r.get()).ok())
+            .and_then(|h| h.is_error)
+            .unwrap_or(false)
+    }
+}
+
+/// Finds a top-level-looking `"id":` value in the first bytes of an over-long line (which
+/// cannot be parsed whole): a number or a string without escapes. A best effort, documented
+/// as such: a nested `"id"` before the real one could mislead it, which at worst answers an
+/// error to an id that is not in flight (and so is dropped).
+pub fn sniff_id(prefix: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(prefix);
+    let at = text.find("\"id\"")?;
+    let rest = text[at + 4..].trim_start().strip_prefix(':')?.trim_start();
+    if let Some(s) = rest.strip_prefix('"') {
+        let end = s.find('"')?;
+        let inner = &s[..end];
+        if inner.contains('\\') {
+            return None;
+        }
+        return Some(format!("\"{inner}\""));
+    }
+    let end = rest
+        .find(|c: char| !(c.is_ascii_digit() || c == '-'))
+        .unwrap_or(rest.len());
+    let num = &rest[..end];
+    (!num.is_empty() && num != "-").then(|| num.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_envelope_of_each_kind() {
+        let req = br#"{"jsonrpc":"2.0","id":"a\"b","method":"tools/call","params":{"name":"echo","arguments":{"x":[1,2,{"id":9}]}}}"#;
+        let e = Envelope::parse(req).unwrap();
+        assert_eq!(e.kind(), Kind::Request);
+        assert_eq!(e.id_text(), Some(r#""a\"b""#));
+        assert_eq!(e.tool(), Some("echo"));
+        let note = br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+        assert_eq!(Envelope::parse(note).unwrap().kind(), Kind::Notification);
+        let reply = br#"{"jsonrpc":"2.0","id":3,"result":{"content":[],"isError":true}}"#;
+        let e = Envelope::parse(reply).unwrap();
+        assert_eq!(e.kind(), Kind::Response);
+        assert!(e.is_tool_error());
+        let err = br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"x"}}"#;
+        assert_eq!(Envelope::parse(err).unwrap().kind(), Kind::Response);
+        let modern = br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
+        assert_eq!(
+            Envelope::parse(modern).unwrap().modern_version(),
+            Some("2026-07-28")
+        );
+        assert!(Envelope::parse(b"hello").is_none());
+        assert!(Envelope::parse(b"[1]").is_none());
+        assert_eq!(Envelope::parse(b"{}").unwrap().kind(), Kind::Other);
+    }
+
+    #[test]
+    fn an_id_is_sniffed_from_a_prefix() {
+        assert_eq!(
+            sniff_id(br#"{"jsonrpc":"2.0","id": 42,"method":"x","params":{"#).as_deref(),
+            Some("42")
+        );
+        assert_eq!(
+            sniff_id(br#"{"id":"abc","params":"#).as_deref(),
+            Some(r#""abc""#)
+        );
+        assert_eq!(sniff_id(br#"{"method":"x","params":{"data":"#), None);
+    }
+}

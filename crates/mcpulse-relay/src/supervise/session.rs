@@ -1,0 +1,1193 @@
+//! The relay loop: one task owning every piece of session state, woken by the client's lines,
+//! the child's lines and exits, and its own timers (heartbeat, request deadlines, backoff,
+//! replay). Reading and writing happen in small tasks around it, joined by channels, so that
+//! neither side's slowness blocks the other (a child that does not read its stdin while it
+//! writes its stdout cannot deadlock the relay).
+//!
+//! Routing, by what the envelope says ([`super::envelope`]):
+//! - a client request is forwarded (or queued while the child restarts) and tracked by its id
+//!   until its reply comes back, its deadline passes or the child dies: the client always gets
+//!   exactly one answer;
+//! - a child reply is forwarded if its id is in flight, else dropped (a late reply after a
+//!   timeout, or a reply to our own heartbeat or replay, which start with our prefix);
+//! - server→client requests (sampling, elicitation, roots) are forwarded and remembered with the
+//!   child's generation: the client's reply is dropped if that child has since been replaced;
+//! - notifications pass both ways (the client's `notifications/cancelled` included);
+//! - a child stdout line that is not a JSON object is junk: reported, never forwarded.
+//!
+//! Bounds: a message is at most `max_message_size` bytes; the restart queue at most
+//! `queue_max_messages` / `queue_max_bytes`; the stderr ring `stderr_ring` bytes; bytes waiting
+//! for the child's stdin or the client's stdout past `queue_max_bytes` (or one message) stop
+//! the relay from reading more from the other side until they drain (backpressure, as a
+//! plain pipe would apply).
+
+use super::Settings;
+use super::child::{Child, ChildEvent, ExitStatus, StderrRing};
+use super::codes;
+use super::envelope::{Envelope, Kind, sniff_id};
+use super::lines::{LineRead, read_line};
+use crate::status::{
+    CallOutcome, ChildState, HeartbeatOutcome, Observer, Restart, RestartReason, Status,
+};
+use mcpulse_policy::heartbeat::{Beat, Heard, Heartbeat};
+use mcpulse_policy::restart::{Decision, Restarts};
+use mcpulse_wire::text;
+use mcpulse_wire::version::MODERN;
+use std::collections::{HashMap, VecDeque};
+use std::hash::BuildHasher;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, sleep_until, timeout_at};
+
+/// How the supervisor ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// Why it gave up, if the restart budget was spent (the process then exits non-zero).
+    pub fatal: Option<String>,
+}
+
+/// How often a stalled relay looks whether the backlog drained.
+const STALL_POLL: Duration = Duration::from_millis(10);
+/// How much of the child's stderr goes into an error message.
+const STDERR_TAIL: usize = 600;
+/// The most server→client requests remembered (to drop replies meant for a replaced child),
+/// and the most timed-out requests tracked for `--busy-grace`.
+const MAX_SERVER_REQUESTS: usize = 4096;
+/// The most recent restarts kept in the status.
+const RECENT_RESTARTS: usize = 10;
+
+enum ClientEvent {
+    Line(Vec<u8>),
+    TooLong(Vec<u8>),
+}
+
+/// A client request the child has not answered yet.
+struct InFlight {
+    /// `tools/call`'s tool, for the per-tool observer call.
+    tool: Option<String>,
+    /// When the client sent it.
+    received: Instant,
+    /// The child generation it was written to (none while queued) and when.
+    sent: Option<(u64, Instant)>,
+    deadline: Option<Instant>,
+}
+
+/// The legacy handshake, as the client made it, for replay.
+#[derive(Default)]
+struct Handshake {
+    /// The client's `initialize` request line.
+    initialize: Option<Vec<u8>>,
+    /// Its id while the first reply is awaited.
+    initialize_id: Option<String>,
+    /// The client's `notifications/initialized` line.
+    initialized: Option<Vec<u8>>,
+    /// What the first child negotiated: protocol version and capabilities.
+    negotiated: Option<(String, serde_json::Value)>,
+    /// The client finished its handshake (legacy: `initialized` sent; modern: a first reply).
+    done: bool,
+    /// The client speaks 2026-07-28 (per-request `_meta`, no `initialize`).
+    modern: bool,
+}
+
+/// A heartbeat (or replayed `initialize`) of ours awaiting its reply.
+struct Pending {
+    id: String,
+    sent: Instant,
+    deadline: Instant,
+}
+
+/// The session: everything the loop knows.
+struct Session {
+    s: Settings,
+    observer: Arc<dyn Observer>,
+    origin: Instant,
+    /// Lines to the client (newline included) and the bytes not yet written.
+    out: Option<mpsc::UnboundedSender<Vec<u8>>>,
+    out_backlog: Arc<AtomicUsize>,
+    child: Option<Child>,
+    generation: u64,
+    events: mpsc::Sender<ChildEvent>,
+    ring: Arc<StderrRing>,
+    /// Stops of replaced children, still running (waited for before the next start).
+    stopping: Vec<JoinHandle<()>>,
+    /// The child may be written client messages (started, and any replay answered).
+    ready: bool,
+    queue: VecDeque<(Vec<u8>, Option<String>)>,
+    queue_bytes: usize,
+    dropped_notifications: u64,
+    in_flight: HashMap<String, InFlight>,
+    /// Requests answered with a timeout but still running in the child (until their late reply
+    /// or a restart), by id, with when they were sent: the child is busy with them, so they
+    /// count for `--busy-grace` as if still in flight.
+    expired: HashMap<String, Instant>,
+    /// Server→client requests forwarded, by id, with the generation that sent them.
+    server_requests: HashMap<String, u64>,
+    handshake: Handshake,
+    /// Set when a restarted child negotiated differently; every request but `initialize` is
+    /// answered with [`codes::SESSION_CHANGED`] until the client initializes again.
+    mismatch: Option<String>,
+    replay: Option<Pending>,
+    beat: Option<Pending>,
+    next_beat: Option<Instant>,
+    heartbeat: Heartbeat,
+    restarts: Restarts,
+    backoff_until: Option<Instant>,
+    /// The client closed its stdin; the child's stdin was closed; wait for its exit until then.
+    closing_until: Option<Instant>,
+    /// Why the supervisor gave up.
+    fatal: Option<String>,
+    /// Our ids: `"mcpulse-<pid>-<random>-<n>"`, strings, so no client numbering reaches them.
+    id_prefix: String,
+    counter: u64,
+    random: std::collections::hash_map::RandomState,
+    status: Status,
+}
+
+/// Runs the supervisor until the client closes `input`: relays it to the child and the
+/// child's messages to `output`. Generic over the client's streams so tests drive it through
+/// `tokio::io::duplex`; `mcpulse supervise` passes stdin and stdout. Call it on a
+/// `current_thread` runtime on the thread that lives as long as the process (see
+/// [`super::child`] on the parent-death signal).
+pub async fn run<R, W>(
+    settings: Settings,
+    input: R,
+    output: W,
+    observer: Arc<dyn Observer>,
+) -> Outcome
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    if !super::child::become_subreaper() {
+        tracing::debug!("not a child subreaper: grandchildren that call setsid may outlive a stop");
+    }
+    let (client_tx, mut client_rx) = mpsc::channel(64);
+    let max = settings.max_message_size;
+    let reader = tokio::spawn(read_client(input, max, client_tx));
+    let out_backlog = Arc::new(AtomicUsize::new(0));
+    let (out_tx, out_rx) = mpsc::unbounded_channel();
+    let writer = tokio::spawn(write_client(output, out_rx, out_backlog.clone()));
+    let (events, mut child_rx) = mpsc::channel(256);
+    let random = std::collections::hash_map::RandomState::new();
+    let id_prefix = format!(
+        "mcpulse-{}-{:x}-",
+        std::process::id(),
+        random.hash_one(0u8) & 0xffff_ffff
+    );
+    let mut session = Session {
+        ring: Arc::new(StderrRing::new(settings.stderr_ring)),
+        s: settings,
+        observer,
+        origin: Instant::now(),
+        out: Some(out_tx),
+        out_backlog,
+        child: None,
+        generation: 0,
+        events,
+        stopping: Vec::new(),
+        ready: false,
+        queue: VecDeque::new(),
+        queue_bytes: 0,
+        dropped_notifications: 0,
+        in_flight: HashMap::new(),
+        expired: HashMap::new(),
+        server_requests: HashMap::new(),
+        handshake: Handshake::default(),
+        mismatch: None,
+        replay: None,
+        beat: None,
+        next_beat: None,
+        heartbeat: Heartbeat::default(),
+        restarts: Restarts::default(),
+        backoff_until: None,
+        closing_until: None,
+        fatal: None,
+        id_prefix,
+        counter: 0,
+        random,
+        status: Status::new(ChildState::Starting, epoch_ms()),
+    };
+    session.start().await;
+    let mut client_open = true;
+    loop {
+        let wake = session.next_wake();
+        let to_child_ok = session
+            .child
+            .as_ref()
+            .is_none_or(|c| c.stdin_backlog.load(Ordering::Relaxed) <= session.backlog_bound());
+        let to_client_ok = session.out_backlog.load(Ordering::Relaxed) <= session.backlog_bound();
+        tokio::select! {
+            biased;
+            event = child_rx.recv(), if to_client_ok => match event {
+                Some(ChildEvent::Line(g, line)) => session.child_line(g, line),
+                Some(ChildEvent::TooLong(g, prefix)) => session.child_too_long(g, &prefix),
+                Some(ChildEvent::Exited(g, status)) => {
+                    if g == session.generation && session.closing_until.is_some() {
+                        break;
+                    }
+                    session.child_exited(g, status);
+                }
+                None => {}
+            },
+            line = client_rx.recv(), if client_open && to_child_ok => match line {
+                Some(ClientEvent::Line(line)) => session.client_line(line),
+                Some(ClientEvent::TooLong(prefix)) => session.client_too_long(&prefix),
+                None => {
+                    client_open = false;
+                    if !session.client_closed() {
+                        break;
+                    }
+                }
+            },
+            // A stalled side (see the module docs) is looked at again every few milliseconds;
+            // without this, a client and a child both not reading would leave no branch.
+            () = tokio::time::sleep(STALL_POLL), if !to_client_ok || !to_child_ok => {}
+            () = sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => {
+                if session.closing_until.is_some_and(|t| t <= Instant::now()) {
+                    break;
+                }
+                session.timers().await;
+            }
+        }
+    }
+    reader.abort();
+    session.shutdown().await;
+    let grace = session.s.stop_grace;
+    drop(session.out.take());
+    if timeout_at(Instant::now() + grace, writer).await.is_err() {
+        tracing::warn!("the client stopped reading; unsent output dropped");
+    }
+    Outcome {
+        fatal: session.fatal,
+    }
+}
+
+async fn read_client<R: AsyncRead + Unpin>(input: R, max: usize, tx: mpsc::Sender<ClientEvent>) {
+    let mut reader = BufReader::with_capacity(64 * 1024, input);
+    loop {
+        let event = match read_line(&mut reader, max).await {
+            LineRead::Line(line) if line.is_empty() => continue,
+            LineRead::Line(line) => ClientEvent::Line(line),
+            LineRead::TooLong(prefix) => ClientEvent::TooLong(prefix),
+            LineRead::Eof => return,
+        };
+        if tx.send(event).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Writes lines to the client, flushing when there is nothing more to write right away (so a
+/// burst goes out in few writes, and a lone reply at once).
+async fn write_client<W: AsyncWrite + Unpin>(
+    output: W,
+    mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
+    backlog: Arc<AtomicUsize>,
+) {
+    let mut out = tokio::io::BufWriter::with_capacity(64 * 1024, output);
+    while let Some(line) = rx.recv().await {
+        let mut next = Some(line);
+        while let Some(line) = next.take() {
+            let n = line.len();
+            let ok = out.write_all(&line).await.is_ok();
+            backlog.fetch_sub(n, Ordering::Relaxed);
+            if !ok {
+                return;
+            }
+            next = rx.try_recv().ok();
+        }
+        if out.flush().await.is_err() {
+            return;
+        }
+    }
+    let _ = out.shutdown().await;
+}
+
+fn epoch_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// A JSON-RPC error reply line (newline included). `id` is raw JSON; `message` is ours but may
+/// quote the server (its stderr, its exit): the caller has made it inert.
+fn error_line(id: &str, code: i64, message: &str) -> Vec<u8> {
+    let message = serde_json::Value::String(message.to_owned());
+    let mut line =
+        format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":{code},"message":{message}}}}}"#)
+            .into_bytes();
+    line.push(b'\n');
+    line
+}
+
+impl Session {
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn backlog_bound(&self) -> usize {
+        self.s.queue_max_bytes.max(self.s.max_message_size)
+    }
+
+    fn next_id(&mut self, what: &str) -> String {
+        loop {
+            self.counter += 1;
+            let id = format!("\"{}{what}-{}\"", self.id_prefix, self.counter);
+            if !self.in_flight.contains_key(&id) {
+                return id;
+            }
+        }
+    }
+
+    fn is_ours(&self, id: &str) -> bool {
+        id.strip_prefix('"')
+            .is_some_and(|s| s.starts_with(self.id_prefix.as_str()))
+    }
+
+    fn send_client(&self, line: Vec<u8>) {
+        if let Some(out) = &self.out {
+            self.out_backlog.fetch_add(line.len(), Ordering::Relaxed);
+            let _ = out.send(line);
+        }
+    }
+
+    fn answer_error(&self, id: &str, code: i64, message: &str) {
+        self.send_client(error_line(id, code, message));
+    }
+
+    /// Records a state (the observer logs and exports transitions: not logged here too).
+    fn set_state(&mut self, state: ChildState) {
+        if self.status.state != state {
+            self.status.state = state;
+            self.status.since_ms = epoch_ms();
+        }
+        self.status.pid = self.child.as_ref().map(|c| c.pid);
+        self.observer.status(&self.status);
+    }
+
+    /// The child's stderr tail, inert, for an error message ("" when empty).
+    fn stderr_tail(&self) -> String {
+        let tail = self.ring.tail(STDERR_TAIL);
+        let tail = tail.trim();
+        if tail.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; its stderr ended with: {}",
+                text::inert(tail, STDERR_TAIL)
+            )
+        }
+    }
+
+    /// The earliest timer.
+    fn next_wake(&self) -> Option<Instant> {
+        let mut wake: Option<Instant> = None;
+        let mut at = |t: Option<Instant>| {
+            if let Some(t) = t {
+                wake = Some(wake.map_or(t, |w| w.min(t)));
+            }
+        };
+        at(self.backoff_until);
+        at(self.closing_until);
+        at(self.replay.as_ref().map(|p| p.deadline));
+        at(self.beat.as_ref().map(|p| p.deadline));
+        if self.beat.is_none() && self.heartbeat_allowed() {
+            at(self.next_beat);
+        }
+        if self.s.timeouts.any() {
+            for f in self.in_flight.values() {
+                at(f.deadline);
+            }
+        }
+        wake
+    }
+
+    fn heartbeat_allowed(&self) -> bool {
+        self.ready
+            && self.handshake.done
+            && self.child.is_some()
+            && self.closing_until.is_none()
+            && self.fatal.is_none()
+    }
+
+    // ---- lifecycle -------------------------------------------------------------------------
+
+    /// Starts the next child (waiting first for the previous one's stop).
+    async fn start(&mut self) {
+        for stop in self.stopping.drain(..) {
+            let _ = stop.await;
+        }
+        self.backoff_until = None;
+        self.generation += 1;
+        let spawned = Child::spawn(
+            &self.s.program,
+            self.generation,
+            self.s.max_message_size,
+            self.events.clone(),
+            self.ring.clone(),
+        );
+        match spawned {
+            Ok(child) => {
+                tracing::info!(
+                    pid = child.pid,
+                    generation = self.generation,
+                    "supervise: child started"
+                );
+                self.child = Some(child);
+                self.restarts.started(self.now_ms());
+                self.heartbeat.reset();
+                self.set_state(ChildState::Starting);
+                self.begin_session();
+            }
+            Err(e) => {
+                let message = e.to_string();
+                tracing::warn!(error = %text::field(&message), "supervise: the server could not be started");
+                self.went_down(RestartReason::SpawnFailed { message });
+            }
+        }
+    }
+
+    /// A new child: replay the legacy handshake, or open the gate at once.
+    fn begin_session(&mut self) {
+        let replay = if self.handshake.modern || self.handshake.negotiated.is_none() {
+            None
+        } else {
+            self.handshake.initialize.clone()
+        };
+        match replay.and_then(|line| {
+            let mut v: serde_json::Value = serde_json::from_slice(&line).ok()?;
+            let id = self.next_id("init");
+            let raw: serde_json::Value = serde_json::from_str(&id).ok()?;
+            v.as_object_mut()?.insert("id".into(), raw);
+            let mut bytes = serde_json::to_vec(&v).ok()?;
+            bytes.push(b'\n');
+            Some((id, bytes))
+        }) {
+            Some((id, bytes)) => {
+                if let Some(child) = &self.child {
+                    child.send(bytes);
+                }
+                let now = Instant::now();
+                self.replay = Some(Pending {
+                    id,
+                    sent: now,
+                    deadline: now + self.s.start_timeout,
+                });
+            }
+            None => self.open_gate(),
+        }
+    }
+
+    /// The child may now take client messages: write what was queued, in order.
+    fn open_gate(&mut self) {
+        self.ready = true;
+        if let Some(why) = self.mismatch.clone() {
+            // Queued requests were meant for the session the client negotiated, which is gone.
+            let queued: Vec<_> = self.queue.drain(..).collect();
+            self.queue_bytes = 0;
+            for (_, id) in queued.into_iter() {
+                if let Some(id) = id {
+                    self.in_flight.remove(&id);
+                    self.answer_error(&id, codes::SESSION_CHANGED, &session_changed(&why));
+                }
+            }
+        }
+        if self.handshake.done {
+            self.set_state(ChildState::Running);
+            self.next_beat = Some(Instant::now() + self.s.heartbeat_interval);
+        }
+        let queued: Vec<_> = self.queue.drain(..).collect();
+        self.queue_bytes = 0;
+        for (line, id) in queued {
+            self.write_child(line, id.as_deref());
+        }
+    }
+
+    fn write_child(&mut self, line: Vec<u8>, id: Option<&str>) {
+        let Some(child) = &self.child else { return };
+        if let Some(id) = id
+            && let Some(f) = self.in_flight.get_mut(id)
+        {
+            f.sent = Some((child.generation, Instant::now()));
+        }
+        child.send(line);
+    }
+
+    /// The child is gone (exited, unresponsive, or never started): answer what it had, then
+    /// restart after a backoff, or give up.
+    fn went_down(&mut self, reason: RestartReason) {
+        if self.closing_until.is_some() {
+            // The client is gone: stop, never restart (the loop ends at the child's exit or
+            // when the grace runs out, and `shutdown` finishes the stop).
+            self.beat = None;
+            self.replay = None;
+            return;
+        }
+        let why = describe(&reason);
+        let tail = self.stderr_tail();
+        if let Some(child) = self.child.take() {
+            let grace = self.s.stop_grace;
+            self.stopping.push(tokio::spawn(child.stop(grace)));
+        }
+        self.ready = false;
+        self.beat = None;
+        self.replay = None;
+        self.next_beat = None;
+        self.expired.clear();
+        let generation = self.generation;
+        let lost: Vec<String> = self
+            .in_flight
+            .iter()
+            .filter(|(_, f)| f.sent.is_some_and(|(g, _)| g == generation))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in lost {
+            if let Some(f) = self.in_flight.remove(&id) {
+                self.report_call(&f, CallOutcome::Lost);
+                let message = format!(
+                    "mcpulse supervise: the server {why} while this request was in flight; it is being restarted{tail}"
+                );
+                self.answer_error(&id, codes::SERVER_RESTARTED, &message);
+            }
+        }
+        let draw = self.random.hash_one(self.counter ^ self.now_ms());
+        self.counter += 1;
+        match self
+            .restarts
+            .went_down(&self.s.restart, self.now_ms(), draw)
+        {
+            Decision::Restart { delay, attempt } => {
+                tracing::warn!(reason = %text::field(&why), delay_ms = delay.as_millis() as u64, attempt, "supervise: restarting the server");
+                self.observer.restart(&reason);
+                self.status.restarts_total += 1;
+                self.status.recent_restarts.push(Restart {
+                    at_ms: epoch_ms(),
+                    reason,
+                });
+                if self.status.recent_restarts.len() > RECENT_RESTARTS {
+                    self.status.recent_restarts.remove(0);
+                }
+                self.backoff_until = Some(Instant::now() + delay);
+                self.set_state(ChildState::Backoff);
+            }
+            Decision::GiveUp { reason: budget } => {
+                let fatal = format!("{budget} (last: the server {why}){tail}");
+                tracing::error!(reason = %text::message(&fatal), "supervise: giving up");
+                self.status.fatal_reason = Some(fatal.clone());
+                self.fatal = Some(fatal);
+                self.set_state(ChildState::Fatal);
+                let queued: Vec<_> = self.queue.drain(..).collect();
+                self.queue_bytes = 0;
+                for (_, id) in queued {
+                    if let Some(id) = id {
+                        self.fail_fatal(&id);
+                    }
+                }
+                let ids: Vec<String> = self.in_flight.keys().cloned().collect();
+                for id in ids {
+                    self.fail_fatal(&id);
+                }
+            }
+        }
+    }
+
+    fn fail_fatal(&mut self, id: &str) {
+        if let Some(f) = self.in_flight.remove(id) {
+            self.report_call(&f, CallOutcome::Lost);
+        }
+        let message = format!(
+            "mcpulse supervise gave up on the server: {}",
+            self.fatal.as_deref().unwrap_or("restart budget spent")
+        );
+        self.answer_error(id, codes::SUPERVISOR_GAVE_UP, &message);
+    }
+
+    fn child_exited(&mut self, generation: u64, status: ExitStatus) {
+        if generation != self.generation || self.child.is_none() {
+            return; // a replaced child's exit, already dealt with
+        }
+        tracing::warn!(status = %status, "supervise: the server exited");
+        self.went_down(RestartReason::Exited {
+            code: status.code,
+            signal: status.signal,
+        });
+    }
+
+    /// The client closed its stdin. Returns whether to keep running (until the child exits
+    /// after its stdin is closed, or the grace runs out).
+    fn client_closed(&mut self) -> bool {
+        tracing::info!("supervise: the client closed its input; stopping the server");
+        match self.child.as_mut() {
+            Some(child) if self.fatal.is_none() => {
+                child.close_stdin();
+                self.backoff_until = None;
+                self.closing_until = Some(Instant::now() + self.s.stop_grace);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    async fn shutdown(&mut self) {
+        let generation = self.generation;
+        let ids: Vec<String> = self.in_flight.keys().cloned().collect();
+        for id in ids {
+            if let Some(f) = self.in_flight.remove(&id) {
+                self.report_call(&f, CallOutcome::Lost);
+            }
+            if self.fatal.is_some() {
+                self.fail_fatal(&id);
+            } else {
+                self.answer_error(
+                    &id,
+                    codes::SERVER_RESTARTED,
+                    "mcpulse supervise: the client closed its input; the server was stopped",
+                );
+            }
+        }
+        let _ = generation;
+        if let Some(child) = self.child.take() {
+            child.stop(self.s.stop_grace).await;
+        }
+        for stop in self.stopping.drain(..) {
+            let _ = stop.await;
+        }
+        if self.fatal.is_none() {
+            self.set_state(ChildState::Stopped);
+        }
+        if self.dropped_notifications > 0 {
+            tracing::warn!(
+                dropped = self.dropped_notifications,
+                "supervise: client notifications dropped while the restart queue was full"
+            );
+        }
+    }
+
+    // ---- timers ----------------------------------------------------------------------------
+
+    async fn timers(&mut self) {
+        let now = Instant::now();
+        if self.backoff_until.is_some_and(|t| t <= now) && self.fatal.is_none() {
+            self.start().await;
+            return;
+        }
+        if let Some(p) = &self.replay
+            && p.deadline <= now
+        {
+            tracing::warn!(
+                "supervise: the restarted server did not answer the replayed initialize"
+            );
+            self.went_down(RestartReason::Unresponsive { failures: 1 });
+            return;
+        }
+        if self.s.timeouts.any() {
+            self.expire_requests(now);
+        }
+        let client_stalled = self.out_backlog.load(Ordering::Relaxed) > self.backlog_bound();
+        if let Some(p) = self.beat.as_mut()
+            && p.deadline <= now
+            && client_stalled
+        {
+            // The client is not reading, so the relay is not reading the child (whose reply
+            // may be waiting): not the child's fault. Judge later.
+            p.deadline = now + self.s.heartbeat_timeout;
+            return;
+        }
+        if let Some(p) = &self.beat
+            && p.deadline <= now
+        {
+            // A frozen child (SIGSTOP) is not busy, whatever it holds.
+            let stopped = self.child.as_ref().is_some_and(Child::is_stopped);
+            let oldest = if stopped {
+                None
+            } else {
+                self.oldest_request_age(now)
+            };
+            self.beat = None;
+            self.next_beat = Some(
+                now + self
+                    .s
+                    .heartbeat_interval
+                    .saturating_sub(self.s.heartbeat_timeout),
+            );
+            self.judge_heartbeat(
+                Heard::Missed {
+                    oldest_request_age: oldest,
+                },
+                None,
+            );
+            return;
+        }
+        if self.beat.is_none()
+            && self.heartbeat_allowed()
+            && self.next_beat.is_some_and(|t| t <= now)
+        {
+            self.send_heartbeat(now);
+        }
+    }
+
+    fn oldest_request_age(&self, now: Instant) -> Option<Duration> {
+        let generation = self.generation;
+        self.in_flight
+            .values()
+            .filter_map(|f| f.sent.filter(|(g, _)| *g == generation))
+            .map(|(_, at)| at)
+            .chain(self.expired.values().copied())
+            .map(|at| now.saturating_duration_since(at))
+            .max()
+    }
+
+    fn send_heartbeat(&mut self, now: Instant) {
+        let id = self.next_id("hb");
+        let line = if self.handshake.modern {
+            let meta = mcpulse_wire::message::modern_meta(
+                MODERN,
+                &mcpulse_wire::message::ClientInfo {
+                    name: "mcpulse-supervise".into(),
+                    version: env!("CARGO_PKG_VERSION").into(),
+                },
+            );
+            format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"server/discover","params":{{"_meta":{meta}}}}}"#
+            )
+        } else {
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#)
+        };
+        let mut bytes = line.into_bytes();
+        bytes.push(b'\n');
+        if let Some(child) = &self.child {
+            child.send(bytes);
+        }
+        self.beat = Some(Pending {
+            id,
+            sent: now,
+            deadline: now + self.s.heartbeat_timeout,
+        });
+    }
+
+    fn judge_heartbeat(&mut self, heard: Heard, latency: Option<Duration>) {
+        let (beat, restart) = self.heartbeat.observe(&self.s.heartbeat, heard);
+        let outcome = match beat {
+            Beat::Ok => HeartbeatOutcome::Ok,
+            Beat::Busy => HeartbeatOutcome::Busy,
+            Beat::Failed { .. } => HeartbeatOutcome::Failed,
+        };
+        match beat {
+            Beat::Ok => tracing::debug!(
+                latency_ms = latency.map(|l| l.as_secs_f64() * 1000.0),
+                "supervise: heartbeat"
+            ),
+            Beat::Busy => {
+                tracing::info!("supervise: heartbeat unanswered while a request runs: busy")
+            }
+            Beat::Failed { consecutive } => {
+                tracing::warn!(consecutive, "supervise: heartbeat failed")
+            }
+        }
+        self.observer.heartbeat(outcome, latency);
+        self.status.last_heartbeat = Some((epoch_ms(), outcome, latency));
+        if restart {
+            let failures = match beat {
+                Beat::Failed { consecutive } => consecutive,
+                _ => self.s.heartbeat.failures,
+            };
+            self.went_down(RestartReason::Unresponsive { failures });
+            return;
+        }
+        let state = match outcome {
+            HeartbeatOutcome::Busy => ChildState::Busy,
+            _ => ChildState::Running,
+        };
+        self.set_state(state);
+    }
+
+    fn expire_requests(&mut self, now: Instant) {
+        let expired: Vec<String> = self
+            .in_flight
+            .iter()
+            .filter(|(_, f)| f.deadline.is_some_and(|d| d <= now))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in expired {
+            let Some(f) = self.in_flight.remove(&id) else {
+                continue;
+            };
+            let took = now.saturating_duration_since(f.received);
+            self.report_call(&f, CallOutcome::Timeout);
+            tracing::info!(id = %text::field(&id), "supervise: request timed out");
+            self.answer_error(
+                &id,
+                codes::REQUEST_TIMEOUT,
+                &format!(
+                    "mcpulse supervise: request timed out after {} ms; it was cancelled in the server",
+                    took.as_millis()
+                ),
+            );
+            // Queued requests never reached the child: drop them from the queue instead.
+            if let Some((g, sent)) = f.sent
+                && g == self.generation
+            {
+                if self.expired.len() < MAX_SERVER_REQUESTS {
+                    self.expired.insert(id.clone(), sent);
+                }
+                let cancel = format!(
+                    r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{id},"reason":"timed out (mcpulse supervise)"}}}}"#
+                );
+                let mut bytes = cancel.into_bytes();
+                bytes.push(b'\n');
+                if let Some(child) = &self.child {
+                    child.send(bytes);
+                }
+            } else if f.sent.is_none() {
+                let before = self.queue.len();
+                self.queue
+                    .retain(|(_, q)| q.as_deref() != Some(id.as_str()));
+                if self.queue.len() != before {
+                    self.queue_bytes = self.queue.iter().map(|(l, _)| l.len()).sum();
+                }
+            }
+        }
+    }
+
+    fn report_call(&self, f: &InFlight, outcome: CallOutcome) {
+        if let Some(tool) = &f.tool {
+            self.observer.tool_call(tool, outcome, f.received.elapsed());
+        }
+    }
+
+    // ---- the client's messages -------------------------------------------------------------
+
+    fn client_line(&mut self, mut line: Vec<u8>) {
+        let Some(env) = Envelope::parse(&line) else {
+            // Not JSON: the server answers it (a parse error), as it would without us.
+            line.push(b'\n');
+            self.deliver(line, None);
+            return;
+        };
+        match env.kind() {
+            Kind::Request => {
+                let id = env.id_text().unwrap_or("null").to_owned();
+                let method = env.method.as_deref().unwrap_or("");
+                if self.fatal.is_some() {
+                    self.fail_fatal(&id);
+                    return;
+                }
+                if let Some(why) = &self.mismatch
+                    && method != "initialize"
+                {
+                    self.answer_error(&id, codes::SESSION_CHANGED, &session_changed(why));
+                    return;
+                }
+                if method == "initialize" {
+                    self.handshake = Handshake {
+                        initialize: Some(line.clone()),
+                        initialize_id: Some(id.clone()),
+                        ..Handshake::default()
+                    };
+                    self.mismatch = None;
+                } else if !self.handshake.modern && env.modern_version() == Some(MODERN) {
+                    self.handshake.modern = true;
+                }
+                let tool = (method == "tools/call")
+                    .then(|| env.tool().map(str::to_owned))
+                    .flatten();
+                let received = Instant::now();
+                let deadline = self
+                    .s
+                    .timeouts
+                    .limit(method, env.tool())
+                    .map(|d| received + d);
+                self.in_flight.insert(
+                    id.clone(),
+                    InFlight {
+                        tool,
+                        received,
+                        sent: None,
+                        deadline,
+                    },
+                );
+                line.push(b'\n');
+                self.deliver(line, Some(id));
+            }
+            Kind::Notification => {
+                let method = env.method.as_deref().unwrap_or("");
+                if self.fatal.is_some() {
+                    return;
+                }
+                if method == "notifications/initialized" {
+                    let mut replayed = line.clone();
+                    replayed.push(b'\n');
+                    self.handshake.initialized = Some(replayed);
+                    if !self.handshake.done {
+                        self.handshake.done = true;
+                        if self.ready {
+                            self.set_state(ChildState::Running);
+                        }
+                        self.next_beat = Some(Instant::now() + self.s.heartbeat_interval);
+                    }
+                } else if method == "notifications/cancelled"
+                    && let Some(id) = env.cancelled_id()
+                {
+                    // The server need not answer a cancelled request: stop waiting for it.
+                    self.in_flight.remove(id);
+                }
+                line.push(b'\n');
+                self.deliver(line, None);
+            }
+            Kind::Response => {
+                if let Some(id) = env.id_text()
+                    && let Some(generation) = self.server_requests.remove(id)
+                    && self.child.as_ref().map(|c| c.generation) != Some(generation)
+                {
+                    // The child that asked is gone (restarting, or replaced already).
+                    tracing::info!(
+                        "supervise: a reply for a server that was since restarted, dropped"
+                    );
+                    return;
+                }
+                if self.fatal.is_some() {
+                    return;
+                }
+                line.push(b'\n');
+                self.deliver(line, None);
+            }
+            Kind::Other => {
+                line.push(b'\n');
+                self.deliver(line, None);
+            }
+        }
+    }
+
+    /// Writes a client message to the child, or queues it while the child restarts.
+    fn deliver(&mut self, line: Vec<u8>, id: Option<String>) {
+        if self.ready && self.child.is_some() {
+            self.write_child(line, id.as_deref());
+            return;
+        }
+        if self.queue.len() >= self.s.queue_max_messages
+            || self.queue_bytes.saturating_add(line.len()) > self.s.queue_max_bytes
+        {
+            match id {
+                Some(id) => {
+                    if let Some(f) = self.in_flight.remove(&id) {
+                        self.report_call(&f, CallOutcome::Lost);
+                    }
+                    self.answer_error(
+                        &id,
+                        codes::QUEUE_FULL,
+                        "mcpulse supervise: the server is restarting and the queue of waiting messages is full",
+                    );
+                }
+                None => self.dropped_notifications += 1,
+            }
+            return;
+        }
+        self.queue_bytes += line.len();
+        self.queue.push_back((line, id));
+    }
+
+    fn client_too_long(&mut self, prefix: &[u8]) {
+        tracing::warn!(
+            max = self.s.max_message_size,
+            "supervise: a client message over --max-message-size, dropped"
+        );
+        if let Some(id) = sniff_id(prefix) {
+            self.answer_error(
+                &id,
+                codes::MESSAGE_TOO_LARGE,
+                &format!(
+                    "mcpulse supervise: the request is longer than --max-message-size ({} bytes) and was dropped",
+                    self.s.max_message_size
+                ),
+            );
+        }
+    }
+
+    // ---- the child's messages --------------------------------------------------------------
+
+    fn child_line(&mut self, generation: u64, mut line: Vec<u8>) {
+        if generation != self.generation || self.child.is_none() {
+            return; // a replaced child's output
+        }
+        let env = match Envelope::parse(&line) {
+            Some(env) if env.kind() != Kind::Other => env,
+            _ => {
+                self.junk(&line);
+                return;
+            }
+        };
+        match env.kind() {
+            Kind::Response => {
+                let Some(id) = env.id_text() else {
+                    // An error with a null id (a parse error): the client's business.
+                    line.push(b'\n');
+                    self.send_client(line);
+                    return;
+                };
+                if self.is_ours(id) {
+                    let is_error = env.error.is_some();
+                    let result = env.result.map(|r| r.get().to_owned());
+                    let id = id.to_owned();
+                    self.our_reply(&id, is_error, result.as_deref());
+                    return;
+                }
+                let Some(f) = self.in_flight.remove(id) else {
+                    self.expired.remove(id);
+                    tracing::debug!(id = %text::field(id), "supervise: a reply to no request in flight (late or unknown), dropped");
+                    return;
+                };
+                if f.tool.is_some() {
+                    let outcome = if env.error.is_some() {
+                        CallOutcome::RpcError
+                    } else if env.is_tool_error() {
+                        CallOutcome::ToolError
+                    } else {
+                        CallOutcome::Ok
+                    };
+                    self.report_call(&f, outcome);
+                }
+                if self.handshake.initialize_id.as_deref() == Some(id) {
+                    self.handshake.initialize_id = None;
+                    self.handshake.negotiated = env.result.and_then(|r| negotiated(r.get()));
+                    self.status.protocol_version =
+                        self.handshake.negotiated.as_ref().map(|(v, _)| v.clone());
+                }
+                if self.handshake.modern && !self.handshake.done {
+                    self.handshake.done = true;
+                    self.status.protocol_version = Some(MODERN.to_owned());
+                    self.set_state(ChildState::Running);
+                    self.next_beat = Some(Instant::now() + self.s.heartbeat_interval);
+                }
+                line.push(b'\n');
+                self.send_client(line);
+            }
+            Kind::Request => {
+                if let Some(id) = env.id_text() {
+                    if self.server_requests.len() >= MAX_SERVER_REQUESTS {
+                        // Unanswered ones pile up only if the client never replies: forget
+                        // those of earlier children first, then all.
+                        self.server_requests.retain(|_, g| *g == generation);
+                        if self.server_requests.len() >= MAX_SERVER_REQUESTS {
+                            self.server_requests.clear();
+                        }
+                    }
+                    self.server_requests.insert(id.to_owned(), generation);
+                }
+                line.push(b'\n');
+                self.send_client(line);
+            }
+            Kind::Notification | Kind::Other => {
+                line.push(b'\n');
+                self.send_client(line);
+            }
+        }
+    }
+
+    /// A reply to our heartbeat or our replayed `initialize`; never forwarded.
+    fn our_reply(&mut self, id: &str, is_error: bool, result: Option<&str>) {
+        if self.replay.as_ref().is_some_and(|p| p.id == id) {
+            self.replay = None;
+            let now_has = result.and_then(negotiated);
+            let had = self.handshake.negotiated.clone();
+            let changed = match (&had, &now_has) {
+                _ if is_error => Some("refused the replayed initialize".to_owned()),
+                (Some((v0, _)), Some((v1, _))) if v0 != v1 => Some(format!(
+                    "now speaks protocol version {} instead of {}",
+                    text::field(v1),
+                    text::field(v0)
+                )),
+                (Some((_, c0)), Some((_, c1))) if c0 != c1 => {
+                    Some("now announces different capabilities".to_owned())
+                }
+                (Some(_), None) => {
+                    Some("answered the replayed initialize without a protocol version".to_owned())
+                }
+                _ => None,
+            };
+            if let Some(why) = changed {
+                tracing::warn!(why = %why, "supervise: the restarted server's session differs");
+                self.mismatch = Some(why);
+            } else if let Some(line) = self.handshake.initialized.clone()
+                && let Some(child) = &self.child
+            {
+                child.send(line);
+            }
+            self.open_gate();
+            return;
+        }
+        if let Some(p) = self.beat.take_if(|p| p.id == id) {
+            let latency = p.sent.elapsed();
+            self.next_beat = Some(p.sent + self.s.heartbeat_interval);
+            self.judge_heartbeat(Heard::Answered, Some(latency));
+        }
+        // Else: a late reply to an earlier heartbeat, already judged.
+    }
+
+    fn child_too_long(&mut self, generation: u64, prefix: &[u8]) {
+        if generation != self.generation {
+            return;
+        }
+        tracing::warn!(
+            max = self.s.max_message_size,
+            "supervise: a server message over --max-message-size, dropped"
+        );
+        if let Some(id) = sniff_id(prefix)
+            && let Some(f) = self.in_flight.remove(&id)
+        {
+            self.report_call(&f, CallOutcome::RpcError);
+            self.answer_error(
+                &id,
+                codes::MESSAGE_TOO_LARGE,
+                &format!(
+                    "mcpulse supervise: the server's reply is longer than --max-message-size ({} bytes) and was dropped",
+                    self.s.max_message_size
+                ),
+            );
+        }
+    }
+
+    /// A junk line, reported to the observer (which logs it, inert, and counts it).
+    fn junk(&mut self, line: &[u8]) {
+        let prefix = &line[..line.len().min(1024)];
+        self.observer.junk_line(&String::from_utf8_lossy(prefix));
+    }
+}
+
+fn session_changed(why: &str) -> String {
+    format!("mcpulse supervise: the server was restarted and {why}; initialize the session again")
+}
+
+/// Protocol version and capabilities from an `initialize` result.
+fn negotiated(result: &str) -> Option<(String, serde_json::Value)> {
+    #[derive(serde::Deserialize)]
+    struct Init {
+        #[serde(rename = "protocolVersion")]
+        protocol_version: String,
+        #[serde(default)]
+        capabilities: serde_json::Value,
+    }
+    let init: Init = serde_json::from_str(result).ok()?;
+    Some((init.protocol_version, init.capabilities))
+}
+
+/// "exited with code 1", "stopped answering (3 heartbeats missed)"...
+fn describe(reason: &RestartReason) -> String {
+    match reason {
+        RestartReason::Exited { code, signal } => ExitStatus {
+            code: *code,
+            signal: *signal,
+        }
+        .to_string(),
+        RestartReason::Unresponsive { failures } => {
+            format!("stopped answering ({failures} heartbeats missed)")
+        }
+        RestartReason::SpawnFailed { message } => {
+            format!("could not be started ({})", text::field(message))
+        }
+    }
+}

@@ -1,0 +1,836 @@
+//! The supervisor in-process, against real scripted children (mcpulse-testkit's `sh` servers),
+//! the client's side through `tokio::io::duplex`. Short real intervals (100 ms heartbeats);
+//! every wait is bounded, and every test ends by checking that no process it started (child,
+//! grandchild, `setsid` escapee) is left running.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use mcpulse_relay::status::{CallOutcome, ChildState, HeartbeatOutcome, Observer, RestartReason};
+use mcpulse_relay::supervise::{
+    Backoff, HeartbeatPolicy, Outcome, Program, RestartPolicy, Settings, Timeouts, codes, run,
+};
+use mcpulse_testkit::stdio::{read_pids, still_running_after};
+use mcpulse_testkit::{Act, StdioScript, TempDir};
+use serde_json::{Value, json};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, Lines};
+use tokio::task::JoinHandle;
+
+/// What the observer saw.
+#[derive(Debug, Clone, PartialEq)]
+enum Seen {
+    State(ChildState),
+    Restart(&'static str),
+    Heartbeat(HeartbeatOutcome),
+    Tool(String, CallOutcome),
+    Junk(String),
+}
+
+#[derive(Default)]
+struct Recorder(Mutex<Vec<Seen>>);
+
+impl Recorder {
+    fn push(&self, s: Seen) {
+        self.0.lock().unwrap().push(s);
+    }
+    fn all(&self) -> Vec<Seen> {
+        self.0.lock().unwrap().clone()
+    }
+    fn count(&self, f: impl Fn(&Seen) -> bool) -> usize {
+        self.all().iter().filter(|s| f(s)).count()
+    }
+}
+
+impl Observer for Recorder {
+    fn status(&self, status: &mcpulse_relay::status::Status) {
+        let mut v = self.0.lock().unwrap();
+        if v.iter().rev().find_map(|s| match s {
+            Seen::State(st) => Some(*st),
+            _ => None,
+        }) != Some(status.state)
+        {
+            v.push(Seen::State(status.state));
+        }
+    }
+    fn restart(&self, reason: &RestartReason) {
+        self.push(Seen::Restart(reason.label()));
+    }
+    fn heartbeat(&self, outcome: HeartbeatOutcome, _latency: Option<Duration>) {
+        self.push(Seen::Heartbeat(outcome));
+    }
+    fn tool_call(&self, tool: &str, outcome: CallOutcome, _latency: Duration) {
+        self.push(Seen::Tool(tool.to_owned(), outcome));
+    }
+    fn junk_line(&self, line: &str) {
+        self.push(Seen::Junk(line.to_owned()));
+    }
+}
+
+/// Fast settings: 100 ms heartbeats (80 ms timeout), 3 failures, 200 ms busy grace, a 20 ms →
+/// 100 ms backoff, 5 restarts a minute, 300 ms stop grace.
+fn settings(script: &Path) -> Settings {
+    let mut s = Settings::new(Program {
+        program: "sh".into(),
+        args: vec![script.to_string_lossy().into_owned()],
+    });
+    s.heartbeat_interval = Duration::from_millis(100);
+    s.heartbeat_timeout = Duration::from_millis(80);
+    s.heartbeat = HeartbeatPolicy {
+        failures: 3,
+        busy_grace: Duration::from_millis(200),
+    };
+    s.restart = RestartPolicy {
+        backoff: Backoff {
+            initial: Duration::from_millis(20),
+            max: Duration::from_millis(100),
+        },
+        reset_after: Duration::from_secs(60),
+        max_restarts: 5,
+        window: Duration::from_secs(60),
+    };
+    s.stop_grace = Duration::from_millis(300);
+    s.start_timeout = Duration::from_secs(3);
+    s
+}
+
+/// A healthy legacy server that records its pid in `pids`, answers `initialize`, `ping`,
+/// `tools/list` and `tools/call`, and does `rules` first (a script's first matching rule wins).
+fn server(pids: &Path, rules: Vec<(&str, Vec<Act>)>) -> StdioScript {
+    let mut script = StdioScript::new().at_start(Act::RecordPid(pids.to_path_buf()));
+    for (method, acts) in rules {
+        script = script.on(method, acts);
+    }
+    script
+        .on(
+            "initialize",
+            vec![Act::Result(mcpulse_testkit::mcp::initialize_result(
+                mcpulse_testkit::mcp::LEGACY,
+            ))],
+        )
+        .on("ping", vec![Act::Result(json!({}))])
+        .on(
+            "tools/list",
+            vec![Act::Result(
+                json!({"tools": [{"name": "echo", "inputSchema": {"type": "object"}}]}),
+            )],
+        )
+        .on(
+            "tools/call",
+            vec![Act::Result(
+                json!({"content": [{"type": "text", "text": "hi"}]}),
+            )],
+        )
+}
+
+struct Client {
+    input: Option<DuplexStream>,
+    output: Lines<BufReader<DuplexStream>>,
+    task: JoinHandle<Outcome>,
+    seen: Arc<Recorder>,
+}
+
+const WAIT: Duration = Duration::from_secs(10);
+
+impl Client {
+    fn start(settings: Settings) -> Client {
+        let (input, sup_in) = tokio::io::duplex(1 << 20);
+        let (sup_out, output) = tokio::io::duplex(1 << 20);
+        let seen = Arc::new(Recorder::default());
+        let task = tokio::spawn(run(settings, sup_in, sup_out, seen.clone()));
+        Client {
+            input: Some(input),
+            output: BufReader::new(output).lines(),
+            task,
+            seen,
+        }
+    }
+
+    async fn send(&mut self, v: Value) {
+        let input = self.input.as_mut().unwrap();
+        input.write_all(format!("{v}\n").as_bytes()).await.unwrap();
+    }
+
+    async fn recv(&mut self) -> Value {
+        let line = tokio::time::timeout(WAIT, self.output.next_line())
+            .await
+            .expect("no message from the supervisor within 10 s")
+            .unwrap()
+            .expect("the supervisor closed its output");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
+    }
+
+    /// Nothing arrives within `d`.
+    async fn quiet(&mut self, d: Duration) {
+        if let Ok(line) = tokio::time::timeout(d, self.output.next_line()).await {
+            panic!("unexpected output: {line:?}");
+        }
+    }
+
+    async fn request(&mut self, id: i64, method: &str, params: Value) -> Value {
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .await;
+        let reply = self.recv().await;
+        assert_eq!(reply["id"], id, "{reply}");
+        reply
+    }
+
+    async fn initialize(&mut self) -> Value {
+        let reply = self
+            .request(
+                1,
+                "initialize",
+                json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}),
+            )
+            .await;
+        self.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .await;
+        reply
+    }
+
+    /// Closes the client's input; returns the outcome and what was still written.
+    async fn close(mut self) -> (Outcome, Vec<Value>) {
+        drop(self.input.take());
+        let mut rest = Vec::new();
+        while let Ok(Ok(Some(line))) = tokio::time::timeout(WAIT, self.output.next_line()).await {
+            rest.push(serde_json::from_str(&line).unwrap());
+        }
+        let outcome = tokio::time::timeout(WAIT, self.task)
+            .await
+            .expect("the supervisor did not stop within 10 s")
+            .unwrap();
+        (outcome, rest)
+    }
+}
+
+fn assert_all_gone(files: &[&Path]) {
+    let pids: Vec<u32> = files.iter().flat_map(|f| read_pids(f)).collect();
+    assert!(!pids.is_empty(), "no pid was recorded");
+    let left = still_running_after(&pids, Duration::from_secs(3));
+    mcpulse_testkit::stdio::kill(&left);
+    assert!(left.is_empty(), "left running: {left:?} of {pids:?}");
+}
+
+/// The file's text once it exists (a script writes it when it gets to it; bounded).
+async fn wait_for_file(path: &Path) -> String {
+    let until = std::time::Instant::now() + WAIT;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path)
+            && !text.is_empty()
+        {
+            return text;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "{} never written",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Kills every process recorded in these files when dropped: a failing test (a panic before
+/// its last check) leaves nothing behind either, a `setsid` escapee included.
+struct Reap(Vec<std::path::PathBuf>);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        let pids: Vec<u32> = self.0.iter().flat_map(|f| read_pids(f)).collect();
+        mcpulse_testkit::stdio::kill(&pids);
+    }
+}
+
+fn error_code(reply: &Value) -> i64 {
+    reply["error"]["code"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("not an error: {reply}"))
+}
+
+#[tokio::test]
+async fn relays_both_ways_and_keeps_its_heartbeats_to_itself() {
+    let dir = TempDir::new("relay");
+    let pids = dir.join("pids");
+    let script = server(&pids, vec![]).write(&dir, "s.sh");
+    let mut c = Client::start(settings(&script));
+    let init = c.initialize().await;
+    assert_eq!(init["result"]["protocolVersion"], "2025-11-25", "{init}");
+    let reply = c
+        .request(2, "tools/call", json!({"name": "echo", "arguments": {}}))
+        .await;
+    assert_eq!(reply["result"]["content"][0]["text"], "hi");
+    // Several heartbeats go by; none of their replies reaches the client.
+    c.quiet(Duration::from_millis(600)).await;
+    let seen = c.seen.all();
+    assert!(
+        c.seen
+            .count(|s| *s == Seen::Heartbeat(HeartbeatOutcome::Ok))
+            >= 3,
+        "{seen:?}"
+    );
+    assert!(seen.contains(&Seen::Tool("echo".into(), CallOutcome::Ok)));
+    assert!(seen.contains(&Seen::State(ChildState::Running)));
+    let (outcome, rest) = c.close().await;
+    assert_eq!(outcome.fatal, None);
+    assert!(rest.is_empty(), "{rest:?}");
+    assert_eq!(read_pids(&pids).len(), 1, "restarted without cause");
+    assert_all_gone(&[&pids]);
+}
+
+#[tokio::test]
+async fn no_heartbeat_before_the_clients_handshake() {
+    let dir = TempDir::new("nohandshake");
+    let pids = dir.join("pids");
+    let lines = dir.join("lines");
+    let script =
+        server(&pids, vec![("ping", vec![Act::RecordLine(lines.clone())])]).write(&dir, "s.sh");
+    let mut c = Client::start(settings(&script));
+    c.quiet(Duration::from_millis(500)).await;
+    assert!(!lines.exists(), "pinged before the client's initialize");
+    assert_eq!(c.seen.count(|s| matches!(s, Seen::Heartbeat(_))), 0);
+    let (outcome, _) = c.close().await;
+    assert_eq!(outcome.fatal, None);
+    assert_all_gone(&[&pids]);
+}
+
+#[tokio::test]
+async fn a_hung_child_is_restarted_and_the_session_goes_on() {
+    let dir = TempDir::new("hang");
+    let pids = dir.join("pids");
+    let lines = dir.join("inits");
+    // `hang` blocks the server for good, ignoring SIGTERM.
+    let script = server(
+        &pids,
+        vec![
+            (
+                "initialize",
+                vec![
+                    Act::RecordLine(lines.clone()),
+                    Act::Result(mcpulse_testkit::mcp::initialize_result(
+                        mcpulse_testkit::mcp::LEGACY,
+                    )),
+                ],
+            ),
+            ("tools/call", vec![Act::Hang]),
+        ],
+    )
+    .write(&dir, "s.sh");
+    let mut c = Client::start(settings(&script));
+    c.initialize().await;
+    c.send(json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "slow"}}))
+        .await;
+    // Busy for 200 ms, then three failed heartbeats: restarted, and the call is answered.
+    let lost = c.recv().await;
+    assert_eq!(lost["id"], 5);
+    assert_eq!(error_code(&lost), codes::SERVER_RESTARTED, "{lost}");
+    let message = lost["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("stopped answering (3 heartbeats missed)"),
+        "{message}"
+    );
+    // The new child got the replayed initialize (and its reply was not forwarded).
+    let tools = c.request(6, "tools/list", json!({})).await;
+    assert_eq!(tools["result"]["tools"][0]["name"], "echo", "{tools}");
+    assert_eq!(read_pids(&pids).len(), 2);
+    let inits = std::fs::read_to_string(&lines).unwrap();
+    assert_eq!(inits.lines().count(), 2, "{inits}");
+    assert!(
+        inits.lines().nth(1).unwrap().contains("\"mcpulse-"),
+        "replayed under our id: {inits}"
+    );
+    let seen = c.seen.all();
+    assert!(seen.contains(&Seen::Restart("unresponsive")), "{seen:?}");
+    assert!(
+        seen.contains(&Seen::Heartbeat(HeartbeatOutcome::Busy)),
+        "{seen:?}"
+    );
+    assert!(seen.contains(&Seen::Tool("slow".into(), CallOutcome::Lost)));
+    let (outcome, rest) = c.close().await;
+    assert_eq!(outcome.fatal, None);
+    assert!(rest.is_empty(), "{rest:?}");
+    assert_all_gone(&[&pids]);
+}
+
+#[tokio::test]
+async fn a_slow_answer_while_busy_is_busy_not_a_restart() {
+    let dir = TempDir::new("busy");
+    let pids = dir.join("pids");
+    let script = server(
+        &pids,
+        vec![(
+            "tools/call",
+            vec![Act::Sleep(900), Act::Result(json!({"content": []}))],
+        )],
+    )
+    .write(&dir, "s.sh");
+    let mut s = settings(&script);
+    s.heartbeat.busy_grace = Duration::from_secs(5);
+    let mut c = Client::start(s);
+    c.initialize().await;
+    let reply = c.request(2, "tools/call", json!({"name": "slow"})).await;
+    assert!(reply["result"].is_object(), "{reply}");
+    let seen = c.seen.all();
+    assert!(
+        seen.contains(&Seen::Heartbeat(HeartbeatOutcome::Busy)),
+        "{seen:?}"
+    );
+    assert!(seen.contains(&Seen::State(ChildState::Busy)), "{seen:?}");
+    assert!(
+        !seen.iter().any(|s| matches!(s, Seen::Restart(_))),
+        "{seen:?}"
+    );
+    assert_eq!(
+        c.seen
+            .count(|s| *s == Seen::Heartbeat(HeartbeatOutcome::Failed)),
+        0
+    );
+    let (outcome, _) = c.close().await;
+    assert_eq!(outcome.fatal, None);
+    assert_eq!(read_pids(&pids).len(), 1);
+    assert_all_gone(&[&pids]);
+}
+
+#[tokio::test]
+async fn a_crash_answers_the_request_in_flight_with_the_reason_and_stderr() {
+    let dir = TempDir::new("crash");
+    let pids = dir.join("pids");
+    let script = server(
+        &pids,
+        vec![(
+            "crash",
+            vec![
+                Act::Stderr("fatal: \u{1b}[31mout of memory".into()),
+                Act::Exit(3),
+            ],
+        )],
+    )
+    .write(&dir, "s.sh");
+    let mut c = Client::start(settings(&script));
+    c.initialize().await;
+    let lost = c.request(2, "crash", json!({})).await;
+    assert_eq!(error_code(&lost), codes::SERVER_RESTARTED);
+    let message = lost["error"]["message"].as_str().unwrap();
+    assert!(message.contains("exited with code 3"), "{message}");
+    assert!(message.contains("out of memory"), "{message}");
+    assert!(
+        !message.contains('\u{1b}'),
+        "stderr not made inert: {message:?}"
+    );
+    let next = c.request(3, "tools/call", json!({"name": "echo"})).await;
+    assert!(next["result"].is_object(), "{next}");
+    assert!(c.seen.all().contains(&Seen::Restart("exited")));
+    let (outcome, _) = c.close().await;
+    assert_eq!(outcome.fatal, None);
+    assert_eq!(read_pids(&pids).len(), 2);
+    assert_all_gone(&[&pids]);
+}
+
+#[tokio::test]
+async fn a_child_that_exits_at_start_once_is_restarted_and_then_serves() {
+    let dir = TempDir::new("exitstart");
+    let pids = dir.join("pids");
+    let script = server(&pids, vec![])
+        .at_start(Act::ExitOnce(dir.join("once")))
+        .write(&dir, "s.sh");
+    let mut c = Client::start(settings(&script));
+    // Give the first child time to die; the client's initialize then reaches the second.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let init = c.initialize().await;
+    assert!(init["result"].is_object(), "{init}");
+    let (outcome, _) = c.close().await;
+    assert_eq!(outcome.fatal, None);
+    assert_eq!(read_pids(&pids).len(), 2);
+    assert_all_gone(&[&pids]);
+}
+
+#[tokio::test]
+async fn a_crash_loop_spends_the_budget_then_answers_every_request_with_why() {
+    let dir = TempDir::new("loop");
+    let pids = dir.join("pids");
+    let script = StdioScript::new()
+        .at_start(Act::RecordPid(pids.clone()))
+        .at_start(Act::Stderr("cannot bind: address in use".into()))
+        .at_start(Act::Exit(1))
+        .write(&dir, "s.sh");
+    let mut s = settings(&script);
+    s.restart.max_restarts = 3;
+    let mut c = Client::start(s);
+    // Wait for FATAL.
+    let until = std::time::Instant::now() + WAIT;
+    while !c.seen.all().contains(&Seen::State(ChildState::Fatal)) {
+        assert!(std::time::Instant::now() < until, "{:?}", c.seen.all());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let reply = c.request(1, "initialize", json!({})).await;
+    assert_eq!(error_code(&reply), codes::SUPERVISOR_GAVE_UP, "{reply}");
+    let message = reply["error"]["message"].as_str().unwrap();
+    assert!(message.contains("4 times within 60s"), "{message}");
+    assert!(message.contains("exited with code 1"), "{message}");
+    assert!(message.contains("address in use"), "{message}");
+    // Never spins: one start and three restarts, and no more however long we wait.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(read_pids(&pids).len(), 4);
+    assert_eq!(c.seen.count(|s| matches!(s, Seen::Restart(_))), 3);
+    let (outcome, _) = c.close().await;
+    assert!(outcome.fatal.is_some());
+    assert_all_gone(&[&pids]);
+}
+
+#[tokio::test]
+async fn junk_on_stdout_is_kept_from_the_client_and_reported() {
+    let dir = TempDir::new("junk");
+    let pids = dir.join("pids");
+    let script = server(
+        &pids,
+        vec![(
+            "tools/call",
+            vec![
+                Act::Stdout("Downloading packages... done".into()),
+                Act::Stdout("[1,2,3]".into()),
+                Act::Result(json!({"content": []})),
+            ],
+        )],
+    )
+    .write(&dir, "s.sh");
+    let mut c = Client::start(settings(&script));
+    c.initialize().await;
+    let reply = c.request(2, "tools/call", json!({"name": "echo"})).await;
+    assert!(reply["result"].is_object(), "{reply}");
+    c.quiet(Duration::from_millis(200)).await;
+    let junk: Vec<Seen> = c
+        .seen
+        .all()
+        .into_iter()
+        .filter(|s| matches!(s, Seen::Junk(_)))
+        .collect();
+    assert_eq!(
+        junk,
+        vec![
+            Seen::Junk("Downloading packages... done".into()),
+            Seen::Junk("[1,2,3]".into())
+        ]
+    );
+    let (_, rest) = c.close().await;
+    assert!(rest.is_empty());
+    assert_all_gone(&[&pids]);
+}
+
+#[tokio::test]
+async fn grandchildren_go_with_the_child_even_those_that_left_its_session() {
+    let dir = TempDir::new("grandchildren");
+    let pids = dir.join("pids");
+    let grand = dir.join("grandchildren");
+    let escaped = dir.join("setsid");
+    let script = server(&pids, vec![("crash", vec![Act::Exit(2)])])
+        .at_start(Act::SpawnGrandchild(grand.clone()))
+        .at_start(Act::SpawnSessionLeader(escaped.clone()))
+        .write(&dir, "s.sh");
+    let _reap = Reap(vec![pids.clone(), grand.clone(), escaped.clone()]);
+    let mut c = Client::start(settings(&script));
+    c.initialize().await;
+    // Let the first generation's setsid grandchild record itself, then crash the child: its
+    // grandchildren must go with it, before the next one starts.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let first: Vec<u32> = read_pids(&grand)
+        .into_iter()
+        .chain(read_pids(&escaped))
+        .collect();
+    assert_eq!(first.len(), 2, "{first:?}");
+    let lost = c.request(2, "crash", json!({})).await;
+    assert_eq!(error_code(&lost), codes::SERVER_RESTARTED);
+    let reply = c.request(3, "tools/list", json!({})).await;
+    assert!(reply["result"].is_object(), "{reply}");
+    let left = still_running_after(&first, Duration::from_secs(3));
+    mcpulse_testkit::stdio::kill(&left);
+    assert!(
+        left.is_empty(),
+        "the first child's grandchildren outlived it: {left:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (outcome, _) = c.close().await;
+    assert_eq!(outcome.fatal, None);
+    assert_eq!(read_pids(&escaped).len(), 2);
+    assert_all_gone(&[&pids, &grand, &escaped]);
+}
+
+#[tokio::test]
+async fn a_changed_protocol_version_after_a_restart_is_told_to_the_client() {
+    let dir = TempDir::new("version");
+    let pids = dir.join("pids");
+    let init = |v: &str| {
+        Act::Result(
+            json!({"protocolVersion": v, "capabilities": {"tools": {}}, "serverInfo": {"name": "s", "version": "1"}}),
+        )
+    };
+    let script = StdioScript::new()
+        .at_start(Act::RecordPid(pids.clone()))
+        .on(
+            "initialize",
+            vec![Act::FirstTimeElse(
+                dir.join("first"),
+                Box::new(init("2025-06-18")),
+                Box::new(init("2025-03-26")),
+            )],
+        )
+        .on("ping", vec![Act::Result(json!({}))])
+        .on("tools/list", vec![Act::Result(json!({"tools": []}))])
+        .on("crash", vec![Act::Exit(1)])
+        .write(&dir, "s.sh");
+    let mut c = Client::start(settings(&script));
+    c.initialize().await;
+    let lost = c.request(2, "crash", json!({})).await;
+    assert_eq!(error_code(&lost), codes::SERVER_RESTARTED);
+    let next = c.request(3, "tools/list", json!({})).await;
+    assert_eq!(error_code(&next), codes::SESSION_CHANGED, "{next}");
+    let message = next["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("2025-03-26 instead of 2025-06-18"),
+        "{message}"
+    );
+    // Initializing again clears it.
+    let again = c.initialize().await;
+    assert_eq!(again["result"]["protocolVersion"], "2025-03-26");
+    let ok = c.request(4, "tools/list", json!({})).await;
+    assert!(ok["result"].is_object(), "{ok}");
+    let (outcome, _) = c.close().await;
+    assert_eq!(outcome.fatal, None);
+    assert_all_gone(&[&pids]);
+}
+
+#[tokio::test]
+async fn a_request_past_its_timeout_is_answered_and_cancelled_and_its_late_reply_dropped() {
+    let dir = TempDir::new("timeout");
+    let pids = dir.join("pids");
+    let lines = dir.join("cancelled");
+    let script = server(
+        &pids,
+        vec![
+            (
+                "tools/call",
+                vec![Act::Sleep(700), Act::Result(json!({"content": []}))],
+            ),
+            (
+                "notifications/cancelled",
+                vec![Act::RecordLine(lines.clone())],
+            ),
+        ],
+    )
+    .write(&dir, "s.sh");
+    let mut s = settings(&script);
+    s.heartbeat.busy_grace = Duration::from_secs(5);
+    s.timeouts = Timeouts {
+        request: None,
+        tools: vec![("slow".into(), Duration::from_millis(200))],
+    };
+    let mut c = Client::start(s);
+    c.initialize().await;
+    let started = std::time::Instant::now();
+    let reply = c.request(7, "tools/call", json!({"name": "slow"})).await;
+    assert_eq!(error_code(&reply), codes::REQUEST_TIMEOUT, "{reply}");
+    assert!(
+        started.elapsed() < Duration::from_millis(600),
+        "{:?}",
+        started.elapsed()
+    );
+    // The late reply (at ~700 ms) never reaches the client.
+    c.quiet(Duration::from_millis(900)).await;
+    let cancelled = wait_for_file(&lines).await;
+    let note: Value = serde_json::from_str(cancelled.lines().next().unwrap()).unwrap();
+    assert_eq!(note["params"]["requestId"], 7, "{note}");
+    assert!(
+        c.seen
+            .all()
+            .contains(&Seen::Tool("slow".into(), CallOutcome::Timeout))
+    );
+    // Still busy with the timed-out call, the child missed heartbeats: busy, not restarted.
+    assert_eq!(read_pids(&pids).len(), 1, "{:?}", c.seen.all());
+    // Another tool has no timeout.
+    let fine = c.request(8, "tools/call", json!({"name": "other"})).await;
+    assert!(fine["result"].is_object(), "{fine}");
+    let (_, rest) = c.close().await;
+    assert!(rest.is_empty(), "{rest:?}");
+    assert_all_gone(&[&pids]);
+}
+
+#[tokio::test]
+async fn messages_during_a_restart_are_queued_up_to_the_bound() {
+    let dir = TempDir::new("queue");
+    let pids = dir.join("pids");
+    let script = server(&pids, vec![("crash", vec![Act::Exit(1)])]).write(&dir, "s.sh");
+    let mut s = settings(&script);
+    s.restart.backoff = Backoff {
+        initial: Duration::from_millis(400),
+        max: Duration::from_millis(400),
+    };
+    s.queue_max_messages = 2;
+    let mut c = Client::start(s);
+    c.initialize().await;
+    c.send(json!({"jsonrpc": "2.0", "id": 2, "method": "crash"}))
+        .await;
+    assert_eq!(error_code(&c.recv().await), codes::SERVER_RESTARTED);
+    // During the backoff (full jitter: up to 400 ms; maybe 0), send three requests.
+    for id in 3..6 {
+        c.send(json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"}))
+            .await;
+    }
+    let mut replies = Vec::new();
+    for _ in 0..3 {
+        replies.push(c.recv().await);
+    }
+    replies.sort_by_key(|r| r["id"].as_i64());
+    // Either the restart was already over (all three served) or the third overflowed.
+    let full: Vec<&Value> = replies
+        .iter()
+        .filter(|r| r.get("error").is_some())
+        .collect();
+    assert!(full.len() <= 1, "{replies:?}");
+    for r in &full {
+        assert_eq!(error_code(r), codes::QUEUE_FULL);
+        assert_eq!(r["id"], 5);
+    }
+    assert!(replies[0]["result"].is_object() && replies[1]["result"].is_object());
+    let (_, _) = c.close().await;
+    assert_all_gone(&[&pids]);
+}
+
+#[tokio::test]
+async fn a_modern_client_gets_server_discover_heartbeats_not_ping() {
+    let dir = TempDir::new("modern");
+    let pids = dir.join("pids");
+    let pings = dir.join("pings");
+    let discover = json!({"resultType": "complete", "supportedVersions": ["2026-07-28"], "capabilities": {}, "ttlMs": 0, "cacheScope": "public"});
+    // A 2026-07-28 server: no ping (recorded if it ever comes, and never answered).
+    let script = StdioScript::new()
+        .at_start(Act::RecordPid(pids.clone()))
+        .on("ping", vec![Act::RecordLine(pings.clone())])
+        .on("server/discover", vec![Act::Result(discover)])
+        .write(&dir, "s.sh");
+    let mut c = Client::start(settings(&script));
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}, "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"}});
+    let reply = c
+        .request(1, "server/discover", json!({"_meta": meta}))
+        .await;
+    assert_eq!(reply["result"]["supportedVersions"][0], "2026-07-28");
+    c.quiet(Duration::from_millis(600)).await;
+    assert!(!pings.exists(), "pinged a 2026-07-28 server");
+    assert!(
+        c.seen
+            .count(|s| *s == Seen::Heartbeat(HeartbeatOutcome::Ok))
+            >= 3,
+        "{:?}",
+        c.seen.all()
+    );
+    assert_eq!(c.seen.count(|s| matches!(s, Seen::Restart(_))), 0);
+    let (outcome, _) = c.close().await;
+    assert_eq!(outcome.fatal, None);
+    assert_all_gone(&[&pids]);
+}
+
+#[tokio::test]
+async fn a_client_reply_meant_for_a_replaced_child_is_dropped() {
+    let dir = TempDir::new("stale");
+    let pids = dir.join("pids");
+    let other = dir.join("other");
+    let script = server(
+        &pids,
+        vec![
+            (
+                "ask",
+                vec![Act::Stdout(
+                    r#"{"jsonrpc":"2.0","id":900,"method":"roots/list"}"#.into(),
+                )],
+            ),
+            ("crash", vec![Act::Exit(1)]),
+        ],
+    )
+    .otherwise(vec![Act::RecordLine(other.clone())])
+    .write(&dir, "s.sh");
+    let mut c = Client::start(settings(&script));
+    c.initialize().await;
+    c.send(json!({"jsonrpc": "2.0", "method": "ask"})).await;
+    let asked = c.recv().await;
+    assert_eq!(asked["method"], "roots/list", "{asked}");
+    // Answered while the first child is alive: it gets the reply.
+    c.send(json!({"jsonrpc": "2.0", "id": 900, "result": {"roots": [{"uri": "file:///first"}]}}))
+        .await;
+    c.send(json!({"jsonrpc": "2.0", "method": "ask"})).await;
+    assert_eq!(c.recv().await["method"], "roots/list");
+    let lost = c.request(2, "crash", json!({})).await;
+    assert_eq!(error_code(&lost), codes::SERVER_RESTARTED);
+    // Answered after the restart: meant for the dead child; the new one never sees it.
+    c.send(json!({"jsonrpc": "2.0", "id": 900, "result": {"roots": [{"uri": "file:///stale"}]}}))
+        .await;
+    let ok = c.request(3, "tools/list", json!({})).await;
+    assert!(ok["result"].is_object(), "{ok}");
+    let seen = std::fs::read_to_string(&other).unwrap_or_default();
+    assert!(seen.contains("file:///first"), "{seen}");
+    assert!(!seen.contains("file:///stale"), "{seen}");
+    let (_, _) = c.close().await;
+    assert_all_gone(&[&pids]);
+}
+
+#[tokio::test]
+async fn replies_written_just_before_exiting_still_reach_the_client() {
+    let dir = TempDir::new("lastwords");
+    let pids = dir.join("pids");
+    let script = server(
+        &pids,
+        vec![("bye", vec![Act::Result(json!({"bye": true})), Act::Exit(0)])],
+    )
+    .write(&dir, "s.sh");
+    let mut c = Client::start(settings(&script));
+    c.initialize().await;
+    // Several rounds: the exit races the last line on another pipe every time.
+    for (round, id) in (2..6).enumerate() {
+        let reply = c.request(id, "bye", json!({})).await;
+        assert_eq!(reply["result"]["bye"], true, "{reply}");
+        // Wait for the restart before the next round (a request sent to the dying child
+        // would rightly get -32080).
+        let until = std::time::Instant::now() + WAIT;
+        while c.seen.count(|s| matches!(s, Seen::Restart(_))) <= round {
+            assert!(std::time::Instant::now() < until);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    let (_, _) = c.close().await;
+    assert_all_gone(&[&pids]);
+}
+
+#[tokio::test]
+async fn a_frozen_child_is_not_busy_even_with_a_request_in_flight() {
+    let dir = TempDir::new("sigstop");
+    let pids = dir.join("pids");
+    let script = server(
+        &pids,
+        vec![(
+            "tools/call",
+            vec![Act::Sleep(3000), Act::Result(json!({"content": []}))],
+        )],
+    )
+    .write(&dir, "s.sh");
+    let mut s = settings(&script);
+    s.heartbeat.busy_grace = Duration::from_secs(30);
+    let mut c = Client::start(s);
+    c.initialize().await;
+    c.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "slow"}}))
+        .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let child = read_pids(&pids)[0];
+    let stopped = std::process::Command::new("kill")
+        .args(["-STOP", &child.to_string()])
+        .status()
+        .unwrap();
+    assert!(stopped.success());
+    // Frozen (SIGSTOP): three failed heartbeats, not 30 s of "busy".
+    let lost = c.recv().await;
+    assert_eq!(error_code(&lost), codes::SERVER_RESTARTED, "{lost}");
+    assert!(
+        lost["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("stopped answering"),
+        "{lost}"
+    );
+    let (_, _) = c.close().await;
+    assert_all_gone(&[&pids]);
+}

@@ -1,0 +1,205 @@
+//! `mcpulse supervise` as a process: argument errors, a clean exit on the client's EOF, a
+//! non-zero exit after giving up, and the child dying with a SIGKILLed supervisor
+//! (PR_SET_PDEATHSIG). The relay's behaviour in detail is tested in-process
+//! (crates/mcpulse-relay/tests/supervise.rs).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use mcpulse_testkit::run::run;
+use mcpulse_testkit::stdio::{is_running, kill, read_pids, still_running_after};
+use mcpulse_testkit::{Act, StdioScript, TempDir};
+use serde_json::{Value, json};
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+const BIN: &str = env!("CARGO_BIN_EXE_mcpulse");
+const BOUND: Duration = Duration::from_secs(20);
+
+#[tokio::test]
+async fn a_missing_command_and_bad_values_are_named() {
+    let cases: &[(&[&str], &str)] = &[
+        (&[], "no server command"),
+        (
+            &["--heartbeat-interval", "often", "--", "true"],
+            "--heartbeat-interval",
+        ),
+        (&["--tool-timeout", "search", "--", "true"], "TOOL=DURATION"),
+        (
+            &[
+                "--backoff-initial",
+                "10s",
+                "--backoff-max",
+                "1s",
+                "--",
+                "true",
+            ],
+            "--backoff-max",
+        ),
+        (&["--failures", "0", "--", "true"], "--failures"),
+    ];
+    for (args, said) in cases {
+        let args: Vec<&str> = std::iter::once("supervise")
+            .chain(args.iter().copied())
+            .collect();
+        let r = run(BIN, &args, &[], BOUND).await;
+        assert_eq!(r.code, Some(3), "{args:?}: {}", r.stderr);
+        assert!(r.stderr.contains(said), "{args:?}: {}", r.stderr);
+    }
+}
+
+/// A healthy legacy server recording its pid and a grandchild's.
+fn server(dir: &TempDir) -> std::path::PathBuf {
+    StdioScript::legacy()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .at_start(Act::SpawnGrandchild(dir.join("grand")))
+        .on("ping", vec![Act::Result(json!({}))])
+        .write(dir, "s.sh")
+}
+
+/// `mcpulse supervise ARGS` with piped stdin and stdout (stderr dropped), killed on drop.
+struct Supervised {
+    process: tokio::process::Child,
+    stdin: Option<tokio::process::ChildStdin>,
+    stdout: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+}
+
+impl Supervised {
+    fn spawn(args: &[&str]) -> Supervised {
+        let mut process = tokio::process::Command::new(BIN)
+            .arg("supervise")
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let stdin = process.stdin.take();
+        let stdout = BufReader::new(process.stdout.take().unwrap()).lines();
+        Supervised {
+            process,
+            stdin,
+            stdout,
+        }
+    }
+
+    /// Writes one message and reads the next line (bounded).
+    async fn exchange(&mut self, message: Value) -> Value {
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin
+            .write_all(format!("{message}\n").as_bytes())
+            .await
+            .unwrap();
+        let line = tokio::time::timeout(BOUND, self.stdout.next_line())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        serde_json::from_str(&line).unwrap()
+    }
+
+    /// Closes its stdin; its exit code (bounded).
+    async fn close(mut self) -> Option<i32> {
+        drop(self.stdin.take());
+        let status = tokio::time::timeout(BOUND, self.process.wait())
+            .await
+            .unwrap()
+            .unwrap();
+        status.code()
+    }
+}
+
+async fn wait_for_pids(file: &std::path::Path, n: usize) -> Vec<u32> {
+    let until = std::time::Instant::now() + BOUND;
+    loop {
+        let pids = read_pids(file);
+        if pids.len() >= n {
+            return pids;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "no pid in {}",
+            file.display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_clients_eof_stops_everything_and_exits_zero() {
+    let dir = TempDir::new("sup-eof");
+    let script = server(&dir);
+    let mut sup = Supervised::spawn(&[
+        "--heartbeat-interval",
+        "100ms",
+        "--",
+        "sh",
+        script.to_str().unwrap(),
+    ]);
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let reply = sup.exchange(init).await;
+    assert_eq!(reply["id"], 1, "{reply}");
+    let pids: Vec<u32> = wait_for_pids(&dir.join("pids"), 1)
+        .await
+        .into_iter()
+        .chain(wait_for_pids(&dir.join("grand"), 1).await)
+        .collect();
+    assert_eq!(sup.close().await, Some(0));
+    let left = still_running_after(&pids, Duration::from_secs(3));
+    kill(&left);
+    assert!(left.is_empty(), "left running: {left:?}");
+}
+
+#[tokio::test]
+async fn after_giving_up_it_exits_non_zero_when_the_client_closes() {
+    let dir = TempDir::new("sup-fatal");
+    let script = StdioScript::new()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .at_start(Act::Exit(1))
+        .write(&dir, "s.sh");
+    let mut sup = Supervised::spawn(&[
+        "--backoff-initial",
+        "10ms",
+        "--backoff-max",
+        "20ms",
+        "--max-restarts",
+        "2",
+        "--",
+        "sh",
+        script.to_str().unwrap(),
+    ]);
+    wait_for_pids(&dir.join("pids"), 3).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let reply = sup
+        .exchange(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+        .await;
+    assert_eq!(reply["error"]["code"], -32081, "{reply}");
+    assert_eq!(sup.close().await, Some(1));
+    assert_eq!(
+        read_pids(&dir.join("pids")).len(),
+        3,
+        "one start and two restarts"
+    );
+}
+
+#[tokio::test]
+async fn a_sigkilled_supervisor_takes_its_child_with_it() {
+    let dir = TempDir::new("sup-pdeathsig");
+    // A child that ignores its stdin's EOF (and SIGTERM): only the parent-death signal ends it.
+    let script = StdioScript::new()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .at_start(Act::Hang)
+        .write(&dir, "s.sh");
+    let mut sup = Supervised::spawn(&["--", "sh", script.to_str().unwrap()]);
+    let child = wait_for_pids(&dir.join("pids"), 1).await;
+    assert!(is_running(child[0]));
+    sup.process.start_kill().unwrap();
+    sup.process.wait().await.unwrap();
+    let left = still_running_after(&child, Duration::from_secs(3));
+    kill(&left);
+    assert!(
+        left.is_empty(),
+        "the child outlived its SIGKILLed supervisor"
+    );
+}
