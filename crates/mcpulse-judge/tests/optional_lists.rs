@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use std::path::Path;
 
 const NOT_FOUND: &str = r#"{"code": -32601, "message": "Method not found"}"#;
+const NO_TEMPLATES: &str = r#"{"resourceTemplates": []}"#;
 
 fn fixture() -> Value {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -48,9 +49,31 @@ fn capabilities(tr: &mut Value, caps: Value) {
     ex["frames"][0]["raw"] = json!(msg.to_string());
 }
 
+/// The fixture with the prompts capability in place of resources: its `resources/list`
+/// exchange becomes `prompts/list`, and the templates are not asked.
+fn with_prompts_not_resources() -> Value {
+    let mut tr = fixture();
+    capabilities(&mut tr, json!({"tools": {}, "prompts": {}}));
+    let ex = exchange(&mut tr, "resources/list");
+    ex["step"] = json!("prompts/list");
+    ex["request"]["body"] = json!(r#"{"jsonrpc": "2.0", "id": 4, "method": "prompts/list"}"#);
+    tr["exchanges"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|e| e["step"] != "resources/templates/list");
+    tr
+}
+
 fn judged(tr: Value) -> Report {
     let tr: Transcript = serde_json::from_value(tr).unwrap();
     judge(&tr, &Policy::default())
+}
+
+/// Judges `tr` and asserts its status and its one finding (besides `legacy-only`).
+fn expect(tr: Value, status: Status, code: &str) -> Report {
+    let report = judged(tr);
+    assert_eq!(outcome(&report), (status, vec![code]), "{report:?}");
+    report
 }
 
 /// The report's status and its findings' codes (the fixture's `legacy-only` left out).
@@ -75,11 +98,7 @@ fn message<'a>(report: &'a Report, code: &str) -> &'a str {
 
 #[test]
 fn resources_templates_list_method_not_found_is_info_and_healthy() {
-    let report = judged(fixture());
-    assert_eq!(
-        outcome(&report),
-        (Status::Healthy, vec!["optional-method-missing"])
-    );
+    let report = expect(fixture(), Status::Healthy, "optional-method-missing");
     assert_eq!(
         message(&report, "optional-method-missing"),
         "resources/templates/list is not implemented although the resources capability is advertised: HTTP 200, error -32601 Method not found"
@@ -92,11 +111,7 @@ fn resources_templates_list_method_not_found_is_info_and_healthy() {
 fn a_modern_404_with_method_not_found_is_the_same() {
     let mut tr = fixture();
     exchange(&mut tr, "resources/templates/list")["response"]["status"] = json!(404);
-    let report = judged(tr);
-    assert_eq!(
-        outcome(&report),
-        (Status::Healthy, vec!["optional-method-missing"])
-    );
+    expect(tr, Status::Healthy, "optional-method-missing");
 }
 
 #[test]
@@ -108,11 +123,7 @@ fn resources_templates_list_failing_otherwise_still_degrades() {
         "error",
         r#"{"code": -32603, "message": "Internal error"}"#,
     );
-    let report = judged(tr);
-    assert_eq!(
-        outcome(&report),
-        (Status::Degraded, vec!["resources-list-failed"])
-    );
+    expect(tr, Status::Degraded, "resources-list-failed");
 }
 
 #[test]
@@ -125,11 +136,7 @@ fn resources_list_method_not_found_is_info_and_healthy() {
         "result",
         r#"{"resourceTemplates": [{"uriTemplate": "file:///{path}", "name": "file"}]}"#,
     );
-    let report = judged(tr);
-    assert_eq!(
-        outcome(&report),
-        (Status::Healthy, vec!["optional-method-missing"])
-    );
+    let report = expect(tr, Status::Healthy, "optional-method-missing");
     assert!(
         message(&report, "optional-method-missing")
             .starts_with("resources/list is not implemented although the resources capability")
@@ -139,21 +146,9 @@ fn resources_list_method_not_found_is_info_and_healthy() {
 
 #[test]
 fn prompts_list_method_not_found_is_info_and_healthy() {
-    let mut tr = fixture();
-    capabilities(&mut tr, json!({"tools": {}, "prompts": {}}));
-    let ex = exchange(&mut tr, "resources/list");
-    ex["step"] = json!("prompts/list");
-    ex["request"]["body"] = json!(r#"{"jsonrpc": "2.0", "id": 4, "method": "prompts/list"}"#);
+    let mut tr = with_prompts_not_resources();
     answer(&mut tr, "prompts/list", "error", NOT_FOUND);
-    tr["exchanges"]
-        .as_array_mut()
-        .unwrap()
-        .retain(|e| e["step"] != "resources/templates/list");
-    let report = judged(tr);
-    assert_eq!(
-        outcome(&report),
-        (Status::Healthy, vec!["optional-method-missing"])
-    );
+    let report = expect(tr, Status::Healthy, "optional-method-missing");
     assert!(
         message(&report, "optional-method-missing")
             .starts_with("prompts/list is not implemented although the prompts capability")
@@ -162,37 +157,17 @@ fn prompts_list_method_not_found_is_info_and_healthy() {
 
 #[test]
 fn prompts_list_failing_otherwise_still_degrades() {
-    let mut tr = fixture();
-    capabilities(&mut tr, json!({"tools": {}, "prompts": {}}));
-    let ex = exchange(&mut tr, "resources/list");
-    ex["step"] = json!("prompts/list");
+    let mut tr = with_prompts_not_resources();
     answer(&mut tr, "prompts/list", "result", r#"{"items": []}"#);
-    tr["exchanges"]
-        .as_array_mut()
-        .unwrap()
-        .retain(|e| e["step"] != "resources/templates/list");
-    let report = judged(tr);
-    assert_eq!(
-        outcome(&report),
-        (Status::Degraded, vec!["prompts-list-failed"])
-    );
+    expect(tr, Status::Degraded, "prompts-list-failed");
 }
 
 #[test]
 fn tools_list_method_not_found_stays_a_warning_when_advertised() {
     let mut tr = fixture();
     answer(&mut tr, "tools/list", "error", NOT_FOUND);
-    answer(
-        &mut tr,
-        "resources/templates/list",
-        "result",
-        r#"{"resourceTemplates": []}"#,
-    );
-    let report = judged(tr);
-    assert_eq!(
-        outcome(&report),
-        (Status::Degraded, vec!["tools-list-failed"])
-    );
+    answer(&mut tr, "resources/templates/list", "result", NO_TEMPLATES);
+    expect(tr, Status::Degraded, "tools-list-failed");
 }
 
 #[test]
@@ -200,17 +175,8 @@ fn tools_list_method_not_found_without_the_capability_is_unsupported() {
     let mut tr = fixture();
     capabilities(&mut tr, json!({"resources": {}}));
     answer(&mut tr, "tools/list", "error", NOT_FOUND);
-    answer(
-        &mut tr,
-        "resources/templates/list",
-        "result",
-        r#"{"resourceTemplates": []}"#,
-    );
-    let report = judged(tr);
-    assert_eq!(
-        outcome(&report),
-        (Status::Healthy, vec!["tools-list-unsupported"])
-    );
+    answer(&mut tr, "resources/templates/list", "result", NO_TEMPLATES);
+    expect(tr, Status::Healthy, "tools-list-unsupported");
 }
 
 /// A method that answered the first page exists: `-32601` on a later page is a broken list.
@@ -227,10 +193,6 @@ fn method_not_found_on_a_later_page_is_a_failed_list() {
     let templates = exchange(&mut tr, "resources/templates/list");
     templates["step"] = json!("resources/list");
     templates["page"] = json!(2);
-    let report = judged(tr);
-    assert_eq!(
-        outcome(&report),
-        (Status::Degraded, vec!["resources-list-failed"])
-    );
+    let report = expect(tr, Status::Degraded, "resources-list-failed");
     assert!(message(&report, "resources-list-failed").contains("(page 2)"));
 }

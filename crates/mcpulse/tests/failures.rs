@@ -1412,23 +1412,12 @@ async fn stdio_legacy_server_is_probed_in_one_process() {
 async fn resources_without_templates_list_is_healthy_with_an_info_finding() {
     let dir = TempDir::new("no-templates");
     let pids = dir.join("pids");
-    let mut init = mcp::initialize_result(mcp::LEGACY);
-    init["capabilities"]["resources"] = json!({});
     let resources = json!({"resources": [{"uri": "file:///readme.md", "name": "readme"}]});
-    let script = StdioScript::new()
+    let script = StdioScript::legacy_advertising(json!({"tools": {}, "resources": {}}))
         .at_start(Act::RecordPid(pids.clone()))
         .on(
             "server/discover",
             vec![Act::Error(-32601, "Method not found".into())],
-        )
-        .on("initialize", vec![Act::Result(init)])
-        .on(
-            "tools/list",
-            vec![Act::Result(mcp::tools_list_result(
-                mcp::tools(&["echo"]),
-                None,
-                false,
-            ))],
         )
         .on("resources/list", vec![Act::Result(resources)])
         .on(
