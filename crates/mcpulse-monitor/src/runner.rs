@@ -13,7 +13,8 @@ use crate::probe::target_and_plan;
 use crate::state::{self, Health, Observation, TargetState, Thresholds};
 use mcpulse_judge::contract::Contract;
 use mcpulse_judge::{Report, drift, judge};
-use mcpulse_probe::{Plan, Target};
+use mcpulse_probe::{Plan, Target, TransportMode};
+use mcpulse_wire::transcript::TransportKind;
 use mcpulse_wire::version::{Era, EraMode};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
@@ -241,7 +242,8 @@ pub const HTTP_ERA_RECHECK_CHECKS: u32 = 10;
 /// — or the pin runs out: after [`ERA_RECHECK`] (stdio and HTTP), or
 /// [`HTTP_ERA_RECHECK_CHECKS`] checks (HTTP), so that a server that gained an era shows it.
 ///
-/// Over HTTP only the legacy era is pinned: a modern server's auto check starts with its own
+/// Over HTTP only the legacy era is pinned, with the HTTP+SSE transport when the server was
+/// found on it (its pinned checks open the stream at once): a modern server's auto check starts with its own
 /// handshake (`server/discover`) and sends nothing a pinned one would not, except the
 /// dual-era check, which is worth its one request. `/probe` does not come here: it is
 /// stateless, one auto probe per request (`crate::probe::once`).
@@ -314,6 +316,9 @@ impl EraMemo {
             }
             return;
         }
+        // Over HTTP the legacy transport is remembered with the era: a legacy HTTP+SSE server's
+        // pinned check opens its stream at once, without the POST that finds it has none.
+        let sse = self.http && report.transport == Some(TransportKind::Sse.as_str());
         let found = (report.status != mcpulse_judge::Status::Down)
             .then_some(report.era)
             .flatten()
@@ -321,7 +326,15 @@ impl EraMemo {
                 Era::Modern => EraMode::Modern,
                 Era::Legacy => EraMode::Legacy,
             })
-            .filter(|e| !self.http || *e == EraMode::Legacy);
+            .filter(|e| !self.http || *e == EraMode::Legacy)
+            .map(|era| {
+                let transport = if sse {
+                    TransportMode::Sse
+                } else {
+                    auto.transport
+                };
+                (era, transport)
+            });
         let remembered = || {
             report
                 .findings
@@ -330,20 +343,21 @@ impl EraMemo {
                 .cloned()
                 .collect()
         };
-        match (found, self.pin().map(|p| p.plan.era)) {
+        match (found, self.pin().map(|p| (p.plan.era, p.plan.transport))) {
             (None, _) => self.pinned = None,
             // Still valid and the same era (the retry of a pinned check that failed): keep its
             // limits, so detection comes back on time.
-            (Some(era), Some(pinned)) if pinned == era => {
+            (Some(found), Some(pinned)) if pinned == found => {
                 if let Some(p) = &mut self.pinned {
                     p.dual_era = report.dual_era;
                     p.remembered = remembered();
                 }
             }
-            (Some(era), _) => {
+            (Some((era, transport)), _) => {
                 self.pinned = Some(Pin {
                     plan: Plan {
                         era,
+                        transport,
                         ..auto.clone()
                     },
                     until: Instant::now() + ERA_RECHECK,

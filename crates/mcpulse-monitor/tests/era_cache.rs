@@ -39,13 +39,6 @@ async fn check(server: &FakeHttp, target: &Target, memo: &mut EraMemo) -> (Repor
     (report, server.requests()[before..].to_vec())
 }
 
-fn discovers(requests: &[Request]) -> usize {
-    requests
-        .iter()
-        .filter(|r| r.rpc_method().as_deref() == Some("server/discover"))
-        .count()
-}
-
 fn codes(report: &Report) -> Vec<String> {
     let mut c: Vec<String> = report.findings.iter().map(|f| f.code.to_string()).collect();
     c.sort();
@@ -63,14 +56,35 @@ fn security_codes(report: &Report) -> Vec<String> {
     c
 }
 
-/// Before: every check of a legacy server detects its era, one `server/discover` more than
-/// its handshake needs. After: the check that finds the era sends it, the next nine do not
-/// (one request less each), and the tenth detects afresh. The security checks' requests and
-/// findings, and the report's facts, are the same in a pinned check as in an auto one.
-#[tokio::test]
-async fn a_legacy_http_server_costs_one_request_less_per_remembered_check() {
-    let server = FakeHttp::start_script(scenario::legacy_streamable(Framing::Json)).await;
-    let target = Target::http(&server.url("/mcp")).unwrap();
+/// A request as these tests compare them: HTTP method, path, JSON-RPC method.
+fn shape(r: &Request) -> String {
+    format!(
+        "{} {} {}",
+        r.method,
+        r.path(),
+        r.rpc_method().unwrap_or_default()
+    )
+}
+
+fn sorted(requests: &[Request]) -> Vec<String> {
+    let mut v: Vec<String> = requests.iter().map(shape).collect();
+    v.sort();
+    v
+}
+
+/// Checks a legacy server (`script`, at `path`) the way the monitor did before (auto, every
+/// check) and does now (`runner::probe_remembering`), and asserts: each detecting check sends
+/// what an auto check sends; each pinned one the same less `saved` (shapes as [`shape`]);
+/// detection comes back every `HTTP_ERA_RECHECK_CHECKS` checks; the security checks' requests
+/// and findings and the report's facts are the same in a pinned check as in an auto one.
+/// Returns the requests per check, before and after.
+async fn remembered_checks_cost(
+    script: Script,
+    path: &str,
+    saved: &[&str],
+) -> (Vec<usize>, Vec<usize>) {
+    let server = FakeHttp::start_script(script).await;
+    let target = Target::http(&server.url(path)).unwrap();
     let n = HTTP_ERA_RECHECK_CHECKS as usize;
 
     // Before: the target's own (auto) plan, every check.
@@ -82,10 +96,14 @@ async fn a_legacy_http_server_costs_one_request_less_per_remembered_check() {
         assert_eq!(report.status, Status::Healthy, "{report:?}");
         before.push((report, server.requests()[from..].to_vec()));
     }
-    let per_check_before: Vec<usize> = before.iter().map(|(_, r)| r.len()).collect();
-    let auto_requests = per_check_before[0];
-    assert!(per_check_before.iter().all(|&k| k == auto_requests));
-    assert!(before.iter().all(|(_, r)| discovers(r) == 1));
+    let auto = &before[0].0;
+    let auto_requests = sorted(&before[0].1);
+    assert!(before.iter().all(|(_, r)| sorted(r) == auto_requests));
+    let mut pinned_requests = auto_requests.clone();
+    for s in saved {
+        let at = pinned_requests.iter().position(|r| r == s);
+        pinned_requests.remove(at.unwrap_or_else(|| panic!("{s} not in {auto_requests:?}")));
+    }
 
     // After: the memo, for two rounds of detection.
     let mut memo = EraMemo::new(&target, &plan());
@@ -93,37 +111,21 @@ async fn a_legacy_http_server_costs_one_request_less_per_remembered_check() {
     for _ in 0..2 * n + 1 {
         after.push(check(&server, &target, &mut memo).await);
     }
-    let per_check_after: Vec<usize> = after.iter().map(|(_, r)| r.len()).collect();
-    eprintln!(
-        "requests per check of a legacy Streamable HTTP server, security checks on: before {per_check_before:?}, after {per_check_after:?}"
-    );
     for (k, (report, requests)) in after.iter().enumerate() {
         let detecting = k % n == 0;
         assert_eq!(report.status, Status::Healthy, "check {k}: {report:?}");
         assert_eq!(report.era, Some(Era::Legacy));
-        assert_eq!(discovers(requests), usize::from(detecting), "check {k}");
         let expected = if detecting {
-            auto_requests
+            &auto_requests
         } else {
-            auto_requests - 1
+            &pinned_requests
         };
-        assert_eq!(requests.len(), expected, "check {k}");
-        // The same requests otherwise, security checks included.
-        let methods = |r: &[Request]| {
-            let mut m: Vec<String> = r
-                .iter()
-                .filter(|q| q.rpc_method().as_deref() != Some("server/discover"))
-                .map(|q| format!("{} {}", q.method, q.rpc_method().unwrap_or_default()))
-                .collect();
-            m.sort();
-            m
-        };
-        assert_eq!(methods(requests), methods(&before[0].1), "check {k}");
+        assert_eq!(&sorted(requests), expected, "check {k}");
         // The same facts and findings: detection's are carried into the pinned checks.
-        let auto = &before[0].0;
         assert_eq!(codes(report), codes(auto), "check {k}");
         assert_eq!(security_codes(report), security_codes(auto), "check {k}");
         assert_eq!(report.security.grade, auto.security.grade);
+        assert_eq!(report.transport, auto.transport);
         assert_eq!(report.dual_era, auto.dual_era);
         assert_eq!(report.digests, auto.digests);
         if !detecting {
@@ -141,6 +143,40 @@ async fn a_legacy_http_server_costs_one_request_less_per_remembered_check() {
             );
         }
     }
+    (
+        before.iter().map(|(_, r)| r.len()).collect(),
+        after.iter().map(|(_, r)| r.len()).collect(),
+    )
+}
+
+/// A legacy Streamable HTTP server: before, every check asks `server/discover`, one request
+/// more than its handshake needs; after, only the detecting checks do.
+#[tokio::test]
+async fn a_legacy_http_server_costs_one_request_less_per_remembered_check() {
+    let (before, after) = remembered_checks_cost(
+        scenario::legacy_streamable(Framing::Json),
+        "/mcp",
+        &["POST /mcp server/discover"],
+    )
+    .await;
+    eprintln!(
+        "requests per check, legacy Streamable HTTP, security checks on: before {before:?}, after {after:?}"
+    );
+}
+
+/// A legacy HTTP+SSE server: the pinned checks also skip the `initialize` POSTed to the stream's
+/// URL, which only finds that it has no Streamable HTTP (405): two requests less.
+#[tokio::test]
+async fn a_legacy_sse_server_costs_two_requests_less_per_remembered_check() {
+    let (before, after) = remembered_checks_cost(
+        scenario::legacy_sse(),
+        "/sse",
+        &["POST /sse server/discover", "POST /sse initialize"],
+    )
+    .await;
+    eprintln!(
+        "requests per check, legacy HTTP+SSE, security checks on: before {before:?}, after {after:?}"
+    );
 }
 
 /// A true dual-era server: the modern fake for requests that carry the modern
@@ -219,4 +255,38 @@ async fn era_changes_are_seen_within_the_bound() {
             .all(|(e, _)| *e == Some(Era::Legacy))
     );
     eprintln!("eras seen: {seen:?}");
+}
+
+/// Over HTTP+SSE the transport is remembered with the era; a legacy server that moves from
+/// HTTP+SSE to Streamable HTTP is seen by the next check (its pinned check fails and is made
+/// again in auto mode), healthy, and pinned anew in its new transport.
+#[tokio::test]
+async fn a_legacy_server_leaving_http_sse_is_seen_at_once() {
+    let current = Arc::new(AtomicUsize::new(0));
+    let scripts = vec![
+        scenario::legacy_sse(),
+        scenario::legacy_streamable(Framing::Json),
+    ];
+    let server = FakeHttp::start_script(scenario::shifting(scripts, current.clone())).await;
+    let target = Target::http(&server.url("/sse")).unwrap();
+    let mut memo = EraMemo::new(&target, &plan());
+    for _ in 0..3 {
+        let (report, _) = check(&server, &target, &mut memo).await;
+        assert_eq!(report.transport, Some("sse"), "{report:?}");
+    }
+    current.store(1, Ordering::SeqCst);
+    let (report, _) = check(&server, &target, &mut memo).await;
+    assert_eq!(report.status, Status::Healthy, "{report:?}");
+    assert_eq!(report.transport, Some("streamable-http"));
+    // Pinned anew: the legacy era, without the stream.
+    let (report, requests) = check(&server, &target, &mut memo).await;
+    assert_eq!(report.status, Status::Healthy, "{report:?}");
+    assert_eq!(report.transport, Some("streamable-http"));
+    let shapes = sorted(&requests);
+    assert!(
+        shapes
+            .iter()
+            .all(|r| !r.ends_with("server/discover") && !r.starts_with("GET")),
+        "{shapes:?}"
+    );
 }
