@@ -243,10 +243,10 @@ pub const HTTP_ERA_RECHECK_CHECKS: u32 = 10;
 /// [`HTTP_ERA_RECHECK_CHECKS`] checks (HTTP), so that a server that gained an era shows it.
 ///
 /// Over HTTP only the legacy era is pinned, with the HTTP+SSE transport when the server was
-/// found on it (its pinned checks open the stream at once): a modern server's auto check starts with its own
-/// handshake (`server/discover`) and sends nothing a pinned one would not, except the
-/// dual-era check, which is worth its one request. `/probe` does not come here: it is
-/// stateless, one auto probe per request (`crate::probe::once`).
+/// found on it (its pinned checks open the stream at once): a modern server's auto check
+/// starts with its own handshake (`server/discover`) and sends nothing a pinned one would
+/// not, except the dual-era check, which is worth its one request. `/probe` does not come
+/// here: it is stateless, one auto probe per request (`crate::probe::once`).
 ///
 /// A pinned check does not send what only detection sends, so the facts detection found
 /// (`dual_era`, and the `legacy-only` or `dual-era` finding) are carried into the pinned
