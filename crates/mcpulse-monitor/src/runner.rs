@@ -13,7 +13,9 @@ use crate::probe::target_and_plan;
 use crate::state::{self, Health, Observation, TargetState, Thresholds};
 use mcpulse_judge::contract::Contract;
 use mcpulse_judge::{Report, drift, judge};
-use mcpulse_probe::{Plan, Target};
+use mcpulse_probe::{Plan, Target, TransportMode};
+use mcpulse_wire::transcript::TransportKind;
+use mcpulse_wire::version::{Era, EraMode};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use std::time::Duration;
@@ -204,89 +206,205 @@ pub async fn run(
         };
         // The check (probe, transcript, report, record) lives in futures of its own, on the
         // heap while it runs: the task at rest stays small, and a fleet has one per target.
-        let plan_now = era.plan(&plan);
-        // A check with a remembered era that finds the server down is made again in auto mode
-        // before it counts: an era change must not look like an outage.
-        let fallback = (!std::ptr::eq(plan_now, &plan)).then_some(&plan);
         let record = Box::pin(check(
             &cfg,
             &mut memory,
             &shared,
-            &target,
-            (plan_now, fallback),
+            (&target, &plan, &mut era),
             permit,
         ))
         .await;
-        era.learn(&plan, memory.state.last.as_ref());
         if Box::pin(shared.records.send(record)).await.is_err() {
             return memory; // the writer is gone: shutting down
         }
     }
 }
 
-/// How long a stdio target's era, once found, is used before it is detected afresh.
+/// How long a target's era, once found, is used before it is detected afresh.
 pub const ERA_RECHECK: Duration = Duration::from_secs(3600);
 
-/// The era of a stdio target with `era = "auto"`, remembered between checks.
+/// An HTTP target's era is also detected afresh on every this-many-th check (the detecting
+/// check counted), whichever of this and [`ERA_RECHECK`] comes first: there detection costs one
+/// request, so it can come back often, and a legacy server that gained the modern revision
+/// shows it within this many checks.
+pub const HTTP_ERA_RECHECK_CHECKS: u32 = 10;
+
+/// The era of a target with `era = "auto"`, remembered between checks.
 ///
-/// An auto probe over stdio asks `server/discover` before a legacy server's handshake, and the
+/// An auto probe asks `server/discover` before a legacy server's handshake. Over stdio the
 /// monitor's auto checks also make the dual-era check, in a second process (see
 /// `mcpulse-probe`): for an `npx` server checked every minute that would double the cost of
-/// watching it. The spec allows
-/// caching the era per server ("re-probe when the cached assumption fails"), so after a check
-/// that found the server up in an era, the next checks pin that era (one process), until a
-/// pinned check finds it down — that check is made again at once in auto mode, and only that
+/// watching it; over HTTP a legacy server is sent one request more per check than it needs.
+/// The spec allows caching the era per server ("re-probe when the cached assumption fails"),
+/// so after a check that found the server up in an era, the next checks pin that era, until
+/// a pinned check finds it down — that check is made again at once in auto mode, and only that
 /// result counts (an era change is never taken for an outage), and the era is detected afresh
-/// — or [`ERA_RECHECK`] has passed (so a server that gained an era shows it within the hour).
-/// HTTP targets always detect: there it costs a request, not a process.
-struct EraMemo {
+/// — or the pin runs out: after [`ERA_RECHECK`] (stdio and HTTP), or
+/// [`HTTP_ERA_RECHECK_CHECKS`] checks (HTTP), so that a server that gained an era shows it.
+///
+/// Over HTTP only the legacy era is pinned, with the HTTP+SSE transport when the server was
+/// found on it (its pinned checks open the stream at once): a modern server's auto check
+/// starts with its own handshake (`server/discover`) and sends nothing a pinned one would
+/// not, except the dual-era check, which is worth its one request. `/probe` does not come
+/// here: it is stateless, one auto probe per request (`crate::probe::once`).
+///
+/// A pinned check does not send what only detection sends, so the facts detection found
+/// (`dual_era`, and the `legacy-only` or `dual-era` finding) are carried into the pinned
+/// checks' reports, marked as remembered: the findings and their counts in the API and
+/// `/metrics` do not flicker between detecting and pinned checks.
+pub struct EraMemo {
     applies: bool,
-    pinned: Option<(Plan, Instant)>,
+    /// Over HTTP: pin the legacy era only, and count the pinned checks.
+    http: bool,
+    pinned: Option<Pin>,
 }
 
+/// An era pinned, until when, for how many more checks, and what its detection found.
+struct Pin {
+    plan: Plan,
+    until: Instant,
+    /// Pinned checks left (HTTP; `u32::MAX` over stdio).
+    checks_left: u32,
+    dual_era: Option<bool>,
+    remembered: Vec<mcpulse_judge::Finding>,
+}
+
+/// The findings only an auto check makes.
+const DETECTION_FINDINGS: [mcpulse_judge::Rule; 2] = [
+    mcpulse_judge::Rule::LegacyOnly,
+    mcpulse_judge::Rule::DualEra,
+];
+
 impl EraMemo {
-    fn new(target: &Target, plan: &Plan) -> EraMemo {
+    /// The memo for a target probed with `plan` (it remembers only in auto mode).
+    pub fn new(target: &Target, plan: &Plan) -> EraMemo {
         EraMemo {
-            applies: matches!(target, Target::Stdio { .. })
-                && plan.era == mcpulse_wire::version::EraMode::Auto,
+            applies: plan.era == EraMode::Auto,
+            http: matches!(target, Target::Http { .. }),
             pinned: None,
         }
     }
 
-    /// The plan for the next check.
-    fn plan<'a>(&'a self, auto: &'a Plan) -> &'a Plan {
-        match &self.pinned {
-            Some((plan, until)) if Instant::now() < *until => plan,
-            _ => auto,
-        }
+    /// The pinned plan for the next check, if one is in force.
+    fn pin(&self) -> Option<&Pin> {
+        self.pinned
+            .as_ref()
+            .filter(|p| Instant::now() < p.until && p.checks_left > 0)
     }
 
-    /// Learns from the check just made (`auto` is the target's own plan).
-    fn learn(&mut self, auto: &Plan, last: Option<&Observation>) {
+    /// Learns from the check just made (`auto` is the target's own plan; `pinned` whether the
+    /// check counted was made with the pinned plan).
+    fn learn(&mut self, auto: &Plan, report: &mut Report, pinned: bool) {
         if !self.applies {
             return;
         }
-        let found = last
-            .filter(|o| o.status != Health::Down)
-            .and_then(|o| o.era.as_deref())
-            .and_then(|e| match e {
-                "modern" => Some(mcpulse_wire::version::EraMode::Modern),
-                "legacy" => Some(mcpulse_wire::version::EraMode::Legacy),
-                _ => None,
-            });
-        match (found, &self.pinned) {
-            (None, _) => self.pinned = None,
-            // Still valid and the same era: keep its deadline, so detection comes back hourly.
-            (Some(era), Some((plan, until))) if plan.era == era && Instant::now() < *until => {}
-            (Some(era), _) => {
-                let plan = Plan {
-                    era,
-                    ..auto.clone()
+        if pinned {
+            if let Some(p) = &mut self.pinned {
+                p.checks_left = p.checks_left.saturating_sub(1);
+                if report.dual_era.is_none() {
+                    report.dual_era = p.dual_era;
+                }
+                for f in &p.remembered {
+                    if report.findings.iter().any(|g| g.code == f.code) {
+                        continue;
+                    }
+                    let mut f = f.clone();
+                    f.message
+                        .push_str(" (remembered from the last era detection)");
+                    report.findings.push(f);
+                }
+            }
+            return;
+        }
+        // Over HTTP the legacy transport is remembered with the era: a legacy HTTP+SSE server's
+        // pinned check opens its stream at once, without the POST that finds it has none.
+        let sse = self.http && report.transport == Some(TransportKind::Sse.as_str());
+        let found = (report.status != mcpulse_judge::Status::Down)
+            .then_some(report.era)
+            .flatten()
+            .map(|e| match e {
+                Era::Modern => EraMode::Modern,
+                Era::Legacy => EraMode::Legacy,
+            })
+            .filter(|e| !self.http || *e == EraMode::Legacy)
+            .map(|era| {
+                let transport = if sse {
+                    TransportMode::Sse
+                } else {
+                    auto.transport
                 };
-                self.pinned = Some((plan, Instant::now() + ERA_RECHECK));
+                (era, transport)
+            });
+        let remembered = || {
+            report
+                .findings
+                .iter()
+                .filter(|f| DETECTION_FINDINGS.contains(&f.code))
+                .cloned()
+                .collect()
+        };
+        match (found, self.pin().map(|p| (p.plan.era, p.plan.transport))) {
+            (None, _) => self.pinned = None,
+            // Still valid and the same era (the retry of a pinned check that failed): keep its
+            // limits, so detection comes back on time.
+            (Some(found), Some(pinned)) if pinned == found => {
+                if let Some(p) = &mut self.pinned {
+                    p.dual_era = report.dual_era;
+                    p.remembered = remembered();
+                }
+            }
+            (Some((era, transport)), _) => {
+                self.pinned = Some(Pin {
+                    plan: Plan {
+                        era,
+                        transport,
+                        ..auto.clone()
+                    },
+                    until: Instant::now() + ERA_RECHECK,
+                    checks_left: if self.http {
+                        HTTP_ERA_RECHECK_CHECKS - 1
+                    } else {
+                        u32::MAX
+                    },
+                    dual_era: report.dual_era,
+                    remembered: remembered(),
+                });
             }
         }
     }
+}
+
+/// Probes `target` as one check of the monitor does, with the era `memo` remembers: the pinned
+/// plan when one is in force (and `auto`, the target's own plan, again at once if that finds
+/// the server down), then learns from the check. Returns the transcript and the report that
+/// count (the report with the facts of the last detection carried in: see [`EraMemo`]).
+pub async fn probe_remembering(
+    prober: &dyn Prober,
+    target: &Target,
+    auto: &Plan,
+    memo: &mut EraMemo,
+    policy: &mcpulse_judge::Policy,
+) -> (mcpulse_probe::Transcript, Report) {
+    let mut pinned = false;
+    let mut outcome = None;
+    if let Some(pin) = memo.pin() {
+        let transcript = prober.probe(target, &pin.plan).await;
+        let report = judge(&transcript, policy);
+        if report.status != mcpulse_judge::Status::Down {
+            pinned = true;
+            outcome = Some((transcript, report));
+        }
+    }
+    let (transcript, mut report) = match outcome {
+        Some(o) => o,
+        None => {
+            let transcript = prober.probe(target, auto).await;
+            let report = judge(&transcript, policy);
+            (transcript, report)
+        }
+    };
+    memo.learn(auto, &mut report, pinned);
+    (transcript, report)
 }
 
 /// One check: probe, judge, fold into the target's memory, publish to the fleet.
@@ -294,22 +412,15 @@ async fn check(
     cfg: &TargetConfig,
     memory: &mut Memory,
     shared: &Shared,
-    target: &Target,
-    (plan, fallback): (&Plan, Option<&Plan>),
+    (target, plan, era): (&Target, &Plan, &mut EraMemo),
     permit: (
         tokio::sync::OwnedSemaphorePermit,
         tokio::sync::OwnedSemaphorePermit,
     ),
 ) -> CheckRecord {
     let policy = crate::probe::policy(cfg.latency_budget);
-    let mut transcript = shared.prober.probe(target, plan).await;
-    let mut report = judge(&transcript, &policy);
-    if report.status == mcpulse_judge::Status::Down
-        && let Some(auto) = fallback
-    {
-        transcript = shared.prober.probe(target, auto).await;
-        report = judge(&transcript, &policy);
-    }
+    let (transcript, mut report) =
+        probe_remembering(&*shared.prober, target, plan, era, &policy).await;
     report.hide(&plan.secrets);
     let at = (shared.clock)();
     let record = check_once(cfg, memory, &transcript, &report, at, shared);

@@ -1528,3 +1528,29 @@ async fn a_checked_target_shows_its_last_check() {
     let view: TargetView = s.fleet.get("m").unwrap();
     assert_eq!(view.last.unwrap().at_ms, 1_700_000_060_000);
 }
+
+/// `/probe` is stateless, as a blackbox exporter's probe is: every request is one auto probe,
+/// which asks a legacy server `server/discover` every time (the scheduled checks' era memory,
+/// `runner::EraMemo`, is not consulted). The URL is outside the config, so no scheduled check
+/// reaches the server during the test.
+#[tokio::test]
+async fn probe_remembers_no_era_between_requests() {
+    let legacy = FakeHttp::start_script(scenario::legacy_streamable(Framing::Json)).await;
+    let s = start(
+        &probe_config("allow_url_probes = true", ""),
+        Arc::new(FakeHistory::default()),
+    )
+    .await;
+    let url = legacy.url("/mcp");
+    for k in 1..=3 {
+        let r = get(s.addr, &format!("/probe?target={}", encode(&url)), &[]).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert!(r.body.contains("probe_success 1"), "{}", r.body);
+        let discovers = legacy
+            .methods()
+            .iter()
+            .filter(|m| *m == "server/discover")
+            .count();
+        assert_eq!(discovers, k, "probe {k}: {:?}", legacy.methods());
+    }
+}

@@ -504,10 +504,12 @@ async fn thresholds_give_one_down_alert_and_one_recovery() {
     let mut h = Harness::new(64);
     let interval = secs(10);
     let cfg = one(
-        "interval = \"10s\"\ntimeout = \"5s\"\nfailure_threshold = 3\nsuccess_threshold = 2\nsecurity = false",
+        "interval = \"10s\"\ntimeout = \"5s\"\nfailure_threshold = 3\nsuccess_threshold = 2\nsecurity = false\nera = \"legacy\"",
         "svc",
     );
     let p = runner::phase("svc", interval);
+    // (The era is set: in auto mode a check that finds the server down after the era was
+    // remembered probes twice, and these scripts give one step per check.)
     // Checks 0-2 up; 3-8 down (with one up in the middle that must not reset anything
     // visible); then up.
     h.prober.script(
@@ -693,11 +695,11 @@ async fn stopping_returns_the_memory_and_a_restart_carries_on() {
     let mut h = Harness::new(64);
     let interval = secs(10);
     let cfg = one(
-        "interval = \"10s\"\ntimeout = \"5s\"\nfailure_threshold = 3\nsuccess_threshold = 2\nsecurity = false",
+        "interval = \"10s\"\ntimeout = \"5s\"\nfailure_threshold = 3\nsuccess_threshold = 2\nsecurity = false\nera = \"legacy\"",
         "svc",
     );
     let p = runner::phase("svc", interval);
-    // Up, then two downs: one short of the threshold when it stops.
+    // (The era is set, as above: one probe per check.) Up, then two downs: one short of the threshold when it stops.
     h.prober.script("svc", vec![UP, DOWN, DOWN, DOWN, DOWN, UP]);
     let r = h.start(&cfg, Memory::default());
     let stopped = p + interval * 2 + secs(5);
@@ -797,6 +799,34 @@ async fn a_stdio_target_keeps_the_era_it_was_found_in_and_detects_again_before_c
         "{:?}",
         records.iter().map(|r| r.status).collect::<Vec<_>>()
     );
-    // An HTTP target always detects: there it costs a request, not a second process.
-    assert!(h.prober.eras("web").iter().all(|e| *e == auto));
+    // An HTTP target (this legacy one) detects afresh every 10th check: detection costs it a
+    // request, not a second process.
+    let web = h.prober.eras("web");
+    assert_eq!(web.len(), 70);
+    let detections: Vec<usize> = (0..web.len()).filter(|&i| web[i] == auto).collect();
+    assert_eq!(detections, [0, 10, 20, 30, 40, 50, 60], "{web:?}");
+}
+
+/// An HTTP target checked less often than every six minutes detects afresh hourly, before its
+/// tenth check; a pinned check that finds it down is made again in auto mode before it counts.
+#[tokio::test(start_paused = true)]
+async fn an_http_target_detects_its_era_afresh_at_least_hourly() {
+    let mut h = Harness::new(64);
+    let cfg = one("interval = \"10m\"\ntimeout = \"5s\"", "web");
+    h.prober.script("web", vec![UP, UP, DOWN, UP]);
+    let running = h.start(&cfg, Memory::default());
+    // 13 checks: 0 .. 12, at 10-minute steps after the phase offset.
+    h.run_until(runner::phase("web", secs(600)) + secs(12 * 600 + 1))
+        .await;
+    running.stop().await;
+    let eras = h.prober.eras("web");
+    let (auto, legacy) = (EraMode::Auto, EraMode::Legacy);
+    // Check 2's pinned probe (call 2) fails: call 3 retries in auto mode, and counts.
+    assert_eq!(eras[..5], [auto, legacy, legacy, auto, legacy], "{eras:?}");
+    // The pin of check 0 ends an hour later, at check 6 (call 7), and that one at check 12.
+    let detections: Vec<usize> = (0..eras.len()).filter(|&i| eras[i] == auto).collect();
+    assert_eq!(detections, [0, 3, 7, 13], "{eras:?}");
+    let records = h.take("web");
+    assert_eq!(records.len(), 13);
+    assert!(records.iter().all(|r| r.status == Health::Healthy));
 }

@@ -368,3 +368,16 @@ pub fn unauthorized(advertise_metadata: bool) -> Script {
         }
     })
 }
+
+/// A server that changes: it answers with `scripts[k]`, `k` being what `current` holds when a
+/// request arrives (the last script past the end). A test moves `current` between probes: a
+/// legacy server upgraded to the modern revision, and rolled back.
+pub fn shifting(scripts: Vec<Script>, current: Arc<std::sync::atomic::AtomicUsize>) -> Script {
+    Arc::new(move |req: &Request| {
+        let k = current.load(std::sync::atomic::Ordering::SeqCst);
+        match scripts.get(k).or(scripts.last()) {
+            Some(script) => script(req),
+            None => Reply::status(503),
+        }
+    })
+}

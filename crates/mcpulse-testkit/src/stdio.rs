@@ -111,13 +111,16 @@ impl StdioScript {
     /// A legacy server: `initialize` and `tools/list` (one tool, `echo`) answered, anything
     /// else ignored. Healthy, with a stable contract.
     pub fn legacy() -> StdioScript {
+        StdioScript::legacy_advertising(serde_json::json!({ "tools": { "listChanged": false } }))
+    }
+
+    /// [`StdioScript::legacy`] with these `capabilities` in its `initialize` result (rules for
+    /// the lists they promise are added after).
+    pub fn legacy_advertising(capabilities: Value) -> StdioScript {
+        let mut init = crate::mcp::initialize_result(crate::mcp::LEGACY);
+        init["capabilities"] = capabilities;
         StdioScript::new()
-            .on(
-                "initialize",
-                vec![Act::Result(crate::mcp::initialize_result(
-                    crate::mcp::LEGACY,
-                ))],
-            )
+            .on("initialize", vec![Act::Result(init)])
             .on(
                 "tools/list",
                 vec![Act::Result(crate::mcp::tools_list_result(

@@ -1406,6 +1406,37 @@ async fn stdio_legacy_server_is_probed_in_one_process() {
     assert_processes_ended(&pids, 1);
 }
 
+/// A server that advertises resources but answers `-32601` to `resources/templates/list` is
+/// missing an optional method: healthy, with an info finding (docs/probe.md, "The lists").
+#[tokio::test]
+async fn resources_without_templates_list_is_healthy_with_an_info_finding() {
+    let dir = TempDir::new("no-templates");
+    let pids = dir.join("pids");
+    let resources = json!({"resources": [{"uri": "file:///readme.md", "name": "readme"}]});
+    let script = StdioScript::legacy_advertising(json!({"tools": {}, "resources": {}}))
+        .at_start(Act::RecordPid(pids.clone()))
+        .on(
+            "server/discover",
+            vec![Act::Error(-32601, "Method not found".into())],
+        )
+        .on("resources/list", vec![Act::Result(resources)])
+        .on(
+            "resources/templates/list",
+            vec![Act::Error(-32601, "Method not found".into())],
+        )
+        .write(&dir, "server.sh");
+    let run = probe_script(&script, TIMEOUT).await;
+    run.expect("healthy", &["optional-method-missing", "legacy-only"]);
+    assert_eq!(
+        finding_message(&run, "optional-method-missing"),
+        "resources/templates/list is not implemented although the resources capability is advertised: error -32601 Method not found"
+    );
+    let r = run.report();
+    assert_eq!(r["resource_count"], 1);
+    assert_eq!(r["resource_template_count"], Value::Null);
+    assert_processes_ended(&pids, 1);
+}
+
 #[tokio::test]
 async fn stdio_legacy_server_that_exits_on_initialize_after_discover_gets_a_fresh_process() {
     // It answers server/discover with an error, then ends its session on the `initialize` that

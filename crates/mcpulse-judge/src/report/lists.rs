@@ -1,6 +1,14 @@
 //! The inventory: `tools/list`, `prompts/list`, `resources/list` and
 //! `resources/templates/list`, page by page (cursors, the page and size caps, items kept and
 //! dropped), and the modern result fields. It does not judge the handshake (`session`).
+//!
+//! The rule per list (docs/probe.md, "The lists"): `tools/list` failing in any way is
+//! `tools-list-failed` (degraded) when the tools capability is advertised, else
+//! `tools-list-unsupported` (info). `prompts/list`, `resources/list` and
+//! `resources/templates/list` are sent only when their capability is advertised; a first page
+//! answered `-32601 Method not found` is `optional-method-missing` (info: the server stays
+//! healthy, as agents that do not use them are unaffected), any other failure is
+//! `prompts-list-failed` or `resources-list-failed` (degraded).
 
 use super::{Handshake, Judgement, Report, ToolSummary};
 use crate::evidence::{describe, round};
@@ -125,9 +133,23 @@ impl<'a> Judgement<'a> {
                         .unwrap_or_default();
                     let rule = match (step, advertised) {
                         (Step::ToolsList, false) => Rule::ToolsListUnsupported,
+                        (Step::ToolsList, true) => Rule::ToolsListFailed,
+                        // Only the first page: a method that answered page 1 exists, and a
+                        // later -32601 is a broken list, not a missing method.
+                        _ if ex.page.is_none_or(|p| p <= 1) && method_not_found(replies, ex) => {
+                            Rule::OptionalMethodMissing
+                        }
                         _ => list_failed(step),
                     };
-                    self.add(rule.finding(format!("{}{page} failed: {why}", step.as_str())));
+                    let message = if rule == Rule::OptionalMethodMissing {
+                        format!(
+                            "{} is not implemented although the {cap_key} capability is advertised: {why}",
+                            step.as_str()
+                        )
+                    } else {
+                        format!("{}{page} failed: {why}", step.as_str())
+                    };
+                    self.add(rule.finding(message));
                     return None;
                 }
             };
@@ -229,6 +251,18 @@ impl<'a> Judgement<'a> {
         }
     }
 }
+
+/// Whether `ex` was answered `-32601 Method not found` (on HTTP with any status: modern servers
+/// send it with 404, legacy ones with 200).
+fn method_not_found(replies: &Replies<'_>, ex: &Exchange) -> bool {
+    matches!(
+        replies.cached(ex).map(|d| &d.message),
+        Some(Message::Error { error, .. }) if error.code == METHOD_NOT_FOUND
+    )
+}
+
+/// JSON-RPC's "Method not found".
+const METHOD_NOT_FOUND: i64 = -32601;
 
 /// The finding for a list (`step`) that failed or was cut short.
 pub(super) fn list_failed(step: Step) -> Rule {

@@ -106,6 +106,9 @@ crate::rule_family! {
     ToolsListUnsupported = "tools-list-unsupported", Info,
         "`tools/list` failed, and the server does not advertise the tools capability.",
         "Consistent: a server without tools. Reported for completeness.";
+    OptionalMethodMissing = "optional-method-missing", Info,
+        "The server advertises `prompts` or `resources` but answered `-32601 Method not found` to one of that capability's list methods (`prompts/list`, `resources/list` or `resources/templates/list`).",
+        "A clean, immediate \"no such method\": a client that asks treats it as an empty list, and agents that never use prompts, resources or templates are unaffected, so the server stays healthy. Typical of `resources/templates/list` on servers written before templates existed. Implement the method (an empty list will do) or stop advertising the capability. Any other failure of these lists (an internal error, a timeout, a reply without the list) is still `prompts-list-failed` or `resources-list-failed`, and `tools/list` answering `-32601` is still `tools-list-failed` (`tools-list-unsupported` without the tools capability): tools are what agents use.";
     DualEra = "dual-era", Info,
         "The server speaks both the modern (2026-07-28) and the legacy protocol.",
         "Old and new clients can both use it.";
