@@ -137,7 +137,10 @@ pub async fn probe_live(target: &Target, plan: &Plan) -> (Transcript, Live) {
             }
         }
     };
-    let ((), health) = tokio::join!(protocol, health);
+    // Both on the heap: a probe's state machine (every transport's flow, inlined) is tens of
+    // kilobytes in a debug build, and a caller that awaits several probes in one future (a
+    // test, a check that re-probes) would otherwise carry it on its own stack.
+    let ((), health) = tokio::join!(Box::pin(protocol), Box::pin(health));
     if let Some(h) = health {
         tr.total_ms = tr.total_ms.max(h.at_ms + h.elapsed_ms.unwrap_or(0.0));
         tr.health.push(h);
