@@ -8,6 +8,7 @@
 //! (read-only, its dependency down: `isError: true`); `weather` (read-only, an `outputSchema`
 //! its result breaks); `slow_report` (read-only, never answers); `drop_table` (annotated
 //! destructive, answers, and must never be called without `--allow-side-effects`);
+//! `bad_schema` (read-only, an `outputSchema` that is not a valid JSON Schema);
 //! `annotated_nothing` (no annotations).
 
 use crate::http::{Reply, Request, Script};
@@ -70,6 +71,8 @@ pub fn catalogue(health: &str) -> Vec<ScriptedTool> {
         "properties": { "temperature": { "type": "number" } },
         "required": ["temperature"],
     });
+    let mut bad_schema = tool("bad_schema", read_only());
+    bad_schema["outputSchema"] = json!({ "type": "object", "properties": { "n": { "type": 12 } } });
     vec![
         ScriptedTool {
             tool: tool("health_check", read_only()),
@@ -106,6 +109,10 @@ pub fn catalogue(health: &str) -> Vec<ScriptedTool> {
         ScriptedTool {
             tool: tool("drop_table", json!({ "destructiveHint": true })),
             answer: Answer::Result(result("dropped", None, false)),
+        },
+        ScriptedTool {
+            tool: bad_schema,
+            answer: Answer::Result(result("{}", Some(json!({})), false)),
         },
         ScriptedTool {
             tool: tool("annotated_nothing", json!({})),
