@@ -77,7 +77,9 @@ pub struct Report {
     pub resource_count: Option<usize>,
     pub resource_template_count: Option<usize>,
     pub timings_ms: Timings,
-    /// The three layers at a glance, each the worst of its findings.
+    /// The three layers at a glance, each the worst of its findings (defaulted when reading a
+    /// report stored before it existed).
+    #[serde(default)]
     pub layers: Layers,
     /// The synthetic tool calls and the health tool, made or refused (absent without any).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -239,6 +241,16 @@ pub struct Layers {
     pub dependencies: Option<Status>,
 }
 
+impl Default for Layers {
+    fn default() -> Self {
+        Layers {
+            liveness: Status::Healthy,
+            protocol: Status::Healthy,
+            dependencies: None,
+        }
+    }
+}
+
 impl Layers {
     fn of(findings: &[Finding], dependencies_checked: bool) -> Layers {
         let worst = |layer: crate::rules::Layer| {
@@ -291,11 +303,7 @@ pub fn judge(tr: &Transcript, policy: &Policy) -> Report {
             total: round(tr.total_ms),
             ..Timings::default()
         },
-        layers: Layers {
-            liveness: Status::Healthy,
-            protocol: Status::Healthy,
-            dependencies: None,
-        },
+        layers: Layers::default(),
         calls: Vec::new(),
         findings: Vec::new(),
         grade: String::new(),
