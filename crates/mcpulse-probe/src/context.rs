@@ -121,7 +121,8 @@ pub(crate) async fn send(
                     ));
                     // The spec requires `Mcp-Name` (params.name) on a modern `tools/call`.
                     if method == "tools/call"
-                        && let Some(name) = call.message.pointer("/params/name").and_then(Value::as_str)
+                        && let Some(name) =
+                            call.message.pointer("/params/name").and_then(Value::as_str)
                     {
                         headers.push(("mcp-name".to_owned(), name.to_owned()));
                     }

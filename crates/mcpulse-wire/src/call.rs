@@ -105,7 +105,10 @@ pub fn admit(tool: Option<&Value>, allow_side_effects: bool) -> Result<(), Refus
     if allow_side_effects {
         return Ok(());
     }
-    let hint = |k: &str| tool.pointer(&format!("/annotations/{k}")).and_then(Value::as_bool);
+    let hint = |k: &str| {
+        tool.pointer(&format!("/annotations/{k}"))
+            .and_then(Value::as_bool)
+    };
     if hint("destructiveHint") == Some(true) {
         return Err(Refusal::Destructive);
     }
@@ -201,7 +204,9 @@ pub struct Expectation {
 pub enum ExpectError {
     #[error("{0:?}: write PATH OP VALUE, e.g. '/structuredContent/status == \"ok\"'")]
     Shape(String),
-    #[error("{0:?}: the path must be a JSON pointer starting with / (e.g. /structuredContent/status)")]
+    #[error(
+        "{0:?}: the path must be a JSON pointer starting with / (e.g. /structuredContent/status)"
+    )]
     Pointer(String),
     #[error("{input:?}: unknown operator {op:?}; use ==, !=, <, <=, >, >=, contains or exists")]
     Op { input: String, op: String },
@@ -353,7 +358,10 @@ mod tests {
         assert!(matches!(err("status == 1"), ExpectError::Pointer(_)));
         assert!(matches!(err("/status ~= 1"), ExpectError::Op { .. }));
         assert!(matches!(err("/status == ok"), ExpectError::Value(_)));
-        assert!(matches!(err("/status exists 1"), ExpectError::ExistsValue(_)));
+        assert!(matches!(
+            err("/status exists 1"),
+            ExpectError::ExistsValue(_)
+        ));
         assert!(matches!(err("/n < \"a\""), ExpectError::NotANumber(_)));
         assert!(matches!(err("/status =="), ExpectError::Shape(_)));
         assert_eq!(

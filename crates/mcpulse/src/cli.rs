@@ -21,7 +21,7 @@ pub struct Cli {
 pub enum Command {
     /// Probe one MCP server: handshake (or discovery), tools/list, timings, auth, a verdict.
     #[command(after_help = PROBE_HELP)]
-    Probe(ProbeArgs),
+    Probe(Box<ProbeArgs>),
     /// Write a baseline of a server's contract (tools, prompts, resources, server facts).
     #[command(after_help = SNAPSHOT_HELP)]
     Snapshot(SnapshotArgs),
@@ -533,7 +533,10 @@ fn group(
                 ));
             };
             let twice = |what: &str| {
-                format!("{flag} given twice for --call {}: one {what} per call", g.tool)
+                format!(
+                    "{flag} given twice for --call {}: one {what} per call",
+                    g.tool
+                )
             };
             match flag {
                 "--args" if g.args.is_some() => return Err(twice("--args")),

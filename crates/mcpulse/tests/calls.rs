@@ -41,7 +41,10 @@ impl Stdio {
         // Every server the probe started is gone when it returns.
         let pids = read_pids(&self.dir.join("pids"));
         assert!(!pids.is_empty());
-        assert_eq!(still_running_after(&pids, Duration::from_secs(2)), Vec::<u32>::new());
+        assert_eq!(
+            still_running_after(&pids, Duration::from_secs(2)),
+            Vec::<u32>::new()
+        );
         r
     }
 }
@@ -52,7 +55,14 @@ async fn http(health: &str) -> FakeHttp {
 
 async fn probe_http(server: &FakeHttp, extra: &[&str]) -> Run {
     let url = server.url("/mcp");
-    let mut args = vec!["probe", url.as_str(), "--json", "--no-security", "--timeout", "5s"];
+    let mut args = vec![
+        "probe",
+        url.as_str(),
+        "--json",
+        "--no-security",
+        "--timeout",
+        "5s",
+    ];
     args.extend_from_slice(extra);
     run::run(BIN, &args, &[], BOUND).await
 }
@@ -163,7 +173,14 @@ async fn a_silent_tool_is_given_up_at_its_budget_and_cancelled() {
     let transcript = stdio.dir.join("t.json");
     let t = transcript.to_string_lossy().into_owned();
     let r = stdio
-        .probe(&["--call", "slow_report", "--budget", "300ms", "--transcript", &t])
+        .probe(&[
+            "--call",
+            "slow_report",
+            "--budget",
+            "300ms",
+            "--transcript",
+            &t,
+        ])
         .await;
     assert_eq!(r.code, Some(1), "{}", r.stdout);
     let report = r.json();
@@ -175,7 +192,10 @@ async fn a_silent_tool_is_given_up_at_its_budget_and_cancelled() {
     assert_eq!(report["calls"][0]["cancelled"], true);
     let tr: Value = serde_json::from_str(&std::fs::read_to_string(&transcript).unwrap()).unwrap();
     let exchanges = tr["exchanges"].as_array().unwrap();
-    let call = exchanges.iter().find(|e| e["step"] == "tools/call").unwrap();
+    let call = exchanges
+        .iter()
+        .find(|e| e["step"] == "tools/call")
+        .unwrap();
     let cancel = exchanges
         .iter()
         .find(|e| e["step"] == "notifications/cancelled")
@@ -253,7 +273,12 @@ async fn expectations_hold_or_say_what_was_found() {
     assert_eq!(r.json()["calls"][0]["status"], "healthy");
     let r = probe_http(
         &server,
-        &["--call", "ping_db", "--expect", "/structuredContent/latency_ms < 1"],
+        &[
+            "--call",
+            "ping_db",
+            "--expect",
+            "/structuredContent/latency_ms < 1",
+        ],
     )
     .await;
     assert_eq!(r.code, Some(1), "{}", r.stdout);
@@ -274,7 +299,10 @@ async fn call_options_out_of_place_are_usage_errors() {
             vec!["--call", "x", "--expect", "/status = 1"],
             "unknown operator \"=\"",
         ),
-        (vec!["--call", "x", "--args", "[1]"], "must be a JSON object"),
+        (
+            vec!["--call", "x", "--args", "[1]"],
+            "must be a JSON object",
+        ),
         (
             vec!["--call", "x", "--budget", "1s", "--budget", "2s"],
             "--budget given twice for --call x",

@@ -71,17 +71,15 @@ pub(super) fn judge(replies: &Replies<'_>, tools: &[&Value]) -> (Vec<Finding>, V
             CallPurpose::HealthTool => format!("the health tool {name}"),
         };
         if let Some(why) = rec.refused {
-            own.push(Rule::ToolCallRefused.finding(format!("{name} was not called: {}", why.as_str())));
+            own.push(
+                Rule::ToolCallRefused.finding(format!("{name} was not called: {}", why.as_str())),
+            );
         } else if let Some(ex) = ex.filter(|e| e.step == Step::ToolsCall) {
             let budget = rec.spec.budget_ms as f64;
             let decoded = replies.of(ex);
             match decoded.as_ref().map(|d| &d.message) {
                 None if matches!(ex.outcome, Outcome::Timeout) => {
-                    let cancelled = if rec.cancelled {
-                        "; cancelled"
-                    } else {
-                        ""
-                    };
+                    let cancelled = if rec.cancelled { "; cancelled" } else { "" };
                     own.push(Rule::ToolCallSlow.finding(format!(
                         "{what} did not answer within its {budget:.0} ms budget{cancelled}"
                     )));
@@ -116,9 +114,7 @@ pub(super) fn judge(replies: &Replies<'_>, tools: &[&Value]) -> (Vec<Finding>, V
                     let tool = tools
                         .iter()
                         .find(|t| t.get("name").and_then(Value::as_str) == Some(&rec.spec.tool));
-                    if !is_error
-                        && let Some(schema) = tool.and_then(|t| t.get("outputSchema"))
-                    {
+                    if !is_error && let Some(schema) = tool.and_then(|t| t.get("outputSchema")) {
                         output_schema(schema, result, &what, &mut own);
                     }
                     for e in &rec.spec.expect {
@@ -138,17 +134,21 @@ pub(super) fn judge(replies: &Replies<'_>, tools: &[&Value]) -> (Vec<Finding>, V
         } else {
             own.push(Rule::ToolCallFailed.finding(format!("{what} was not recorded")));
         }
-        let failed = own.iter().any(|f| f.severity > crate::rules::Severity::Info);
+        let failed = own
+            .iter()
+            .any(|f| f.severity > crate::rules::Severity::Info);
         if rec.spec.critical && failed {
-            own.push(Rule::CriticalCallFailed.finding(format!(
-                "{what} is marked critical and failed"
-            )));
+            own.push(
+                Rule::CriticalCallFailed.finding(format!("{what} is marked critical and failed")),
+            );
         }
         results.push(CallResult {
             tool: name,
             purpose: rec.purpose,
             status: Status::from_findings(&own),
-            ms: ex.filter(|_| rec.refused.is_none()).map(|e| round(e.elapsed_ms)),
+            ms: ex
+                .filter(|_| rec.refused.is_none())
+                .map(|e| round(e.elapsed_ms)),
             budget_ms: rec.spec.budget_ms,
             critical: rec.spec.critical,
             refused: rec.refused,
@@ -232,7 +232,11 @@ fn health_document(
                 .into_iter()
                 .flatten()
                 .filter_map(|c| c.get("text").and_then(Value::as_str))
-                .find_map(|t| serde_json::from_str::<Value>(t).ok().filter(Value::is_object))
+                .find_map(|t| {
+                    serde_json::from_str::<Value>(t)
+                        .ok()
+                        .filter(Value::is_object)
+                })
         });
     let level = doc
         .as_ref()
@@ -269,7 +273,8 @@ fn health_document(
         }
         Level::Fail => {
             out.push(
-                Rule::HealthToolDown.finding(format!("the health tool {name} reports down{detail}")),
+                Rule::HealthToolDown
+                    .finding(format!("the health tool {name} reports down{detail}")),
             );
             Status::Down
         }

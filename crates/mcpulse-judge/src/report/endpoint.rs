@@ -176,7 +176,10 @@ pub(super) fn components(
                 more += 1;
                 continue;
             }
-            bad.push(format!("{} reports {word}{detail}{source}", text::field(key)));
+            bad.push(format!(
+                "{} reports {word}{detail}{source}",
+                text::field(key)
+            ));
         }
     }
     let n = bad.len();

@@ -264,8 +264,7 @@ impl Layers {
         Layers {
             liveness: worst(crate::rules::Layer::Liveness),
             protocol: worst(crate::rules::Layer::Protocol),
-            dependencies: dependencies_checked
-                .then(|| worst(crate::rules::Layer::Dependencies)),
+            dependencies: dependencies_checked.then(|| worst(crate::rules::Layer::Dependencies)),
         }
     }
 }

@@ -177,8 +177,15 @@ impl Rule {
     pub fn layer(self) -> Layer {
         use Rule::*;
         match self {
-            DnsFailed | ConnectFailed | TlsFailed | HttpFailed | SpawnFailed | ProcessExited
-            | ProcessExitedAfterHandshake | SlowStartup | Stderr => Layer::Liveness,
+            DnsFailed
+            | ConnectFailed
+            | TlsFailed
+            | HttpFailed
+            | SpawnFailed
+            | ProcessExited
+            | ProcessExitedAfterHandshake
+            | SlowStartup
+            | Stderr => Layer::Liveness,
             HealthEndpointDown
             | HealthEndpointUnreachable
             | HealthEndpointInvalid

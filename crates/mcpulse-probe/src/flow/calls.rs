@@ -13,8 +13,8 @@ use mcpulse_transport::Call;
 use mcpulse_wire::call::{
     self, CallPurpose, CallRecord, CallSpec, HEALTH_TOOL_NAMES, HealthToolMode, Refusal,
 };
-use mcpulse_wire::jsonrpc::{self, Message};
 use mcpulse_wire::json;
+use mcpulse_wire::jsonrpc::{self, Message};
 use mcpulse_wire::message;
 use mcpulse_wire::transcript::{Outcome, Step};
 use mcpulse_wire::version::Era;
@@ -42,7 +42,15 @@ pub(super) async fn calls(wire: &mut Wire<'_>, ctx: &mut Ctx<'_>, era: Era) {
     for spec in &plan.calls {
         let tool = find(&tools, &spec.tool);
         let admitted = call::admit(tool, plan.allow_side_effects);
-        one(wire, ctx, era, CallPurpose::Synthetic, spec.clone(), admitted).await;
+        one(
+            wire,
+            ctx,
+            era,
+            CallPurpose::Synthetic,
+            spec.clone(),
+            admitted,
+        )
+        .await;
     }
     if let Some((spec, admitted)) = health_tool(&plan.health_tool, &tools, plan.allow_side_effects)
     {
@@ -61,8 +69,11 @@ fn health_tool(
     tools: &[Value],
     allow_side_effects: bool,
 ) -> Option<(CallSpec, Result<(), Refusal>)> {
-    let destructive =
-        |t: &Value| t.pointer("/annotations/destructiveHint").and_then(Value::as_bool) == Some(true);
+    let destructive = |t: &Value| {
+        t.pointer("/annotations/destructiveHint")
+            .and_then(Value::as_bool)
+            == Some(true)
+    };
     match mode {
         HealthToolMode::Off => None,
         HealthToolMode::Auto => HEALTH_TOOL_NAMES.iter().find_map(|name| {
@@ -148,7 +159,12 @@ async fn cancel(wire: &mut Wire<'_>, ctx: &mut Ctx<'_>, era: Era, id: i64) -> bo
 /// [`MAX_LIST_ITEMS`] items) and only the wanted entries are kept.
 fn listed_tools(ctx: &Ctx<'_>, wanted: &[&str]) -> Vec<Value> {
     let mut out = Vec::new();
-    for ex in ctx.tr.exchanges.iter().filter(|e| e.step == Step::ToolsList) {
+    for ex in ctx
+        .tr
+        .exchanges
+        .iter()
+        .filter(|e| e.step == Step::ToolsList)
+    {
         let Outcome::Reply { frame } = ex.outcome else {
             continue;
         };

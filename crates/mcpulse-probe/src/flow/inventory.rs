@@ -30,12 +30,7 @@ pub(super) async fn inventory(
 /// stream) the first pages are requested all at once (pipelined), which spares the server's
 /// and our wake-ups between one request and the next; later pages follow their cursors in
 /// turn. Over Streamable HTTP each request waits for its response (one kept-alive connection).
-async fn lists(
-    wire: &mut Wire<'_>,
-    ctx: &mut Ctx<'_>,
-    era: Era,
-    capabilities: &Value,
-) {
+async fn lists(wire: &mut Wire<'_>, ctx: &mut Ctx<'_>, era: Era, capabilities: &Value) {
     let mut kinds = vec![ListKind::Tools];
     kinds.extend(
         [

@@ -15,7 +15,9 @@ pub fn run(args: ProbeArgs) -> Result<u8> {
         &args.health_url,
     ) {
         if !args.call_groups.is_empty() {
-            bail!("--call needs an MCP target (a URL or a command after `--`), not only --health-url");
+            bail!(
+                "--call needs an MCP target (a URL or a command after `--`), not only --health-url"
+            );
         }
         return health_only(&args, url);
     }
