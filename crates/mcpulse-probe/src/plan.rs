@@ -181,10 +181,9 @@ pub struct PlanSpec {
 impl PlanSpec {
     /// The defaults for `caller`: auto era and transport, the timeout for the target's kind,
     /// [`MAX_RESPONSE_BYTES`], [`MAX_PAGES`], the security checks on, no credentials, no
-    /// synthetic calls. The health tool is `auto` for the CLI (a tool named exactly
-    /// `health_check`, `health` or `healthcheck`, with no required arguments, is the server's
-    /// own answer to "are your dependencies up?") and off for the monitor until its config
-    /// says otherwise (a call on every check is the operator's choice to make).
+    /// synthetic calls and no health tool: a `tools/call` is the caller's choice to make
+    /// (`mcpulse probe --health-tool` defaults to `auto`; `snapshot` and the monitor make
+    /// none until asked).
     pub fn new(caller: Caller) -> PlanSpec {
         PlanSpec {
             caller,
@@ -200,10 +199,7 @@ impl PlanSpec {
             secrets: Secrets::default(),
             health_url: None,
             calls: Vec::new(),
-            health_tool: match caller {
-                Caller::Cli { .. } => HealthToolMode::Auto,
-                Caller::Monitor => HealthToolMode::Off,
-            },
+            health_tool: HealthToolMode::Off,
             allow_side_effects: false,
         }
     }
