@@ -118,6 +118,13 @@ pub fn admit(tool: Option<&Value>, allow_side_effects: bool) -> Result<(), Refus
     Ok(())
 }
 
+/// Whether a listed tool is annotated `destructiveHint: true`.
+pub fn is_destructive(tool: &Value) -> bool {
+    tool.pointer("/annotations/destructiveHint")
+        .and_then(Value::as_bool)
+        == Some(true)
+}
+
 /// Whether a listed tool declares required arguments.
 pub fn has_required_arguments(tool: &Value) -> bool {
     tool.pointer("/inputSchema/required")

@@ -1101,7 +1101,11 @@ fn everything_tools_as_synthetic_calls_over_stdio_and_http() {
     ]);
     let run = mcpulse(&args, &[]);
     run.assert_healthy();
-    assert_eq!(calls(&run), [("echo", "healthy"), ("get-sum", "healthy")], "{run}");
+    assert_eq!(
+        calls(&run),
+        [("echo", "healthy"), ("get-sum", "healthy")],
+        "{run}"
+    );
     assert_eq!(run.report["layers"]["dependencies"], "healthy", "{run}");
     assert_eq!(tool_calls_sent(&run), 2, "{run}");
 
@@ -1115,10 +1119,16 @@ fn everything_tools_as_synthetic_calls_over_stdio_and_http() {
     assert_eq!(run.status(), "degraded", "{run}");
     assert_eq!(
         calls(&run),
-        [("echo", "healthy"), ("toggle-simulated-logging", "degraded")],
+        [
+            ("echo", "healthy"),
+            ("toggle-simulated-logging", "degraded")
+        ],
         "{run}"
     );
-    assert!(run.finding("tool-call-refused").contains("readOnlyHint"), "{run}");
+    assert!(
+        run.finding("tool-call-refused").contains("readOnlyHint"),
+        "{run}"
+    );
     assert_eq!(tool_calls_sent(&run), 1, "{run}");
     assert_eq!(run.report["layers"]["protocol"], "healthy", "{run}");
 }

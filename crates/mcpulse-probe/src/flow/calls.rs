@@ -69,23 +69,20 @@ fn health_tool(
     tools: &[Value],
     allow_side_effects: bool,
 ) -> Option<(CallSpec, Result<(), Refusal>)> {
-    let destructive = |t: &Value| {
-        t.pointer("/annotations/destructiveHint")
-            .and_then(Value::as_bool)
-            == Some(true)
-    };
     match mode {
         HealthToolMode::Off => None,
         HealthToolMode::Auto => HEALTH_TOOL_NAMES.iter().find_map(|name| {
             let t = find(tools, name)?;
-            let fit = !call::has_required_arguments(t) && !destructive(t);
+            let fit = !call::has_required_arguments(t) && !call::is_destructive(t);
             fit.then(|| (CallSpec::new(*name), Ok(())))
         }),
         HealthToolMode::Named(name) => {
             let admitted = match find(tools, name) {
                 None => Err(Refusal::NotListed),
                 Some(t) if call::has_required_arguments(t) => Err(Refusal::RequiredArguments),
-                Some(t) if destructive(t) && !allow_side_effects => Err(Refusal::Destructive),
+                Some(t) if call::is_destructive(t) && !allow_side_effects => {
+                    Err(Refusal::Destructive)
+                }
                 Some(_) => Ok(()),
             };
             Some((CallSpec::new(name.clone()), admitted))
