@@ -293,3 +293,45 @@ fn health_document(
     }
     Some(reported)
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use crate::{Policy, Transcript, judge};
+
+    /// A recorded fixture with `from` replaced by `to` in its text (raw JSON: `to` is written
+    /// as JSON escapes, as a server would send them).
+    fn edited(fixture: &str, from: &str, to: &str) -> Transcript {
+        let text = fixture.replace(from, to);
+        serde_json::from_str(&text).unwrap()
+    }
+
+    #[test]
+    fn what_a_tool_says_reaches_findings_inert() {
+        let failed = edited(
+            include_str!("../../tests/transcripts/tool-call-failed.json"),
+            "orders-db unreachable",
+            r"\\u001b]0;pwned\\u0007\\u001b[2J\\u202eunreachable",
+        );
+        let down = edited(
+            include_str!("../../tests/transcripts/health-tool-down.json"),
+            "orders-db",
+            r"db\\u001b[31m\\nFAKE",
+        );
+        for tr in [failed, down] {
+            let report = judge(&tr, &Policy::default());
+            assert!(
+                report.findings.iter().any(|f| f.message.contains("\\x1b")),
+                "the hostile text reached a finding, escaped: {:?}",
+                report.findings
+            );
+            for f in &report.findings {
+                assert!(
+                    !f.message.chars().any(mcpulse_wire::text::is_escaped),
+                    "{:?}",
+                    f.message
+                );
+            }
+        }
+    }
+}
