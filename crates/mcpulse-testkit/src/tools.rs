@@ -8,7 +8,7 @@
 //! (read-only, its dependency down: `isError: true`); `weather` (read-only, an `outputSchema`
 //! its result breaks); `slow_report` (read-only, never answers); `drop_table` (annotated
 //! destructive, answers, and must never be called without `--allow-side-effects`);
-//! `bad_schema` (read-only, an `outputSchema` that is not a valid JSON Schema);
+//! `long_report` (read-only, progress notifications before its result); `bad_schema` (read-only, an `outputSchema` that is not a valid JSON Schema);
 //! `annotated_nothing` (no annotations).
 
 use crate::http::{Reply, Request, Script};
@@ -22,6 +22,8 @@ use std::sync::Arc;
 pub enum Answer {
     /// This `tools/call` result.
     Result(Value),
+    /// Two `notifications/progress` (over HTTP, as an SSE response), then this result.
+    AfterProgress(Value),
     /// Nothing, ever (the request is read and ignored).
     Silent,
 }
@@ -103,6 +105,10 @@ pub fn catalogue(health: &str) -> Vec<ScriptedTool> {
             )),
         },
         ScriptedTool {
+            tool: tool("long_report", read_only()),
+            answer: Answer::AfterProgress(result("report ready", None, false)),
+        },
+        ScriptedTool {
             tool: tool("slow_report", read_only()),
             answer: Answer::Silent,
         },
@@ -147,6 +153,11 @@ pub fn stdio_server(tools: &[ScriptedTool]) -> StdioScript {
         let name = t.tool["name"].as_str().unwrap_or_default();
         let acts = match &t.answer {
             Answer::Result(r) => vec![Act::Result(r.clone())],
+            Answer::AfterProgress(r) => vec![
+                Act::Stdout(mcp::progress(1, 50).to_string()),
+                Act::Stdout(mcp::progress(1, 100).to_string()),
+                Act::Result(r.clone()),
+            ],
             Answer::Silent => Vec::new(),
         };
         s = s.on_tool(name, acts);
@@ -191,6 +202,18 @@ pub fn http_server(tools: Vec<ScriptedTool>) -> Script {
                         answer: Answer::Result(r),
                         ..
                     }) => Reply::json(200, &mcp::result(&id, mcp::modern(r.clone()))),
+                    Some(ScriptedTool {
+                        answer: Answer::AfterProgress(r),
+                        ..
+                    }) => Reply::sse(vec![
+                        mcp::sse_event(None, None, &mcp::progress(1, 50).to_string()),
+                        mcp::sse_event(None, None, &mcp::progress(1, 100).to_string()),
+                        mcp::sse_event(
+                            None,
+                            None,
+                            &mcp::result(&id, mcp::modern(r.clone())).to_string(),
+                        ),
+                    ]),
                     Some(_) => Reply::silence(),
                     None => Reply::json(200, &mcp::error(&id, -32602, "Unknown tool")),
                 }

@@ -220,6 +220,19 @@ async fn a_silent_tool_is_given_up_at_its_budget_and_cancelled() {
 }
 
 #[tokio::test]
+async fn progress_notifications_before_the_result_are_tolerated() {
+    let stdio = Stdio::new("ok");
+    let server = http("ok").await;
+    for r in [
+        stdio.probe(&["--call", "long_report"]).await,
+        probe_http(&server, &["--call", "long_report"]).await,
+    ] {
+        assert_eq!(r.code, Some(0), "{}\n{}", r.stdout, r.stderr);
+        assert_eq!(r.json()["calls"][0]["status"], "healthy", "{}", r.stdout);
+    }
+}
+
+#[tokio::test]
 async fn a_destructive_or_unannotated_tool_is_refused_before_anything_is_sent() {
     let server = http("ok").await;
     for tool in ["drop_table", "annotated_nothing"] {
