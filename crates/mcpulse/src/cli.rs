@@ -6,7 +6,7 @@ use std::process::ExitCode;
 const EXIT_CODES: &str = "\
 Exit codes (the monitoring-plugin convention, as Nagios, Icinga and Sensu expect):
   0  healthy
-  1  degraded (up, but gated by auth, slow, or tools/list failing)
+  1  degraded (up, but gated by auth, slow, tools/list failing, or a --call failing)
   2  down
   3  the probe could not run (bad arguments, unreadable input)";
 
