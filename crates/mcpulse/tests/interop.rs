@@ -1075,7 +1075,7 @@ fn tool_calls_sent(run: &Run) -> usize {
 }
 
 #[test]
-fn everything_tools_as_synthetic_calls_over_stdio_and_http() {
+fn everything_tools_as_synthetic_calls_over_every_transport() {
     let bin = everything();
     let echo = [
         "--call",
@@ -1131,6 +1131,16 @@ fn everything_tools_as_synthetic_calls_over_stdio_and_http() {
     );
     assert_eq!(tool_calls_sent(&run), 1, "{run}");
     assert_eq!(run.report["layers"]["protocol"], "healthy", "{run}");
+
+    // Over legacy HTTP+SSE: the call's reply comes on the event stream.
+    let server = everything_http("sse");
+    let url = server.url("/sse");
+    let mut args = echo.to_vec();
+    args.push(url.as_str());
+    let run = mcpulse(&args, &[]);
+    assert_eq!(run.report["transport"], "sse", "{run}");
+    assert_eq!(calls(&run), [("echo", "healthy")], "{run}");
+    assert_eq!(run.report["layers"]["dependencies"], "healthy", "{run}");
 }
 
 #[test]
