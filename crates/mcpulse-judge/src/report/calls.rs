@@ -334,4 +334,54 @@ mod tests {
             }
         }
     }
+
+    /// The recorded health-tool fixture with its `tools/call` reply replaced by `result`.
+    fn health_tool_answering(result: serde_json::Value) -> Transcript {
+        let mut tr: Transcript = serde_json::from_str(include_str!(
+            "../../tests/transcripts/health-tool-degraded.json"
+        ))
+        .unwrap();
+        let ex = tr
+            .exchanges
+            .iter_mut()
+            .find(|e| e.step == mcpulse_wire::transcript::Step::ToolsCall)
+            .unwrap();
+        let id = ex.id.unwrap();
+        ex.frames[0].raw =
+            serde_json::json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string();
+        tr
+    }
+
+    #[test]
+    fn a_health_document_in_the_text_content_is_read() {
+        let text = r#"{"status":"down","checks":{"cache":{"status":"warn"}}}"#;
+        let tr = health_tool_answering(serde_json::json!({
+            "content": [{"type": "text", "text": "checking..."}, {"type": "text", "text": text}]
+        }));
+        let report = judge(&tr, &Policy::default());
+        let codes: Vec<&str> = report.findings.iter().map(|f| f.code.code()).collect();
+        assert!(codes.contains(&"health-tool-down"), "{codes:?}");
+        assert!(
+            report
+                .findings
+                .iter()
+                .any(|f| f.message == "cache reports warn (health tool health_check)"),
+            "{:?}",
+            report.findings
+        );
+        assert_eq!(report.calls[0].reported, Some(crate::Status::Down));
+        // Neither structured nor JSON text: not a health document.
+        let tr = health_tool_answering(serde_json::json!({
+            "content": [{"type": "text", "text": "all good!"}]
+        }));
+        let report = judge(&tr, &Policy::default());
+        assert!(
+            report
+                .findings
+                .iter()
+                .any(|f| f.code == crate::Rule::HealthToolInvalid),
+            "{:?}",
+            report.findings
+        );
+    }
 }
