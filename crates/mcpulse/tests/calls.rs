@@ -67,6 +67,13 @@ async fn probe_http(server: &FakeHttp, extra: &[&str]) -> Run {
     run::run(BIN, &args, &[], BOUND).await
 }
 
+/// The same probe of the catalogue (its health tool at `health`) over stdio, then HTTP.
+async fn on_both(health: &str, args: &[&str]) -> [Run; 2] {
+    let stdio = Stdio::new(health);
+    let server = http(health).await;
+    [stdio.probe(args).await, probe_http(&server, args).await]
+}
+
 fn call_count(server: &FakeHttp, tool: &str) -> usize {
     server
         .requests()
@@ -154,12 +161,7 @@ async fn a_tool_whose_dependency_is_down_degrades_or_downs_when_critical() {
 
 #[tokio::test]
 async fn an_output_schema_violation_is_a_finding() {
-    let stdio = Stdio::new("ok");
-    let server = http("ok").await;
-    for r in [
-        stdio.probe(&["--call", "weather"]).await,
-        probe_http(&server, &["--call", "weather"]).await,
-    ] {
+    for r in on_both("ok", &["--call", "weather"]).await {
         assert_eq!(r.code, Some(1), "{}", r.stdout);
         let m = finding_message(&r.json(), "tool-output-invalid");
         assert!(m.contains("at /temperature"), "{m}");
@@ -221,12 +223,7 @@ async fn a_silent_tool_is_given_up_at_its_budget_and_cancelled() {
 
 #[tokio::test]
 async fn progress_notifications_before_the_result_are_tolerated() {
-    let stdio = Stdio::new("ok");
-    let server = http("ok").await;
-    for r in [
-        stdio.probe(&["--call", "long_report"]).await,
-        probe_http(&server, &["--call", "long_report"]).await,
-    ] {
+    for r in on_both("ok", &["--call", "long_report"]).await {
         assert_eq!(r.code, Some(0), "{}\n{}", r.stdout, r.stderr);
         assert_eq!(r.json()["calls"][0]["status"], "healthy", "{}", r.stdout);
     }
