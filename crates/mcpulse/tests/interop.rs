@@ -1132,15 +1132,41 @@ fn everything_tools_as_synthetic_calls_over_every_transport() {
     assert_eq!(tool_calls_sent(&run), 1, "{run}");
     assert_eq!(run.report["layers"]["protocol"], "healthy", "{run}");
 
-    // Over legacy HTTP+SSE: the call's reply comes on the event stream.
+    // Over legacy HTTP+SSE: the call's reply comes on the event stream; a long operation is
+    // given up at its budget and cancelled with a notification the server accepts.
     let server = everything_http("sse");
     let url = server.url("/sse");
     let mut args = echo.to_vec();
-    args.push(url.as_str());
+    args.extend([
+        "--call",
+        "trigger-long-running-operation",
+        "--args",
+        r#"{"duration":5,"steps":5}"#,
+        "--budget",
+        "500ms",
+        "--allow-side-effects",
+        url.as_str(),
+    ]);
     let run = mcpulse(&args, &[]);
     assert_eq!(run.report["transport"], "sse", "{run}");
-    assert_eq!(calls(&run), [("echo", "healthy")], "{run}");
-    assert_eq!(run.report["layers"]["dependencies"], "healthy", "{run}");
+    assert_eq!(
+        calls(&run),
+        [
+            ("echo", "healthy"),
+            ("trigger-long-running-operation", "degraded")
+        ],
+        "{run}"
+    );
+    assert_eq!(run.report["calls"][1]["cancelled"], true, "{run}");
+    assert!(
+        run.finding("tool-call-slow").contains("500 ms budget"),
+        "{run}"
+    );
+    assert_eq!(
+        run.exchange("notifications/cancelled")["response"]["status"],
+        202,
+        "{run}"
+    );
 }
 
 #[test]
