@@ -74,6 +74,8 @@ fn arb_step() -> impl Strategy<Value = Step> {
         Just(Step::OriginCheck),
         Just(Step::HostCheck),
         Just(Step::MalformedRequest),
+        Just(Step::ToolsCall),
+        Just(Step::Cancelled),
     ]
 }
 
@@ -93,6 +95,18 @@ fn arb_frame() -> impl Strategy<Value = String> {
             .prop_map(|(r, id)| json!({"jsonrpc":"2.0","id":id,"result":r}).to_string()),
         (any::<i64>(), "\\PC{0,10}").prop_map(|(c, m)| {
             json!({"jsonrpc":"2.0","id":1,"error":{"code":c,"message":m}}).to_string()
+        }),
+        // A tool `t` with a random outputSchema, and a result with random structuredContent
+        // (a health document's shape too): compiled and validated, never a panic.
+        arb_json().prop_map(|schema| {
+            json!({"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"t","outputSchema":schema,
+                "annotations":{"readOnlyHint":true}}]}})
+            .to_string()
+        }),
+        (arb_json(), prop::option::of(any::<bool>())).prop_map(|(content, is_error)| {
+            json!({"jsonrpc":"2.0","id":1,"result":{"structuredContent":content,"isError":is_error,
+                "content":[{"type":"text","text":content.to_string()}]}})
+            .to_string()
         }),
         // Valid JSON that cannot be used: nesting around the limit, numbers out of range.
         (0usize..300, prop_oneof![Just("1e999999"), Just("-1e400"), Just("0")]).prop_map(
@@ -172,15 +186,55 @@ fn arb_exchange() -> impl Strategy<Value = Exchange> {
         )
 }
 
+fn arb_call() -> impl Strategy<Value = mcpulse_wire::call::CallRecord> {
+    use mcpulse_wire::call::{CallPurpose, CallRecord, CallSpec, Refusal};
+    (
+        any::<bool>(),
+        prop::option::of(0usize..12),
+        prop::option::of(prop_oneof![Just(Refusal::NotListed), Just(Refusal::NoTime)]),
+        (any::<bool>(), any::<bool>(), 0u64..10_000),
+        prop::collection::vec(
+            prop_oneof![
+                Just("/structuredContent/status == \"ok\""),
+                Just("/structuredContent exists"),
+                Just("/content/0/text contains \"x\""),
+                Just("/structuredContent/n < 3"),
+            ],
+            0..3,
+        ),
+    )
+        .prop_map(
+            |(health, exchange, refused, (critical, cancelled, budget_ms), expect)| CallRecord {
+                purpose: if health {
+                    CallPurpose::HealthTool
+                } else {
+                    CallPurpose::Synthetic
+                },
+                spec: CallSpec {
+                    expect: expect.into_iter().map(|e| e.parse().unwrap()).collect(),
+                    budget_ms,
+                    critical,
+                    ..CallSpec::new("t")
+                },
+                exchange,
+                refused,
+                cancelled,
+            },
+        )
+}
+
 fn arb_transcript() -> impl Strategy<Value = Transcript> {
     (
         prop::bool::ANY,
-        prop::collection::vec(arb_exchange(), 0..10),
+        (
+            prop::collection::vec(arb_exchange(), 0..10),
+            prop::collection::vec(arb_call(), 0..3),
+        ),
         prop::collection::vec(("\\PC{0,30}", prop::option::of(any::<i64>())), 0..3),
         prop::collection::vec("\\PC{0,30}", 0..3),
         prop::option::of(any::<i64>()),
     )
-        .prop_map(|(http, exchanges, conns, stderr, exit)| {
+        .prop_map(|(http, (exchanges, calls), conns, stderr, exit)| {
             let target = if http {
                 TargetRecord {
                     display: "http://mcp.example.com/mcp".into(),
@@ -206,6 +260,7 @@ fn arb_transcript() -> impl Strategy<Value = Transcript> {
                 1_796_000_000_000,
             );
             t.exchanges = exchanges;
+            t.calls = calls;
             t.connections = conns
                 .into_iter()
                 .map(|(authority, not_after)| Connection {

@@ -119,6 +119,13 @@ pub(crate) async fn send(
                         "mcp-protocol-version".to_owned(),
                         version::MODERN.to_owned(),
                     ));
+                    // The spec requires `Mcp-Name` (params.name) on a modern `tools/call`.
+                    if method == "tools/call"
+                        && let Some(name) =
+                            call.message.pointer("/params/name").and_then(Value::as_str)
+                    {
+                        headers.push(("mcp-name".to_owned(), name.to_owned()));
+                    }
                     headers.push(("mcp-method".to_owned(), method));
                 }
                 (Era::Legacy, Some((sid, ver))) => {

@@ -4,9 +4,11 @@
 //! One child module per transport flow, as the transports are parallel in
 //! `mcpulse-transport`: [`streamable_http`] (which falls back to [`legacy_sse`]), [`stdio`].
 //! What they share lives in [`session`] (the handshake steps and what their replies mean) and
-//! [`inventory`] (the lists and their pages); the context they all write through is
+//! [`inventory`] (the lists and their pages) and [`calls`] (the synthetic tool calls and the
+//! health tool that follow the lists); the context they all write through is
 //! `crate::context`. The security checks' requests are `crate::security`'s.
 
+mod calls;
 mod inventory;
 mod legacy_sse;
 mod session;

@@ -7,6 +7,7 @@
 //! owners, into the plain values a [`PlanSpec`] takes) and does not run a probe (`crate::flow`).
 
 use crate::target::Target;
+use mcpulse_wire::call::{CallSpec, HealthToolMode};
 use mcpulse_wire::message::ClientInfo;
 use mcpulse_wire::redact::Secrets;
 use mcpulse_wire::transcript::PlanRecord;
@@ -83,6 +84,12 @@ pub struct Plan {
     /// Also read this HTTP health endpoint (`/readyz` of `mcpulse supervise`, a server's
     /// `/healthz`), alongside the protocol steps: see `crate::health`.
     pub health_url: Option<String>,
+    /// Synthetic `tools/call`s made after `tools/list` (`--call`): see `crate::flow::calls`.
+    pub calls: Vec<CallSpec>,
+    /// Which health tool to call after `tools/list`.
+    pub health_tool: HealthToolMode,
+    /// Call tools not annotated read-only, or annotated destructive (`--allow-side-effects`).
+    pub allow_side_effects: bool,
 }
 
 impl Default for Plan {
@@ -106,6 +113,9 @@ impl Default for Plan {
             stdio_dual_era: false,
             secrets: Secrets::default(),
             health_url: None,
+            calls: Vec::new(),
+            health_tool: HealthToolMode::Off,
+            allow_side_effects: false,
         }
     }
 }
@@ -160,11 +170,20 @@ pub struct PlanSpec {
     pub secrets: Secrets,
     /// An HTTP health endpoint to read as well.
     pub health_url: Option<String>,
+    /// Synthetic tool calls, in order.
+    pub calls: Vec<CallSpec>,
+    /// Which health tool to call.
+    pub health_tool: HealthToolMode,
+    /// Call tools that are not annotated read-only, or are annotated destructive.
+    pub allow_side_effects: bool,
 }
 
 impl PlanSpec {
     /// The defaults for `caller`: auto era and transport, the timeout for the target's kind,
-    /// [`MAX_RESPONSE_BYTES`], [`MAX_PAGES`], the security checks on, no credentials.
+    /// [`MAX_RESPONSE_BYTES`], [`MAX_PAGES`], the security checks on, no credentials, no
+    /// synthetic calls and no health tool: a `tools/call` is the caller's choice to make
+    /// (`mcpulse probe --health-tool` defaults to `auto`; `snapshot` and the monitor make
+    /// none until asked).
     pub fn new(caller: Caller) -> PlanSpec {
         PlanSpec {
             caller,
@@ -179,6 +198,9 @@ impl PlanSpec {
             env: Vec::new(),
             secrets: Secrets::default(),
             health_url: None,
+            calls: Vec::new(),
+            health_tool: HealthToolMode::Off,
+            allow_side_effects: false,
         }
     }
 
@@ -222,6 +244,9 @@ impl PlanSpec {
             stdio_dual_era,
             secrets,
             health_url: self.health_url,
+            calls: self.calls,
+            health_tool: self.health_tool,
+            allow_side_effects: self.allow_side_effects,
             ..Plan::default()
         }
     }

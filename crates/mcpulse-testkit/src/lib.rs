@@ -10,6 +10,9 @@
 //!   server that earns no finding (foreign `Origin`/`Host`, CORS, session ids, error leaks,
 //!   OAuth metadata variants);
 //! - [`stdio`]: generated `sh` scripts that act as stdio servers, and process liveness checks;
+//! - [`tools`]: a catalogue of tools standing for dependencies (a health tool, a tool whose
+//!   database is down, a broken `outputSchema`, a silent tool, a destructive one), served
+//!   over stdio and Streamable HTTP;
 //! - [`tls`]: a throwaway CA issuing certificates with any validity period, for HTTPS fakes;
 //! - [`run`]: running the binary under test with a bound on its time.
 //!
@@ -25,6 +28,7 @@ pub mod run;
 pub mod scenario;
 pub mod stdio;
 pub mod tls;
+pub mod tools;
 
 pub use http::{Body, FakeHttp, Piece, RawListener, Reply, Request, Then};
 pub use stdio::{Act, StdioScript, TempDir};

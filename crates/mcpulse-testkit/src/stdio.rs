@@ -99,6 +99,7 @@ pub enum Act {
 #[derive(Debug, Clone, Default)]
 pub struct StdioScript {
     start: Vec<Act>,
+    /// Each rule's `case` pattern (quoted for `sh`, without the surrounding `*`) and acts.
     rules: Vec<(String, Vec<Act>)>,
     otherwise: Vec<Act>,
 }
@@ -140,7 +141,21 @@ impl StdioScript {
     /// What to do on a message with this `method` (requests and notifications alike). Messages
     /// with no rule are read and ignored.
     pub fn on(mut self, method: &str, acts: Vec<Act>) -> StdioScript {
-        self.rules.push((method.to_owned(), acts));
+        self.rules
+            .push((quote(&format!("\"method\":\"{method}\"")), acts));
+        self
+    }
+
+    /// What to do on a `tools/call` of `tool` (mcpulse's requests put `method` before
+    /// `params.name`: its JSON objects keep their keys sorted). Give it before any rule for
+    /// `tools/call` itself: the first matching rule wins.
+    pub fn on_tool(mut self, tool: &str, acts: Vec<Act>) -> StdioScript {
+        let pattern = format!(
+            "{}*{}",
+            quote("\"method\":\"tools/call\""),
+            quote(&format!("\"name\":\"{tool}\""))
+        );
+        self.rules.push((pattern, acts));
         self
     }
 
@@ -165,11 +180,8 @@ impl StdioScript {
             "  id=$(printf '%s\\n' \"$line\" | sed -n -e 's/.*\"id\":\\([0-9][0-9]*\\).*/\\1/p' -e 's/.*\"id\":\\(\"[^\"]*\"\\).*/\\1/p')\n",
         );
         s.push_str("  case \"$line\" in\n");
-        for (method, acts) in &self.rules {
-            s.push_str(&format!(
-                "    *{}*)\n",
-                quote(&format!("\"method\":\"{method}\""))
-            ));
+        for (pattern, acts) in &self.rules {
+            s.push_str(&format!("    *{pattern}*)\n"));
             for act in acts {
                 for line in render_act(act).lines() {
                     s.push_str(&format!("      {line}\n"));

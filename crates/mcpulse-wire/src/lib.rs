@@ -10,11 +10,13 @@
 //! - [`redact`]: how secrets are kept out of that record by construction;
 //! - [`text`]: how server-controlled text is made inert before a person or a log sees it;
 //! - [`checks`]: the values the probe sends that the judge recognises (foreign Origin, …);
-//! - [`units`]: durations, sizes and timestamps, parsed and printed the same way everywhere.
+//! - [`units`]: durations, sizes and timestamps, parsed and printed the same way everywhere;
+//! - [`call`]: synthetic tool calls and health tools, what to expect of them, their record.
 //!
 //! It does not own I/O (see `mcpulse-transport`) or judgement (see `mcpulse-judge`).
 
 pub mod auth;
+pub mod call;
 pub mod checks;
 pub mod clientconfig;
 pub mod env;

@@ -108,6 +108,33 @@ pub fn list(id: i64, kind: ListKind, cursor: Option<&str>, era: Era, client: &Cl
     request(id, kind.method(), Value::Object(params))
 }
 
+/// `tools/call` of `name` with `arguments`, in the given era (a modern request carries its
+/// `_meta`).
+pub fn tools_call(
+    id: i64,
+    name: &str,
+    arguments: &serde_json::Map<String, Value>,
+    era: Era,
+    client: &ClientInfo,
+) -> Value {
+    let mut params = serde_json::Map::new();
+    params.insert("name".into(), Value::String(name.to_owned()));
+    params.insert("arguments".into(), Value::Object(arguments.clone()));
+    if era == Era::Modern {
+        params.insert("_meta".into(), modern_meta(MODERN, client));
+    }
+    request(id, "tools/call", Value::Object(params))
+}
+
+/// `notifications/cancelled` for request `id`, given up.
+pub fn cancelled(id: i64, reason: &str) -> Value {
+    json!({
+        "jsonrpc": "2.0",
+        "method": "notifications/cancelled",
+        "params": { "requestId": id, "reason": reason },
+    })
+}
+
 /// A JSON-RPC error reply, used to decline server-to-client requests over stdio.
 pub fn method_not_found_reply(id: &crate::jsonrpc::Id) -> Value {
     json!({

@@ -46,6 +46,10 @@ pub struct Transcript {
     /// `health_url`); absent in transcripts without one.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub health: Vec<HealthFetch>,
+    /// Synthetic tool calls and the health tool (`--call`, `--health-tool`), made or refused;
+    /// absent in transcripts without any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calls: Vec<crate::call::CallRecord>,
     /// Set when the whole-probe deadline cut the probe short.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline_hit_ms: Option<f64>,
@@ -64,6 +68,7 @@ impl Transcript {
             processes: Vec::new(),
             exchanges: Vec::new(),
             health: Vec::new(),
+            calls: Vec::new(),
             deadline_hit_ms: None,
             total_ms: 0.0,
         }
@@ -413,6 +418,12 @@ pub enum Step {
     /// A malformed JSON-RPC body, to see what an error response reveals.
     #[serde(rename = "malformed-request")]
     MalformedRequest,
+    /// A synthetic `tools/call` (`--call`) or the health tool's.
+    #[serde(rename = "tools/call")]
+    ToolsCall,
+    /// `notifications/cancelled` for a `tools/call` given up at its budget.
+    #[serde(rename = "notifications/cancelled")]
+    Cancelled,
 }
 
 impl Step {
@@ -444,6 +455,8 @@ impl Step {
             Step::OriginCheck => "origin-check",
             Step::HostCheck => "host-check",
             Step::MalformedRequest => "malformed-request",
+            Step::ToolsCall => "tools/call",
+            Step::Cancelled => "notifications/cancelled",
         }
     }
 }

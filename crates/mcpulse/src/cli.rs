@@ -6,7 +6,7 @@ use std::process::ExitCode;
 const EXIT_CODES: &str = "\
 Exit codes (the monitoring-plugin convention, as Nagios, Icinga and Sensu expect):
   0  healthy
-  1  degraded (up, but gated by auth, slow, or tools/list failing)
+  1  degraded (up, but gated by auth, slow, tools/list failing, or a --call failing)
   2  down
   3  the probe could not run (bad arguments, unreadable input)";
 
@@ -21,7 +21,7 @@ pub struct Cli {
 pub enum Command {
     /// Probe one MCP server: handshake (or discovery), tools/list, timings, auth, a verdict.
     #[command(after_help = PROBE_HELP)]
-    Probe(ProbeArgs),
+    Probe(Box<ProbeArgs>),
     /// Write a baseline of a server's contract (tools, prompts, resources, server facts).
     #[command(after_help = SNAPSHOT_HELP)]
     Snapshot(SnapshotArgs),
@@ -300,6 +300,47 @@ pub struct ProbeArgs {
     #[arg(long, value_name = "URL")]
     pub health_url: Option<String>,
 
+    /// After tools/list, call this tool (repeatable). The --args, --expect, --budget and
+    /// --critical that follow a --call apply to it. Only a tool annotated readOnlyHint: true
+    /// and not destructiveHint: true is called, unless --allow-side-effects. A failing call
+    /// makes the server degraded, or down with --critical. See docs/probe.md.
+    #[arg(long = "call", value_name = "TOOL")]
+    pub calls: Vec<String>,
+
+    /// The arguments of the preceding --call, a JSON object (default {}).
+    #[arg(long = "args", value_name = "JSON")]
+    pub call_args: Vec<String>,
+
+    /// A condition on the preceding --call's result, 'PATH OP VALUE' (repeatable): PATH a JSON
+    /// pointer into the result, OP ==, !=, <, <=, >, >=, contains or exists, VALUE JSON.
+    /// E.g. '/structuredContent/status == "ok"'.
+    #[arg(long, value_name = "'PATH OP VALUE'")]
+    pub expect: Vec<String>,
+
+    /// The latency budget of the preceding --call (default 5s): slower is a finding, and a
+    /// call with no answer by then is given up and cancelled.
+    #[arg(long, value_name = "DURATION")]
+    pub budget: Vec<String>,
+
+    /// The preceding --call is critical: its failure makes the server down, not degraded.
+    #[arg(long, action = clap::ArgAction::Append, num_args = 0, default_missing_value = "true")]
+    pub critical: Vec<String>,
+
+    /// Call tools that are not annotated read-only, or are annotated destructive. A health
+    /// check must not mutate anything by accident: give this only for tools you know are safe.
+    #[arg(long)]
+    pub allow_side_effects: bool,
+
+    /// The server's own health tool: auto (a tool named exactly health_check, health or
+    /// healthcheck, with no required arguments, not destructive), a tool NAME, or off. Its
+    /// structuredContent.status (ok, degraded, down) and components become findings.
+    #[arg(long, default_value = "auto", value_name = "auto|NAME|off")]
+    pub health_tool: String,
+
+    /// The --call options in command-line order, grouped by call (filled by [`parse`]).
+    #[arg(skip)]
+    pub call_groups: Vec<CallGroup>,
+
     /// A handshake slower than this makes the server degraded.
     #[arg(long, default_value = "3s", value_name = "DURATION")]
     pub latency_budget: String,
@@ -413,7 +454,18 @@ pub enum ColorArg {
 /// Parses the command line. Usage errors exit 3 (could not run), not clap's 2, which would
 /// read as "down" to a monitoring system; `--help` and `--version` exit 0.
 pub fn parse() -> Result<Cli, ExitCode> {
-    match Cli::try_parse() {
+    use clap::{CommandFactory, FromArgMatches};
+    let parsed = Cli::command().try_get_matches().and_then(|m| {
+        let mut cli = Cli::from_arg_matches(&m)?;
+        if let (Command::Probe(args), Some(pm)) = (&mut cli.command, m.subcommand_matches("probe"))
+        {
+            args.call_groups = group_calls(pm).map_err(|msg| {
+                Cli::command().error(clap::error::ErrorKind::ArgumentConflict, msg)
+            })?;
+        }
+        Ok(cli)
+    });
+    match parsed {
         Ok(c) => Ok(c),
         Err(e) => {
             let _ = e.print();
@@ -426,9 +478,129 @@ pub fn parse() -> Result<Cli, ExitCode> {
     }
 }
 
+/// One `--call` and the options that followed it, as written.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CallGroup {
+    pub tool: String,
+    pub args: Option<String>,
+    pub expect: Vec<String>,
+    pub budget: Option<String>,
+    pub critical: bool,
+}
+
+/// Groups `--args`, `--expect`, `--budget` and `--critical` with the `--call` before them, by
+/// their positions on the command line.
+fn group_calls(m: &clap::ArgMatches) -> Result<Vec<CallGroup>, String> {
+    let with_index = |id: &str| -> Vec<(usize, String)> {
+        match (m.indices_of(id), m.get_many::<String>(id)) {
+            (Some(i), Some(v)) => i.zip(v.cloned()).collect(),
+            _ => Vec::new(),
+        }
+    };
+    group(
+        with_index("calls"),
+        [
+            ("--args", with_index("call_args")),
+            ("--expect", with_index("expect")),
+            ("--budget", with_index("budget")),
+            ("--critical", with_index("critical")),
+        ],
+    )
+}
+
+/// [`group_calls`] on positions: each option goes to the last `--call` before it.
+fn group(
+    calls: Vec<(usize, String)>,
+    options: [(&'static str, Vec<(usize, String)>); 4],
+) -> Result<Vec<CallGroup>, String> {
+    let mut groups: Vec<(usize, CallGroup)> = calls
+        .into_iter()
+        .map(|(i, tool)| {
+            (
+                i,
+                CallGroup {
+                    tool,
+                    ..CallGroup::default()
+                },
+            )
+        })
+        .collect();
+    for (flag, values) in options {
+        for (at, value) in values {
+            let Some((_, g)) = groups.iter_mut().rev().find(|(i, _)| *i < at) else {
+                return Err(format!(
+                    "{flag} applies to the --call before it, and there is none: write --call TOOL first"
+                ));
+            };
+            let twice = |what: &str| {
+                format!(
+                    "{flag} given twice for --call {}: one {what} per call",
+                    g.tool
+                )
+            };
+            match flag {
+                "--args" if g.args.is_some() => return Err(twice("--args")),
+                "--args" => g.args = Some(value),
+                "--budget" if g.budget.is_some() => return Err(twice("--budget")),
+                "--budget" => g.budget = Some(value),
+                "--critical" => g.critical = true,
+                _ => g.expect.push(value),
+            }
+        }
+    }
+    Ok(groups.into_iter().map(|(_, g)| g).collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn call_options_go_to_the_call_before_them() {
+        let v = |i: usize, s: &str| (i, s.to_owned());
+        let g = group(
+            vec![v(1, "echo"), v(7, "add")],
+            [
+                ("--args", vec![v(3, "{}"), v(9, "{\"a\":1}")]),
+                ("--expect", vec![v(5, "/x exists"), v(11, "/y exists")]),
+                ("--budget", vec![v(13, "1s")]),
+                ("--critical", vec![v(4, "true")]),
+            ],
+        )
+        .unwrap_or_default();
+        assert_eq!(g.len(), 2);
+        assert_eq!((g[0].args.as_deref(), g[0].critical), (Some("{}"), true));
+        assert_eq!(g[0].expect, ["/x exists"]);
+        assert_eq!(g[1].budget.as_deref(), Some("1s"));
+        assert!(!g[1].critical);
+        let none: Vec<(usize, String)> = Vec::new();
+        let orphan = group(
+            vec![v(5, "echo")],
+            [
+                ("--args", vec![v(2, "{}")]),
+                ("--expect", none.clone()),
+                ("--budget", none.clone()),
+                ("--critical", none.clone()),
+            ],
+        );
+        assert_eq!(
+            orphan,
+            Err("--args applies to the --call before it, and there is none: write --call TOOL first".into())
+        );
+        let twice = group(
+            vec![v(1, "echo")],
+            [
+                ("--args", vec![v(3, "{}"), v(5, "{}")]),
+                ("--expect", none.clone()),
+                ("--budget", none.clone()),
+                ("--critical", none),
+            ],
+        );
+        assert_eq!(
+            twice,
+            Err("--args given twice for --call echo: one --args per call".into())
+        );
+    }
 
     /// The words of one shell command line: single and double quotes group (and are removed),
     /// a `#` outside quotes starts a comment, and a `|` ends the command.

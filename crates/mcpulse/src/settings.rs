@@ -75,6 +75,58 @@ fn redact_header(h: &str) -> String {
     }
 }
 
+/// The `--call` groups as call specs: arguments a JSON object, each expectation and budget
+/// parsed once, here, so that a typo is a usage error before anything is sent.
+pub fn calls(groups: &[crate::cli::CallGroup]) -> Result<Vec<mcpulse_wire::call::CallSpec>> {
+    use mcpulse_wire::call::{CallSpec, Expectation};
+    groups
+        .iter()
+        .map(|g| {
+            let arguments = match &g.args {
+                None => serde_json::Map::new(),
+                Some(text) => match serde_json::from_str::<serde_json::Value>(text) {
+                    Ok(serde_json::Value::Object(m)) => m,
+                    Ok(_) => bail!("--args for --call {}: must be a JSON object, e.g. '{{\"message\":\"hi\"}}'", g.tool),
+                    Err(e) => bail!("--args for --call {}: not JSON: {e}", g.tool),
+                },
+            };
+            let expect = g
+                .expect
+                .iter()
+                .map(|e| {
+                    e.parse::<Expectation>()
+                        .map_err(|err| anyhow::anyhow!("--expect for --call {}: {err}", g.tool))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let budget_ms = match &g.budget {
+                None => mcpulse_wire::call::DEFAULT_CALL_BUDGET_MS,
+                Some(b) => {
+                    let d = duration(b, "--budget")?;
+                    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+                }
+            };
+            Ok(CallSpec {
+                arguments,
+                expect,
+                budget_ms,
+                critical: g.critical,
+                ..CallSpec::new(g.tool.clone())
+            })
+        })
+        .collect()
+}
+
+/// `--health-tool auto|NAME|off`.
+pub fn health_tool(value: &str) -> Result<mcpulse_wire::call::HealthToolMode> {
+    use mcpulse_wire::call::HealthToolMode;
+    Ok(match value {
+        "auto" => HealthToolMode::Auto,
+        "off" => HealthToolMode::Off,
+        "" => bail!("--health-tool: give auto, off or a tool's name"),
+        name => HealthToolMode::Named(name.to_owned()),
+    })
+}
+
 /// Resolves the shared target arguments into a target and a plan.
 pub fn target_and_plan(
     args: &crate::cli::TargetArgs,

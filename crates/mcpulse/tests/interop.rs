@@ -981,3 +981,168 @@ fn readme_probe_command_is_healthy_with_a_cold_npm_cache() {
     assert!(stdout.starts_with("✔ healthy"), "{stdout}");
     assert!(stdout.contains("startup"), "{stdout}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Synthetic calls and health tools (`--call`, `--health-tool`) against real servers
+// ---------------------------------------------------------------------------------------------
+
+/// The `calls` of a report, as (tool, status) pairs.
+fn calls(run: &Run) -> Vec<(&str, &str)> {
+    run.report["calls"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|c| {
+                    (
+                        c["tool"].as_str().unwrap_or("?"),
+                        c["status"].as_str().unwrap_or("?"),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// How many `tools/call` requests the probe sent.
+fn tool_calls_sent(run: &Run) -> usize {
+    run.steps().iter().filter(|s| **s == "tools/call").count()
+}
+
+#[test]
+fn everything_tools_as_synthetic_calls_over_every_transport() {
+    let bin = everything();
+    let echo = [
+        "--call",
+        "echo",
+        "--args",
+        r#"{"message":"mcpulse"}"#,
+        "--expect",
+        r#"/content/0/text contains "mcpulse""#,
+    ];
+    let mut args = echo.to_vec();
+    args.extend([
+        "--call",
+        "get-sum",
+        "--args",
+        r#"{"a":2,"b":3}"#,
+        "--expect",
+        r#"/content/0/text contains "5""#,
+        "--critical",
+        "--",
+        "node",
+        &bin,
+        "stdio",
+    ]);
+    let run = mcpulse(&args, &[]);
+    run.assert_healthy();
+    assert_eq!(
+        calls(&run),
+        [("echo", "healthy"), ("get-sum", "healthy")],
+        "{run}"
+    );
+    assert_eq!(run.report["layers"]["dependencies"], "healthy", "{run}");
+    assert_eq!(tool_calls_sent(&run), 2, "{run}");
+
+    // Over Streamable HTTP (its legacy session), beside a tool it does not annotate read-only:
+    // refused, never sent.
+    let server = everything_http("streamableHttp");
+    let url = server.url("/mcp");
+    let mut args = echo.to_vec();
+    args.extend(["--call", "toggle-simulated-logging", url.as_str()]);
+    let run = mcpulse(&args, &[]);
+    assert_eq!(run.status(), "degraded", "{run}");
+    assert_eq!(
+        calls(&run),
+        [
+            ("echo", "healthy"),
+            ("toggle-simulated-logging", "degraded")
+        ],
+        "{run}"
+    );
+    assert!(
+        run.finding("tool-call-refused").contains("readOnlyHint"),
+        "{run}"
+    );
+    assert_eq!(tool_calls_sent(&run), 1, "{run}");
+    assert_eq!(run.report["layers"]["protocol"], "healthy", "{run}");
+
+    // Over legacy HTTP+SSE: the call's reply comes on the event stream; a long operation is
+    // given up at its budget and cancelled with a notification the server accepts.
+    let server = everything_http("sse");
+    let url = server.url("/sse");
+    let mut args = echo.to_vec();
+    args.extend([
+        "--call",
+        "trigger-long-running-operation",
+        "--args",
+        r#"{"duration":5,"steps":5}"#,
+        "--budget",
+        "500ms",
+        "--allow-side-effects",
+        url.as_str(),
+    ]);
+    let run = mcpulse(&args, &[]);
+    assert_eq!(run.report["transport"], "sse", "{run}");
+    assert_eq!(
+        calls(&run),
+        [
+            ("echo", "healthy"),
+            ("trigger-long-running-operation", "degraded")
+        ],
+        "{run}"
+    );
+    assert_eq!(run.report["calls"][1]["cancelled"], true, "{run}");
+    assert!(
+        run.finding("tool-call-slow").contains("500 ms budget"),
+        "{run}"
+    );
+    assert_eq!(
+        run.exchange("notifications/cancelled")["response"]["status"],
+        202,
+        "{run}"
+    );
+}
+
+#[test]
+fn python_sdk2_output_schema_and_health_tool_over_http_and_stdio() {
+    let script = fixture("mcp2_structured.py");
+    let call = [
+        "--call",
+        "stock",
+        "--args",
+        r#"{"item":"bolt"}"#,
+        "--expect",
+        "/structuredContent/in_stock >= 1",
+    ];
+    let server = python_http("mcp2-structured", py2(), "mcp2_structured.py");
+    let url = server.url("/mcp");
+    let mut http = call.to_vec();
+    http.push(url.as_str());
+    let mut stdio = call.to_vec();
+    stdio.extend(["--", "python3", &script, "stdio"]);
+    for run in [
+        mcpulse(&http, &[]),
+        mcpulse(&stdio, &[("PYTHONPATH", &py2())]),
+    ] {
+        assert_eq!(run.report["era"], "modern", "{run}");
+        // The SDK declares the outputSchema the result was validated against.
+        let listed = run.exchange("tools/list")["frames"][0]["raw"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(listed.contains("outputSchema"), "{run}");
+        // The stock call passes; the health tool (found by auto) reports its database down.
+        assert_eq!(
+            calls(&run),
+            [("stock", "healthy"), ("health_check", "degraded")],
+            "{run}"
+        );
+        assert_eq!(run.status(), "degraded", "{run}");
+        assert_eq!(
+            run.finding("health-component-unhealthy"),
+            "inventory-db reports fail (health tool health_check)",
+            "{run}"
+        );
+        assert_eq!(run.report["layers"]["protocol"], "healthy", "{run}");
+    }
+}

@@ -22,13 +22,14 @@ use serde_json::Value;
 pub const MAX_COMPONENT_FINDINGS: usize = 20;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Level {
+pub(super) enum Level {
     Pass,
     Warn,
     Fail,
 }
 
-fn level(s: &str) -> Option<Level> {
+/// A health document's status word (an endpoint's or a health tool's).
+pub(super) fn level(s: &str) -> Option<Level> {
     match s.trim().to_ascii_lowercase().as_str() {
         "pass" | "ok" | "up" | "healthy" => Some(Level::Pass),
         "warn" | "degraded" => Some(Level::Warn),
@@ -138,12 +139,17 @@ fn one(f: &HealthFetch, out: &mut Vec<Finding>) {
         .and_then(|d| d.get("checks"))
         .and_then(Value::as_object)
     {
-        components(checks, out);
+        components(checks, "", out);
     }
 }
 
-/// One finding per component at warn or fail.
-fn components(checks: &serde_json::Map<String, Value>, out: &mut Vec<Finding>) {
+/// One finding per component at warn or fail; `source` (` (health tool x)`, or nothing for an
+/// endpoint) follows each component's detail.
+pub(super) fn components(
+    checks: &serde_json::Map<String, Value>,
+    source: &str,
+    out: &mut Vec<Finding>,
+) {
     let mut bad: Vec<String> = Vec::new();
     let mut more = 0usize;
     for (key, v) in checks {
@@ -170,7 +176,10 @@ fn components(checks: &serde_json::Map<String, Value>, out: &mut Vec<Finding>) {
                 more += 1;
                 continue;
             }
-            bad.push(format!("{} reports {word}{detail}", text::field(key)));
+            bad.push(format!(
+                "{} reports {word}{detail}{source}",
+                text::field(key)
+            ));
         }
     }
     let n = bad.len();

@@ -4,9 +4,11 @@
 //! This module owns the report's shape and the order of judgement ([`judge`]); each family of
 //! checks is a child module: `session` (the handshake's facts), `lists` (the inventory),
 //! `down` (a handshake that failed), `gated` (401/403), `stdio` (processes), `endpoint` (the
-//! server's HTTP health endpoint). How exchanges read
+//! server's HTTP health endpoint), `calls` (synthetic tool calls and the health tool). How
+//! exchanges read
 //! in messages is `crate::evidence`'s; the security grade is `crate::security`'s.
 
+mod calls;
 mod down;
 mod endpoint;
 mod gated;
@@ -25,6 +27,7 @@ use serde_json::Value;
 use stdio::{phases, stderr_tail};
 
 pub use crate::evidence::{describe, rfc3339};
+pub use calls::CallResult;
 pub use stdio::SLOW_STARTUP_MS;
 
 pub const SCHEMA: &str = "mcpulse.report/v1";
@@ -74,6 +77,13 @@ pub struct Report {
     pub resource_count: Option<usize>,
     pub resource_template_count: Option<usize>,
     pub timings_ms: Timings,
+    /// The three layers at a glance, each the worst of its findings (defaulted when reading a
+    /// report stored before it existed).
+    #[serde(default)]
+    pub layers: Layers,
+    /// The synthetic tool calls and the health tool, made or refused (absent without any).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calls: Vec<CallResult>,
     pub findings: Vec<Finding>,
     /// The security grade, A–F (see `security` and docs/checks.md).
     pub grade: String,
@@ -212,7 +222,51 @@ pub struct Timings {
     pub handshake: Option<f64>,
     /// All pages of `tools/list`.
     pub tools_list: Option<f64>,
+    /// The synthetic tool calls and the health tool together, each from its request to its
+    /// reply (absent without any).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calls: Option<f64>,
     pub total: f64,
+}
+
+/// Each layer's status: the worst severity among its findings (`rules::Layer`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Layers {
+    /// Reaching or starting the server: DNS, connect, TLS, spawn, exits.
+    pub liveness: Status,
+    /// Speaking MCP: the handshake and the lists.
+    pub protocol: Status,
+    /// What is behind it: synthetic calls, the health tool, the health endpoint; `null` when
+    /// none of them was checked.
+    pub dependencies: Option<Status>,
+}
+
+impl Default for Layers {
+    fn default() -> Self {
+        Layers {
+            liveness: Status::Healthy,
+            protocol: Status::Healthy,
+            dependencies: None,
+        }
+    }
+}
+
+impl Layers {
+    fn of(findings: &[Finding], dependencies_checked: bool) -> Layers {
+        let worst = |layer: crate::rules::Layer| {
+            let f: Vec<Finding> = findings
+                .iter()
+                .filter(|f| f.code.layer() == layer)
+                .cloned()
+                .collect();
+            Status::from_findings(&f)
+        };
+        Layers {
+            liveness: worst(crate::rules::Layer::Liveness),
+            protocol: worst(crate::rules::Layer::Protocol),
+            dependencies: dependencies_checked.then(|| worst(crate::rules::Layer::Dependencies)),
+        }
+    }
 }
 
 /// Judges a transcript.
@@ -248,6 +302,8 @@ pub fn judge(tr: &Transcript, policy: &Policy) -> Report {
             total: round(tr.total_ms),
             ..Timings::default()
         },
+        layers: Layers::default(),
+        calls: Vec::new(),
         findings: Vec::new(),
         grade: String::new(),
         security: crate::security::assess_replies(
@@ -276,10 +332,18 @@ pub fn judge(tr: &Transcript, policy: &Policy) -> Report {
         j.envelope_findings();
     }
     let mut findings = j.findings;
+    let (call_findings, call_results) = calls::judge(&replies, &all_tools(&replies));
+    findings.extend(call_findings);
+    let call_ms: f64 = call_results.iter().filter_map(|c| c.ms).sum();
+    if call_results.iter().any(|c| c.ms.is_some()) {
+        report.timings_ms.calls = Some(round(call_ms));
+    }
+    report.calls = call_results;
     findings.extend(endpoint::findings(&tr.health));
     // Most severe first, then in the order found.
     findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
     report.status = Status::from_findings(&findings);
+    report.layers = Layers::of(&findings, !tr.calls.is_empty() || !tr.health.is_empty());
     report.grade = report.security.grade.clone();
     report.findings = findings;
     report

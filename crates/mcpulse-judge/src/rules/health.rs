@@ -58,12 +58,42 @@ crate::rule_family! {
     HealthEndpointInvalid = "health-endpoint-invalid", Critical,
         "The health endpoint answered, but not with a health document: an HTML page, unparseable JSON, no `status`, a body over 64 KiB, or an unfollowed redirect.",
         "An HTTP 200 with a login page or a proxy's error page is not a healthy server; mcpulse does not take a 2xx alone as health.";
+    CriticalCallFailed = "critical-call-failed", Critical,
+        "A synthetic tool call marked critical (`--critical`) failed: any of the `tool-*` findings of that call.",
+        "You said this tool is the server's reason to exist (its database query, its upstream API): when it fails, the server is down for its users even though it answers the protocol.";
+    HealthToolDown = "health-tool-down", Critical,
+        "The server's health tool (`--health-tool`) reports `down` (`unhealthy`, `fail`, `error`).",
+        "The server says of itself that a dependency it needs is down. The component findings that follow name it.";
     HealthEndpointDegraded = "health-endpoint-degraded", Warning,
         "The health endpoint reports `warn` (`degraded`): up, but something behind it is not well.",
         "`mcpulse supervise` reports `warn` while its child is busy (a heartbeat unanswered during a long tool call). The component findings say what.";
     HealthComponentUnhealthy = "health-component-unhealthy", Warning,
         "A component in the health document's `checks` reports `warn` or `fail`.",
         "The component is named (a database, the supervised child, its heartbeat) with its observed value and output, so the alert says what is wrong behind the server, not only that it is.";
+    HealthToolDegraded = "health-tool-degraded", Warning,
+        "The server's health tool reports `degraded` (`warn`).",
+        "Up, but something behind it is not well; the component findings say what.";
+    HealthToolInvalid = "health-tool-invalid", Warning,
+        "The health tool answered, but not with a health document: no `structuredContent` or JSON text with a known `status`.",
+        "A health tool whose answer cannot be read tells nothing; give it `structuredContent` with `status` (ok, degraded or down) and `checks` per component.";
+    ToolCallFailed = "tool-call-failed", Warning,
+        "A synthetic tool call (`--call`) failed: a JSON-RPC error, a result with `isError: true`, or no reply.",
+        "The server answers the protocol, but the tool does not work: typically a dependency behind it (a database, an API) is down. Degraded by default; `--critical` makes it down.";
+    ToolCallSlow = "tool-call-slow", Warning,
+        "A synthetic tool call took longer than its budget (`--budget`, 5 s by default); one that had not answered by then was given up and cancelled.",
+        "Agents time out on slow tools as they do on slow servers. Over stdio mcpulse sends `notifications/cancelled`; over Streamable HTTP it closes the response stream.";
+    ToolOutputInvalid = "tool-output-invalid", Warning,
+        "A tool that declares an `outputSchema` returned `structuredContent` that does not validate against it, or none at all.",
+        "Clients validate structured results against the declared schema (the spec says servers MUST conform): a mismatch breaks every client that relies on it.";
+    ToolOutputSchemaInvalid = "tool-output-schema-invalid", Warning,
+        "A called tool's `outputSchema` could not be compiled as a JSON Schema (or refers to a remote schema, which mcpulse does not fetch).",
+        "No client can validate the tool's results against it. mcpulse never fetches a `$ref` over the network.";
+    ToolExpectationFailed = "tool-expectation-failed", Warning,
+        "A condition on a synthetic call's result (`--expect 'PATH OP VALUE'`) did not hold.",
+        "The tool answered, but not what a working one answers: the condition, and what was found instead, are in the message.";
+    ToolCallRefused = "tool-call-refused", Warning,
+        "A tool asked for (`--call`, `--health-tool NAME`) was not called: not listed, not annotated read-only, annotated destructive, with required arguments (a health tool), or no time left.",
+        "A health check must not mutate anything by accident: pass `--allow-side-effects` to call a tool that may. A check that was asked for and not made is not a pass.";
     AuthRequired = "auth-required", Warning,
         "The server answered 401: it is up, but gated behind authentication.",
         "Up but gated, not down. Supply credentials with `--header` or `--bearer-env` to probe further.";
@@ -135,7 +165,49 @@ crate::rule_family! {
         "Usually a package manager's download (`npx`, `uvx`) or a slow interpreter start: every client that spawns the server waits as long. Not judged as handshake latency, which is timed from the first output on.";
 }
 
+/// The three layers of a server's health: can it be reached or started (liveness), does it
+/// speak MCP (protocol: the handshake and the lists), and do the things behind it work
+/// (dependencies: synthetic calls, its health tool, its health endpoint).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layer {
+    Liveness,
+    Protocol,
+    Dependencies,
+}
+
 impl Rule {
+    /// The layer a finding of this rule is about.
+    pub fn layer(self) -> Layer {
+        use Rule::*;
+        match self {
+            DnsFailed
+            | ConnectFailed
+            | TlsFailed
+            | HttpFailed
+            | SpawnFailed
+            | ProcessExited
+            | ProcessExitedAfterHandshake
+            | SlowStartup
+            | Stderr => Layer::Liveness,
+            HealthEndpointDown
+            | HealthEndpointUnreachable
+            | HealthEndpointInvalid
+            | HealthEndpointDegraded
+            | HealthComponentUnhealthy
+            | CriticalCallFailed
+            | HealthToolDown
+            | HealthToolDegraded
+            | HealthToolInvalid
+            | ToolCallFailed
+            | ToolCallSlow
+            | ToolOutputInvalid
+            | ToolOutputSchemaInvalid
+            | ToolExpectationFailed
+            | ToolCallRefused => Layer::Dependencies,
+            _ => Layer::Protocol,
+        }
+    }
+
     /// The severity every finding of this rule has: the verdict follows from it.
     pub fn severity(self) -> Severity {
         self.weight()

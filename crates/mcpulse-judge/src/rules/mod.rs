@@ -18,7 +18,7 @@ pub mod security;
 pub use docs::findings_doc;
 pub use drift::{Class, DriftRule};
 /// The health rules (`rules::ALL`, as before the registry took in the other families).
-pub use health::{ALL, Rule};
+pub use health::{ALL, Layer, Rule};
 pub use security::{Level, SecRule};
 
 /// A rule family: an enum of rules with codes, one weight each, a title and an explanation;

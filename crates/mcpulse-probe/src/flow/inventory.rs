@@ -13,17 +13,24 @@ use mcpulse_wire::transcript::{Exchange, Outcome, Step};
 use mcpulse_wire::version::Era;
 use serde_json::Value;
 
-/// Takes inventory: every page of tools, and of prompts and resources when advertised. Where
-/// replies come back on one ordered channel matched by id (stdio's stdout, the HTTP+SSE
-/// stream) the first pages are requested all at once (pipelined), which spares the server's
-/// and our wake-ups between one request and the next; later pages follow their cursors in
-/// turn. Over Streamable HTTP each request waits for its response (one kept-alive connection).
+/// Takes inventory ([`lists`]), then makes the plan's tool calls (`super::calls`): every flow
+/// comes here once its handshake is done, so the calls follow `tools/list` on every transport.
 pub(super) async fn inventory(
     wire: &mut Wire<'_>,
     ctx: &mut Ctx<'_>,
     era: Era,
     capabilities: &Value,
 ) {
+    lists(wire, ctx, era, capabilities).await;
+    super::calls::calls(wire, ctx, era).await;
+}
+
+/// Every page of tools, and of prompts and resources when advertised. Where
+/// replies come back on one ordered channel matched by id (stdio's stdout, the HTTP+SSE
+/// stream) the first pages are requested all at once (pipelined), which spares the server's
+/// and our wake-ups between one request and the next; later pages follow their cursors in
+/// turn. Over Streamable HTTP each request waits for its response (one kept-alive connection).
+async fn lists(wire: &mut Wire<'_>, ctx: &mut Ctx<'_>, era: Era, capabilities: &Value) {
     let mut kinds = vec![ListKind::Tools];
     kinds.extend(
         [

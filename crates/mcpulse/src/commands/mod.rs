@@ -12,7 +12,7 @@ use anyhow::Result;
 
 pub fn run(cli: Cli) -> Result<u8> {
     match cli.command {
-        Command::Probe(args) => probe::run(args),
+        Command::Probe(args) => probe::run(*args),
         Command::Snapshot(args) => snapshot::run(args),
         Command::Diff(args) => diff::run(args),
         Command::Monitor(args) => monitor::run(args),

@@ -14,9 +14,19 @@ pub fn run(args: ProbeArgs) -> Result<u8> {
         args.target.command.is_empty(),
         &args.health_url,
     ) {
+        if !args.call_groups.is_empty() {
+            bail!(
+                "--call needs an MCP target (a URL or a command after `--`), not only --health-url"
+            );
+        }
         return health_only(&args, url);
     }
+    let calls = settings::calls(&args.call_groups)?;
+    let health_tool = settings::health_tool(&args.health_tool)?;
     let (target, mut plan) = settings::target_and_plan(&args.target)?;
+    plan.calls = calls;
+    plan.health_tool = health_tool;
+    plan.allow_side_effects = args.allow_side_effects;
     if let Some(url) = &args.health_url {
         // Checked as a probe URL is (http or https, a host): a usage error, not a finding.
         mcpulse_probe::Target::http(url).map_err(|e| anyhow::anyhow!("--health-url: {e}"))?;

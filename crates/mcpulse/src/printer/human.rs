@@ -27,11 +27,7 @@ fn paint(style: Style, text: &str) -> String {
 pub fn render(r: &Report) -> String {
     let bold = Style::new().bold();
     let dim = Style::new().dimmed();
-    let (mark, style) = match r.status {
-        Status::Healthy => ("✔", AnsiColor::Green.on_default().bold()),
-        Status::Degraded => ("▲", AnsiColor::Yellow.on_default().bold()),
-        Status::Down => ("✘", AnsiColor::Red.on_default().bold()),
-    };
+    let (mark, style) = mark(r.status);
     let mut s = String::new();
     s.push_str(&format!(
         "{} {}  {}\n",
@@ -84,6 +80,7 @@ pub fn render(r: &Report) -> String {
         ("startup", t.startup),
         ("handshake", t.handshake),
         ("tools/list", t.tools_list),
+        ("calls", t.calls),
     ] {
         if let Some(v) = v {
             times.push(format!("{name} {}", fmt_ms(v)));
@@ -95,6 +92,7 @@ pub fn render(r: &Report) -> String {
         paint(dim, "timings"),
         times.join(" · ")
     ));
+    s.push_str(&render_layers(r));
     if !r.tools.is_empty() {
         let names: Vec<std::borrow::Cow<'_, str>> =
             r.tools.iter().map(|t| text::field(&t.name)).collect();
@@ -136,12 +134,74 @@ pub fn render(r: &Report) -> String {
 
 /// The grade on one line, then each security finding with the first line of its evidence
 /// (`--json` has all of it; docs/checks.md says what each code means).
+/// The three layers at a glance (liveness: connect, spawn; protocol: handshake, lists;
+/// dependencies: calls, health tool, health endpoint), then one line per call.
+fn render_layers(r: &Report) -> String {
+    let dim = Style::new().dimmed();
+    let word = |st: Status| {
+        let (mark, style) = mark(st);
+        paint(style, &format!("{mark} {}", st.as_str()))
+    };
+    let deps = match r.layers.dependencies {
+        Some(st) => word(st),
+        None => paint(dim, "not checked"),
+    };
+    let mut s = format!(
+        "  {} liveness {} · protocol {} · dependencies {deps}\n",
+        paint(dim, "layers"),
+        word(r.layers.liveness),
+        word(r.layers.protocol),
+    );
+    for c in &r.calls {
+        let kind = match c.purpose {
+            mcpulse_wire::call::CallPurpose::Synthetic => "call",
+            mcpulse_wire::call::CallPurpose::HealthTool => "health tool",
+        };
+        let time = match (c.ms, c.refused) {
+            (_, Some(_)) => "not called".to_owned(),
+            (Some(ms), None) => format!("{} of {}", fmt_ms(ms), fmt_ms(c.budget_ms as f64)),
+            (None, None) => "no reply".to_owned(),
+        };
+        let mut extra = Vec::new();
+        if c.critical {
+            extra.push("critical".to_owned());
+        }
+        if let Some(st) = c.reported {
+            extra.push(format!("reports {}", st.as_str()));
+        }
+        extra.extend(c.findings.iter().map(|f| f.code().to_owned()));
+        let extra = if extra.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", extra.join(", "))
+        };
+        s.push_str(&format!(
+            "    {kind} {} {} · {time}{extra}\n",
+            text::field(&c.tool),
+            word(c.status),
+        ));
+    }
+    s
+}
+
+fn mark(st: Status) -> (&'static str, Style) {
+    match st {
+        Status::Healthy => ("✔", AnsiColor::Green.on_default().bold()),
+        Status::Degraded => ("▲", AnsiColor::Yellow.on_default().bold()),
+        Status::Down => ("✘", AnsiColor::Red.on_default().bold()),
+    }
+}
+
 fn render_security(r: &Report) -> String {
     use mcpulse_judge::security::Level;
     let bold = Style::new().bold();
     let dim = Style::new().dimmed();
     let sec = &r.security;
-    if r.status == Status::Down && sec.findings.is_empty() {
+    // Down for what is behind it (a critical call, its health tool) is not "did not answer".
+    let unanswered = r.layers.liveness == Status::Down
+        || r.layers.protocol == Status::Down
+        || r.transport.is_none();
+    if r.status == Status::Down && unanswered && sec.findings.is_empty() {
         // Nothing answered that could lose a point: the A of no findings would mislead.
         return format!(
             "  {} not graded (nothing to grade: the server did not answer)\n",
