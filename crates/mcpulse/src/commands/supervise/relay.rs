@@ -234,6 +234,8 @@ mod client_io {
                     .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
                     .open(format!("/proc/self/fd/{n}"))
                     .ok()?;
+                // A large message crosses in one write (see the relay's `widen_pipe`).
+                mcpulse_relay::supervise::child::widen_pipe(file.as_fd());
                 Some(Side::Pipe(file))
             }
             Kind::Socket => {
