@@ -9,6 +9,9 @@
 #
 # Environment:
 #   MCPULSE          the mcpulse binary (default: target/release/mcpulse, built if missing)
+#   MCPULSE_BASELINE another mcpulse binary (say, a release build of main before a change), run
+#                    as one more path, "supervise (baseline)", interleaved with the others: a
+#                    before/after comparison on the same loaded machine in the same run
 #   HOT_RELOAD_SRC   a git checkout of github.com/Stefan-Nitu/mcp-hot-reload (default: the
 #                    snapshot under /work/.mirror if present, else a clone); it is built once
 #                    at the pinned commit into target/bench-supervise/ (npm ci, then tsc)
@@ -45,6 +48,10 @@ if [[ "$said" == *"not built yet"* ]]; then
 else
   modes+=(supervise)
 fi
+if [ -n "${MCPULSE_BASELINE:-}" ]; then
+  modes+=(baseline)
+  notes+=("**supervise (baseline)** is \`MCPULSE_BASELINE\` ($("$MCPULSE_BASELINE" --version 2>/dev/null || echo mcpulse)), run as one more path in the same rounds.")
+fi
 
 # The peer: mcp-hot-reload, built from source at the pinned commit (it is not on the npm registry).
 hr="$cache/mcp-hot-reload"
@@ -79,6 +86,7 @@ run() {  # run MODE SERVER_LABEL -- client args... -- server command...
   local prefix=() out
   case "$mode" in
     supervise) prefix=("$mcpulse" supervise --) ;;
+    baseline) prefix=("$MCPULSE_BASELINE" supervise --); mode="supervise (baseline)" ;;
     mcp-hot-reload) prefix=(node "$hr/dist/index.js") ;;
   esac
   if out=$(python3 "$here/client.py" "${cargs[@]}" -- "${prefix[@]}" "$@"); then

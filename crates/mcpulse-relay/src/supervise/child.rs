@@ -156,6 +156,28 @@ pub fn become_subreaper() -> bool {
     }
 }
 
+/// The pipe buffer the relay asks for ([`widen_pipe`]): one large message (a 1 MiB tool result)
+/// goes through in one write and one read instead of sixteen 64 KiB rounds, each a wake-up of
+/// the other side. Linux caps it at `/proc/sys/fs/pipe-max-size` (1 MiB by default) for
+/// unprivileged processes; the memory is the kernel's and is used only while bytes wait.
+pub const PIPE_SIZE: i32 = 1 << 20;
+
+/// Asks for a [`PIPE_SIZE`] buffer on a pipe (Linux: `F_SETPIPE_SZ`). A best effort: on
+/// failure (not a pipe, over the limit, another system) the pipe keeps its size. The buffer
+/// belongs to the pipe, so the process at its other end sees the same, larger, buffer.
+pub fn widen_pipe(fd: std::os::fd::BorrowedFd<'_>) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: fcntl(F_SETPIPE_SZ) on a descriptor borrowed for the call; it passes an
+        // integer, no memory, and fails harmlessly on anything that is not a pipe.
+        #[allow(unsafe_code)]
+        let _ = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_SIZE) };
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = fd;
+}
+
 static INSTANCE: AtomicUsize = AtomicUsize::new(0);
 
 impl Child {
@@ -212,6 +234,15 @@ impl Child {
         })?;
         let pid = child.id().unwrap_or(0);
         let stdin = child.stdin.take();
+        {
+            use std::os::fd::AsFd;
+            if let Some(stdin) = &stdin {
+                widen_pipe(stdin.as_fd());
+            }
+            if let Some(stdout) = &child.stdout {
+                widen_pipe(stdout.as_fd());
+            }
+        }
         // The exit is reported after the last stdout line (or a moment after the exit, if a
         // grandchild holds stdout open): a reply written just before exiting is relayed, not
         // lost to the restart.

@@ -1,9 +1,11 @@
 //! The little the relay reads of a message: its id, method, a `tools/call`'s tool name, the
 //! modern protocol version in `_meta`, and (for replies) whether it is an error or a tool error.
 //!
-//! One borrowed `serde` pass, no tree: the id and result stay raw slices of the line, other
-//! fields are skipped unread, so a large message costs one scan and no copies. The line itself
-//! is forwarded as it came.
+//! One borrowed `serde` pass, no tree: the id stays a raw slice of the line, of a result only
+//! `isError` is read, other fields are skipped unread, so a large message (a 1 MiB tool
+//! result) costs one scan and no copies. The line itself is forwarded as it came. The rare
+//! replies whose result the relay reads whole (`initialize`'s) parse it again
+//! ([`raw_result`]).
 
 use serde::Deserialize;
 use serde::de::IgnoredAny;
@@ -20,10 +22,97 @@ pub struct Envelope<'a> {
     pub method: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     pub params: Option<Params<'a>>,
-    #[serde(borrow, default)]
-    pub result: Option<&'a RawValue>,
+    /// The result, read in the same pass only as far as its `isError`.
+    #[serde(default)]
+    pub result: Option<ResultHead>,
     #[serde(default)]
     pub error: Option<IgnoredAny>,
+}
+
+/// What the relay reads of a result: whether it is a tool error (`"isError": true`). Any JSON
+/// is accepted (a result need not be an object, `isError` need not be a boolean): reading it
+/// never turns a reply into junk.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ResultHead {
+    pub is_error: bool,
+}
+
+impl<'de> Deserialize<'de> for ResultHead {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ResultHead, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = ResultHead;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON-RPC result")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<ResultHead, A::Error> {
+                let mut head = ResultHead::default();
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    if key == "isError" {
+                        head.is_error =
+                            matches!(map.next_value::<IgnoredOr<bool>>()?, IgnoredOr::Is(true));
+                    } else {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+                Ok(head)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<ResultHead, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(ResultHead::default())
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<ResultHead, E> {
+                Ok(ResultHead::default())
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<ResultHead, E> {
+                Ok(ResultHead::default())
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<ResultHead, E> {
+                Ok(ResultHead::default())
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<ResultHead, E> {
+                Ok(ResultHead::default())
+            }
+            fn visit_str<E>(self, _: &str) -> Result<ResultHead, E> {
+                Ok(ResultHead::default())
+            }
+        }
+        d.deserialize_any(Visit)
+    }
+}
+
+/// A `T`, or anything else (skipped): a lenient field.
+enum IgnoredOr<T> {
+    Is(T),
+    Other,
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for IgnoredOr<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<IgnoredOr<T>, D::Error> {
+        // Buffered only for `isError`'s value, a scalar in every sane reply.
+        let v = serde_json::Value::deserialize(d)?;
+        Ok(T::deserialize(v).map_or(IgnoredOr::Other, IgnoredOr::Is))
+    }
+}
+
+/// The raw `result` of a reply line: for the few replies read whole (`initialize`'s), parsed
+/// again rather than kept from every reply's pass.
+pub fn raw_result(line: &[u8]) -> Option<&str> {
+    #[derive(Deserialize)]
+    struct Whole<'a> {
+        #[serde(borrow, default)]
+        result: Option<&'a RawValue>,
+    }
+    serde_json::from_slice::<Whole<'_>>(line)
+        .ok()?
+        .result
+        .map(RawValue::get)
 }
 
 /// The params the relay looks at.
@@ -102,15 +191,7 @@ impl<'a> Envelope<'a> {
 
     /// For a reply: whether a result says `isError: true` (a tool error, not a JSON-RPC one).
     pub fn is_tool_error(&self) -> bool {
-        #[derive(Deserialize)]
-        struct Head {
-            #[serde(default, rename = "isError")]
-            is_error: Option<bool>,
-        }
-        self.result
-            .and_then(|r| serde_json::from_str::<Head>(r.get()).ok())
-            .and_then(|h| h.is_error)
-            .unwrap_or(false)
+        self.result.is_some_and(|r| r.is_error)
     }
 }
 
@@ -154,6 +235,18 @@ mod tests {
         let e = Envelope::parse(reply).unwrap();
         assert_eq!(e.kind(), Kind::Response);
         assert!(e.is_tool_error());
+        assert_eq!(raw_result(reply), Some(r#"{"content":[],"isError":true}"#));
+        // Any result is a reply: not an object, or a non-boolean isError, is no tool error.
+        for odd in [
+            &br#"{"jsonrpc":"2.0","id":3,"result":[1,{"isError":true}]}"#[..],
+            br#"{"jsonrpc":"2.0","id":3,"result":"text"}"#,
+            br#"{"jsonrpc":"2.0","id":3,"result":{"isError":"yes","x":{"isError":true}}}"#,
+            br#"{"jsonrpc":"2.0","id":3,"result":{"isError":false}}"#,
+        ] {
+            let e = Envelope::parse(odd).unwrap();
+            assert_eq!(e.kind(), Kind::Response);
+            assert!(!e.is_tool_error());
+        }
         let err = br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"x"}}"#;
         assert_eq!(Envelope::parse(err).unwrap().kind(), Kind::Response);
         let modern = br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;

@@ -24,7 +24,7 @@
 use super::Settings;
 use super::child::{Child, ChildEvent, ExitStatus, StderrRing};
 use super::codes;
-use super::envelope::{Envelope, Kind, sniff_id};
+use super::envelope::{Envelope, Kind, raw_result, sniff_id};
 use super::lines::{LineRead, read_line};
 use crate::status::{
     CallOutcome, ChildState, HeartbeatOutcome, Observer, Restart, RestartReason, Status,
@@ -1031,7 +1031,10 @@ impl Session {
                 };
                 if self.is_ours(id) {
                     let is_error = env.error.is_some();
-                    let result = env.result.map(|r| r.get().to_owned());
+                    let result = env
+                        .result
+                        .and_then(|_| raw_result(&line))
+                        .map(str::to_owned);
                     let id = id.to_owned();
                     self.our_reply(&id, is_error, result.as_deref());
                     return;
@@ -1053,7 +1056,7 @@ impl Session {
                 }
                 if self.handshake.initialize_id.as_deref() == Some(id) {
                     self.handshake.initialize_id = None;
-                    self.handshake.negotiated = env.result.and_then(|r| negotiated(r.get()));
+                    self.handshake.negotiated = raw_result(&line).and_then(negotiated);
                     self.status.protocol_version =
                         self.handshake.negotiated.as_ref().map(|(v, _)| v.clone());
                 }

@@ -6,6 +6,11 @@
 //! child gets `PR_SET_PDEATHSIG(SIGKILL)`, which fires when the *thread* that forked it exits.
 //! Every spawn happens on this thread, which lives as long as the process; a multi-threaded
 //! runtime's worker (or a blocking-pool thread) could exit and kill a healthy child with it.
+//!
+//! The client's stdin and stdout are read and written through epoll when they are pipes or
+//! sockets (see [`client_io`]): tokio's own `stdin()`/`stdout()` hand every read and write to
+//! its blocking thread pool, two thread hand-offs per message each way, which was most of the
+//! relay's added latency (docs/benchmarks-supervise.md).
 
 use crate::cli::SuperviseArgs;
 use crate::settings;
@@ -26,13 +31,15 @@ pub fn run(args: SuperviseArgs) -> Result<u8> {
         .context("starting the runtime")?;
     runtime.block_on(async move {
         let visibility = super::visibility::start(&args).await?;
+        let io = client_io::ClientIo::open();
         let outcome = mcpulse_relay::supervise::run(
             settings,
-            tokio::io::stdin(),
-            tokio::io::stdout(),
+            io.input,
+            io.output,
             visibility.observer.clone(),
         )
         .await;
+        drop(io.restore);
         Ok(if outcome.fatal.is_some() {
             EXIT_FATAL
         } else {
@@ -112,4 +119,143 @@ pub fn resolve(args: &SuperviseArgs) -> Result<Settings> {
     // at least 10 s (npx and uv may download before they start).
     s.start_timeout = (s.heartbeat_timeout * 4).max(std::time::Duration::from_secs(10));
     Ok(s)
+}
+
+/// The client's end of the relay: fd 0 and fd 1 as non-blocking streams driven by epoll when
+/// they are pipes or sockets, else (a terminal, a regular file, /dev/null) tokio's blocking
+/// stdio, which works on anything.
+///
+/// `O_NONBLOCK` belongs to the open file description, which other processes may share (a shell
+/// that started us with the same pipe, another program writing to the same stdout), and a
+/// process that does not expect it would see `EAGAIN`. So:
+/// - a pipe is *reopened* through `/proc/self/fd/N`, which on Linux gives a new description of
+///   the same pipe: the flag is set on ours only, nobody else's changes (read end opened with
+///   `O_NONBLOCK`, so an already-closed writer cannot block the open);
+/// - a socket cannot be reopened (Node-based clients, libuv, give their children socketpairs):
+///   the flag is set on the shared description and cleared again when the relay ends
+///   ([`Restore`]; a stdio stream is handed to a program blocking). Another process using the same socket at the same time is not a case a
+///   stdio server's stdin/stdout meets.
+mod client_io {
+    use std::fs::File;
+    use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    use tokio::io::{AsyncRead, AsyncWrite};
+
+    pub type Input = Box<dyn AsyncRead + Unpin + Send>;
+    pub type Output = Box<dyn AsyncWrite + Unpin + Send>;
+
+    pub struct ClientIo {
+        pub input: Input,
+        pub output: Output,
+        /// Dropped once the relay is done with the streams: puts sockets back to blocking.
+        pub restore: Restore,
+    }
+
+    /// Sockets made non-blocking, to put back to blocking when dropped.
+    #[derive(Default)]
+    pub struct Restore(Vec<std::os::unix::net::UnixStream>);
+
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            for s in &self.0 {
+                let _ = s.set_nonblocking(false);
+            }
+        }
+    }
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Kind {
+        Pipe,
+        Socket,
+        /// A terminal, a regular file, a character device: tokio's blocking stdio.
+        Other,
+    }
+
+    /// What an fd is (a failed fstat, e.g. a closed fd, counts as Other).
+    pub fn kind(fd: BorrowedFd<'_>) -> Kind {
+        let Ok(owned) = fd.try_clone_to_owned() else {
+            return Kind::Other;
+        };
+        match File::from(owned).metadata().map(|m| m.file_type()) {
+            Ok(t) if t.is_fifo() => Kind::Pipe,
+            Ok(t) if t.is_socket() => Kind::Socket,
+            _ => Kind::Other,
+        }
+    }
+
+    impl ClientIo {
+        pub fn open() -> ClientIo {
+            let mut restore = Restore::default();
+            let input: Input = match open_side(std::io::stdin().as_fd(), 0, &mut restore) {
+                Some(Side::Pipe(f)) => match tokio::net::unix::pipe::Receiver::from_file(f) {
+                    Ok(r) => Box::new(r),
+                    Err(_) => Box::new(tokio::io::stdin()),
+                },
+                Some(Side::Socket(s)) => Box::new(s),
+                None => Box::new(tokio::io::stdin()),
+            };
+            let output: Output = match open_side(std::io::stdout().as_fd(), 1, &mut restore) {
+                Some(Side::Pipe(f)) => match tokio::net::unix::pipe::Sender::from_file(f) {
+                    Ok(w) => Box::new(w),
+                    Err(_) => Box::new(tokio::io::stdout()),
+                },
+                Some(Side::Socket(s)) => Box::new(s),
+                None => Box::new(tokio::io::stdout()),
+            };
+            tracing::debug!(
+                stdin = ?kind(std::io::stdin().as_fd()),
+                stdout = ?kind(std::io::stdout().as_fd()),
+                "supervise: client streams"
+            );
+            ClientIo {
+                input,
+                output,
+                restore,
+            }
+        }
+    }
+
+    enum Side {
+        Pipe(File),
+        Socket(tokio::net::UnixStream),
+    }
+
+    /// fd `n` (0 or 1) as an epoll-able stream, or None for tokio's stdio.
+    fn open_side(fd: BorrowedFd<'_>, n: u8, restore: &mut Restore) -> Option<Side> {
+        match kind(fd) {
+            Kind::Pipe => {
+                let mut options = std::fs::OpenOptions::new();
+                if n == 0 {
+                    options.read(true);
+                } else {
+                    options.write(true);
+                }
+                let file = options
+                    .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+                    .open(format!("/proc/self/fd/{n}"))
+                    .ok()?;
+                // A large message crosses in one write (see the relay's `widen_pipe`).
+                mcpulse_relay::supervise::child::widen_pipe(file.as_fd());
+                Some(Side::Pipe(file))
+            }
+            Kind::Socket => {
+                let owned: OwnedFd = fd.try_clone_to_owned().ok()?;
+                let std = std::os::unix::net::UnixStream::from(owned);
+                let keep = std.try_clone().ok()?;
+                std.set_nonblocking(true).ok()?;
+                restore.0.push(keep);
+                match tokio::net::UnixStream::from_std(std) {
+                    Ok(s) => Some(Side::Socket(s)),
+                    Err(_) => {
+                        // Put it back now: the fallback reads it blocking.
+                        if let Some(k) = restore.0.pop() {
+                            let _ = k.set_nonblocking(false);
+                        }
+                        None
+                    }
+                }
+            }
+            Kind::Other => None,
+        }
+    }
 }
