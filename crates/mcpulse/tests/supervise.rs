@@ -203,3 +203,78 @@ async fn a_sigkilled_supervisor_takes_its_child_with_it() {
         "the child outlived its SIGKILLed supervisor"
     );
 }
+
+/// Sends `sig` to a process.
+fn signal(pid: u32, sig: i32) {
+    // SAFETY: kill(2) on one process id; no memory effects.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::kill(i32::try_from(pid).unwrap(), sig);
+    }
+}
+
+#[tokio::test]
+async fn a_signal_stops_the_whole_group_within_the_short_bound_then_exits() {
+    for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+        let dir = TempDir::new("sup-signal");
+        // A grandchild (as `npx` → `node` makes) with its stdio detached: only a stop of the
+        // group ends it; the parent-death signal reaches the child alone.
+        let script = server(&dir);
+        let mut sup = Supervised::spawn(&["--", "sh", script.to_str().unwrap()]);
+        let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+        assert_eq!(sup.exchange(init).await["id"], 1);
+        let pids: Vec<u32> = wait_for_pids(&dir.join("pids"), 1)
+            .await
+            .into_iter()
+            .chain(wait_for_pids(&dir.join("grand"), 1).await)
+            .collect();
+        let at = std::time::Instant::now();
+        signal(sup.process.id().unwrap(), sig);
+        let status = tokio::time::timeout(BOUND, sup.process.wait())
+            .await
+            .unwrap()
+            .unwrap();
+        let took = at.elapsed();
+        let left = still_running_after(&pids, Duration::from_secs(2));
+        kill(&left);
+        assert!(left.is_empty(), "signal {sig}: left running: {left:?}");
+        assert_eq!(status.code(), Some(0), "signal {sig}: handled, not killed");
+        // The SDK clients SIGKILL 2 s after their SIGTERM.
+        assert!(
+            took < Duration::from_millis(1500),
+            "signal {sig}: took {took:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn at_the_clients_eof_the_stop_grace_is_waited_once() {
+    let dir = TempDir::new("sup-eof-grace");
+    // A server that ignores its stdin closing (it never reads it) but dies on SIGTERM.
+    let script = StdioScript::new()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .at_start(Act::Sleep(100_000))
+        .write(&dir, "s.sh");
+    let mut sup = Supervised::spawn(&[
+        "--stop-grace",
+        "700ms",
+        "--",
+        "sh",
+        script.to_str().unwrap(),
+    ]);
+    let pids = wait_for_pids(&dir.join("pids"), 1).await;
+    let at = std::time::Instant::now();
+    drop(sup.stdin.take());
+    let status = tokio::time::timeout(BOUND, sup.process.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    let took = at.elapsed();
+    let left = still_running_after(&pids, Duration::from_secs(2));
+    kill(&left);
+    assert!(left.is_empty(), "left running: {left:?}");
+    assert_eq!(status.code(), Some(0));
+    // Closing stdin, one grace (700 ms), SIGTERM: not a second grace before the SIGTERM.
+    assert!(took >= Duration::from_millis(650), "took {took:?}");
+    assert!(took < Duration::from_millis(1300), "took {took:?}");
+}

@@ -122,6 +122,9 @@ pub struct Child {
     pub stdin_backlog: Arc<AtomicUsize>,
     writer: JoinHandle<()>,
     exited: watch::Receiver<Option<ExitStatus>>,
+    /// When [`Child::close_stdin`] closed its stdin: the grace for that step runs from then,
+    /// so a stop after the client's EOF does not wait it a second time.
+    stdin_closed: Option<Instant>,
 }
 
 /// Why a child could not be started.
@@ -251,6 +254,7 @@ impl Child {
             stdin_backlog,
             writer,
             exited,
+            stdin_closed: None,
         })
     }
 
@@ -267,6 +271,7 @@ impl Child {
     /// server.
     pub fn close_stdin(&mut self) {
         self.stdin = None;
+        self.stdin_closed.get_or_insert_with(Instant::now);
     }
 
     /// Whether the child is stopped (SIGSTOP, a debugger): frozen, so never "busy" with the
@@ -295,14 +300,15 @@ impl Child {
     }
 
     /// Stops the child and everything it started: close its stdin (after what was queued is
-    /// written, within `grace`), wait `grace`, SIGTERM the group, wait `grace`, then SIGKILL
+    /// written, within `grace`), wait `grace` (counted from when the stdin was closed, if
+    /// [`Child::close_stdin`] did it earlier), SIGTERM the group, wait `grace`, then SIGKILL
     /// the group and every descendant, and reap the descendants reparented to us. Bounded:
-    /// at most about `3 × grace + 1 s`.
+    /// at most about `2 × grace + 2 s`.
     pub async fn stop(mut self, grace: Duration) {
         let pgid = i32::try_from(self.pid).unwrap_or(0);
         // Closing the channel lets the writer finish what is queued, then drop the pipe (EOF).
         self.stdin = None;
-        let until = Instant::now() + grace;
+        let until = self.stdin_closed.unwrap_or_else(Instant::now) + grace;
         if timeout_at(until, &mut self.writer).await.is_err() {
             self.writer.abort(); // a child not reading its stdin: drop the pipe now
         }

@@ -16,7 +16,7 @@ pub mod lines;
 pub mod session;
 
 pub use child::Program;
-pub use session::{Outcome, run};
+pub use session::{Outcome, SIGNAL_GRACE, run, run_until};
 
 // The policy settings a caller fills in, re-exported so that the CLI needs no other crate.
 pub use mcpulse_policy::backoff::Backoff;

@@ -50,6 +50,8 @@ pub struct Outcome {
     pub fatal: Option<String>,
 }
 
+/// Each step of the stop sequence after a signal (at most; `--stop-grace` if shorter).
+pub const SIGNAL_GRACE: Duration = Duration::from_millis(500);
 /// How often a stalled relay looks whether the backlog drained.
 const STALL_POLL: Duration = Duration::from_millis(10);
 /// How much of the child's stderr goes into an error message.
@@ -145,6 +147,8 @@ struct Session {
     counter: u64,
     random: std::collections::hash_map::RandomState,
     status: Status,
+    /// Stopping on a signal: the stops of replaced children get a bounded wait too.
+    signalled: bool,
 }
 
 /// Runs the supervisor until the client closes `input`: relays it to the child and the
@@ -162,6 +166,27 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
+    run_until(settings, input, output, observer, std::future::pending()).await
+}
+
+/// [`run`], also ending when `stop` completes (`mcpulse supervise` passes SIGTERM, SIGINT or
+/// SIGHUP): the child is then stopped at once with each step of the graceful sequence cut to
+/// [`SIGNAL_GRACE`], because whoever sent the signal (an SDK client: ~2 s after closing our
+/// stdin) SIGKILLs us soon after, and a SIGKILLed supervisor leaves the child's grandchildren
+/// behind.
+pub async fn run_until<R, W, S>(
+    settings: Settings,
+    input: R,
+    output: W,
+    observer: Arc<dyn Observer>,
+    stop: S,
+) -> Outcome
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+    S: std::future::Future<Output = ()>,
+{
+    let mut stop = std::pin::pin!(stop);
     if !super::child::become_subreaper() {
         tracing::debug!("not a child subreaper: grandchildren that call setsid may outlive a stop");
     }
@@ -210,6 +235,7 @@ where
         counter: 0,
         random,
         status: Status::new(ChildState::Starting, epoch_ms()),
+        signalled: false,
     };
     session.start().await;
     let mut client_open = true;
@@ -251,6 +277,12 @@ where
                     break;
                 }
                 session.timers().await;
+            }
+            () = &mut stop => {
+                tracing::info!("supervise: signalled; stopping the server");
+                session.s.stop_grace = session.s.stop_grace.min(SIGNAL_GRACE);
+                session.signalled = true;
+                break;
             }
         }
     }
@@ -654,8 +686,16 @@ impl Session {
         if let Some(child) = self.child.take() {
             child.stop(self.s.stop_grace).await;
         }
-        for stop in self.stopping.drain(..) {
-            let _ = stop.await;
+        for mut stop in self.stopping.drain(..) {
+            if !self.signalled {
+                let _ = stop.await;
+            } else if tokio::time::timeout(SIGNAL_GRACE * 2, &mut stop)
+                .await
+                .is_err()
+            {
+                // Dropping the half-stopped child SIGKILLs its group.
+                stop.abort();
+            }
         }
         if self.fatal.is_none() {
             self.set_state(ChildState::Stopped);
