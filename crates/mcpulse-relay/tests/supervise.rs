@@ -834,3 +834,52 @@ async fn a_frozen_child_is_not_busy_even_with_a_request_in_flight() {
     let (_, _) = c.close().await;
     assert_all_gone(&[&pids]);
 }
+
+#[tokio::test]
+async fn replies_are_matched_by_id_value_and_mistyped_requests_are_still_tracked() {
+    let dir = TempDir::new("ids");
+    let pids = dir.join("pids");
+    // A server that re-encodes the ids it echoes, as Python's json does.
+    let script = server(
+        &pids,
+        vec![
+            (
+                "x/cafe",
+                vec![Act::Stdout(
+                    r#"{"jsonrpc":"2.0","id":"caf\u00e9","result":{"n":1}}"#.into(),
+                )],
+            ),
+            (
+                "x/slash",
+                vec![Act::Stdout(
+                    r#"{"jsonrpc":"2.0","id":"a/b","result":{"n":2}}"#.into(),
+                )],
+            ),
+        ],
+    )
+    .write(&dir, "s.sh");
+    let mut c = Client::start(settings(&script));
+    c.initialize().await;
+    c.send(json!({"jsonrpc": "2.0", "id": "café", "method": "x/cafe"}))
+        .await;
+    let reply = c.recv().await;
+    assert_eq!(reply["id"], "café", "{reply}");
+    assert_eq!(reply["result"]["n"], 1);
+    c.input
+        .as_mut()
+        .unwrap()
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":\"a\\/b\",\"method\":\"x/slash\"}\n")
+        .await
+        .unwrap();
+    let reply = c.recv().await;
+    assert_eq!(reply["id"], "a/b", "{reply}");
+    // A tool name that is not a string: the envelope is wrong, the request is still tracked.
+    let reply = c
+        .request(7, "tools/call", json!({"name": 7, "arguments": {}}))
+        .await;
+    assert!(reply["result"].is_object(), "{reply}");
+    let (outcome, rest) = c.close().await;
+    assert_eq!(outcome.fatal, None);
+    assert!(rest.is_empty(), "{rest:?}");
+    assert_all_gone(&[&pids]);
+}

@@ -24,7 +24,7 @@
 use super::Settings;
 use super::child::{Child, ChildEvent, ExitStatus, StderrRing};
 use super::codes;
-use super::envelope::{Envelope, Kind, sniff_id};
+use super::envelope::{Envelope, Kind, canonical_id, sniff_id};
 use super::lines::{LineRead, read_line};
 use crate::status::{
     CallOutcome, ChildState, HeartbeatOutcome, Observer, Restart, RestartReason, Status,
@@ -911,7 +911,7 @@ impl Session {
         };
         match env.kind() {
             Kind::Request => {
-                let id = env.id_text().unwrap_or("null").to_owned();
+                let id = canonical_id(env.id_text().unwrap_or("null")).into_owned();
                 let method = env.method.as_deref().unwrap_or("");
                 if self.fatal.is_some() {
                     self.fail_fatal(&id);
@@ -974,14 +974,14 @@ impl Session {
                     && let Some(id) = env.cancelled_id()
                 {
                     // The server need not answer a cancelled request: stop waiting for it.
-                    self.in_flight.remove(id);
+                    self.in_flight.remove(canonical_id(id).as_ref());
                 }
                 line.push(b'\n');
                 self.deliver(line, None);
             }
             Kind::Response => {
                 if let Some(id) = env.id_text()
-                    && let Some(generation) = self.server_requests.remove(id)
+                    && let Some(generation) = self.server_requests.remove(canonical_id(id).as_ref())
                     && self.child.as_ref().map(|c| c.generation) != Some(generation)
                 {
                     // The child that asked is gone (restarting, or replaced already).
@@ -1063,12 +1063,14 @@ impl Session {
         };
         match env.kind() {
             Kind::Response => {
-                let Some(id) = env.id_text() else {
+                let Some(raw_id) = env.id_text() else {
                     // An error with a null id (a parse error): the client's business.
                     line.push(b'\n');
                     self.send_client(line);
                     return;
                 };
+                let key = canonical_id(raw_id);
+                let id: &str = &key;
                 if self.is_ours(id) {
                     let is_error = env.error.is_some();
                     let result = env.result.map(|r| r.get().to_owned());
@@ -1116,7 +1118,8 @@ impl Session {
                             self.server_requests.clear();
                         }
                     }
-                    self.server_requests.insert(id.to_owned(), generation);
+                    self.server_requests
+                        .insert(canonical_id(id).into_owned(), generation);
                 }
                 line.push(b'\n');
                 self.send_client(line);
