@@ -883,3 +883,34 @@ async fn replies_are_matched_by_id_value_and_mistyped_requests_are_still_tracked
     assert!(rest.is_empty(), "{rest:?}");
     assert_all_gone(&[&pids]);
 }
+
+#[tokio::test]
+async fn a_too_long_reply_fails_its_own_request_found_by_its_top_level_id() {
+    let dir = TempDir::new("toolong");
+    let pids = dir.join("pids");
+    // The TypeScript SDK's key order (id last), and an "id":5 nested in the result first.
+    let big = format!(
+        r#"{{"result":{{"id":5,"text":"{}"}},"jsonrpc":"2.0","id":7}}"#,
+        "x".repeat(8000)
+    );
+    let script = server(&pids, vec![("x/big", vec![Act::Stdout(big)])]).write(&dir, "s.sh");
+    let mut s = settings(&script);
+    s.max_message_size = 2000;
+    let mut c = Client::start(s);
+    c.initialize().await;
+    // Request 5 stays in flight (no rule answers it); 7 gets the too-long reply.
+    c.send(json!({"jsonrpc": "2.0", "id": 5, "method": "x/none"}))
+        .await;
+    c.send(json!({"jsonrpc": "2.0", "id": 7, "method": "x/big"}))
+        .await;
+    let reply = c.recv().await;
+    assert_eq!(reply["id"], 7, "{reply}");
+    assert_eq!(error_code(&reply), codes::MESSAGE_TOO_LARGE);
+    c.quiet(Duration::from_millis(200)).await;
+    let (_, rest) = c.close().await;
+    // Request 5 was still in flight: answered at the stop, not as too large.
+    assert_eq!(rest.len(), 1, "{rest:?}");
+    assert_eq!(rest[0]["id"], 5);
+    assert_eq!(error_code(&rest[0]), codes::SERVER_RESTARTED);
+    assert_all_gone(&[&pids]);
+}

@@ -17,7 +17,7 @@
 //!   stderr the same way without the supervisor), and its tail is kept in a bounded ring
 //!   ([`StderrRing`]) to explain a crash in the error the client gets.
 
-use super::lines::{LineRead, read_line};
+use super::lines::{Clipped, LineRead, read_line};
 use mcpulse_transport::stdio::kill_group;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::process::Stdio;
@@ -61,8 +61,8 @@ impl std::fmt::Display for ExitStatus {
 pub enum ChildEvent {
     /// One line (without its newline).
     Line(u64, Vec<u8>),
-    /// A line longer than the limit, dropped; its first bytes, to find the id it answered.
-    TooLong(u64, Vec<u8>),
+    /// A line longer than the limit, dropped; its top-level id, to answer the request it was for.
+    TooLong(u64, Clipped),
     /// The child exited.
     Exited(u64, ExitStatus),
 }
@@ -469,7 +469,7 @@ async fn read_stdout(
     loop {
         let event = match read_line(&mut reader, max_line).await {
             LineRead::Line(line) => ChildEvent::Line(generation, line),
-            LineRead::TooLong(prefix) => ChildEvent::TooLong(generation, prefix),
+            LineRead::TooLong(clipped) => ChildEvent::TooLong(generation, clipped),
             LineRead::Eof => return,
         };
         if events.send(event).await.is_err() {

@@ -160,29 +160,6 @@ pub fn canonical_id(raw: &str) -> Cow<'_, str> {
     }
 }
 
-/// Finds a top-level-looking `"id":` value in the first bytes of an over-long line (which
-/// cannot be parsed whole): a number or a string without escapes. A best effort, documented
-/// as such: a nested `"id"` before the real one could mislead it, which at worst answers an
-/// error to an id that is not in flight (and so is dropped).
-pub fn sniff_id(prefix: &[u8]) -> Option<String> {
-    let text = String::from_utf8_lossy(prefix);
-    let at = text.find("\"id\"")?;
-    let rest = text[at + 4..].trim_start().strip_prefix(':')?.trim_start();
-    if let Some(s) = rest.strip_prefix('"') {
-        let end = s.find('"')?;
-        let inner = &s[..end];
-        if inner.contains('\\') {
-            return None;
-        }
-        return Some(format!("\"{inner}\""));
-    }
-    let end = rest
-        .find(|c: char| !(c.is_ascii_digit() || c == '-'))
-        .unwrap_or(rest.len());
-    let num = &rest[..end];
-    (!num.is_empty() && num != "-").then(|| num.to_owned())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -234,18 +211,5 @@ mod tests {
         let e = Envelope::parse(br#"{"jsonrpc":"2.0","id":"x","method":7}"#).unwrap();
         assert_eq!(e.kind(), Kind::Request);
         assert_eq!(e.id_text(), Some(r#""x""#));
-    }
-
-    #[test]
-    fn an_id_is_sniffed_from_a_prefix() {
-        assert_eq!(
-            sniff_id(br#"{"jsonrpc":"2.0","id": 42,"method":"x","params":{"#).as_deref(),
-            Some("42")
-        );
-        assert_eq!(
-            sniff_id(br#"{"id":"abc","params":"#).as_deref(),
-            Some(r#""abc""#)
-        );
-        assert_eq!(sniff_id(br#"{"method":"x","params":{"data":"#), None);
     }
 }

@@ -24,8 +24,8 @@
 use super::Settings;
 use super::child::{Child, ChildEvent, ExitStatus, StderrRing};
 use super::codes;
-use super::envelope::{Envelope, Kind, canonical_id, sniff_id};
-use super::lines::{LineRead, read_line};
+use super::envelope::{Envelope, Kind, canonical_id};
+use super::lines::{Clipped, LineRead, read_line};
 use crate::status::{
     CallOutcome, ChildState, HeartbeatOutcome, Observer, Restart, RestartReason, Status,
 };
@@ -64,7 +64,7 @@ const RECENT_RESTARTS: usize = 10;
 
 enum ClientEvent {
     Line(Vec<u8>),
-    TooLong(Vec<u8>),
+    TooLong(Clipped),
 }
 
 /// A client request the child has not answered yet.
@@ -250,7 +250,7 @@ where
             biased;
             event = child_rx.recv(), if to_client_ok => match event {
                 Some(ChildEvent::Line(g, line)) => session.child_line(g, line),
-                Some(ChildEvent::TooLong(g, prefix)) => session.child_too_long(g, &prefix),
+                Some(ChildEvent::TooLong(g, clipped)) => session.child_too_long(g, clipped),
                 Some(ChildEvent::Exited(g, status)) => {
                     if g == session.generation && session.closing_until.is_some() {
                         break;
@@ -261,7 +261,7 @@ where
             },
             line = client_rx.recv(), if client_open && to_child_ok => match line {
                 Some(ClientEvent::Line(line)) => session.client_line(line),
-                Some(ClientEvent::TooLong(prefix)) => session.client_too_long(&prefix),
+                Some(ClientEvent::TooLong(clipped)) => session.client_too_long(clipped),
                 None => {
                     client_open = false;
                     if !session.client_closed() {
@@ -304,7 +304,7 @@ async fn read_client<R: AsyncRead + Unpin>(input: R, max: usize, tx: mpsc::Sende
         let event = match read_line(&mut reader, max).await {
             LineRead::Line(line) if line.is_empty() => continue,
             LineRead::Line(line) => ClientEvent::Line(line),
-            LineRead::TooLong(prefix) => ClientEvent::TooLong(prefix),
+            LineRead::TooLong(clipped) => ClientEvent::TooLong(clipped),
             LineRead::Eof => return,
         };
         if tx.send(event).await.is_err() {
@@ -1031,12 +1031,13 @@ impl Session {
         self.queue.push_back((line, id));
     }
 
-    fn client_too_long(&mut self, prefix: &[u8]) {
+    fn client_too_long(&mut self, clipped: Clipped) {
         tracing::warn!(
             max = self.s.max_message_size,
             "supervise: a client message over --max-message-size, dropped"
         );
-        if let Some(id) = sniff_id(prefix) {
+        // A request is answered; a too-long reply to a server request just goes missing.
+        if let Some(id) = clipped.id.filter(|_| !clipped.reply) {
             self.answer_error(
                 &id,
                 codes::MESSAGE_TOO_LARGE,
@@ -1171,7 +1172,7 @@ impl Session {
         // Else: a late reply to an earlier heartbeat, already judged.
     }
 
-    fn child_too_long(&mut self, generation: u64, prefix: &[u8]) {
+    fn child_too_long(&mut self, generation: u64, clipped: Clipped) {
         if generation != self.generation {
             return;
         }
@@ -1179,7 +1180,7 @@ impl Session {
             max = self.s.max_message_size,
             "supervise: a server message over --max-message-size, dropped"
         );
-        if let Some(id) = sniff_id(prefix)
+        if let Some(id) = clipped.id.filter(|_| clipped.reply)
             && let Some(f) = self.in_flight.remove(&id)
         {
             self.report_call(&f, CallOutcome::RpcError);
