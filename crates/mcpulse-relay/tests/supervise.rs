@@ -878,6 +878,12 @@ async fn replies_are_matched_by_id_value_and_mistyped_requests_are_still_tracked
         .request(7, "tools/call", json!({"name": 7, "arguments": {}}))
         .await;
     assert!(reply["result"].is_object(), "{reply}");
+    // An id over 1 KiB is not tracked, so not forwarded: answered at once.
+    let long = "i".repeat(2000);
+    c.send(json!({"jsonrpc": "2.0", "id": long, "method": "tools/list"}))
+        .await;
+    let reply = c.recv().await;
+    assert_eq!(error_code(&reply), codes::TOO_MANY_REQUESTS, "{reply}");
     let (outcome, rest) = c.close().await;
     assert_eq!(outcome.fatal, None);
     assert!(rest.is_empty(), "{rest:?}");
@@ -912,5 +918,59 @@ async fn a_too_long_reply_fails_its_own_request_found_by_its_top_level_id() {
     assert_eq!(rest.len(), 1, "{rest:?}");
     assert_eq!(rest[0]["id"], 5);
     assert_eq!(error_code(&rest[0]), codes::SERVER_RESTARTED);
+    assert_all_gone(&[&pids]);
+}
+
+#[tokio::test]
+async fn a_client_that_writes_without_reading_is_not_read_past_the_bound() {
+    let dir = TempDir::new("noread");
+    let pids = dir.join("pids");
+    let script = StdioScript::new()
+        .at_start(Act::RecordPid(pids.clone()))
+        .at_start(Act::Exit(1))
+        .write(&dir, "s.sh");
+    let mut s = settings(&script);
+    s.restart.max_restarts = 0; // FATAL at the first exit: every request answered by us
+    s.queue_max_bytes = 16 << 10;
+    s.max_message_size = 16 << 10;
+    let (mut input, sup_in) = tokio::io::duplex(16 << 10);
+    let (sup_out, output) = tokio::io::duplex(16 << 10);
+    let seen = Arc::new(Recorder::default());
+    let task = tokio::spawn(run(s, sup_in, sup_out, seen.clone()));
+    let until = std::time::Instant::now() + WAIT;
+    while !seen.all().contains(&Seen::State(ChildState::Fatal)) {
+        assert!(std::time::Instant::now() < until, "{:?}", seen.all());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Each request (~60 bytes) gets an error of ~200: without a bound, 4 MiB of requests
+    // would all be read and answered into memory.
+    let mut written = 0usize;
+    let mut blocked = false;
+    while written < 4 << 20 {
+        let line = format!(
+            "{}\n",
+            json!({"jsonrpc": "2.0", "id": written, "method": "tools/list"})
+        );
+        match tokio::time::timeout(Duration::from_millis(300), input.write_all(line.as_bytes()))
+            .await
+        {
+            Ok(r) => r.unwrap(),
+            Err(_) => {
+                blocked = true;
+                break;
+            }
+        }
+        written += line.len();
+    }
+    assert!(
+        blocked,
+        "all {written} bytes were read without the client reading a byte"
+    );
+    // Pipes (16 KiB each way), the channel (64 lines) and the backlog bound (16 KiB of answers).
+    assert!(written < 256 << 10, "{written} bytes read before stopping");
+    drop(input);
+    drop(output);
+    let outcome = tokio::time::timeout(WAIT, task).await.unwrap().unwrap();
+    assert!(outcome.fatal.is_some());
     assert_all_gone(&[&pids]);
 }

@@ -42,6 +42,9 @@ pub mod codes {
     pub const QUEUE_FULL: i64 = -32083;
     /// The request (or its reply) was longer than `--max-message-size`.
     pub const MESSAGE_TOO_LARGE: i64 = -32084;
+    /// Not forwarded: too many requests in flight (10,000), or an id over 1 KiB; the
+    /// supervisor bounds what it tracks.
+    pub const TOO_MANY_REQUESTS: i64 = -32085;
 }
 
 /// Everything the supervisor is told, resolved and validated (by the CLI).

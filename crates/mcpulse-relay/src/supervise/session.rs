@@ -59,6 +59,11 @@ const STDERR_TAIL: usize = 600;
 /// The most server→client requests remembered (to drop replies meant for a replaced child),
 /// and the most timed-out requests tracked for `--busy-grace`.
 const MAX_SERVER_REQUESTS: usize = 4096;
+/// The most client requests tracked at once, and the longest id tracked (bytes, canonical):
+/// past either, a request is answered with [`codes::TOO_MANY_REQUESTS`] instead of being
+/// forwarded, so that tracking costs at most about 10,000 × 1 KiB.
+const MAX_IN_FLIGHT: usize = 10_000;
+const MAX_ID_LEN: usize = 1024;
 /// The most recent restarts kept in the status.
 const RECENT_RESTARTS: usize = 10;
 
@@ -259,7 +264,10 @@ where
                 }
                 None => {}
             },
-            line = client_rx.recv(), if client_open && to_child_ok => match line {
+            // The client is read only while both sides drain: a client message may be answered
+            // by the supervisor itself (FATAL, a full queue, a too-long request), and a client
+            // that writes without reading would otherwise grow those answers without bound.
+            line = client_rx.recv(), if client_open && to_child_ok && to_client_ok => match line {
                 Some(ClientEvent::Line(line)) => session.client_line(line),
                 Some(ClientEvent::TooLong(clipped)) => session.client_too_long(clipped),
                 None => {
@@ -328,11 +336,19 @@ async fn write_client<W: AsyncWrite + Unpin>(
             let ok = out.write_all(&line).await.is_ok();
             backlog.fetch_sub(n, Ordering::Relaxed);
             if !ok {
+                // The client closed its stdout: drain without writing, so that the backlog
+                // does not stall the relay (it would never read the client's EOF).
+                while let Some(line) = rx.recv().await {
+                    backlog.fetch_sub(line.len(), Ordering::Relaxed);
+                }
                 return;
             }
             next = rx.try_recv().ok();
         }
         if out.flush().await.is_err() {
+            while let Some(line) = rx.recv().await {
+                backlog.fetch_sub(line.len(), Ordering::Relaxed);
+            }
             return;
         }
     }
@@ -917,6 +933,16 @@ impl Session {
                     self.fail_fatal(&id);
                     return;
                 }
+                if id.len() > MAX_ID_LEN || self.in_flight.len() >= MAX_IN_FLIGHT {
+                    self.answer_error(
+                        &id,
+                        codes::TOO_MANY_REQUESTS,
+                        &format!(
+                            "mcpulse supervise: not forwarded: over {MAX_IN_FLIGHT} requests in flight, or an id over {MAX_ID_LEN} bytes"
+                        ),
+                    );
+                    return;
+                }
                 if let Some(why) = &self.mismatch
                     && method != "initialize"
                 {
@@ -1110,7 +1136,7 @@ impl Session {
                 self.send_client(line);
             }
             Kind::Request => {
-                if let Some(id) = env.id_text() {
+                if let Some(id) = env.id_text().filter(|id| id.len() <= MAX_ID_LEN) {
                     if self.server_requests.len() >= MAX_SERVER_REQUESTS {
                         // Unanswered ones pile up only if the client never replies: forget
                         // those of earlier children first, then all.
