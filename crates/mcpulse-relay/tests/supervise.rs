@@ -974,3 +974,63 @@ async fn a_client_that_writes_without_reading_is_not_read_past_the_bound() {
     assert!(outcome.fatal.is_some());
     assert_all_gone(&[&pids]);
 }
+
+/// Whether `pid` is a zombie (exited, not reaped).
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            == Some("Z")
+    })
+}
+
+#[tokio::test]
+async fn orphans_that_die_mid_session_are_reaped_not_left_zombies() {
+    let dir = TempDir::new("zombies");
+    let pids = dir.join("pids");
+    let grand = dir.join("grand");
+    let script = server(&pids, vec![]).write(&dir, "s.sh");
+    let mut s = settings(&script);
+    // Two short-lived orphans (their subshell exits at once: they are reparented to us), then
+    // the server.
+    s.program = Program {
+        program: "sh".into(),
+        args: vec![
+            "-c".into(),
+            format!(
+                "(sleep 0.2 & echo $! >> '{g}'); (sleep 0.2 & echo $! >> '{g}'); exec sh '{s}'",
+                g = grand.display(),
+                s = script.display()
+            ),
+        ],
+    };
+    let _reap = Reap(vec![pids.clone(), grand.clone()]);
+    let mut c = Client::start(s);
+    c.initialize().await;
+    wait_for_file(&grand).await;
+    let orphans = read_pids(&grand);
+    assert_eq!(orphans.len(), 2);
+    // They exit after 200 ms; give the reaper a bounded while.
+    let until = std::time::Instant::now() + Duration::from_secs(3);
+    loop {
+        let zombies: Vec<u32> = orphans.iter().copied().filter(|p| is_zombie(*p)).collect();
+        let running: Vec<u32> = orphans
+            .iter()
+            .copied()
+            .filter(|p| mcpulse_testkit::stdio::is_running(*p))
+            .collect();
+        if zombies.is_empty() && running.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "zombies {zombies:?}, running {running:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The session is unharmed: the server still answers.
+    c.request(2, "tools/list", json!({})).await;
+    let (outcome, _) = c.close().await;
+    assert_eq!(outcome.fatal, None);
+    assert_all_gone(&[&pids]);
+}

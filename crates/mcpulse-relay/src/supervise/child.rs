@@ -161,6 +161,67 @@ pub fn become_subreaper() -> bool {
 
 static INSTANCE: AtomicUsize = AtomicUsize::new(0);
 
+/// The children tokio waits for (every supervisor's in this process, a test binary running
+/// several): [`reap_orphans`] leaves these alone, or tokio would lose their exit status.
+static LEADERS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+fn leaders() -> std::sync::MutexGuard<'static, Vec<u32>> {
+    LEADERS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Reaps, for as long as the runtime runs, the orphans reparented to us (we are a subreaper)
+/// as they die: without it, a grandchild that exits mid-session (`(sleep 1 &)` in a shell
+/// wrapper) stays a zombie for the supervisor's whole life, and at stop its empty
+/// `/proc/<pid>/environ` hides it from [`descendants`]. Woken by SIGCHLD; looks at our own
+/// zombie children only, never a child tokio waits for ([`LEADERS`]). Spawn it once, after
+/// [`become_subreaper`] succeeded.
+pub async fn reap_orphans() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut sigchld) = signal(SignalKind::child()) else {
+        return;
+    };
+    let me = std::process::id();
+    loop {
+        reap_zombies(me);
+        if sigchld.recv().await.is_none() {
+            return;
+        }
+    }
+}
+
+/// One pass of [`reap_orphans`].
+fn reap_zombies(me: u32) {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for pid in dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok()) {
+        let Some((state, parent)) = state_and_parent(pid) else {
+            continue;
+        };
+        if parent != me || state != "Z" || leaders().contains(&pid) {
+            continue;
+        }
+        if let Ok(raw) = i32::try_from(pid) {
+            // SAFETY: waitpid on one pid (a zombie child of ours no one else waits for), with
+            // WNOHANG; the status pointer is a valid local.
+            #[allow(unsafe_code)]
+            unsafe {
+                let mut status = 0;
+                libc::waitpid(raw, &mut status, libc::WNOHANG);
+            }
+        }
+    }
+}
+
+/// A process's state letter and parent, from `/proc/<pid>/stat` (Linux).
+fn state_and_parent(pid: u32) -> Option<(String, u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.to_owned();
+    Some((state, fields.next()?.parse().ok()?))
+}
+
 impl Child {
     /// Spawns generation `generation` of the child. Its stdout lines (at most `max_line`
     /// bytes each) and its exit go to `events`; its stderr to our stderr and `ring`.
@@ -214,6 +275,7 @@ impl Child {
             },
         })?;
         let pid = child.id().unwrap_or(0);
+        leaders().push(pid);
         let stdin = child.stdin.take();
         // The exit is reported after the last stdout line (or a moment after the exit, if a
         // grandchild holds stdout open): a reply written just before exiting is relayed, not
@@ -239,6 +301,7 @@ impl Child {
                 },
                 Err(_) => ExitStatus::default(),
             };
+            leaders().retain(|p| *p != pid);
             let _ = exit_tx.send(Some(status));
             let _ = tokio::time::timeout(STDOUT_DRAIN, stdout_closed).await;
             let _ = events.send(ChildEvent::Exited(generation, status)).await;
@@ -385,9 +448,7 @@ async fn reap(pids: &[u32], leader: u32) {
 
 /// A process's parent, from `/proc/<pid>/stat` (Linux).
 fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, rest) = stat.rsplit_once(')')?;
-    rest.split_whitespace().nth(1)?.parse().ok()
+    state_and_parent(pid).map(|(_, parent)| parent)
 }
 
 /// Whether `/proc/<pid>/environ` holds `LINEAGE_VAR=lineage`.

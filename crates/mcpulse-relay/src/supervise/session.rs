@@ -192,9 +192,12 @@ where
     S: std::future::Future<Output = ()>,
 {
     let mut stop = std::pin::pin!(stop);
-    if !super::child::become_subreaper() {
+    let reaper = if super::child::become_subreaper() {
+        Some(tokio::spawn(super::child::reap_orphans()))
+    } else {
         tracing::debug!("not a child subreaper: grandchildren that call setsid may outlive a stop");
-    }
+        None
+    };
     let (client_tx, mut client_rx) = mpsc::channel(64);
     let max = settings.max_message_size;
     let reader = tokio::spawn(read_client(input, max, client_tx));
@@ -296,6 +299,9 @@ where
     }
     reader.abort();
     session.shutdown().await;
+    if let Some(reaper) = reaper {
+        reaper.abort();
+    }
     let grace = session.s.stop_grace;
     drop(session.out.take());
     if timeout_at(Instant::now() + grace, writer).await.is_err() {
