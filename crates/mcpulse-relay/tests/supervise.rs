@@ -1034,3 +1034,53 @@ async fn orphans_that_die_mid_session_are_reaped_not_left_zombies() {
     assert_eq!(outcome.fatal, None);
     assert_all_gone(&[&pids]);
 }
+
+#[tokio::test]
+async fn a_timed_out_request_never_answered_does_not_spoil_the_busy_grace_for_good() {
+    let dir = TempDir::new("expired-grace");
+    let pids = dir.join("pids");
+    // `stuck` is never answered (as a TypeScript SDK server does not answer a cancelled
+    // request); `slow` blocks the single-threaded server 350 ms, within the 400 ms grace.
+    let script = server(
+        &pids,
+        vec![
+            (r#"tools/call","params":{"name":"stuck"#, vec![]),
+            (
+                "tools/call",
+                vec![
+                    Act::Sleep(350),
+                    Act::Result(json!({"content": [{"type": "text", "text": "slow"}]})),
+                ],
+            ),
+        ],
+    )
+    .write(&dir, "s.sh");
+    let mut s = settings(&script);
+    s.heartbeat.busy_grace = Duration::from_millis(400);
+    s.timeouts = Timeouts {
+        request: None,
+        tools: vec![("stuck".into(), Duration::from_millis(100))],
+    };
+    let mut c = Client::start(s);
+    c.initialize().await;
+    c.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "stuck"}}))
+        .await;
+    let reply = c.recv().await;
+    assert_eq!(error_code(&reply), codes::REQUEST_TIMEOUT, "{reply}");
+    // The unanswered request is now older than the grace.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let reply = c.request(3, "tools/call", json!({"name": "slow"})).await;
+    assert_eq!(reply["result"]["content"][0]["text"], "slow", "{reply}");
+    let seen = c.seen.all();
+    assert!(
+        seen.contains(&Seen::Heartbeat(HeartbeatOutcome::Busy)),
+        "{seen:?}"
+    );
+    assert!(
+        !seen.contains(&Seen::Heartbeat(HeartbeatOutcome::Failed)),
+        "{seen:?}"
+    );
+    let (outcome, _) = c.close().await;
+    assert_eq!(outcome.fatal, None);
+    assert_all_gone(&[&pids]);
+}

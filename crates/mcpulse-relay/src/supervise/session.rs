@@ -763,6 +763,12 @@ impl Session {
         if let Some(p) = &self.beat
             && p.deadline <= now
         {
+            // A timed-out request the child never answered (TypeScript SDK servers do not
+            // answer a cancelled one) keeps it busy only within the grace: past it, it is
+            // forgotten, or it would make every later miss a failure, a healthy slow call's too.
+            let grace = self.s.heartbeat.busy_grace;
+            self.expired
+                .retain(|_, at| now.saturating_duration_since(*at) <= grace);
             // A frozen child (SIGSTOP) is not busy, whatever it holds.
             let stopped = self.child.as_ref().is_some_and(Child::is_stopped);
             let oldest = if stopped {
