@@ -1084,3 +1084,69 @@ async fn a_timed_out_request_never_answered_does_not_spoil_the_busy_grace_for_go
     assert_eq!(outcome.fatal, None);
     assert_all_gone(&[&pids]);
 }
+
+#[tokio::test]
+async fn a_timed_out_initialize_is_not_cancelled_and_its_late_reply_still_sets_up_the_replay() {
+    let dir = TempDir::new("init-timeout");
+    let pids = dir.join("pids");
+    let inits = dir.join("inits");
+    let cancels = dir.join("cancels");
+    let script = server(
+        &pids,
+        vec![
+            (
+                "initialize",
+                vec![
+                    Act::RecordLine(inits.clone()),
+                    Act::Sleep(300),
+                    Act::Result(mcpulse_testkit::mcp::initialize_result(
+                        mcpulse_testkit::mcp::LEGACY,
+                    )),
+                ],
+            ),
+            (
+                "notifications/cancelled",
+                vec![Act::RecordLine(cancels.clone())],
+            ),
+            ("tools/call", vec![Act::Exit(1)]),
+        ],
+    )
+    .write(&dir, "s.sh");
+    let mut s = settings(&script);
+    s.timeouts = Timeouts {
+        request: Some(Duration::from_millis(100)),
+        tools: vec![],
+    };
+    let mut c = Client::start(s);
+    c.send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}))
+        .await;
+    let reply = c.recv().await;
+    assert_eq!(error_code(&reply), codes::REQUEST_TIMEOUT, "{reply}");
+    // The late reply comes (and is dropped) 200 ms later.
+    c.quiet(Duration::from_millis(400)).await;
+    assert!(!cancels.exists(), "the initialize was cancelled");
+    c.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await;
+    // The server crashes on this call; its restart must replay the handshake.
+    c.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "x"}}))
+        .await;
+    let reply = c.recv().await;
+    assert_eq!(error_code(&reply), codes::SERVER_RESTARTED, "{reply}");
+    let until = std::time::Instant::now() + WAIT;
+    while std::fs::read_to_string(&inits)
+        .unwrap_or_default()
+        .lines()
+        .count()
+        < 2
+    {
+        assert!(
+            std::time::Instant::now() < until,
+            "the restarted server never got the replayed initialize"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (outcome, _) = c.close().await;
+    assert_eq!(outcome.fatal, None);
+    assert!(!cancels.exists(), "the initialize was cancelled");
+    assert_all_gone(&[&pids]);
+}

@@ -888,12 +888,20 @@ impl Session {
             let took = now.saturating_duration_since(f.received);
             self.report_call(&f, CallOutcome::Timeout);
             tracing::info!(id = %text::field(&id), "supervise: request timed out");
+            // "The client MUST NOT attempt to cancel its initialize request": the server keeps
+            // it, and its late reply still records what was negotiated (for a later replay).
+            let initialize = self.handshake.initialize_id.as_deref() == Some(id.as_str());
             self.answer_error(
                 &id,
                 codes::REQUEST_TIMEOUT,
                 &format!(
-                    "mcpulse supervise: request timed out after {} ms; it was cancelled in the server",
-                    took.as_millis()
+                    "mcpulse supervise: request timed out after {} ms; {}",
+                    took.as_millis(),
+                    if initialize {
+                        "an initialize is not cancelled: the server may still complete it"
+                    } else {
+                        "it was cancelled in the server"
+                    }
                 ),
             );
             // Queued requests never reached the child: drop them from the queue instead.
@@ -902,6 +910,9 @@ impl Session {
             {
                 if self.expired.len() < MAX_SERVER_REQUESTS {
                     self.expired.insert(id.clone(), sent);
+                }
+                if initialize {
+                    continue;
                 }
                 let cancel = format!(
                     r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{id},"reason":"timed out (mcpulse supervise)"}}}}"#
@@ -1119,6 +1130,14 @@ impl Session {
                 }
                 let Some(f) = self.in_flight.remove(id) else {
                     self.expired.remove(id);
+                    if self.handshake.initialize_id.as_deref() == Some(id) {
+                        // A timed-out initialize's late reply: dropped (the client was told),
+                        // but what it negotiated is what a restart must replay.
+                        self.handshake.initialize_id = None;
+                        self.handshake.negotiated = env.result.and_then(|r| negotiated(r.get()));
+                        self.status.protocol_version =
+                            self.handshake.negotiated.as_ref().map(|(v, _)| v.clone());
+                    }
                     tracing::debug!(id = %text::field(id), "supervise: a reply to no request in flight (late or unknown), dropped");
                     return;
                 };
