@@ -26,6 +26,8 @@ enum Seen {
     Heartbeat(HeartbeatOutcome),
     Tool(String, CallOutcome),
     Junk(String),
+    /// The status's `fatal_reason` (what `/readyz` shows in FATAL).
+    FatalReason(String),
 }
 
 #[derive(Default)]
@@ -46,6 +48,11 @@ impl Recorder {
 impl Observer for Recorder {
     fn status(&self, status: &mcpulse_relay::status::Status) {
         let mut v = self.0.lock().unwrap();
+        if let Some(why) = &status.fatal_reason
+            && !v.contains(&Seen::FatalReason(why.clone()))
+        {
+            v.push(Seen::FatalReason(why.clone()));
+        }
         if v.iter().rev().find_map(|s| match s {
             Seen::State(st) => Some(*st),
             _ => None,
@@ -467,6 +474,22 @@ async fn a_crash_loop_spends_the_budget_then_answers_every_request_with_why() {
     assert!(message.contains("4 times within 60s"), "{message}");
     assert!(message.contains("exited with code 1"), "{message}");
     assert!(message.contains("address in use"), "{message}");
+    // The server's stderr goes to the client (its own server's) but not into the status that
+    // /readyz serves to any local user.
+    let reasons: Vec<String> = c
+        .seen
+        .all()
+        .into_iter()
+        .filter_map(|s| match s {
+            Seen::FatalReason(r) => Some(r),
+            _ => None,
+        })
+        .collect();
+    assert!(!reasons.is_empty());
+    assert!(
+        reasons.iter().all(|r| !r.contains("address in use")),
+        "{reasons:?}"
+    );
     // Never spins: one start and three restarts, and no more however long we wait.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(read_pids(&pids).len(), 4);

@@ -632,7 +632,9 @@ impl Session {
             Decision::GiveUp { reason: budget } => {
                 let fatal = format!("{budget} (last: the server {why}){tail}");
                 tracing::error!(reason = %text::message(&fatal), "supervise: giving up");
-                self.status.fatal_reason = Some(fatal.clone());
+                // Without the stderr tail: /readyz answers any local user, and a server's
+                // stderr may hold what it was given (a connection string, a token).
+                self.status.fatal_reason = Some(format!("{budget} (last: the server {why})"));
                 self.fatal = Some(fatal);
                 self.set_state(ChildState::Fatal);
                 let queued: Vec<_> = self.queue.drain(..).collect();

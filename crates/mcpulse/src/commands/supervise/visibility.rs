@@ -63,7 +63,12 @@ pub fn init_logging(args: &SuperviseArgs) -> Result<()> {
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         pid = std::process::id(),
-        command = %args.command.join(" "),
+        // The argv rule hides credentials (`--api-key …`, `postgresql://user:pass@…`): a log
+        // file is read by more people than the client's config.
+        command = %mcpulse_wire::redact::command_line(
+            &args.command,
+            &mcpulse_wire::redact::argv_secrets(&args.command)
+        ),
         "mcpulse supervise started"
     );
     Ok(())
