@@ -839,11 +839,7 @@ async fn a_frozen_child_is_not_busy_even_with_a_request_in_flight() {
         .await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     let child = read_pids(&pids)[0];
-    let stopped = std::process::Command::new("kill")
-        .args(["-STOP", &child.to_string()])
-        .status()
-        .unwrap();
-    assert!(stopped.success());
+    sigstop(child);
     // Frozen (SIGSTOP): three failed heartbeats, not 30 s of "busy".
     let lost = c.recv().await;
     assert_eq!(error_code(&lost), codes::SERVER_RESTARTED, "{lost}");
@@ -1171,5 +1167,55 @@ async fn a_timed_out_initialize_is_not_cancelled_and_its_late_reply_still_sets_u
     let (outcome, _) = c.close().await;
     assert_eq!(outcome.fatal, None);
     assert!(!cancels.exists(), "the initialize was cancelled");
+    assert_all_gone(&[&pids]);
+}
+
+/// SIGSTOPs a process (libc, not kill(1): a `kill` child of this test process could be reaped
+/// by a supervisor's orphan reaper before `Command::status` waits for it).
+fn sigstop(pid: u32) {
+    // SAFETY: kill(2) on one process id; no memory effects.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::kill(i32::try_from(pid).unwrap(), libc::SIGSTOP) };
+    assert_eq!(rc, 0);
+}
+
+#[tokio::test]
+async fn a_frozen_server_under_a_wrapper_is_not_busy() {
+    let dir = TempDir::new("sigstop-wrapped");
+    let pids = dir.join("pids");
+    let script = server(
+        &pids,
+        vec![(
+            "tools/call",
+            vec![Act::Sleep(3000), Act::Result(json!({"content": []}))],
+        )],
+    )
+    .write(&dir, "s.sh");
+    let mut s = settings(&script);
+    s.heartbeat.busy_grace = Duration::from_secs(30);
+    // The leader is a wrapper shell that waits (as npx, uv run, sh -c do); the server below
+    // it is what freezes.
+    s.program = Program {
+        program: "sh".into(),
+        args: vec!["-c".into(), format!("sh '{}'; exit $?", script.display())],
+    };
+    let _reap = Reap(vec![pids.clone()]);
+    let mut c = Client::start(s);
+    c.initialize().await;
+    c.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "slow"}}))
+        .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    sigstop(read_pids(&pids)[0]);
+    // Frozen: three failed heartbeats, not 30 s of "busy".
+    let lost = c.recv().await;
+    assert_eq!(error_code(&lost), codes::SERVER_RESTARTED, "{lost}");
+    assert!(
+        lost["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("stopped answering"),
+        "{lost}"
+    );
+    let (_, _) = c.close().await;
     assert_all_gone(&[&pids]);
 }

@@ -338,17 +338,33 @@ impl Child {
     }
 
     /// Whether the child is stopped (SIGSTOP, a debugger): frozen, so never "busy" with the
-    /// request it holds. Read from `/proc/<pid>/stat` (Linux; elsewhere, never).
+    /// request it holds. Any member of its process group, or a descendant that left it, in
+    /// state `T`/`t` counts: under `npx`, `uv run` or `sh -c` the leader is a wrapper that
+    /// just waits, and the server that froze is below it. Read from `/proc` (Linux; elsewhere,
+    /// never); called only when a heartbeat went unanswered.
     pub fn is_stopped(&self) -> bool {
-        std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
-            .ok()
-            .and_then(|stat| {
-                let (_, rest) = stat.rsplit_once(')')?;
-                rest.split_whitespace()
-                    .next()
-                    .map(|s| matches!(s, "T" | "t"))
-            })
-            .unwrap_or(false)
+        let frozen = |pid: u32| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    let (_, rest) = stat.rsplit_once(')')?;
+                    let mut fields = rest.split_whitespace();
+                    let state = fields.next()?;
+                    let group = fields.nth(1)?.parse::<u32>().ok()?;
+                    Some((matches!(state, "T" | "t"), group))
+                })
+        };
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return false;
+        };
+        let in_group = dir
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter_map(&frozen)
+            .any(|(stopped, group)| stopped && group == self.pid);
+        in_group
+            || descendants(self.pid, &self.lineage)
+                .into_iter()
+                .any(|pid| frozen(pid).is_some_and(|(stopped, _)| stopped))
     }
 
     /// Whether the child has exited.
