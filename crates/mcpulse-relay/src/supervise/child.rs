@@ -362,7 +362,7 @@ impl Child {
             .filter_map(&frozen)
             .any(|(stopped, group)| stopped && group == self.pid);
         in_group
-            || descendants(self.pid, &self.lineage)
+            || descendants(self.pid, &self.lineage, !self.has_exited())
                 .into_iter()
                 .any(|pid| frozen(pid).is_some_and(|(stopped, _)| stopped))
     }
@@ -398,9 +398,14 @@ impl Child {
             }
         }
         // Whatever is left: the group (grandchildren outliving the leader) and descendants that
-        // left it. SIGKILL, then reap our own zombies among them.
-        kill_group(pgid, libc::SIGKILL);
-        let leftovers = descendants(self.pid, &self.lineage);
+        // left it. SIGKILL, then reap our own zombies among them. Once the leader is reaped its
+        // pid may be reused: the group is signalled only while a member remains (which keeps
+        // the id from being reused), and the walk no longer goes through the leader's pid.
+        let leader_alive = !self.has_exited();
+        if leader_alive || group_has_members(self.pid) {
+            kill_group(pgid, libc::SIGKILL);
+        }
+        let leftovers = descendants(self.pid, &self.lineage, leader_alive);
         for pid in &leftovers {
             kill_pid(*pid);
         }
@@ -462,6 +467,24 @@ async fn reap(pids: &[u32], leader: u32) {
     }
 }
 
+/// Whether any process is in process group `pgid` (`/proc`, Linux). While one is, no new
+/// process can be given `pgid` as its pid, so signalling the group reaches only ours.
+fn group_has_members(pgid: u32) -> bool {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .any(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    let (_, rest) = stat.rsplit_once(')')?;
+                    rest.split_whitespace().nth(2)?.parse::<u32>().ok()
+                })
+                == Some(pgid)
+        })
+}
+
 /// A process's parent, from `/proc/<pid>/stat` (Linux).
 fn parent_of(pid: u32) -> Option<u32> {
     state_and_parent(pid).map(|(_, parent)| parent)
@@ -479,7 +502,7 @@ fn has_lineage(pid: u32, lineage: &str) -> bool {
 /// The child's descendants, walking `/proc`: processes whose parent chain passes through
 /// `leader`, and those reparented to us (their chain leads to us) that carry the child's
 /// lineage. Not the supervisor's other children (in a test binary, other tests' processes).
-fn descendants(leader: u32, lineage: &str) -> Vec<u32> {
+fn descendants(leader: u32, lineage: &str, leader_alive: bool) -> Vec<u32> {
     let me = std::process::id();
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -498,7 +521,11 @@ fn descendants(leader: u32, lineage: &str) -> Vec<u32> {
         for _ in 0..4096 {
             let Some(&up) = parents.get(&at) else { break };
             if up == leader {
-                found.insert(pid);
+                // A reaped leader's children were reparented to us (found below); a process
+                // under that pid now is someone else's.
+                if leader_alive {
+                    found.insert(pid);
+                }
                 break;
             }
             if up == me {
@@ -579,6 +606,35 @@ async fn pass_stderr(stderr: tokio::process::ChildStderr, ring: Arc<StderrRing>)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A live process standing where a reaped leader's pid was (pid reuse): neither its
+    /// children nor its group are taken for the child's once the leader is known to be gone.
+    #[test]
+    fn a_reused_leader_pid_is_not_walked_and_an_empty_group_not_signalled() {
+        use std::os::unix::process::CommandExt;
+        let mut other = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 & wait"])
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pid = other.id();
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while descendants(pid, "none", true).is_empty() {
+            assert!(std::time::Instant::now() < until, "the sleep never started");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // What the walk did before: the unrelated sleep counted as the child's.
+        assert_eq!(descendants(pid, "none", true).len(), 1);
+        assert!(descendants(pid, "none", false).is_empty());
+        assert!(group_has_members(pid));
+        kill_group(i32::try_from(pid).unwrap(), libc::SIGKILL);
+        other.wait().unwrap();
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while group_has_members(pid) {
+            assert!(std::time::Instant::now() < until, "the group never emptied");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
 
     #[test]
     fn the_ring_keeps_the_last_bytes_only() {
