@@ -675,23 +675,43 @@ async fn a_request_past_its_timeout_is_answered_and_cancelled_and_its_late_reply
     assert_all_gone(&[&pids]);
 }
 
-#[tokio::test]
-async fn messages_during_a_restart_are_queued_up_to_the_bound() {
-    let dir = TempDir::new("queue");
-    let pids = dir.join("pids");
-    let script = server(&pids, vec![("crash", vec![Act::Exit(1)])]).write(&dir, "s.sh");
-    let mut s = settings(&script);
-    s.restart.backoff = Backoff {
-        initial: Duration::from_millis(400),
-        max: Duration::from_millis(400),
+/// A server that records every line it gets in `lines`, crashes on `crash`, and is slow to
+/// start after a restart (500 ms): the restart lasts at least that long, whatever the jitter.
+fn queue_server(dir: &TempDir, pids: &Path, lines: &Path) -> std::path::PathBuf {
+    let record = |acts: Vec<Act>| {
+        let mut v = vec![Act::RecordLine(lines.to_path_buf())];
+        v.extend(acts);
+        v
     };
-    s.queue_max_messages = 2;
-    let mut c = Client::start(s);
+    let mut script = StdioScript::new()
+        .at_start(Act::RecordPid(pids.to_path_buf()))
+        .at_start(Act::FirstTimeElse(
+            dir.join("started"),
+            Box::new(Act::Sleep(0)),
+            Box::new(Act::Sleep(500)),
+        ))
+        .on("crash", vec![Act::Exit(1)])
+        .on(
+            "initialize",
+            record(vec![Act::Result(mcpulse_testkit::mcp::initialize_result(
+                mcpulse_testkit::mcp::LEGACY,
+            ))]),
+        )
+        .on("notifications/initialized", record(vec![]))
+        .on("ping", vec![Act::Result(json!({}))]);
+    script = script.on(
+        "tools/list",
+        record(vec![Act::Result(json!({"tools": []}))]),
+    );
+    script.write(dir, "s.sh")
+}
+
+/// Sends three `tools/list` (ids 3, 4, 5) while the server restarts; the replies, by id.
+async fn three_during_a_restart(c: &mut Client) -> Vec<Value> {
     c.initialize().await;
     c.send(json!({"jsonrpc": "2.0", "id": 2, "method": "crash"}))
         .await;
     assert_eq!(error_code(&c.recv().await), codes::SERVER_RESTARTED);
-    // During the backoff (full jitter: up to 400 ms; maybe 0), send three requests.
     for id in 3..6 {
         c.send(json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"}))
             .await;
@@ -701,17 +721,72 @@ async fn messages_during_a_restart_are_queued_up_to_the_bound() {
         replies.push(c.recv().await);
     }
     replies.sort_by_key(|r| r["id"].as_i64());
-    // Either the restart was already over (all three served) or the third overflowed.
-    let full: Vec<&Value> = replies
-        .iter()
-        .filter(|r| r.get("error").is_some())
+    replies
+}
+
+/// The lines the restarted server got: the replayed handshake first, then what was queued.
+fn after_restart(lines: &Path) -> Vec<Value> {
+    let all: Vec<Value> = std::fs::read_to_string(lines)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert!(full.len() <= 1, "{replies:?}");
-    for r in &full {
-        assert_eq!(error_code(r), codes::QUEUE_FULL);
-        assert_eq!(r["id"], 5);
-    }
-    assert!(replies[0]["result"].is_object() && replies[1]["result"].is_object());
+    let second = all
+        .iter()
+        .rposition(|v| v["method"] == "initialize")
+        .unwrap();
+    all[second..].to_vec()
+}
+
+#[tokio::test]
+async fn messages_during_a_restart_are_queued_up_to_the_count_behind_the_replay() {
+    let dir = TempDir::new("queue");
+    let pids = dir.join("pids");
+    let lines = dir.join("lines");
+    let mut s = settings(&queue_server(&dir, &pids, &lines));
+    s.queue_max_messages = 2;
+    let mut c = Client::start(s);
+    let replies = three_during_a_restart(&mut c).await;
+    assert!(replies[0]["result"].is_object(), "{replies:?}");
+    assert!(replies[1]["result"].is_object(), "{replies:?}");
+    assert_eq!(error_code(&replies[2]), codes::QUEUE_FULL, "{replies:?}");
+    // The new server got the client's initialize (under our id), then its initialized, then the
+    // queued requests in order: nothing overtook the replay.
+    let got = after_restart(&lines);
+    let methods: Vec<&str> = got.iter().map(|v| v["method"].as_str().unwrap()).collect();
+    assert_eq!(
+        methods,
+        [
+            "initialize",
+            "notifications/initialized",
+            "tools/list",
+            "tools/list"
+        ],
+        "{got:?}"
+    );
+    assert!(got[0]["id"].as_str().unwrap().starts_with("mcpulse-"));
+    assert_eq!(got[0]["params"]["clientInfo"]["name"], "t");
+    assert_eq!(
+        (got[2]["id"].as_i64(), got[3]["id"].as_i64()),
+        (Some(3), Some(4))
+    );
+    let (_, _) = c.close().await;
+    assert_all_gone(&[&pids]);
+}
+
+#[tokio::test]
+async fn messages_during_a_restart_are_queued_up_to_the_bytes() {
+    let dir = TempDir::new("queue-bytes");
+    let pids = dir.join("pids");
+    let lines = dir.join("lines");
+    let mut s = settings(&queue_server(&dir, &pids, &lines));
+    // Each request is 47 bytes with its newline: two fit in 100, not three.
+    s.queue_max_bytes = 100;
+    let mut c = Client::start(s);
+    let replies = three_during_a_restart(&mut c).await;
+    assert!(replies[0]["result"].is_object(), "{replies:?}");
+    assert!(replies[1]["result"].is_object(), "{replies:?}");
+    assert_eq!(error_code(&replies[2]), codes::QUEUE_FULL, "{replies:?}");
     let (_, _) = c.close().await;
     assert_all_gone(&[&pids]);
 }
