@@ -1294,3 +1294,132 @@ async fn a_frozen_server_under_a_wrapper_is_not_busy() {
     let (_, _) = c.close().await;
     assert_all_gone(&[&pids]);
 }
+
+#[tokio::test]
+async fn changed_capabilities_after_a_restart_are_told_to_the_client() {
+    let dir = TempDir::new("caps");
+    let pids = dir.join("pids");
+    let init = |caps: Value| {
+        Act::Result(
+            json!({"protocolVersion": "2025-06-18", "capabilities": caps, "serverInfo": {"name": "s", "version": "1"}}),
+        )
+    };
+    let script = StdioScript::new()
+        .at_start(Act::RecordPid(pids.clone()))
+        .on(
+            "initialize",
+            vec![Act::FirstTimeElse(
+                dir.join("first"),
+                Box::new(init(json!({"tools": {}, "resources": {"subscribe": true}}))),
+                Box::new(init(json!({"tools": {}}))),
+            )],
+        )
+        .on("ping", vec![Act::Result(json!({}))])
+        .on("tools/list", vec![Act::Result(json!({"tools": []}))])
+        .on("crash", vec![Act::Exit(1)])
+        .write(&dir, "s.sh");
+    let mut c = Client::start(settings(&script));
+    c.initialize().await;
+    let lost = c.request(2, "crash", json!({})).await;
+    assert_eq!(error_code(&lost), codes::SERVER_RESTARTED);
+    let next = c.request(3, "tools/list", json!({})).await;
+    assert_eq!(error_code(&next), codes::SESSION_CHANGED, "{next}");
+    assert!(
+        next["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("different capabilities"),
+        "{next}"
+    );
+    let (outcome, _) = c.close().await;
+    assert_eq!(outcome.fatal, None);
+    assert_all_gone(&[&pids]);
+}
+
+#[tokio::test]
+async fn a_crash_during_initialize_answers_it_and_the_next_initialize_goes_through() {
+    let dir = TempDir::new("crash-init");
+    let pids = dir.join("pids");
+    let script = server(
+        &pids,
+        vec![(
+            "initialize",
+            vec![
+                Act::ExitOnce(dir.join("crashed")),
+                Act::Result(mcpulse_testkit::mcp::initialize_result(
+                    mcpulse_testkit::mcp::LEGACY,
+                )),
+            ],
+        )],
+    )
+    .write(&dir, "s.sh");
+    let mut c = Client::start(settings(&script));
+    let init = json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}});
+    let lost = c.request(1, "initialize", init.clone()).await;
+    assert_eq!(error_code(&lost), codes::SERVER_RESTARTED, "{lost}");
+    // Nothing was negotiated: no replay; the client's own retry reaches the new server.
+    let again = c.request(2, "initialize", init).await;
+    assert!(again["result"]["protocolVersion"].is_string(), "{again}");
+    c.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await;
+    c.request(3, "tools/list", json!({})).await;
+    let (outcome, _) = c.close().await;
+    assert_eq!(outcome.fatal, None);
+    assert_eq!(read_pids(&pids).len(), 2);
+    assert_all_gone(&[&pids]);
+}
+
+#[tokio::test]
+async fn no_heartbeat_between_the_initialize_reply_and_initialized() {
+    let dir = TempDir::new("nobeat-midshake");
+    let pids = dir.join("pids");
+    let pings = dir.join("pings");
+    let script =
+        server(&pids, vec![("ping", vec![Act::RecordLine(pings.clone())])]).write(&dir, "s.sh");
+    let mut c = Client::start(settings(&script));
+    c.request(
+        1,
+        "initialize",
+        json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}),
+    )
+    .await;
+    // Five heartbeat intervals without the client's `initialized`: no ping.
+    c.quiet(Duration::from_millis(500)).await;
+    assert!(!pings.exists(), "pinged before notifications/initialized");
+    c.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await;
+    wait_for_file(&pings).await;
+    let (outcome, _) = c.close().await;
+    assert_eq!(outcome.fatal, None);
+    assert_all_gone(&[&pids]);
+}
+
+#[tokio::test]
+async fn a_stop_closes_stdin_then_sigterms_then_sigkills_the_group() {
+    let dir = TempDir::new("stop-order");
+    let events = dir.join("events");
+    let pids = dir.join("pids");
+    // Reads until EOF, then ignores SIGTERM (recording it): only SIGKILL ends it.
+    let script = format!(
+        "echo $$ >> '{p}'\ntrap 'echo term >> \"{e}\"' TERM\nwhile IFS= read -r line; do :; done\necho eof >> '{e}'\nwhile :; do sleep 0.05; done\n",
+        p = pids.display(),
+        e = events.display()
+    );
+    let path = dir.join("s.sh");
+    std::fs::write(&path, script).unwrap();
+    let mut s = settings(&path);
+    s.stop_grace = Duration::from_millis(300);
+    let _reap = Reap(vec![pids.clone()]);
+    let c = Client::start(s);
+    wait_for_file(&pids).await;
+    let at = std::time::Instant::now();
+    let (outcome, _) = c.close().await;
+    let took = at.elapsed();
+    assert_eq!(outcome.fatal, None);
+    let got = std::fs::read_to_string(&events).unwrap();
+    assert_eq!(got.lines().collect::<Vec<_>>(), ["eof", "term"], "{got}");
+    // A grace after the EOF, a grace after the SIGTERM: then SIGKILL.
+    assert!(took >= Duration::from_millis(550), "{took:?}");
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    assert_all_gone(&[&pids]);
+}

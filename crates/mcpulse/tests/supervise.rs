@@ -278,3 +278,29 @@ async fn at_the_clients_eof_the_stop_grace_is_waited_once() {
     assert!(took >= Duration::from_millis(650), "took {took:?}");
     assert!(took < Duration::from_millis(1300), "took {took:?}");
 }
+
+#[tokio::test]
+async fn the_servers_stderr_is_passed_through_to_ours() {
+    let dir = TempDir::new("sup-stderr");
+    let script = StdioScript::legacy()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .at_start(Act::Stderr("note from the server on stderr".into()))
+        .write(&dir, "s.sh");
+    let r = run(
+        BIN,
+        &["supervise", "--", "sh", script.to_str().unwrap()],
+        &[],
+        BOUND,
+    )
+    .await;
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert_eq!(r.stdout, "");
+    assert!(
+        r.stderr.contains("note from the server on stderr"),
+        "{}",
+        r.stderr
+    );
+    let left = still_running_after(&read_pids(&dir.join("pids")), Duration::from_secs(3));
+    kill(&left);
+    assert!(left.is_empty());
+}
