@@ -42,9 +42,19 @@ pub(super) async fn livez(
         exclude: Vec::new(),
         ..query
     };
-    monitor_health("mcpulse monitor liveness", checks)
-        .render(&query, "livez")
-        .into_response()
+    respond(monitor_health("mcpulse monitor liveness", checks).render(&query, "livez"))
+}
+
+/// A rendered health document on the wire, never cached (a stale `/readyz` is worse than
+/// none). Here, not in `mcpulse-policy`, which stays free of HTTP.
+fn respond(r: health::Rendered) -> Response {
+    use axum::http::{StatusCode, header};
+    let code = StatusCode::from_u16(r.http_status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let headers = [
+        (header::CONTENT_TYPE, r.content_type),
+        (header::CACHE_CONTROL, "no-store"),
+    ];
+    (code, headers, r.body).into_response()
 }
 
 pub(super) async fn readyz(
@@ -53,10 +63,11 @@ pub(super) async fn readyz(
 ) -> Response {
     let query = health_params(q);
     let checks = s.fleet.snapshot().readiness(s.now());
-    monitor_health(
-        "mcpulse monitor readiness: config loaded, store writable, checks flowing",
-        checks,
+    respond(
+        monitor_health(
+            "mcpulse monitor readiness: config loaded, store writable, checks flowing",
+            checks,
+        )
+        .render(&query, "readyz"),
     )
-    .render(&query, "readyz")
-    .into_response()
 }
