@@ -10,7 +10,6 @@ use mcpulse_relay::endpoints::{self, Endpoints, Listening};
 use mcpulse_relay::status::{Logs, Observer};
 use std::sync::{Arc, Mutex};
 
-#[allow(dead_code)] // used by the relay once it is built (#17)
 /// What [`start`] keeps running: the observer to hand the supervisor (it logs, and feeds the
 /// endpoints), and the endpoints' server while `--listen` serves; dropping it stops them.
 pub struct Visibility {
@@ -74,7 +73,6 @@ pub fn init_logging(args: &SuperviseArgs) -> Result<()> {
     Ok(())
 }
 
-#[allow(dead_code)] // used by the relay once it is built (#17)
 /// Binds `--listen` (if given; a port in use is an error here, before any child starts) and
 /// starts serving; call inside the supervisor's runtime.
 pub async fn start(args: &SuperviseArgs) -> Result<Visibility> {
