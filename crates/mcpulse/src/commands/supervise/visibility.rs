@@ -14,7 +14,9 @@ use std::sync::{Arc, Mutex};
 /// endpoints), and the endpoints' server while `--listen` serves; dropping it stops them.
 pub struct Visibility {
     pub observer: Arc<dyn Observer>,
+    #[allow(dead_code)] // held, not read: the endpoints' state lives as long as this
     pub endpoints: Endpoints,
+    #[allow(dead_code)] // held, not read: dropping it stops the server
     pub listening: Option<Listening>,
 }
 
