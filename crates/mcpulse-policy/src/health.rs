@@ -178,6 +178,17 @@ pub struct Rendered {
     pub body: String,
 }
 
+impl Rendered {
+    /// The headers to send it with: its type, and never cached (a stale `/readyz` is worse
+    /// than none).
+    pub fn headers(&self) -> [(&'static str, &'static str); 2] {
+        [
+            ("content-type", self.content_type),
+            ("cache-control", "no-store"),
+        ]
+    }
+}
+
 /// The query flags kube-apiserver takes on its health endpoints: `?verbose`,
 /// `?exclude=a&exclude=b`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -512,15 +512,11 @@ async fn livez(State(e): State<Endpoints>, q: Pairs) -> Response {
     respond(health.render(&query, "livez"))
 }
 
-/// A rendered health document on the wire, never cached (a stale `/readyz` is worse than
-/// none). Here, not in `mcpulse-policy`, which stays free of HTTP.
+/// A rendered health document on the wire ([`health::Rendered::headers`]). Here, not in
+/// `mcpulse-policy`, which stays free of HTTP.
 fn respond(r: health::Rendered) -> Response {
     let code = StatusCode::from_u16(r.http_status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let headers = [
-        (header::CONTENT_TYPE, r.content_type),
-        (header::CACHE_CONTROL, "no-store"),
-    ];
-    (code, headers, r.body).into_response()
+    (code, r.headers(), r.body).into_response()
 }
 
 async fn readyz(State(e): State<Endpoints>, q: Pairs) -> Response {

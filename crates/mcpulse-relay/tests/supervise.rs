@@ -706,8 +706,19 @@ fn queue_server(dir: &TempDir, pids: &Path, lines: &Path) -> std::path::PathBuf 
     script.write(dir, "s.sh")
 }
 
-/// Sends three `tools/list` (ids 3, 4, 5) while the server restarts; the replies, by id.
-async fn three_during_a_restart(c: &mut Client) -> Vec<Value> {
+/// Sends three `tools/list` (ids 3, 4, 5) while the server restarts, with the queue bounded by
+/// `bound`: the first two must be served, the third refused as over the bound. Returns the
+/// lines the restarted server got: the replayed handshake first, then what was queued.
+async fn two_fit_and_the_third_overflows(
+    label: &str,
+    bound: impl FnOnce(&mut Settings),
+) -> Vec<Value> {
+    let dir = TempDir::new(label);
+    let pids = dir.join("pids");
+    let lines = dir.join("lines");
+    let mut s = settings(&queue_server(&dir, &pids, &lines));
+    bound(&mut s);
+    let mut c = Client::start(s);
     c.initialize().await;
     c.send(json!({"jsonrpc": "2.0", "id": 2, "method": "crash"}))
         .await;
@@ -721,12 +732,12 @@ async fn three_during_a_restart(c: &mut Client) -> Vec<Value> {
         replies.push(c.recv().await);
     }
     replies.sort_by_key(|r| r["id"].as_i64());
-    replies
-}
-
-/// The lines the restarted server got: the replayed handshake first, then what was queued.
-fn after_restart(lines: &Path) -> Vec<Value> {
-    let all: Vec<Value> = std::fs::read_to_string(lines)
+    assert!(replies[0]["result"].is_object(), "{replies:?}");
+    assert!(replies[1]["result"].is_object(), "{replies:?}");
+    assert_eq!(error_code(&replies[2]), codes::QUEUE_FULL, "{replies:?}");
+    let (_, _) = c.close().await;
+    assert_all_gone(&[&pids]);
+    let all: Vec<Value> = std::fs::read_to_string(&lines)
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -740,19 +751,9 @@ fn after_restart(lines: &Path) -> Vec<Value> {
 
 #[tokio::test]
 async fn messages_during_a_restart_are_queued_up_to_the_count_behind_the_replay() {
-    let dir = TempDir::new("queue");
-    let pids = dir.join("pids");
-    let lines = dir.join("lines");
-    let mut s = settings(&queue_server(&dir, &pids, &lines));
-    s.queue_max_messages = 2;
-    let mut c = Client::start(s);
-    let replies = three_during_a_restart(&mut c).await;
-    assert!(replies[0]["result"].is_object(), "{replies:?}");
-    assert!(replies[1]["result"].is_object(), "{replies:?}");
-    assert_eq!(error_code(&replies[2]), codes::QUEUE_FULL, "{replies:?}");
+    let got = two_fit_and_the_third_overflows("queue", |s| s.queue_max_messages = 2).await;
     // The new server got the client's initialize (under our id), then its initialized, then the
     // queued requests in order: nothing overtook the replay.
-    let got = after_restart(&lines);
     let methods: Vec<&str> = got.iter().map(|v| v["method"].as_str().unwrap()).collect();
     assert_eq!(
         methods,
@@ -770,25 +771,12 @@ async fn messages_during_a_restart_are_queued_up_to_the_count_behind_the_replay(
         (got[2]["id"].as_i64(), got[3]["id"].as_i64()),
         (Some(3), Some(4))
     );
-    let (_, _) = c.close().await;
-    assert_all_gone(&[&pids]);
 }
 
 #[tokio::test]
 async fn messages_during_a_restart_are_queued_up_to_the_bytes() {
-    let dir = TempDir::new("queue-bytes");
-    let pids = dir.join("pids");
-    let lines = dir.join("lines");
-    let mut s = settings(&queue_server(&dir, &pids, &lines));
     // Each request is 47 bytes with its newline: two fit in 100, not three.
-    s.queue_max_bytes = 100;
-    let mut c = Client::start(s);
-    let replies = three_during_a_restart(&mut c).await;
-    assert!(replies[0]["result"].is_object(), "{replies:?}");
-    assert!(replies[1]["result"].is_object(), "{replies:?}");
-    assert_eq!(error_code(&replies[2]), codes::QUEUE_FULL, "{replies:?}");
-    let (_, _) = c.close().await;
-    assert_all_gone(&[&pids]);
+    two_fit_and_the_third_overflows("queue-bytes", |s| s.queue_max_bytes = 100).await;
 }
 
 #[tokio::test]
@@ -890,41 +878,6 @@ async fn replies_written_just_before_exiting_still_reach_the_client() {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
-    let (_, _) = c.close().await;
-    assert_all_gone(&[&pids]);
-}
-
-#[tokio::test]
-async fn a_frozen_child_is_not_busy_even_with_a_request_in_flight() {
-    let dir = TempDir::new("sigstop");
-    let pids = dir.join("pids");
-    let script = server(
-        &pids,
-        vec![(
-            "tools/call",
-            vec![Act::Sleep(3000), Act::Result(json!({"content": []}))],
-        )],
-    )
-    .write(&dir, "s.sh");
-    let mut s = settings(&script);
-    s.heartbeat.busy_grace = Duration::from_secs(30);
-    let mut c = Client::start(s);
-    c.initialize().await;
-    c.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "slow"}}))
-        .await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let child = read_pids(&pids)[0];
-    sigstop(child);
-    // Frozen (SIGSTOP): three failed heartbeats, not 30 s of "busy".
-    let lost = c.recv().await;
-    assert_eq!(error_code(&lost), codes::SERVER_RESTARTED, "{lost}");
-    assert!(
-        lost["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("stopped answering"),
-        "{lost}"
-    );
     let (_, _) = c.close().await;
     assert_all_gone(&[&pids]);
 }
@@ -1254,9 +1207,11 @@ fn sigstop(pid: u32) {
     assert_eq!(rc, 0);
 }
 
-#[tokio::test]
-async fn a_frozen_server_under_a_wrapper_is_not_busy() {
-    let dir = TempDir::new("sigstop-wrapped");
+/// A slow `tools/call` in flight, then the server SIGSTOPped: three failed heartbeats and a
+/// restart, not 30 s of "busy". `wrapped`: the leader is a wrapper shell that waits (as `npx`,
+/// `uv run`, `sh -c` are) and the server below it is what freezes.
+async fn a_frozen_server_is_restarted_not_busy(label: &str, wrapped: bool) {
+    let dir = TempDir::new(label);
     let pids = dir.join("pids");
     let script = server(
         &pids,
@@ -1268,12 +1223,12 @@ async fn a_frozen_server_under_a_wrapper_is_not_busy() {
     .write(&dir, "s.sh");
     let mut s = settings(&script);
     s.heartbeat.busy_grace = Duration::from_secs(30);
-    // The leader is a wrapper shell that waits (as npx, uv run, sh -c do); the server below
-    // it is what freezes.
-    s.program = Program {
-        program: "sh".into(),
-        args: vec!["-c".into(), format!("sh '{}'; exit $?", script.display())],
-    };
+    if wrapped {
+        s.program = Program {
+            program: "sh".into(),
+            args: vec!["-c".into(), format!("sh '{}'; exit $?", script.display())],
+        };
+    }
     let _reap = Reap(vec![pids.clone()]);
     let mut c = Client::start(s);
     c.initialize().await;
@@ -1281,7 +1236,6 @@ async fn a_frozen_server_under_a_wrapper_is_not_busy() {
         .await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     sigstop(read_pids(&pids)[0]);
-    // Frozen: three failed heartbeats, not 30 s of "busy".
     let lost = c.recv().await;
     assert_eq!(error_code(&lost), codes::SERVER_RESTARTED, "{lost}");
     assert!(
@@ -1293,6 +1247,16 @@ async fn a_frozen_server_under_a_wrapper_is_not_busy() {
     );
     let (_, _) = c.close().await;
     assert_all_gone(&[&pids]);
+}
+
+#[tokio::test]
+async fn a_frozen_child_is_not_busy_even_with_a_request_in_flight() {
+    a_frozen_server_is_restarted_not_busy("sigstop", false).await;
+}
+
+#[tokio::test]
+async fn a_frozen_server_under_a_wrapper_is_not_busy() {
+    a_frozen_server_is_restarted_not_busy("sigstop-wrapped", true).await;
 }
 
 #[tokio::test]

@@ -126,6 +126,18 @@ async fn wait_for_pids(file: &std::path::Path, n: usize) -> Vec<u32> {
     }
 }
 
+/// Initializes the session with [`server`]'s server; its pid and its grandchild's.
+async fn initialized(sup: &mut Supervised, dir: &TempDir) -> Vec<u32> {
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let reply = sup.exchange(init).await;
+    assert_eq!(reply["id"], 1, "{reply}");
+    wait_for_pids(&dir.join("pids"), 1)
+        .await
+        .into_iter()
+        .chain(wait_for_pids(&dir.join("grand"), 1).await)
+        .collect()
+}
+
 #[tokio::test]
 async fn the_clients_eof_stops_everything_and_exits_zero() {
     let dir = TempDir::new("sup-eof");
@@ -137,14 +149,7 @@ async fn the_clients_eof_stops_everything_and_exits_zero() {
         "sh",
         script.to_str().unwrap(),
     ]);
-    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
-    let reply = sup.exchange(init).await;
-    assert_eq!(reply["id"], 1, "{reply}");
-    let pids: Vec<u32> = wait_for_pids(&dir.join("pids"), 1)
-        .await
-        .into_iter()
-        .chain(wait_for_pids(&dir.join("grand"), 1).await)
-        .collect();
+    let pids = initialized(&mut sup, &dir).await;
     assert_eq!(sup.close().await, Some(0));
     let left = still_running_after(&pids, Duration::from_secs(3));
     kill(&left);
@@ -221,13 +226,7 @@ async fn a_signal_stops_the_whole_group_within_the_short_bound_then_exits() {
         // group ends it; the parent-death signal reaches the child alone.
         let script = server(&dir);
         let mut sup = Supervised::spawn(&["--", "sh", script.to_str().unwrap()]);
-        let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
-        assert_eq!(sup.exchange(init).await["id"], 1);
-        let pids: Vec<u32> = wait_for_pids(&dir.join("pids"), 1)
-            .await
-            .into_iter()
-            .chain(wait_for_pids(&dir.join("grand"), 1).await)
-            .collect();
+        let pids = initialized(&mut sup, &dir).await;
         let at = std::time::Instant::now();
         signal(sup.process.id().unwrap(), sig);
         let status = tokio::time::timeout(BOUND, sup.process.wait())

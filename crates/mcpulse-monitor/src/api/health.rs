@@ -45,16 +45,12 @@ pub(super) async fn livez(
     respond(monitor_health("mcpulse monitor liveness", checks).render(&query, "livez"))
 }
 
-/// A rendered health document on the wire, never cached (a stale `/readyz` is worse than
-/// none). Here, not in `mcpulse-policy`, which stays free of HTTP.
+/// A rendered health document on the wire ([`health::Rendered::headers`]). Here, not in
+/// `mcpulse-policy`, which stays free of HTTP.
 fn respond(r: health::Rendered) -> Response {
-    use axum::http::{StatusCode, header};
+    use axum::http::StatusCode;
     let code = StatusCode::from_u16(r.http_status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let headers = [
-        (header::CONTENT_TYPE, r.content_type),
-        (header::CACHE_CONTROL, "no-store"),
-    ];
-    (code, headers, r.body).into_response()
+    (code, r.headers(), r.body).into_response()
 }
 
 pub(super) async fn readyz(
