@@ -413,6 +413,9 @@ impl Child {
             .wait_exit(Instant::now() + Duration::from_secs(1))
             .await;
         reap(&leftovers, self.pid).await;
+        // Descendants that died with the group and were reparented to us as zombies (their
+        // empty environ hid them from the walk): reaped now, the supervisor may exit next.
+        reap_zombies(std::process::id());
     }
 }
 
