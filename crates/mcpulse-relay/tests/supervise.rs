@@ -372,6 +372,11 @@ async fn a_slow_answer_while_busy_is_busy_not_a_restart() {
     .write(&dir, "s.sh");
     let mut s = settings(&script);
     s.heartbeat.busy_grace = Duration::from_secs(5);
+    // It asserts that no heartbeat failed: a roomier timeout than 80 ms, so that a loaded
+    // machine (a fork of `sed` per message in the scripted server) does not fail one before
+    // the call; the 900 ms call still misses several.
+    s.heartbeat_interval = Duration::from_millis(200);
+    s.heartbeat_timeout = Duration::from_millis(150);
     let mut c = Client::start(s);
     c.initialize().await;
     let reply = c.request(2, "tools/call", json!({"name": "slow"})).await;
