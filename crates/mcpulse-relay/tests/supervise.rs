@@ -1109,6 +1109,9 @@ async fn a_timed_out_request_never_answered_does_not_spoil_the_busy_grace_for_go
     .write(&dir, "s.sh");
     let mut s = settings(&script);
     s.heartbeat.busy_grace = Duration::from_millis(400);
+    // Roomier than 80 ms (no failure is allowed), and still a miss inside the 350 ms call.
+    s.heartbeat_interval = Duration::from_millis(150);
+    s.heartbeat_timeout = Duration::from_millis(120);
     s.timeouts = Timeouts {
         request: None,
         tools: vec![("stuck".into(), Duration::from_millis(100))],
