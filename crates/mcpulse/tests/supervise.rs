@@ -188,6 +188,10 @@ async fn after_giving_up_it_exits_non_zero_when_the_client_closes() {
     );
 }
 
+/// Only the child itself: the parent-death signal does not reach grandchildren in its group
+/// that ignore their stdin closing (a limit docs/supervise.md §Hygiene states); a SIGTERM, which
+/// the supervisor handles, takes them all
+/// (`a_signal_stops_the_whole_group_within_the_short_bound_then_exits`).
 #[tokio::test]
 async fn a_sigkilled_supervisor_takes_its_child_with_it() {
     let dir = TempDir::new("sup-pdeathsig");
