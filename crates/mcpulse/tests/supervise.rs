@@ -307,3 +307,40 @@ async fn the_servers_stderr_is_passed_through_to_ours() {
     kill(&left);
     assert!(left.is_empty());
 }
+
+#[tokio::test]
+async fn a_signal_during_the_stop_after_eof_cuts_it_short() {
+    let dir = TempDir::new("sup-eof-then-term");
+    // Ignores its stdin closing and SIGTERM: the stop after the EOF would wait its grace twice
+    // (1 s, then 1 s after SIGTERM) before the SIGKILL.
+    let script = StdioScript::new()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .at_start(Act::SpawnGrandchild(dir.join("grand")))
+        .at_start(Act::Hang)
+        .write(&dir, "s.sh");
+    let mut sup = Supervised::spawn(&["--stop-grace", "1s", "--", "sh", script.to_str().unwrap()]);
+    let pids: Vec<u32> = wait_for_pids(&dir.join("pids"), 1)
+        .await
+        .into_iter()
+        .chain(wait_for_pids(&dir.join("grand"), 1).await)
+        .collect();
+    drop(sup.stdin.take());
+    // As an SDK client does: SIGTERM once its own wait after closing stdin is over, here while
+    // the supervisor's stop already waits out the grace after its SIGTERM to the server.
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let at = std::time::Instant::now();
+    signal(sup.process.id().unwrap(), libc::SIGTERM);
+    let status = tokio::time::timeout(BOUND, sup.process.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    let took = at.elapsed();
+    let left = still_running_after(&pids, Duration::from_secs(2));
+    kill(&left);
+    assert!(left.is_empty(), "left running: {left:?}");
+    assert_eq!(status.code(), Some(0));
+    assert!(
+        took < Duration::from_millis(450),
+        "took {took:?} after the SIGTERM"
+    );
+}

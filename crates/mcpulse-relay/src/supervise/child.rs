@@ -125,6 +125,8 @@ pub struct Child {
     /// When [`Child::close_stdin`] closed its stdin: the grace for that step runs from then,
     /// so a stop after the client's EOF does not wait it a second time.
     stdin_closed: Option<Instant>,
+    /// [`Child::stop`] ran to its end: nothing is left for `Drop` to kill.
+    stopped: bool,
 }
 
 /// Why a child could not be started.
@@ -318,6 +320,7 @@ impl Child {
             writer,
             exited,
             stdin_closed: None,
+            stopped: false,
         })
     }
 
@@ -416,14 +419,23 @@ impl Child {
         // Descendants that died with the group and were reparented to us as zombies (their
         // empty environ hid them from the walk): reaped now, the supervisor may exit next.
         reap_zombies(std::process::id());
+        self.stopped = true;
     }
 }
 
 impl Drop for Child {
     fn drop(&mut self) {
-        // A session dropped without `stop` (a panic, a test giving up) still ends the group.
-        if !self.has_exited() {
+        // A child dropped without a finished `stop` (a stop cut short by a signal, a panic, a
+        // test giving up) still ends: its group and every descendant, SIGKILLed now.
+        if self.stopped {
+            return;
+        }
+        let alive = !self.has_exited();
+        if alive || group_has_members(self.pid) {
             kill_group(i32::try_from(self.pid).unwrap_or(0), libc::SIGKILL);
+        }
+        for pid in descendants(self.pid, &self.lineage, alive) {
+            kill_pid(pid);
         }
     }
 }

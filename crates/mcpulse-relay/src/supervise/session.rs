@@ -298,7 +298,22 @@ where
         }
     }
     reader.abort();
-    session.shutdown().await;
+    // A signal may come while the stop after the client's EOF still runs its full grace (the
+    // SDK clients send SIGTERM 2 s after closing our stdin, as that grace ends): it cuts that
+    // stop short (dropping the child SIGKILLs what is left) and finishes with the short one.
+    let hurried = !session.signalled
+        && tokio::select! {
+            () = session.shutdown() => false,
+            () = &mut stop => true,
+        };
+    if session.signalled || hurried {
+        if hurried {
+            tracing::info!("supervise: signalled while stopping; stopping at once");
+            session.s.stop_grace = session.s.stop_grace.min(SIGNAL_GRACE);
+            session.signalled = true;
+        }
+        session.shutdown().await;
+    }
     if let Some(reaper) = reaper {
         reaper.abort();
     }
