@@ -222,6 +222,23 @@ fn signal(pid: u32, sig: i32) {
     }
 }
 
+impl Supervised {
+    /// Waits for its exit (bounded) once `pids` should all be gone: its exit code and how long
+    /// after the call it came. Fails if one of `pids` is left running (killing it first).
+    async fn exit_leaving_nothing(&mut self, pids: &[u32]) -> (Option<i32>, Duration) {
+        let at = std::time::Instant::now();
+        let status = tokio::time::timeout(BOUND, self.process.wait())
+            .await
+            .unwrap()
+            .unwrap();
+        let took = at.elapsed();
+        let left = still_running_after(pids, Duration::from_secs(2));
+        kill(&left);
+        assert!(left.is_empty(), "left running: {left:?}");
+        (status.code(), took)
+    }
+}
+
 #[tokio::test]
 async fn a_signal_stops_the_whole_group_within_the_short_bound_then_exits() {
     for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
@@ -231,17 +248,9 @@ async fn a_signal_stops_the_whole_group_within_the_short_bound_then_exits() {
         let script = server(&dir);
         let mut sup = Supervised::spawn(&["--", "sh", script.to_str().unwrap()]);
         let pids = initialized(&mut sup, &dir).await;
-        let at = std::time::Instant::now();
         signal(sup.process.id().unwrap(), sig);
-        let status = tokio::time::timeout(BOUND, sup.process.wait())
-            .await
-            .unwrap()
-            .unwrap();
-        let took = at.elapsed();
-        let left = still_running_after(&pids, Duration::from_secs(2));
-        kill(&left);
-        assert!(left.is_empty(), "signal {sig}: left running: {left:?}");
-        assert_eq!(status.code(), Some(0), "signal {sig}: handled, not killed");
+        let (code, took) = sup.exit_leaving_nothing(&pids).await;
+        assert_eq!(code, Some(0), "signal {sig}: handled, not killed");
         // The SDK clients SIGKILL 2 s after their SIGTERM.
         assert!(
             took < Duration::from_millis(1500),
@@ -266,17 +275,9 @@ async fn at_the_clients_eof_the_stop_grace_is_waited_once() {
         script.to_str().unwrap(),
     ]);
     let pids = wait_for_pids(&dir.join("pids"), 1).await;
-    let at = std::time::Instant::now();
     drop(sup.stdin.take());
-    let status = tokio::time::timeout(BOUND, sup.process.wait())
-        .await
-        .unwrap()
-        .unwrap();
-    let took = at.elapsed();
-    let left = still_running_after(&pids, Duration::from_secs(2));
-    kill(&left);
-    assert!(left.is_empty(), "left running: {left:?}");
-    assert_eq!(status.code(), Some(0));
+    let (code, took) = sup.exit_leaving_nothing(&pids).await;
+    assert_eq!(code, Some(0));
     // Closing stdin, one grace (700 ms), SIGTERM: not a second grace before the SIGTERM.
     assert!(took >= Duration::from_millis(650), "took {took:?}");
     assert!(took < Duration::from_millis(1300), "took {took:?}");
@@ -328,17 +329,9 @@ async fn a_signal_during_the_stop_after_eof_cuts_it_short() {
     // As an SDK client does: SIGTERM once its own wait after closing stdin is over, here while
     // the supervisor's stop already waits out the grace after its SIGTERM to the server.
     tokio::time::sleep(Duration::from_millis(1300)).await;
-    let at = std::time::Instant::now();
     signal(sup.process.id().unwrap(), libc::SIGTERM);
-    let status = tokio::time::timeout(BOUND, sup.process.wait())
-        .await
-        .unwrap()
-        .unwrap();
-    let took = at.elapsed();
-    let left = still_running_after(&pids, Duration::from_secs(2));
-    kill(&left);
-    assert!(left.is_empty(), "left running: {left:?}");
-    assert_eq!(status.code(), Some(0));
+    let (code, took) = sup.exit_leaving_nothing(&pids).await;
+    assert_eq!(code, Some(0));
     assert!(
         took < Duration::from_millis(450),
         "took {took:?} after the SIGTERM"
