@@ -13,8 +13,8 @@
 //! The HTTP status is part of the contract: `pass` and `warn` are 200, `fail` is 503.
 //!
 //! What it does not own: deciding the checks (the monitor's fleet, the supervisor's status do)
-//! and HTTP (the callers' axum handlers put [`Rendered`] on the wire; with the `axum` feature it
-//! is an `IntoResponse`, the crate otherwise depending on nothing that does I/O). Output text is the
+//! and HTTP (the callers' axum handlers put [`Rendered`] on the wire, with `Cache-Control:
+//! no-store`: a stale `/readyz` is worse than none); the crate depends on nothing that does I/O. Output text is the
 //! caller's: a check that quotes a server or a file makes the quote inert before it lands here.
 
 use mcpulse_wire::units::format_rfc3339;
@@ -178,22 +178,14 @@ pub struct Rendered {
     pub body: String,
 }
 
-/// The response, never cached (a stale `/readyz` is worse than none).
-#[cfg(feature = "axum")]
-impl axum::response::IntoResponse for Rendered {
-    fn into_response(self) -> axum::response::Response {
-        use axum::http::{StatusCode, header};
-        let code =
-            StatusCode::from_u16(self.http_status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        (
-            code,
-            [
-                (header::CONTENT_TYPE, self.content_type),
-                (header::CACHE_CONTROL, "no-store"),
-            ],
-            self.body,
-        )
-            .into_response()
+impl Rendered {
+    /// The headers to send it with: its type, and never cached (a stale `/readyz` is worse
+    /// than none).
+    pub fn headers(&self) -> [(&'static str, &'static str); 2] {
+        [
+            ("content-type", self.content_type),
+            ("cache-control", "no-store"),
+        ]
     }
 }
 

@@ -509,11 +509,18 @@ async fn livez(State(e): State<Endpoints>, q: Pairs) -> Response {
                 .at(now_ms()),
         ],
     };
-    health.render(&query, "livez").into_response()
+    respond(health.render(&query, "livez"))
+}
+
+/// A rendered health document on the wire ([`health::Rendered::headers`]). Here, not in
+/// `mcpulse-policy`, which stays free of HTTP.
+fn respond(r: health::Rendered) -> Response {
+    let code = StatusCode::from_u16(r.http_status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (code, r.headers(), r.body).into_response()
 }
 
 async fn readyz(State(e): State<Endpoints>, q: Pairs) -> Response {
-    e.readiness().render(&query(q), "readyz").into_response()
+    respond(e.readiness().render(&query(q), "readyz"))
 }
 
 async fn metrics(State(e): State<Endpoints>) -> Response {

@@ -26,6 +26,8 @@ enum Seen {
     Heartbeat(HeartbeatOutcome),
     Tool(String, CallOutcome),
     Junk(String),
+    /// The status's `fatal_reason` (what `/readyz` shows in FATAL).
+    FatalReason(String),
 }
 
 #[derive(Default)]
@@ -46,6 +48,11 @@ impl Recorder {
 impl Observer for Recorder {
     fn status(&self, status: &mcpulse_relay::status::Status) {
         let mut v = self.0.lock().unwrap();
+        if let Some(why) = &status.fatal_reason
+            && !v.contains(&Seen::FatalReason(why.clone()))
+        {
+            v.push(Seen::FatalReason(why.clone()));
+        }
         if v.iter().rev().find_map(|s| match s {
             Seen::State(st) => Some(*st),
             _ => None,
@@ -365,6 +372,11 @@ async fn a_slow_answer_while_busy_is_busy_not_a_restart() {
     .write(&dir, "s.sh");
     let mut s = settings(&script);
     s.heartbeat.busy_grace = Duration::from_secs(5);
+    // It asserts that no heartbeat failed: a roomier timeout than 80 ms, so that a loaded
+    // machine (a fork of `sed` per message in the scripted server) does not fail one before
+    // the call; the 900 ms call still misses several.
+    s.heartbeat_interval = Duration::from_millis(200);
+    s.heartbeat_timeout = Duration::from_millis(150);
     let mut c = Client::start(s);
     c.initialize().await;
     let reply = c.request(2, "tools/call", json!({"name": "slow"})).await;
@@ -467,6 +479,22 @@ async fn a_crash_loop_spends_the_budget_then_answers_every_request_with_why() {
     assert!(message.contains("4 times within 60s"), "{message}");
     assert!(message.contains("exited with code 1"), "{message}");
     assert!(message.contains("address in use"), "{message}");
+    // The server's stderr goes to the client (its own server's) but not into the status that
+    // /readyz serves to any local user.
+    let reasons: Vec<String> = c
+        .seen
+        .all()
+        .into_iter()
+        .filter_map(|s| match s {
+            Seen::FatalReason(r) => Some(r),
+            _ => None,
+        })
+        .collect();
+    assert!(!reasons.is_empty());
+    assert!(
+        reasons.iter().all(|r| !r.contains("address in use")),
+        "{reasons:?}"
+    );
     // Never spins: one start and three restarts, and no more however long we wait.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(read_pids(&pids).len(), 4);
@@ -652,23 +680,54 @@ async fn a_request_past_its_timeout_is_answered_and_cancelled_and_its_late_reply
     assert_all_gone(&[&pids]);
 }
 
-#[tokio::test]
-async fn messages_during_a_restart_are_queued_up_to_the_bound() {
-    let dir = TempDir::new("queue");
-    let pids = dir.join("pids");
-    let script = server(&pids, vec![("crash", vec![Act::Exit(1)])]).write(&dir, "s.sh");
-    let mut s = settings(&script);
-    s.restart.backoff = Backoff {
-        initial: Duration::from_millis(400),
-        max: Duration::from_millis(400),
+/// A server that records every line it gets in `lines`, crashes on `crash`, and is slow to
+/// start after a restart (500 ms): the restart lasts at least that long, whatever the jitter.
+fn queue_server(dir: &TempDir, pids: &Path, lines: &Path) -> std::path::PathBuf {
+    let record = |acts: Vec<Act>| {
+        let mut v = vec![Act::RecordLine(lines.to_path_buf())];
+        v.extend(acts);
+        v
     };
-    s.queue_max_messages = 2;
+    let mut script = StdioScript::new()
+        .at_start(Act::RecordPid(pids.to_path_buf()))
+        .at_start(Act::FirstTimeElse(
+            dir.join("started"),
+            Box::new(Act::Sleep(0)),
+            Box::new(Act::Sleep(500)),
+        ))
+        .on("crash", vec![Act::Exit(1)])
+        .on(
+            "initialize",
+            record(vec![Act::Result(mcpulse_testkit::mcp::initialize_result(
+                mcpulse_testkit::mcp::LEGACY,
+            ))]),
+        )
+        .on("notifications/initialized", record(vec![]))
+        .on("ping", vec![Act::Result(json!({}))]);
+    script = script.on(
+        "tools/list",
+        record(vec![Act::Result(json!({"tools": []}))]),
+    );
+    script.write(dir, "s.sh")
+}
+
+/// Sends three `tools/list` (ids 3, 4, 5) while the server restarts, with the queue bounded by
+/// `bound`: the first two must be served, the third refused as over the bound. Returns the
+/// lines the restarted server got: the replayed handshake first, then what was queued.
+async fn two_fit_and_the_third_overflows(
+    label: &str,
+    bound: impl FnOnce(&mut Settings),
+) -> Vec<Value> {
+    let dir = TempDir::new(label);
+    let pids = dir.join("pids");
+    let lines = dir.join("lines");
+    let mut s = settings(&queue_server(&dir, &pids, &lines));
+    bound(&mut s);
     let mut c = Client::start(s);
     c.initialize().await;
     c.send(json!({"jsonrpc": "2.0", "id": 2, "method": "crash"}))
         .await;
     assert_eq!(error_code(&c.recv().await), codes::SERVER_RESTARTED);
-    // During the backoff (full jitter: up to 400 ms; maybe 0), send three requests.
     for id in 3..6 {
         c.send(json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"}))
             .await;
@@ -678,19 +737,51 @@ async fn messages_during_a_restart_are_queued_up_to_the_bound() {
         replies.push(c.recv().await);
     }
     replies.sort_by_key(|r| r["id"].as_i64());
-    // Either the restart was already over (all three served) or the third overflowed.
-    let full: Vec<&Value> = replies
-        .iter()
-        .filter(|r| r.get("error").is_some())
-        .collect();
-    assert!(full.len() <= 1, "{replies:?}");
-    for r in &full {
-        assert_eq!(error_code(r), codes::QUEUE_FULL);
-        assert_eq!(r["id"], 5);
-    }
-    assert!(replies[0]["result"].is_object() && replies[1]["result"].is_object());
+    assert!(replies[0]["result"].is_object(), "{replies:?}");
+    assert!(replies[1]["result"].is_object(), "{replies:?}");
+    assert_eq!(error_code(&replies[2]), codes::QUEUE_FULL, "{replies:?}");
     let (_, _) = c.close().await;
     assert_all_gone(&[&pids]);
+    let all: Vec<Value> = std::fs::read_to_string(&lines)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let second = all
+        .iter()
+        .rposition(|v| v["method"] == "initialize")
+        .unwrap();
+    all[second..].to_vec()
+}
+
+#[tokio::test]
+async fn messages_during_a_restart_are_queued_up_to_the_count_behind_the_replay() {
+    let got = two_fit_and_the_third_overflows("queue", |s| s.queue_max_messages = 2).await;
+    // The new server got the client's initialize (under our id), then its initialized, then the
+    // queued requests in order: nothing overtook the replay.
+    let methods: Vec<&str> = got.iter().map(|v| v["method"].as_str().unwrap()).collect();
+    assert_eq!(
+        methods,
+        [
+            "initialize",
+            "notifications/initialized",
+            "tools/list",
+            "tools/list"
+        ],
+        "{got:?}"
+    );
+    assert!(got[0]["id"].as_str().unwrap().starts_with("mcpulse-"));
+    assert_eq!(got[0]["params"]["clientInfo"]["name"], "t");
+    assert_eq!(
+        (got[2]["id"].as_i64(), got[3]["id"].as_i64()),
+        (Some(3), Some(4))
+    );
+}
+
+#[tokio::test]
+async fn messages_during_a_restart_are_queued_up_to_the_bytes() {
+    // Each request is 47 bytes with its newline: two fit in 100, not three.
+    two_fit_and_the_third_overflows("queue-bytes", |s| s.queue_max_bytes = 100).await;
 }
 
 #[tokio::test]
@@ -797,8 +888,338 @@ async fn replies_written_just_before_exiting_still_reach_the_client() {
 }
 
 #[tokio::test]
-async fn a_frozen_child_is_not_busy_even_with_a_request_in_flight() {
-    let dir = TempDir::new("sigstop");
+async fn replies_are_matched_by_id_value_and_mistyped_requests_are_still_tracked() {
+    let dir = TempDir::new("ids");
+    let pids = dir.join("pids");
+    // A server that re-encodes the ids it echoes, as Python's json does.
+    let script = server(
+        &pids,
+        vec![
+            (
+                "x/cafe",
+                vec![Act::Stdout(
+                    r#"{"jsonrpc":"2.0","id":"caf\u00e9","result":{"n":1}}"#.into(),
+                )],
+            ),
+            (
+                "x/slash",
+                vec![Act::Stdout(
+                    r#"{"jsonrpc":"2.0","id":"a/b","result":{"n":2}}"#.into(),
+                )],
+            ),
+        ],
+    )
+    .write(&dir, "s.sh");
+    let mut c = Client::start(settings(&script));
+    c.initialize().await;
+    c.send(json!({"jsonrpc": "2.0", "id": "café", "method": "x/cafe"}))
+        .await;
+    let reply = c.recv().await;
+    assert_eq!(reply["id"], "café", "{reply}");
+    assert_eq!(reply["result"]["n"], 1);
+    c.input
+        .as_mut()
+        .unwrap()
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":\"a\\/b\",\"method\":\"x/slash\"}\n")
+        .await
+        .unwrap();
+    let reply = c.recv().await;
+    assert_eq!(reply["id"], "a/b", "{reply}");
+    // A tool name that is not a string: the envelope is wrong, the request is still tracked.
+    let reply = c
+        .request(7, "tools/call", json!({"name": 7, "arguments": {}}))
+        .await;
+    assert!(reply["result"].is_object(), "{reply}");
+    // An id over 1 KiB is not tracked, so not forwarded: answered at once.
+    let long = "i".repeat(2000);
+    c.send(json!({"jsonrpc": "2.0", "id": long, "method": "tools/list"}))
+        .await;
+    let reply = c.recv().await;
+    assert_eq!(error_code(&reply), codes::TOO_MANY_REQUESTS, "{reply}");
+    let (outcome, rest) = c.close().await;
+    assert_eq!(outcome.fatal, None);
+    assert!(rest.is_empty(), "{rest:?}");
+    assert_all_gone(&[&pids]);
+}
+
+#[tokio::test]
+async fn a_too_long_reply_fails_its_own_request_found_by_its_top_level_id() {
+    let dir = TempDir::new("toolong");
+    let pids = dir.join("pids");
+    // The TypeScript SDK's key order (id last), and an "id":5 nested in the result first.
+    let big = format!(
+        r#"{{"result":{{"id":5,"text":"{}"}},"jsonrpc":"2.0","id":7}}"#,
+        "x".repeat(8000)
+    );
+    let script = server(&pids, vec![("x/big", vec![Act::Stdout(big)])]).write(&dir, "s.sh");
+    let mut s = settings(&script);
+    s.max_message_size = 2000;
+    let mut c = Client::start(s);
+    c.initialize().await;
+    // Request 5 stays in flight (no rule answers it); 7 gets the too-long reply.
+    c.send(json!({"jsonrpc": "2.0", "id": 5, "method": "x/none"}))
+        .await;
+    c.send(json!({"jsonrpc": "2.0", "id": 7, "method": "x/big"}))
+        .await;
+    let reply = c.recv().await;
+    assert_eq!(reply["id"], 7, "{reply}");
+    assert_eq!(error_code(&reply), codes::MESSAGE_TOO_LARGE);
+    c.quiet(Duration::from_millis(200)).await;
+    let (_, rest) = c.close().await;
+    // Request 5 was still in flight: answered at the stop, not as too large.
+    assert_eq!(rest.len(), 1, "{rest:?}");
+    assert_eq!(rest[0]["id"], 5);
+    assert_eq!(error_code(&rest[0]), codes::SERVER_RESTARTED);
+    assert_all_gone(&[&pids]);
+}
+
+#[tokio::test]
+async fn a_client_that_writes_without_reading_is_not_read_past_the_bound() {
+    let dir = TempDir::new("noread");
+    let pids = dir.join("pids");
+    let script = StdioScript::new()
+        .at_start(Act::RecordPid(pids.clone()))
+        .at_start(Act::Exit(1))
+        .write(&dir, "s.sh");
+    let mut s = settings(&script);
+    s.restart.max_restarts = 0; // FATAL at the first exit: every request answered by us
+    s.queue_max_bytes = 16 << 10;
+    s.max_message_size = 16 << 10;
+    let (mut input, sup_in) = tokio::io::duplex(16 << 10);
+    let (sup_out, output) = tokio::io::duplex(16 << 10);
+    let seen = Arc::new(Recorder::default());
+    let task = tokio::spawn(run(s, sup_in, sup_out, seen.clone()));
+    let until = std::time::Instant::now() + WAIT;
+    while !seen.all().contains(&Seen::State(ChildState::Fatal)) {
+        assert!(std::time::Instant::now() < until, "{:?}", seen.all());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Each request (~60 bytes) gets an error of ~200: without a bound, 4 MiB of requests
+    // would all be read and answered into memory.
+    let mut written = 0usize;
+    let mut blocked = false;
+    while written < 4 << 20 {
+        let line = format!(
+            "{}\n",
+            json!({"jsonrpc": "2.0", "id": written, "method": "tools/list"})
+        );
+        match tokio::time::timeout(Duration::from_millis(300), input.write_all(line.as_bytes()))
+            .await
+        {
+            Ok(r) => r.unwrap(),
+            Err(_) => {
+                blocked = true;
+                break;
+            }
+        }
+        written += line.len();
+    }
+    assert!(
+        blocked,
+        "all {written} bytes were read without the client reading a byte"
+    );
+    // Pipes (16 KiB each way), the channel (64 lines) and the backlog bound (16 KiB of answers).
+    assert!(written < 256 << 10, "{written} bytes read before stopping");
+    drop(input);
+    drop(output);
+    let outcome = tokio::time::timeout(WAIT, task).await.unwrap().unwrap();
+    assert!(outcome.fatal.is_some());
+    assert_all_gone(&[&pids]);
+}
+
+/// Whether `pid` is a zombie (exited, not reaped).
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            == Some("Z")
+    })
+}
+
+#[tokio::test]
+async fn orphans_that_die_mid_session_are_reaped_not_left_zombies() {
+    let dir = TempDir::new("zombies");
+    let pids = dir.join("pids");
+    let grand = dir.join("grand");
+    let script = server(&pids, vec![]).write(&dir, "s.sh");
+    let mut s = settings(&script);
+    // Two short-lived orphans (their subshell exits at once: they are reparented to us), then
+    // the server.
+    s.program = Program {
+        program: "sh".into(),
+        args: vec![
+            "-c".into(),
+            format!(
+                "(sleep 0.2 & echo $! >> '{g}'); (sleep 0.2 & echo $! >> '{g}'); exec sh '{s}'",
+                g = grand.display(),
+                s = script.display()
+            ),
+        ],
+    };
+    let _reap = Reap(vec![pids.clone(), grand.clone()]);
+    let mut c = Client::start(s);
+    c.initialize().await;
+    wait_for_file(&grand).await;
+    let orphans = read_pids(&grand);
+    assert_eq!(orphans.len(), 2);
+    // They exit after 200 ms; give the reaper a bounded while.
+    let until = std::time::Instant::now() + Duration::from_secs(3);
+    loop {
+        let zombies: Vec<u32> = orphans.iter().copied().filter(|p| is_zombie(*p)).collect();
+        let running: Vec<u32> = orphans
+            .iter()
+            .copied()
+            .filter(|p| mcpulse_testkit::stdio::is_running(*p))
+            .collect();
+        if zombies.is_empty() && running.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "zombies {zombies:?}, running {running:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The session is unharmed: the server still answers.
+    c.request(2, "tools/list", json!({})).await;
+    let (outcome, _) = c.close().await;
+    assert_eq!(outcome.fatal, None);
+    assert_all_gone(&[&pids]);
+}
+
+#[tokio::test]
+async fn a_timed_out_request_never_answered_does_not_spoil_the_busy_grace_for_good() {
+    let dir = TempDir::new("expired-grace");
+    let pids = dir.join("pids");
+    // `stuck` is never answered (as a TypeScript SDK server does not answer a cancelled
+    // request); `slow` blocks the single-threaded server 350 ms, within the 400 ms grace.
+    let script = server(
+        &pids,
+        vec![
+            (r#"tools/call","params":{"name":"stuck"#, vec![]),
+            (
+                "tools/call",
+                vec![
+                    Act::Sleep(350),
+                    Act::Result(json!({"content": [{"type": "text", "text": "slow"}]})),
+                ],
+            ),
+        ],
+    )
+    .write(&dir, "s.sh");
+    let mut s = settings(&script);
+    s.heartbeat.busy_grace = Duration::from_millis(400);
+    // Roomier than 80 ms (no failure is allowed), and still a miss inside the 350 ms call.
+    s.heartbeat_interval = Duration::from_millis(150);
+    s.heartbeat_timeout = Duration::from_millis(120);
+    s.timeouts = Timeouts {
+        request: None,
+        tools: vec![("stuck".into(), Duration::from_millis(100))],
+    };
+    let mut c = Client::start(s);
+    c.initialize().await;
+    c.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "stuck"}}))
+        .await;
+    let reply = c.recv().await;
+    assert_eq!(error_code(&reply), codes::REQUEST_TIMEOUT, "{reply}");
+    // The unanswered request is now older than the grace.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let reply = c.request(3, "tools/call", json!({"name": "slow"})).await;
+    assert_eq!(reply["result"]["content"][0]["text"], "slow", "{reply}");
+    let seen = c.seen.all();
+    assert!(
+        seen.contains(&Seen::Heartbeat(HeartbeatOutcome::Busy)),
+        "{seen:?}"
+    );
+    assert!(
+        !seen.contains(&Seen::Heartbeat(HeartbeatOutcome::Failed)),
+        "{seen:?}"
+    );
+    let (outcome, _) = c.close().await;
+    assert_eq!(outcome.fatal, None);
+    assert_all_gone(&[&pids]);
+}
+
+#[tokio::test]
+async fn a_timed_out_initialize_is_not_cancelled_and_its_late_reply_still_sets_up_the_replay() {
+    let dir = TempDir::new("init-timeout");
+    let pids = dir.join("pids");
+    let inits = dir.join("inits");
+    let cancels = dir.join("cancels");
+    let script = server(
+        &pids,
+        vec![
+            (
+                "initialize",
+                vec![
+                    Act::RecordLine(inits.clone()),
+                    Act::Sleep(300),
+                    Act::Result(mcpulse_testkit::mcp::initialize_result(
+                        mcpulse_testkit::mcp::LEGACY,
+                    )),
+                ],
+            ),
+            (
+                "notifications/cancelled",
+                vec![Act::RecordLine(cancels.clone())],
+            ),
+            ("tools/call", vec![Act::Exit(1)]),
+        ],
+    )
+    .write(&dir, "s.sh");
+    let mut s = settings(&script);
+    s.timeouts = Timeouts {
+        request: Some(Duration::from_millis(100)),
+        tools: vec![],
+    };
+    let mut c = Client::start(s);
+    c.send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}))
+        .await;
+    let reply = c.recv().await;
+    assert_eq!(error_code(&reply), codes::REQUEST_TIMEOUT, "{reply}");
+    // The late reply comes (and is dropped) 200 ms later.
+    c.quiet(Duration::from_millis(400)).await;
+    assert!(!cancels.exists(), "the initialize was cancelled");
+    c.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await;
+    // The server crashes on this call; its restart must replay the handshake.
+    c.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "x"}}))
+        .await;
+    let reply = c.recv().await;
+    assert_eq!(error_code(&reply), codes::SERVER_RESTARTED, "{reply}");
+    let until = std::time::Instant::now() + WAIT;
+    while std::fs::read_to_string(&inits)
+        .unwrap_or_default()
+        .lines()
+        .count()
+        < 2
+    {
+        assert!(
+            std::time::Instant::now() < until,
+            "the restarted server never got the replayed initialize"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (outcome, _) = c.close().await;
+    assert_eq!(outcome.fatal, None);
+    assert!(!cancels.exists(), "the initialize was cancelled");
+    assert_all_gone(&[&pids]);
+}
+
+/// SIGSTOPs a process (libc, not kill(1): a `kill` child of this test process could be reaped
+/// by a supervisor's orphan reaper before `Command::status` waits for it).
+fn sigstop(pid: u32) {
+    // SAFETY: kill(2) on one process id; no memory effects.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::kill(i32::try_from(pid).unwrap(), libc::SIGSTOP) };
+    assert_eq!(rc, 0);
+}
+
+/// A slow `tools/call` in flight, then the server SIGSTOPped: three failed heartbeats and a
+/// restart, not 30 s of "busy". `wrapped`: the leader is a wrapper shell that waits (as `npx`,
+/// `uv run`, `sh -c` are) and the server below it is what freezes.
+async fn a_frozen_server_is_restarted_not_busy(label: &str, wrapped: bool) {
+    let dir = TempDir::new(label);
     let pids = dir.join("pids");
     let script = server(
         &pids,
@@ -810,18 +1231,19 @@ async fn a_frozen_child_is_not_busy_even_with_a_request_in_flight() {
     .write(&dir, "s.sh");
     let mut s = settings(&script);
     s.heartbeat.busy_grace = Duration::from_secs(30);
+    if wrapped {
+        s.program = Program {
+            program: "sh".into(),
+            args: vec!["-c".into(), format!("sh '{}'; exit $?", script.display())],
+        };
+    }
+    let _reap = Reap(vec![pids.clone()]);
     let mut c = Client::start(s);
     c.initialize().await;
     c.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "slow"}}))
         .await;
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let child = read_pids(&pids)[0];
-    let stopped = std::process::Command::new("kill")
-        .args(["-STOP", &child.to_string()])
-        .status()
-        .unwrap();
-    assert!(stopped.success());
-    // Frozen (SIGSTOP): three failed heartbeats, not 30 s of "busy".
+    sigstop(read_pids(&pids)[0]);
     let lost = c.recv().await;
     assert_eq!(error_code(&lost), codes::SERVER_RESTARTED, "{lost}");
     assert!(
@@ -832,5 +1254,144 @@ async fn a_frozen_child_is_not_busy_even_with_a_request_in_flight() {
         "{lost}"
     );
     let (_, _) = c.close().await;
+    assert_all_gone(&[&pids]);
+}
+
+#[tokio::test]
+async fn a_frozen_child_is_not_busy_even_with_a_request_in_flight() {
+    a_frozen_server_is_restarted_not_busy("sigstop", false).await;
+}
+
+#[tokio::test]
+async fn a_frozen_server_under_a_wrapper_is_not_busy() {
+    a_frozen_server_is_restarted_not_busy("sigstop-wrapped", true).await;
+}
+
+#[tokio::test]
+async fn changed_capabilities_after_a_restart_are_told_to_the_client() {
+    let dir = TempDir::new("caps");
+    let pids = dir.join("pids");
+    let init = |caps: Value| {
+        Act::Result(
+            json!({"protocolVersion": "2025-06-18", "capabilities": caps, "serverInfo": {"name": "s", "version": "1"}}),
+        )
+    };
+    let script = StdioScript::new()
+        .at_start(Act::RecordPid(pids.clone()))
+        .on(
+            "initialize",
+            vec![Act::FirstTimeElse(
+                dir.join("first"),
+                Box::new(init(json!({"tools": {}, "resources": {"subscribe": true}}))),
+                Box::new(init(json!({"tools": {}}))),
+            )],
+        )
+        .on("ping", vec![Act::Result(json!({}))])
+        .on("tools/list", vec![Act::Result(json!({"tools": []}))])
+        .on("crash", vec![Act::Exit(1)])
+        .write(&dir, "s.sh");
+    let mut c = Client::start(settings(&script));
+    c.initialize().await;
+    let lost = c.request(2, "crash", json!({})).await;
+    assert_eq!(error_code(&lost), codes::SERVER_RESTARTED);
+    let next = c.request(3, "tools/list", json!({})).await;
+    assert_eq!(error_code(&next), codes::SESSION_CHANGED, "{next}");
+    assert!(
+        next["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("different capabilities"),
+        "{next}"
+    );
+    let (outcome, _) = c.close().await;
+    assert_eq!(outcome.fatal, None);
+    assert_all_gone(&[&pids]);
+}
+
+#[tokio::test]
+async fn a_crash_during_initialize_answers_it_and_the_next_initialize_goes_through() {
+    let dir = TempDir::new("crash-init");
+    let pids = dir.join("pids");
+    let script = server(
+        &pids,
+        vec![(
+            "initialize",
+            vec![
+                Act::ExitOnce(dir.join("crashed")),
+                Act::Result(mcpulse_testkit::mcp::initialize_result(
+                    mcpulse_testkit::mcp::LEGACY,
+                )),
+            ],
+        )],
+    )
+    .write(&dir, "s.sh");
+    let mut c = Client::start(settings(&script));
+    let init = json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}});
+    let lost = c.request(1, "initialize", init.clone()).await;
+    assert_eq!(error_code(&lost), codes::SERVER_RESTARTED, "{lost}");
+    // Nothing was negotiated: no replay; the client's own retry reaches the new server.
+    let again = c.request(2, "initialize", init).await;
+    assert!(again["result"]["protocolVersion"].is_string(), "{again}");
+    c.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await;
+    c.request(3, "tools/list", json!({})).await;
+    let (outcome, _) = c.close().await;
+    assert_eq!(outcome.fatal, None);
+    assert_eq!(read_pids(&pids).len(), 2);
+    assert_all_gone(&[&pids]);
+}
+
+#[tokio::test]
+async fn no_heartbeat_between_the_initialize_reply_and_initialized() {
+    let dir = TempDir::new("nobeat-midshake");
+    let pids = dir.join("pids");
+    let pings = dir.join("pings");
+    let script =
+        server(&pids, vec![("ping", vec![Act::RecordLine(pings.clone())])]).write(&dir, "s.sh");
+    let mut c = Client::start(settings(&script));
+    c.request(
+        1,
+        "initialize",
+        json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}),
+    )
+    .await;
+    // Five heartbeat intervals without the client's `initialized`: no ping.
+    c.quiet(Duration::from_millis(500)).await;
+    assert!(!pings.exists(), "pinged before notifications/initialized");
+    c.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await;
+    wait_for_file(&pings).await;
+    let (outcome, _) = c.close().await;
+    assert_eq!(outcome.fatal, None);
+    assert_all_gone(&[&pids]);
+}
+
+#[tokio::test]
+async fn a_stop_closes_stdin_then_sigterms_then_sigkills_the_group() {
+    let dir = TempDir::new("stop-order");
+    let events = dir.join("events");
+    let pids = dir.join("pids");
+    // Reads until EOF, then ignores SIGTERM (recording it): only SIGKILL ends it.
+    let script = format!(
+        "echo $$ >> '{p}'\ntrap 'echo term >> \"{e}\"' TERM\nwhile IFS= read -r line; do :; done\necho eof >> '{e}'\nwhile :; do sleep 0.05; done\n",
+        p = pids.display(),
+        e = events.display()
+    );
+    let path = dir.join("s.sh");
+    std::fs::write(&path, script).unwrap();
+    let mut s = settings(&path);
+    s.stop_grace = Duration::from_millis(300);
+    let _reap = Reap(vec![pids.clone()]);
+    let c = Client::start(s);
+    wait_for_file(&pids).await;
+    let at = std::time::Instant::now();
+    let (outcome, _) = c.close().await;
+    let took = at.elapsed();
+    assert_eq!(outcome.fatal, None);
+    let got = std::fs::read_to_string(&events).unwrap();
+    assert_eq!(got.lines().collect::<Vec<_>>(), ["eof", "term"], "{got}");
+    // A grace after the EOF, a grace after the SIGTERM: then SIGKILL.
+    assert!(took >= Duration::from_millis(550), "{took:?}");
+    assert!(took < Duration::from_secs(3), "{took:?}");
     assert_all_gone(&[&pids]);
 }

@@ -117,6 +117,20 @@ impl ReplySniffer {
         }
     }
 
+    /// The raw JSON of the top-level `id` (a number or a string of at most 64 bytes), whatever
+    /// the message is: a request's too (the supervisor answers a too-long request by its id).
+    pub fn id_raw(&self) -> Option<&[u8]> {
+        if self.top == Top::Broken {
+            return None;
+        }
+        self.id.as_deref()
+    }
+
+    /// Whether the bytes seen so far make a reply: a `result` or an `error`, and no `method`.
+    pub fn is_reply(&self) -> bool {
+        self.top != Top::Broken && self.answers && !self.method
+    }
+
     fn string_byte(&mut self, b: u8) {
         let top_level = self.depth == 1;
         if self.escaped {

@@ -156,3 +156,59 @@ fn block_extraction_reads_fences_and_indentation() {
         ["~/a.json", "b.json"]
     );
 }
+
+/// Every `mcpulse supervise` command in the docs' `sh` blocks takes its options: each runs with
+/// the server command swapped for `true` (the servers the docs name are not installed here),
+/// stdin closed, `--listen` on port 0 and `--log-file` in a temporary directory, and must exit
+/// 0 with nothing on stdout. `--wrap`/`--unwrap` lines are left to tests/supervise_wrap.rs.
+#[test]
+fn every_supervise_command_in_the_docs_takes_its_options() {
+    let dir = std::env::temp_dir().join(format!("mcpulse-docs-supervise-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut ran = 0;
+    for doc in docs() {
+        let text = std::fs::read_to_string(&doc).unwrap();
+        for (start, body) in blocks(&text, "sh") {
+            for line in body.lines() {
+                let Some(rest) = line.trim().strip_prefix("mcpulse supervise ") else {
+                    continue;
+                };
+                if rest.contains("--wrap") || rest.contains("--unwrap") {
+                    continue;
+                }
+                let options = rest.split(" -- ").next().unwrap();
+                let mut args = vec!["supervise".to_owned()];
+                let mut words = options.split_whitespace();
+                while let Some(w) = words.next() {
+                    args.push(w.to_owned());
+                    match w {
+                        "--listen" => {
+                            words.next();
+                            args.push("127.0.0.1:0".into());
+                        }
+                        "--log-file" => {
+                            words.next();
+                            args.push(dir.join("log").to_string_lossy().into_owned());
+                        }
+                        _ => {}
+                    }
+                }
+                args.extend(["--".into(), "true".into()]);
+                let out = Command::new(BIN)
+                    .args(&args)
+                    .stdin(std::process::Stdio::null())
+                    .output()
+                    .unwrap();
+                assert!(
+                    out.status.success() && out.stdout.is_empty(),
+                    "{}:{start}: `{line}` ({args:?}): {}",
+                    doc.display(),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                ran += 1;
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(ran >= 4, "only {ran} supervise commands found in the docs");
+}

@@ -126,6 +126,18 @@ async fn wait_for_pids(file: &std::path::Path, n: usize) -> Vec<u32> {
     }
 }
 
+/// Initializes the session with [`server`]'s server; its pid and its grandchild's.
+async fn initialized(sup: &mut Supervised, dir: &TempDir) -> Vec<u32> {
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let reply = sup.exchange(init).await;
+    assert_eq!(reply["id"], 1, "{reply}");
+    wait_for_pids(&dir.join("pids"), 1)
+        .await
+        .into_iter()
+        .chain(wait_for_pids(&dir.join("grand"), 1).await)
+        .collect()
+}
+
 #[tokio::test]
 async fn the_clients_eof_stops_everything_and_exits_zero() {
     let dir = TempDir::new("sup-eof");
@@ -137,14 +149,7 @@ async fn the_clients_eof_stops_everything_and_exits_zero() {
         "sh",
         script.to_str().unwrap(),
     ]);
-    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
-    let reply = sup.exchange(init).await;
-    assert_eq!(reply["id"], 1, "{reply}");
-    let pids: Vec<u32> = wait_for_pids(&dir.join("pids"), 1)
-        .await
-        .into_iter()
-        .chain(wait_for_pids(&dir.join("grand"), 1).await)
-        .collect();
+    let pids = initialized(&mut sup, &dir).await;
     assert_eq!(sup.close().await, Some(0));
     let left = still_running_after(&pids, Duration::from_secs(3));
     kill(&left);
@@ -183,6 +188,10 @@ async fn after_giving_up_it_exits_non_zero_when_the_client_closes() {
     );
 }
 
+/// Only the child itself: the parent-death signal does not reach grandchildren in its group
+/// that ignore their stdin closing (a limit docs/supervise.md §Hygiene states); a SIGTERM, which
+/// the supervisor handles, takes them all
+/// (`a_signal_stops_the_whole_group_within_the_short_bound_then_exits`).
 #[tokio::test]
 async fn a_sigkilled_supervisor_takes_its_child_with_it() {
     let dir = TempDir::new("sup-pdeathsig");
@@ -201,5 +210,130 @@ async fn a_sigkilled_supervisor_takes_its_child_with_it() {
     assert!(
         left.is_empty(),
         "the child outlived its SIGKILLed supervisor"
+    );
+}
+
+/// Sends `sig` to a process.
+fn signal(pid: u32, sig: i32) {
+    // SAFETY: kill(2) on one process id; no memory effects.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::kill(i32::try_from(pid).unwrap(), sig);
+    }
+}
+
+impl Supervised {
+    /// Waits for its exit (bounded) once `pids` should all be gone: its exit code and how long
+    /// after the call it came. Fails if one of `pids` is left running (killing it first).
+    async fn exit_leaving_nothing(&mut self, pids: &[u32]) -> (Option<i32>, Duration) {
+        let at = std::time::Instant::now();
+        let status = tokio::time::timeout(BOUND, self.process.wait())
+            .await
+            .unwrap()
+            .unwrap();
+        let took = at.elapsed();
+        let left = still_running_after(pids, Duration::from_secs(2));
+        kill(&left);
+        assert!(left.is_empty(), "left running: {left:?}");
+        (status.code(), took)
+    }
+}
+
+#[tokio::test]
+async fn a_signal_stops_the_whole_group_within_the_short_bound_then_exits() {
+    for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+        let dir = TempDir::new("sup-signal");
+        // A grandchild (as `npx` → `node` makes) with its stdio detached: only a stop of the
+        // group ends it; the parent-death signal reaches the child alone.
+        let script = server(&dir);
+        let mut sup = Supervised::spawn(&["--", "sh", script.to_str().unwrap()]);
+        let pids = initialized(&mut sup, &dir).await;
+        signal(sup.process.id().unwrap(), sig);
+        let (code, took) = sup.exit_leaving_nothing(&pids).await;
+        assert_eq!(code, Some(0), "signal {sig}: handled, not killed");
+        // The SDK clients SIGKILL 2 s after their SIGTERM.
+        assert!(
+            took < Duration::from_millis(1500),
+            "signal {sig}: took {took:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn at_the_clients_eof_the_stop_grace_is_waited_once() {
+    let dir = TempDir::new("sup-eof-grace");
+    // A server that ignores its stdin closing (it never reads it) but dies on SIGTERM.
+    let script = StdioScript::new()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .at_start(Act::Sleep(100_000))
+        .write(&dir, "s.sh");
+    let mut sup = Supervised::spawn(&[
+        "--stop-grace",
+        "700ms",
+        "--",
+        "sh",
+        script.to_str().unwrap(),
+    ]);
+    let pids = wait_for_pids(&dir.join("pids"), 1).await;
+    drop(sup.stdin.take());
+    let (code, took) = sup.exit_leaving_nothing(&pids).await;
+    assert_eq!(code, Some(0));
+    // Closing stdin, one grace (700 ms), SIGTERM: not a second grace before the SIGTERM.
+    assert!(took >= Duration::from_millis(650), "took {took:?}");
+    assert!(took < Duration::from_millis(1300), "took {took:?}");
+}
+
+#[tokio::test]
+async fn the_servers_stderr_is_passed_through_to_ours() {
+    let dir = TempDir::new("sup-stderr");
+    let script = StdioScript::legacy()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .at_start(Act::Stderr("note from the server on stderr".into()))
+        .write(&dir, "s.sh");
+    let r = run(
+        BIN,
+        &["supervise", "--", "sh", script.to_str().unwrap()],
+        &[],
+        BOUND,
+    )
+    .await;
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert_eq!(r.stdout, "");
+    assert!(
+        r.stderr.contains("note from the server on stderr"),
+        "{}",
+        r.stderr
+    );
+    let left = still_running_after(&read_pids(&dir.join("pids")), Duration::from_secs(3));
+    kill(&left);
+    assert!(left.is_empty());
+}
+
+#[tokio::test]
+async fn a_signal_during_the_stop_after_eof_cuts_it_short() {
+    let dir = TempDir::new("sup-eof-then-term");
+    // Ignores its stdin closing and SIGTERM: the stop after the EOF would wait its grace twice
+    // (1 s, then 1 s after SIGTERM) before the SIGKILL.
+    let script = StdioScript::new()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .at_start(Act::SpawnGrandchild(dir.join("grand")))
+        .at_start(Act::Hang)
+        .write(&dir, "s.sh");
+    let mut sup = Supervised::spawn(&["--stop-grace", "1s", "--", "sh", script.to_str().unwrap()]);
+    let pids: Vec<u32> = wait_for_pids(&dir.join("pids"), 1)
+        .await
+        .into_iter()
+        .chain(wait_for_pids(&dir.join("grand"), 1).await)
+        .collect();
+    drop(sup.stdin.take());
+    // As an SDK client does: SIGTERM once its own wait after closing stdin is over, here while
+    // the supervisor's stop already waits out the grace after its SIGTERM to the server.
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    signal(sup.process.id().unwrap(), libc::SIGTERM);
+    let (code, took) = sup.exit_leaving_nothing(&pids).await;
+    assert_eq!(code, Some(0));
+    assert!(
+        took < Duration::from_millis(450),
+        "took {took:?} after the SIGTERM"
     );
 }

@@ -115,3 +115,29 @@ async fn without_a_file_logs_go_to_stderr_and_a_bad_level_is_refused() {
     assert_ne!(r.code, Some(0));
     assert!(r.stderr.contains("--log-level \"loud\""), "{}", r.stderr);
 }
+
+#[tokio::test]
+async fn credentials_on_the_command_line_are_hidden_in_the_log() {
+    let r = run::run(
+        BIN,
+        &[
+            "supervise",
+            "--",
+            "true",
+            "postgresql://user:hunter2pass@db.example/app",
+            "--api-key",
+            "sekrit-value-42",
+        ],
+        &[],
+        BOUND,
+    )
+    .await;
+    assert!(
+        r.stderr.contains("mcpulse supervise started"),
+        "{}",
+        r.stderr
+    );
+    assert!(!r.stderr.contains("hunter2pass"), "{}", r.stderr);
+    assert!(!r.stderr.contains("sekrit-value-42"), "{}", r.stderr);
+    assert!(r.stderr.contains("db.example"), "{}", r.stderr);
+}

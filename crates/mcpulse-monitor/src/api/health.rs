@@ -42,9 +42,15 @@ pub(super) async fn livez(
         exclude: Vec::new(),
         ..query
     };
-    monitor_health("mcpulse monitor liveness", checks)
-        .render(&query, "livez")
-        .into_response()
+    respond(monitor_health("mcpulse monitor liveness", checks).render(&query, "livez"))
+}
+
+/// A rendered health document on the wire ([`health::Rendered::headers`]). Here, not in
+/// `mcpulse-policy`, which stays free of HTTP.
+fn respond(r: health::Rendered) -> Response {
+    use axum::http::StatusCode;
+    let code = StatusCode::from_u16(r.http_status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (code, r.headers(), r.body).into_response()
 }
 
 pub(super) async fn readyz(
@@ -53,10 +59,11 @@ pub(super) async fn readyz(
 ) -> Response {
     let query = health_params(q);
     let checks = s.fleet.snapshot().readiness(s.now());
-    monitor_health(
-        "mcpulse monitor readiness: config loaded, store writable, checks flowing",
-        checks,
+    respond(
+        monitor_health(
+            "mcpulse monitor readiness: config loaded, store writable, checks flowing",
+            checks,
+        )
+        .render(&query, "readyz"),
     )
-    .render(&query, "readyz")
-    .into_response()
 }

@@ -17,7 +17,7 @@
 //!   stderr the same way without the supervisor), and its tail is kept in a bounded ring
 //!   ([`StderrRing`]) to explain a crash in the error the client gets.
 
-use super::lines::{LineRead, read_line};
+use super::lines::{Clipped, LineRead, read_line};
 use mcpulse_transport::stdio::kill_group;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::process::Stdio;
@@ -61,8 +61,8 @@ impl std::fmt::Display for ExitStatus {
 pub enum ChildEvent {
     /// One line (without its newline).
     Line(u64, Vec<u8>),
-    /// A line longer than the limit, dropped; its first bytes, to find the id it answered.
-    TooLong(u64, Vec<u8>),
+    /// A line longer than the limit, dropped; its top-level id, to answer the request it was for.
+    TooLong(u64, Clipped),
     /// The child exited.
     Exited(u64, ExitStatus),
 }
@@ -122,6 +122,11 @@ pub struct Child {
     pub stdin_backlog: Arc<AtomicUsize>,
     writer: JoinHandle<()>,
     exited: watch::Receiver<Option<ExitStatus>>,
+    /// When [`Child::close_stdin`] closed its stdin: the grace for that step runs from then,
+    /// so a stop after the client's EOF does not wait it a second time.
+    stdin_closed: Option<Instant>,
+    /// [`Child::stop`] ran to its end: nothing is left for `Drop` to kill.
+    stopped: bool,
 }
 
 /// Why a child could not be started.
@@ -180,6 +185,67 @@ pub fn widen_pipe(fd: std::os::fd::BorrowedFd<'_>) {
 
 static INSTANCE: AtomicUsize = AtomicUsize::new(0);
 
+/// The children tokio waits for (every supervisor's in this process, a test binary running
+/// several): [`reap_orphans`] leaves these alone, or tokio would lose their exit status.
+static LEADERS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+fn leaders() -> std::sync::MutexGuard<'static, Vec<u32>> {
+    LEADERS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Reaps, for as long as the runtime runs, the orphans reparented to us (we are a subreaper)
+/// as they die: without it, a grandchild that exits mid-session (`(sleep 1 &)` in a shell
+/// wrapper) stays a zombie for the supervisor's whole life, and at stop its empty
+/// `/proc/<pid>/environ` hides it from [`descendants`]. Woken by SIGCHLD; looks at our own
+/// zombie children only, never a child tokio waits for ([`LEADERS`]). Spawn it once, after
+/// [`become_subreaper`] succeeded.
+pub async fn reap_orphans() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut sigchld) = signal(SignalKind::child()) else {
+        return;
+    };
+    let me = std::process::id();
+    loop {
+        reap_zombies(me);
+        if sigchld.recv().await.is_none() {
+            return;
+        }
+    }
+}
+
+/// One pass of [`reap_orphans`].
+fn reap_zombies(me: u32) {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for pid in dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok()) {
+        let Some((state, parent)) = state_and_parent(pid) else {
+            continue;
+        };
+        if parent != me || state != "Z" || leaders().contains(&pid) {
+            continue;
+        }
+        if let Ok(raw) = i32::try_from(pid) {
+            // SAFETY: waitpid on one pid (a zombie child of ours no one else waits for), with
+            // WNOHANG; the status pointer is a valid local.
+            #[allow(unsafe_code)]
+            unsafe {
+                let mut status = 0;
+                libc::waitpid(raw, &mut status, libc::WNOHANG);
+            }
+        }
+    }
+}
+
+/// A process's state letter and parent, from `/proc/<pid>/stat` (Linux).
+fn state_and_parent(pid: u32) -> Option<(String, u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.to_owned();
+    Some((state, fields.next()?.parse().ok()?))
+}
+
 impl Child {
     /// Spawns generation `generation` of the child. Its stdout lines (at most `max_line`
     /// bytes each) and its exit go to `events`; its stderr to our stderr and `ring`.
@@ -233,6 +299,7 @@ impl Child {
             },
         })?;
         let pid = child.id().unwrap_or(0);
+        leaders().push(pid);
         let stdin = child.stdin.take();
         {
             use std::os::fd::AsFd;
@@ -267,6 +334,7 @@ impl Child {
                 },
                 Err(_) => ExitStatus::default(),
             };
+            leaders().retain(|p| *p != pid);
             let _ = exit_tx.send(Some(status));
             let _ = tokio::time::timeout(STDOUT_DRAIN, stdout_closed).await;
             let _ = events.send(ChildEvent::Exited(generation, status)).await;
@@ -282,6 +350,8 @@ impl Child {
             stdin_backlog,
             writer,
             exited,
+            stdin_closed: None,
+            stopped: false,
         })
     }
 
@@ -298,20 +368,37 @@ impl Child {
     /// server.
     pub fn close_stdin(&mut self) {
         self.stdin = None;
+        self.stdin_closed.get_or_insert_with(Instant::now);
     }
 
     /// Whether the child is stopped (SIGSTOP, a debugger): frozen, so never "busy" with the
-    /// request it holds. Read from `/proc/<pid>/stat` (Linux; elsewhere, never).
+    /// request it holds. Any member of its process group, or a descendant that left it, in
+    /// state `T`/`t` counts: under `npx`, `uv run` or `sh -c` the leader is a wrapper that
+    /// just waits, and the server that froze is below it. Read from `/proc` (Linux; elsewhere,
+    /// never); called only when a heartbeat went unanswered.
     pub fn is_stopped(&self) -> bool {
-        std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
-            .ok()
-            .and_then(|stat| {
-                let (_, rest) = stat.rsplit_once(')')?;
-                rest.split_whitespace()
-                    .next()
-                    .map(|s| matches!(s, "T" | "t"))
-            })
-            .unwrap_or(false)
+        let frozen = |pid: u32| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    let (_, rest) = stat.rsplit_once(')')?;
+                    let mut fields = rest.split_whitespace();
+                    let state = fields.next()?;
+                    let group = fields.nth(1)?.parse::<u32>().ok()?;
+                    Some((matches!(state, "T" | "t"), group))
+                })
+        };
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return false;
+        };
+        let in_group = dir
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter_map(&frozen)
+            .any(|(stopped, group)| stopped && group == self.pid);
+        in_group
+            || descendants(self.pid, &self.lineage, !self.has_exited())
+                .into_iter()
+                .any(|pid| frozen(pid).is_some_and(|(stopped, _)| stopped))
     }
 
     /// Whether the child has exited.
@@ -326,14 +413,15 @@ impl Child {
     }
 
     /// Stops the child and everything it started: close its stdin (after what was queued is
-    /// written, within `grace`), wait `grace`, SIGTERM the group, wait `grace`, then SIGKILL
+    /// written, within `grace`), wait `grace` (counted from when the stdin was closed, if
+    /// [`Child::close_stdin`] did it earlier), SIGTERM the group, wait `grace`, then SIGKILL
     /// the group and every descendant, and reap the descendants reparented to us. Bounded:
-    /// at most about `3 × grace + 1 s`.
+    /// at most about `2 × grace + 2 s`.
     pub async fn stop(mut self, grace: Duration) {
         let pgid = i32::try_from(self.pid).unwrap_or(0);
         // Closing the channel lets the writer finish what is queued, then drop the pipe (EOF).
         self.stdin = None;
-        let until = Instant::now() + grace;
+        let until = self.stdin_closed.unwrap_or_else(Instant::now) + grace;
         if timeout_at(until, &mut self.writer).await.is_err() {
             self.writer.abort(); // a child not reading its stdin: drop the pipe now
         }
@@ -344,9 +432,14 @@ impl Child {
             }
         }
         // Whatever is left: the group (grandchildren outliving the leader) and descendants that
-        // left it. SIGKILL, then reap our own zombies among them.
-        kill_group(pgid, libc::SIGKILL);
-        let leftovers = descendants(self.pid, &self.lineage);
+        // left it. SIGKILL, then reap our own zombies among them. Once the leader is reaped its
+        // pid may be reused: the group is signalled only while a member remains (which keeps
+        // the id from being reused), and the walk no longer goes through the leader's pid.
+        let leader_alive = !self.has_exited();
+        if leader_alive || group_has_members(self.pid) {
+            kill_group(pgid, libc::SIGKILL);
+        }
+        let leftovers = descendants(self.pid, &self.lineage, leader_alive);
         for pid in &leftovers {
             kill_pid(*pid);
         }
@@ -354,14 +447,26 @@ impl Child {
             .wait_exit(Instant::now() + Duration::from_secs(1))
             .await;
         reap(&leftovers, self.pid).await;
+        // Descendants that died with the group and were reparented to us as zombies (their
+        // empty environ hid them from the walk): reaped now, the supervisor may exit next.
+        reap_zombies(std::process::id());
+        self.stopped = true;
     }
 }
 
 impl Drop for Child {
     fn drop(&mut self) {
-        // A session dropped without `stop` (a panic, a test giving up) still ends the group.
-        if !self.has_exited() {
+        // A child dropped without a finished `stop` (a stop cut short by a signal, a panic, a
+        // test giving up) still ends: its group and every descendant, SIGKILLed now.
+        if self.stopped {
+            return;
+        }
+        let alive = !self.has_exited();
+        if alive || group_has_members(self.pid) {
             kill_group(i32::try_from(self.pid).unwrap_or(0), libc::SIGKILL);
+        }
+        for pid in descendants(self.pid, &self.lineage, alive) {
+            kill_pid(pid);
         }
     }
 }
@@ -408,11 +513,27 @@ async fn reap(pids: &[u32], leader: u32) {
     }
 }
 
+/// Whether any process is in process group `pgid` (`/proc`, Linux). While one is, no new
+/// process can be given `pgid` as its pid, so signalling the group reaches only ours.
+fn group_has_members(pgid: u32) -> bool {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .any(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    let (_, rest) = stat.rsplit_once(')')?;
+                    rest.split_whitespace().nth(2)?.parse::<u32>().ok()
+                })
+                == Some(pgid)
+        })
+}
+
 /// A process's parent, from `/proc/<pid>/stat` (Linux).
 fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, rest) = stat.rsplit_once(')')?;
-    rest.split_whitespace().nth(1)?.parse().ok()
+    state_and_parent(pid).map(|(_, parent)| parent)
 }
 
 /// Whether `/proc/<pid>/environ` holds `LINEAGE_VAR=lineage`.
@@ -427,7 +548,7 @@ fn has_lineage(pid: u32, lineage: &str) -> bool {
 /// The child's descendants, walking `/proc`: processes whose parent chain passes through
 /// `leader`, and those reparented to us (their chain leads to us) that carry the child's
 /// lineage. Not the supervisor's other children (in a test binary, other tests' processes).
-fn descendants(leader: u32, lineage: &str) -> Vec<u32> {
+fn descendants(leader: u32, lineage: &str, leader_alive: bool) -> Vec<u32> {
     let me = std::process::id();
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -446,7 +567,11 @@ fn descendants(leader: u32, lineage: &str) -> Vec<u32> {
         for _ in 0..4096 {
             let Some(&up) = parents.get(&at) else { break };
             if up == leader {
-                found.insert(pid);
+                // A reaped leader's children were reparented to us (found below); a process
+                // under that pid now is someone else's.
+                if leader_alive {
+                    found.insert(pid);
+                }
                 break;
             }
             if up == me {
@@ -494,7 +619,7 @@ async fn read_stdout(
     loop {
         let event = match read_line(&mut reader, max_line).await {
             LineRead::Line(line) => ChildEvent::Line(generation, line),
-            LineRead::TooLong(prefix) => ChildEvent::TooLong(generation, prefix),
+            LineRead::TooLong(clipped) => ChildEvent::TooLong(generation, clipped),
             LineRead::Eof => return,
         };
         if events.send(event).await.is_err() {
@@ -527,6 +652,35 @@ async fn pass_stderr(stderr: tokio::process::ChildStderr, ring: Arc<StderrRing>)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A live process standing where a reaped leader's pid was (pid reuse): neither its
+    /// children nor its group are taken for the child's once the leader is known to be gone.
+    #[test]
+    fn a_reused_leader_pid_is_not_walked_and_an_empty_group_not_signalled() {
+        use std::os::unix::process::CommandExt;
+        let mut other = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 & wait"])
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pid = other.id();
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while descendants(pid, "none", true).is_empty() {
+            assert!(std::time::Instant::now() < until, "the sleep never started");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // What the walk did before: the unrelated sleep counted as the child's.
+        assert_eq!(descendants(pid, "none", true).len(), 1);
+        assert!(descendants(pid, "none", false).is_empty());
+        assert!(group_has_members(pid));
+        kill_group(i32::try_from(pid).unwrap(), libc::SIGKILL);
+        other.wait().unwrap();
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while group_has_members(pid) {
+            assert!(std::time::Instant::now() < until, "the group never emptied");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
 
     #[test]
     fn the_ring_keeps_the_last_bytes_only() {

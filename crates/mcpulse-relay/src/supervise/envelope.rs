@@ -152,7 +152,38 @@ impl<'a> Envelope<'a> {
         if line.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
             return None;
         }
-        serde_json::from_slice(line).ok()
+        serde_json::from_slice(line)
+            .ok()
+            .or_else(|| Envelope::loose(line))
+    }
+
+    /// The id and method of an object whose other fields do not have the expected types
+    /// (`"params":{"name":7}`, `"method":7`): the server still answers it (with an error,
+    /// likely), so the relay must still route that answer. Only on the failure path.
+    fn loose(line: &'a [u8]) -> Option<Envelope<'a>> {
+        #[derive(Deserialize)]
+        struct Loose<'a> {
+            #[serde(borrow, default)]
+            id: Option<&'a RawValue>,
+            #[serde(borrow, default)]
+            method: Option<&'a RawValue>,
+            #[serde(default)]
+            result: Option<ResultHead>,
+            #[serde(default)]
+            error: Option<IgnoredAny>,
+        }
+        let l: Loose<'a> = serde_json::from_slice(line).ok()?;
+        // A method that is not a string is still a request (an invalid one): its name is "".
+        let method = l
+            .method
+            .map(|m| serde_json::from_str::<Cow<'a, str>>(m.get()).unwrap_or(Cow::Borrowed("")));
+        Some(Envelope {
+            id: l.id,
+            method,
+            params: None,
+            result: l.result,
+            error: l.error,
+        })
     }
 
     pub fn kind(&self) -> Kind {
@@ -195,27 +226,19 @@ impl<'a> Envelope<'a> {
     }
 }
 
-/// Finds a top-level-looking `"id":` value in the first bytes of an over-long line (which
-/// cannot be parsed whole): a number or a string without escapes. A best effort, documented
-/// as such: a nested `"id"` before the real one could mislead it, which at worst answers an
-/// error to an id that is not in flight (and so is dropped).
-pub fn sniff_id(prefix: &[u8]) -> Option<String> {
-    let text = String::from_utf8_lossy(prefix);
-    let at = text.find("\"id\"")?;
-    let rest = text[at + 4..].trim_start().strip_prefix(':')?.trim_start();
-    if let Some(s) = rest.strip_prefix('"') {
-        let end = s.find('"')?;
-        let inner = &s[..end];
-        if inner.contains('\\') {
-            return None;
-        }
-        return Some(format!("\"{inner}\""));
+/// An id as the relay keys it: two spellings of one JSON value (`"caf\u00e9"` and `"café"`,
+/// `"a\/b"` and `"a/b"`, `1e2` and `100.0`) give one key, since a server may re-encode the id
+/// it echoes. The common case (a string without escapes, an integer) is returned as it is.
+pub fn canonical_id(raw: &str) -> Cow<'_, str> {
+    let plain = !raw.contains('\\')
+        && (raw.starts_with('"') || raw.bytes().all(|b| b.is_ascii_digit() || b == b'-'));
+    if plain {
+        return Cow::Borrowed(raw);
     }
-    let end = rest
-        .find(|c: char| !(c.is_ascii_digit() || c == '-'))
-        .unwrap_or(rest.len());
-    let num = &rest[..end];
-    (!num.is_empty() && num != "-").then(|| num.to_owned())
+    match serde_json::from_str::<serde_json::Value>(raw) {
+        Ok(v) => Cow::Owned(v.to_string()),
+        Err(_) => Cow::Borrowed(raw),
+    }
 }
 
 #[cfg(test)]
@@ -260,15 +283,26 @@ mod tests {
     }
 
     #[test]
-    fn an_id_is_sniffed_from_a_prefix() {
-        assert_eq!(
-            sniff_id(br#"{"jsonrpc":"2.0","id": 42,"method":"x","params":{"#).as_deref(),
-            Some("42")
-        );
-        assert_eq!(
-            sniff_id(br#"{"id":"abc","params":"#).as_deref(),
-            Some(r#""abc""#)
-        );
-        assert_eq!(sniff_id(br#"{"method":"x","params":{"data":"#), None);
+    fn ids_are_keyed_by_value_not_spelling() {
+        assert_eq!(canonical_id(r#""caf\u00e9""#), r#""café""#);
+        assert_eq!(canonical_id(r#""café""#), r#""café""#);
+        assert_eq!(canonical_id(r#""a\/b""#), r#""a/b""#);
+        assert_eq!(canonical_id(r#""a\"b""#), r#""a\"b""#);
+        assert_eq!(canonical_id("-42"), "-42");
+        assert_eq!(canonical_id("1e2"), canonical_id("100.0"));
+    }
+
+    #[test]
+    fn a_request_with_mistyped_fields_still_has_its_id() {
+        let e = Envelope::parse(
+            br#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":7}}"#,
+        )
+        .unwrap();
+        assert_eq!(e.kind(), Kind::Request);
+        assert_eq!(e.id_text(), Some("3"));
+        assert_eq!(e.method.as_deref(), Some("tools/call"));
+        let e = Envelope::parse(br#"{"jsonrpc":"2.0","id":"x","method":7}"#).unwrap();
+        assert_eq!(e.kind(), Kind::Request);
+        assert_eq!(e.id_text(), Some(r#""x""#));
     }
 }

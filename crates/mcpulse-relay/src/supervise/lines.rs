@@ -2,23 +2,40 @@
 //!
 //! tokio's `read_until` finds the newline (with a fast byte search) inside a `take` that
 //! stops one byte past the bound, so a line without end cannot grow memory: at most
-//! `max + 1` bytes are held. An over-long line is skipped to its newline, keeping only a
-//! prefix ([`PREFIX`]) to find the id of the request or reply it carried.
+//! `max + 1` bytes are held. An over-long line is skipped to its newline, every byte going
+//! through [`ReplySniffer`] (constant memory) to find the top-level id of the request or reply
+//! it carried, wherever it sits: the TypeScript SDK writes `id` after the `result`.
 
+use mcpulse_wire::sniff::ReplySniffer;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt};
 
-/// How much of an over-long line is kept to look for its id.
-pub const PREFIX: usize = 4096;
+/// What is known of a line over the bound, which was dropped.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Clipped {
+    /// Its top-level id, canonical ([`super::envelope::canonical_id`]); never a nested one.
+    pub id: Option<String>,
+    /// Whether it was a reply (`result` or `error`, no `method`).
+    pub reply: bool,
+}
 
 /// One read.
 #[derive(Debug, PartialEq, Eq)]
 pub enum LineRead {
     /// A line, without its `\n` (or `\r\n`); may be empty.
     Line(Vec<u8>),
-    /// A line over the bound, dropped; its first [`PREFIX`] bytes.
-    TooLong(Vec<u8>),
+    /// A line over the bound, dropped.
+    TooLong(Clipped),
     /// End of stream (or a read error: the stream is over either way).
     Eof,
+}
+
+fn clipped(sniffer: &ReplySniffer) -> Clipped {
+    Clipped {
+        id: sniffer
+            .id_raw()
+            .map(|raw| super::envelope::canonical_id(&String::from_utf8_lossy(raw)).into_owned()),
+        reply: sniffer.is_reply(),
+    }
 }
 
 /// Reads the next line of at most `max` bytes (newline excluded).
@@ -37,14 +54,17 @@ pub async fn read_line<R: AsyncBufRead + Unpin>(reader: &mut R, max: usize) -> L
         if buf.len() <= max {
             return LineRead::Line(buf);
         }
-        buf.truncate(PREFIX);
-        return LineRead::TooLong(buf);
+        let mut sniffer = ReplySniffer::new();
+        sniffer.push(&buf);
+        return LineRead::TooLong(clipped(&sniffer));
     }
     if buf.len() <= max {
         // The stream ended without a final newline: the last line still counts.
         return LineRead::Line(buf);
     }
-    buf.truncate(PREFIX);
+    let mut sniffer = ReplySniffer::new();
+    sniffer.push(&buf);
+    drop(buf);
     // Skip to the end of the line, a bounded chunk at a time.
     let mut skip = Vec::new();
     loop {
@@ -55,16 +75,47 @@ pub async fn read_line<R: AsyncBufRead + Unpin>(reader: &mut R, max: usize) -> L
             .await
         {
             Ok(0) | Err(_) => break,
-            Ok(_) if skip.last() == Some(&b'\n') => break,
-            Ok(_) => {}
+            Ok(_) if skip.last() == Some(&b'\n') => {
+                sniffer.push(&skip[..skip.len() - 1]);
+                break;
+            }
+            Ok(_) => sniffer.push(&skip),
         }
     }
-    LineRead::TooLong(buf)
+    LineRead::TooLong(clipped(&sniffer))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_too_long_line_gives_its_top_level_id_wherever_it_is_never_a_nested_one() {
+        // The TypeScript SDK's order: the id after a long result, which holds an "id" itself.
+        let pad = "x".repeat(20_000);
+        let input = format!(
+            "{{\"result\":{{\"id\":5,\"text\":\"{pad}\"}},\"jsonrpc\":\"2.0\",\"id\":7}}\n{{\"jsonrpc\":\"2.0\",\"id\":\"caf\\u00e9\",\"method\":\"x\",\"params\":\"{pad}\"}}\nok\n"
+        );
+        let mut r = tokio::io::BufReader::with_capacity(4096, input.as_bytes());
+        assert_eq!(
+            read_line(&mut r, 1000).await,
+            LineRead::TooLong(Clipped {
+                id: Some("7".into()),
+                reply: true
+            })
+        );
+        assert_eq!(
+            read_line(&mut r, 1000).await,
+            LineRead::TooLong(Clipped {
+                id: Some("\"café\"".into()),
+                reply: false
+            })
+        );
+        assert_eq!(
+            read_line(&mut r, 1000).await,
+            LineRead::Line(b"ok".to_vec())
+        );
+    }
 
     #[tokio::test]
     async fn lines_within_the_bound_pass_and_longer_ones_are_skipped_whole() {
@@ -76,7 +127,7 @@ mod tests {
         );
         assert_eq!(
             read_line(&mut r, 10).await,
-            LineRead::TooLong(b"0123456789AB".to_vec())
+            LineRead::TooLong(Clipped::default())
         );
         assert_eq!(read_line(&mut r, 10).await, LineRead::Line(b"ok".to_vec()));
         assert_eq!(

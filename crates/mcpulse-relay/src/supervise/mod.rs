@@ -16,7 +16,7 @@ pub mod lines;
 pub mod session;
 
 pub use child::Program;
-pub use session::{Outcome, run};
+pub use session::{Outcome, SIGNAL_GRACE, run, run_until};
 
 // The policy settings a caller fills in, re-exported so that the CLI needs no other crate.
 pub use mcpulse_policy::backoff::Backoff;
@@ -42,6 +42,9 @@ pub mod codes {
     pub const QUEUE_FULL: i64 = -32083;
     /// The request (or its reply) was longer than `--max-message-size`.
     pub const MESSAGE_TOO_LARGE: i64 = -32084;
+    /// Not forwarded: too many requests in flight (10,000), or an id over 1 KiB; the
+    /// supervisor bounds what it tracks.
+    pub const TOO_MANY_REQUESTS: i64 = -32085;
 }
 
 /// Everything the supervisor is told, resolved and validated (by the CLI).

@@ -24,8 +24,8 @@
 use super::Settings;
 use super::child::{Child, ChildEvent, ExitStatus, StderrRing};
 use super::codes;
-use super::envelope::{Envelope, Kind, raw_result, sniff_id};
-use super::lines::{LineRead, read_line};
+use super::envelope::{Envelope, Kind, canonical_id, raw_result};
+use super::lines::{Clipped, LineRead, read_line};
 use crate::status::{
     CallOutcome, ChildState, HeartbeatOutcome, Observer, Restart, RestartReason, Status,
 };
@@ -50,6 +50,8 @@ pub struct Outcome {
     pub fatal: Option<String>,
 }
 
+/// Each step of the stop sequence after a signal (at most; `--stop-grace` if shorter).
+pub const SIGNAL_GRACE: Duration = Duration::from_millis(500);
 /// How often a stalled relay looks whether the backlog drained.
 const STALL_POLL: Duration = Duration::from_millis(10);
 /// How much of the child's stderr goes into an error message.
@@ -57,12 +59,17 @@ const STDERR_TAIL: usize = 600;
 /// The most server→client requests remembered (to drop replies meant for a replaced child),
 /// and the most timed-out requests tracked for `--busy-grace`.
 const MAX_SERVER_REQUESTS: usize = 4096;
+/// The most client requests tracked at once, and the longest id tracked (bytes, canonical):
+/// past either, a request is answered with [`codes::TOO_MANY_REQUESTS`] instead of being
+/// forwarded, so that tracking costs at most about 10,000 × 1 KiB.
+const MAX_IN_FLIGHT: usize = 10_000;
+const MAX_ID_LEN: usize = 1024;
 /// The most recent restarts kept in the status.
 const RECENT_RESTARTS: usize = 10;
 
 enum ClientEvent {
     Line(Vec<u8>),
-    TooLong(Vec<u8>),
+    TooLong(Clipped),
 }
 
 /// A client request the child has not answered yet.
@@ -145,6 +152,8 @@ struct Session {
     counter: u64,
     random: std::collections::hash_map::RandomState,
     status: Status,
+    /// Stopping on a signal: the stops of replaced children get a bounded wait too.
+    signalled: bool,
 }
 
 /// Runs the supervisor until the client closes `input`: relays it to the child and the
@@ -162,9 +171,33 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    if !super::child::become_subreaper() {
+    run_until(settings, input, output, observer, std::future::pending()).await
+}
+
+/// [`run`], also ending when `stop` completes (`mcpulse supervise` passes SIGTERM, SIGINT or
+/// SIGHUP): the child is then stopped at once with each step of the graceful sequence cut to
+/// [`SIGNAL_GRACE`], because whoever sent the signal (an SDK client: ~2 s after closing our
+/// stdin) SIGKILLs us soon after, and a SIGKILLed supervisor leaves the child's grandchildren
+/// behind.
+pub async fn run_until<R, W, S>(
+    settings: Settings,
+    input: R,
+    output: W,
+    observer: Arc<dyn Observer>,
+    stop: S,
+) -> Outcome
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+    S: std::future::Future<Output = ()>,
+{
+    let mut stop = std::pin::pin!(stop);
+    let reaper = if super::child::become_subreaper() {
+        Some(tokio::spawn(super::child::reap_orphans()))
+    } else {
         tracing::debug!("not a child subreaper: grandchildren that call setsid may outlive a stop");
-    }
+        None
+    };
     let (client_tx, mut client_rx) = mpsc::channel(64);
     let max = settings.max_message_size;
     let reader = tokio::spawn(read_client(input, max, client_tx));
@@ -210,6 +243,7 @@ where
         counter: 0,
         random,
         status: Status::new(ChildState::Starting, epoch_ms()),
+        signalled: false,
     };
     session.start().await;
     let mut client_open = true;
@@ -224,7 +258,7 @@ where
             biased;
             event = child_rx.recv(), if to_client_ok => match event {
                 Some(ChildEvent::Line(g, line)) => session.child_line(g, line),
-                Some(ChildEvent::TooLong(g, prefix)) => session.child_too_long(g, &prefix),
+                Some(ChildEvent::TooLong(g, clipped)) => session.child_too_long(g, clipped),
                 Some(ChildEvent::Exited(g, status)) => {
                     if g == session.generation && session.closing_until.is_some() {
                         break;
@@ -233,9 +267,12 @@ where
                 }
                 None => {}
             },
-            line = client_rx.recv(), if client_open && to_child_ok => match line {
+            // The client is read only while both sides drain: a client message may be answered
+            // by the supervisor itself (FATAL, a full queue, a too-long request), and a client
+            // that writes without reading would otherwise grow those answers without bound.
+            line = client_rx.recv(), if client_open && to_child_ok && to_client_ok => match line {
                 Some(ClientEvent::Line(line)) => session.client_line(line),
-                Some(ClientEvent::TooLong(prefix)) => session.client_too_long(&prefix),
+                Some(ClientEvent::TooLong(clipped)) => session.client_too_long(clipped),
                 None => {
                     client_open = false;
                     if !session.client_closed() {
@@ -252,10 +289,34 @@ where
                 }
                 session.timers().await;
             }
+            () = &mut stop => {
+                tracing::info!("supervise: signalled; stopping the server");
+                session.s.stop_grace = session.s.stop_grace.min(SIGNAL_GRACE);
+                session.signalled = true;
+                break;
+            }
         }
     }
     reader.abort();
-    session.shutdown().await;
+    // A signal may come while the stop after the client's EOF still runs its full grace (the
+    // SDK clients send SIGTERM 2 s after closing our stdin, as that grace ends): it cuts that
+    // stop short (dropping the child SIGKILLs what is left) and finishes with the short one.
+    let hurried = !session.signalled
+        && tokio::select! {
+            () = session.shutdown() => false,
+            () = &mut stop => true,
+        };
+    if session.signalled || hurried {
+        if hurried {
+            tracing::info!("supervise: signalled while stopping; stopping at once");
+            session.s.stop_grace = session.s.stop_grace.min(SIGNAL_GRACE);
+            session.signalled = true;
+        }
+        session.shutdown().await;
+    }
+    if let Some(reaper) = reaper {
+        reaper.abort();
+    }
     let grace = session.s.stop_grace;
     drop(session.out.take());
     if timeout_at(Instant::now() + grace, writer).await.is_err() {
@@ -272,7 +333,7 @@ async fn read_client<R: AsyncRead + Unpin>(input: R, max: usize, tx: mpsc::Sende
         let event = match read_line(&mut reader, max).await {
             LineRead::Line(line) if line.is_empty() => continue,
             LineRead::Line(line) => ClientEvent::Line(line),
-            LineRead::TooLong(prefix) => ClientEvent::TooLong(prefix),
+            LineRead::TooLong(clipped) => ClientEvent::TooLong(clipped),
             LineRead::Eof => return,
         };
         if tx.send(event).await.is_err() {
@@ -296,11 +357,19 @@ async fn write_client<W: AsyncWrite + Unpin>(
             let ok = out.write_all(&line).await.is_ok();
             backlog.fetch_sub(n, Ordering::Relaxed);
             if !ok {
+                // The client closed its stdout: drain without writing, so that the backlog
+                // does not stall the relay (it would never read the client's EOF).
+                while let Some(line) = rx.recv().await {
+                    backlog.fetch_sub(line.len(), Ordering::Relaxed);
+                }
                 return;
             }
             next = rx.try_recv().ok();
         }
         if out.flush().await.is_err() {
+            while let Some(line) = rx.recv().await {
+                backlog.fetch_sub(line.len(), Ordering::Relaxed);
+            }
             return;
         }
     }
@@ -578,7 +647,9 @@ impl Session {
             Decision::GiveUp { reason: budget } => {
                 let fatal = format!("{budget} (last: the server {why}){tail}");
                 tracing::error!(reason = %text::message(&fatal), "supervise: giving up");
-                self.status.fatal_reason = Some(fatal.clone());
+                // Without the stderr tail: /readyz answers any local user, and a server's
+                // stderr may hold what it was given (a connection string, a token).
+                self.status.fatal_reason = Some(format!("{budget} (last: the server {why})"));
                 self.fatal = Some(fatal);
                 self.set_state(ChildState::Fatal);
                 let queued: Vec<_> = self.queue.drain(..).collect();
@@ -654,8 +725,16 @@ impl Session {
         if let Some(child) = self.child.take() {
             child.stop(self.s.stop_grace).await;
         }
-        for stop in self.stopping.drain(..) {
-            let _ = stop.await;
+        for mut stop in self.stopping.drain(..) {
+            if !self.signalled {
+                let _ = stop.await;
+            } else if tokio::time::timeout(SIGNAL_GRACE * 2, &mut stop)
+                .await
+                .is_err()
+            {
+                // Dropping the half-stopped child SIGKILLs its group.
+                stop.abort();
+            }
         }
         if self.fatal.is_none() {
             self.set_state(ChildState::Stopped);
@@ -701,6 +780,12 @@ impl Session {
         if let Some(p) = &self.beat
             && p.deadline <= now
         {
+            // A timed-out request the child never answered (TypeScript SDK servers do not
+            // answer a cancelled one) keeps it busy only within the grace: past it, it is
+            // forgotten, or it would make every later miss a failure, a healthy slow call's too.
+            let grace = self.s.heartbeat.busy_grace;
+            self.expired
+                .retain(|_, at| now.saturating_duration_since(*at) <= grace);
             // A frozen child (SIGSTOP) is not busy, whatever it holds.
             let stopped = self.child.as_ref().is_some_and(Child::is_stopped);
             let oldest = if stopped {
@@ -820,12 +905,20 @@ impl Session {
             let took = now.saturating_duration_since(f.received);
             self.report_call(&f, CallOutcome::Timeout);
             tracing::info!(id = %text::field(&id), "supervise: request timed out");
+            // "The client MUST NOT attempt to cancel its initialize request": the server keeps
+            // it, and its late reply still records what was negotiated (for a later replay).
+            let initialize = self.handshake.initialize_id.as_deref() == Some(id.as_str());
             self.answer_error(
                 &id,
                 codes::REQUEST_TIMEOUT,
                 &format!(
-                    "mcpulse supervise: request timed out after {} ms; it was cancelled in the server",
-                    took.as_millis()
+                    "mcpulse supervise: request timed out after {} ms; {}",
+                    took.as_millis(),
+                    if initialize {
+                        "an initialize is not cancelled: the server may still complete it"
+                    } else {
+                        "it was cancelled in the server"
+                    }
                 ),
             );
             // Queued requests never reached the child: drop them from the queue instead.
@@ -834,6 +927,9 @@ impl Session {
             {
                 if self.expired.len() < MAX_SERVER_REQUESTS {
                     self.expired.insert(id.clone(), sent);
+                }
+                if initialize {
+                    continue;
                 }
                 let cancel = format!(
                     r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{id},"reason":"timed out (mcpulse supervise)"}}}}"#
@@ -871,10 +967,20 @@ impl Session {
         };
         match env.kind() {
             Kind::Request => {
-                let id = env.id_text().unwrap_or("null").to_owned();
+                let id = canonical_id(env.id_text().unwrap_or("null")).into_owned();
                 let method = env.method.as_deref().unwrap_or("");
                 if self.fatal.is_some() {
                     self.fail_fatal(&id);
+                    return;
+                }
+                if id.len() > MAX_ID_LEN || self.in_flight.len() >= MAX_IN_FLIGHT {
+                    self.answer_error(
+                        &id,
+                        codes::TOO_MANY_REQUESTS,
+                        &format!(
+                            "mcpulse supervise: not forwarded: over {MAX_IN_FLIGHT} requests in flight, or an id over {MAX_ID_LEN} bytes"
+                        ),
+                    );
                     return;
                 }
                 if let Some(why) = &self.mismatch
@@ -934,14 +1040,14 @@ impl Session {
                     && let Some(id) = env.cancelled_id()
                 {
                     // The server need not answer a cancelled request: stop waiting for it.
-                    self.in_flight.remove(id);
+                    self.in_flight.remove(canonical_id(id).as_ref());
                 }
                 line.push(b'\n');
                 self.deliver(line, None);
             }
             Kind::Response => {
                 if let Some(id) = env.id_text()
-                    && let Some(generation) = self.server_requests.remove(id)
+                    && let Some(generation) = self.server_requests.remove(canonical_id(id).as_ref())
                     && self.child.as_ref().map(|c| c.generation) != Some(generation)
                 {
                     // The child that asked is gone (restarting, or replaced already).
@@ -991,12 +1097,13 @@ impl Session {
         self.queue.push_back((line, id));
     }
 
-    fn client_too_long(&mut self, prefix: &[u8]) {
+    fn client_too_long(&mut self, clipped: Clipped) {
         tracing::warn!(
             max = self.s.max_message_size,
             "supervise: a client message over --max-message-size, dropped"
         );
-        if let Some(id) = sniff_id(prefix) {
+        // A request is answered; a too-long reply to a server request just goes missing.
+        if let Some(id) = clipped.id.filter(|_| !clipped.reply) {
             self.answer_error(
                 &id,
                 codes::MESSAGE_TOO_LARGE,
@@ -1023,12 +1130,14 @@ impl Session {
         };
         match env.kind() {
             Kind::Response => {
-                let Some(id) = env.id_text() else {
+                let Some(raw_id) = env.id_text() else {
                     // An error with a null id (a parse error): the client's business.
                     line.push(b'\n');
                     self.send_client(line);
                     return;
                 };
+                let key = canonical_id(raw_id);
+                let id: &str = &key;
                 if self.is_ours(id) {
                     let is_error = env.error.is_some();
                     let result = env
@@ -1041,6 +1150,14 @@ impl Session {
                 }
                 let Some(f) = self.in_flight.remove(id) else {
                     self.expired.remove(id);
+                    if self.handshake.initialize_id.as_deref() == Some(id) {
+                        // A timed-out initialize's late reply: dropped (the client was told),
+                        // but what it negotiated is what a restart must replay.
+                        self.handshake.initialize_id = None;
+                        self.handshake.negotiated = raw_result(&line).and_then(negotiated);
+                        self.status.protocol_version =
+                            self.handshake.negotiated.as_ref().map(|(v, _)| v.clone());
+                    }
                     tracing::debug!(id = %text::field(id), "supervise: a reply to no request in flight (late or unknown), dropped");
                     return;
                 };
@@ -1070,7 +1187,7 @@ impl Session {
                 self.send_client(line);
             }
             Kind::Request => {
-                if let Some(id) = env.id_text() {
+                if let Some(id) = env.id_text().filter(|id| id.len() <= MAX_ID_LEN) {
                     if self.server_requests.len() >= MAX_SERVER_REQUESTS {
                         // Unanswered ones pile up only if the client never replies: forget
                         // those of earlier children first, then all.
@@ -1079,7 +1196,8 @@ impl Session {
                             self.server_requests.clear();
                         }
                     }
-                    self.server_requests.insert(id.to_owned(), generation);
+                    self.server_requests
+                        .insert(canonical_id(id).into_owned(), generation);
                 }
                 line.push(b'\n');
                 self.send_client(line);
@@ -1131,7 +1249,7 @@ impl Session {
         // Else: a late reply to an earlier heartbeat, already judged.
     }
 
-    fn child_too_long(&mut self, generation: u64, prefix: &[u8]) {
+    fn child_too_long(&mut self, generation: u64, clipped: Clipped) {
         if generation != self.generation {
             return;
         }
@@ -1139,7 +1257,7 @@ impl Session {
             max = self.s.max_message_size,
             "supervise: a server message over --max-message-size, dropped"
         );
-        if let Some(id) = sniff_id(prefix)
+        if let Some(id) = clipped.id.filter(|_| clipped.reply)
             && let Some(f) = self.in_flight.remove(&id)
         {
             self.report_call(&f, CallOutcome::RpcError);

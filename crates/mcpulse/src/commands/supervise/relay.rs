@@ -29,14 +29,16 @@ pub fn run(args: SuperviseArgs) -> Result<u8> {
         .enable_all()
         .build()
         .context("starting the runtime")?;
-    runtime.block_on(async move {
+    let code = runtime.block_on(async move {
         let visibility = super::visibility::start(&args).await?;
         let io = client_io::ClientIo::open();
-        let outcome = mcpulse_relay::supervise::run(
+        let stop = stop_signal()?;
+        let outcome = mcpulse_relay::supervise::run_until(
             settings,
             io.input,
             io.output,
             visibility.observer.clone(),
+            stop,
         )
         .await;
         drop(io.restore);
@@ -45,6 +47,30 @@ pub fn run(args: SuperviseArgs) -> Result<u8> {
         } else {
             0
         })
+    });
+    // Not a plain drop: that would wait for the blocking thread still reading our stdin, which
+    // the client may keep open (stopped by a signal, not by EOF). Everything is stopped by now.
+    runtime.shutdown_background();
+    code
+}
+
+/// Completes on the first SIGTERM, SIGINT or SIGHUP. Without it the default action would kill
+/// the supervisor outright: the parent-death signal then ends the child alone, and what the child
+/// started (`npx` → `node`, `uv run` → `python`) is orphaned. The SDK clients close the server's
+/// stdin, wait 2 s, then SIGTERM it; a terminal's hang-up and Ctrl-C arrive the same way. The
+/// handlers are installed here, before any child starts, so no early signal is missed.
+fn stop_signal() -> Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("handling SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("handling SIGINT")?;
+    let mut hup = signal(SignalKind::hangup()).context("handling SIGHUP")?;
+    Ok(async move {
+        let name = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+            _ = hup.recv() => "SIGHUP",
+        };
+        tracing::info!(signal = name, "mcpulse supervise: signalled");
     })
 }
 

@@ -10,12 +10,13 @@ use mcpulse_relay::endpoints::{self, Endpoints, Listening};
 use mcpulse_relay::status::{Logs, Observer};
 use std::sync::{Arc, Mutex};
 
-#[allow(dead_code)] // used by the relay once it is built (#17)
 /// What [`start`] keeps running: the observer to hand the supervisor (it logs, and feeds the
 /// endpoints), and the endpoints' server while `--listen` serves; dropping it stops them.
 pub struct Visibility {
     pub observer: Arc<dyn Observer>,
+    #[allow(dead_code)] // held, not read: the endpoints' state lives as long as this
     pub endpoints: Endpoints,
+    #[allow(dead_code)] // held, not read: dropping it stops the server
     pub listening: Option<Listening>,
 }
 
@@ -63,13 +64,17 @@ pub fn init_logging(args: &SuperviseArgs) -> Result<()> {
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         pid = std::process::id(),
-        command = %args.command.join(" "),
+        // The argv rule hides credentials (`--api-key …`, `postgresql://user:pass@…`): a log
+        // file is read by more people than the client's config.
+        command = %mcpulse_wire::redact::command_line(
+            &args.command,
+            &mcpulse_wire::redact::argv_secrets(&args.command)
+        ),
         "mcpulse supervise started"
     );
     Ok(())
 }
 
-#[allow(dead_code)] // used by the relay once it is built (#17)
 /// Binds `--listen` (if given; a port in use is an error here, before any child starts) and
 /// starts serving; call inside the supervisor's runtime.
 pub async fn start(args: &SuperviseArgs) -> Result<Visibility> {
