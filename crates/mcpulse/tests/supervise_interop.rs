@@ -419,6 +419,11 @@ fn typescript_sdk_everything_frozen() {
 }
 
 #[test]
+fn typescript_sdk_everything_killed() {
+    assert_recovered(Client::TypeScript, Server::Everything, Fault::Kill);
+}
+
+#[test]
 fn typescript_sdk_time_killed_between_calls() {
     // Killed between calls: once the supervisor has a new child (the replayed handshake is
     // its business), the session goes on and the next call succeeds, with no error at all.
