@@ -13,13 +13,33 @@
 //! [`MAX_COMPONENT_FINDINGS`] (the rest counted in the last). Every text taken from the
 //! document is made inert and cut ([`mcpulse_wire::text`]).
 
-use crate::rules::{Finding, Rule};
+use crate::rules::{Finding, Rule, Status};
 use mcpulse_wire::text;
+use serde::{Deserialize, Serialize};
 use mcpulse_wire::transcript::HealthFetch;
 use serde_json::Value;
 
 /// The most component findings from one document.
 pub const MAX_COMPONENT_FINDINGS: usize = 20;
+
+/// The most components listed from one document (healthy ones included): the monitor keeps a
+/// state per listed component, so a document with thousands of keys must not make thousands.
+pub const MAX_COMPONENTS: usize = 32;
+
+/// One component of a health document (an endpoint's or a health tool's) as it reported
+/// itself: what the monitor keeps a state for, so that "orders-db down behind X" is alerted
+/// by name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Component {
+    /// Its key in `checks` (inert, cut).
+    pub name: String,
+    /// pass → healthy, warn → degraded, fail → down.
+    pub status: Status,
+    /// `health-endpoint`, or `health-tool` (the tool's name in `tool`).
+    pub source: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) enum Level {
@@ -38,16 +58,18 @@ pub(super) fn level(s: &str) -> Option<Level> {
     }
 }
 
-/// The findings of every health endpoint read in the transcript.
-pub(super) fn findings(fetches: &[HealthFetch]) -> Vec<Finding> {
+/// The findings of every health endpoint read in the transcript, and the components their
+/// documents list.
+pub(super) fn findings(fetches: &[HealthFetch]) -> (Vec<Finding>, Vec<Component>) {
     let mut out = Vec::new();
+    let mut found = Vec::new();
     for f in fetches {
-        one(f, &mut out);
+        one(f, &mut out, &mut found);
     }
-    out
+    (out, found)
 }
 
-fn one(f: &HealthFetch, out: &mut Vec<Finding>) {
+fn one(f: &HealthFetch, out: &mut Vec<Finding>, found: &mut Vec<Component>) {
     let url = text::field(&f.url);
     let Some(status) = f.status else {
         let why = f.error.as_deref().unwrap_or("no response");
@@ -139,19 +161,29 @@ fn one(f: &HealthFetch, out: &mut Vec<Finding>) {
         .and_then(|d| d.get("checks"))
         .and_then(Value::as_object)
     {
-        components(checks, "", out);
+        components(checks, "", out, &mut |name, status| {
+            found.push(Component {
+                name,
+                status,
+                source: "health-endpoint".into(),
+                tool: None,
+            })
+        });
     }
 }
 
 /// One finding per component at warn or fail; `source` (` (health tool x)`, or nothing for an
 /// endpoint) follows each component's detail.
+/// `found` is told each component's name (inert) and status, at most [`MAX_COMPONENTS`].
 pub(super) fn components(
     checks: &serde_json::Map<String, Value>,
     source: &str,
     out: &mut Vec<Finding>,
+    found: &mut dyn FnMut(String, Status),
 ) {
     let mut bad: Vec<String> = Vec::new();
     let mut more = 0usize;
+    let mut listed = 0usize;
     for (key, v) in checks {
         // A check is a status string, an object, or the draft's array of objects (one a node).
         let entries: Vec<&Value> = match v {
@@ -167,6 +199,17 @@ pub(super) fn components(
                 ),
                 _ => (None, String::new()),
             };
+            if let Some(l) = lvl
+                && listed < MAX_COMPONENTS
+            {
+                listed += 1;
+                let status = match l {
+                    Level::Pass => Status::Healthy,
+                    Level::Warn => Status::Degraded,
+                    Level::Fail => Status::Down,
+                };
+                found(text::field(key).into_owned(), status);
+            }
             let word = match lvl {
                 Some(Level::Warn) => "warn",
                 Some(Level::Fail) => "fail",
@@ -245,6 +288,11 @@ mod tests {
         }
     }
 
+    /// The findings alone.
+    fn findings(f: &[HealthFetch]) -> Vec<Finding> {
+        super::findings(f).0
+    }
+
     fn codes(f: &[Finding]) -> Vec<&'static str> {
         f.iter().map(|f| f.code.code()).collect()
     }
@@ -292,7 +340,9 @@ mod tests {
             checks.insert(format!("c{i:03}\x1b[2J\n"), "fail".into());
         }
         let body = serde_json::json!({"status": "fail", "output": "\u{202e}evil\x1b]0;t\x07", "checks": checks});
-        let f = findings(&[fetch(503, &body.to_string())]);
+        let (f, listed) = super::findings(&[fetch(503, &body.to_string())]);
+        assert_eq!(listed.len(), MAX_COMPONENTS, "the components listed are bounded");
+        assert!(listed.iter().all(|c| !c.name.contains('\u{1b}')));
         assert_eq!(f.len(), 1 + MAX_COMPONENT_FINDINGS);
         assert!(
             f.iter().all(|f| !f.message.chars().any(text::is_escaped)),
