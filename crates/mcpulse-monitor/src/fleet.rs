@@ -64,6 +64,18 @@ pub struct TargetView {
     pub last: Option<LastCheck>,
     /// Open incidents, oldest first.
     pub incidents: Vec<Incident>,
+    /// The dependencies behind the server (health-document components, `tool NAME` for
+    /// synthetic calls) with their confirmed state and since when; absent without any.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub components: Vec<ComponentView>,
+}
+
+/// One dependency of a target, as the API shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ComponentView {
+    pub name: String,
+    pub status: Health,
+    pub since_ms: i64,
 }
 
 /// A run of results that may change the confirmed status.
@@ -169,6 +181,7 @@ impl TargetView {
             drift_changes_more: 0,
             last: None,
             incidents: Vec::new(),
+            components: Vec::new(),
         }
     }
 
@@ -188,6 +201,15 @@ impl TargetView {
         let mut open: Vec<Incident> = incidents.values().cloned().collect();
         open.sort_by_key(|i| i.opened_ms);
         self.incidents = open;
+        self.components = state
+            .components
+            .iter()
+            .map(|(name, c)| ComponentView {
+                name: name.clone(),
+                status: c.status,
+                since_ms: c.since_ms,
+            })
+            .collect();
     }
 }
 

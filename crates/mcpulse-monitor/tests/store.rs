@@ -52,6 +52,7 @@ fn obs(status: Health, at_ms: i64) -> Observation {
         drift_changes: Vec::new(),
         drift_changes_more: 0,
         summary: "ok".into(),
+        components: BTreeMap::new(),
     }
 }
 
@@ -64,6 +65,7 @@ fn state(status: Health, at_ms: i64) -> TargetState {
         flapping: false,
         last: Some(obs(status, at_ms)),
         last_up: None,
+        components: BTreeMap::new(),
     }
 }
 

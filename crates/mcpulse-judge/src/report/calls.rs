@@ -295,14 +295,19 @@ fn health_document(
         .and_then(|d| d.get("checks").or_else(|| d.get("components")))
         .and_then(Value::as_object)
     {
-        endpoint::components(checks, &format!(" (health tool {name})"), out, &mut |c, status| {
-            found.push(Component {
-                name: c,
-                status,
-                source: "health-tool".into(),
-                tool: Some(name.to_owned()),
-            })
-        });
+        endpoint::components(
+            checks,
+            &format!(" (health tool {name})"),
+            out,
+            &mut |c, status| {
+                found.push(Component {
+                    name: c,
+                    status,
+                    source: "health-tool".into(),
+                    tool: Some(name.to_owned()),
+                })
+            },
+        );
     }
     Some(reported)
 }

@@ -15,8 +15,8 @@
 
 use crate::rules::{Finding, Rule, Status};
 use mcpulse_wire::text;
-use serde::{Deserialize, Serialize};
 use mcpulse_wire::transcript::HealthFetch;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// The most component findings from one document.
@@ -341,7 +341,11 @@ mod tests {
         }
         let body = serde_json::json!({"status": "fail", "output": "\u{202e}evil\x1b]0;t\x07", "checks": checks});
         let (f, listed) = super::findings(&[fetch(503, &body.to_string())]);
-        assert_eq!(listed.len(), MAX_COMPONENTS, "the components listed are bounded");
+        assert_eq!(
+            listed.len(),
+            MAX_COMPONENTS,
+            "the components listed are bounded"
+        );
         assert!(listed.iter().all(|c| !c.name.contains('\u{1b}')));
         assert_eq!(f.len(), 1 + MAX_COMPONENT_FINDINGS);
         assert!(

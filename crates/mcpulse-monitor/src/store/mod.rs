@@ -348,6 +348,7 @@ fn event_kind(e: &Event) -> &'static str {
         Event::AuthChanged { .. } => "auth_changed",
         Event::ProtocolChanged { .. } => "protocol_changed",
         Event::GradeChanged { .. } => "grade_changed",
+        Event::Component { .. } => "component",
         Event::Removed { .. } => "removed",
     }
 }
@@ -361,6 +362,7 @@ fn event_at(e: &Event) -> i64 {
         | Event::AuthChanged { at_ms, .. }
         | Event::ProtocolChanged { at_ms, .. }
         | Event::GradeChanged { at_ms, .. }
+        | Event::Component { at_ms, .. }
         | Event::Removed { at_ms, .. } => *at_ms,
     }
 }
