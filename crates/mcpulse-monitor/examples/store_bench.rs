@@ -165,6 +165,7 @@ fn record(target: &str, i: usize, at_ms: i64, alert_every: usize) -> CheckRecord
         events: Vec::new(),
         alerts: Vec::new(),
         contract: None,
+        calls: Vec::new(),
     };
     if i.is_multiple_of(alert_every) {
         r.events.push(Event::Transition {

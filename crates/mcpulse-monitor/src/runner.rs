@@ -427,9 +427,14 @@ async fn check(
     let record = check_once(cfg, memory, &transcript, &report, at, shared);
     // Held until the contract is taken in: that copies it (see `crate::memory`).
     drop(permit);
-    shared
-        .fleet
-        .update_from(cfg, &memory.state, &memory.incidents, &report, at);
+    shared.fleet.update_with_calls(
+        cfg,
+        &memory.state,
+        &memory.incidents,
+        &report,
+        at,
+        &record.calls,
+    );
     record
 }
 
@@ -572,6 +577,16 @@ pub fn check_once(
         events,
         alerts,
         contract: new_contract,
+        calls: report
+            .calls
+            .iter()
+            .filter(|c| c.purpose == mcpulse_wire::call::CallPurpose::Synthetic && c.ms.is_some())
+            .map(|c| crate::check::CallSample {
+                tool: c.tool.clone(),
+                ok: c.status == mcpulse_judge::Status::Healthy,
+                ms: c.ms,
+            })
+            .collect(),
     }
 }
 

@@ -216,6 +216,7 @@ impl Fleet {
                 contract: tick
                     .is_multiple_of(97)
                     .then(|| format!("{{\"tick\":{tick}}}")),
+                calls: Vec::new(),
             });
         }
     }
