@@ -63,10 +63,55 @@ pub(super) fn level(s: &str) -> Option<Level> {
 pub(super) fn findings(fetches: &[HealthFetch]) -> (Vec<Finding>, Vec<Component>) {
     let mut out = Vec::new();
     let mut found = Vec::new();
-    for f in fetches {
+    for f in fetches.iter().filter(|f| !f.discovered) {
         one(f, &mut out, &mut found);
     }
+    // Discovery: the first read (in the order of the paths) that answered a health document
+    // is the endpoint, judged as if it had been given; the others are not the server's health
+    // endpoint (a 404, a catch-all page) and say nothing. None is a note, not a failure.
+    let discovered: Vec<&HealthFetch> = fetches.iter().filter(|f| f.discovered).collect();
+    if !discovered.is_empty() {
+        match discovered.iter().find(|f| health_shape(f)) {
+            Some(f) => one(f, &mut out, &mut found),
+            None => {
+                let tried: Vec<String> = discovered
+                    .iter()
+                    .map(|f| {
+                        let answer = match (f.status, &f.error) {
+                            (Some(s), _) => s.to_string(),
+                            (None, Some(e)) => text::message(e).into_owned(),
+                            (None, None) => "no response".to_owned(),
+                        };
+                        format!("{} ({answer})", text::field(&f.url))
+                    })
+                    .collect();
+                out.push(Rule::HealthEndpointNotFound.finding(format!(
+                    "no health endpoint found: {} answered no health document",
+                    tried.join(", ")
+                )));
+            }
+        }
+    }
     (out, found)
+}
+
+/// Whether a discovered read is a health endpoint's answer: a 2xx whose body is `ok` or a
+/// health document (a known `status`), or a 5xx with a health document (a 503 from a server
+/// that is not ready). A 404, a redirect, an HTML page (with 200 or not) or a cut body is not.
+fn health_shape(f: &HealthFetch) -> bool {
+    let Some(status) = f.status.filter(|_| !f.truncated) else {
+        return false;
+    };
+    let body = f.body.as_deref().unwrap_or("");
+    let stated = serde_json::from_str::<Value>(body)
+        .ok()
+        .filter(Value::is_object)
+        .and_then(|d| d.get("status").and_then(Value::as_str).and_then(level));
+    match status {
+        200..=299 => body.trim().eq_ignore_ascii_case("ok") || stated.is_some(),
+        500..=599 => stated.is_some(),
+        _ => false,
+    }
 }
 
 fn one(f: &HealthFetch, out: &mut Vec<Finding>, found: &mut Vec<Component>) {
@@ -285,6 +330,7 @@ mod tests {
             truncated: false,
             redirects: Vec::new(),
             error: None,
+            discovered: false,
         }
     }
 
@@ -331,6 +377,54 @@ mod tests {
         )]);
         assert_eq!(codes(&f), ["health-component-unhealthy"]);
         assert_eq!(f[0].message, "db reports fail (latency 12 ms)");
+    }
+
+    /// `--health-url auto`: the first discovered read with a health document is judged as if
+    /// given; 404s and HTML pages (even with 200 on every path) are not health, and none found
+    /// is one info finding.
+    #[test]
+    fn discovery_takes_the_first_health_document_and_none_is_a_note() {
+        let at = |path: &str, status: u16, body: &str| HealthFetch {
+            url: format!("http://127.0.0.1:1{path}"),
+            discovered: true,
+            ..fetch(status, body)
+        };
+        let html = "<!doctype html><html><body>Welcome</body></html>";
+        // /healthz 404, /readyz down with a component, /health fine: /readyz is the endpoint.
+        let (f, listed) = super::findings(&[
+            at("/healthz", 404, "not found"),
+            at(
+                "/readyz",
+                503,
+                r#"{"status":"fail","checks":{"db":"fail"}}"#,
+            ),
+            at("/health", 200, r#"{"status":"pass"}"#),
+        ]);
+        assert_eq!(
+            codes(&f),
+            ["health-endpoint-down", "health-component-unhealthy"]
+        );
+        assert!(f[0].message.contains("/readyz"), "{}", f[0].message);
+        assert_eq!(listed.len(), 1);
+        // A bare `ok` counts (kube-apiserver's /healthz).
+        assert!(findings(&[at("/healthz", 200, "ok"), at("/readyz", 200, html)]).is_empty());
+        // HTML with 200 on every path, a 404, a redirect, an unreachable one: none found.
+        for reads in [
+            vec![
+                at("/healthz", 200, html),
+                at("/readyz", 200, html),
+                at("/health", 200, html),
+            ],
+            vec![
+                at("/healthz", 404, ""),
+                at("/readyz", 302, ""),
+                at("/health", 503, html),
+            ],
+        ] {
+            let f = findings(&reads);
+            assert_eq!(codes(&f), ["health-endpoint-not-found"], "{f:?}");
+            assert!(f[0].message.contains("/healthz (") && f[0].message.contains("/health ("));
+        }
     }
 
     #[test]

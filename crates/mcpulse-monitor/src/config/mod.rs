@@ -709,9 +709,21 @@ fn target(
         src.file.to_owned(),
     );
     target.secrets.extend(&secrets);
-    if let Some(u) = &r.health_url {
-        check_url(u.get_ref()).map_err(|m| at(u.span().start, &format!("health_url: {m}")))?;
-        target.health_url = Some(u.get_ref().clone());
+    match &r.health_url {
+        None => {}
+        Some(u) if u.get_ref() == "auto" => {
+            if r.url.is_none() {
+                return Err(at(
+                    u.span().start,
+                    "health_url = \"auto\" reads /healthz, /readyz and /health on a url target's origin; a command target has none: give the endpoint's URL",
+                ));
+            }
+            target.health_discovery = true;
+        }
+        Some(u) => {
+            check_url(u.get_ref()).map_err(|m| at(u.span().start, &format!("health_url: {m}")))?;
+            target.health_url = Some(u.get_ref().clone());
+        }
     }
     target.calls = r
         .call
@@ -1129,6 +1141,19 @@ mod tests {
                 "{tail}\nexpected mcpulse.toml{at}: …{message}, got {shown}"
             );
         }
+        let c = parse_ok(&format!("{head}health_url = \"auto\"\n"));
+        assert!(c.targets[0].health_discovery && c.targets[0].health_url.is_none());
+        assert!(
+            !parse_ok(head).targets[0].health_discovery,
+            "off by default"
+        );
+        let e =
+            parse_err("[[targets]]\nname = \"s\"\ncommand = [\"srv\"]\nhealth_url = \"auto\"\n");
+        assert!(
+            e.to_string()
+                .starts_with("mcpulse.toml:4:14: target \"s\": health_url = \"auto\" reads"),
+            "{e}"
+        );
         let e = parse_err("[defaults]\nhealth_tool = \"\\u0007\"\n");
         assert!(
             e.to_string()

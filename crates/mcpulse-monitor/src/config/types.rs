@@ -153,6 +153,10 @@ pub struct TargetConfig {
     pub secrets: Secrets,
     /// The server's HTTP health endpoint, read beside each check (`health_url`).
     pub health_url: Option<String>,
+    /// `health_url = "auto"`: discover it on the url target's origin at each check (off by
+    /// default: three more requests a check, and the first path that answers a health document
+    /// wins, so a catch-all that answers every path could shadow the real one).
+    pub health_discovery: bool,
     /// Synthetic tool calls made at each check (`[[targets.call]]`), in order.
     pub calls: Vec<CallSpec>,
     pub health_tool: HealthToolMode,
