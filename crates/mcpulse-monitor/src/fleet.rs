@@ -350,21 +350,10 @@ impl Fleet {
         g.monitor.config_loaded_ms = Some(now_ms);
     }
 
-    /// Publishes one finished check of a configured target.
+    /// Publishes one finished check of a configured target, adding its synthetic calls to the
+    /// target's per-tool counters (kept across updates; the tool names are the judge's inert
+    /// ones).
     pub fn update_from(
-        &self,
-        cfg: &TargetConfig,
-        state: &TargetState,
-        incidents: &Incidents,
-        report: &Report,
-        at_ms: i64,
-    ) {
-        self.update_with_calls(cfg, state, incidents, report, at_ms, &[]);
-    }
-
-    /// [`Fleet::update_from`], adding the check's synthetic calls to the target's per-tool
-    /// counters (kept across updates; the tool names are the judge's inert ones).
-    pub fn update_with_calls(
         &self,
         cfg: &TargetConfig,
         state: &TargetState,

@@ -427,7 +427,7 @@ async fn check(
     let record = check_once(cfg, memory, &transcript, &report, at, shared);
     // Held until the contract is taken in: that copies it (see `crate::memory`).
     drop(permit);
-    shared.fleet.update_with_calls(
+    shared.fleet.update_from(
         cfg,
         &memory.state,
         &memory.incidents,

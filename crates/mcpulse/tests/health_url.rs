@@ -339,6 +339,22 @@ async fn on_one_origin(health: impl Fn(&str) -> Option<Reply> + Send + Sync + 's
     .await
 }
 
+/// `mcpulse probe URL --health-url auto --json` of `server`'s `/mcp`.
+async fn probe_auto(server: &FakeHttp) -> Run {
+    let url = server.url("/mcp");
+    let args = [
+        "probe",
+        &url,
+        "--no-security",
+        "--timeout",
+        "3s",
+        "--health-url",
+        "auto",
+        "--json",
+    ];
+    run::run(BIN, &args, &[], BOUND).await
+}
+
 /// How many requests each discovery path got.
 fn reads(server: &FakeHttp) -> Vec<(String, usize)> {
     ["/healthz", "/readyz", "/health"]
@@ -365,23 +381,7 @@ async fn auto_finds_the_health_endpoint_on_each_path() {
             })
         })
         .await;
-        let url = server.url("/mcp");
-        let r = run::run(
-            BIN,
-            &[
-                "probe",
-                &url,
-                "--no-security",
-                "--timeout",
-                "3s",
-                "--health-url",
-                "auto",
-                "--json",
-            ],
-            &[],
-            BOUND,
-        )
-        .await;
+        let r = probe_auto(&server).await;
         assert_eq!(r.code, Some(2), "{path}: {}\n{}", r.stdout, r.stderr);
         assert!(
             has(&r, "health-endpoint-down", path),
@@ -408,23 +408,7 @@ async fn auto_finds_the_health_endpoint_on_each_path() {
         _ => None,
     })
     .await;
-    let url = server.url("/mcp");
-    let r = run::run(
-        BIN,
-        &[
-            "probe",
-            &url,
-            "--no-security",
-            "--timeout",
-            "3s",
-            "--health-url",
-            "auto",
-            "--json",
-        ],
-        &[],
-        BOUND,
-    )
-    .await;
+    let r = probe_auto(&server).await;
     assert_eq!(r.code, Some(0), "{}\n{}", r.stdout, r.stderr);
     assert_eq!(
         r.json()["layers"]["dependencies"],
@@ -448,23 +432,7 @@ async fn auto_with_no_endpoint_or_html_everywhere_is_a_note_not_health() {
     })
     .await;
     for server in [&none, &html] {
-        let url = server.url("/mcp");
-        let r = run::run(
-            BIN,
-            &[
-                "probe",
-                &url,
-                "--no-security",
-                "--timeout",
-                "3s",
-                "--health-url",
-                "auto",
-                "--json",
-            ],
-            &[],
-            BOUND,
-        )
-        .await;
+        let r = probe_auto(server).await;
         assert_eq!(r.code, Some(0), "{}\n{}", r.stdout, r.stderr);
         let f = findings(&r);
         let notes: Vec<&(String, String)> =

@@ -773,6 +773,17 @@ async fn a_server_that_dies_and_comes_back_pages_once_and_resolves_once() {
     );
 }
 
+/// Waits until the target `svc`'s view shows `component` in `status`; returns the view.
+async fn component_is(m: &Monitor, component: &str, status: &str) -> Value {
+    m.wait_target("svc", &format!("{component} {status}"), |v| {
+        v["components"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["name"] == component && c["status"] == status)
+        })
+    })
+    .await
+}
+
 /// A dependency outage behind a healthy protocol layer (issue #18 item 4): the server's
 /// `health_check` tool reports `orders-db` down, then ok again. Exactly one component alert
 /// naming the component and the server, and its resolve, reach the webhook (beside the
@@ -820,15 +831,7 @@ async fn a_dependency_down_behind_a_healthy_server_pages_once_for_the_component_
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let view = m
-        .wait_target("svc", "orders-db down", |v| {
-            v["components"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|c| c["name"] == "orders-db" && c["status"] == "down")
-        })
-        .await;
+    let view = component_is(&m, "orders-db", "down").await;
     assert!(
         view["incidents"]
             .as_array()
@@ -895,15 +898,7 @@ async fn a_dependency_down_behind_a_healthy_server_pages_once_for_the_component_
     );
 
     // The view: the component back to healthy, since the recovery; the tool's percentiles.
-    let view = m
-        .wait_target("svc", "orders-db healthy", |v| {
-            v["components"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|c| c["name"] == "orders-db" && c["status"] == "healthy")
-        })
-        .await;
+    let view = component_is(&m, "orders-db", "healthy").await;
     let tools = view["tools"].as_array().unwrap();
     assert_eq!(tools.len(), 1, "{view}");
     assert_eq!(tools[0]["tool"], "ping_db");
