@@ -1878,6 +1878,27 @@ fn check_config_exit_codes_and_located_errors() {
             ":2:10: ",
             "beyond loopback) without a token",
         ),
+        // Issue #18 item 4: synthetic calls and the health tool.
+        (
+            "[[targets]]\nname = \"a\"\nurl = \"https://x\"\n[[targets.call]]\ntool = \"echo\"\nexpect = [\"status == ok\"]\n".into(),
+            ":6:11: ",
+            "call \"echo\": expect",
+        ),
+        (
+            "[[targets]]\nname = \"a\"\nurl = \"https://x\"\n[[targets.call]]\ntool = \"echo\"\nbudget = \"1h\"\n".into(),
+            ":6:10: ",
+            "must be at most the timeout",
+        ),
+        (
+            "[[targets]]\nname = \"a\"\nurl = \"https://x\"\n[[targets.call]]\ntool = \"echo\"\nretries = 3\n".into(),
+            ":6:1: ",
+            "unknown field `retries`",
+        ),
+        (
+            "[[targets]]\nname = \"a\"\ncommand = [\"srv\"]\nhealth_url = \"auto\"\n".into(),
+            ":4:14: ",
+            "a command target has none",
+        ),
         ("this is not toml\n".into(), ":1:", ""),
     ];
     for (text, at, message) in cases {
