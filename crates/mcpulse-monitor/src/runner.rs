@@ -557,6 +557,16 @@ pub fn check_once(
         {
             tracing::info!(target = %cfg.name, from = from.as_str(), to = to.as_str(), reason = %reason, "transition");
         }
+        if let state::Event::Component {
+            component,
+            from,
+            to,
+            reason,
+            ..
+        } = e
+        {
+            tracing::info!(target = %cfg.name, component = %component, from = from.as_str(), to = to.as_str(), reason = %reason, "component transition");
+        }
     }
     for a in &alerts {
         tracing::info!(target = %a.target, kind = a.kind.as_str(), action = ?a.action, dedup_key = %a.dedup_key, summary = %a.summary, silenced, "alert");
