@@ -120,6 +120,7 @@ fn observation(status: Health, at_ms: i64) -> Observation {
         drift_changes: Vec::new(),
         drift_changes_more: 0,
         summary: "tools/list took 312 ms, over the 250 ms budget".into(),
+        components: BTreeMap::new(),
     }
 }
 
@@ -158,11 +159,13 @@ fn record(target: &str, i: usize, at_ms: i64, alert_every: usize) -> CheckRecord
             flapping: false,
             last: Some(observation(status, at_ms)),
             last_up: None, // stored only during an outage
+            components: BTreeMap::new(),
         },
         incidents: Incidents::new(),
         events: Vec::new(),
         alerts: Vec::new(),
         contract: None,
+        calls: Vec::new(),
     };
     if i.is_multiple_of(alert_every) {
         r.events.push(Event::Transition {

@@ -107,9 +107,96 @@ impl Incident {
             summary,
             at_ms,
             started_ms: self.opened_ms,
-            labels: labels.clone(),
+            labels: labels_of(labels, &self.family),
             removed: false,
         }
+    }
+}
+
+/// The family of a component's incident: one incident per dependency of a target.
+pub fn component_family(component: &str) -> String {
+    format!("{COMPONENT_FAMILY}{component}")
+}
+
+const COMPONENT_FAMILY: &str = "component:";
+
+/// The target's labels, and for a component's incident `component` = its name: Alertmanager
+/// knows an alert by its label set, so two dependencies down behind one target must not share
+/// one.
+fn labels_of(labels: &BTreeMap<String, String>, family: &str) -> BTreeMap<String, String> {
+    let mut l = labels.clone();
+    if let Some(c) = family.strip_prefix(COMPONENT_FAMILY) {
+        l.insert("component".to_owned(), c.to_owned());
+    }
+    l
+}
+
+/// Brings a component's incident in line with its confirmed state: `orders-db down behind
+/// search` opens it (kind `down` or `degraded`, as the target's own), its recovery resolves it
+/// (kind `recovered`). Through the same incidents, sinks, filters, reminders and maintenance
+/// windows as the target's status; held back while the target flaps, like its status alerts.
+fn component_alert(
+    out: &mut Vec<Alert>,
+    emit: &mut Emit<'_>,
+    incidents: &mut Incidents,
+    cx: &Context<'_>,
+    component: &str,
+    (from, to): (Health, Health),
+    reason: &str,
+) {
+    let family = component_family(component);
+    match to {
+        Health::Down | Health::Degraded => {
+            if cx.silenced || cx.flapping {
+                return;
+            }
+            let (kind, severity) = if to == Health::Down {
+                (Kind::Down, "critical")
+            } else {
+                (Kind::Degraded, "warning")
+            };
+            let why = if reason.is_empty() {
+                String::new()
+            } else {
+                format!(": {reason}")
+            };
+            let summary = format!("{component} {} behind {}{why}", to.as_str(), cx.target);
+            let started = incidents
+                .get(&family)
+                .map(|i| i.opened_ms)
+                .unwrap_or(cx.now_ms);
+            open(incidents, &family, kind, severity, &summary, cx);
+            if let Some(i) = incidents.get_mut(&family) {
+                i.opened_ms = started;
+            }
+            emit(
+                out,
+                Action::Trigger,
+                kind,
+                &family,
+                severity,
+                summary,
+                started,
+            );
+        }
+        Health::Healthy => {
+            if let Some(inc) = incidents.remove(&family) {
+                emit(
+                    out,
+                    Action::Resolve,
+                    Kind::Recovered,
+                    &family,
+                    "info",
+                    format!(
+                        "{component} recovered behind {} (was {})",
+                        cx.target,
+                        from.as_str()
+                    ),
+                    inc.opened_ms,
+                );
+            }
+        }
+        Health::Unknown => {}
     }
 }
 
@@ -207,7 +294,7 @@ pub fn alerts(events: &[Event], incidents: &mut Incidents, cx: &Context<'_>) -> 
             summary,
             at_ms: cx.now_ms,
             started_ms,
-            labels: cx.labels.clone(),
+            labels: labels_of(cx.labels, family),
             removed: false,
         });
     };
@@ -290,6 +377,21 @@ pub fn alerts(events: &[Event], incidents: &mut Incidents, cx: &Context<'_>) -> 
                 cx,
                 Kind::Protocol,
                 format!("{}: protocol changed from {from} to {to}", cx.target),
+            ),
+            Event::Component {
+                component,
+                from,
+                to,
+                reason,
+                ..
+            } => component_alert(
+                &mut out,
+                &mut emit,
+                incidents,
+                cx,
+                component,
+                (*from, *to),
+                reason,
             ),
             // Recorded by the daemon, never fed to the policy.
             Event::Removed { .. } => {}
@@ -545,7 +647,7 @@ pub fn resolve_removed(
             let mut a = inc.alert(target, labels, Action::Resolve, summary, now_ms);
             // The kind a resolve of the status family has when it closes normally, so that
             // the sinks' `on` filters and payloads treat it the same way.
-            if inc.family == "status" {
+            if inc.family == "status" || inc.family.starts_with(COMPONENT_FAMILY) {
                 a.kind = Kind::Recovered;
                 a.severity = "info".to_owned();
             }
@@ -609,6 +711,87 @@ mod tests {
     }
 
     use Health::*;
+
+    /// A dependency down behind a healthy server: the server's status never moves, the
+    /// component opens one incident of its own (its name and the target's in the summary, a
+    /// `component` label) after the failure threshold, and its recovery resolves that one.
+    #[test]
+    fn a_component_outage_behind_a_healthy_server_pages_once_and_resolves_once() {
+        use crate::state::Component;
+        let t = Thresholds {
+            failure: 2,
+            success: 2,
+            flap_window_ms: 600_000,
+            flap_threshold: 4,
+        };
+        let labels = BTreeMap::from([("team".to_owned(), "orders".to_owned())]);
+        let mut s = TargetState::default();
+        let mut inc = Incidents::new();
+        let mut all = Vec::new();
+        let seq = [
+            Healthy, Healthy, Down, Down, Down, Healthy, Healthy, Healthy,
+        ];
+        for (i, h) in seq.iter().enumerate() {
+            let now = i as i64 * 60_000;
+            let mut obs = Observation::bare(Healthy, now, "healthy");
+            let reason = if *h == Healthy {
+                ""
+            } else {
+                "reported by the health tool health"
+            };
+            obs.components.insert(
+                "orders-db".into(),
+                Component {
+                    status: *h,
+                    reason: reason.into(),
+                },
+            );
+            obs.components.insert(
+                "cache".into(),
+                Component {
+                    status: Healthy,
+                    reason: String::new(),
+                },
+            );
+            let (n, ev) = observe(&s, &obs, t, now);
+            all.extend(alerts(
+                &ev,
+                &mut inc,
+                &cx(&labels, now, n.status, n.flapping),
+            ));
+            s = n;
+        }
+        assert_eq!(s.status, Healthy);
+        let seen: Vec<(Action, Kind, &str, i64)> = all
+            .iter()
+            .map(|a| (a.action, a.kind, a.summary.as_str(), a.at_ms))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (
+                    Action::Trigger,
+                    Kind::Down,
+                    "orders-db down behind search: reported by the health tool health",
+                    180_000
+                ),
+                (
+                    Action::Resolve,
+                    Kind::Recovered,
+                    "orders-db recovered behind search (was down)",
+                    360_000
+                ),
+            ]
+        );
+        assert_eq!(all[0].dedup_key, all[1].dedup_key);
+        assert_eq!(all[0].dedup_key, dedup_key("search", "component:orders-db"));
+        assert_ne!(all[0].dedup_key, dedup_key("search", "status"));
+        assert_eq!(all[0].labels["component"], "orders-db");
+        assert_eq!(all[0].labels["team"], "orders");
+        assert!(inc.is_empty());
+        assert_eq!(s.components["orders-db"].since_ms, 360_000);
+        assert_eq!(s.components["cache"].status, Healthy);
+    }
 
     #[test]
     fn one_firing_one_resolved() {

@@ -26,6 +26,38 @@ pub struct CheckRecord {
     pub alerts: Vec<Alert>,
     /// The contract (a baseline file's JSON), when one was taken and it is new for the target.
     pub contract: Option<String>,
+    /// The synthetic calls made (not the refused ones), for the per-tool figures.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calls: Vec<CallSample>,
+}
+
+/// One synthetic call of a check: the tool (inert), whether it passed, how long it took.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallSample {
+    pub tool: String,
+    pub ok: bool,
+    /// From the request to the reply, or to giving up at the budget.
+    pub ms: Option<f64>,
+}
+
+/// One tool's call figures over the standard windows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolStats {
+    pub tool: String,
+    pub windows: Vec<CallStats>,
+}
+
+/// A tool's calls over a window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallStats {
+    pub window: String,
+    pub calls: u64,
+    /// Calls that failed (an error, `isError`, a broken expectation or schema, past the budget).
+    pub errors: u64,
+    pub error_ratio: Option<f64>,
+    pub p50_ms: Option<f64>,
+    pub p95_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
 }
 
 /// One row of a target's history, as the API pages it.

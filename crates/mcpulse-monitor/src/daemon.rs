@@ -858,6 +858,7 @@ mod tests {
             events: Vec::new(),
             alerts: Vec::new(),
             contract: None,
+            calls: Vec::new(),
         }
     }
 

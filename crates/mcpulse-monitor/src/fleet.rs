@@ -64,6 +64,69 @@ pub struct TargetView {
     pub last: Option<LastCheck>,
     /// Open incidents, oldest first.
     pub incidents: Vec<Incident>,
+    /// The dependencies behind the server (health-document components, `tool NAME` for
+    /// synthetic calls) with their confirmed state and since when; absent without any.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub components: Vec<ComponentView>,
+    /// The synthetic calls' counts and latency histogram since the monitor started, by tool,
+    /// for `/metrics` (the API's percentiles come from the history).
+    #[serde(skip)]
+    pub tools: BTreeMap<String, ToolCalls>,
+}
+
+/// The upper bounds (seconds) of the synthetic-call latency histogram's buckets: from a fast
+/// in-memory tool to the 5 s default budget and past it.
+pub const TOOL_CALL_BUCKETS: [f64; 11] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// The most tools of one target with a series of their own; later ones share
+/// [`OTHER_TOOL`]. The calls are the config's, but a bound keeps `/metrics` bounded whatever
+/// the config holds.
+pub const MAX_TOOL_SERIES: usize = 32;
+
+/// The `tool` label of the tools past [`MAX_TOOL_SERIES`].
+pub const OTHER_TOOL: &str = "_other";
+
+/// One tool's synthetic calls since the monitor started: counters and a histogram.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ToolCalls {
+    pub calls: u64,
+    pub errors: u64,
+    /// Seconds, of the calls with a duration.
+    pub sum: f64,
+    pub count: u64,
+    /// Per bucket of [`TOOL_CALL_BUCKETS`] (not cumulative), then the +Inf one.
+    pub buckets: [u64; TOOL_CALL_BUCKETS.len() + 1],
+}
+
+impl ToolCalls {
+    fn add(&mut self, ok: bool, ms: Option<f64>) {
+        self.calls += 1;
+        if !ok {
+            self.errors += 1;
+        }
+        if let Some(ms) = ms.filter(|m| m.is_finite() && *m >= 0.0) {
+            let s = ms / 1000.0;
+            self.sum += s;
+            self.count += 1;
+            let i = TOOL_CALL_BUCKETS
+                .iter()
+                .position(|b| s <= *b)
+                .unwrap_or(TOOL_CALL_BUCKETS.len());
+            if let Some(b) = self.buckets.get_mut(i) {
+                *b += 1;
+            }
+        }
+    }
+}
+
+/// One dependency of a target, as the API shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ComponentView {
+    pub name: String,
+    pub status: Health,
+    pub since_ms: i64,
 }
 
 /// A run of results that may change the confirmed status.
@@ -169,6 +232,8 @@ impl TargetView {
             drift_changes_more: 0,
             last: None,
             incidents: Vec::new(),
+            components: Vec::new(),
+            tools: BTreeMap::new(),
         }
     }
 
@@ -188,6 +253,15 @@ impl TargetView {
         let mut open: Vec<Incident> = incidents.values().cloned().collect();
         open.sort_by_key(|i| i.opened_ms);
         self.incidents = open;
+        self.components = state
+            .components
+            .iter()
+            .map(|(name, c)| ComponentView {
+                name: name.clone(),
+                status: c.status,
+                since_ms: c.since_ms,
+            })
+            .collect();
     }
 }
 
@@ -276,7 +350,9 @@ impl Fleet {
         g.monitor.config_loaded_ms = Some(now_ms);
     }
 
-    /// Publishes one finished check of a configured target.
+    /// Publishes one finished check of a configured target, adding its synthetic calls to the
+    /// target's per-tool counters (kept across updates; the tool names are the judge's inert
+    /// ones).
     pub fn update_from(
         &self,
         cfg: &TargetConfig,
@@ -284,11 +360,23 @@ impl Fleet {
         incidents: &Incidents,
         report: &Report,
         at_ms: i64,
+        calls: &[crate::check::CallSample],
     ) {
         let mut view = TargetView::new(cfg);
         view.set_state(state, incidents);
         view.last = Some(LastCheck::from_report(report, at_ms, cfg.security));
         let mut g = self.write();
+        if let Some(old) = g.targets.get_mut(&cfg.name) {
+            view.tools = std::mem::take(&mut old.tools);
+        }
+        for c in calls {
+            let key = if view.tools.contains_key(&c.tool) || view.tools.len() < MAX_TOOL_SERIES {
+                c.tool.clone()
+            } else {
+                OTHER_TOOL.to_owned()
+            };
+            view.tools.entry(key).or_default().add(c.ok, c.ms);
+        }
         g.targets.insert(cfg.name.clone(), view);
         g.monitor.checks += 1;
     }

@@ -478,6 +478,7 @@ impl Collector for FleetCollector {
             "Failed writes to the history store since the monitor started.",
             m.store_write_errors,
         )?;
+        tool_calls(&mut out, &snap.targets)?;
         out.single(
             "mcpulse_store_last_write_timestamp",
             "When the history store last took a write, in Unix seconds.",
@@ -503,6 +504,59 @@ impl Collector for FleetCollector {
         )?;
         Ok(())
     }
+}
+
+/// The synthetic calls' series, by `target` and `tool` (at most
+/// [`crate::fleet::MAX_TOOL_SERIES`] tools a target, names made inert by the judge):
+/// `mcpulse_tool_calls_total`, `mcpulse_tool_call_errors_total`, and the latency histogram
+/// `mcpulse_tool_call_duration_seconds` (`histogram_quantile` gives its percentiles; the API
+/// gives the history's nearest-rank ones).
+fn tool_calls(out: &mut Out<'_, '_>, targets: &[crate::fleet::TargetView]) -> std::fmt::Result {
+    let rows: Vec<(TargetAnd<'_>, &crate::fleet::ToolCalls)> = targets
+        .iter()
+        .flat_map(|v| {
+            v.tools
+                .iter()
+                .map(move |(tool, c)| ([("target", v.name.as_str()), ("tool", tool.as_str())], c))
+        })
+        .collect();
+    for (name, help, pick) in [
+        (
+            "mcpulse_tool_calls",
+            "Synthetic tool calls made by the checks of a target since the monitor started, by tool.",
+            (|c: &crate::fleet::ToolCalls| c.calls) as fn(&crate::fleet::ToolCalls) -> u64,
+        ),
+        (
+            "mcpulse_tool_call_errors",
+            "Synthetic tool calls that failed (an error, isError, a broken expectation or output schema, past the budget), by tool.",
+            |c: &crate::fleet::ToolCalls| c.errors,
+        ),
+    ] {
+        let mut m = out
+            .enc
+            .encode_descriptor(name, help, None, MetricType::Counter)?;
+        for (labels, c) in &rows {
+            m.encode_family(labels)?
+                .encode_counter::<NoLabelSet, u64, u64>(&pick(c), None)?;
+        }
+    }
+    let mut m = out.enc.encode_descriptor(
+        "mcpulse_tool_call_duration",
+        "How long a target's synthetic tool calls took, from the request to the reply (or to giving up at the budget), by tool.",
+        Some(&Unit::Seconds),
+        MetricType::Histogram,
+    )?;
+    for (labels, c) in &rows {
+        let buckets: Vec<(f64, u64)> = crate::fleet::TOOL_CALL_BUCKETS
+            .iter()
+            .copied()
+            .chain([f64::INFINITY])
+            .zip(c.buckets.iter().copied())
+            .collect();
+        m.encode_family(labels)?
+            .encode_histogram::<NoLabelSet>(c.sum, c.count, &buckets, None)?;
+    }
+    Ok(())
 }
 
 /// An empty label set for a family whose only labels are the info labels.

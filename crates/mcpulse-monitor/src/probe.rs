@@ -35,6 +35,10 @@ pub fn target_and_plan(t: &TargetConfig) -> Result<(Target, Plan), TargetError> 
         env,
         secrets: t.secrets.clone(),
         health_url: t.health_url.clone(),
+        health_discovery: t.health_discovery,
+        calls: t.calls.clone(),
+        health_tool: t.health_tool.clone(),
+        allow_side_effects: t.allow_side_effects,
         ..PlanSpec::new(Caller::Monitor)
     }
     .plan(&target);

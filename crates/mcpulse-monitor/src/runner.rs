@@ -17,6 +17,7 @@ use mcpulse_probe::{Plan, Target, TransportMode};
 use mcpulse_wire::transcript::TransportKind;
 use mcpulse_wire::version::{Era, EraMode};
 use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Semaphore, mpsc, watch};
@@ -426,9 +427,14 @@ async fn check(
     let record = check_once(cfg, memory, &transcript, &report, at, shared);
     // Held until the contract is taken in: that copies it (see `crate::memory`).
     drop(permit);
-    shared
-        .fleet
-        .update_from(cfg, &memory.state, &memory.incidents, &report, at);
+    shared.fleet.update_from(
+        cfg,
+        &memory.state,
+        &memory.incidents,
+        &report,
+        at,
+        &record.calls,
+    );
     record
 }
 
@@ -494,6 +500,7 @@ pub fn check_once(
             .map(|f| format!("{}: {}", f.code, f.message))
             // A recovery says why too (its transition and alert would read `reason=""`).
             .unwrap_or_else(|| HEALTHY_SUMMARY.to_owned()),
+        components: components(report),
     };
     let thresholds = Thresholds {
         failure: cfg.failure_threshold,
@@ -550,6 +557,16 @@ pub fn check_once(
         {
             tracing::info!(target = %cfg.name, from = from.as_str(), to = to.as_str(), reason = %reason, "transition");
         }
+        if let state::Event::Component {
+            component,
+            from,
+            to,
+            reason,
+            ..
+        } = e
+        {
+            tracing::info!(target = %cfg.name, component = %component, from = from.as_str(), to = to.as_str(), reason = %reason, "component transition");
+        }
     }
     for a in &alerts {
         tracing::info!(target = %a.target, kind = a.kind.as_str(), action = ?a.action, dedup_key = %a.dedup_key, summary = %a.summary, silenced, "alert");
@@ -570,7 +587,66 @@ pub fn check_once(
         events,
         alerts,
         contract: new_contract,
+        calls: report
+            .calls
+            .iter()
+            .filter(|c| c.purpose == mcpulse_wire::call::CallPurpose::Synthetic && c.ms.is_some())
+            .map(|c| crate::check::CallSample {
+                tool: c.tool.clone(),
+                ok: c.status == mcpulse_judge::Status::Healthy,
+                ms: c.ms,
+            })
+            .collect(),
     }
+}
+
+/// The dependencies a check saw behind the server: each component of its health documents
+/// (the worst, when a name is listed twice) and `tool NAME` for each synthetic call made. None
+/// when the server did not answer the protocol (liveness or protocol layer down): a call that
+/// could not be made then says nothing about what is behind the server, and its outage is the
+/// target's own alert, not one per dependency.
+fn components(report: &Report) -> BTreeMap<String, crate::state::Component> {
+    use crate::state::Component;
+    use mcpulse_judge::Status;
+    let mut out: BTreeMap<String, Component> = BTreeMap::new();
+    if report.layers.liveness == Status::Down || report.layers.protocol == Status::Down {
+        return out;
+    }
+    let mut add = |name: String, status: Status, reason: String| {
+        let status = Health::from_status(status);
+        let reason = if status == Health::Healthy {
+            String::new()
+        } else {
+            reason
+        };
+        match out.get(&name) {
+            Some(c) if c.status >= status => {}
+            _ => {
+                out.insert(name, Component { status, reason });
+            }
+        }
+    };
+    for c in &report.components {
+        let from = match &c.tool {
+            Some(t) => format!("reported by the health tool {t}"),
+            None => "reported by the health endpoint".to_owned(),
+        };
+        add(c.name.clone(), c.status, from);
+    }
+    for call in &report.calls {
+        // A call refused for want of time or listing is not an observation of the tool.
+        if call.purpose != mcpulse_wire::call::CallPurpose::Synthetic || call.ms.is_none() {
+            continue;
+        }
+        let why = call
+            .findings
+            .iter()
+            .map(|r| r.code())
+            .collect::<Vec<_>>()
+            .join(", ");
+        add(format!("tool {}", call.tool), call.status, why);
+    }
+    out
 }
 
 /// The cache TTL the server gave for its tool list (ms; 0 when none).

@@ -16,7 +16,7 @@
 //! without clocks.
 
 use serde::{Deserialize, Serialize};
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 /// A confirmed or observed status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, Hash)]
@@ -68,6 +68,36 @@ pub struct Observation {
     pub drift_changes_more: usize,
     /// One line on why (the first finding's message), for alerts.
     pub summary: String,
+    /// The dependencies seen behind the server at this check, by name: the components of its
+    /// health tool's and health endpoint's documents, and `tool NAME` for each synthetic call.
+    /// Empty when none was seen, or when the server itself did not answer (then nothing is
+    /// known about what is behind it, and the components keep their state).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub components: BTreeMap<String, Component>,
+}
+
+/// One dependency as one check saw it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Component {
+    pub status: Health,
+    /// Why, when not healthy (inert: built from the judge's inert texts).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+}
+
+/// The most components a target keeps a state for. The judge lists at most 32 a document and
+/// the calls are the config's, but a server that renames its components at every check must
+/// not grow the state, the store row and the API view without bound: components past this
+/// are not tracked (the findings still name them).
+pub const MAX_TRACKED_COMPONENTS: usize = 64;
+
+/// The confirmed state of one component, with the same thresholds as its target's status.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ComponentState {
+    pub status: Health,
+    pub since_ms: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub streak: Option<(Health, u32)>,
 }
 
 pub(crate) fn is_zero(n: &usize) -> bool {
@@ -141,6 +171,7 @@ impl Observation {
             drift_changes: Vec::new(),
             drift_changes_more: 0,
             summary: summary.into(),
+            components: BTreeMap::new(),
         }
     }
 }
@@ -172,6 +203,9 @@ pub struct TargetState {
     /// answer (it is then the one compared with), so it is stored only during an outage.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_up: Option<Observation>,
+    /// The dependencies behind the server, by name (see [`Observation::components`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub components: BTreeMap<String, ComponentState>,
 }
 
 impl Default for TargetState {
@@ -184,6 +218,7 @@ impl Default for TargetState {
             flapping: false,
             last: None,
             last_up: None,
+            components: BTreeMap::new(),
         }
     }
 }
@@ -227,6 +262,15 @@ pub enum Event {
         at_ms: i64,
         from: String,
         to: String,
+    },
+    /// A dependency behind the server changed its confirmed state (unknown → healthy is not
+    /// told). Alerted as "`component` down behind the target".
+    Component {
+        at_ms: i64,
+        component: String,
+        from: Health,
+        to: Health,
+        reason: String,
     },
     /// The target was removed from the config (a reload); `resolved` are the dedup keys of
     /// the incidents that were open and are resolved because of it. Not a state-machine
@@ -382,7 +426,78 @@ pub fn observe(
         None // this observation is the last answer
     };
     s.last = Some(obs.clone());
+    components(&mut s.components, &obs.components, t, now_ms, &mut events);
     (s, events)
+}
+
+/// Folds the components one check saw into their states, with the target's thresholds (a
+/// component is down after `failure` such results in a row, healthy again after `success`);
+/// no flap detection of their own. A component not seen keeps its state: the check may not
+/// have reached it (a health tool that timed out), and guessing "healthy" would resolve an
+/// outage that goes on. Only [`MAX_TRACKED_COMPONENTS`] are tracked.
+fn components(
+    states: &mut BTreeMap<String, ComponentState>,
+    seen: &BTreeMap<String, Component>,
+    t: Thresholds,
+    now_ms: i64,
+    events: &mut Vec<Event>,
+) {
+    for (name, c) in seen {
+        if !states.contains_key(name) {
+            if states.len() >= MAX_TRACKED_COMPONENTS {
+                continue;
+            }
+            states.insert(
+                name.clone(),
+                ComponentState {
+                    status: Health::Unknown,
+                    since_ms: now_ms,
+                    streak: None,
+                },
+            );
+        }
+        let Some(st) = states.get_mut(name) else {
+            continue;
+        };
+        let observed = c.status;
+        if observed == st.status {
+            st.streak = None;
+            continue;
+        }
+        if st.status == Health::Unknown && observed == Health::Healthy {
+            *st = ComponentState {
+                status: Health::Healthy,
+                since_ms: now_ms,
+                streak: None,
+            };
+            continue;
+        }
+        let len = match st.streak {
+            Some((h, n)) if same_side(h, observed) => n + 1,
+            _ => 1,
+        };
+        let needed = if observed == Health::Healthy {
+            t.success
+        } else {
+            t.failure
+        };
+        if len < needed {
+            st.streak = Some((observed, len));
+            continue;
+        }
+        events.push(Event::Component {
+            at_ms: now_ms,
+            component: name.clone(),
+            from: st.status,
+            to: observed,
+            reason: c.reason.clone(),
+        });
+        *st = ComponentState {
+            status: observed,
+            since_ms: now_ms,
+            streak: None,
+        };
+    }
 }
 
 fn same_side(a: Health, b: Health) -> bool {
@@ -413,7 +528,44 @@ mod tests {
             drift_changes: Vec::new(),
             drift_changes_more: 0,
             summary: String::new(),
+            components: BTreeMap::new(),
         }
+    }
+
+    /// Components are tracked up to the cap, a component not seen keeps its state, and a
+    /// down observation of the server (no components) changes none of them.
+    #[test]
+    fn components_are_bounded_and_keep_their_state_when_not_seen() {
+        let mut o1 = obs(Health::Healthy, 0);
+        for i in 0..(MAX_TRACKED_COMPONENTS + 10) {
+            o1.components.insert(
+                format!("c{i:03}"),
+                Component {
+                    status: Health::Down,
+                    reason: String::new(),
+                },
+            );
+        }
+        let (s, _) = observe(&TargetState::default(), &o1, T, 0);
+        assert_eq!(s.components.len(), MAX_TRACKED_COMPONENTS);
+        let (s, _) = observe(&s, &o1, T, 1);
+        let (s, ev) = observe(&s, &o1, T, 2);
+        let downs = ev
+            .iter()
+            .filter(|e| {
+                matches!(
+                    e,
+                    Event::Component {
+                        to: Health::Down,
+                        ..
+                    }
+                )
+            })
+            .count();
+        assert_eq!(downs, MAX_TRACKED_COMPONENTS, "after the failure threshold");
+        let (s2, ev) = observe(&s, &obs(Health::Down, 3), T, 3);
+        assert!(!ev.iter().any(|e| matches!(e, Event::Component { .. })));
+        assert_eq!(s2.components, s.components);
     }
 
     #[test]

@@ -228,9 +228,14 @@ async fn check_for_real(server: &Server, name: &str, status: Health) {
         since_ms: 1_700_000_000_000,
         ..TargetState::default()
     };
-    server
-        .fleet
-        .update_from(t, &state, &Incidents::new(), &report, 1_700_000_060_000);
+    server.fleet.update_from(
+        t,
+        &state,
+        &Incidents::new(),
+        &report,
+        1_700_000_060_000,
+        &[],
+    );
 }
 
 const TOKEN: &str = "Bearer s3cret-token";

@@ -71,3 +71,44 @@ async fn a_target_with_a_health_url_sees_its_components() {
     );
     assert_eq!(health.requests().len(), 2);
 }
+
+/// `health_url = "auto"`: the check reads /healthz, /readyz and /health on the target's
+/// origin, once each, and judges the one with a health document (here /readyz).
+#[tokio::test]
+async fn health_url_auto_discovers_the_endpoint_on_the_targets_origin() {
+    let mcp = scenario::modern(false, vec![None]);
+    let server = FakeHttp::start(move |req| match req.target.as_str() {
+        "/mcp" => mcp(req),
+        "/readyz" => Reply::json(
+            503,
+            &json!({"status": "fail", "checks": {"orders-db": {"status": "fail"}}}),
+        ),
+        _ => Reply::html(200, "<html>catch-all</html>"),
+    })
+    .await;
+    let text = format!(
+        "[[targets]]\nname = \"auto\"\nurl = \"{}\"\nhealth_url = \"auto\"\ntimeout = \"3s\"\nsecurity = false\n",
+        server.url("/mcp")
+    );
+    let cfg = config::parse(&text, "m.toml", Path::new("/nonexistent"), &|_| None).unwrap();
+    let (target, plan) = target_and_plan(&cfg.targets[0]).unwrap();
+    let p = once(&Fleet::new(), &target, &plan, Duration::from_secs(3)).await;
+    assert_eq!(p.report.status, mcpulse_judge::Status::Down);
+    assert!(
+        p.report
+            .findings
+            .iter()
+            .any(|f| f.code.code() == "health-endpoint-down" && f.message.contains("/readyz")),
+        "{:?}",
+        p.report.findings
+    );
+    assert_eq!(p.report.components[0].name, "orders-db");
+    for path in ["/healthz", "/readyz", "/health"] {
+        let n = server
+            .requests()
+            .iter()
+            .filter(|r| r.target == path)
+            .count();
+        assert_eq!(n, 1, "{path}");
+    }
+}

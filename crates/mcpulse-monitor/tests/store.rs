@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use mcpulse_monitor::alert::{Action, Alert, Incident, Incidents, Kind, dedup_key};
-use mcpulse_monitor::check::CheckRecord;
+use mcpulse_monitor::check::{CallSample, CheckRecord};
 use mcpulse_monitor::sink::SinkId;
 use mcpulse_monitor::state::{Event, Health, Observation, TargetState};
 use mcpulse_monitor::store::{PruneFrom, SCHEMA_VERSION, Store, StoreError};
@@ -52,6 +52,7 @@ fn obs(status: Health, at_ms: i64) -> Observation {
         drift_changes: Vec::new(),
         drift_changes_more: 0,
         summary: "ok".into(),
+        components: BTreeMap::new(),
     }
 }
 
@@ -64,6 +65,7 @@ fn state(status: Health, at_ms: i64) -> TargetState {
         flapping: false,
         last: Some(obs(status, at_ms)),
         last_up: None,
+        components: BTreeMap::new(),
     }
 }
 
@@ -118,6 +120,7 @@ fn check(target: &str, at_ms: i64, status: Health, duration_ms: f64) -> CheckRec
         events: Vec::new(),
         alerts: Vec::new(),
         contract: None,
+        calls: Vec::new(),
     }
 }
 
@@ -196,6 +199,8 @@ fn a_new_file_gets_the_whole_schema_in_wal_mode() {
     assert_eq!(
         names,
         [
+            "calls",
+            "calls_by_target_time",
             "checks",
             "checks_by_target_time",
             "events",
@@ -645,6 +650,65 @@ fn stats_percentiles_are_nearest_rank() {
     assert_eq!(day.uptime, Some(120.0 / 125.0));
     assert_eq!(day.healthy_ratio, Some(100.0 / 125.0));
     assert_eq!(s[3].checks, 125);
+}
+
+/// Each synthetic call is kept with its check, and its tool's figures come out per window:
+/// counts, errors, and nearest-rank percentiles like the checks' own; forgetting the target
+/// and pruning take them too.
+#[test]
+fn tool_stats_are_per_tool_with_errors_and_nearest_rank_percentiles() {
+    let mut store = Store::open_in_memory().unwrap();
+    let now = 10_000_000;
+    // 100 checks in the last hour, each calling `lookup` (1..=100 ms, every 10th failing)
+    // and `ping` (5 ms); 10 day-old checks whose `lookup` took 2 s.
+    let mut batch: Vec<CheckRecord> = (0..100)
+        .map(|i| {
+            let mut r = check("a", now - 3_000_000 + i * 1_000, Health::Healthy, 10.0);
+            r.calls = vec![
+                CallSample {
+                    tool: "lookup".into(),
+                    ok: i % 10 != 0,
+                    ms: Some(((i * 37) % 100 + 1) as f64),
+                },
+                CallSample {
+                    tool: "ping".into(),
+                    ok: true,
+                    ms: Some(5.0),
+                },
+            ];
+            r
+        })
+        .collect();
+    batch.extend((0..10).map(|i| {
+        let mut r = check("a", now - 86_000_000 + i, Health::Healthy, 10.0);
+        r.calls = vec![CallSample {
+            tool: "lookup".into(),
+            ok: true,
+            ms: Some(2_000.0),
+        }];
+        r
+    }));
+    store.record(&batch, &sinks(1)).unwrap();
+    let t = store.tool_stats("a", now).unwrap();
+    let tools: Vec<&str> = t.iter().map(|s| s.tool.as_str()).collect();
+    assert_eq!(tools, ["lookup", "ping"]);
+    let hour = &t[0].windows[0];
+    assert_eq!(hour.window, "1h");
+    assert_eq!((hour.calls, hour.errors), (100, 10));
+    assert_eq!(hour.error_ratio, Some(0.1));
+    assert_eq!(
+        (hour.p50_ms, hour.p95_ms, hour.p99_ms),
+        (Some(50.0), Some(95.0), Some(99.0))
+    );
+    let day = &t[0].windows[1];
+    assert_eq!(day.calls, 110);
+    assert_eq!(day.p95_ms, Some(2_000.0));
+    assert_eq!(t[1].windows[0].p99_ms, Some(5.0));
+    assert!(store.tool_stats("nobody", now).unwrap().is_empty());
+    store.prune(now - 3_600_000).unwrap();
+    assert_eq!(store.tool_stats("a", now).unwrap()[0].windows[3].calls, 100);
+    store.forget_target("a").unwrap();
+    assert!(store.tool_stats("a", now).unwrap().is_empty());
 }
 
 #[test]

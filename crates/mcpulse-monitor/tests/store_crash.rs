@@ -140,6 +140,7 @@ fn observation(t: u64, tick: u64) -> (Observation, f64) {
         drift_changes: Vec::new(),
         drift_changes_more: 0,
         summary: format!("{} after {duration} ms", status.as_str()),
+        components: BTreeMap::new(),
     };
     (obs, duration)
 }
@@ -215,6 +216,7 @@ impl Fleet {
                 contract: tick
                     .is_multiple_of(97)
                     .then(|| format!("{{\"tick\":{tick}}}")),
+                calls: Vec::new(),
             });
         }
     }

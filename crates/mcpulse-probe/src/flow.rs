@@ -98,12 +98,16 @@ pub async fn probe_live(target: &Target, plan: &Plan) -> (Transcript, Live) {
     // The health endpoint is read beside the protocol steps, on a client of its own: its
     // answer does not wait for a slow handshake, nor delays one.
     let health = async {
-        match &plan.health_url {
-            Some(url) => {
+        match (&plan.health_url, target) {
+            (Some(url), _) => {
                 let roots = plan.extra_roots.iter().map(|d| rustls_pki_der(d)).collect();
-                Some(crate::health::fetch(url, clock, roots, deadline).await)
+                vec![crate::health::fetch(url, clock, roots, deadline).await]
             }
-            None => None,
+            (None, Target::Http { url }) if plan.health_discovery => {
+                let roots: Vec<_> = plan.extra_roots.iter().map(|d| rustls_pki_der(d)).collect();
+                crate::health::discover(url, clock, &roots, deadline).await
+            }
+            (None, _) => Vec::new(),
         }
     };
     let protocol = async {
@@ -143,7 +147,7 @@ pub async fn probe_live(target: &Target, plan: &Plan) -> (Transcript, Live) {
     // kilobytes in a debug build, and a caller that awaits several probes in one future (a
     // test, a check that re-probes) would otherwise carry it on its own stack.
     let ((), health) = tokio::join!(Box::pin(protocol), Box::pin(health));
-    if let Some(h) = health {
+    for h in health {
         tr.total_ms = tr.total_ms.max(h.at_ms + h.elapsed_ms.unwrap_or(0.0));
         tr.health.push(h);
     }

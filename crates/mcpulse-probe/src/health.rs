@@ -17,6 +17,51 @@ use mcpulse_wire::transcript::{
 use std::time::Duration;
 use tokio::time::Instant;
 
+/// The paths `--health-url auto` reads on the MCP endpoint's origin, in the order the judge
+/// prefers them: Kubernetes' liveness and readiness names, then the plain one.
+pub const DISCOVERY_PATHS: [&str; 3] = ["/healthz", "/readyz", "/health"];
+
+/// The discovery URLs for an MCP endpoint: each of [`DISCOVERY_PATHS`] on its origin (scheme
+/// and authority; the endpoint's path and query are dropped). None for a URL without both.
+pub fn discovery_urls(uri: &http::Uri) -> Vec<String> {
+    let (Some(scheme), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
+        return Vec::new();
+    };
+    // Userinfo (`user:pass@`) is not carried to the health paths: credentials were meant
+    // for the MCP endpoint, and the health endpoint is read without them.
+    let host = authority
+        .as_str()
+        .rsplit_once('@')
+        .map_or(authority.as_str(), |(_, h)| h);
+    DISCOVERY_PATHS
+        .iter()
+        .map(|p| format!("{scheme}://{host}{p}"))
+        .collect()
+}
+
+/// Discovery: one `GET` of each [`discovery_urls`] path at once (at most one request per path
+/// per probe), each recorded as discovered. Which one counts is the judge's to say.
+pub(crate) async fn discover(
+    mcp_url: &http::Uri,
+    clock: Clock,
+    roots: &[mcpulse_transport::http::CertificateDer<'static>],
+    deadline: Instant,
+) -> Vec<HealthFetch> {
+    let urls = discovery_urls(mcp_url);
+    let one = |i: usize| {
+        let url = urls.get(i).cloned();
+        let roots = roots.to_vec();
+        async move {
+            let url = url?;
+            let mut f = fetch(&url, clock, roots, deadline).await;
+            f.discovered = true;
+            Some(f)
+        }
+    };
+    let (a, b, c) = tokio::join!(one(0), one(1), one(2));
+    [a, b, c].into_iter().flatten().collect()
+}
+
 /// The longest a health endpoint is given, within the probe's own deadline.
 pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -39,6 +84,7 @@ pub(crate) async fn fetch(
         truncated: false,
         redirects: Vec::new(),
         error: None,
+        discovered: false,
     };
     let uri: http::Uri = match url.parse() {
         Ok(u) => u,

@@ -32,7 +32,7 @@ mod security;
 mod target;
 
 pub use flow::{Live, probe, probe_live};
-pub use health::{HEALTH_TIMEOUT, probe_health};
+pub use health::{DISCOVERY_PATHS, HEALTH_TIMEOUT, discovery_urls, probe_health};
 pub use mcpulse_wire::transcript::Transcript;
 pub use plan::{
     Caller, HTTP_TIMEOUT, MAX_PAGES, MAX_RESPONSE_BYTES, Plan, PlanSpec, STDIO_TIMEOUT,

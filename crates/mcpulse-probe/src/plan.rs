@@ -84,6 +84,9 @@ pub struct Plan {
     /// Also read this HTTP health endpoint (`/readyz` of `mcpulse supervise`, a server's
     /// `/healthz`), alongside the protocol steps: see `crate::health`.
     pub health_url: Option<String>,
+    /// Discover the health endpoint instead (`--health-url auto`): `/healthz`, `/readyz` and
+    /// `/health` on an HTTP target's origin (see `crate::health::discover`); nothing for stdio.
+    pub health_discovery: bool,
     /// Synthetic `tools/call`s made after `tools/list` (`--call`): see `crate::flow::calls`.
     pub calls: Vec<CallSpec>,
     /// Which health tool to call after `tools/list`.
@@ -113,6 +116,7 @@ impl Default for Plan {
             stdio_dual_era: false,
             secrets: Secrets::default(),
             health_url: None,
+            health_discovery: false,
             calls: Vec::new(),
             health_tool: HealthToolMode::Off,
             allow_side_effects: false,
@@ -170,6 +174,8 @@ pub struct PlanSpec {
     pub secrets: Secrets,
     /// An HTTP health endpoint to read as well.
     pub health_url: Option<String>,
+    /// Discover one on an HTTP target's origin instead (`--health-url auto`).
+    pub health_discovery: bool,
     /// Synthetic tool calls, in order.
     pub calls: Vec<CallSpec>,
     /// Which health tool to call.
@@ -198,6 +204,7 @@ impl PlanSpec {
             env: Vec::new(),
             secrets: Secrets::default(),
             health_url: None,
+            health_discovery: false,
             calls: Vec::new(),
             health_tool: HealthToolMode::Off,
             allow_side_effects: false,
@@ -244,6 +251,7 @@ impl PlanSpec {
             stdio_dual_era,
             secrets,
             health_url: self.health_url,
+            health_discovery: self.health_discovery,
             calls: self.calls,
             health_tool: self.health_tool,
             allow_side_effects: self.allow_side_effects,

@@ -147,6 +147,11 @@ pub struct HealthFetch {
     /// Why no response was read: connect failure, timeout, a redirect off the origin.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Read by discovery (`--health-url auto`) rather than asked for: the judge takes the
+    /// first discovered read with a health document and ignores the others (a 404, an HTML
+    /// page), instead of finding each one wrong.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub discovered: bool,
 }
 
 impl Process {

@@ -296,8 +296,10 @@ pub struct ProbeArgs {
 
     /// Also read this HTTP health endpoint (`mcpulse supervise --listen`'s `/readyz`, a
     /// server's `/healthz`): a 503, a `fail`/`warn` document or a failing component is a
-    /// finding. See docs/probe.md.
-    #[arg(long, value_name = "URL")]
+    /// finding. `auto`: read /healthz, /readyz and /health on the MCP URL's origin and take the
+    /// first with a health document (none is an info finding). Default: none. See
+    /// docs/probe.md.
+    #[arg(long, value_name = "URL|auto")]
     pub health_url: Option<String>,
 
     /// After tools/list, call this tool (repeatable). The --args, --expect, --budget and

@@ -323,3 +323,153 @@ async fn without_an_mcp_target_the_endpoint_alone_decides() {
     let r = alone(&["--baseline", "x.lock"]).await;
     assert_eq!(r.code, Some(3), "{}", r.stderr);
 }
+
+// ---- --health-url auto -------------------------------------------------------------------------
+
+/// One server on one origin: the MCP endpoint at `/mcp`, and `health(path)` for every other
+/// path (404 where it gives nothing).
+async fn on_one_origin(health: impl Fn(&str) -> Option<Reply> + Send + Sync + 'static) -> FakeHttp {
+    let mcp = scenario::modern(false, vec![None]);
+    FakeHttp::start(move |req| {
+        if req.target == "/mcp" {
+            return mcp(req);
+        }
+        health(&req.target).unwrap_or_else(|| Reply::status(404))
+    })
+    .await
+}
+
+/// `mcpulse probe URL --health-url auto --json` of `server`'s `/mcp`.
+async fn probe_auto(server: &FakeHttp) -> Run {
+    let url = server.url("/mcp");
+    let args = [
+        "probe",
+        &url,
+        "--no-security",
+        "--timeout",
+        "3s",
+        "--health-url",
+        "auto",
+        "--json",
+    ];
+    run::run(BIN, &args, &[], BOUND).await
+}
+
+/// How many requests each discovery path got.
+fn reads(server: &FakeHttp) -> Vec<(String, usize)> {
+    ["/healthz", "/readyz", "/health"]
+        .iter()
+        .map(|p| {
+            let n = server.requests().iter().filter(|r| r.target == *p).count();
+            ((*p).to_owned(), n)
+        })
+        .collect()
+}
+
+/// `--health-url auto` reads /healthz, /readyz and /health on the MCP URL's origin, once each,
+/// and the first that answers a health document is the endpoint: a server with each one of
+/// them is judged by it (a failing component named), whichever it is.
+#[tokio::test]
+async fn auto_finds_the_health_endpoint_on_each_path() {
+    for path in ["/healthz", "/readyz", "/health"] {
+        let server = on_one_origin(move |p| {
+            (p == path).then(|| {
+                Reply::json(
+                    503,
+                    &json!({"status": "fail", "checks": {"orders-db": {"status": "fail"}}}),
+                )
+            })
+        })
+        .await;
+        let r = probe_auto(&server).await;
+        assert_eq!(r.code, Some(2), "{path}: {}\n{}", r.stdout, r.stderr);
+        assert!(
+            has(&r, "health-endpoint-down", path),
+            "{path}: {}",
+            r.stdout
+        );
+        assert!(
+            has(&r, "health-component-unhealthy", "orders-db"),
+            "{}",
+            r.stdout
+        );
+        assert!(!has(&r, "health-endpoint-not-found", ""), "{}", r.stdout);
+        assert_eq!(r.json()["components"][0]["name"], "orders-db");
+        assert!(
+            reads(&server).iter().all(|(_, n)| *n == 1),
+            "{path}: one request per path: {:?}",
+            reads(&server)
+        );
+    }
+    // The first in order wins: /healthz healthy beats /readyz failing.
+    let server = on_one_origin(|p| match p {
+        "/healthz" => Some(Reply::json(200, &json!({"status": "pass"}))),
+        "/readyz" => Some(Reply::json(503, &json!({"status": "fail"}))),
+        _ => None,
+    })
+    .await;
+    let r = probe_auto(&server).await;
+    assert_eq!(r.code, Some(0), "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(
+        r.json()["layers"]["dependencies"],
+        "healthy",
+        "{}",
+        r.stdout
+    );
+}
+
+/// No health endpoint, or a hostile origin that answers an HTML page with 200 on every path:
+/// nothing is taken as health, the server stays healthy (its protocol is), and one info
+/// finding says none was found. Without `auto` (the default) nothing is read.
+#[tokio::test]
+async fn auto_with_no_endpoint_or_html_everywhere_is_a_note_not_health() {
+    let none = on_one_origin(|_| None).await;
+    let html = on_one_origin(|_| {
+        Some(Reply::html(
+            200,
+            "<!doctype html><html><body>Sign in</body></html>",
+        ))
+    })
+    .await;
+    for server in [&none, &html] {
+        let r = probe_auto(server).await;
+        assert_eq!(r.code, Some(0), "{}\n{}", r.stdout, r.stderr);
+        let f = findings(&r);
+        let notes: Vec<&(String, String)> =
+            f.iter().filter(|(c, _)| c.starts_with("health-")).collect();
+        assert_eq!(notes.len(), 1, "{f:?}");
+        assert_eq!(notes[0].0, "health-endpoint-not-found");
+        assert!(
+            notes[0].1.contains("/healthz") && notes[0].1.contains("/health ("),
+            "{f:?}"
+        );
+        assert!(
+            reads(server).iter().all(|(_, n)| *n == 1),
+            "{:?}",
+            reads(server)
+        );
+    }
+    // The default reads none of them.
+    let url = none.url("/mcp");
+    let before = none.requests().len();
+    let r = run::run(BIN, &["probe", &url, "--no-security", "--json"], &[], BOUND).await;
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert!(
+        none.requests()[before..].iter().all(|q| q.target == "/mcp"),
+        "{:?}",
+        none.requests()
+            .iter()
+            .map(|q| &q.target)
+            .collect::<Vec<_>>()
+    );
+    // A stdio target has no origin: a usage error.
+    let r = run::run(
+        BIN,
+        &["probe", "--health-url", "auto", "--", "true"],
+        &[],
+        BOUND,
+    )
+    .await;
+    assert_eq!(r.code, Some(3), "{}", r.stderr);
+    assert!(r.stderr.contains("--health-url auto"), "{}", r.stderr);
+}

@@ -773,6 +773,175 @@ async fn a_server_that_dies_and_comes_back_pages_once_and_resolves_once() {
     );
 }
 
+/// Waits until the target `svc`'s view shows `component` in `status`; returns the view.
+async fn component_is(m: &Monitor, component: &str, status: &str) -> Value {
+    m.wait_target("svc", &format!("{component} {status}"), |v| {
+        v["components"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["name"] == component && c["status"] == status)
+        })
+    })
+    .await
+}
+
+/// A dependency outage behind a healthy protocol layer (issue #18 item 4): the server's
+/// `health_check` tool reports `orders-db` down, then ok again. Exactly one component alert
+/// naming the component and the server, and its resolve, reach the webhook (beside the
+/// target's own, which the health tool's `down` makes down too); the target's view lists the
+/// component with its state; each check's synthetic call of `ping_db` is in the history, with
+/// percentiles in the view and a histogram on `/metrics`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dependency_down_behind_a_healthy_server_pages_once_for_the_component_and_resolves() {
+    use mcpulse_testkit::tools;
+    let dir = TempDir::new("monitor-component");
+    let phase = Arc::new(AtomicUsize::new(0));
+    let server = FakeHttp::start_script(scenario::shifting(
+        vec![
+            tools::http_server(tools::catalogue("ok")),
+            tools::http_server(tools::catalogue("down")),
+        ],
+        phase.clone(),
+    ))
+    .await;
+    let hook = Receiver::start(true).await;
+    let config = dir.join("monitor.toml");
+    let target = format!(
+        "{}\nhealth_tool = \"auto\"\n\n[[targets.call]]\ntool = \"ping_db\"\nbudget = \"400ms\"\n",
+        url_target(&server.url("/mcp"))
+    );
+    write_config(
+        &config,
+        &config_text(&[("svc", &target)], Some(&hook.url())),
+    );
+    let mut m = Monitor::start(&dir, &config, &[]).await;
+    m.wait_target("svc", "healthy with its components", |v| {
+        v["status"] == "healthy" && v["components"].as_array().is_some_and(|c| c.len() == 2)
+    })
+    .await;
+
+    // orders-db goes down behind the server: one component page.
+    phase.store(1, Ordering::SeqCst);
+    let component = |d: &Delivery| d.body["labels"]["component"] == "orders-db";
+    let until = Instant::now() + PATIENCE;
+    while !hook.accepted().iter().any(component) {
+        assert!(
+            Instant::now() < until,
+            "no component page: {:?}",
+            hook.all()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let view = component_is(&m, "orders-db", "down").await;
+    assert!(
+        view["incidents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["family"] == "component:orders-db"),
+        "{view}"
+    );
+
+    // It comes back: one resolve, then nothing more about it.
+    phase.store(0, Ordering::SeqCst);
+    let until = Instant::now() + PATIENCE;
+    while hook.accepted().iter().filter(|d| component(d)).count() < 2 {
+        assert!(
+            Instant::now() < until,
+            "no component resolve: {:?}",
+            hook.all()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let n = m.history("svc").await.len();
+    m.wait_checks("svc", n, 2).await;
+    let about: Vec<Delivery> = hook.accepted().into_iter().filter(component).collect();
+    assert_eq!(
+        about.len(),
+        2,
+        "{:?}",
+        about.iter().map(|d| &d.body).collect::<Vec<_>>()
+    );
+    let (trigger, resolve) = (&about[0], &about[1]);
+    assert_eq!(
+        (trigger.field("action"), trigger.field("kind")),
+        ("trigger", "down")
+    );
+    assert_eq!(trigger.field("target"), "svc");
+    assert!(
+        trigger
+            .field("summary")
+            .starts_with("orders-db down behind svc"),
+        "{}",
+        trigger.body
+    );
+    assert_eq!(
+        trigger.field("dedup_key"),
+        dedup_key("svc", "component:orders-db")
+    );
+    trigger.assert_signed();
+    assert_eq!(
+        (resolve.field("action"), resolve.field("kind")),
+        ("resolve", "recovered")
+    );
+    assert_eq!(resolve.field("dedup_key"), trigger.field("dedup_key"));
+    assert_eq!(
+        resolve.field("summary"),
+        "orders-db recovered behind svc (was down)"
+    );
+    // Nothing else names a component: `tool ping_db` stayed healthy throughout.
+    assert!(
+        hook.accepted()
+            .iter()
+            .all(|d| d.body["labels"].get("component").is_none() || component(d)),
+        "{:?}",
+        hook.all()
+    );
+
+    // The view: the component back to healthy, since the recovery; the tool's percentiles.
+    let view = component_is(&m, "orders-db", "healthy").await;
+    let tools = view["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 1, "{view}");
+    assert_eq!(tools[0]["tool"], "ping_db");
+    let hour = &tools[0]["windows"][0];
+    assert_eq!(hour["window"], "1h");
+    assert!(hour["calls"].as_u64().unwrap() >= 4, "{hour}");
+    assert_eq!(hour["errors"], 0, "{hour}");
+    for p in ["p50_ms", "p95_ms", "p99_ms"] {
+        let v = hour[p].as_f64().unwrap();
+        assert!(v > 0.0 && v < 400.0, "{p} {v}");
+    }
+    // /metrics: the tool's series, its label as configured.
+    let (status, metrics) = http_get(m.api, "/metrics").await.unwrap();
+    assert_eq!(status, 200);
+    for series in [
+        "mcpulse_tool_calls_total{target=\"svc\",tool=\"ping_db\"}",
+        "mcpulse_tool_call_errors_total{target=\"svc\",tool=\"ping_db\"} 0",
+        "mcpulse_tool_call_duration_seconds_bucket{target=\"svc\",tool=\"ping_db\",le=\"0.5\"}",
+        "mcpulse_tool_call_duration_seconds_count{target=\"svc\",tool=\"ping_db\"}",
+    ] {
+        assert!(metrics.contains(series), "no {series} in\n{metrics}");
+    }
+    // The history: the component's two transitions as events (the monitor holds the file
+    // exclusively while it runs: read once it has stopped).
+    m.sigterm(Duration::from_secs(10)).await;
+    let store = Store::open(&dir.join("mcpulse.db")).unwrap();
+    let moves: Vec<(String, String)> = store
+        .transitions("svc", 1000)
+        .unwrap()
+        .iter()
+        .filter(|e| e["event"] == "component" && e["component"] == "orders-db")
+        .map(|e| (e["from"].to_string(), e["to"].to_string()))
+        .collect();
+    assert_eq!(
+        moves,
+        [
+            ("\"down\"".to_owned(), "\"healthy\"".to_owned()),
+            ("\"healthy\"".to_owned(), "\"down\"".to_owned()),
+        ],
+        "newest first"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_with_an_incident_open_resumes_it_without_paging_again() {
     let dir = TempDir::new("monitor-crash-open");
@@ -1708,6 +1877,27 @@ fn check_config_exit_codes_and_located_errors() {
             "[server]\nlisten = \"0.0.0.0:9477\"\n".into(),
             ":2:10: ",
             "beyond loopback) without a token",
+        ),
+        // Issue #18 item 4: synthetic calls and the health tool.
+        (
+            "[[targets]]\nname = \"a\"\nurl = \"https://x\"\n[[targets.call]]\ntool = \"echo\"\nexpect = [\"status == ok\"]\n".into(),
+            ":6:11: ",
+            "call \"echo\": expect",
+        ),
+        (
+            "[[targets]]\nname = \"a\"\nurl = \"https://x\"\n[[targets.call]]\ntool = \"echo\"\nbudget = \"1h\"\n".into(),
+            ":6:10: ",
+            "must be at most the timeout",
+        ),
+        (
+            "[[targets]]\nname = \"a\"\nurl = \"https://x\"\n[[targets.call]]\ntool = \"echo\"\nretries = 3\n".into(),
+            ":6:1: ",
+            "unknown field `retries`",
+        ),
+        (
+            "[[targets]]\nname = \"a\"\ncommand = [\"srv\"]\nhealth_url = \"auto\"\n".into(),
+            ":4:14: ",
+            "a command target has none",
         ),
         ("this is not toml\n".into(), ":1:", ""),
     ];

@@ -14,7 +14,7 @@
 //! its `checks` (or `components`) at warn or fail is a `health-component-unhealthy` naming it,
 //! as for a health endpoint. Everything quoted from a result is made inert and cut.
 
-use super::endpoint::{self, Level};
+use super::endpoint::{self, Component, Level};
 use crate::evidence::round;
 use crate::replies::Replies;
 use crate::rules::{Finding, Rule, Status};
@@ -57,10 +57,15 @@ pub struct CallResult {
 }
 
 /// The findings and results of every call in the transcript.
-pub(super) fn judge(replies: &Replies<'_>, tools: &[&Value]) -> (Vec<Finding>, Vec<CallResult>) {
+/// Also the components the health tool's document lists.
+pub(super) fn judge(
+    replies: &Replies<'_>,
+    tools: &[&Value],
+) -> (Vec<Finding>, Vec<CallResult>, Vec<Component>) {
     let tr = replies.transcript();
     let mut findings = Vec::new();
     let mut results = Vec::new();
+    let mut found = Vec::new();
     for rec in &tr.calls {
         let mut own = Vec::new();
         let mut reported = None;
@@ -104,7 +109,7 @@ pub(super) fn judge(replies: &Replies<'_>, tools: &[&Value]) -> (Vec<Finding>, V
                     }
                     let is_error = result.get("isError").and_then(Value::as_bool) == Some(true);
                     if rec.purpose == CallPurpose::HealthTool {
-                        reported = health_document(result, &name, is_error, &mut own);
+                        reported = health_document(result, &name, is_error, &mut own, &mut found);
                     } else if is_error {
                         own.push(Rule::ToolCallFailed.finding(format!(
                             "{what} returned isError: true{}",
@@ -158,7 +163,7 @@ pub(super) fn judge(replies: &Replies<'_>, tools: &[&Value]) -> (Vec<Finding>, V
         });
         findings.extend(own);
     }
-    (findings, results)
+    (findings, results, found)
 }
 
 /// ` : <first text content>`, inert and cut, or nothing.
@@ -220,6 +225,7 @@ fn health_document(
     name: &str,
     is_error: bool,
     out: &mut Vec<Finding>,
+    found: &mut Vec<Component>,
 ) -> Option<Status> {
     let doc = result
         .get("structuredContent")
@@ -289,7 +295,19 @@ fn health_document(
         .and_then(|d| d.get("checks").or_else(|| d.get("components")))
         .and_then(Value::as_object)
     {
-        endpoint::components(checks, &format!(" (health tool {name})"), out);
+        endpoint::components(
+            checks,
+            &format!(" (health tool {name})"),
+            out,
+            &mut |c, status| {
+                found.push(Component {
+                    name: c,
+                    status,
+                    source: "health-tool".into(),
+                    tool: Some(name.to_owned()),
+                })
+            },
+        );
     }
     Some(reported)
 }

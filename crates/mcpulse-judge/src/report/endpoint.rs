@@ -13,13 +13,33 @@
 //! [`MAX_COMPONENT_FINDINGS`] (the rest counted in the last). Every text taken from the
 //! document is made inert and cut ([`mcpulse_wire::text`]).
 
-use crate::rules::{Finding, Rule};
+use crate::rules::{Finding, Rule, Status};
 use mcpulse_wire::text;
 use mcpulse_wire::transcript::HealthFetch;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// The most component findings from one document.
 pub const MAX_COMPONENT_FINDINGS: usize = 20;
+
+/// The most components listed from one document (healthy ones included): the monitor keeps a
+/// state per listed component, so a document with thousands of keys must not make thousands.
+pub const MAX_COMPONENTS: usize = 32;
+
+/// One component of a health document (an endpoint's or a health tool's) as it reported
+/// itself: what the monitor keeps a state for, so that "orders-db down behind X" is alerted
+/// by name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Component {
+    /// Its key in `checks` (inert, cut).
+    pub name: String,
+    /// pass → healthy, warn → degraded, fail → down.
+    pub status: Status,
+    /// `health-endpoint`, or `health-tool` (the tool's name in `tool`).
+    pub source: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) enum Level {
@@ -38,16 +58,63 @@ pub(super) fn level(s: &str) -> Option<Level> {
     }
 }
 
-/// The findings of every health endpoint read in the transcript.
-pub(super) fn findings(fetches: &[HealthFetch]) -> Vec<Finding> {
+/// The findings of every health endpoint read in the transcript, and the components their
+/// documents list.
+pub(super) fn findings(fetches: &[HealthFetch]) -> (Vec<Finding>, Vec<Component>) {
     let mut out = Vec::new();
-    for f in fetches {
-        one(f, &mut out);
+    let mut found = Vec::new();
+    for f in fetches.iter().filter(|f| !f.discovered) {
+        one(f, &mut out, &mut found);
     }
-    out
+    // Discovery: the first read (in the order of the paths) that answered a health document
+    // is the endpoint, judged as if it had been given; the others are not the server's health
+    // endpoint (a 404, a catch-all page) and say nothing. None is a note, not a failure.
+    let discovered: Vec<&HealthFetch> = fetches.iter().filter(|f| f.discovered).collect();
+    if !discovered.is_empty() {
+        match discovered.iter().find(|f| health_shape(f)) {
+            Some(f) => one(f, &mut out, &mut found),
+            None => {
+                let tried: Vec<String> = discovered
+                    .iter()
+                    .map(|f| {
+                        let answer = match (f.status, &f.error) {
+                            (Some(s), _) => s.to_string(),
+                            (None, Some(e)) => text::message(e).into_owned(),
+                            (None, None) => "no response".to_owned(),
+                        };
+                        format!("{} ({answer})", text::field(&f.url))
+                    })
+                    .collect();
+                out.push(Rule::HealthEndpointNotFound.finding(format!(
+                    "no health endpoint found: {} answered no health document",
+                    tried.join(", ")
+                )));
+            }
+        }
+    }
+    (out, found)
 }
 
-fn one(f: &HealthFetch, out: &mut Vec<Finding>) {
+/// Whether a discovered read is a health endpoint's answer: a 2xx whose body is `ok` or a
+/// health document (a known `status`), or a 5xx with a health document (a 503 from a server
+/// that is not ready). A 404, a redirect, an HTML page (with 200 or not) or a cut body is not.
+fn health_shape(f: &HealthFetch) -> bool {
+    let Some(status) = f.status.filter(|_| !f.truncated) else {
+        return false;
+    };
+    let body = f.body.as_deref().unwrap_or("");
+    let stated = serde_json::from_str::<Value>(body)
+        .ok()
+        .filter(Value::is_object)
+        .and_then(|d| d.get("status").and_then(Value::as_str).and_then(level));
+    match status {
+        200..=299 => body.trim().eq_ignore_ascii_case("ok") || stated.is_some(),
+        500..=599 => stated.is_some(),
+        _ => false,
+    }
+}
+
+fn one(f: &HealthFetch, out: &mut Vec<Finding>, found: &mut Vec<Component>) {
     let url = text::field(&f.url);
     let Some(status) = f.status else {
         let why = f.error.as_deref().unwrap_or("no response");
@@ -139,19 +206,29 @@ fn one(f: &HealthFetch, out: &mut Vec<Finding>) {
         .and_then(|d| d.get("checks"))
         .and_then(Value::as_object)
     {
-        components(checks, "", out);
+        components(checks, "", out, &mut |name, status| {
+            found.push(Component {
+                name,
+                status,
+                source: "health-endpoint".into(),
+                tool: None,
+            })
+        });
     }
 }
 
 /// One finding per component at warn or fail; `source` (` (health tool x)`, or nothing for an
 /// endpoint) follows each component's detail.
+/// `found` is told each component's name (inert) and status, at most [`MAX_COMPONENTS`].
 pub(super) fn components(
     checks: &serde_json::Map<String, Value>,
     source: &str,
     out: &mut Vec<Finding>,
+    found: &mut dyn FnMut(String, Status),
 ) {
     let mut bad: Vec<String> = Vec::new();
     let mut more = 0usize;
+    let mut listed = 0usize;
     for (key, v) in checks {
         // A check is a status string, an object, or the draft's array of objects (one a node).
         let entries: Vec<&Value> = match v {
@@ -167,6 +244,17 @@ pub(super) fn components(
                 ),
                 _ => (None, String::new()),
             };
+            if let Some(l) = lvl
+                && listed < MAX_COMPONENTS
+            {
+                listed += 1;
+                let status = match l {
+                    Level::Pass => Status::Healthy,
+                    Level::Warn => Status::Degraded,
+                    Level::Fail => Status::Down,
+                };
+                found(text::field(key).into_owned(), status);
+            }
             let word = match lvl {
                 Some(Level::Warn) => "warn",
                 Some(Level::Fail) => "fail",
@@ -242,7 +330,13 @@ mod tests {
             truncated: false,
             redirects: Vec::new(),
             error: None,
+            discovered: false,
         }
+    }
+
+    /// The findings alone.
+    fn findings(f: &[HealthFetch]) -> Vec<Finding> {
+        super::findings(f).0
     }
 
     fn codes(f: &[Finding]) -> Vec<&'static str> {
@@ -285,6 +379,54 @@ mod tests {
         assert_eq!(f[0].message, "db reports fail (latency 12 ms)");
     }
 
+    /// `--health-url auto`: the first discovered read with a health document is judged as if
+    /// given; 404s and HTML pages (even with 200 on every path) are not health, and none found
+    /// is one info finding.
+    #[test]
+    fn discovery_takes_the_first_health_document_and_none_is_a_note() {
+        let at = |path: &str, status: u16, body: &str| HealthFetch {
+            url: format!("http://127.0.0.1:1{path}"),
+            discovered: true,
+            ..fetch(status, body)
+        };
+        let html = "<!doctype html><html><body>Welcome</body></html>";
+        // /healthz 404, /readyz down with a component, /health fine: /readyz is the endpoint.
+        let (f, listed) = super::findings(&[
+            at("/healthz", 404, "not found"),
+            at(
+                "/readyz",
+                503,
+                r#"{"status":"fail","checks":{"db":"fail"}}"#,
+            ),
+            at("/health", 200, r#"{"status":"pass"}"#),
+        ]);
+        assert_eq!(
+            codes(&f),
+            ["health-endpoint-down", "health-component-unhealthy"]
+        );
+        assert!(f[0].message.contains("/readyz"), "{}", f[0].message);
+        assert_eq!(listed.len(), 1);
+        // A bare `ok` counts (kube-apiserver's /healthz).
+        assert!(findings(&[at("/healthz", 200, "ok"), at("/readyz", 200, html)]).is_empty());
+        // HTML with 200 on every path, a 404, a redirect, an unreachable one: none found.
+        for reads in [
+            vec![
+                at("/healthz", 200, html),
+                at("/readyz", 200, html),
+                at("/health", 200, html),
+            ],
+            vec![
+                at("/healthz", 404, ""),
+                at("/readyz", 302, ""),
+                at("/health", 503, html),
+            ],
+        ] {
+            let f = findings(&reads);
+            assert_eq!(codes(&f), ["health-endpoint-not-found"], "{f:?}");
+            assert!(f[0].message.contains("/healthz (") && f[0].message.contains("/health ("));
+        }
+    }
+
     #[test]
     fn server_text_is_inert_and_components_are_bounded() {
         let mut checks = serde_json::Map::new();
@@ -292,7 +434,13 @@ mod tests {
             checks.insert(format!("c{i:03}\x1b[2J\n"), "fail".into());
         }
         let body = serde_json::json!({"status": "fail", "output": "\u{202e}evil\x1b]0;t\x07", "checks": checks});
-        let f = findings(&[fetch(503, &body.to_string())]);
+        let (f, listed) = super::findings(&[fetch(503, &body.to_string())]);
+        assert_eq!(
+            listed.len(),
+            MAX_COMPONENTS,
+            "the components listed are bounded"
+        );
+        assert!(listed.iter().all(|c| !c.name.contains('\u{1b}')));
         assert_eq!(f.len(), 1 + MAX_COMPONENT_FINDINGS);
         assert!(
             f.iter().all(|f| !f.message.chars().any(text::is_escaped)),

@@ -28,6 +28,7 @@ use stdio::{phases, stderr_tail};
 
 pub use crate::evidence::{describe, rfc3339};
 pub use calls::CallResult;
+pub use endpoint::{Component, MAX_COMPONENTS};
 pub use stdio::SLOW_STARTUP_MS;
 
 pub const SCHEMA: &str = "mcpulse.report/v1";
@@ -84,6 +85,10 @@ pub struct Report {
     /// The synthetic tool calls and the health tool, made or refused (absent without any).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub calls: Vec<CallResult>,
+    /// The components the health tool's and the health endpoint's documents list, each with
+    /// its status (at most `MAX_COMPONENTS` a document; absent without any).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub components: Vec<Component>,
     pub findings: Vec<Finding>,
     /// The security grade, A–F (see `security` and docs/checks.md).
     pub grade: String,
@@ -304,6 +309,7 @@ pub fn judge(tr: &Transcript, policy: &Policy) -> Report {
         },
         layers: Layers::default(),
         calls: Vec::new(),
+        components: Vec::new(),
         findings: Vec::new(),
         grade: String::new(),
         security: crate::security::assess_replies(
@@ -332,14 +338,18 @@ pub fn judge(tr: &Transcript, policy: &Policy) -> Report {
         j.envelope_findings();
     }
     let mut findings = j.findings;
-    let (call_findings, call_results) = calls::judge(&replies, &all_tools(&replies));
+    let (call_findings, call_results, mut components) =
+        calls::judge(&replies, &all_tools(&replies));
     findings.extend(call_findings);
     let call_ms: f64 = call_results.iter().filter_map(|c| c.ms).sum();
     if call_results.iter().any(|c| c.ms.is_some()) {
         report.timings_ms.calls = Some(round(call_ms));
     }
     report.calls = call_results;
-    findings.extend(endpoint::findings(&tr.health));
+    let (endpoint_findings, endpoint_components) = endpoint::findings(&tr.health);
+    findings.extend(endpoint_findings);
+    components.extend(endpoint_components);
+    report.components = components;
     // Most severe first, then in the order found.
     findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
     report.status = Status::from_findings(&findings);

@@ -160,6 +160,9 @@ crate::rule_family! {
     Stderr = "stderr-output", Info,
         "The stdio server wrote to stderr.",
         "Allowed by the spec; shown because it is often the first clue.";
+    HealthEndpointNotFound = "health-endpoint-not-found", Info,
+        "`--health-url auto` (a monitor target's `health_url = \"auto\"`) read `/healthz`, `/readyz` and `/health` on the MCP endpoint's origin, and none answered with a health document.",
+        "Not a failure: many servers have no health endpoint. A 404, or an HTML page answered with 200 to every path (a catch-all, a login page), is not taken as health. Give the endpoint's URL to `--health-url` if it lives elsewhere.";
     SlowStartup = "slow-startup", Info,
         "The stdio server took more than 5 s from spawn to its first output (`timings_ms.startup`).",
         "Usually a package manager's download (`npx`, `uvx`) or a slow interpreter start: every client that spawns the server waits as long. Not judged as handshake latency, which is timed from the first output on.";
@@ -193,6 +196,7 @@ impl Rule {
             | HealthEndpointUnreachable
             | HealthEndpointInvalid
             | HealthEndpointDegraded
+            | HealthEndpointNotFound
             | HealthComponentUnhealthy
             | CriticalCallFailed
             | HealthToolDown

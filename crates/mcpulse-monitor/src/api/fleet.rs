@@ -72,6 +72,10 @@ struct TargetBody {
     stats: Option<Vec<Stats>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     stats_error: Option<String>,
+    /// Each synthetic call's latency percentiles and errors over the same windows (absent
+    /// without calls, or when the store failed: then `stats_error` says so).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<crate::check::ToolStats>,
 }
 
 /// A target name in an API path that could not be read (bad percent-encoding, not UTF-8).
@@ -103,16 +107,29 @@ pub(super) async fn target_handler(
     };
     let now = s.now();
     let history = s.history.clone();
-    let stats = tokio::task::spawn_blocking(move || history.stats(&name, now)).await;
-    let (stats, stats_error) = match stats {
-        Ok(Ok(st)) => (Some(st), None),
-        Ok(Err(e)) => (None, Some(format!("the history store failed: {e}"))),
-        Err(e) => (None, Some(format!("reading the stats failed: {e}"))),
+    let stats = tokio::task::spawn_blocking(move || {
+        let stats = history.stats(&name, now)?;
+        Ok::<_, String>((stats, history.tool_stats(&name, now)?))
+    })
+    .await;
+    let (stats, tools, stats_error) = match stats {
+        Ok(Ok((st, tools))) => (Some(st), tools, None),
+        Ok(Err(e)) => (
+            None,
+            Vec::new(),
+            Some(format!("the history store failed: {e}")),
+        ),
+        Err(e) => (
+            None,
+            Vec::new(),
+            Some(format!("reading the stats failed: {e}")),
+        ),
     };
     Json(TargetBody {
         view,
         stats,
         stats_error,
+        tools,
     })
     .into_response()
 }

@@ -73,6 +73,15 @@ pub trait HistorySource: Send + Sync {
     ) -> Result<Option<Vec<HistoryRow>>, String>;
     /// Uptime and latency over the standard windows, ending at `now_ms`.
     fn stats(&self, target: &str, now_ms: i64) -> Result<Vec<Stats>, String>;
+    /// Each synthetic call's latency and errors over the same windows. None by default: a
+    /// source without calls (a test's) has nothing to say.
+    fn tool_stats(
+        &self,
+        _target: &str,
+        _now_ms: i64,
+    ) -> Result<Vec<crate::check::ToolStats>, String> {
+        Ok(Vec::new())
+    }
 }
 
 /// How many `/probe` probes may run at once, by default. A probe is mostly waiting, but a

@@ -153,6 +153,10 @@ pub(crate) fn target_from(
         labels,
         source,
         health_url: None,
+        health_discovery: false,
+        calls: Vec::new(),
+        health_tool: s.health_tool.clone(),
+        allow_side_effects: s.allow_side_effects,
     }
 }
 

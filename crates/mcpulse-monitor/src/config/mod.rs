@@ -24,6 +24,7 @@ pub use types::{
     SECRET_MIN_LEN, ServerConfig, SinkKind, StorageConfig, TargetConfig,
 };
 
+use mcpulse_wire::call::{CallSpec, DEFAULT_CALL_BUDGET_MS, Expectation, HealthToolMode};
 pub use mcpulse_wire::env::expand;
 use mcpulse_wire::redact::Secrets;
 use mcpulse_wire::version::EraMode;
@@ -114,6 +115,8 @@ struct RawDefaults {
     reminder: Option<At<String>>,
     era: Option<At<String>>,
     security: Option<bool>,
+    health_tool: Option<At<String>>,
+    allow_side_effects: Option<bool>,
 }
 
 #[derive(Debug, Deserialize, Clone)]
@@ -141,6 +144,24 @@ struct RawTarget {
     security: Option<bool>,
     /// The server's HTTP health endpoint, read at each check (`mcpulse supervise`'s `/readyz`).
     health_url: Option<At<String>>,
+    health_tool: Option<At<String>>,
+    allow_side_effects: Option<bool>,
+    /// Synthetic tool calls (`[[targets.call]]`).
+    #[serde(default)]
+    call: Vec<At<RawCall>>,
+}
+
+/// One `[[targets.call]]`: `mcpulse probe --call`'s options as a table.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+struct RawCall {
+    tool: At<String>,
+    args: Option<At<toml::Table>>,
+    #[serde(default)]
+    expect: Vec<At<String>>,
+    budget: Option<At<String>>,
+    #[serde(default)]
+    critical: bool,
 }
 
 impl RawTarget {
@@ -157,6 +178,8 @@ impl RawTarget {
             reminder: self.reminder.clone(),
             era: self.era.clone(),
             security: self.security,
+            health_tool: self.health_tool.clone(),
+            allow_side_effects: self.allow_side_effects,
         }
     }
 }
@@ -686,11 +709,131 @@ fn target(
         src.file.to_owned(),
     );
     target.secrets.extend(&secrets);
-    if let Some(u) = &r.health_url {
-        check_url(u.get_ref()).map_err(|m| at(u.span().start, &format!("health_url: {m}")))?;
-        target.health_url = Some(u.get_ref().clone());
+    match &r.health_url {
+        None => {}
+        Some(u) if u.get_ref() == "auto" => {
+            if r.url.is_none() {
+                return Err(at(
+                    u.span().start,
+                    "health_url = \"auto\" reads /healthz, /readyz and /health on a url target's origin; a command target has none: give the endpoint's URL",
+                ));
+            }
+            target.health_discovery = true;
+        }
+        Some(u) => {
+            check_url(u.get_ref()).map_err(|m| at(u.span().start, &format!("health_url: {m}")))?;
+            target.health_url = Some(u.get_ref().clone());
+        }
     }
+    target.calls = r
+        .call
+        .iter()
+        .map(|c| call(c, s.timeout, &at))
+        .collect::<Result<_, _>>()?;
     Ok(target)
+}
+
+/// One `[[targets.call]]`, validated into the call spec `mcpulse probe --call` builds: the
+/// same expectation parser, the same default budget. `at` locates an error in the target.
+fn call(
+    c: &At<RawCall>,
+    timeout: Duration,
+    at: &dyn Fn(usize, &str) -> ConfigError,
+) -> Result<CallSpec, ConfigError> {
+    let r = c.get_ref();
+    let tool = r.tool.get_ref();
+    if tool.is_empty() || tool.chars().any(char::is_control) {
+        return Err(at(
+            r.tool.span().start,
+            "call: tool must name a tool (visible characters), e.g. tool = \"health_check\"",
+        ));
+    }
+    let what = format!("call {tool:?}");
+    let arguments = match &r.args {
+        None => serde_json::Map::new(),
+        Some(a) => {
+            let mut m = serde_json::Map::new();
+            for (k, v) in a.get_ref() {
+                let v =
+                    json(v).map_err(|e| at(a.span().start, &format!("{what}: args.{k}: {e}")))?;
+                m.insert(k.clone(), v);
+            }
+            m
+        }
+    };
+    let expect = r
+        .expect
+        .iter()
+        .map(|e| {
+            e.get_ref()
+                .parse::<Expectation>()
+                .map_err(|m| at(e.span().start, &format!("{what}: expect {m}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let budget_ms = match &r.budget {
+        None => DEFAULT_CALL_BUDGET_MS.min(duration_ms(timeout)),
+        Some(b) => {
+            let d = duration(b.get_ref())
+                .map_err(|m| at(b.span().start, &format!("{what}: budget: {m}")))?;
+            // Zero is refused by the duration parser already.
+            if d > timeout {
+                return Err(at(
+                    b.span().start,
+                    &format!("{what}: budget {d:?} must be at most the timeout {timeout:?}"),
+                ));
+            }
+            duration_ms(d)
+        }
+    };
+    Ok(CallSpec {
+        arguments,
+        expect,
+        budget_ms,
+        critical: r.critical,
+        ..CallSpec::new(tool.clone())
+    })
+}
+
+fn duration_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+/// A TOML value as JSON (a call's `args`). Dates become their RFC 3339 text; a float JSON
+/// cannot hold (nan, inf) is refused rather than sent as something else.
+fn json(v: &toml::Value) -> Result<serde_json::Value, String> {
+    use serde_json::Value as J;
+    Ok(match v {
+        toml::Value::String(s) => J::String(s.clone()),
+        toml::Value::Integer(i) => J::from(*i),
+        toml::Value::Float(f) => serde_json::Number::from_f64(*f)
+            .map(J::Number)
+            .ok_or_else(|| format!("{f} is not a JSON number"))?,
+        toml::Value::Boolean(b) => J::Bool(*b),
+        toml::Value::Datetime(d) => J::String(d.to_string()),
+        toml::Value::Array(a) => J::Array(a.iter().map(json).collect::<Result<_, _>>()?),
+        toml::Value::Table(t) => J::Object(
+            t.iter()
+                .map(|(k, v)| Ok((k.clone(), json(v)?)))
+                .collect::<Result<_, String>>()?,
+        ),
+    })
+}
+
+/// A `health_tool` that names no mode or tool.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("health_tool {0:?}: use auto, off or a tool's name")]
+struct HealthToolError(String);
+
+/// `health_tool`: `auto`, `off` or a tool's name (as `mcpulse probe --health-tool`).
+fn health_tool(s: &str) -> Result<HealthToolMode, HealthToolError> {
+    match s {
+        "auto" => Ok(HealthToolMode::Auto),
+        "off" => Ok(HealthToolMode::Off),
+        name if name.is_empty() || name.chars().any(char::is_control) => {
+            Err(HealthToolError(name.to_owned()))
+        }
+        name => Ok(HealthToolMode::Named(name.to_owned())),
+    }
 }
 
 /// Why `~` in an import path could not be expanded.
@@ -771,6 +914,13 @@ fn apply(
     }
     if let Some(s) = raw.security {
         d.security = s;
+    }
+    if let Some(h) = &raw.health_tool {
+        d.health_tool =
+            health_tool(h.get_ref()).map_err(|m| src.at(h.span().start, format!("{what}: {m}")))?;
+    }
+    if let Some(a) = raw.allow_side_effects {
+        d.allow_side_effects = a;
     }
     if d.interval < Duration::from_secs(1) {
         return Err(src.at(
@@ -891,6 +1041,125 @@ mod tests {
 
     fn parse_err(t: &str) -> ConfigError {
         parse(t, "mcpulse.toml", Path::new("/etc/mcpulse"), &env).unwrap_err()
+    }
+
+    #[test]
+    fn calls_and_the_health_tool_become_the_plans_call_specs() {
+        let c = parse_ok(
+            "[defaults]\nhealth_tool = \"auto\"\n\n[[targets]]\nname = \"s\"\nurl = \"https://x.example/mcp\"\nallow_side_effects = true\n\n[[targets.call]]\ntool = \"echo\"\nargs = { message = \"hi\", n = 2, nested = { on = [true, 1.5] } }\nexpect = ['/content/0/text contains \"hi\"']\nbudget = \"2s\"\ncritical = true\n\n[[targets.call]]\ntool = \"add\"\n\n[[targets]]\nname = \"t\"\nurl = \"https://y.example/mcp\"\nhealth_tool = \"db_health\"\n",
+        );
+        let s = &c.targets[0];
+        assert_eq!(s.health_tool, HealthToolMode::Auto, "from [defaults]");
+        assert!(s.allow_side_effects);
+        assert_eq!(s.calls.len(), 2);
+        assert_eq!(s.calls[0].tool, "echo");
+        assert_eq!(
+            serde_json::Value::Object(s.calls[0].arguments.clone()),
+            serde_json::json!({"message": "hi", "n": 2, "nested": {"on": [true, 1.5]}})
+        );
+        assert_eq!(s.calls[0].expect.len(), 1);
+        assert_eq!(s.calls[0].budget_ms, 2000);
+        assert!(s.calls[0].critical);
+        assert_eq!(s.calls[1].budget_ms, DEFAULT_CALL_BUDGET_MS);
+        assert!(!s.calls[1].critical);
+        let t = &c.targets[1];
+        assert_eq!(t.health_tool, HealthToolMode::Named("db_health".into()));
+        assert!(!t.allow_side_effects && t.calls.is_empty());
+        // The monitor's own default: no health tool, no side effects.
+        let d = Defaults::default();
+        assert_eq!(d.health_tool, HealthToolMode::Off);
+        assert!(!d.allow_side_effects);
+    }
+
+    /// One case per way a call or health-tool setting is rejected, each located at the value.
+    #[test]
+    fn bad_calls_and_health_tools_are_rejected_where_they_are_written() {
+        let head = "[[targets]]\nname = \"s\"\nurl = \"https://x.example/mcp\"\n";
+        let cases: &[(&str, &str, &str)] = &[
+            (
+                "health_tool = \"\"\n",
+                ":4:15",
+                "health_tool \"\": use auto, off or a tool's name",
+            ),
+            (
+                "[[targets.call]]\ntool = \"\"\n",
+                ":5:8",
+                "call: tool must name a tool",
+            ),
+            (
+                "[[targets.call]]\nargs = {}\n",
+                ":4:1",
+                "missing field `tool`",
+            ),
+            (
+                "[[targets.call]]\ntool = \"e\"\nbogus = 1\n",
+                ":6:1",
+                "unknown field `bogus`",
+            ),
+            (
+                "[[targets.call]]\ntool = \"e\"\nargs = \"{}\"\n",
+                ":6:8",
+                "invalid type",
+            ),
+            (
+                "[[targets.call]]\ntool = \"e\"\nargs = { x = nan }\n",
+                ":6:8",
+                "call \"e\": args.x: NaN is not a JSON number",
+            ),
+            (
+                "[[targets.call]]\ntool = \"e\"\nexpect = [\"status == ok\"]\n",
+                ":6:11",
+                "call \"e\": expect \"status == ok\": the path must be a JSON pointer",
+            ),
+            (
+                "[[targets.call]]\ntool = \"e\"\nexpect = [\"/s ~ 1\"]\n",
+                ":6:11",
+                "unknown operator \"~\"",
+            ),
+            (
+                "[[targets.call]]\ntool = \"e\"\nbudget = \"soon\"\n",
+                ":6:10",
+                "call \"e\": budget: ",
+            ),
+            (
+                "[[targets.call]]\ntool = \"e\"\nbudget = \"0s\"\n",
+                ":6:10",
+                "budget: \"0s\" must be more than zero",
+            ),
+            (
+                "[[targets.call]]\ntool = \"e\"\nbudget = \"11s\"\n",
+                ":6:10",
+                "must be at most the timeout 10s",
+            ),
+            ("allow_side_effects = \"yes\"\n", ":4:22", "invalid type"),
+        ];
+        for (tail, at, message) in cases {
+            let e = parse_err(&format!("{head}{tail}"));
+            let shown = e.to_string();
+            assert!(
+                shown.starts_with(&format!("mcpulse.toml{at}:")) && shown.contains(message),
+                "{tail}\nexpected mcpulse.toml{at}: …{message}, got {shown}"
+            );
+        }
+        let c = parse_ok(&format!("{head}health_url = \"auto\"\n"));
+        assert!(c.targets[0].health_discovery && c.targets[0].health_url.is_none());
+        assert!(
+            !parse_ok(head).targets[0].health_discovery,
+            "off by default"
+        );
+        let e =
+            parse_err("[[targets]]\nname = \"s\"\ncommand = [\"srv\"]\nhealth_url = \"auto\"\n");
+        assert!(
+            e.to_string()
+                .starts_with("mcpulse.toml:4:14: target \"s\": health_url = \"auto\" reads"),
+            "{e}"
+        );
+        let e = parse_err("[defaults]\nhealth_tool = \"\\u0007\"\n");
+        assert!(
+            e.to_string()
+                .starts_with("mcpulse.toml:2:15: defaults: health_tool"),
+            "{e}"
+        );
     }
 
     #[test]

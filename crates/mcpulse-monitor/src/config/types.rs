@@ -4,6 +4,7 @@
 //! This module does not read or check anything: [`super::parse`] builds these from the file
 //! and [`super::import`] from MCP client configs.
 
+use mcpulse_wire::call::{CallSpec, HealthToolMode};
 use mcpulse_wire::redact::{self, Secrets};
 use mcpulse_wire::version::EraMode;
 use std::collections::BTreeMap;
@@ -88,6 +89,13 @@ pub struct Defaults {
     pub era: EraMode,
     /// Send the security checks' extra requests (the grade is then tracked).
     pub security: bool,
+    /// Which health tool each check calls. Off by default in the monitor (the CLI's is
+    /// `auto`): a check runs every interval across a fleet, a health tool may cost the server
+    /// real work (a query to each dependency), and an upgrade must not change what the monitor
+    /// sends to servers nobody asked it to call.
+    pub health_tool: HealthToolMode,
+    /// Call tools that are not annotated read-only, or are annotated destructive.
+    pub allow_side_effects: bool,
 }
 
 impl Default for Defaults {
@@ -103,6 +111,8 @@ impl Default for Defaults {
             reminder: None,
             era: EraMode::Auto,
             security: true,
+            health_tool: HealthToolMode::Off,
+            allow_side_effects: false,
         }
     }
 }
@@ -143,6 +153,14 @@ pub struct TargetConfig {
     pub secrets: Secrets,
     /// The server's HTTP health endpoint, read beside each check (`health_url`).
     pub health_url: Option<String>,
+    /// `health_url = "auto"`: discover it on the url target's origin at each check (off by
+    /// default: three more requests a check, and the first path that answers a health document
+    /// wins, so a catch-all that answers every path could shadow the real one).
+    pub health_discovery: bool,
+    /// Synthetic tool calls made at each check (`[[targets.call]]`), in order.
+    pub calls: Vec<CallSpec>,
+    pub health_tool: HealthToolMode,
+    pub allow_side_effects: bool,
 }
 
 /// Shows the endpoint as the API does, and only the names of headers and `env` variables.

@@ -118,4 +118,15 @@ impl crate::api::HistorySource for StoreHistory {
             .stats(target, now_ms)
             .map_err(|e| e.to_string())
     }
+    fn tool_stats(
+        &self,
+        target: &str,
+        now_ms: i64,
+    ) -> Result<Vec<crate::check::ToolStats>, String> {
+        self.store
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .tool_stats(target, now_ms)
+            .map_err(|e| e.to_string())
+    }
 }

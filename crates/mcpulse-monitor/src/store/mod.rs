@@ -36,7 +36,7 @@
 //! The file is opened with `locking_mode=EXCLUSIVE`: one monitor owns it while it runs (a
 //! second one would double every alert), and the WAL needs no shared-memory file.
 //!
-//! ## Schema (version 2)
+//! ## Schema (version 3)
 //!
 //! ```text
 //! targets  id, name UNIQUE, state JSON, incidents JSON, updated_ms, contract, contract_ms
@@ -44,6 +44,8 @@
 //!          index (target_id, at_ms, status, duration_ms): history pages, and statistics
 //!          read from the index alone without touching the wide JSON rows
 //! events   id, target_id, check_id, at_ms, kind, event JSON      index (target_id, at_ms)
+//! calls    id, target_id, check_id, at_ms, tool, ok, ms   index (target_id, at_ms, tool, ok, ms):
+//!          each synthetic call of a check, for the per-tool figures ([`Store::tool_stats`])
 //!          check_id 0: not caused by a check (a target removed from the config)
 //! outbox   id, target_id, check_id, seq, sink, dedup_key, created_ms, due_ms, attempts,
 //!          last_error, done_ms, delivered, alert JSON             UNIQUE (check_id, seq, sink)
@@ -65,7 +67,7 @@
 pub mod adapters;
 
 use crate::alert::{Alert, Incidents};
-use crate::check::{CheckRecord, HistoryRow, Removal, Stats};
+use crate::check::{CallStats, CheckRecord, HistoryRow, Removal, Stats, ToolStats};
 use crate::sink::SinkId;
 use crate::state::{Event, Health, TargetState};
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
@@ -162,6 +164,20 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE outbox_v2 RENAME TO outbox;
     CREATE INDEX outbox_pending ON outbox (sink, dedup_key, id) WHERE done_ms IS NULL;
     CREATE INDEX outbox_due ON outbox (due_ms) WHERE done_ms IS NULL;
+    ",
+    // 3: the synthetic calls of each check (`[[targets.call]]`), one row a call, for the
+    // per-tool latency and error figures; the index covers what those read.
+    "
+    CREATE TABLE calls (
+        id        INTEGER PRIMARY KEY,
+        target_id INTEGER NOT NULL,
+        check_id  INTEGER NOT NULL,
+        at_ms     INTEGER NOT NULL,
+        tool      TEXT NOT NULL,
+        ok        INTEGER NOT NULL,
+        ms        REAL
+    ) STRICT;
+    CREATE INDEX calls_by_target_time ON calls (target_id, at_ms, tool, ok, ms);
     ",
 ];
 
@@ -348,6 +364,7 @@ fn event_kind(e: &Event) -> &'static str {
         Event::AuthChanged { .. } => "auth_changed",
         Event::ProtocolChanged { .. } => "protocol_changed",
         Event::GradeChanged { .. } => "grade_changed",
+        Event::Component { .. } => "component",
         Event::Removed { .. } => "removed",
     }
 }
@@ -361,6 +378,7 @@ fn event_at(e: &Event) -> i64 {
         | Event::AuthChanged { at_ms, .. }
         | Event::ProtocolChanged { at_ms, .. }
         | Event::GradeChanged { at_ms, .. }
+        | Event::Component { at_ms, .. }
         | Event::Removed { at_ms, .. } => *at_ms,
     }
 }
@@ -824,6 +842,42 @@ impl Store {
         run().map_err(|e| self.fail(e))
     }
 
+    /// Each synthetic call's figures over the windows of [`Store::stats`], ending at `now_ms`:
+    /// how many calls, how many failed, and nearest-rank p50/p95/p99 of the duration of the
+    /// calls that were answered (one given up at its budget is an error, its duration the
+    /// budget). One read of the longest window from the covering index. Tools in name order;
+    /// a target has as many tools as its config has calls.
+    pub fn tool_stats(&self, target: &str, now_ms: i64) -> Result<Vec<ToolStats>, StoreError> {
+        let run = || -> Result<_, Fail> {
+            let mut rows: BTreeMap<String, Vec<(i64, bool, Option<f64>)>> = BTreeMap::new();
+            if let Some(tid) = target_id(&self.conn, target)? {
+                let longest = WINDOWS.iter().map(|w| w.1).max().unwrap_or(0);
+                let mut stmt = self.conn.prepare_cached(
+                    "SELECT at_ms, tool, ok, ms FROM calls
+                     WHERE target_id = ?1 AND at_ms > ?2 AND at_ms <= ?3",
+                )?;
+                let mut q = stmt.query(params![tid, now_ms.saturating_sub(longest), now_ms])?;
+                while let Some(row) = q.next()? {
+                    let tool: String = row.get(1)?;
+                    rows.entry(tool)
+                        .or_default()
+                        .push((row.get(0)?, row.get(2)?, row.get(3)?));
+                }
+            }
+            Ok(rows
+                .into_iter()
+                .map(|(tool, calls)| ToolStats {
+                    windows: WINDOWS
+                        .iter()
+                        .map(|(name, w)| window_call_stats(name, &calls, now_ms.saturating_sub(*w)))
+                        .collect(),
+                    tool,
+                })
+                .collect())
+        };
+        run().map_err(|e| self.fail(e))
+    }
+
     /// The accepted contract of a target, if one was accepted.
     pub fn accepted_contract(&self, target: &str) -> Result<Option<String>, StoreError> {
         self.conn
@@ -881,6 +935,7 @@ impl Store {
                 for sql in [
                     "DELETE FROM checks WHERE target_id = ?1",
                     "DELETE FROM events WHERE target_id = ?1",
+                    "DELETE FROM calls WHERE target_id = ?1",
                     "DELETE FROM outbox WHERE target_id = ?1",
                     "DELETE FROM targets WHERE id = ?1",
                 ] {
@@ -957,6 +1012,10 @@ fn record_batch(
             "INSERT INTO events (target_id, check_id, at_ms, kind, event)
              VALUES (?1, ?2, ?3, ?4, ?5)",
         )?;
+        let mut call = tx.prepare_cached(
+            "INSERT INTO calls (target_id, check_id, at_ms, tool, ok, ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?;
         let mut outbox = tx.prepare_cached(
             "INSERT INTO outbox (target_id, check_id, seq, sink, dedup_key, created_ms, due_ms,
                                  alert)
@@ -984,6 +1043,9 @@ fn record_batch(
             for e in &r.events {
                 let json = encode("an event", e)?;
                 event.execute(params![tid, check_id, event_at(e), event_kind(e), json])?;
+            }
+            for c in &r.calls {
+                call.execute(params![tid, check_id, r.at_ms, c.tool, c.ok, c.ms])?;
             }
             for (seq, a) in r.alerts.iter().enumerate() {
                 let json = encode("an alert", a)?;
@@ -1119,6 +1181,8 @@ fn prune_rows(
                  (SELECT rowid FROM checks WHERE target_id = ?1 AND at_ms < ?2 LIMIT ?3)",
             "DELETE FROM events WHERE rowid IN
                  (SELECT rowid FROM events WHERE target_id = ?1 AND at_ms < ?2 LIMIT ?3)",
+            "DELETE FROM calls WHERE rowid IN
+                 (SELECT rowid FROM calls WHERE target_id = ?1 AND at_ms < ?2 LIMIT ?3)",
         ] {
             let limit = i64::try_from(budget).unwrap_or(i64::MAX);
             let n = tx
@@ -1168,6 +1232,35 @@ fn window_stats(name: &str, rows: &[(i64, Health, f64)], after_ms: i64) -> Stats
         checks,
         uptime: ratio(up),
         healthy_ratio: ratio(healthy),
+        p50_ms: nearest_rank(&durations, 50),
+        p95_ms: nearest_rank(&durations, 95),
+        p99_ms: nearest_rank(&durations, 99),
+    }
+}
+
+/// One window's figures of one tool's calls.
+fn window_call_stats(name: &str, calls: &[(i64, bool, Option<f64>)], after_ms: i64) -> CallStats {
+    let mut n = 0u64;
+    let mut errors = 0u64;
+    let mut durations = Vec::new();
+    for &(at, ok, ms) in calls {
+        if at <= after_ms {
+            continue;
+        }
+        n += 1;
+        if !ok {
+            errors += 1;
+        }
+        if let Some(ms) = ms {
+            durations.push(ms);
+        }
+    }
+    durations.sort_unstable_by(f64::total_cmp);
+    CallStats {
+        window: name.to_owned(),
+        calls: n,
+        errors,
+        error_ratio: (n > 0).then(|| errors as f64 / n as f64),
         p50_ms: nearest_rank(&durations, 50),
         p95_ms: nearest_rank(&durations, 95),
         p99_ms: nearest_rank(&durations, 99),

@@ -14,6 +14,11 @@ pub fn run(args: ProbeArgs) -> Result<u8> {
         args.target.command.is_empty(),
         &args.health_url,
     ) {
+        if url == "auto" {
+            bail!(
+                "--health-url auto discovers the endpoint on an MCP URL's origin: give the MCP URL too"
+            );
+        }
         if !args.call_groups.is_empty() {
             bail!(
                 "--call needs an MCP target (a URL or a command after `--`), not only --health-url"
@@ -27,10 +32,19 @@ pub fn run(args: ProbeArgs) -> Result<u8> {
     plan.calls = calls;
     plan.health_tool = health_tool;
     plan.allow_side_effects = args.allow_side_effects;
-    if let Some(url) = &args.health_url {
-        // Checked as a probe URL is (http or https, a host): a usage error, not a finding.
-        mcpulse_probe::Target::http(url).map_err(|e| anyhow::anyhow!("--health-url: {e}"))?;
-        plan.health_url = Some(url.clone());
+    match args.health_url.as_deref() {
+        None => {}
+        Some("auto") if matches!(target, mcpulse_probe::Target::Http { .. }) => {
+            plan.health_discovery = true;
+        }
+        Some("auto") => bail!(
+            "--health-url auto reads /healthz, /readyz and /health on an HTTP target's origin; a stdio server has none: give the endpoint's URL"
+        ),
+        Some(url) => {
+            // Checked as a probe URL is (http or https, a host): a usage error, not a finding.
+            mcpulse_probe::Target::http(url).map_err(|e| anyhow::anyhow!("--health-url: {e}"))?;
+            plan.health_url = Some(url.to_owned());
+        }
     }
     let budget = settings::duration(&args.latency_budget, "--latency-budget")?;
     // Read the baseline before probing: a bad file is a usage error, not a probe result.
