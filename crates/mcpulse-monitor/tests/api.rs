@@ -15,6 +15,7 @@ use mcpulse_monitor::check::{HistoryRow, Stats};
 use mcpulse_monitor::config::{self, Config};
 use mcpulse_monitor::fleet::{Fleet, TargetView};
 use mcpulse_monitor::state::{Health, TargetState};
+use mcpulse_monitor::store::StoreError;
 use mcpulse_testkit::scenario::{self, Framing};
 use mcpulse_testkit::{Act, FakeHttp, Reply, StdioScript, TempDir, mcp};
 use serde_json::Value;
@@ -25,6 +26,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
+
+/// The store's error when SQLite is busy, as the fake history reports it.
+fn locked() -> StoreError {
+    StoreError::Sqlite {
+        path: "fake.db".into(),
+        source: rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
+            Some("database is locked".into()),
+        ),
+    }
+}
 
 // ---- a history source over a vector ---------------------------------------------------------
 
@@ -64,9 +76,9 @@ impl HistorySource for FakeHistory {
         target: &str,
         before: Option<i64>,
         limit: usize,
-    ) -> Result<Option<Vec<HistoryRow>>, String> {
+    ) -> Result<Option<Vec<HistoryRow>>, StoreError> {
         if self.failing.load(Ordering::SeqCst) {
-            return Err("database is locked".into());
+            return Err(locked());
         }
         let all = self.rows.get(target).cloned().unwrap_or_default();
         if before.is_some_and(|b| !all.iter().any(|r| r.id == b)) {
@@ -81,9 +93,9 @@ impl HistorySource for FakeHistory {
         Ok(Some(rows))
     }
 
-    fn stats(&self, target: &str, _now_ms: i64) -> Result<Vec<Stats>, String> {
+    fn stats(&self, target: &str, _now_ms: i64) -> Result<Vec<Stats>, StoreError> {
         if self.failing.load(Ordering::SeqCst) {
-            return Err("database is locked".into());
+            return Err(locked());
         }
         let n = self.rows.get(target).map_or(0, Vec::len) as u64;
         Ok(vec![Stats {

@@ -109,7 +109,7 @@ pub(super) async fn target_handler(
     let history = s.history.clone();
     let stats = tokio::task::spawn_blocking(move || {
         let stats = history.stats(&name, now)?;
-        Ok::<_, String>((stats, history.tool_stats(&name, now)?))
+        Ok::<_, crate::store::StoreError>((stats, history.tool_stats(&name, now)?))
     })
     .await;
     let (stats, tools, stats_error) = match stats {

@@ -70,16 +70,16 @@ pub trait HistorySource: Send + Sync {
         target: &str,
         before: Option<i64>,
         limit: usize,
-    ) -> Result<Option<Vec<HistoryRow>>, String>;
+    ) -> Result<Option<Vec<HistoryRow>>, crate::store::StoreError>;
     /// Uptime and latency over the standard windows, ending at `now_ms`.
-    fn stats(&self, target: &str, now_ms: i64) -> Result<Vec<Stats>, String>;
+    fn stats(&self, target: &str, now_ms: i64) -> Result<Vec<Stats>, crate::store::StoreError>;
     /// Each synthetic call's latency and errors over the same windows. None by default: a
     /// source without calls (a test's) has nothing to say.
     fn tool_stats(
         &self,
         _target: &str,
         _now_ms: i64,
-    ) -> Result<Vec<crate::check::ToolStats>, String> {
+    ) -> Result<Vec<crate::check::ToolStats>, crate::store::StoreError> {
         Ok(Vec::new())
     }
 }

@@ -104,29 +104,30 @@ impl crate::api::HistorySource for StoreHistory {
         target: &str,
         before: Option<i64>,
         limit: usize,
-    ) -> Result<Option<Vec<crate::check::HistoryRow>>, String> {
+    ) -> Result<Option<Vec<crate::check::HistoryRow>>, super::StoreError> {
         self.store
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .history_page(target, before, limit)
-            .map_err(|e| e.to_string())
     }
-    fn stats(&self, target: &str, now_ms: i64) -> Result<Vec<crate::check::Stats>, String> {
+    fn stats(
+        &self,
+        target: &str,
+        now_ms: i64,
+    ) -> Result<Vec<crate::check::Stats>, super::StoreError> {
         self.store
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .stats(target, now_ms)
-            .map_err(|e| e.to_string())
     }
     fn tool_stats(
         &self,
         target: &str,
         now_ms: i64,
-    ) -> Result<Vec<crate::check::ToolStats>, String> {
+    ) -> Result<Vec<crate::check::ToolStats>, super::StoreError> {
         self.store
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .tool_stats(target, now_ms)
-            .map_err(|e| e.to_string())
     }
 }
