@@ -218,10 +218,12 @@ mod tests {
     use tokio::io::ReadBuf;
 
     /// A stream that hands out at most `chunk` bytes per read, as a pipe does when the writer
-    /// is slower than the reader.
+    /// is slower than the reader; with `one_line`, never past a newline, as a pipe does when
+    /// the writer waits for an answer before its next message.
     struct Chunked<'a> {
         data: &'a [u8],
         chunk: usize,
+        one_line: bool,
         reads: usize,
     }
 
@@ -232,7 +234,12 @@ mod tests {
             buf: &mut ReadBuf<'_>,
         ) -> Poll<std::io::Result<()>> {
             self.reads += 1;
-            let n = self.chunk.min(buf.remaining()).min(self.data.len());
+            let mut n = self.chunk.min(buf.remaining()).min(self.data.len());
+            if self.one_line
+                && let Some(i) = memchr::memchr(b'\n', &self.data[..n])
+            {
+                n = i + 1;
+            }
             let (head, tail) = self.data.split_at(n);
             buf.put_slice(head);
             self.data = tail;
@@ -245,6 +252,7 @@ mod tests {
             Chunked {
                 data,
                 chunk,
+                one_line: false,
                 reads: 0,
             },
             max,
@@ -318,7 +326,8 @@ mod tests {
         }
         input.extend_from_slice(b"a\nb\n");
         // The pipe holds one message at a time (the client waits for each reply).
-        let mut r = reader(&input, big.len() + 1, 2 << 20);
+        let mut r = reader(&input, usize::MAX, 2 << 20);
+        r.inner.one_line = true;
         for i in 0..3 {
             let before = r.inner.reads;
             let LineRead::Line(line) = r.next_line().await else {
