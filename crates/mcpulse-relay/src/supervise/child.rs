@@ -17,14 +17,14 @@
 //!   stderr the same way without the supervisor), and its tail is kept in a bounded ring
 //!   ([`StderrRing`]) to explain a crash in the error the client gets.
 
-use super::lines::{Clipped, LineRead, read_line};
+use super::lines::{Clipped, LineRead, LineReader};
 use mcpulse_transport::stdio::kill_group;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -615,9 +615,9 @@ async fn read_stdout(
     max_line: usize,
     events: mpsc::Sender<ChildEvent>,
 ) {
-    let mut reader = BufReader::with_capacity(64 * 1024, stdout);
+    let mut reader = LineReader::new(stdout, max_line);
     loop {
-        let event = match read_line(&mut reader, max_line).await {
+        let event = match reader.next_line().await {
             LineRead::Line(line) => ChildEvent::Line(generation, line),
             LineRead::TooLong(clipped) => ChildEvent::TooLong(generation, clipped),
             LineRead::Eof => return,

@@ -25,7 +25,7 @@ use super::Settings;
 use super::child::{Child, ChildEvent, ExitStatus, StderrRing};
 use super::codes;
 use super::envelope::{Envelope, Kind, canonical_id, raw_result};
-use super::lines::{Clipped, LineRead, read_line};
+use super::lines::{Clipped, LineRead, LineReader};
 use crate::status::{
     CallOutcome, ChildState, HeartbeatOutcome, Observer, Restart, RestartReason, Status,
 };
@@ -38,7 +38,7 @@ use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until, timeout_at};
@@ -328,9 +328,9 @@ where
 }
 
 async fn read_client<R: AsyncRead + Unpin>(input: R, max: usize, tx: mpsc::Sender<ClientEvent>) {
-    let mut reader = BufReader::with_capacity(64 * 1024, input);
+    let mut reader = LineReader::new(input, max);
     loop {
-        let event = match read_line(&mut reader, max).await {
+        let event = match reader.next_line().await {
             LineRead::Line(line) if line.is_empty() => continue,
             LineRead::Line(line) => ClientEvent::Line(line),
             LineRead::TooLong(clipped) => ClientEvent::TooLong(clipped),
