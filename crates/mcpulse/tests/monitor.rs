@@ -2185,6 +2185,19 @@ async fn a_health_only_target_follows_a_supervised_server_down_and_back() {
         .await;
     assert!(view["last"]["era"].is_null(), "no MCP era: {view}");
     assert!(view["last"]["contract_digest"].is_null(), "{view}");
+    // /metrics: its status and probe series as any target's, no contract series.
+    let (status, metrics) = http_get(m.api, "/metrics").await.unwrap();
+    assert_eq!(status, 200);
+    let of = |name: &str| {
+        metrics
+            .lines()
+            .any(|l| l.starts_with(name) && l.contains("target=\"sup\""))
+    };
+    assert!(
+        of("mcpulse_probe_success") && of("mcpulse_target_status"),
+        "{metrics}"
+    );
+    assert!(!of("mcpulse_contract"), "{metrics}");
     let n = m.history("sup").await.len();
     m.wait_checks("sup", n, 2).await;
     // Each page (the target's, and one per failing component: `child:state`, and
