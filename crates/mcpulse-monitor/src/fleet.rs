@@ -215,6 +215,7 @@ impl TargetView {
         let (kind, endpoint) = match &cfg.endpoint {
             Endpoint::Url(u) => ("http", redact::target_url(u, &cfg.secrets)),
             Endpoint::Command { argv, .. } => ("stdio", redact::command_line(argv, &cfg.secrets)),
+            Endpoint::Health(u) => ("health", redact::target_url(u, &cfg.secrets)),
         };
         TargetView {
             name: cfg.name.clone(),
@@ -672,6 +673,15 @@ mod tests {
             "server --api-key <redacted> --token=<redacted> --root /srv"
         );
         assert_eq!(v.kind, "stdio");
+        let v = TargetView::new(&cfg(
+            "c",
+            Endpoint::Health("http://user:pw@127.0.0.1:9478/readyz?token=s3cret".into()),
+        ));
+        assert_eq!(
+            v.endpoint,
+            "http://<redacted>@127.0.0.1:9478/readyz?token=<redacted>"
+        );
+        assert_eq!(v.kind, "health");
     }
 
     #[test]

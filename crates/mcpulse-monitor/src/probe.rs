@@ -16,13 +16,14 @@ use std::time::{Duration, Instant};
 /// the target's secrets are hidden in it.
 pub fn target_and_plan(t: &TargetConfig) -> Result<(Target, Plan), TargetError> {
     let target = match &t.endpoint {
-        Endpoint::Url(u) => Target::http(u),
+        // The endpoint is read as an HTTP target: the runner calls `probe_health` on it.
+        Endpoint::Url(u) | Endpoint::Health(u) => Target::http(u),
         Endpoint::Command { argv, .. } => Target::stdio(argv),
     }
     .map_err(|e| TargetError(t.secrets.hide(&e.0)))?;
     let env = match &t.endpoint {
         Endpoint::Command { env, .. } => env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-        Endpoint::Url(_) => Vec::new(),
+        Endpoint::Url(_) | Endpoint::Health(_) => Vec::new(),
     };
     // Only the auto-mode checks of a stdio target make the dual-era check `Caller::Monitor`
     // asks for (its first, the hourly re-detection, and the retry of a pinned check that

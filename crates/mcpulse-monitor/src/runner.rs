@@ -39,6 +39,17 @@ pub trait Prober: Send + Sync {
         target: &'a Target,
         plan: &'a Plan,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = mcpulse_probe::Transcript> + Send + 'a>>;
+
+    /// One read of a health-only target's endpoint (`mcpulse_probe::probe_health`), with the
+    /// plan's deadline and secrets.
+    fn probe_health<'a>(
+        &'a self,
+        url: &'a str,
+        plan: &'a Plan,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = mcpulse_probe::Transcript> + Send + 'a>>
+    {
+        Box::pin(mcpulse_probe::probe_health(url, plan))
+    }
 }
 
 /// The real thing: `mcpulse_probe::probe`.
@@ -420,8 +431,15 @@ async fn check(
     ),
 ) -> CheckRecord {
     let policy = crate::probe::policy(cfg.latency_budget);
-    let (transcript, mut report) =
-        probe_remembering(&*shared.prober, target, plan, era, &policy).await;
+    let (transcript, mut report) = match &cfg.endpoint {
+        // One read, no era to remember; its report has no contract, so no drift either.
+        crate::config::Endpoint::Health(url) => {
+            let transcript = shared.prober.probe_health(url, plan).await;
+            let report = judge(&transcript, &policy);
+            (transcript, report)
+        }
+        _ => probe_remembering(&*shared.prober, target, plan, era, &policy).await,
+    };
     report.hide(&plan.secrets);
     let at = (shared.clock)();
     let record = check_once(cfg, memory, &transcript, &report, at, shared);

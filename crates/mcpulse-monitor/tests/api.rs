@@ -224,7 +224,9 @@ fn set_status(server: &Server, name: &str, status: Health, since_ms: i64) {
 async fn check_for_real(server: &Server, name: &str, status: Health) {
     let t = cfg(server, name);
     let target = match &t.endpoint {
-        config::Endpoint::Url(u) => mcpulse_probe::Target::http(u).unwrap(),
+        config::Endpoint::Url(u) | config::Endpoint::Health(u) => {
+            mcpulse_probe::Target::http(u).unwrap()
+        }
         config::Endpoint::Command { argv, .. } => mcpulse_probe::Target::stdio(argv).unwrap(),
     };
     let plan = mcpulse_probe::Plan {

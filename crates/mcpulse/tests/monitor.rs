@@ -2085,3 +2085,150 @@ fn demo_on_a_busy_port_names_the_flag_before_the_banner() {
     assert!(stderr.contains("--listen 127.0.0.1:PORT"), "{stderr}");
     assert!(out.stdout.is_empty(), "the banner was printed");
 }
+
+/// `mcpulse supervise --listen ADDR -- SERVER` with a client on its stdio that has initialized
+/// the session (the supervisor is `STARTING` until the client's handshake), killed on drop.
+async fn supervised(dir: &TempDir, port: u16, extra: &[&str]) -> tokio::process::Child {
+    let script = StdioScript::legacy()
+        .at_start(mcpulse_testkit::Act::RecordPid(dir.join("pids")))
+        .write(dir, "s.sh");
+    let listen = format!("127.0.0.1:{port}");
+    let mut child = tokio::process::Command::new(BIN)
+        .args(["supervise", "--listen", &listen])
+        .args(extra)
+        .args(["--", "sh", script.to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let stdin = child.stdin.as_mut().unwrap();
+    stdin
+        .write_all(format!("{init}\n{note}\n").as_bytes())
+        .await
+        .unwrap();
+    child
+}
+
+/// A health-only target (issue #17 item 6): the monitor watches a stdio server run by `mcpulse
+/// supervise --listen` through its `/readyz` alone. The child killed with no restart left
+/// (FATAL, 503): one page naming the state; a fresh supervisor on the same port: one resolve.
+/// The view says kind `health`, and no MCP era or contract is recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_health_only_target_follows_a_supervised_server_down_and_back() {
+    let dir = TempDir::new("monitor-health-only");
+    // The supervisor takes a fixed address: a port free a moment ago.
+    let port = free_port();
+    let readyz = format!("http://127.0.0.1:{port}/readyz");
+    let mut sup = supervised(&dir, port, &["--max-restarts", "0"]).await;
+    let hook = Receiver::start(true).await;
+    let config = dir.join("monitor.toml");
+    write_config(
+        &config,
+        &config_text(
+            &[("sup", &format!("health_url = \"{readyz}\""))],
+            Some(&hook.url()),
+        ),
+    );
+    let m = Monitor::start(&dir, &config, &[]).await;
+    let view = m
+        .wait_target("sup", "healthy", |v| v["status"] == "healthy")
+        .await;
+    assert_eq!(view["kind"], "health", "{view}");
+    assert_eq!(view["endpoint"], readyz.as_str(), "{view}");
+
+    // The child dies and no restart is allowed: FATAL, /readyz answers 503. One page for the
+    // target, one for the component that says why (`child:state`).
+    let pids = read_pids_within(&dir.join("pids")).await;
+    mcpulse_testkit::stdio::kill(&pids);
+    let status_key = dedup_key("sup", "status");
+    let component_key = dedup_key("sup", "component:child:state");
+    let keyed = |key: &str, action: &str| {
+        let (key, action) = (key.to_owned(), action.to_owned());
+        move |d: &Delivery| d.field("dedup_key") == key && d.field("action") == action
+    };
+    let pages = hook.wait_accepted(2, PATIENCE).await;
+    let trigger = pages.iter().find(|d| keyed(&status_key, "trigger")(d));
+    let trigger = trigger.unwrap_or_else(|| panic!("no target page: {:?}", hook.all()));
+    assert_eq!(trigger.field("kind"), "down");
+    assert!(
+        trigger.field("summary").contains("health-endpoint-down"),
+        "{}",
+        trigger.body
+    );
+    trigger.assert_signed();
+    assert!(
+        pages.iter().any(keyed(&component_key, "trigger")),
+        "no component page: {:?}",
+        hook.all()
+    );
+    let view = m
+        .wait_target("sup", "down", |v| v["status"] == "down")
+        .await;
+    assert!(
+        view["components"]
+            .as_array()
+            .is_some_and(|cs| cs.iter().any(|c| c["name"] == "child:state")),
+        "{view}"
+    );
+
+    // A fresh supervisor on the same port: back up, each page resolved once.
+    sup.kill().await.unwrap();
+    sup.wait().await.unwrap();
+    let _sup = supervised(&dir, port, &[]).await;
+    hook.wait_accepted(4, PATIENCE).await;
+    let view = m
+        .wait_target("sup", "healthy again", |v| v["status"] == "healthy")
+        .await;
+    assert!(view["last"]["era"].is_null(), "no MCP era: {view}");
+    assert!(view["last"]["contract_digest"].is_null(), "{view}");
+    // /metrics: its status and probe series as any target's, no contract series.
+    let (status, metrics) = http_get(m.api, "/metrics").await.unwrap();
+    assert_eq!(status, 200);
+    let of = |name: &str| {
+        metrics
+            .lines()
+            .any(|l| l.starts_with(name) && l.contains("target=\"sup\""))
+    };
+    assert!(
+        of("mcpulse_probe_success") && of("mcpulse_target_status"),
+        "{metrics}"
+    );
+    assert!(!of("mcpulse_contract"), "{metrics}");
+    let n = m.history("sup").await.len();
+    m.wait_checks("sup", n, 2).await;
+    // Each page (the target's, and one per failing component: `child:state`, and
+    // `restarts:count` since it gave up) triggered once and resolved once.
+    let bodies: Vec<Value> = hook.accepted().into_iter().map(|d| d.body).collect();
+    let mut keys: Vec<&str> = bodies
+        .iter()
+        .filter_map(|b| b["dedup_key"].as_str())
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    assert!(keys.contains(&status_key.as_str()) && keys.contains(&component_key.as_str()));
+    for key in keys {
+        let actions: Vec<&str> = bodies
+            .iter()
+            .filter(|b| b["dedup_key"] == key)
+            .filter_map(|b| b["action"].as_str())
+            .collect();
+        assert_eq!(actions, ["trigger", "resolve"], "{key}: {bodies:?}");
+    }
+}
+
+/// The pids a scripted server recorded (bounded wait for the first).
+async fn read_pids_within(file: &Path) -> Vec<u32> {
+    let until = Instant::now() + PATIENCE;
+    loop {
+        let pids = mcpulse_testkit::stdio::read_pids(file);
+        if !pids.is_empty() {
+            return pids;
+        }
+        assert!(Instant::now() < until, "no pid in {}", file.display());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -128,7 +128,7 @@ pub(crate) fn target_from(
     let mut secrets = Secrets::default();
     let env_values = match &endpoint {
         Endpoint::Command { env, .. } => env.values().collect(),
-        Endpoint::Url(_) => Vec::new(),
+        Endpoint::Url(_) | Endpoint::Health(_) => Vec::new(),
     };
     for v in env_values.into_iter().chain(headers.iter().map(|(_, v)| v)) {
         if v.len() >= SECRET_MIN_LEN {

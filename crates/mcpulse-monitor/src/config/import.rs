@@ -477,7 +477,7 @@ mod tests {
         .unwrap();
         let argv0 = |t: &TargetConfig| match &t.endpoint {
             Endpoint::Command { argv, .. } => argv[0].clone(),
-            Endpoint::Url(u) => u.clone(),
+            Endpoint::Url(u) | Endpoint::Health(u) => u.clone(),
         };
         let got: Vec<(&str, String)> = i
             .targets

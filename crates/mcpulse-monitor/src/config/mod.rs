@@ -664,12 +664,27 @@ fn target(
         (Some(u), Some(_)) => {
             return Err(at(u.span().start, "give either url or command, not both"));
         }
-        (None, None) => {
-            return Err(at(
-                t.span().start,
-                "give url = \"https://…\" or command = [\"program\", \"arg\"]",
-            ));
-        }
+        // Only a health endpoint (`mcpulse supervise`'s `/readyz`): judged from that alone.
+        (None, None) => match &r.health_url {
+            Some(u) if u.get_ref() != "auto" => {
+                check_url(u.get_ref())
+                    .map_err(|m| at(u.span().start, &format!("health_url: {m}")))?;
+                health_only(r, &at)?;
+                Endpoint::Health(u.get_ref().clone())
+            }
+            Some(u) => {
+                return Err(at(
+                    u.span().start,
+                    "health_url = \"auto\" reads /healthz, /readyz and /health on a url target's origin: give url, or the endpoint's own URL (health_url = \"http://127.0.0.1:8080/readyz\")",
+                ));
+            }
+            None => {
+                return Err(at(
+                    t.span().start,
+                    "give url = \"https://…\", command = [\"program\", \"arg\"] or health_url = \"http://…/readyz\"",
+                ));
+            }
+        },
     };
     if let Some(k) = r.headers.keys().next().filter(|_| r.url.is_none()) {
         return Err(at(
@@ -710,6 +725,14 @@ fn target(
     );
     target.secrets.extend(&secrets);
     match &r.health_url {
+        // The target's own endpoint, not a read beside an MCP check.
+        _ if matches!(target.endpoint, Endpoint::Health(_)) => {
+            // A health read has no MCP era and nothing to grade (`security`, which has no
+            // line to point at, is ignored, as the `[defaults]` settings that do not apply).
+            target.security = false;
+            target.health_tool = HealthToolMode::Off;
+            target.allow_side_effects = false;
+        }
         None => {}
         Some(u) if u.get_ref() == "auto" => {
             if r.url.is_none() {
@@ -731,6 +754,44 @@ fn target(
         .map(|c| call(c, s.timeout, &at))
         .collect::<Result<_, _>>()?;
     Ok(target)
+}
+
+/// Rejects, at its line, what only an MCP target can use on a health-only target (one with
+/// `health_url` and neither `url` nor `command`): its check is one GET of the endpoint.
+fn health_only(r: &RawTarget, at: &dyn Fn(usize, &str) -> ConfigError) -> Result<(), ConfigError> {
+    let why =
+        "a health-only target (health_url without url or command) is one read of its endpoint";
+    if let Some(c) = r.call.first() {
+        return Err(at(
+            c.span().start,
+            &format!("call: {why}, it has no tools to call: give url or command"),
+        ));
+    }
+    if let Some(h) = &r.health_tool {
+        return Err(at(
+            h.span().start,
+            &format!("health_tool: {why}, it has no tools: give url or command"),
+        ));
+    }
+    if let Some(k) = r.headers.keys().next() {
+        return Err(at(
+            k.span().start,
+            &format!("headers: {why}, sent without headers: put credentials on a url target"),
+        ));
+    }
+    if let Some(v) = r.env.values().next() {
+        return Err(at(
+            v.span().start,
+            &format!("env: {why}, no process is started"),
+        ));
+    }
+    if let Some(e) = &r.era {
+        return Err(at(
+            e.span().start,
+            &format!("era: {why}, it has no MCP era"),
+        ));
+    }
+    Ok(())
 }
 
 /// One `[[targets.call]]`, validated into the call spec `mcpulse probe --call` builds: the
@@ -1176,6 +1237,64 @@ mod tests {
         );
         assert!(e.to_string().contains("health_url: url"), "{e}");
         assert!(e.to_string().starts_with("mcpulse.toml:4:"), "{e}");
+    }
+
+    #[test]
+    fn a_health_url_alone_is_a_health_only_target() {
+        let head = "[defaults]\nera = \"legacy\"\nhealth_tool = \"auto\"\n\n[[targets]]\nname = \"s\"\nhealth_url = \"http://127.0.0.1:9478/readyz\"\n";
+        let c = parse_ok(head);
+        let t = &c.targets[0];
+        assert_eq!(
+            t.endpoint,
+            Endpoint::Health("http://127.0.0.1:9478/readyz".into())
+        );
+        // The [defaults] that only an MCP check uses do not reach it.
+        assert!(t.health_url.is_none() && !t.security && t.calls.is_empty());
+        assert_eq!(t.health_tool, HealthToolMode::Off);
+        // What only an MCP target can use is rejected at its line.
+        let cases = [
+            ("era = \"modern\"\n", ":8:7", "era: a health-only target"),
+            (
+                "health_tool = \"h\"\n",
+                ":8:15",
+                "health_tool: a health-only target",
+            ),
+            (
+                "headers = { X = \"y\" }\n",
+                ":8:13",
+                "headers: a health-only target",
+            ),
+            (
+                "env = { X = \"y\" }\n",
+                ":8:13",
+                "env: a health-only target",
+            ),
+            (
+                "[[targets.call]]\ntool = \"t\"\n",
+                ":8:1",
+                "call: a health-only target",
+            ),
+        ];
+        for (tail, at, message) in cases {
+            let shown = parse_err(&format!("{head}{tail}")).to_string();
+            assert!(
+                shown.starts_with(&format!("mcpulse.toml{at}: target \"s\": "))
+                    && shown.contains(message),
+                "{tail}\nexpected mcpulse.toml{at}: …{message}, got {shown}"
+            );
+        }
+        let e = parse_err("[[targets]]\nname = \"s\"\nhealth_url = \"auto\"\n");
+        assert!(
+            e.to_string()
+                .starts_with("mcpulse.toml:3:14: target \"s\": health_url = \"auto\" reads"),
+            "{e}"
+        );
+        let e = parse_err("[[targets]]\nname = \"s\"\nhealth_url = \"ftp://x/readyz\"\n");
+        assert!(
+            e.to_string()
+                .starts_with("mcpulse.toml:3:14: target \"s\": health_url: "),
+            "{e}"
+        );
     }
 
     #[test]

@@ -126,6 +126,9 @@ pub enum Endpoint {
         argv: Vec<String>,
         env: BTreeMap<String, String>,
     },
+    /// Only an HTTP health endpoint (`health_url` without `url` or `command`), e.g. the
+    /// `/readyz` of `mcpulse supervise --listen`: each check is one read of it.
+    Health(String),
 }
 
 #[derive(Clone, PartialEq)]
@@ -167,7 +170,9 @@ pub struct TargetConfig {
 impl std::fmt::Debug for TargetConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let (endpoint, env) = match &self.endpoint {
-            Endpoint::Url(u) => (redact::target_url(u, &self.secrets), Vec::new()),
+            Endpoint::Url(u) | Endpoint::Health(u) => {
+                (redact::target_url(u, &self.secrets), Vec::new())
+            }
             Endpoint::Command { argv, env } => (
                 redact::command_line(argv, &self.secrets),
                 env.keys().collect(),

@@ -35,22 +35,23 @@ pub fn check(args: CheckConfigArgs) -> Result<u8> {
             for w in &cfg.warnings {
                 anstream::eprintln!("warning: {w}");
             }
-            let stdio = cfg
-                .targets
-                .iter()
-                .filter(|t| {
-                    matches!(
-                        t.endpoint,
-                        mcpulse_monitor::config::Endpoint::Command { .. }
-                    )
-                })
-                .count();
+            use mcpulse_monitor::config::Endpoint;
+            let of =
+                |f: fn(&Endpoint) -> bool| cfg.targets.iter().filter(|t| f(&t.endpoint)).count();
+            let stdio = of(|e| matches!(e, Endpoint::Command { .. }));
+            let health = of(|e| matches!(e, Endpoint::Health(_)));
             println!(
-                "{}: ok: {} ({} http, {} stdio), {}, {}; history in {}; API on {}",
+                "{}: ok: {} ({} http, {} stdio{}), {}, {}; history in {}; API on {}",
                 args.config.display(),
                 count(cfg.targets.len(), "target"),
-                cfg.targets.len() - stdio,
+                cfg.targets.len() - stdio - health,
                 stdio,
+                // Said only when there are some: the line stays as it was for other fleets.
+                if health > 0 {
+                    format!(", {health} health")
+                } else {
+                    String::new()
+                },
                 count(cfg.alerts.len(), "alert sink"),
                 count(cfg.modules.len(), "module"),
                 cfg.storage.path.display(),
