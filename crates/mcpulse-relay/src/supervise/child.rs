@@ -288,6 +288,11 @@ impl Child {
                 });
             }
         }
+        // Spawned and registered under the lock the reaper takes, so that no reaper (another
+        // supervisor's on another thread, in a test binary where several share the process)
+        // can collect a child that exits at once before it is known as ours: that would steal
+        // the exit status tokio waits for.
+        let mut registry = leaders();
         let mut child = command.spawn().map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => SpawnError::NotFound(cmd.program.clone()),
             std::io::ErrorKind::PermissionDenied => {
@@ -299,7 +304,8 @@ impl Child {
             },
         })?;
         let pid = child.id().unwrap_or(0);
-        leaders().push(pid);
+        registry.push(pid);
+        drop(registry);
         let stdin = child.stdin.take();
         {
             use std::os::fd::AsFd;
