@@ -389,8 +389,8 @@ pub async fn probe_remembering(
     let mut pinned = false;
     let mut outcome = None;
     if let Some(pin) = memo.pin() {
-        let transcript = prober.probe(target, &pin.plan).await;
-        let report = judge(&transcript, policy);
+        let (transcript, report) =
+            judge_blocking(prober.probe(target, &pin.plan).await, policy).await;
         if report.status != mcpulse_judge::Status::Down {
             pinned = true;
             outcome = Some((transcript, report));
@@ -398,13 +398,27 @@ pub async fn probe_remembering(
     }
     let (transcript, mut report) = match outcome {
         Some(o) => o,
-        None => {
-            let transcript = prober.probe(target, auto).await;
-            let report = judge(&transcript, policy);
-            (transcript, report)
-        }
+        None => judge_blocking(prober.probe(target, auto).await, policy).await,
     };
     memo.learn(auto, &mut report, pinned);
+    (transcript, report)
+}
+
+/// Judges `transcript` on the blocking pool: judging is CPU work over what a server sent (its
+/// `outputSchema` validated against its `structuredContent`, ...), and on a runtime worker one
+/// slow judgement would stall every other check, the API and `/metrics`.
+async fn judge_blocking(
+    transcript: mcpulse_probe::Transcript,
+    policy: &mcpulse_judge::Policy,
+) -> (mcpulse_probe::Transcript, Report) {
+    let transcript = Arc::new(transcript);
+    let (shared, owned) = (Arc::clone(&transcript), policy.clone());
+    let report = match tokio::task::spawn_blocking(move || judge(&shared, &owned)).await {
+        Ok(report) => report,
+        // Only a panic in the judge (a bug) or a runtime shutting down: judge here instead.
+        Err(_) => judge(&transcript, policy),
+    };
+    let transcript = Arc::try_unwrap(transcript).unwrap_or_else(|t| (*t).clone());
     (transcript, report)
 }
 
