@@ -320,7 +320,7 @@ impl EraMemo {
         // Over HTTP the legacy transport is remembered with the era: a legacy HTTP+SSE server's
         // pinned check opens its stream at once, without the POST that finds it has none.
         let sse = self.http && report.transport == Some(TransportKind::Sse.as_str());
-        let found = (report.status != mcpulse_judge::Status::Down)
+        let found = (!era_failed(report))
             .then_some(report.era)
             .flatten()
             .map(|e| match e {
@@ -375,6 +375,14 @@ impl EraMemo {
     }
 }
 
+/// Whether the check failed where the era matters: reaching the server or speaking MCP. A
+/// server down only because of what is behind it (a critical call, its health tool or health
+/// endpoint) keeps its era: probing it again in auto mode would send its calls twice.
+fn era_failed(report: &Report) -> bool {
+    use mcpulse_judge::Status::Down;
+    report.layers.liveness == Down || report.layers.protocol == Down
+}
+
 /// Probes `target` as one check of the monitor does, with the era `memo` remembers: the pinned
 /// plan when one is in force (and `auto`, the target's own plan, again at once if that finds
 /// the server down), then learns from the check. Returns the transcript and the report that
@@ -391,7 +399,7 @@ pub async fn probe_remembering(
     if let Some(pin) = memo.pin() {
         let (transcript, report) =
             judge_blocking(prober.probe(target, &pin.plan).await, policy).await;
-        if report.status != mcpulse_judge::Status::Down {
+        if !era_failed(&report) {
             pinned = true;
             outcome = Some((transcript, report));
         }
