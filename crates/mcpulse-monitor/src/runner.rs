@@ -560,6 +560,7 @@ pub fn check_once(
         drift: memory.drift.as_deref(),
         drift_changes: &drift_changes,
         reminder_ms: cfg.reminder.map(|r| r.as_millis() as i64),
+        components: &next.components,
     };
     let mut alerts = alert::alerts(&events, &mut memory.incidents, &cx);
     if had_drift
