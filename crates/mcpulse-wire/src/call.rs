@@ -167,6 +167,10 @@ pub struct CallRecord {
     /// Streamable HTTP the response stream was closed instead.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cancelled: bool,
+    /// The time the call was given, in milliseconds, when the probe's deadline came before its
+    /// budget: a timeout then says which bound fired (absent: the budget was the bound).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_ms: Option<u64>,
 }
 
 /// A comparison of an [`Expectation`].
@@ -426,6 +430,7 @@ mod tests {
     #[test]
     fn a_record_round_trips() {
         let rec = CallRecord {
+            deadline_ms: None,
             purpose: CallPurpose::Synthetic,
             spec: CallSpec {
                 expect: vec![r#"/structuredContent/status == "ok""#.parse().unwrap()],

@@ -89,9 +89,17 @@ pub(super) fn judge(
             match decoded.as_ref().map(|d| &d.message) {
                 None if matches!(ex.outcome, Outcome::Timeout) => {
                     let cancelled = if rec.cancelled { "; cancelled" } else { "" };
-                    own.push(Rule::ToolCallSlow.finding(format!(
-                        "{what} did not answer within its {budget:.0} ms budget{cancelled}"
-                    )));
+                    let within = match rec.deadline_ms {
+                        // The probe's `--timeout` came first: the budget never ran out.
+                        Some(left) => format!(
+                            "within the {left} ms left before the probe's deadline (its budget is {budget:.0} ms)"
+                        ),
+                        None => format!("within its {budget:.0} ms budget"),
+                    };
+                    own.push(
+                        Rule::ToolCallSlow
+                            .finding(format!("{what} did not answer {within}{cancelled}")),
+                    );
                 }
                 None => own.push(Rule::ToolCallFailed.finding(format!(
                     "{what} got no reply: {}",
@@ -469,6 +477,32 @@ mod tests {
             out[0].message.ends_with("(and 10+ more)"),
             "{}",
             out[0].message
+        );
+    }
+
+    #[test]
+    fn a_call_cut_by_the_probe_deadline_says_so() {
+        let slow = include_str!("../../tests/transcripts/tool-call-slow.json");
+        let report = judge(&serde_json::from_str(slow).unwrap(), &Policy::default());
+        let m = |r: &crate::Report| {
+            r.findings
+                .iter()
+                .find(|f| f.code == crate::Rule::ToolCallSlow)
+                .map(|f| f.message.clone())
+                .unwrap()
+        };
+        assert_eq!(
+            m(&report),
+            "the call of slow_report did not answer within its 200 ms budget; cancelled"
+        );
+        let cut = edited(
+            slow,
+            r#""cancelled": true"#,
+            r#""cancelled": true, "deadline_ms": 150"#,
+        );
+        assert_eq!(
+            m(&judge(&cut, &Policy::default())),
+            "the call of slow_report did not answer within the 150 ms left before the probe's deadline (its budget is 200 ms); cancelled"
         );
     }
 }

@@ -109,6 +109,7 @@ async fn one(
         exchange: None,
         refused: admitted.err(),
         cancelled: false,
+        deadline_ms: None,
     };
     let now = Instant::now();
     let room = ctx.deadline.checked_sub(CANCEL_ROOM).filter(|d| *d > now);
@@ -116,7 +117,11 @@ async fn one(
         (Some(_), _) => {}
         (None, None) => record.refused = Some(Refusal::NoTime),
         (None, Some(latest)) => {
-            let deadline = latest.min(now + Duration::from_millis(record.spec.budget_ms));
+            let budget = now + Duration::from_millis(record.spec.budget_ms);
+            if latest < budget {
+                record.deadline_ms = Some(latest.duration_since(now).as_millis() as u64);
+            }
+            let deadline = latest.min(budget);
             let id = ctx.id();
             let msg = message::tools_call(
                 id,
