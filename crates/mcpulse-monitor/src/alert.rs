@@ -179,8 +179,15 @@ fn component_alert(
                 started,
             );
         }
-        Health::Healthy => {
+        // Back, or forgotten (see `state::FORGET_COMPONENT_AFTER`): the server no longer
+        // names it. Either closes its incident.
+        Health::Healthy | Health::Unknown => {
             if let Some(inc) = incidents.remove(&family) {
+                let how = if to == Health::Healthy {
+                    "recovered"
+                } else {
+                    "is no longer reported"
+                };
                 emit(
                     out,
                     Action::Resolve,
@@ -188,25 +195,7 @@ fn component_alert(
                     &family,
                     "info",
                     format!(
-                        "{component} recovered behind {} (was {})",
-                        cx.target,
-                        from.as_str()
-                    ),
-                    inc.opened_ms,
-                );
-            }
-        }
-        // Forgotten (see `state::FORGET_COMPONENT_AFTER`): the server no longer names it.
-        Health::Unknown => {
-            if let Some(inc) = incidents.remove(&family) {
-                emit(
-                    out,
-                    Action::Resolve,
-                    Kind::Recovered,
-                    &family,
-                    "info",
-                    format!(
-                        "{component} is no longer reported behind {} (was {})",
+                        "{component} {how} behind {} (was {})",
                         cx.target,
                         from.as_str()
                     ),
@@ -728,6 +717,14 @@ mod tests {
         Observation::bare(status, at, "connect-failed")
     }
 
+    /// The thresholds of the component tests: down after two checks, back after two.
+    const COMPONENT_THRESHOLDS: Thresholds = Thresholds {
+        failure: 2,
+        success: 2,
+        flap_window_ms: 600_000,
+        flap_threshold: 4,
+    };
+
     /// A minute-by-minute run through state and policy; returns every alert.
     fn run(seq: &[Health], reminder: bool) -> (Vec<Alert>, Incidents) {
         let t = Thresholds {
@@ -761,12 +758,7 @@ mod tests {
     #[test]
     fn a_component_outage_behind_a_healthy_server_pages_once_and_resolves_once() {
         use crate::state::Component;
-        let t = Thresholds {
-            failure: 2,
-            success: 2,
-            flap_window_ms: 600_000,
-            flap_threshold: 4,
-        };
+        let t = COMPONENT_THRESHOLDS;
         let labels = BTreeMap::from([("team".to_owned(), "orders".to_owned())]);
         let mut s = TargetState::default();
         let mut inc = Incidents::new();
@@ -842,12 +834,7 @@ mod tests {
     #[test]
     fn a_component_outage_held_back_is_raised_after_and_a_forgotten_one_resolved() {
         use crate::state::{Component, FORGET_COMPONENT_AFTER};
-        let t = Thresholds {
-            failure: 2,
-            success: 2,
-            flap_window_ms: 600_000,
-            flap_threshold: 4,
-        };
+        let t = COMPONENT_THRESHOLDS;
         let labels = BTreeMap::new();
         let mut s = TargetState::default();
         let mut inc = Incidents::new();
