@@ -205,6 +205,7 @@ fn arb_call() -> impl Strategy<Value = mcpulse_wire::call::CallRecord> {
     )
         .prop_map(
             |(health, exchange, refused, (critical, cancelled, budget_ms), expect)| CallRecord {
+                deadline_ms: None,
                 purpose: if health {
                     CallPurpose::HealthTool
                 } else {

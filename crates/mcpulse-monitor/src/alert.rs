@@ -6,7 +6,7 @@
 //! the same on every replica and across restarts: PagerDuty (`dedup_key`) and Alertmanager
 //! (identical label sets) fold repeats into one incident, so replicas never double-page.
 
-use crate::state::{Event, Health};
+use crate::state::{ComponentState, Event, Health};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -179,8 +179,15 @@ fn component_alert(
                 started,
             );
         }
-        Health::Healthy => {
+        // Back, or forgotten (see `state::FORGET_COMPONENT_AFTER`): the server no longer
+        // names it. Either closes its incident.
+        Health::Healthy | Health::Unknown => {
             if let Some(inc) = incidents.remove(&family) {
+                let how = if to == Health::Healthy {
+                    "recovered"
+                } else {
+                    "is no longer reported"
+                };
                 emit(
                     out,
                     Action::Resolve,
@@ -188,7 +195,7 @@ fn component_alert(
                     &family,
                     "info",
                     format!(
-                        "{component} recovered behind {} (was {})",
+                        "{component} {how} behind {} (was {})",
                         cx.target,
                         from.as_str()
                     ),
@@ -196,7 +203,6 @@ fn component_alert(
                 );
             }
         }
-        Health::Unknown => {}
     }
 }
 
@@ -263,7 +269,14 @@ pub struct Context<'a> {
     /// (see [`crate::state::DriftChange::describe`]); empty when not known.
     pub drift_changes: &'a str,
     pub reminder_ms: Option<i64>,
+    /// The target's confirmed components after the events: one down or degraded without an
+    /// incident (its event came inside a maintenance window or while flapping) is raised at
+    /// the first check its alerts are no longer held back. [`NO_COMPONENTS`] when none.
+    pub components: &'a BTreeMap<String, ComponentState>,
 }
+
+/// No components, for a [`Context`] that has none to settle.
+pub static NO_COMPONENTS: BTreeMap<String, ComponentState> = BTreeMap::new();
 
 /// `search: breaking drift in its contract: item-removed tools[fetch]`.
 fn drift_summary(cx: &Context<'_>, class: &str, note: &str) -> String {
@@ -413,6 +426,24 @@ pub fn alerts(events: &[Event], incidents: &mut Incidents, cx: &Context<'_>) -> 
         && !incidents.contains_key("status")
     {
         status_alert(&mut out, &mut emit, incidents, cx, cx.status, None);
+    }
+    // The same for the components: their events come once, at the threshold.
+    if !cx.silenced && !cx.flapping {
+        for (name, st) in cx.components {
+            if matches!(st.status, Health::Down | Health::Degraded)
+                && !incidents.contains_key(&component_family(name))
+            {
+                component_alert(
+                    &mut out,
+                    &mut emit,
+                    incidents,
+                    cx,
+                    name,
+                    (Health::Unknown, st.status),
+                    "it began while its alerts were held back (maintenance or flapping)",
+                );
+            }
+        }
     }
     // The same for flapping and drift: their events come once, when they begin, so ones that
     // began inside a maintenance window are raised at the first check after it if they still
@@ -678,12 +709,21 @@ mod tests {
             drift: None,
             drift_changes: "",
             reminder_ms: Some(3_600_000),
+            components: &NO_COMPONENTS,
         }
     }
 
     fn o(status: Health, at: i64) -> Observation {
         Observation::bare(status, at, "connect-failed")
     }
+
+    /// The thresholds of the component tests: down after two checks, back after two.
+    const COMPONENT_THRESHOLDS: Thresholds = Thresholds {
+        failure: 2,
+        success: 2,
+        flap_window_ms: 600_000,
+        flap_threshold: 4,
+    };
 
     /// A minute-by-minute run through state and policy; returns every alert.
     fn run(seq: &[Health], reminder: bool) -> (Vec<Alert>, Incidents) {
@@ -718,12 +758,7 @@ mod tests {
     #[test]
     fn a_component_outage_behind_a_healthy_server_pages_once_and_resolves_once() {
         use crate::state::Component;
-        let t = Thresholds {
-            failure: 2,
-            success: 2,
-            flap_window_ms: 600_000,
-            flap_threshold: 4,
-        };
+        let t = COMPONENT_THRESHOLDS;
         let labels = BTreeMap::from([("team".to_owned(), "orders".to_owned())]);
         let mut s = TargetState::default();
         let mut inc = Incidents::new();
@@ -791,6 +826,62 @@ mod tests {
         assert!(inc.is_empty());
         assert_eq!(s.components["orders-db"].since_ms, 360_000);
         assert_eq!(s.components["cache"].status, Healthy);
+    }
+
+    /// A component that went down inside a maintenance window (or while the target
+    /// flapped) is raised at the first check after it, once; one the server stops naming is
+    /// resolved as no longer reported when it is forgotten.
+    #[test]
+    fn a_component_outage_held_back_is_raised_after_and_a_forgotten_one_resolved() {
+        use crate::state::{Component, FORGET_COMPONENT_AFTER};
+        let t = COMPONENT_THRESHOLDS;
+        let labels = BTreeMap::new();
+        let mut s = TargetState::default();
+        let mut inc = Incidents::new();
+        let mut all = Vec::new();
+        let total = 6 + FORGET_COMPONENT_AFTER as usize;
+        for i in 0..total {
+            let now = i as i64 * 60_000;
+            let mut obs = Observation::bare(Healthy, now, "healthy");
+            if i < 6 {
+                obs.components.insert(
+                    "orders-db".into(),
+                    Component {
+                        status: Down,
+                        reason: "refused".into(),
+                    },
+                );
+            }
+            let (n, ev) = observe(&s, &obs, t, now);
+            let mut c = cx(&labels, now, n.status, n.flapping);
+            c.components = &n.components;
+            // Checks 0 to 3 are inside a maintenance window.
+            c.silenced = i < 4;
+            all.extend(alerts(&ev, &mut inc, &c));
+            s = n;
+        }
+        let seen: Vec<(Action, &str, i64)> = all
+            .iter()
+            .map(|a| (a.action, a.summary.as_str(), a.at_ms))
+            .collect();
+        let forgotten_at = (5 + i64::from(FORGET_COMPONENT_AFTER)) * 60_000;
+        assert_eq!(
+            seen,
+            [
+                (
+                    Action::Trigger,
+                    "orders-db down behind search: it began while its alerts were held back (maintenance or flapping)",
+                    240_000
+                ),
+                (
+                    Action::Resolve,
+                    "orders-db is no longer reported behind search (was down)",
+                    forgotten_at
+                ),
+            ]
+        );
+        assert!(inc.is_empty());
+        assert!(s.components.is_empty());
     }
 
     #[test]

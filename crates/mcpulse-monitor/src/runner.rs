@@ -331,7 +331,7 @@ impl EraMemo {
         // Over HTTP the legacy transport is remembered with the era: a legacy HTTP+SSE server's
         // pinned check opens its stream at once, without the POST that finds it has none.
         let sse = self.http && report.transport == Some(TransportKind::Sse.as_str());
-        let found = (report.status != mcpulse_judge::Status::Down)
+        let found = (!era_failed(report))
             .then_some(report.era)
             .flatten()
             .map(|e| match e {
@@ -386,6 +386,14 @@ impl EraMemo {
     }
 }
 
+/// Whether the check failed where the era matters: reaching the server or speaking MCP. A
+/// server down only because of what is behind it (a critical call, its health tool or health
+/// endpoint) keeps its era: probing it again in auto mode would send its calls twice.
+fn era_failed(report: &Report) -> bool {
+    use mcpulse_judge::Status::Down;
+    report.layers.liveness == Down || report.layers.protocol == Down
+}
+
 /// Probes `target` as one check of the monitor does, with the era `memo` remembers: the pinned
 /// plan when one is in force (and `auto`, the target's own plan, again at once if that finds
 /// the server down), then learns from the check. Returns the transcript and the report that
@@ -400,22 +408,36 @@ pub async fn probe_remembering(
     let mut pinned = false;
     let mut outcome = None;
     if let Some(pin) = memo.pin() {
-        let transcript = prober.probe(target, &pin.plan).await;
-        let report = judge(&transcript, policy);
-        if report.status != mcpulse_judge::Status::Down {
+        let (transcript, report) =
+            judge_blocking(prober.probe(target, &pin.plan).await, policy).await;
+        if !era_failed(&report) {
             pinned = true;
             outcome = Some((transcript, report));
         }
     }
     let (transcript, mut report) = match outcome {
         Some(o) => o,
-        None => {
-            let transcript = prober.probe(target, auto).await;
-            let report = judge(&transcript, policy);
-            (transcript, report)
-        }
+        None => judge_blocking(prober.probe(target, auto).await, policy).await,
     };
     memo.learn(auto, &mut report, pinned);
+    (transcript, report)
+}
+
+/// Judges `transcript` on the blocking pool: judging is CPU work over what a server sent (its
+/// `outputSchema` validated against its `structuredContent`, ...), and on a runtime worker one
+/// slow judgement would stall every other check, the API and `/metrics`.
+async fn judge_blocking(
+    transcript: mcpulse_probe::Transcript,
+    policy: &mcpulse_judge::Policy,
+) -> (mcpulse_probe::Transcript, Report) {
+    let transcript = Arc::new(transcript);
+    let (shared, owned) = (Arc::clone(&transcript), policy.clone());
+    let report = match tokio::task::spawn_blocking(move || judge(&shared, &owned)).await {
+        Ok(report) => report,
+        // Only a panic in the judge (a bug) or a runtime shutting down: judge here instead.
+        Err(_) => judge(&transcript, policy),
+    };
+    let transcript = Arc::try_unwrap(transcript).unwrap_or_else(|t| (*t).clone());
     (transcript, report)
 }
 
@@ -556,6 +578,7 @@ pub fn check_once(
         drift: memory.drift.as_deref(),
         drift_changes: &drift_changes,
         reminder_ms: cfg.reminder.map(|r| r.as_millis() as i64),
+        components: &next.components,
     };
     let mut alerts = alert::alerts(&events, &mut memory.incidents, &cx);
     if had_drift

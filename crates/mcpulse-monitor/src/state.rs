@@ -88,7 +88,8 @@ pub struct Component {
 /// The most components a target keeps a state for. The judge lists at most 32 a document and
 /// the calls are the config's, but a server that renames its components at every check must
 /// not grow the state, the store row and the API view without bound: components past this
-/// are not tracked (the findings still name them).
+/// are not tracked (the findings still name them), except that a call takes the place of a
+/// document's component not seen at this check.
 pub const MAX_TRACKED_COMPONENTS: usize = 64;
 
 /// The confirmed state of one component, with the same thresholds as its target's status.
@@ -98,6 +99,25 @@ pub struct ComponentState {
     pub since_ms: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub streak: Option<(Health, u32)>,
+    /// Checks in a row that answered without naming this component: at
+    /// [`FORGET_COMPONENT_AFTER`] it is forgotten (a component the server dropped, or a call
+    /// removed from the config, must not hold a slot, or an incident, for ever).
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub unseen: u32,
+}
+
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
+}
+
+/// Checks in a row a component may go unnamed by an answering server before it is forgotten
+/// (an open incident of it is then resolved as "no longer reported").
+pub const FORGET_COMPONENT_AFTER: u32 = 10;
+
+/// Synthetic calls are tracked as `tool NAME`: the config asked for them, so over the cap they
+/// take the place of a document's component.
+fn is_call(name: &str) -> bool {
+    name.starts_with("tool ")
 }
 
 pub(crate) fn is_zero(n: &usize) -> bool {
@@ -426,15 +446,83 @@ pub fn observe(
         None // this observation is the last answer
     };
     s.last = Some(obs.clone());
+    // Nothing is known behind a server that did not answer: no component is counted unseen.
+    let answered = obs.status != Health::Down || !obs.components.is_empty();
+    forget_unseen(
+        &mut s.components,
+        &obs.components,
+        answered,
+        now_ms,
+        &mut events,
+    );
     components(&mut s.components, &obs.components, t, now_ms, &mut events);
     (s, events)
+}
+
+/// Counts the components an answering check did not name, and forgets those unnamed for
+/// [`FORGET_COMPONENT_AFTER`] checks: one that was down or degraded ends as `unknown` (an event,
+/// so its incident is resolved as no longer reported).
+fn forget_unseen(
+    states: &mut BTreeMap<String, ComponentState>,
+    seen: &BTreeMap<String, Component>,
+    answered: bool,
+    now_ms: i64,
+    events: &mut Vec<Event>,
+) {
+    if !answered {
+        return;
+    }
+    let mut gone = Vec::new();
+    for (name, st) in states.iter_mut() {
+        if seen.contains_key(name) {
+            st.unseen = 0;
+            continue;
+        }
+        st.unseen = st.unseen.saturating_add(1);
+        if st.unseen >= FORGET_COMPONENT_AFTER {
+            gone.push(name.clone());
+        }
+    }
+    for name in gone {
+        let Some(st) = states.remove(&name) else {
+            continue;
+        };
+        if matches!(st.status, Health::Down | Health::Degraded) {
+            events.push(Event::Component {
+                at_ms: now_ms,
+                component: name,
+                from: st.status,
+                to: Health::Unknown,
+                reason: "no longer reported".to_owned(),
+            });
+        }
+    }
+}
+
+/// Over the cap, makes room for a call: drops a document's component this check did not name
+/// that is neither down nor degraded (no incident is lost), the longest unseen first.
+fn evict_one(
+    states: &mut BTreeMap<String, ComponentState>,
+    seen: &BTreeMap<String, Component>,
+) -> bool {
+    let victim = states
+        .iter()
+        .filter(|(n, st)| {
+            !is_call(n)
+                && !seen.contains_key(*n)
+                && !matches!(st.status, Health::Down | Health::Degraded)
+        })
+        .max_by_key(|(_, st)| st.unseen)
+        .map(|(n, _)| n.clone());
+    victim.is_some_and(|n| states.remove(&n).is_some())
 }
 
 /// Folds the components one check saw into their states, with the target's thresholds (a
 /// component is down after `failure` such results in a row, healthy again after `success`);
 /// no flap detection of their own. A component not seen keeps its state: the check may not
 /// have reached it (a health tool that timed out), and guessing "healthy" would resolve an
-/// outage that goes on. Only [`MAX_TRACKED_COMPONENTS`] are tracked.
+/// outage that goes on (until [`forget_unseen`]). Only [`MAX_TRACKED_COMPONENTS`] are tracked,
+/// the calls first.
 fn components(
     states: &mut BTreeMap<String, ComponentState>,
     seen: &BTreeMap<String, Component>,
@@ -442,9 +530,15 @@ fn components(
     now_ms: i64,
     events: &mut Vec<Event>,
 ) {
-    for (name, c) in seen {
+    // The calls first: over the cap they are tracked before a document's components.
+    let ordered = seen
+        .iter()
+        .filter(|(n, _)| is_call(n))
+        .chain(seen.iter().filter(|(n, _)| !is_call(n)));
+    for (name, c) in ordered {
         if !states.contains_key(name) {
-            if states.len() >= MAX_TRACKED_COMPONENTS {
+            if states.len() >= MAX_TRACKED_COMPONENTS && !(is_call(name) && evict_one(states, seen))
+            {
                 continue;
             }
             states.insert(
@@ -453,6 +547,7 @@ fn components(
                     status: Health::Unknown,
                     since_ms: now_ms,
                     streak: None,
+                    unseen: 0,
                 },
             );
         }
@@ -469,6 +564,7 @@ fn components(
                 status: Health::Healthy,
                 since_ms: now_ms,
                 streak: None,
+                unseen: 0,
             };
             continue;
         }
@@ -496,6 +592,7 @@ fn components(
             status: observed,
             since_ms: now_ms,
             streak: None,
+            unseen: 0,
         };
     }
 }
@@ -566,6 +663,59 @@ mod tests {
         let (s2, ev) = observe(&s, &obs(Health::Down, 3), T, 3);
         assert!(!ev.iter().any(|e| matches!(e, Event::Component { .. })));
         assert_eq!(s2.components, s.components);
+    }
+
+    /// A component the server stops naming is forgotten after `FORGET_COMPONENT_AFTER`
+    /// answering checks, ending its outage as `unknown`; over the cap, a call takes the place
+    /// of a document component that was not seen.
+    #[test]
+    fn unseen_components_are_forgotten_and_calls_win_over_the_cap() {
+        let comp = |status| Component {
+            status,
+            reason: String::new(),
+        };
+        let mut o = obs(Health::Healthy, 0);
+        o.components.insert("db".into(), comp(Health::Down));
+        let mut s = TargetState::default();
+        for k in 0..3 {
+            s = observe(&s, &o, T, k).0;
+        }
+        assert_eq!(s.components["db"].status, Health::Down);
+        let quiet = obs(Health::Healthy, 0);
+        let mut forgotten = Vec::new();
+        for k in 0..FORGET_COMPONENT_AFTER {
+            assert!(s.components.contains_key("db"), "check {k}");
+            let (next, ev) = observe(&s, &quiet, T, 10 + i64::from(k));
+            forgotten.extend(ev);
+            s = next;
+        }
+        assert!(!s.components.contains_key("db"));
+        assert!(
+            forgotten.iter().any(|e| matches!(
+                e,
+                Event::Component { component, from: Health::Down, to: Health::Unknown, .. }
+                    if component == "db"
+            )),
+            "{forgotten:?}"
+        );
+
+        // Full of a document's components, then a call appears beside other ones.
+        let mut full = obs(Health::Healthy, 0);
+        for i in 0..MAX_TRACKED_COMPONENTS {
+            full.components
+                .insert(format!("c{i:03}"), comp(Health::Healthy));
+        }
+        let s = observe(&TargetState::default(), &full, T, 0).0;
+        let mut next = obs(Health::Healthy, 0);
+        next.components
+            .insert("tool ping_db".into(), comp(Health::Healthy));
+        next.components.insert("zzz".into(), comp(Health::Healthy));
+        let s = observe(&s, &next, T, 1).0;
+        assert!(
+            s.components.contains_key("tool ping_db"),
+            "the call is tracked"
+        );
+        assert_eq!(s.components.len(), MAX_TRACKED_COMPONENTS);
     }
 
     #[test]

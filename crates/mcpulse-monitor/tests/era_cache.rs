@@ -290,3 +290,46 @@ async fn a_legacy_server_leaving_http_sse_is_seen_at_once() {
         "{shapes:?}"
     );
 }
+
+/// A pinned check that is down only because of a dependency (here its health endpoint
+/// answering 503) is not made again in auto mode, and the pin stays: each check fetches the
+/// health endpoint once, and asks `server/discover` only when detecting.
+#[tokio::test]
+async fn a_dependency_outage_does_not_resend_the_check_nor_drop_the_pin() {
+    let legacy = scenario::legacy_streamable(Framing::Json);
+    let script: Script = Arc::new(move |req: &Request| {
+        if req.path() == "/health" {
+            mcpulse_testkit::http::Reply::json(503, &serde_json::json!({"status": "fail"}))
+        } else {
+            legacy(req)
+        }
+    });
+    let server = FakeHttp::start_script(script).await;
+    let target = Target::http(&server.url("/mcp")).unwrap();
+    let plan = Plan {
+        health_url: Some(server.url("/health")),
+        ..plan()
+    };
+    let mut memo = EraMemo::new(&target, &plan);
+    for k in 0..4 {
+        let before = server.requests().len();
+        let (_, report) =
+            runner::probe_remembering(&NetworkProber, &target, &plan, &mut memo, &policy()).await;
+        let requests = server.requests()[before..].to_vec();
+        assert_eq!(report.status, Status::Down, "check {k}: {report:?}");
+        assert_eq!(
+            report.layers.liveness,
+            Status::Healthy,
+            "{:?}",
+            report.layers
+        );
+        let shapes = sorted(&requests);
+        let health = shapes.iter().filter(|r| r.contains("/health")).count();
+        assert_eq!(health, 1, "check {k}: {shapes:?}");
+        let discover = shapes
+            .iter()
+            .filter(|r| r.ends_with("server/discover"))
+            .count();
+        assert_eq!(discover, usize::from(k == 0), "check {k}: {shapes:?}");
+    }
+}

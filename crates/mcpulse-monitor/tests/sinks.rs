@@ -589,6 +589,7 @@ fn policy_pair() -> (Alert, Alert) {
         drift: None,
         drift_changes: "",
         reminder_ms: None,
+        components: &alert::NO_COMPONENTS,
     };
     let went_down = [Event::Transition {
         from: Health::Healthy,

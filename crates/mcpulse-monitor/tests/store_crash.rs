@@ -191,6 +191,7 @@ impl Fleet {
                 drift: None,
                 drift_changes: "",
                 reminder_ms: Some(30 * TICK_MS),
+                components: &mcpulse_monitor::alert::NO_COMPONENTS,
             };
             let sent: Vec<Alert> = alerts(&events, incidents, &cx);
             *state = next;

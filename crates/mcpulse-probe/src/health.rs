@@ -106,7 +106,7 @@ pub(crate) async fn fetch(
         body: None,
     };
     match client.send(&out, false, deadline, &mut rec.redirects).await {
-        Err(e) => rec.error = Some(e.to_string()),
+        Err(e) => rec.error = Some(urls_redacted(&e.to_string())),
         Ok(mut resp) => {
             rec.status = Some(resp.status().as_u16());
             rec.content_type = resp
@@ -164,4 +164,44 @@ pub async fn probe_health(url: &str, plan: &Plan) -> Transcript {
     tr.health.push(fetch);
     tr.hide(&plan.secrets);
     tr
+}
+
+/// `text` with every `http://` or `https://` URL in it shown as [`redact::url`] shows a URL:
+/// a fetch error may quote where a redirect pointed (off the origin, with credentials or a
+/// token in its query), and the error reaches the transcript, findings and alerts.
+fn urls_redacted(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = ["http://", "https://"]
+        .iter()
+        .filter_map(|p| rest.find(p))
+        .min()
+    {
+        out.push_str(&rest[..i]);
+        let end = rest[i..]
+            .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '<' | '>' | ')'))
+            .map_or(rest.len(), |n| i + n);
+        out.push_str(&redact::url(&rest[i..end]));
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_url_in_a_fetch_error_is_redacted() {
+        let e = "redirect to https://user:pw@evil.example/x?token=s3cret#f is off the origin of http://h/readyz";
+        let shown = super::urls_redacted(e);
+        assert!(
+            !shown.contains("pw@") && !shown.contains("s3cret"),
+            "{shown}"
+        );
+        assert!(shown.starts_with("redirect to https://"), "{shown}");
+        assert!(
+            shown.ends_with("is off the origin of http://h/readyz"),
+            "{shown}"
+        );
+    }
 }

@@ -85,7 +85,7 @@ impl Refusal {
         match self {
             Refusal::NotListed => "it is not in tools/list",
             Refusal::Destructive => {
-                "it is annotated destructiveHint: true (pass --allow-side-effects to call it anyway)"
+                "it is annotated destructive (destructiveHint: true, or readOnlyHint: false without destructiveHint: false; pass --allow-side-effects to call it anyway)"
             }
             Refusal::NotReadOnly => {
                 "it is not annotated readOnlyHint: true (pass --allow-side-effects to call it anyway)"
@@ -109,7 +109,7 @@ pub fn admit(tool: Option<&Value>, allow_side_effects: bool) -> Result<(), Refus
         tool.pointer(&format!("/annotations/{k}"))
             .and_then(Value::as_bool)
     };
-    if hint("destructiveHint") == Some(true) {
+    if is_destructive(tool) {
         return Err(Refusal::Destructive);
     }
     if hint("readOnlyHint") != Some(true) {
@@ -118,11 +118,20 @@ pub fn admit(tool: Option<&Value>, allow_side_effects: bool) -> Result<(), Refus
     Ok(())
 }
 
-/// Whether a listed tool is annotated `destructiveHint: true`.
+/// Whether a listed tool may be destructive: annotated `destructiveHint: true`, or
+/// `readOnlyHint: false` without `destructiveHint: false` (MCP's default for a tool that is
+/// not read-only is `destructiveHint: true`). A tool with no annotations at all is not taken
+/// as destructive here: [`admit`] refuses it anyway unless it is read-only, and a health tool
+/// named exactly one of [`HEALTH_TOOL_NAMES`] is trusted by its name.
 pub fn is_destructive(tool: &Value) -> bool {
-    tool.pointer("/annotations/destructiveHint")
-        .and_then(Value::as_bool)
-        == Some(true)
+    let hint = |k: &str| {
+        tool.pointer(&format!("/annotations/{k}"))
+            .and_then(Value::as_bool)
+    };
+    match hint("destructiveHint") {
+        Some(d) => d,
+        None => hint("readOnlyHint") == Some(false),
+    }
 }
 
 /// Whether a listed tool declares required arguments.
@@ -158,6 +167,10 @@ pub struct CallRecord {
     /// Streamable HTTP the response stream was closed instead.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cancelled: bool,
+    /// The time the call was given, in milliseconds, when the probe's deadline came before its
+    /// budget: a timeout then says which bound fired (absent: the budget was the bound).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_ms: Option<u64>,
 }
 
 /// A comparison of an [`Expectation`].
@@ -417,6 +430,7 @@ mod tests {
     #[test]
     fn a_record_round_trips() {
         let rec = CallRecord {
+            deadline_ms: None,
             purpose: CallPurpose::Synthetic,
             spec: CallSpec {
                 expect: vec![r#"/structuredContent/status == "ok""#.parse().unwrap()],
@@ -429,5 +443,19 @@ mod tests {
         };
         let text = serde_json::to_string(&rec).unwrap();
         assert_eq!(serde_json::from_str::<CallRecord>(&text).unwrap(), rec);
+    }
+
+    #[test]
+    fn a_tool_not_read_only_is_destructive_by_default() {
+        let d = |v: Value| is_destructive(&json!({"name": "health", "annotations": v}));
+        assert!(
+            d(json!({"readOnlyHint": false})),
+            "MCP's default when not read-only"
+        );
+        assert!(d(json!({"destructiveHint": true})));
+        assert!(!d(json!({"readOnlyHint": false, "destructiveHint": false})));
+        assert!(!d(json!({"readOnlyHint": true})));
+        assert!(!d(json!({})));
+        assert!(!is_destructive(&json!({"name": "health"})));
     }
 }

@@ -221,6 +221,34 @@ async fn a_silent_tool_is_given_up_at_its_budget_and_cancelled() {
     assert!(codes(&r.json()["findings"]).contains(&"tool-call-slow".to_owned()));
 }
 
+/// A call whose budget outlasts the probe's `--timeout` is given up at the probe's deadline,
+/// and the finding says that bound fired, not the budget.
+#[tokio::test]
+async fn a_call_cut_by_the_probe_timeout_names_that_bound() {
+    let server = http("ok").await;
+    let url = server.url("/mcp");
+    let args = [
+        "probe",
+        url.as_str(),
+        "--json",
+        "--no-security",
+        "--timeout",
+        "1s",
+        "--call",
+        "slow_report",
+        "--budget",
+        "5s",
+    ];
+    let r = run::run(BIN, &args, &[], BOUND).await;
+    assert!(r.elapsed < Duration::from_secs(4), "{:?}", r.elapsed);
+    let report = r.json();
+    let m = finding_message(&report, "tool-call-slow");
+    assert!(
+        m.contains("ms left before the probe's deadline (its budget is 5000 ms)"),
+        "{m}"
+    );
+}
+
 #[tokio::test]
 async fn progress_notifications_before_the_result_are_tolerated() {
     for r in on_both("ok", &["--call", "long_report"]).await {

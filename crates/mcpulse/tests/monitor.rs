@@ -888,6 +888,23 @@ async fn a_dependency_down_behind_a_healthy_server_pages_once_for_the_component_
         resolve.field("summary"),
         "orders-db recovered behind svc (was down)"
     );
+    // The target's own pages, exactly: the health tool's `down` makes the target down too
+    // (docs/monitor.md says so), an incident of its own, opened and resolved once.
+    let own: Vec<(String, String)> = hook
+        .accepted()
+        .iter()
+        .filter(|d| d.body["labels"].get("component").is_none())
+        .map(|d| (d.field("action").to_owned(), d.field("kind").to_owned()))
+        .collect();
+    assert_eq!(
+        own,
+        [
+            ("trigger".to_owned(), "down".to_owned()),
+            ("resolve".to_owned(), "recovered".to_owned())
+        ],
+        "{:?}",
+        hook.all()
+    );
     // Nothing else names a component: `tool ping_db` stayed healthy throughout.
     assert!(
         hook.accepted()

@@ -27,6 +27,10 @@ use serde_json::Value;
 
 /// The most schema violations quoted in one `tool-output-invalid` finding.
 const MAX_VIOLATIONS: usize = 3;
+/// Violations counted past the shown ones ("and 10+ more"): the count is bounded work.
+const MAX_COUNTED_VIOLATIONS: usize = 10;
+/// Compiled-size bound of one schema `pattern` (and of its lazy DFA cache), in bytes.
+const MAX_PATTERN_BYTES: usize = 1 << 20;
 
 /// One call as the report shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -85,9 +89,17 @@ pub(super) fn judge(
             match decoded.as_ref().map(|d| &d.message) {
                 None if matches!(ex.outcome, Outcome::Timeout) => {
                     let cancelled = if rec.cancelled { "; cancelled" } else { "" };
-                    own.push(Rule::ToolCallSlow.finding(format!(
-                        "{what} did not answer within its {budget:.0} ms budget{cancelled}"
-                    )));
+                    let within = match rec.deadline_ms {
+                        // The probe's `--timeout` came first: the budget never ran out.
+                        Some(left) => format!(
+                            "within the {left} ms left before the probe's deadline (its budget is {budget:.0} ms)"
+                        ),
+                        None => format!("within its {budget:.0} ms budget"),
+                    };
+                    own.push(
+                        Rule::ToolCallSlow
+                            .finding(format!("{what} did not answer {within}{cancelled}")),
+                    );
                 }
                 None => own.push(Rule::ToolCallFailed.finding(format!(
                     "{what} got no reply: {}",
@@ -177,7 +189,17 @@ fn first_text(result: &Value) -> String {
 
 /// `structuredContent` against the tool's `outputSchema`.
 fn output_schema(schema: &Value, result: &Value, what: &str, out: &mut Vec<Finding>) {
-    let validator = match jsonschema::validator_for(schema) {
+    // The server writes the schema: the default engine (fancy-regex) backtracks, so a
+    // `pattern` like `^(a|aa)*(?!b)$` over a long string runs for minutes. The `regex`
+    // engine is linear in the input; a pattern it cannot compile (look-around,
+    // back-references) makes the schema "not compile", which is reported, not run.
+    let patterns = jsonschema::PatternOptions::regex()
+        .size_limit(MAX_PATTERN_BYTES)
+        .dfa_size_limit(MAX_PATTERN_BYTES);
+    let validator = match jsonschema::options()
+        .with_pattern_options(patterns)
+        .build(schema)
+    {
         Ok(v) => v,
         Err(e) => {
             out.push(Rule::ToolOutputSchemaInvalid.finding(format!(
@@ -206,8 +228,14 @@ fn output_schema(schema: &Value, result: &Value, what: &str, out: &mut Vec<Findi
     if shown.is_empty() {
         return;
     }
-    let more = errors.count();
-    let more = if more > 0 {
+    // Counting every violation would walk the whole (hostile, large) document again.
+    let more = errors.take(MAX_COUNTED_VIOLATIONS).count();
+    let more = if more == MAX_COUNTED_VIOLATIONS {
+        format!("{more}+")
+    } else {
+        more.to_string()
+    };
+    let more = if more != "0" {
         format!(" (and {more} more)")
     } else {
         String::new()
@@ -400,6 +428,81 @@ mod tests {
                 .any(|f| f.code == crate::Rule::HealthToolInvalid),
             "{:?}",
             report.findings
+        );
+    }
+
+    /// `output_schema` on a thread, failing the test if it takes longer than `limit`.
+    fn output_schema_within(
+        schema: serde_json::Value,
+        result: serde_json::Value,
+        limit: std::time::Duration,
+    ) -> Vec<crate::Finding> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut out = Vec::new();
+            super::output_schema(&schema, &result, "tool t", &mut out);
+            let _ = tx.send(out);
+        });
+        rx.recv_timeout(limit)
+            .expect("the outputSchema check must finish in bounded time")
+    }
+
+    #[test]
+    fn a_hostile_output_schema_cannot_hang_the_judge() {
+        // The review's reproduction: a backtracking pattern over 20,000 long strings ran
+        // for minutes with the default (fancy-regex) engine.
+        let hostile = format!("{}b", "a".repeat(25));
+        let schema = serde_json::json!({
+            "type": "object",
+            "properties": {"v": {"type": "array", "items": {"type": "string", "pattern": "^(a|aa)*(?!b)$"}}}
+        });
+        let result = serde_json::json!({"structuredContent": {"v": vec![hostile.clone(); 20_000]}});
+        let out = output_schema_within(schema, result, std::time::Duration::from_secs(5));
+        assert!(
+            out.iter()
+                .any(|f| f.code == crate::Rule::ToolOutputSchemaInvalid),
+            "a pattern the linear engine refuses is reported, not run: {out:?}"
+        );
+        // A pattern the linear engine accepts still validates, and 20,000 violations are
+        // counted only up to a bound.
+        let schema = serde_json::json!({
+            "type": "object",
+            "properties": {"v": {"type": "array", "items": {"type": "string", "pattern": "^(a|aa)*$"}}}
+        });
+        let result = serde_json::json!({"structuredContent": {"v": vec![hostile; 20_000]}});
+        let out = output_schema_within(schema, result, std::time::Duration::from_secs(5));
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out[0].code, crate::Rule::ToolOutputInvalid);
+        assert!(
+            out[0].message.ends_with("(and 10+ more)"),
+            "{}",
+            out[0].message
+        );
+    }
+
+    #[test]
+    fn a_call_cut_by_the_probe_deadline_says_so() {
+        let slow = include_str!("../../tests/transcripts/tool-call-slow.json");
+        let report = judge(&serde_json::from_str(slow).unwrap(), &Policy::default());
+        let m = |r: &crate::Report| {
+            r.findings
+                .iter()
+                .find(|f| f.code == crate::Rule::ToolCallSlow)
+                .map(|f| f.message.clone())
+                .unwrap()
+        };
+        assert_eq!(
+            m(&report),
+            "the call of slow_report did not answer within its 200 ms budget; cancelled"
+        );
+        let cut = edited(
+            slow,
+            r#""cancelled": true"#,
+            r#""cancelled": true, "deadline_ms": 150"#,
+        );
+        assert_eq!(
+            m(&judge(&cut, &Policy::default())),
+            "the call of slow_report did not answer within the 150 ms left before the probe's deadline (its budget is 200 ms); cancelled"
         );
     }
 }

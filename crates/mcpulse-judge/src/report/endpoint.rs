@@ -177,6 +177,14 @@ fn one(f: &HealthFetch, out: &mut Vec<Finding>, found: &mut Vec<Component>) {
             )));
             return;
         }
+        // A 404 (or another 4xx) that is not a health document is a wrong `health_url`, a
+        // config mistake, not the server down: a 4xx health document (`fail`) still counts.
+        400..=499 if stated.is_none() => {
+            out.push(Rule::HealthEndpointInvalid.finding(format!(
+                "{url} answered {status}{ct}, not a health document: is the health URL right?"
+            )));
+            return;
+        }
         _ => Level::Fail,
     };
     let output = doc
@@ -346,6 +354,19 @@ mod tests {
     #[test]
     fn statuses_and_shapes() {
         assert!(findings(&[fetch(200, "ok")]).is_empty());
+        // A wrong URL is a config mistake; a 503 stays down.
+        assert_eq!(
+            codes(&findings(&[fetch(404, "not found")])),
+            ["health-endpoint-invalid"]
+        );
+        assert_eq!(
+            codes(&findings(&[fetch(403, "")])),
+            ["health-endpoint-invalid"]
+        );
+        assert_eq!(
+            codes(&findings(&[fetch(429, r#"{"status":"fail"}"#)])),
+            ["health-endpoint-down"]
+        );
         assert!(findings(&[fetch(200, r#"{"status":"UP"}"#)]).is_empty());
         assert_eq!(
             codes(&findings(&[fetch(503, "")])),

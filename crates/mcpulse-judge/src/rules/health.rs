@@ -50,13 +50,13 @@ crate::rule_family! {
         "The stdio server exited on its own after the handshake, while the probe was still using it (a crash on `tools/list`, say).",
         "A client would lose its session with it. Its stderr, shown with the finding, usually says why.";
     HealthEndpointDown = "health-endpoint-down", Critical,
-        "The server's health endpoint (`--health-url`) reports it down: an HTTP 4xx/5xx, or a document whose `status` is `fail` (`down`, `error`, `unhealthy`).",
+        "The server's health endpoint (`--health-url`) reports it down: an HTTP 5xx, or a document whose `status` is `fail` (with any status code) (`down`, `error`, `unhealthy`).",
         "The server says of itself that it cannot serve: `mcpulse supervise` answers 503 while its child is starting, backing off after a crash, or given up on. The findings that follow name the failing components.";
     HealthEndpointUnreachable = "health-endpoint-unreachable", Critical,
         "The health endpoint could not be read: connection refused, timed out, or a redirect off its origin.",
         "Whoever watches this endpoint (a load balancer, Kubernetes, `mcpulse monitor`) sees the server as down. If only the endpoint is wrong, fix `--health-url`.";
     HealthEndpointInvalid = "health-endpoint-invalid", Critical,
-        "The health endpoint answered, but not with a health document: an HTML page, unparseable JSON, no `status`, a body over 64 KiB, or an unfollowed redirect.",
+        "The health endpoint answered, but not with a health document: an HTML page, unparseable JSON, no `status`, a body over 64 KiB, an unfollowed redirect, or a 4xx that is not a health document (a 404: the URL is wrong).",
         "An HTTP 200 with a login page or a proxy's error page is not a healthy server; mcpulse does not take a 2xx alone as health.";
     CriticalCallFailed = "critical-call-failed", Critical,
         "A synthetic tool call marked critical (`--critical`) failed: any of the `tool-*` findings of that call.",

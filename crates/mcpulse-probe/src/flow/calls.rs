@@ -62,8 +62,9 @@ pub(super) async fn calls(wire: &mut Wire<'_>, ctx: &mut Ctx<'_>, era: Era) {
 /// exactly one of [`HEALTH_TOOL_NAMES`], with no required arguments and not annotated
 /// destructive (else there is none, silently: such a tool is not a health tool by this rule);
 /// a named one must be listed, take no required arguments and not be destructive unless side
-/// effects are allowed (else the refusal is recorded: it was asked for). Its name says it is
-/// a health check, so `readOnlyHint` is not required of it.
+/// effects are allowed (else the refusal is recorded: it was asked for). A name that is one of
+/// [`HEALTH_TOOL_NAMES`] says it is a health check, so `readOnlyHint` is not required of it;
+/// any other name (`purge_cache`) must be annotated read-only, as a `--call` must.
 fn health_tool(
     mode: &HealthToolMode,
     tools: &[Value],
@@ -82,6 +83,9 @@ fn health_tool(
                 Some(t) if call::has_required_arguments(t) => Err(Refusal::RequiredArguments),
                 Some(t) if call::is_destructive(t) && !allow_side_effects => {
                     Err(Refusal::Destructive)
+                }
+                Some(t) if !HEALTH_TOOL_NAMES.contains(&name.as_str()) => {
+                    call::admit(Some(t), allow_side_effects)
                 }
                 Some(_) => Ok(()),
             };
@@ -105,6 +109,7 @@ async fn one(
         exchange: None,
         refused: admitted.err(),
         cancelled: false,
+        deadline_ms: None,
     };
     let now = Instant::now();
     let room = ctx.deadline.checked_sub(CANCEL_ROOM).filter(|d| *d > now);
@@ -112,7 +117,11 @@ async fn one(
         (Some(_), _) => {}
         (None, None) => record.refused = Some(Refusal::NoTime),
         (None, Some(latest)) => {
-            let deadline = latest.min(now + Duration::from_millis(record.spec.budget_ms));
+            let budget = now + Duration::from_millis(record.spec.budget_ms);
+            if latest < budget {
+                record.deadline_ms = Some(latest.duration_since(now).as_millis() as u64);
+            }
+            let deadline = latest.min(budget);
             let id = ctx.id();
             let msg = message::tools_call(
                 id,
@@ -213,9 +222,12 @@ mod tests {
             json!({"name": "healthz"}),
             json!({"name": "health", "inputSchema": {"required": ["deep"]}}),
             json!({"name": "healthcheck", "annotations": {"destructiveHint": true}}),
+            // Not read-only: destructive by MCP's default.
+            json!({"name": "health_check", "annotations": {"readOnlyHint": false}}),
         ];
         assert!(health_tool(&HealthToolMode::Auto, &tools, false).is_none());
         let mut with = tools.clone();
+        with.remove(3);
         with.push(json!({"name": "health_check", "inputSchema": {"type": "object"}}));
         let (spec, ok) = health_tool(&HealthToolMode::Auto, &with, false).unwrap();
         assert_eq!((spec.tool.as_str(), ok), ("health_check", Ok(())));
@@ -228,6 +240,9 @@ mod tests {
             json!({"name": "deep", "inputSchema": {"required": ["x"]}}),
             json!({"name": "wipe", "annotations": {"destructiveHint": true}}),
             json!({"name": "status"}),
+            json!({"name": "purge_cache"}),
+            json!({"name": "health"}),
+            json!({"name": "ro", "annotations": {"readOnlyHint": true}}),
         ];
         let named = |n: &str, allow| {
             health_tool(&HealthToolMode::Named(n.into()), &tools, allow).map(|(_, r)| r)
@@ -236,6 +251,11 @@ mod tests {
         assert_eq!(named("deep", true), Some(Err(Refusal::RequiredArguments)));
         assert_eq!(named("wipe", false), Some(Err(Refusal::Destructive)));
         assert_eq!(named("wipe", true), Some(Ok(())));
-        assert_eq!(named("status", false), Some(Ok(())));
+        // Only the exact health names are trusted without `readOnlyHint: true`.
+        assert_eq!(named("status", false), Some(Err(Refusal::NotReadOnly)));
+        assert_eq!(named("purge_cache", false), Some(Err(Refusal::NotReadOnly)));
+        assert_eq!(named("purge_cache", true), Some(Ok(())));
+        assert_eq!(named("health", false), Some(Ok(())));
+        assert_eq!(named("ro", false), Some(Ok(())));
     }
 }
