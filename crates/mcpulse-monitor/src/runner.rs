@@ -391,7 +391,7 @@ impl EraMemo {
 /// endpoint) keeps its era: probing it again in auto mode would send its calls twice.
 fn era_failed(report: &Report) -> bool {
     use mcpulse_judge::Status::Down;
-    report.layers.liveness == Down || report.layers.protocol == Down
+    report.layers.liveness == Some(Down) || report.layers.protocol == Some(Down)
 }
 
 /// Probes `target` as one check of the monitor does, with the era `memo` remembers: the pinned
@@ -650,7 +650,8 @@ fn components(report: &Report) -> BTreeMap<String, crate::state::Component> {
     use crate::state::Component;
     use mcpulse_judge::Status;
     let mut out: BTreeMap<String, Component> = BTreeMap::new();
-    if report.layers.liveness == Status::Down || report.layers.protocol == Status::Down {
+    if report.layers.liveness == Some(Status::Down) || report.layers.protocol == Some(Status::Down)
+    {
         return out;
     }
     let mut add = |name: String, status: Status, reason: String| {

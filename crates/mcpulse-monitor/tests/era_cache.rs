@@ -319,7 +319,7 @@ async fn a_dependency_outage_does_not_resend_the_check_nor_drop_the_pin() {
         assert_eq!(report.status, Status::Down, "check {k}: {report:?}");
         assert_eq!(
             report.layers.liveness,
-            Status::Healthy,
+            Some(Status::Healthy),
             "{:?}",
             report.layers
         );

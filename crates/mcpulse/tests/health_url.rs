@@ -319,6 +319,23 @@ async fn without_an_mcp_target_the_endpoint_alone_decides() {
         r.stdout
     );
     assert!(started.elapsed() < Duration::from_secs(10));
+    // The endpoint alone says nothing of the server's connect or handshake: those layers were
+    // not checked, and neither the report nor the terminal may call them healthy.
+    assert_eq!(
+        r.json()["layers"],
+        json!({"liveness": null, "protocol": null, "dependencies": "down"}),
+        "{}",
+        r.stdout
+    );
+    let human = alone(&["--color", "never"]).await;
+    assert_eq!(human.code, Some(2), "{}", human.stderr);
+    assert!(
+        human
+            .stdout
+            .contains("liveness not checked · protocol not checked · dependencies ✘ down"),
+        "{}",
+        human.stdout
+    );
 
     let r = alone(&["--baseline", "x.lock"]).await;
     assert_eq!(r.code, Some(3), "{}", r.stderr);

@@ -234,13 +234,16 @@ pub struct Timings {
     pub total: f64,
 }
 
-/// Each layer's status: the worst severity among its findings (`rules::Layer`).
+/// Each layer's status: the worst severity among its findings (`rules::Layer`); `null` for a
+/// layer that was not checked.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Layers {
-    /// Reaching or starting the server: DNS, connect, TLS, spawn, exits.
-    pub liveness: Status,
-    /// Speaking MCP: the handshake and the lists.
-    pub protocol: Status,
+    /// Reaching or starting the server: DNS, connect, TLS, spawn, exits; `null` for a probe of
+    /// a health endpoint alone (`mcpulse probe --health-url URL` without an MCP target, a
+    /// monitor target with `health_url` only), which neither connects to nor starts the server.
+    pub liveness: Option<Status>,
+    /// Speaking MCP: the handshake and the lists; `null` for a probe of a health endpoint alone.
+    pub protocol: Option<Status>,
     /// What is behind it: synthetic calls, the health tool, the health endpoint; `null` when
     /// none of them was checked.
     pub dependencies: Option<Status>,
@@ -249,15 +252,24 @@ pub struct Layers {
 impl Default for Layers {
     fn default() -> Self {
         Layers {
-            liveness: Status::Healthy,
-            protocol: Status::Healthy,
+            liveness: Some(Status::Healthy),
+            protocol: Some(Status::Healthy),
             dependencies: None,
         }
     }
 }
 
 impl Layers {
-    fn of(findings: &[Finding], dependencies_checked: bool) -> Layers {
+    fn of(findings: &[Finding], dependencies_checked: bool, health_only: bool) -> Layers {
+        if health_only {
+            // Only the endpoint was read: whatever it found (unreachable included) is about
+            // what the server reports of itself, and nothing was asked of the server's MCP.
+            return Layers {
+                liveness: None,
+                protocol: None,
+                dependencies: Some(Status::from_findings(findings)),
+            };
+        }
         let worst = |layer: crate::rules::Layer| {
             let f: Vec<Finding> = findings
                 .iter()
@@ -267,8 +279,8 @@ impl Layers {
             Status::from_findings(&f)
         };
         Layers {
-            liveness: worst(crate::rules::Layer::Liveness),
-            protocol: worst(crate::rules::Layer::Protocol),
+            liveness: Some(worst(crate::rules::Layer::Liveness)),
+            protocol: Some(worst(crate::rules::Layer::Protocol)),
             dependencies: dependencies_checked.then(|| worst(crate::rules::Layer::Dependencies)),
         }
     }
@@ -353,7 +365,11 @@ pub fn judge(tr: &Transcript, policy: &Policy) -> Report {
     // Most severe first, then in the order found.
     findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
     report.status = Status::from_findings(&findings);
-    report.layers = Layers::of(&findings, !tr.calls.is_empty() || !tr.health.is_empty());
+    report.layers = Layers::of(
+        &findings,
+        !tr.calls.is_empty() || !tr.health.is_empty(),
+        tr.target.kind == mcpulse_wire::transcript::TargetKind::Health,
+    );
     report.grade = report.security.grade.clone();
     report.findings = findings;
     report

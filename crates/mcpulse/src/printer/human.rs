@@ -142,15 +142,16 @@ fn render_layers(r: &Report) -> String {
         let (mark, style) = mark(st);
         paint(style, &format!("{mark} {}", st.as_str()))
     };
-    let deps = match r.layers.dependencies {
+    let layer = |st: Option<Status>| match st {
         Some(st) => word(st),
         None => paint(dim, "not checked"),
     };
     let mut s = format!(
-        "  {} liveness {} · protocol {} · dependencies {deps}\n",
+        "  {} liveness {} · protocol {} · dependencies {}\n",
         paint(dim, "layers"),
-        word(r.layers.liveness),
-        word(r.layers.protocol),
+        layer(r.layers.liveness),
+        layer(r.layers.protocol),
+        layer(r.layers.dependencies),
     );
     for c in &r.calls {
         let kind = match c.purpose {
@@ -198,8 +199,8 @@ fn render_security(r: &Report) -> String {
     let dim = Style::new().dimmed();
     let sec = &r.security;
     // Down for what is behind it (a critical call, its health tool) is not "did not answer".
-    let unanswered = r.layers.liveness == Status::Down
-        || r.layers.protocol == Status::Down
+    let unanswered = r.layers.liveness == Some(Status::Down)
+        || r.layers.protocol == Some(Status::Down)
         || r.transport.is_none();
     if r.status == Status::Down && unanswered && sec.findings.is_empty() {
         // Nothing answered that could lose a point: the A of no findings would mislead.
