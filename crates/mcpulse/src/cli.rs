@@ -39,6 +39,10 @@ pub enum Command {
     /// config: heartbeats, restarts with backoff, the session kept across restarts.
     #[command(after_help = SUPERVISE_HELP)]
     Supervise(Box<SuperviseArgs>),
+    /// Serve an MCP server (a stdio command or an HTTP upstream) over Streamable HTTP, with
+    /// /livez, /readyz (three layers: process, protocol, dependencies) and /metrics.
+    #[command(after_help = GATEWAY_HELP)]
+    Gateway(Box<GatewayArgs>),
     /// Print generated documentation (used to keep docs/ in step with the code).
     #[command(hide = true)]
     Docs { which: DocKind },
@@ -192,6 +196,30 @@ pub struct SuperviseArgs {
     /// With --wrap or --unwrap: show the change as a diff and write nothing.
     #[arg(long)]
     pub dry_run: bool,
+}
+
+const GATEWAY_HELP: &str = "\
+Examples:
+  mcpulse gateway --listen 127.0.0.1:8080 -- npx -y @modelcontextprotocol/server-everything@2026.8.31
+  mcpulse gateway --listen 127.0.0.1:8080 --upstream https://internal.example/mcp
+  mcpulse gateway --config gateway.toml
+
+See docs/gateway.md.";
+
+#[derive(Debug, Args)]
+pub struct GatewayArgs {
+    /// A stdio server to bridge: its command and arguments, after `--`.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+    /// Front this Streamable HTTP server instead of a stdio command.
+    #[arg(long, value_name = "URL", conflicts_with = "command")]
+    pub upstream: Option<String>,
+    /// Serve /mcp (and, unless configured apart, the health endpoints) on this address.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// Read the settings from this TOML file (see docs/gateway.md).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["command", "upstream"])]
+    pub config: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

@@ -2,6 +2,7 @@
 
 mod demo;
 mod diff;
+mod gateway;
 mod monitor;
 mod probe;
 mod snapshot;
@@ -19,6 +20,7 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::CheckConfig(args) => monitor::check(args),
         Command::Demo(args) => demo::run(args),
         Command::Supervise(args) => supervise::run(*args),
+        Command::Gateway(args) => gateway::run(*args),
         Command::DemoServer {
             which: crate::cli::DemoServerKind::Stdio,
         } => demo::serve_stdio(),
