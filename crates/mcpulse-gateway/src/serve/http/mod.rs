@@ -135,8 +135,10 @@ impl HttpUpstream {
         let (parts, body) = req.into_parts();
         if !matches!(parts.method, Method::POST | Method::GET | Method::DELETE) {
             let mut resp = relay::plain(StatusCode::METHOD_NOT_ALLOWED, "");
-            resp.headers_mut()
-                .insert(http::header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
+            resp.headers_mut().insert(
+                http::header::ALLOW,
+                HeaderValue::from_static("GET, POST, DELETE"),
+            );
             return resp;
         }
         let body = match Limited::new(body, self.settings.max_message_size)
@@ -246,8 +248,7 @@ impl HttpUpstream {
     /// A `tools/call` of the configured health tool, answered here.
     fn health_tool_call(&self, call: &Call) -> Option<Response> {
         let name = self.settings.health_tool.as_deref()?;
-        if call.method.as_deref() != Some("tools/call") || call.tool_name.as_deref() != Some(name)
-        {
+        if call.method != Some("tools/call") || call.tool_name.as_deref() != Some(name) {
             return None;
         }
         let result = crate::health::tool_result(&self.shared);

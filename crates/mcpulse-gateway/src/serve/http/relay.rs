@@ -203,12 +203,7 @@ impl Stream {
     /// Reads the upstream stream to its end, or until the client goes away (the channel
     /// closes: dropping the upstream body closes the upstream stream, which is how an HTTP
     /// client cancels).
-    async fn run(
-        self,
-        mut body: Incoming,
-        sender: SendRequest<Full<Bytes>>,
-        mut pending: Pending,
-    ) {
+    async fn run(self, mut body: Incoming, sender: SendRequest<Full<Bytes>>, mut pending: Pending) {
         let mut decoder = Decoder::new(self.max);
         loop {
             let frame = match body.frame().await {
@@ -231,7 +226,9 @@ impl Stream {
                 }
                 Some(Ok(frame)) => frame,
             };
-            let Ok(data) = frame.into_data() else { continue };
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
             for item in decoder.push(&data) {
                 match item {
                     Item::Event(event) => {
@@ -257,7 +254,9 @@ impl Stream {
         if let Some(key) = &pending.key
             && let Some(reply) = Envelope::parse(event.data.as_bytes())
             && reply.kind() == Kind::Response
-            && reply.id_text().is_some_and(|id| canonical_id(id) == key.as_str())
+            && reply
+                .id_text()
+                .is_some_and(|id| canonical_id(id) == key.as_str())
         {
             let outcome = outcome_of(&reply);
             if pending.tools_list
