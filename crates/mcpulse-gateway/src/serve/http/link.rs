@@ -194,17 +194,31 @@ impl Link {
 
     /// The upstream answered without a 5xx: it is up, and the backoff starts over.
     pub fn answered(&self) {
-        let first = {
-            let mut s = lock(&self.state);
-            s.attempt = 0;
-            !std::mem::replace(&mut s.ever_up, true)
-        };
+        lock(&self.state).attempt = 0;
+        self.reached();
+    }
+
+    /// The upstream was reached: the first time, it is Up (a later comeback is a reconnect).
+    fn reached(&self) {
+        let first = !std::mem::replace(&mut lock(&self.state).ever_up, true);
         if first {
             self.shared.update_upstream(|u| {
                 if u.process == ProcessState::Starting {
                     u.process = ProcessState::Up;
                 }
             });
+        }
+    }
+
+    /// Dials once, before any request: the connection waits in the pool, and the upstream is
+    /// Up, or down with reconnects under way.
+    pub async fn warm_up(self: &Arc<Self>) {
+        match self.dial(Instant::now() + self.connect_timeout).await {
+            Ok(sender) => {
+                self.release(sender);
+                self.reached();
+            }
+            Err(failure) => self.went_down(failure.cause(self.connect_timeout)),
         }
     }
 

@@ -129,6 +129,15 @@ impl HttpUpstream {
         }
     }
 
+    /// Connects to the upstream once, before any request (for the front door to call at
+    /// start): `/livez` then sees the upstream Up, or down with reconnects under way, without
+    /// waiting for a client's first request. Optional: the first request connects anyway.
+    pub async fn warm_up(&self) {
+        if let Ok(target) = &self.target {
+            target.link.warm_up().await;
+        }
+    }
+
     /// Relays one client request (already through the door) and streams the answer back.
     pub async fn handle(&self, req: Request) -> Response {
         let started = Instant::now();

@@ -88,6 +88,28 @@ pub async fn respond(
         );
     }
     x.target.link.answered();
+    if status.is_redirection() {
+        // Not followed (the client would be sent to the upstream's own address, past the
+        // gateway), not relayed: the configured URL is wrong, and the answer says where to.
+        let to = parts
+            .headers
+            .get(http::header::LOCATION)
+            .map(|l| mcpulse_wire::redact::url(&String::from_utf8_lossy(l.as_bytes())));
+        let to = to.as_deref().map_or("", |l| l);
+        let message = format!(
+            "upstream {} redirects (HTTP {}) to {}; the gateway does not follow redirects: configure the URL it points to",
+            x.target.label,
+            status.as_u16(),
+            mcpulse_wire::text::field(to)
+        );
+        x.call.record(x.upstream, x.started, Outcome::GatewayError);
+        return rpc_error(
+            StatusCode::BAD_GATEWAY,
+            x.call.id(),
+            &message,
+            Some(&x.target.label),
+        );
+    }
     let sse = parts
         .headers
         .get(http::header::CONTENT_TYPE)
