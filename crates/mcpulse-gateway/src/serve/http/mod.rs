@@ -21,6 +21,8 @@
 mod link;
 mod relay;
 
+pub use relay::codes;
+
 use crate::metrics::Outcome;
 use crate::state::Shared;
 use axum::extract::Request;
@@ -157,9 +159,10 @@ impl HttpUpstream {
             Ok(b) => b.to_bytes(),
             Err(e) => {
                 let too_large = e.is::<http_body_util::LengthLimitError>();
-                let (status, message) = if too_large {
+                let (status, code, message) = if too_large {
                     (
                         StatusCode::PAYLOAD_TOO_LARGE,
+                        relay::codes::MESSAGE_TOO_LARGE,
                         format!(
                             "the request is larger than the gateway's max_message_size ({} bytes)",
                             self.settings.max_message_size
@@ -168,17 +171,24 @@ impl HttpUpstream {
                 } else {
                     (
                         StatusCode::BAD_REQUEST,
+                        relay::codes::INVALID_REQUEST,
                         "the request body could not be read".to_owned(),
                     )
                 };
-                return relay::rpc_error(status, None, &message, None);
+                return relay::rpc_error(status, None, code, &message, None);
             }
         };
         let call = Call::of(&body);
         let target = match &self.target {
             Ok(t) => t,
             Err(why) => {
-                let resp = relay::rpc_error(StatusCode::BAD_GATEWAY, call.id(), why, None);
+                let resp = relay::rpc_error(
+                    StatusCode::BAD_GATEWAY,
+                    call.id(),
+                    relay::codes::UPSTREAM_UNAVAILABLE,
+                    why,
+                    None,
+                );
                 call.record(self, started, Outcome::GatewayError);
                 return resp;
             }
@@ -198,6 +208,7 @@ impl HttpUpstream {
             let mut resp = relay::rpc_error(
                 StatusCode::SERVICE_UNAVAILABLE,
                 call.id(),
+                relay::codes::UPSTREAM_UNAVAILABLE,
                 &message,
                 Some(&target.label),
             );
@@ -219,8 +230,13 @@ impl HttpUpstream {
         let out = match out.body(Full::new(body)) {
             Ok(r) => r,
             Err(e) => {
-                let resp =
-                    relay::rpc_error(StatusCode::BAD_REQUEST, call.id(), &e.to_string(), None);
+                let resp = relay::rpc_error(
+                    StatusCode::BAD_REQUEST,
+                    call.id(),
+                    relay::codes::INVALID_REQUEST,
+                    &e.to_string(),
+                    None,
+                );
                 call.record(self, started, Outcome::GatewayError);
                 return resp;
             }
@@ -247,7 +263,13 @@ impl HttpUpstream {
                     link::Failure::Broken(_) => StatusCode::BAD_GATEWAY,
                 };
                 let message = format!("upstream {} is unreachable: {cause}", target.label);
-                let resp = relay::rpc_error(status, call.id(), &message, Some(&target.label));
+                let resp = relay::rpc_error(
+                    status,
+                    call.id(),
+                    relay::codes::UPSTREAM_UNAVAILABLE,
+                    &message,
+                    Some(&target.label),
+                );
                 call.record(self, started, Outcome::GatewayError);
                 resp
             }

@@ -39,9 +39,17 @@ use tokio::time::Instant;
 
 /// Events buffered between the upstream stream and a client that reads slowly.
 pub const STREAM_BUFFER: usize = 4;
-/// The JSON-RPC error code of the gateway's own errors (a server error in JSON-RPC's
-/// implementation-defined range: the upstream could not be reached or broke).
-pub const UPSTREAM_ERROR: i64 = -32000;
+/// The JSON-RPC error codes of the gateway's own answers (docs/gateway.md `## HTTP upstream`).
+/// The supervisor's codes where the meaning is the same, so that a client handles the gateway
+/// and `mcpulse supervise` alike.
+pub mod codes {
+    pub use mcpulse_relay::supervise::codes::{MESSAGE_TOO_LARGE, SERVER_RESTARTED};
+    /// The upstream could not be reached, is down (reconnecting), answered 5xx or redirected
+    /// (JSON-RPC's generic server error; the TypeScript SDK's `ConnectionClosed`).
+    pub const UPSTREAM_UNAVAILABLE: i64 = -32000;
+    /// The request could not be read or relayed as sent (JSON-RPC's Invalid Request).
+    pub const INVALID_REQUEST: i64 = -32600;
+}
 /// How much of a 5xx body is quoted in the error.
 const SNIPPET_BYTES: usize = 512;
 /// How long a 5xx body is read for its quote.
@@ -83,6 +91,7 @@ pub async fn respond(
         return rpc_error(
             StatusCode::BAD_GATEWAY,
             x.call.id(),
+            codes::UPSTREAM_UNAVAILABLE,
             &message,
             Some(&x.target.label),
         );
@@ -106,6 +115,7 @@ pub async fn respond(
         return rpc_error(
             StatusCode::BAD_GATEWAY,
             x.call.id(),
+            codes::UPSTREAM_UNAVAILABLE,
             &message,
             Some(&x.target.label),
         );
@@ -145,18 +155,26 @@ pub async fn respond(
     let (bytes, end) = read_body(&mut body, max, Instant::now() + NO_DEADLINE).await;
     let failure = match end {
         BodyEnd::Complete => None,
-        BodyEnd::TooLarge => Some(format!(
-            "its reply is larger than the gateway's max_message_size ({max} bytes)"
+        BodyEnd::TooLarge => Some((
+            codes::MESSAGE_TOO_LARGE,
+            format!("its reply is larger than the gateway's max_message_size ({max} bytes)"),
         )),
-        BodyEnd::Timeout => Some("its reply did not arrive in time".to_owned()),
-        BodyEnd::Error(e) => Some(format!("the connection broke during its reply: {e}")),
+        BodyEnd::Timeout => Some((
+            codes::SERVER_RESTARTED,
+            "its reply did not arrive in time".to_owned(),
+        )),
+        BodyEnd::Error(e) => Some((
+            codes::SERVER_RESTARTED,
+            format!("the connection broke during its reply: {e}"),
+        )),
     };
-    if let Some(cause) = failure {
+    if let Some((code, cause)) = failure {
         let message = format!("upstream {} failed: {cause}", x.target.label);
         x.call.record(x.upstream, x.started, Outcome::GatewayError);
         return rpc_error(
             StatusCode::BAD_GATEWAY,
             x.call.id(),
+            code,
             &message,
             Some(&x.target.label),
         );
@@ -231,8 +249,12 @@ impl Stream {
             let frame = match body.frame().await {
                 None => {
                     if pending.key.is_some() {
-                        self.fail(&mut pending, "ended the stream before replying")
-                            .await;
+                        self.fail(
+                            &mut pending,
+                            codes::SERVER_RESTARTED,
+                            "ended the stream before replying",
+                        )
+                        .await;
                     } else {
                         self.link.release(sender);
                     }
@@ -243,7 +265,8 @@ impl Stream {
                         "broke the stream: {}",
                         mcpulse_transport::http::error_chain(&e)
                     );
-                    self.fail(&mut pending, &cause).await;
+                    self.fail(&mut pending, codes::SERVER_RESTARTED, &cause)
+                        .await;
                     return;
                 }
                 Some(Ok(frame)) => frame,
@@ -263,7 +286,8 @@ impl Stream {
                             "sent a message of at least {len_at_least} bytes, over the gateway's max_message_size ({} bytes); the stream was cut",
                             self.max
                         );
-                        self.fail(&mut pending, &cause).await;
+                        self.fail(&mut pending, codes::MESSAGE_TOO_LARGE, &cause)
+                            .await;
                         return;
                     }
                 }
@@ -295,14 +319,14 @@ impl Stream {
     }
 
     /// The stream broke: the pending request, if any, gets a JSON-RPC error as a last event.
-    async fn fail(&self, pending: &mut Pending, cause: &str) {
+    async fn fail(&self, pending: &mut Pending, code: i64, cause: &str) {
         tracing::debug!(upstream = %self.label, cause = %mcpulse_wire::text::message(cause), "upstream stream ended early");
         if pending.key.take().is_none() {
             return;
         }
         pending.record.done(Outcome::GatewayError);
         let message = format!("upstream {} {cause}", self.label);
-        let body = error_body(pending.id.as_deref(), &message, Some(&self.label));
+        let body = error_body(pending.id.as_deref(), code, &message, Some(&self.label));
         let event = Event {
             event: Some("message".to_owned()),
             data: String::from_utf8_lossy(&body).into_owned(),
@@ -362,11 +386,12 @@ impl hyper::body::Body for ChannelBody {
 
 /// A JSON-RPC error as a body: `id` is the request's raw id (`null` when unknown), `upstream`
 /// the redacted URL, added as `data.upstream`.
-fn error_body(id: Option<&str>, message: &str, upstream: Option<&str>) -> Vec<u8> {
+fn error_body(id: Option<&str>, code: i64, message: &str, upstream: Option<&str>) -> Vec<u8> {
     let id: Value = id
         .and_then(|i| serde_json::from_str(i).ok())
         .unwrap_or(Value::Null);
-    let mut error = json!({"code": UPSTREAM_ERROR, "message": message});
+    let message = format!("mcpulse gateway: {message}");
+    let mut error = json!({"code": code, "message": message});
     if let Some(u) = upstream {
         error["data"] = json!({ "upstream": u });
     }
@@ -377,10 +402,11 @@ fn error_body(id: Option<&str>, message: &str, upstream: Option<&str>) -> Vec<u8
 pub fn rpc_error(
     status: StatusCode,
     id: Option<&str>,
+    code: i64,
     message: &str,
     upstream: Option<&str>,
 ) -> Response {
-    let body = error_body(id, message, upstream);
+    let body = error_body(id, code, message, upstream);
     json_response(status, body)
 }
 
