@@ -11,7 +11,7 @@ use axum::routing::any;
 use bytes::Bytes;
 use http::Method;
 use hyper::body::Frame;
-use mcpulse_gateway::serve::http::{HttpSettings, HttpUpstream};
+use mcpulse_gateway::serve::http::{HttpSettings, HttpUpstream, codes};
 use mcpulse_gateway::state::{ProcessState, Shared};
 use mcpulse_policy::backoff::Backoff;
 use mcpulse_testkit::http::{FakeHttp, Piece, Reply};
@@ -384,8 +384,12 @@ async fn an_upstream_that_goes_down_answers_fast_and_works_again_when_back() {
     );
     assert_eq!(gone.status, 502, "{gone:?}");
     let err = gone.reply(7);
-    assert_eq!(err["error"]["code"], -32000);
+    assert_eq!(err["error"]["code"], codes::UPSTREAM_UNAVAILABLE);
     let message = err["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("mcpulse gateway: upstream http://"),
+        "{message}"
+    );
     assert!(
         message.contains(&addr.to_string()) && message.contains("unreachable"),
         "{message}"
@@ -530,6 +534,7 @@ async fn an_upstream_that_dies_mid_stream_gets_the_client_an_error_for_its_reque
     let last = sse_messages(&mut decoder, &rest);
     assert_eq!(last.len(), 1, "{last:?}");
     assert_eq!(last[0]["id"], 42);
+    assert_eq!(last[0]["error"]["code"], codes::SERVER_RESTARTED);
     let message = last[0]["error"]["message"].as_str().unwrap();
     assert!(message.contains("broke the stream"), "{message}");
 
@@ -581,6 +586,8 @@ async fn a_message_over_the_cap_cuts_the_stream_with_a_clear_error() {
     );
     let msgs = a.messages();
     assert_eq!(msgs.len(), 1);
+    assert_eq!(msgs[0]["id"], 9);
+    assert_eq!(msgs[0]["error"]["code"], codes::MESSAGE_TOO_LARGE);
     let message = msgs[0]["error"]["message"].as_str().unwrap();
     assert!(
         message.contains("max_message_size (65536 bytes)"),
