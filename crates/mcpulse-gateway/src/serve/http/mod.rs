@@ -162,7 +162,7 @@ impl HttpUpstream {
                 let (status, code, message) = if too_large {
                     (
                         StatusCode::PAYLOAD_TOO_LARGE,
-                        relay::codes::MESSAGE_TOO_LARGE,
+                        codes::MESSAGE_TOO_LARGE,
                         format!(
                             "the request is larger than the gateway's max_message_size ({} bytes)",
                             self.settings.max_message_size
@@ -171,7 +171,7 @@ impl HttpUpstream {
                 } else {
                     (
                         StatusCode::BAD_REQUEST,
-                        relay::codes::INVALID_REQUEST,
+                        codes::INVALID_REQUEST,
                         "the request body could not be read".to_owned(),
                     )
                 };
@@ -182,15 +182,14 @@ impl HttpUpstream {
         let target = match &self.target {
             Ok(t) => t,
             Err(why) => {
-                let resp = relay::rpc_error(
+                return call.refuse(
+                    self,
+                    started,
                     StatusCode::BAD_GATEWAY,
-                    call.id(),
-                    relay::codes::UPSTREAM_UNAVAILABLE,
+                    codes::UPSTREAM_UNAVAILABLE,
                     why,
                     None,
                 );
-                call.record(self, started, Outcome::GatewayError);
-                return resp;
             }
         };
         if let Some(resp) = self.health_tool_call(&call) {
@@ -205,10 +204,11 @@ impl HttpUpstream {
                 down.cause,
                 mcpulse_wire::units::human_duration(wait.as_millis())
             );
-            let mut resp = relay::rpc_error(
+            let mut resp = call.refuse(
+                self,
+                started,
                 StatusCode::SERVICE_UNAVAILABLE,
-                call.id(),
-                relay::codes::UPSTREAM_UNAVAILABLE,
+                codes::UPSTREAM_UNAVAILABLE,
                 &message,
                 Some(&target.label),
             );
@@ -230,15 +230,14 @@ impl HttpUpstream {
         let out = match out.body(Full::new(body)) {
             Ok(r) => r,
             Err(e) => {
-                let resp = relay::rpc_error(
+                return call.refuse(
+                    self,
+                    started,
                     StatusCode::BAD_REQUEST,
-                    call.id(),
-                    relay::codes::INVALID_REQUEST,
+                    codes::INVALID_REQUEST,
                     &e.to_string(),
                     None,
                 );
-                call.record(self, started, Outcome::GatewayError);
-                return resp;
             }
         };
         match target.link.send(out).await {
@@ -263,15 +262,14 @@ impl HttpUpstream {
                     link::Failure::Broken(_) => StatusCode::BAD_GATEWAY,
                 };
                 let message = format!("upstream {} is unreachable: {cause}", target.label);
-                let resp = relay::rpc_error(
+                call.refuse(
+                    self,
+                    started,
                     status,
-                    call.id(),
-                    relay::codes::UPSTREAM_UNAVAILABLE,
+                    codes::UPSTREAM_UNAVAILABLE,
                     &message,
                     Some(&target.label),
-                );
-                call.record(self, started, Outcome::GatewayError);
-                resp
+                )
             }
         }
     }
@@ -400,6 +398,20 @@ impl Call {
 
     fn id(&self) -> Option<&str> {
         self.id.as_deref()
+    }
+
+    /// The gateway's own error answer to this request, recorded as a gateway error.
+    fn refuse(
+        &self,
+        upstream: &HttpUpstream,
+        started: Instant,
+        status: StatusCode,
+        code: i64,
+        message: &str,
+        label: Option<&str>,
+    ) -> Response {
+        self.record(upstream, started, Outcome::GatewayError);
+        relay::rpc_error(status, self.id(), code, message, label)
     }
 
     /// Records the request in metrics (requests only: notifications and replies are not

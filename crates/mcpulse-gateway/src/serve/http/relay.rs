@@ -66,6 +66,20 @@ pub struct Exchange<'a> {
     pub started: Instant,
 }
 
+impl Exchange<'_> {
+    /// The gateway's own `502` for this request, naming the upstream.
+    fn refuse(&self, code: i64, message: &str) -> Response {
+        self.call.refuse(
+            self.upstream,
+            self.started,
+            StatusCode::BAD_GATEWAY,
+            code,
+            message,
+            Some(&self.target.label),
+        )
+    }
+}
+
 /// Relays the upstream's response.
 pub async fn respond(
     x: Exchange<'_>,
@@ -87,14 +101,7 @@ pub async fn respond(
             x.target.link.went_down(cause.clone());
         }
         let message = format!("upstream {} {cause}", x.target.label);
-        x.call.record(x.upstream, x.started, Outcome::GatewayError);
-        return rpc_error(
-            StatusCode::BAD_GATEWAY,
-            x.call.id(),
-            codes::UPSTREAM_UNAVAILABLE,
-            &message,
-            Some(&x.target.label),
-        );
+        return x.refuse(codes::UPSTREAM_UNAVAILABLE, &message);
     }
     x.target.link.answered();
     if status.is_redirection() {
@@ -111,14 +118,7 @@ pub async fn respond(
             status.as_u16(),
             mcpulse_wire::text::field(to)
         );
-        x.call.record(x.upstream, x.started, Outcome::GatewayError);
-        return rpc_error(
-            StatusCode::BAD_GATEWAY,
-            x.call.id(),
-            codes::UPSTREAM_UNAVAILABLE,
-            &message,
-            Some(&x.target.label),
-        );
+        return x.refuse(codes::UPSTREAM_UNAVAILABLE, &message);
     }
     let sse = parts
         .headers
@@ -170,14 +170,7 @@ pub async fn respond(
     };
     if let Some((code, cause)) = failure {
         let message = format!("upstream {} failed: {cause}", x.target.label);
-        x.call.record(x.upstream, x.started, Outcome::GatewayError);
-        return rpc_error(
-            StatusCode::BAD_GATEWAY,
-            x.call.id(),
-            code,
-            &message,
-            Some(&x.target.label),
-        );
+        return x.refuse(code, &message);
     }
     x.target.link.release(sender);
     let mut bytes = Bytes::from(bytes);
