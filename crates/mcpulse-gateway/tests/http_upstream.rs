@@ -14,7 +14,7 @@ use hyper::body::Frame;
 use mcpulse_gateway::serve::http::{HttpSettings, HttpUpstream, codes};
 use mcpulse_gateway::state::{ProcessState, Shared};
 use mcpulse_policy::backoff::Backoff;
-use mcpulse_testkit::http::{FakeHttp, Piece, Reply};
+use mcpulse_testkit::http::{FakeHttp, Piece, RawListener, Reply};
 use mcpulse_testkit::mcp;
 use mcpulse_testkit::scenario::{self, Framing, LEGACY_SESSION};
 use mcpulse_transport::clock::Clock;
@@ -772,4 +772,26 @@ async fn a_redirect_is_answered_with_an_error_that_says_where_it_points() {
         !message.contains("abc"),
         "query values are redacted: {message}"
     );
+}
+
+/// A connection that breaks after the request went out is answered `-32080` (the request may
+/// have been acted on: it is not sent again), and it does not mark the upstream down: the next
+/// request is relayed again, not failed fast.
+#[tokio::test]
+async fn a_connection_lost_after_sending_is_an_error_for_that_request_only() {
+    let hangs_up = RawListener::start("127.0.0.1", "").await;
+    let gw = gateway(settings(format!("http://{}/mcp", hangs_up.addr()))).await;
+    for id in [1, 2] {
+        let a = post(&gw, &[], &request(id, "tools/call", json!({"name": "x"}))).await;
+        assert_eq!(a.status, 502, "{a:?}");
+        let err = a.reply(id);
+        assert_eq!(err["error"]["code"], codes::SERVER_RESTARTED, "{err}");
+        let message = err["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("broke the connection before answering"),
+            "{message}"
+        );
+    }
+    assert_eq!(hangs_up.connections(), 2);
+    assert_ne!(gw.shared.upstream().process, ProcessState::Backoff);
 }

@@ -42,8 +42,13 @@ type Sender = SendRequest<Full<Bytes>>;
 pub enum Failure {
     /// The connect (or TLS) did not finish within the connect timeout.
     Timeout,
-    /// Refused, unreachable, DNS, TLS, or the connection broke before the response head.
+    /// Refused, unreachable, DNS, TLS, or the HTTP handshake: the upstream is down.
     Broken(String),
+    /// The connection broke after the request may have been sent, before the response head.
+    /// Not a sign that the upstream is down (a kept-alive connection the upstream closed as
+    /// the request went out looks the same); the request is not sent again, as it may have
+    /// been acted on.
+    Lost(String),
 }
 
 impl Failure {
@@ -53,7 +58,7 @@ impl Failure {
                 "connecting timed out after {}",
                 mcpulse_wire::units::human_duration(connect_timeout.as_millis())
             ),
-            Failure::Broken(m) => m.clone(),
+            Failure::Broken(m) | Failure::Lost(m) => m.clone(),
         }
     }
 }
@@ -139,7 +144,7 @@ impl Link {
                 Ok(resp) => return Ok((resp, sender)),
                 Err(mut e) => match e.take_message() {
                     Some(back) => req = back,
-                    None => return Err(Failure::Broken(broken(e.error()))),
+                    None => return Err(Failure::Lost(broken(e.error()))),
                 },
             }
         }
@@ -147,7 +152,7 @@ impl Link {
         let mut sender = self.dial(deadline).await?;
         match sender.send_request(req).await {
             Ok(resp) => Ok((resp, sender)),
-            Err(e) => Err(Failure::Broken(broken(&e))),
+            Err(e) => Err(Failure::Lost(broken(&e))),
         }
     }
 
@@ -310,7 +315,7 @@ async fn reconnect(link: Weak<Link>) {
 
 fn broken(e: &hyper::Error) -> String {
     format!(
-        "the connection broke before the response: {}",
+        "broke the connection before answering: {}",
         mcpulse_transport::http::error_chain(e)
     )
 }

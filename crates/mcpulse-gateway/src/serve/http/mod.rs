@@ -256,20 +256,24 @@ impl HttpUpstream {
             }
             Err(failure) => {
                 let cause = failure.cause(self.settings.connect_timeout);
-                target.link.went_down(cause.clone());
-                let status = match failure {
-                    link::Failure::Timeout => StatusCode::GATEWAY_TIMEOUT,
-                    link::Failure::Broken(_) => StatusCode::BAD_GATEWAY,
+                let (status, code, message) = match failure {
+                    link::Failure::Lost(_) => (
+                        StatusCode::BAD_GATEWAY,
+                        codes::SERVER_RESTARTED,
+                        format!("upstream {} {cause}", target.label),
+                    ),
+                    link::Failure::Timeout | link::Failure::Broken(_) => {
+                        target.link.went_down(cause.clone());
+                        let status = if failure == link::Failure::Timeout {
+                            StatusCode::GATEWAY_TIMEOUT
+                        } else {
+                            StatusCode::BAD_GATEWAY
+                        };
+                        let message = format!("upstream {} is unreachable: {cause}", target.label);
+                        (status, codes::UPSTREAM_UNAVAILABLE, message)
+                    }
                 };
-                let message = format!("upstream {} is unreachable: {cause}", target.label);
-                call.refuse(
-                    self,
-                    started,
-                    status,
-                    codes::UPSTREAM_UNAVAILABLE,
-                    &message,
-                    Some(&target.label),
-                )
+                call.refuse(self, started, status, code, &message, Some(&target.label))
             }
         }
     }
