@@ -17,6 +17,7 @@ use mcpulse_policy::backoff::Backoff;
 use mcpulse_testkit::http::{FakeHttp, Piece, RawListener, Reply};
 use mcpulse_testkit::mcp;
 use mcpulse_testkit::scenario::{self, Framing, LEGACY_SESSION};
+use mcpulse_testkit::tls::TestCa;
 use mcpulse_transport::clock::Clock;
 use mcpulse_transport::http::{BodyEnd, Chunk, HttpClient, Outgoing, next_chunk, read_body};
 use mcpulse_wire::sse::{Decoder, Item};
@@ -794,4 +795,41 @@ async fn a_connection_lost_after_sending_is_an_error_for_that_request_only() {
     }
     assert_eq!(hangs_up.connections(), 2);
     assert_ne!(gw.shared.upstream().process, ProcessState::Backoff);
+}
+
+/// An `https://` upstream: dialled with the probe's TLS, trusting a private CA given in the
+/// settings; without it, the client gets the probe's sentence about the certificate.
+#[tokio::test]
+async fn an_https_upstream_with_a_private_ca() {
+    let ca = TestCa::new();
+    let config = TestCa::server_config(&ca.server_cert(30));
+    let fake = FakeHttp::start_tls(scenario::legacy_streamable(Framing::Json), config).await;
+    let untrusted = gateway(settings(fake.url("/mcp"))).await;
+    let a = post(&untrusted, &[], &initialize(1)).await;
+    assert_eq!(a.status, 502);
+    let message = a.reply(1)["error"]["message"].as_str().unwrap().to_owned();
+    assert!(
+        message.contains("not signed by a trusted certificate authority"),
+        "{message}"
+    );
+
+    let mut s = settings(fake.url("/mcp"));
+    s.extra_roots = mcpulse_transport::http::read_pem_certs(ca.pem().as_bytes()).unwrap();
+    let gw = gateway(s).await;
+    let with = [
+        ("mcp-session-id", LEGACY_SESSION),
+        ("mcp-protocol-version", mcp::LEGACY),
+    ];
+    assert_eq!(post(&gw, &[], &initialize(1)).await.status, 200);
+    for id in 2..5 {
+        let list = post(&gw, &with, &request(id, "tools/list", json!({}))).await;
+        assert_eq!(tool_names(&list.reply(id)), ["echo", "add"]);
+    }
+    // One TLS connection, kept alive for every request.
+    let seen = fake.requests();
+    assert_eq!(seen.len(), 4);
+    assert!(
+        seen.iter()
+            .all(|r| r.connection == seen[0].connection && r.scheme == "https")
+    );
 }

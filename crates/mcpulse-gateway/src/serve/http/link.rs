@@ -25,7 +25,7 @@ use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use mcpulse_policy::backoff::Backoff;
 use mcpulse_transport::clock::Clock;
-use mcpulse_transport::http::{HttpClient, SendError};
+use mcpulse_transport::http::{CertificateDer, HttpClient, SendError};
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -110,15 +110,20 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Link {
-    pub fn new(uri: Uri, connect_timeout: Duration, backoff: Backoff, shared: Arc<Shared>) -> Link {
+    pub fn new(uri: Uri, settings: &super::HttpSettings, shared: Arc<Shared>) -> Link {
         let warm = uri.scheme_str() != Some("https");
+        let roots = settings
+            .extra_roots
+            .iter()
+            .map(|der| CertificateDer::from(der.clone()))
+            .collect();
         Link {
             uri,
-            connect_timeout,
-            backoff,
+            connect_timeout: settings.connect_timeout,
+            backoff: settings.reconnect,
             shared,
             idle: Mutex::new(Vec::new()),
-            dialer: tokio::sync::Mutex::new(HttpClient::new(Clock::start())),
+            dialer: tokio::sync::Mutex::new(HttpClient::new(Clock::start()).with_roots(roots)),
             warm: AtomicBool::new(warm),
             state: Mutex::new(State::default()),
             random: std::collections::hash_map::RandomState::new(),

@@ -51,6 +51,9 @@ pub struct HttpSettings {
     pub health_tool: Option<String>,
     /// The delays between reconnect attempts while the upstream is down.
     pub reconnect: Backoff,
+    /// Certificates (DER) trusted besides the system's roots for an `https://` upstream: a
+    /// private CA (read from PEM with `mcpulse_transport::http::read_pem_certs`).
+    pub extra_roots: Vec<Vec<u8>>,
 }
 
 impl HttpSettings {
@@ -63,6 +66,7 @@ impl HttpSettings {
             max_message_size: 16 << 20,
             health_tool: None,
             reconnect: Backoff::default(),
+            extra_roots: Vec::new(),
         }
     }
 }
@@ -321,12 +325,7 @@ fn target(settings: &HttpSettings, shared: &Arc<Shared>) -> Result<Target, Strin
     let path = uri
         .path_and_query()
         .map_or("/".to_owned(), |p| p.as_str().to_owned());
-    let link = Arc::new(Link::new(
-        uri,
-        settings.connect_timeout,
-        settings.reconnect,
-        shared.clone(),
-    ));
+    let link = Arc::new(Link::new(uri, settings, shared.clone()));
     Ok(Target {
         link,
         host,
