@@ -427,3 +427,55 @@ pub fn plain(status: StatusCode, text: &'static str) -> Response {
     *resp.status_mut() = status;
     resp
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_health_tool_goes_on_the_last_page_once() {
+        let last =
+            br#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"echo"},{"name":"health"}]}}"#;
+        let with: Value =
+            serde_json::from_slice(&with_health_tool(last, "health").unwrap()).unwrap();
+        let names: Vec<&str> = with["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["echo", "health"]);
+        assert_eq!(
+            with["result"]["tools"][1],
+            crate::health::tool_descriptor("health")
+        );
+        let page = br#"{"jsonrpc":"2.0","id":1,"result":{"tools":[],"nextCursor":"2"}}"#;
+        assert_eq!(with_health_tool(page, "health"), None);
+        let null_cursor = br#"{"jsonrpc":"2.0","id":1,"result":{"tools":[],"nextCursor":null}}"#;
+        assert!(with_health_tool(null_cursor, "health").is_some());
+        let error = br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"no"}}"#;
+        assert_eq!(with_health_tool(error, "health"), None);
+    }
+
+    #[test]
+    fn events_are_reframed_as_they_were() {
+        let events = [
+            Event {
+                event: Some("message".into()),
+                data: "{\"a\":\n1}".into(),
+                id: Some("7".into()),
+                retry_ms: Some(1500),
+            },
+            Event::default(),
+            Event {
+                data: "x".into(),
+                ..Event::default()
+            },
+        ];
+        let mut decoder = Decoder::new(1024);
+        for e in events {
+            let items = decoder.push(&encode(&e));
+            assert_eq!(items, [Item::Event(e)]);
+        }
+    }
+}
