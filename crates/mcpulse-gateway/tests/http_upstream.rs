@@ -678,7 +678,17 @@ async fn a_slow_reader_holds_the_upstream_back_instead_of_filling_memory() {
             _ => panic!("the stream ended or stalled for good"),
         }
     }
+    // The client goes away: the relay closes the upstream stream (how an HTTP client cancels),
+    // and the upstream drops its body.
     drop(body);
+    let deadline = Instant::now() + BOUND;
+    while Arc::strong_count(&produced) > 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the upstream stream was left open"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     server.abort();
 }
 

@@ -219,7 +219,6 @@ impl HttpUpstream {
             let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
             resp.headers_mut()
                 .insert(http::header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
-            call.record(self, started, Outcome::GatewayError);
             return resp;
         }
         let mut out = http::Request::builder()

@@ -140,13 +140,13 @@ pub async fn respond(
             health_tool: x.upstream.settings.health_tool.clone(),
             tx,
         };
-        let outcome = Pending {
+        let pending = Pending {
             key: x.call.key.clone(),
             id: x.call.id.clone(),
             tools_list: x.call.method == Some("tools/list"),
             record: Record::new(x.upstream, &x.call, x.started),
         };
-        tokio::spawn(stream.run(body, sender, outcome));
+        tokio::spawn(stream.run(body, sender, pending));
         return out
             .body(Body::new(ChannelBody { rx }))
             .unwrap_or_else(|_| plain(StatusCode::BAD_GATEWAY, ""));
