@@ -11,3 +11,4 @@ pub mod health;
 pub mod heartbeat;
 pub mod restart;
 pub mod timeout;
+pub mod window;
