@@ -10,6 +10,7 @@ pub mod backoff;
 pub mod breaker;
 pub mod health;
 pub mod heartbeat;
+pub mod keepalive;
 pub mod limit;
 pub mod restart;
 pub mod timeout;
