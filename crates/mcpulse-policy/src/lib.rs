@@ -13,5 +13,6 @@ pub mod heartbeat;
 pub mod keepalive;
 pub mod limit;
 pub mod restart;
+pub mod thresholds;
 pub mod timeout;
 pub mod window;
