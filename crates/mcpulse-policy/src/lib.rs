@@ -13,6 +13,7 @@ pub mod heartbeat;
 pub mod keepalive;
 pub mod limit;
 pub mod restart;
+pub mod retry;
 pub mod thresholds;
 pub mod timeout;
 pub mod window;
