@@ -27,7 +27,7 @@
 //! Transitions are returned as [`Transition`] values with their reason and figures, for the
 //! caller to log and count. Nothing here allocates after [`Breaker::new`].
 
-use crate::window::{Call, Stats, Window, WindowSpec};
+use crate::window::{Call, Stats, Window, WindowSpec, millis};
 use std::time::Duration;
 
 /// Why a call failed, as the gateway sees it.
@@ -408,7 +408,7 @@ impl Breaker {
     }
 
     fn open(&mut self, now_ms: u64, reason: Reason) -> Transition {
-        let wait = u64::try_from(self.policy.wait_in_open.as_millis()).unwrap_or(u64::MAX);
+        let wait = millis(self.policy.wait_in_open);
         let until_ms = now_ms.saturating_add(wait);
         self.go(now_ms, State::Open { until_ms }, reason)
     }

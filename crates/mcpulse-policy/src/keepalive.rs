@@ -18,6 +18,7 @@
 //! Time is milliseconds on the caller's monotonic clock. The I/O side is a `sleep_until(due)`
 //! in the gateway's stream loop, reset whenever it writes.
 
+use crate::window::millis;
 use std::time::Duration;
 
 /// The comment to write.
@@ -38,9 +39,7 @@ impl KeepAlive {
     /// A stream opened (its headers written) at `now_ms`, with comments every `interval`;
     /// `None` or zero turns them off.
     pub fn new(interval: Option<Duration>, now_ms: u64) -> KeepAlive {
-        let interval_ms = interval
-            .filter(|d| !d.is_zero())
-            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1));
+        let interval_ms = interval.filter(|d| !d.is_zero()).map(|d| millis(d).max(1));
         KeepAlive {
             interval_ms,
             last_write_ms: now_ms,

@@ -36,6 +36,7 @@
 //!
 //! The mutex is held only for these few steps, never across an await.
 
+use crate::window::millis;
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -164,7 +165,7 @@ impl Limiter {
         if self.queue.len() < self.queue_cap {
             let ticket = Ticket(self.next_ticket);
             self.next_ticket = self.next_ticket.wrapping_add(1);
-            let wait = u64::try_from(self.policy.queue_timeout.as_millis()).unwrap_or(u64::MAX);
+            let wait = millis(self.policy.queue_timeout);
             let deadline_ms = now_ms.saturating_add(wait);
             self.queue.push_back((ticket, deadline_ms));
             self.counts.queued = self.counts.queued.saturating_add(1);

@@ -24,6 +24,7 @@
 
 use crate::backoff::Backoff;
 use crate::breaker::{FailureKind, FailureSet};
+use crate::window::millis;
 use std::time::Duration;
 
 /// The slots of the budget's sliding window.
@@ -147,7 +148,7 @@ pub struct RetryBudget {
 
 impl RetryBudget {
     pub fn new(policy: BudgetPolicy) -> RetryBudget {
-        let ttl_ms = u64::try_from(policy.ttl.as_millis()).unwrap_or(u64::MAX);
+        let ttl_ms = millis(policy.ttl);
         RetryBudget {
             policy,
             width_ms: (ttl_ms / BUDGET_SLOTS as u64).max(1),
@@ -251,7 +252,7 @@ impl RetryPolicy {
             return RetryDecision::Stop(Stop::Attempts { made });
         }
         let delay = self.backoff.delay(made.saturating_sub(1), draw);
-        let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        let delay_ms = millis(delay);
         if deadline_ms.is_some_and(|d| now_ms.saturating_add(delay_ms) >= d) {
             return RetryDecision::Stop(Stop::Deadline);
         }

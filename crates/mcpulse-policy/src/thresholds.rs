@@ -22,7 +22,7 @@
 //! allocates only the first time a tool is seen. Judging allocates its output text.
 
 use crate::health::{Check, CheckStatus};
-use crate::window::{Call, Window, WindowSpec};
+use crate::window::{Call, Window, WindowSpec, millis};
 use mcpulse_wire::text;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -150,7 +150,7 @@ impl Judgement<'_> {
             .at(time_ms)
             .with("calls", self.calls);
         if let Some(p95) = self.p95 {
-            check = check.with("p95Ms", u64::try_from(p95.as_millis()).unwrap_or(u64::MAX));
+            check = check.with("p95Ms", millis(p95));
         }
         if let Some(out) = self.output() {
             check = check.output(out);

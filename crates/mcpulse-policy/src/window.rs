@@ -187,6 +187,11 @@ fn quantile_of<'a>(
     None
 }
 
+/// A duration in whole milliseconds, saturating (the policies' clock unit).
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
 fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
@@ -249,7 +254,7 @@ impl Window {
             }
             WindowSpec::Time { span, buckets } => {
                 let buckets = buckets.clamp(1, MAX_BUCKETS);
-                let span_ms = u64::try_from(span.as_millis()).unwrap_or(u64::MAX);
+                let span_ms = millis(span);
                 let width_ms = (span_ms / u64::from(buckets)).max(1);
                 let n = usize::try_from(buckets).unwrap_or(1);
                 Shape::Time {
