@@ -23,11 +23,15 @@
 //! the breaker half-opened is not a failed trial, and a success from before the breaker opened
 //! cannot close it.
 //!
+//! Every permit must come back, through `record` or `cancel`: a trial permit dropped on the floor
+//! keeps its half-open slot until the next transition. The gateway guarantees an outcome for
+//! every call it lets through (its timeout turns a hang into [`FailureKind::Timeout`]).
+//!
 //! The window is cleared on every transition, so each state judges only its own calls.
 //! Transitions are returned as [`Transition`] values with their reason and figures, for the
 //! caller to log and count. Nothing here allocates after [`Breaker::new`].
 
-use crate::window::{Call, Stats, Window, WindowSpec, millis};
+use crate::window::{Call, Invalid, Stats, Window, WindowSpec, millis, require, require_rate};
 use std::time::Duration;
 
 /// Why a call failed, as the gateway sees it.
@@ -148,6 +152,27 @@ impl Default for BreakerPolicy {
             half_open_trials: 10,
             counted: FailureSet::ALL,
         }
+    }
+}
+
+impl BreakerPolicy {
+    /// Whether every setting is in range (see [`Invalid`]).
+    pub fn validate(&self) -> Result<(), Invalid> {
+        self.window.validate()?;
+        require(
+            self.minimum_calls >= 1,
+            "minimum_calls",
+            "must be at least 1",
+        )?;
+        require_rate(self.failure_rate, "failure_rate")?;
+        if let Some(rate) = self.slow_call_rate {
+            require_rate(rate, "slow_call_rate")?;
+        }
+        require(
+            self.half_open_trials >= 1,
+            "half_open_trials",
+            "must be at least 1",
+        )
     }
 }
 
@@ -667,6 +692,32 @@ mod tests {
         }
         assert_eq!(FailureKind::parse("oops"), None);
         assert_eq!(FailureSet::of(&FailureKind::ALL), FailureSet::ALL);
+    }
+
+    #[test]
+    fn the_defaults_are_valid_and_rates_out_of_range_are_not() {
+        assert_eq!(BreakerPolicy::default().validate(), Ok(()));
+        assert_eq!(policy().validate(), Ok(()));
+        for rate in [0.0, -1.0, 1.5, f64::NAN] {
+            let e = BreakerPolicy {
+                failure_rate: rate,
+                ..policy()
+            }
+            .validate();
+            assert_eq!(e.map_err(|e| e.setting), Err("failure_rate"), "{rate}");
+            let e = BreakerPolicy {
+                slow_call_rate: Some(rate),
+                ..policy()
+            }
+            .validate();
+            assert_eq!(e.map_err(|e| e.setting), Err("slow_call_rate"), "{rate}");
+        }
+        let e = BreakerPolicy {
+            half_open_trials: 0,
+            ..policy()
+        }
+        .validate();
+        assert_eq!(e.map_err(|e| e.setting), Err("half_open_trials"));
     }
 
     proptest::proptest! {

@@ -36,7 +36,7 @@
 //!
 //! The mutex is held only for these few steps, never across an await.
 
-use crate::window::millis;
+use crate::window::{Invalid, millis, require};
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -62,6 +62,18 @@ impl Default for LimitPolicy {
             queue: 100,
             queue_timeout: Duration::from_secs(5),
         }
+    }
+}
+
+impl LimitPolicy {
+    /// Whether every setting is in range (see [`Invalid`]).
+    pub fn validate(&self) -> Result<(), Invalid> {
+        require(
+            self.max_concurrent >= 1,
+            "max_concurrent",
+            "must be at least 1",
+        )?;
+        require(self.queue <= MAX_QUEUE, "queue", "must be at most 10000")
     }
 }
 
@@ -352,6 +364,23 @@ mod tests {
                 "{p:?}"
             );
         }
+    }
+
+    #[test]
+    fn the_defaults_are_valid_and_a_zero_limit_is_not() {
+        assert_eq!(LimitPolicy::default().validate(), Ok(()));
+        let e = LimitPolicy {
+            max_concurrent: 0,
+            ..policy()
+        }
+        .validate();
+        assert_eq!(e.map_err(|e| e.setting), Err("max_concurrent"));
+        let e = LimitPolicy {
+            queue: MAX_QUEUE + 1,
+            ..policy()
+        }
+        .validate();
+        assert_eq!(e.map_err(|e| e.setting), Err("queue"));
     }
 
     #[test]

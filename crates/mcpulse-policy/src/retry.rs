@@ -24,7 +24,7 @@
 
 use crate::backoff::Backoff;
 use crate::breaker::{FailureKind, FailureSet};
-use crate::window::millis;
+use crate::window::{Invalid, millis, require};
 use std::time::Duration;
 
 /// The slots of the budget's sliding window.
@@ -74,6 +74,34 @@ impl Default for RetryPolicy {
             },
             retry_on: FailureSet::of(&[FailureKind::Timeout, FailureKind::Transport]),
         }
+    }
+}
+
+impl RetryPolicy {
+    /// Whether every setting is in range (see [`Invalid`]).
+    pub fn validate(&self) -> Result<(), Invalid> {
+        require(self.max_attempts >= 1, "max_attempts", "must be at least 1")?;
+        require(
+            self.backoff.initial <= self.backoff.max,
+            "backoff.initial",
+            "must be at most backoff.max",
+        )
+    }
+}
+
+impl BudgetPolicy {
+    /// Whether every setting is in range (see [`Invalid`]).
+    pub fn validate(&self) -> Result<(), Invalid> {
+        require(
+            self.ttl >= Duration::from_secs(1),
+            "budget.ttl",
+            "must be at least 1s",
+        )?;
+        require(
+            (0.0..=1.0).contains(&self.ratio),
+            "budget.ratio",
+            "must be 0 to 1",
+        )
     }
 }
 
@@ -393,6 +421,30 @@ mod tests {
         assert_eq!(b.remaining(9_999), 0);
         assert_eq!(b.remaining(10_000), 10);
         assert!(b.withdraw(10_000));
+    }
+
+    #[test]
+    fn the_defaults_are_valid_and_odd_settings_are_not() {
+        assert_eq!(RetryPolicy::default().validate(), Ok(()));
+        assert_eq!(BudgetPolicy::default().validate(), Ok(()));
+        let e = RetryPolicy {
+            max_attempts: 0,
+            ..RetryPolicy::default()
+        }
+        .validate();
+        assert_eq!(e.map_err(|e| e.setting), Err("max_attempts"));
+        let e = BudgetPolicy {
+            ratio: 1.5,
+            ..BudgetPolicy::default()
+        }
+        .validate();
+        assert_eq!(e.map_err(|e| e.setting), Err("budget.ratio"));
+        let e = BudgetPolicy {
+            ttl: Duration::from_millis(999),
+            ..BudgetPolicy::default()
+        }
+        .validate();
+        assert_eq!(e.map_err(|e| e.setting), Err("budget.ttl"));
     }
 
     #[test]

@@ -22,7 +22,7 @@
 //! allocates only the first time a tool is seen. Judging allocates its output text.
 
 use crate::health::{Check, CheckStatus};
-use crate::window::{Call, Window, WindowSpec, millis};
+use crate::window::{Call, Invalid, Window, WindowSpec, millis, require, require_rate};
 use mcpulse_wire::text;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -65,6 +65,49 @@ impl Default for ThresholdPolicy {
             },
             unhealthy: None,
         }
+    }
+}
+
+impl Limits {
+    fn validate(&self, error_rate: &'static str, p95: &'static str) -> Result<(), Invalid> {
+        if let Some(rate) = self.error_rate {
+            require_rate(rate, error_rate)?;
+        }
+        require(
+            self.p95.is_none_or(|d| !d.is_zero()),
+            p95,
+            "must be above 0",
+        )
+    }
+}
+
+impl ThresholdPolicy {
+    /// Whether every setting is in range, and `unhealthy` no stricter than `degraded` (else a
+    /// scope would fail before it warned).
+    pub fn validate(&self) -> Result<(), Invalid> {
+        self.window.validate()?;
+        self.degraded
+            .validate("degraded.error_rate", "degraded.p95")?;
+        let Some(unhealthy) = self.unhealthy else {
+            return Ok(());
+        };
+        unhealthy.validate("unhealthy.error_rate", "unhealthy.p95")?;
+        require(
+            match (self.degraded.error_rate, unhealthy.error_rate) {
+                (Some(d), Some(u)) => u >= d,
+                _ => true,
+            },
+            "unhealthy.error_rate",
+            "must be at least degraded.error_rate",
+        )?;
+        require(
+            match (self.degraded.p95, unhealthy.p95) {
+                (Some(d), Some(u)) => u >= d,
+                _ => true,
+            },
+            "unhealthy.p95",
+            "must be at least degraded.p95",
+        )
     }
 }
 
@@ -453,6 +496,44 @@ mod tests {
             "{out}"
         );
         assert!(!out.contains('\x1b'));
+    }
+
+    #[test]
+    fn unhealthy_limits_stricter_than_degraded_ones_are_invalid() {
+        assert_eq!(ThresholdPolicy::default().validate(), Ok(()));
+        let with = |unhealthy| ThresholdPolicy {
+            unhealthy: Some(unhealthy),
+            ..policy()
+        };
+        assert_eq!(
+            with(Limits {
+                error_rate: Some(0.5),
+                p95: Some(Duration::from_secs(5)),
+            })
+            .validate(),
+            Ok(())
+        );
+        let e = with(Limits {
+            error_rate: Some(0.1),
+            p95: None,
+        })
+        .validate();
+        assert_eq!(e.map_err(|e| e.setting), Err("unhealthy.error_rate"));
+        let e = with(Limits {
+            error_rate: None,
+            p95: Some(Duration::from_millis(500)),
+        })
+        .validate();
+        assert_eq!(e.map_err(|e| e.setting), Err("unhealthy.p95"));
+        let e = ThresholdPolicy {
+            degraded: Limits {
+                error_rate: Some(0.0),
+                p95: None,
+            },
+            ..policy()
+        }
+        .validate();
+        assert_eq!(e.map_err(|e| e.setting), Err("degraded.error_rate"));
     }
 
     #[test]

@@ -46,6 +46,60 @@ pub const MAX_COUNT: u32 = 10_000;
 /// The most slots of a time-based window (a larger setting is cut to it); a slot is about 1 KiB.
 pub const MAX_BUCKETS: u32 = 120;
 
+/// A policy setting out of range. The policies never panic on one (each clamps or ignores
+/// what it cannot use), but a config that asks for it is wrong, and the gateway's config parser
+/// says so, with the setting's place in the file, by calling the policy's `validate`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{setting} {rule}")]
+pub struct Invalid {
+    /// The setting, as the policy's field names it (`failure_rate`).
+    pub setting: &'static str,
+    /// What it must be (`must be above 0 and at most 1`).
+    pub rule: &'static str,
+}
+
+pub(crate) fn require(ok: bool, setting: &'static str, rule: &'static str) -> Result<(), Invalid> {
+    if ok {
+        Ok(())
+    } else {
+        Err(Invalid { setting, rule })
+    }
+}
+
+/// A rate in (0, 1]: 0 would trip on every call, and NaN never.
+pub(crate) fn require_rate(rate: f64, setting: &'static str) -> Result<(), Invalid> {
+    require(
+        rate > 0.0 && rate <= 1.0,
+        setting,
+        "must be above 0 and at most 1",
+    )
+}
+
+impl WindowSpec {
+    /// Whether the sizes are in range (see [`Invalid`]).
+    pub fn validate(&self) -> Result<(), Invalid> {
+        match *self {
+            WindowSpec::Count { calls } => require(
+                (1..=MAX_COUNT).contains(&calls),
+                "window.calls",
+                "must be 1 to 10000",
+            ),
+            WindowSpec::Time { span, buckets } => {
+                require(
+                    (1..=MAX_BUCKETS).contains(&buckets),
+                    "window.buckets",
+                    "must be 1 to 120",
+                )?;
+                require(
+                    millis(span) >= u64::from(buckets),
+                    "window.span",
+                    "must be at least 1 ms per bucket",
+                )
+            }
+        }
+    }
+}
+
 impl Default for WindowSpec {
     /// The last 100 calls (resilience4j's `slidingWindowSize`).
     fn default() -> WindowSpec {
@@ -538,6 +592,33 @@ mod tests {
             assert_eq!(w.stats(10), Stats::default(), "{spec:?}");
             assert_eq!(w.quantile(10, 0.5), None, "{spec:?}");
         }
+    }
+
+    #[test]
+    fn sizes_out_of_range_are_invalid() {
+        assert_eq!(WindowSpec::default().validate(), Ok(()));
+        let bad = [
+            WindowSpec::Count { calls: 0 },
+            WindowSpec::Count {
+                calls: MAX_COUNT + 1,
+            },
+            WindowSpec::Time {
+                span: Duration::from_millis(5),
+                buckets: 10,
+            },
+            WindowSpec::Time {
+                span: Duration::from_secs(60),
+                buckets: 0,
+            },
+        ];
+        for spec in bad {
+            assert!(spec.validate().is_err(), "{spec:?}");
+        }
+        let e = WindowSpec::Count { calls: 0 }.validate();
+        assert_eq!(
+            e.map_err(|e| e.to_string()),
+            Err("window.calls must be 1 to 10000".to_string())
+        );
     }
 
     proptest::proptest! {
