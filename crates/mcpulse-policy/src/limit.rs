@@ -436,4 +436,64 @@ mod tests {
             "{done} {rejected} {timed_out}"
         );
     }
+
+    proptest::proptest! {
+        /// Any mix of arrivals, finishes, cancels and time steps: the limit and the queue
+        /// bound hold, waiters leave in arrival order, none is admitted at or past its deadline
+        /// nor timed out before it, none waits while a slot is free, and every one is answered
+        /// exactly once.
+        #[test]
+        fn every_waiter_is_answered_once_in_order_and_on_time(
+            steps in proptest::collection::vec((0u8..4, 0u64..700), 0..300),
+            max in 1u32..4,
+            queue in 0u32..5,
+        ) {
+            let p = LimitPolicy { max_concurrent: max, queue, queue_timeout: Duration::from_millis(1000) };
+            let mut l = Limiter::new(p);
+            let mut now = 0u64;
+            let mut running = 0u32;
+            let mut waiting: Vec<(Ticket, u64)> = Vec::new();
+            let mut last_woken: Option<Ticket> = None;
+            for (action, arg) in steps.into_iter().chain(std::iter::once((3, 5_000))) {
+                match action {
+                    0 => match l.acquire(now) {
+                        Admit::Now => running += 1,
+                        Admit::Queued { ticket, deadline_ms } => waiting.push((ticket, deadline_ms)),
+                        Admit::Rejected { retry_after } => proptest::prop_assert!(retry_after >= Duration::from_secs(1)),
+                    },
+                    1 if running > 0 => {
+                        running -= 1;
+                        l.release();
+                    }
+                    2 if !waiting.is_empty() => {
+                        let i = usize::try_from(arg).unwrap_or(0) % waiting.len();
+                        let (ticket, _) = waiting.remove(i);
+                        proptest::prop_assert!(l.cancel(ticket));
+                    }
+                    _ => now += arg,
+                }
+                while let Some(wake) = l.next_wake(now) {
+                    let (Wake::Admitted(t) | Wake::TimedOut(t)) = wake;
+                    let i = waiting.iter().position(|(x, _)| *x == t);
+                    proptest::prop_assert!(i.is_some(), "{t:?} answered twice or never queued");
+                    let (_, deadline) = waiting.remove(i.unwrap_or(0));
+                    proptest::prop_assert!(last_woken < Some(t), "out of order");
+                    last_woken = Some(t);
+                    match wake {
+                        Wake::Admitted(_) => {
+                            proptest::prop_assert!(now < deadline);
+                            running += 1;
+                        }
+                        Wake::TimedOut(_) => proptest::prop_assert!(now >= deadline),
+                    }
+                }
+                proptest::prop_assert_eq!(l.in_flight(), running);
+                proptest::prop_assert!(running <= max);
+                proptest::prop_assert_eq!(l.queued(), waiting.len());
+                proptest::prop_assert!(waiting.len() <= queue as usize);
+                proptest::prop_assert!(waiting.is_empty() || running == max, "a slot is free while a request waits");
+            }
+            proptest::prop_assert!(waiting.is_empty(), "after 5 s every waiter was answered");
+        }
+    }
 }
