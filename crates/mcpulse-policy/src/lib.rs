@@ -7,7 +7,13 @@
 //! steps it exactly as paused tokio time would, without a runtime.
 
 pub mod backoff;
+pub mod breaker;
 pub mod health;
 pub mod heartbeat;
+pub mod keepalive;
+pub mod limit;
 pub mod restart;
+pub mod retry;
+pub mod thresholds;
 pub mod timeout;
+pub mod window;
