@@ -7,6 +7,7 @@
 //! steps it exactly as paused tokio time would, without a runtime.
 
 pub mod backoff;
+pub mod check;
 pub mod health;
 pub mod heartbeat;
 pub mod restart;
