@@ -273,32 +273,34 @@ async fn the_runner_caches_results_with_their_thresholds() {
         None,
         "registered, not run yet"
     );
-    let wait_for = |want: CheckStatus, within: Duration| {
+    // Waits until the check has had `n` results; returns its confirmed status then.
+    let after_runs = |n: u64| {
         let shared = Arc::clone(&shared);
         async move {
             let t0 = Instant::now();
-            while shared.health.confirmed("db") != Some(want) {
-                assert!(t0.elapsed() < within, "not {want:?} within {within:?}");
-                tokio::time::sleep(Duration::from_millis(20)).await;
+            while shared.health.runs("db") < n {
+                assert!(t0.elapsed() < Duration::from_secs(3), "no run {n}");
+                tokio::time::sleep(Duration::from_millis(10)).await;
             }
-            t0.elapsed()
+            shared.health.confirmed("db").unwrap()
         }
     };
     // The first run comes within the jitter (at most a tenth of the interval).
-    wait_for(CheckStatus::Pass, Duration::from_millis(500)).await;
+    let t0 = Instant::now();
+    assert_eq!(after_runs(1).await, CheckStatus::Pass);
+    assert!(
+        t0.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        t0.elapsed()
+    );
     drop(listener);
-    // Two failures in a row: between one and two intervals later, never after one run.
-    let took = wait_for(CheckStatus::Fail, Duration::from_millis(2600)).await;
-    assert!(
-        took > Duration::from_millis(900),
-        "flipped after one failure: {took:?}"
-    );
+    // One failure flips nothing; the second in a row does.
+    assert_eq!(after_runs(2).await, CheckStatus::Pass);
+    assert_eq!(after_runs(3).await, CheckStatus::Fail);
     let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
-    let took = wait_for(CheckStatus::Pass, Duration::from_millis(2600)).await;
-    assert!(
-        took > Duration::from_millis(900),
-        "recovered after one success: {took:?}"
-    );
+    // Recovery takes two successes in a row too.
+    assert_eq!(after_runs(4).await, CheckStatus::Fail);
+    assert_eq!(after_runs(5).await, CheckStatus::Pass);
     let readyz = health::readiness(&shared);
     let db = readyz.checks.iter().find(|c| c.name == "db").unwrap();
     assert_eq!(db.status, CheckStatus::Pass);

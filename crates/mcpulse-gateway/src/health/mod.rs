@@ -42,7 +42,9 @@ use mcpulse_policy::check::{self as policy, Raw, Thresholds, Transition};
 use mcpulse_policy::health::{self as model, Check as Item, CheckStatus, Health};
 use serde_json::{Map, Value, json};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+// tokio's clock, so that a test under paused time can age the ticker's last tick.
+use tokio::time::Instant;
 
 pub use protocol::protocol_from;
 
@@ -179,6 +181,15 @@ impl Registry {
             Some(e) => *e = entry,
             None => i.checks.push(entry),
         }
+    }
+
+    /// How many results a check has had (0 for an unknown name).
+    pub fn runs(&self, name: &str) -> u64 {
+        lock(&self.inner)
+            .checks
+            .iter()
+            .find(|e| e.name == name)
+            .map_or(0, |e| e.state.runs)
     }
 
     /// Marks the event loop alive (the ticker's).
