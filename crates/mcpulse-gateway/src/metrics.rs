@@ -11,16 +11,14 @@
 //! exposition has a fixed ceiling whatever clients and servers send.
 
 use mcpulse_policy::health::CheckStatus;
-use mcpulse_relay::endpoints::{MAX_TOOL_LABELS, OTHER_TOOL};
+use mcpulse_relay::endpoints::ToolLabels;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
-use std::collections::HashSet;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 /// How one relayed request ended (the `outcome` label).
@@ -132,8 +130,7 @@ pub struct Metrics {
     check_duration: Family<CheckLabel, Gauge<f64, AtomicU64>>,
     readiness: Family<StatusLabel, Gauge>,
     liveness: Family<StatusLabel, Gauge>,
-    /// The tool labels handed out so far (at most [`MAX_TOOL_LABELS`]).
-    tools: Mutex<HashSet<String>>,
+    tools: ToolLabels,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -146,10 +143,6 @@ impl Default for Metrics {
     fn default() -> Metrics {
         Metrics::new()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The `method` label of a method.
@@ -244,32 +237,18 @@ impl Metrics {
             check_duration,
             readiness,
             liveness,
-            tools: Mutex::new(HashSet::new()),
+            tools: ToolLabels::default(),
         };
         m.set_readiness(CheckStatus::Fail);
         m.set_liveness(CheckStatus::Pass);
         m
     }
 
-    /// The `tool` label for a tool name: inert, cut, and `_other` past the bound.
-    fn tool_label(&self, tool: &str) -> String {
-        let name = mcpulse_wire::text::field(tool);
-        let mut seen = lock(&self.tools);
-        if seen.contains(name.as_ref()) {
-            return name.into_owned();
-        }
-        if seen.len() >= MAX_TOOL_LABELS || name == OTHER_TOOL {
-            return OTHER_TOOL.to_string();
-        }
-        seen.insert(name.to_string());
-        name.into_owned()
-    }
-
     /// One request relayed and answered: `method` is the JSON-RPC method, `tool` the tool of a
     /// `tools/call` (both bounded here: see the module docs).
     pub fn request(&self, method: &str, tool: Option<&str>, took: Duration, outcome: Outcome) {
         let method = method_label(method);
-        let tool = tool.map(|t| self.tool_label(t)).unwrap_or_default();
+        let tool = tool.map(|t| self.tools.label(t)).unwrap_or_default();
         self.request_duration
             .get_or_create(&MethodToolLabels {
                 method,
@@ -361,6 +340,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
     use super::*;
+    use mcpulse_relay::endpoints::MAX_TOOL_LABELS;
 
     #[test]
     fn labels_are_bounded() {

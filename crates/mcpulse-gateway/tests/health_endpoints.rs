@@ -10,13 +10,13 @@ use mcpulse_gateway::metrics::Outcome;
 use mcpulse_gateway::state::{ProcessState, Protocol, Shared};
 use mcpulse_policy::check::Raw;
 use mcpulse_policy::health::CheckStatus;
+use mcpulse_testkit::http::get;
 use mcpulse_testkit::{FakeHttp, Reply, scenario, tools};
 use serde_json::Value;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 struct Server {
     addr: SocketAddr,
@@ -37,62 +37,6 @@ async fn serve(shared: Arc<Shared>) -> Server {
         axum::serve(listener, app).await.unwrap();
     });
     Server { addr, task }
-}
-
-struct Got {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: String,
-}
-
-impl Got {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.body).unwrap()
-    }
-}
-
-/// One `GET` on a fresh connection, read to its close (bounded in time).
-async fn get(addr: SocketAddr, path: &str) -> Got {
-    let read = async {
-        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-        s.write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
-        )
-        .await
-        .unwrap();
-        let mut buf = Vec::new();
-        s.read_to_end(&mut buf).await.unwrap();
-        String::from_utf8(buf).unwrap()
-    };
-    let text = tokio::time::timeout(Duration::from_secs(5), read)
-        .await
-        .unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap();
-    let mut lines = head.lines();
-    let status = lines
-        .next()
-        .unwrap()
-        .split(' ')
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
-    let headers = lines
-        .filter_map(|l| l.split_once(": "))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect();
-    Got {
-        status,
-        headers,
-        body: body.to_owned(),
-    }
 }
 
 fn protocol(ok: bool, tools: Option<usize>, at_ms: i64) -> Protocol {
