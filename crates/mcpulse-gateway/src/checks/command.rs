@@ -11,10 +11,9 @@
 
 use super::{failed, passed};
 use mcpulse_policy::check::Raw;
+use mcpulse_transport::command::{Group, capture};
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 use tokio::time::Instant;
 
@@ -24,53 +23,9 @@ pub const OUTPUT_CAP: usize = 4096;
 /// behind can hold them open).
 const PIPE_GRACE: Duration = Duration::from_millis(200);
 
-/// Kills the process group on drop unless disarmed: covers the deadline and an aborted task.
-struct Group(Option<i32>);
-
-impl Group {
-    fn kill(&mut self) {
-        if let Some(pgid) = self.0.take() {
-            // The leader is our unreaped child, so the id cannot have been reused.
-            mcpulse_transport::stdio::kill_group(pgid, libc::SIGKILL);
-        }
-    }
-}
-
-impl Drop for Group {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-type Buf = Arc<Mutex<Vec<u8>>>;
-
-/// Reads a pipe to its end, keeping its first [`OUTPUT_CAP`] bytes.
-fn drain(
-    pipe: Option<impl AsyncRead + Unpin + Send + 'static>,
-) -> (Buf, Option<tokio::task::JoinHandle<()>>) {
-    let buf: Buf = Arc::new(Mutex::new(Vec::new()));
-    let task = pipe.map(|mut pipe| {
-        let buf = Arc::clone(&buf);
-        tokio::spawn(async move {
-            let mut chunk = [0u8; 1024];
-            loop {
-                match pipe.read(&mut chunk).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => {
-                        let mut b = buf.lock().unwrap_or_else(|p| p.into_inner());
-                        let room = OUTPUT_CAP.saturating_sub(b.len());
-                        b.extend_from_slice(&chunk[..n.min(room)]);
-                    }
-                }
-            }
-        })
-    });
-    (buf, task)
-}
-
-fn first_line(buf: &Buf) -> String {
-    let b = buf.lock().unwrap_or_else(|p| p.into_inner());
-    String::from_utf8_lossy(&b)
+/// The first non-empty line of what a pipe gave.
+fn first_line(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes)
         .lines()
         .map(str::trim)
         .find(|l| !l.is_empty())
@@ -107,18 +62,15 @@ pub(super) async fn run(argv: &[String], pass: &[String], deadline: Instant) -> 
             return failed(Some(start.elapsed()), &format!("{program}: {why}"));
         }
     };
-    let mut group = Group(child.id().and_then(|p| i32::try_from(p).ok()));
-    let (out, out_task) = drain(child.stdout.take());
-    let (err, err_task) = drain(child.stderr.take());
+    let mut group = Group::of(child.id());
+    let out = capture(child.stdout.take(), OUTPUT_CAP);
+    let err = capture(child.stderr.take(), OUTPUT_CAP);
     let status = tokio::time::timeout_at(deadline, child.wait()).await;
     let took = start.elapsed();
     let status = match status {
         Err(_) => {
             group.kill();
             let _ = tokio::time::timeout(Duration::from_secs(1), child.wait()).await;
-            for t in [out_task, err_task].into_iter().flatten() {
-                t.abort();
-            }
             return failed(
                 Some(took),
                 &format!(
@@ -130,14 +82,8 @@ pub(super) async fn run(argv: &[String], pass: &[String], deadline: Instant) -> 
         Ok(Err(e)) => return failed(Some(took), &format!("{program}: waiting failed: {e}")),
         Ok(Ok(status)) => status,
     };
-    // Reaped: the group id may be reused from here on, so never signal it.
-    group.0 = None;
-    for t in [out_task, err_task].into_iter().flatten() {
-        let mut t = t;
-        if tokio::time::timeout(PIPE_GRACE, &mut t).await.is_err() {
-            t.abort();
-        }
-    }
+    group.disarm();
+    let (out, err) = tokio::join!(out.finish(PIPE_GRACE), err.finish(PIPE_GRACE));
     let line = Some(first_line(&out))
         .filter(|l| !l.is_empty())
         .unwrap_or_else(|| first_line(&err));
