@@ -10,6 +10,24 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::task::JoinHandle;
 
+/// `program args...` with a clean environment ([`crate::stdio::inherited_env`]: what a program
+/// needs to run, not the caller's credentials) plus the caller's variables named in `pass`
+/// (those that are set), in a process group of its own (for [`Group`]), killed if dropped.
+/// The caller sets stdin, stdout and stderr.
+pub fn clean(program: &str, args: &[String], pass: &[String]) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.env_clear()
+        .envs(crate::stdio::inherited_env())
+        .envs(
+            pass.iter()
+                .filter_map(|k| std::env::var_os(k).map(|v| (k, v))),
+        )
+        .args(args)
+        .process_group(0)
+        .kill_on_drop(true);
+    cmd
+}
+
 /// Kills the process group on drop unless disarmed: covers the time limit and an aborted task.
 #[derive(Debug)]
 pub struct Group(Option<i32>);

@@ -11,10 +11,9 @@
 
 use super::{failed, passed};
 use mcpulse_policy::check::Raw;
-use mcpulse_transport::command::{Group, capture};
+use mcpulse_transport::command::{Group, capture, clean};
 use std::process::Stdio;
 use std::time::Duration;
-use tokio::process::Command;
 use tokio::time::Instant;
 
 /// The most bytes of stdout, and of stderr, kept.
@@ -38,19 +37,10 @@ pub(super) async fn run(argv: &[String], pass: &[String], deadline: Instant) -> 
     let Some((program, args)) = argv.split_first() else {
         return failed(None, "no command");
     };
-    let mut cmd = Command::new(program);
-    cmd.env_clear()
-        .envs(mcpulse_transport::stdio::inherited_env())
-        .envs(
-            pass.iter()
-                .filter_map(|k| std::env::var_os(k).map(|v| (k, v))),
-        )
-        .args(args)
-        .stdin(Stdio::null())
+    let mut cmd = clean(program, args, pass);
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
+        .stderr(Stdio::piped());
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {

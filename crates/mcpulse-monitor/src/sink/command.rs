@@ -27,11 +27,10 @@
 
 use super::{DeliveryError, webhook};
 use crate::alert::{Action, Alert};
-use mcpulse_transport::command::{Group, capture};
+use mcpulse_transport::command::{Group, capture, clean};
 use std::process::Stdio;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
-use tokio::process::Command;
 
 /// How much stderr is kept for the error message.
 const STDERR_CAP: usize = 2048;
@@ -75,20 +74,11 @@ pub async fn run(
         ));
     };
     let input = webhook::body(alert)?;
-    let mut cmd = Command::new(program);
-    cmd.env_clear()
-        .envs(mcpulse_transport::stdio::inherited_env())
-        .envs(
-            pass.iter()
-                .filter_map(|k| std::env::var_os(k).map(|v| (k, v))),
-        )
-        .args(&argv[1..])
-        .envs(env(alert))
+    let mut cmd = clean(program, &argv[1..], pass);
+    cmd.envs(env(alert))
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
+        .stderr(Stdio::piped());
     let mut child = cmd.spawn().map_err(|e| {
         let (message, permanent) = match e.kind() {
             std::io::ErrorKind::NotFound => ("command not found".to_owned(), true),
