@@ -570,5 +570,38 @@ async fn the_readiness_prober_probes_the_mcp_endpoint() {
     );
     assert!(shared.upstream().protocol.is_some_and(|p| !p.handshake_ok));
     drop(running);
-    let _ = Context::default();
+}
+
+/// The tool's answer, served by an MCP server and read back by a `tool` check (mcpulse's own
+/// reading of health tools, the judge's): its status and the failing dependency come through,
+/// and its structuredContent fits its own outputSchema (the judge checks it).
+#[tokio::test]
+async fn mcpulse_reads_the_health_tool_as_it_reads_any() {
+    let shared = ready();
+    shared.health.register(&dep(
+        "name = \"orders-db\"\nkind = \"tcp\"\ntarget = \"db:1\"\ncritical = false",
+    ));
+    for _ in 0..3 {
+        health::record(
+            &shared,
+            "orders-db",
+            raw(CheckStatus::Fail, 5, "refused"),
+            2,
+        );
+    }
+    let served = tools::ScriptedTool {
+        tool: health::tool_descriptor("health_check"),
+        answer: tools::Answer::Result(health::tool_result(&shared)),
+    };
+    let server = FakeHttp::start_script(tools::http_server(vec![served])).await;
+    let ctx = Context {
+        mcp: Some(mcpulse_probe::Target::http(&server.url("/mcp")).unwrap()),
+    };
+    let check = dep("name = \"gw\"\nkind = \"tool\"\ntool = \"health_check\"");
+    let raw = mcpulse_gateway::checks::run_once(&check, &ctx).await;
+    let out = raw.output.unwrap_or_default();
+    assert_eq!(raw.status, CheckStatus::Warn, "{out}");
+    assert!(out.contains("reports degraded"), "{out}");
+    assert!(out.contains("orders-db"), "{out}");
+    assert!(!out.contains("outputSchema"), "{out}");
 }
