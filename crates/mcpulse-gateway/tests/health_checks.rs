@@ -219,6 +219,7 @@ async fn the_upstreams_health_tool_is_folded_in() {
         let server = FakeHttp::start_script(tools::http_server(tools::catalogue(said))).await;
         let ctx = Context {
             mcp: Some(mcpulse_probe::Target::http(&server.url("/mcp")).unwrap()),
+            ..Context::default()
         };
         let c = check("name = \"self\"\nkind = \"tool\"\ntool = \"health_check\"");
         let raw = run_once(&c, &ctx).await;
@@ -243,6 +244,7 @@ async fn the_upstreams_health_tool_is_folded_in() {
     let server = FakeHttp::start_script(tools::http_server(tools::catalogue("ok"))).await;
     let ctx = Context {
         mcp: Some(mcpulse_probe::Target::http(&server.url("/mcp")).unwrap()),
+        ..Context::default()
     };
     let c = check("name = \"self\"\nkind = \"tool\"\ntool = \"no_such_tool\"");
     let raw = run_once(&c, &ctx).await;
@@ -252,6 +254,13 @@ async fn the_upstreams_health_tool_is_folded_in() {
         out.contains("no_such_tool was not called: it is not in tools/list"),
         "{out}"
     );
+    // The gateway's own health tool would report on itself.
+    let own = Context {
+        own_tool: Some("no_such_tool".into()),
+        ..ctx.clone()
+    };
+    let raw = run_once(&c, &own).await;
+    assert!(raw.output.unwrap().contains("gateway's own health tool"));
     // Nothing to call it on.
     let raw = run_once(&c, &Context::default()).await;
     assert_eq!(raw.status, CheckStatus::Fail);

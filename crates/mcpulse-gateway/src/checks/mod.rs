@@ -375,6 +375,9 @@ impl CheckSpec {
 #[derive(Debug, Clone, Default)]
 pub struct Context {
     pub mcp: Option<mcpulse_probe::Target>,
+    /// The gateway's own health tool (a `tool` check naming it fails: it would report on
+    /// itself, and readiness would depend on readiness).
+    pub own_tool: Option<String>,
 }
 
 /// A failed run, with its (inert, cut) reason.

@@ -78,6 +78,12 @@ pub(super) async fn run(tool: &str, ctx: &Context, timeout: Duration) -> Raw {
     let Some(target) = &ctx.mcp else {
         return failed(None, "no MCP endpoint to call the health tool on");
     };
+    if ctx.own_tool.as_deref() == Some(tool) {
+        return failed(
+            None,
+            "this is the gateway's own health tool: it would report on itself; name the upstream's",
+        );
+    }
     let report = probe(target, timeout, Some(tool)).await;
     fold(&report, tool)
 }

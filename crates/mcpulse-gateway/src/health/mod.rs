@@ -86,6 +86,10 @@ pub struct Settings {
     /// The thresholds of `protocol` and `tools` (`degraded_latency`: a handshake plus
     /// `tools/list` slower than it is `warn`).
     pub protocol_thresholds: Thresholds,
+    /// The gateway's own `health_check` tool, when it is enabled (its configured name): not
+    /// counted among the upstream's tools, and never called by a `tool` check (it would
+    /// report on itself).
+    pub own_tool: Option<String>,
     /// The dependency checks, validated (`CheckSpec::resolve`).
     pub checks: Vec<Check>,
 }
@@ -99,6 +103,7 @@ impl Default for Settings {
             readiness_interval: DEFAULT_READINESS_INTERVAL,
             readiness_timeout: DEFAULT_READINESS_TIMEOUT,
             protocol_thresholds: Thresholds::default(),
+            own_tool: None,
             checks: Vec::new(),
         }
     }
@@ -569,17 +574,21 @@ pub fn start(settings: Settings, shared: Arc<Shared>) -> Running {
     if let Some(target) = settings.mcp.clone() {
         let prober = Arc::clone(&shared);
         let (interval, timeout) = (settings.readiness_interval, settings.readiness_timeout);
+        let own_tool = settings.own_tool.clone();
         tasks.push(Task(tokio::spawn(async move {
             let mut ticks = tokio::time::interval(interval.max(checks::MIN_INTERVAL));
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 ticks.tick().await;
-                let p = protocol::probe(&target, timeout).await;
+                let p = protocol::probe(&target, timeout, own_tool.as_deref()).await;
                 observe_protocol(&prober, p);
             }
         })));
     }
-    let ctx = Context { mcp: settings.mcp };
+    let ctx = Context {
+        mcp: settings.mcp,
+        own_tool: settings.own_tool,
+    };
     tasks.extend(checks::spawn(settings.checks, ctx, shared));
     Running { _tasks: tasks }
 }

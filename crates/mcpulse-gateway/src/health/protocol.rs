@@ -7,14 +7,20 @@ use crate::state::Protocol;
 use mcpulse_judge::Report;
 use std::time::Duration;
 
-/// One probe, within `timeout`.
-pub(super) async fn probe(target: &mcpulse_probe::Target, timeout: Duration) -> Protocol {
+/// One probe, within `timeout`; `own_tool` is the gateway's health tool, not counted.
+pub(super) async fn probe(
+    target: &mcpulse_probe::Target,
+    timeout: Duration,
+    own_tool: Option<&str>,
+) -> Protocol {
     let report = tool::probe(target, timeout, None).await;
-    protocol_from(&report, crate::checks::now_ms())
+    protocol_from(&report, crate::checks::now_ms(), own_tool)
 }
 
-/// A judged probe as a protocol observation at `at_ms`.
-pub fn protocol_from(report: &Report, at_ms: i64) -> Protocol {
+/// A judged probe as a protocol observation at `at_ms`. `own_tool`, the gateway's own health
+/// tool, is not counted among the upstream's tools: probing the gateway's own `/mcp`, the list
+/// has it, and an upstream whose registry is empty must not look loaded because of it.
+pub fn protocol_from(report: &Report, at_ms: i64, own_tool: Option<&str>) -> Protocol {
     let handshake_ok = report.protocol_version.is_some();
     let t = &report.timings_ms;
     let total = t.handshake.unwrap_or(0.0) + t.tools_list.unwrap_or(0.0);
@@ -25,10 +31,13 @@ pub fn protocol_from(report: &Report, at_ms: i64) -> Protocol {
         let why = tool::why(report);
         Some(mcpulse_wire::text::inert(&why, crate::checks::MAX_OUTPUT_CHARS).into_owned())
     };
+    let own = own_tool.map_or(0, |name| {
+        report.tools.iter().filter(|t| t.name == name).count()
+    });
     Protocol {
         at_ms,
         handshake_ok,
-        tools: report.tool_count,
+        tools: report.tool_count.map(|n| n.saturating_sub(own)),
         latency,
         error,
     }
