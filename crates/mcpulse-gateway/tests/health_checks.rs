@@ -177,12 +177,20 @@ async fn command_exit_status_output_and_a_clean_environment() {
     assert!(!out.contains('\u{1b}'), "{out}");
     assert!(out.contains("red"), "{out}");
 
-    // The gateway's environment is not the command's, but for what `env` names.
-    let c = check(
-        "name = \"env\"\nkind = \"command\"\ncommand = [\"sh\", \"-c\", \"echo ${HOME:+home}-${MCPULSE_TEST_SECRET:-unset}\"]",
-    );
-    let (_, out, _) = run(&c).await;
+    // The gateway's environment is not the command's, but for what `env` names (cargo sets
+    // CARGO_MANIFEST_DIR for the tests it runs: a variable of ours).
+    assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
+    let argv = "command = [\"sh\", \"-c\", \"echo ${HOME:+home}-${CARGO_MANIFEST_DIR:-unset}\"]";
+    let (_, out, _) = run(&check(&format!(
+        "name = \"env\"\nkind = \"command\"\n{argv}"
+    )))
+    .await;
     assert_eq!(out, "home-unset");
+    let (_, out, _) = run(&check(&format!(
+        "name = \"env\"\nkind = \"command\"\n{argv}\nenv = [\"CARGO_MANIFEST_DIR\"]"
+    )))
+    .await;
+    assert_eq!(out, format!("home-{}", env!("CARGO_MANIFEST_DIR")));
 }
 
 #[tokio::test]

@@ -119,3 +119,47 @@ impl Drop for Captured {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+    use std::process::Stdio;
+
+    #[tokio::test]
+    async fn a_flood_is_kept_to_its_cap_and_never_blocks_the_program() {
+        let mut cmd = clean(
+            "sh",
+            &["-c".into(), "head -c 1000000 /dev/zero".into()],
+            &[],
+        );
+        cmd.stdout(Stdio::piped()).stdin(Stdio::null());
+        let mut child = cmd.spawn().unwrap();
+        let mut group = Group::of(child.id());
+        let out = capture(child.stdout.take(), 100);
+        let status = tokio::time::timeout(Duration::from_secs(5), child.wait())
+            .await
+            .unwrap()
+            .unwrap();
+        group.disarm();
+        assert!(status.success());
+        assert_eq!(out.finish(Duration::from_secs(1)).await.len(), 100);
+    }
+
+    #[tokio::test]
+    async fn the_environment_is_clean_but_for_what_is_passed() {
+        // cargo sets CARGO_MANIFEST_DIR for the tests it runs: a variable of ours to pass.
+        assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
+        let script = "echo \"${PATH:+path}-${CARGO_MANIFEST_DIR:+passed}\"".to_string();
+        for (pass, want) in [
+            (vec![], "path-\n"),
+            (vec!["CARGO_MANIFEST_DIR".to_string()], "path-passed\n"),
+        ] {
+            let mut cmd = clean("sh", &["-c".into(), script.clone()], &pass);
+            cmd.stdout(Stdio::piped());
+            let out = cmd.output().await.unwrap();
+            assert_eq!(String::from_utf8_lossy(&out.stdout), want);
+        }
+    }
+}
