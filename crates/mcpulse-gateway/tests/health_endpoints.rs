@@ -609,3 +609,86 @@ async fn mcpulse_reads_the_health_tool_as_it_reads_any() {
     assert!(out.contains("orders-db"), "{out}");
     assert!(!out.contains("outputSchema"), "{out}");
 }
+
+/// `mcpulse monitor` (or `mcpulse probe --health-url`) watching a gateway's `/readyz`: a
+/// dependency that breaks makes the verdict degraded (not critical) or down (critical), with a
+/// finding and a component that name it.
+#[tokio::test]
+async fn the_monitor_reads_readyz_and_names_the_broken_dependency() {
+    let shared = ready();
+    shared.health.register(&dep(
+        "name = \"search-api\"\nkind = \"tcp\"\ntarget = \"search:443\"\ncritical = false",
+    ));
+    shared.health.register(&dep(
+        "name = \"orders-db\"\nkind = \"tcp\"\ntarget = \"db:5432\"",
+    ));
+    health::record(
+        &shared,
+        "search-api",
+        raw(CheckStatus::Pass, 5, "connected"),
+        1,
+    );
+    health::record(
+        &shared,
+        "orders-db",
+        raw(CheckStatus::Pass, 5, "connected"),
+        1,
+    );
+    let s = serve(Arc::clone(&shared)).await;
+    let url = format!("http://{}/readyz", s.addr);
+    let judge = |url: String| async move {
+        let target = mcpulse_probe::Target::http(&url).unwrap();
+        let plan = mcpulse_probe::PlanSpec::new(mcpulse_probe::Caller::Monitor).plan(&target);
+        let transcript = mcpulse_probe::probe_health(&url, &plan).await;
+        mcpulse_judge::judge(&transcript, &mcpulse_judge::Policy::default())
+    };
+    assert_eq!(
+        judge(url.clone()).await.status,
+        mcpulse_judge::Status::Healthy
+    );
+
+    for _ in 0..3 {
+        health::record(
+            &shared,
+            "search-api",
+            raw(CheckStatus::Fail, 5, "connection refused"),
+            2,
+        );
+    }
+    let report = judge(url.clone()).await;
+    assert_eq!(report.status, mcpulse_judge::Status::Degraded);
+    assert!(
+        report.components.iter().any(
+            |c| c.name.starts_with("search-api") && c.status == mcpulse_judge::Status::Degraded
+        ),
+        "{:?}",
+        report.components
+    );
+    assert!(
+        report
+            .findings
+            .iter()
+            .any(|f| f.message.contains("search-api")),
+        "{:?}",
+        report.findings
+    );
+
+    for _ in 0..3 {
+        health::record(
+            &shared,
+            "orders-db",
+            raw(CheckStatus::Fail, 5, "connection refused"),
+            3,
+        );
+    }
+    let report = judge(url).await;
+    assert_eq!(report.status, mcpulse_judge::Status::Down);
+    assert!(
+        report
+            .components
+            .iter()
+            .any(|c| c.name.starts_with("orders-db") && c.status == mcpulse_judge::Status::Down),
+        "{:?}",
+        report.components
+    );
+}
