@@ -465,6 +465,15 @@ pub fn spawn(checks: Vec<Check>, ctx: Context, shared: Arc<Shared>) -> Vec<Task>
                 loop {
                     ticks.tick().await;
                     let raw = run_once(&check, &ctx).await;
+                    tracing::debug!(
+                        check = check.name.as_str(),
+                        status = raw.status.as_str(),
+                        ms = raw
+                            .latency
+                            .map_or(0, |l| u64::try_from(l.as_millis()).unwrap_or(u64::MAX)),
+                        output = raw.output.as_deref().unwrap_or(""),
+                        "dependency check ran"
+                    );
                     crate::health::record(&shared, &check.name, raw, now_ms());
                 }
             }))

@@ -27,6 +27,11 @@
 //!   is, so readiness comes with the first good probe; after that one failed probe flips
 //!   nothing). A critical dependency that fails is `fail` (503); a non-critical one, or any
 //!   degraded one, is `warn` (200).
+//!
+//! Bounds: the registry keeps, per configured check (a fixed set) and for `protocol` and
+//! `tools`, one confirmed level and the last result, whose output is at most
+//! [`checks::MAX_OUTPUT_CHARS`] characters, inert; nothing grows with time or traffic. A
+//! `/readyz` body is therefore a few hundred bytes per check.
 
 mod protocol;
 
