@@ -127,6 +127,8 @@ pub enum SpecError {
     Name(String),
     #[error("check name {0:?} is the gateway's own component; choose another")]
     Reserved(String),
+    #[error("check name {0:?} is used twice; each check needs its own")]
+    Duplicate(String),
     #[error("check {name:?}: a {kind} check needs `{field}`")]
     Missing {
         name: String,
@@ -370,6 +372,20 @@ impl CheckSpec {
     }
 }
 
+/// Validates every entry ([`CheckSpec::resolve`]) and that no name is used twice; the error
+/// says which entry (its index in `[[checks]]`, for the config to locate).
+pub fn resolve_all(specs: &[CheckSpec]) -> Result<Vec<Check>, (usize, SpecError)> {
+    let mut out: Vec<Check> = Vec::with_capacity(specs.len());
+    for (i, spec) in specs.iter().enumerate() {
+        let check = spec.resolve().map_err(|e| (i, e))?;
+        if out.iter().any(|c| c.name == check.name) {
+            return Err((i, SpecError::Duplicate(check.name)));
+        }
+        out.push(check);
+    }
+    Ok(out)
+}
+
 /// What a run needs besides the check: where the upstream's MCP endpoint is, for `tool`
 /// checks (the gateway's own `/mcp` on loopback, or the upstream itself).
 #[derive(Debug, Clone, Default)]
@@ -607,6 +623,20 @@ mod tests {
         }
         assert!(toml::from_str::<CheckSpec>("name = \"a\"\nkind = \"tcp\"\nport = 1").is_err());
         assert!(toml::from_str::<CheckSpec>("name = \"a\"\nkind = \"dns\"").is_err());
+    }
+
+    #[test]
+    fn names_are_unique() {
+        let specs: Vec<CheckSpec> = ["a", "b", "a"]
+            .iter()
+            .map(|n| {
+                toml::from_str(&format!("name = \"{n}\"\nkind = \"tcp\"\ntarget = \"h:1\""))
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(resolve_all(&specs[..2]).unwrap().len(), 2);
+        let (i, e) = resolve_all(&specs).unwrap_err();
+        assert_eq!((i, e), (2, SpecError::Duplicate("a".into())));
     }
 
     #[test]
