@@ -360,11 +360,17 @@ fn samples(text: &str) -> Vec<(String, f64)> {
         .collect()
 }
 
-fn sample(all: &[(String, f64)], key: &str) -> f64 {
-    all.iter()
-        .find(|(k, _)| k == key)
-        .map(|(_, v)| *v)
-        .unwrap_or_else(|| panic!("no {key} in {all:?}"))
+/// Each `name{labels}` has its value in the exposition.
+fn expect_samples(text: &str, want: &[(&str, f64)]) {
+    let all = samples(text);
+    for (key, value) in want {
+        let got = all
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| *v)
+            .unwrap_or_else(|| panic!("no {key} in {all:?}"));
+        assert_eq!(got, *value, "{key}");
+    }
 }
 
 #[tokio::test]
@@ -382,21 +388,16 @@ async fn metrics_are_prometheus_text_with_the_documented_names() {
             .starts_with("application/openmetrics-text")
     );
     assert!(r.body.ends_with("# EOF\n"));
-    let m = samples(&r.body);
-    assert_eq!(
-        sample(&m, r#"mcpulse_gateway_readiness_status{status="fail"}"#),
-        1.0
-    );
-    assert_eq!(
-        sample(&m, r#"mcpulse_gateway_liveness_status{status="pass"}"#),
-        1.0
-    );
-    assert_eq!(
-        sample(
-            &m,
-            r#"mcpulse_gateway_upstream_restarts_total{reason="exited"}"#
-        ),
-        0.0
+    expect_samples(
+        &r.body,
+        &[
+            (r#"mcpulse_gateway_readiness_status{status="fail"}"#, 1.0),
+            (r#"mcpulse_gateway_liveness_status{status="pass"}"#, 1.0),
+            (
+                r#"mcpulse_gateway_upstream_restarts_total{reason="exited"}"#,
+                0.0,
+            ),
+        ],
     );
 
     shared.update_upstream(|u| u.process = ProcessState::Up);
@@ -423,64 +424,44 @@ async fn metrics_are_prometheus_text_with_the_documented_names() {
     m.upstream_restart("exited");
     m.upstream_reconnect();
     let body = get(s.addr, "/metrics").await.body;
-    let m = samples(&body);
-    assert_eq!(
-        sample(&m, r#"mcpulse_gateway_readiness_status{status="pass"}"#),
-        1.0
+    expect_samples(
+        &body,
+        &[
+            (r#"mcpulse_gateway_readiness_status{status="pass"}"#, 1.0),
+            (r#"mcpulse_gateway_readiness_status{status="fail"}"#, 0.0),
+            (
+                r#"mcpulse_gateway_check_status{check="db",status="pass"}"#,
+                1.0,
+            ),
+            (
+                r#"mcpulse_gateway_check_status{check="db",status="fail"}"#,
+                0.0,
+            ),
+            (
+                r#"mcpulse_gateway_check_duration_seconds{check="db"}"#,
+                0.25,
+            ),
+            (
+                r#"mcpulse_gateway_requests_total{method="tools/call",tool="search",outcome="tool_error"}"#,
+                1.0,
+            ),
+            (
+                r#"mcpulse_gateway_request_duration_seconds_count{method="tools/call",tool="search"}"#,
+                2.0,
+            ),
+            (
+                r#"mcpulse_gateway_request_duration_seconds_count{method="tools/list",tool=""}"#,
+                1.0,
+            ),
+            ("mcpulse_gateway_active_sessions", 1.0),
+            ("mcpulse_gateway_active_connections", 1.0),
+            (
+                r#"mcpulse_gateway_upstream_restarts_total{reason="exited"}"#,
+                1.0,
+            ),
+            ("mcpulse_gateway_upstream_reconnects_total", 1.0),
+        ],
     );
-    assert_eq!(
-        sample(&m, r#"mcpulse_gateway_readiness_status{status="fail"}"#),
-        0.0
-    );
-    assert_eq!(
-        sample(
-            &m,
-            r#"mcpulse_gateway_check_status{check="db",status="pass"}"#
-        ),
-        1.0
-    );
-    assert_eq!(
-        sample(
-            &m,
-            r#"mcpulse_gateway_check_status{check="db",status="fail"}"#
-        ),
-        0.0
-    );
-    assert_eq!(
-        sample(&m, r#"mcpulse_gateway_check_duration_seconds{check="db"}"#),
-        0.25
-    );
-    assert_eq!(
-        sample(
-            &m,
-            r#"mcpulse_gateway_requests_total{method="tools/call",tool="search",outcome="tool_error"}"#
-        ),
-        1.0
-    );
-    assert_eq!(
-        sample(
-            &m,
-            r#"mcpulse_gateway_request_duration_seconds_count{method="tools/call",tool="search"}"#
-        ),
-        2.0
-    );
-    assert_eq!(
-        sample(
-            &m,
-            r#"mcpulse_gateway_request_duration_seconds_count{method="tools/list",tool=""}"#
-        ),
-        1.0
-    );
-    assert_eq!(sample(&m, "mcpulse_gateway_active_sessions"), 1.0);
-    assert_eq!(sample(&m, "mcpulse_gateway_active_connections"), 1.0);
-    assert_eq!(
-        sample(
-            &m,
-            r#"mcpulse_gateway_upstream_restarts_total{reason="exited"}"#
-        ),
-        1.0
-    );
-    assert_eq!(sample(&m, "mcpulse_gateway_upstream_reconnects_total"), 1.0);
     for family in [
         "mcpulse_gateway_requests",
         "mcpulse_gateway_request_duration_seconds",
