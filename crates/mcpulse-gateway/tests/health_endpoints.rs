@@ -157,15 +157,21 @@ fn ready() -> Arc<Shared> {
     shared
 }
 
+/// [`ready`], with these dependency checks registered (each a `[[checks]]` entry).
+fn ready_with(deps: &[&str]) -> Arc<Shared> {
+    let shared = ready();
+    for d in deps {
+        shared.health.register(&dep(d));
+    }
+    shared
+}
+
 #[tokio::test]
 async fn a_critical_dependency_fails_readiness_a_degraded_or_optional_one_warns() {
-    let shared = ready();
-    shared.health.register(&dep(
+    let shared = ready_with(&[
         "name = \"orders-db\"\nkind = \"tcp\"\ntarget = \"db:5432\"\ndegraded_latency = \"200ms\"",
-    ));
-    shared.health.register(&dep(
         "name = \"cache\"\nkind = \"tcp\"\ntarget = \"cache:6379\"\ncritical = false",
-    ));
+    ]);
     let s = serve(Arc::clone(&shared)).await;
     // A critical check not run yet holds readiness back.
     let r = get(s.addr, "/readyz").await;
@@ -310,10 +316,8 @@ async fn livez_is_the_event_loop_and_a_stdio_upstream_never_a_dependency() {
 
 #[tokio::test]
 async fn the_health_tool_says_what_readyz_says() {
-    let shared = ready();
-    shared.health.register(&dep(
-        "name = \"orders-db\"\nkind = \"tcp\"\ntarget = \"db:1\"\ncritical = false",
-    ));
+    let shared =
+        ready_with(&["name = \"orders-db\"\nkind = \"tcp\"\ntarget = \"db:1\"\ncritical = false"]);
     health::record(
         &shared,
         "orders-db",
@@ -561,10 +565,8 @@ async fn the_readiness_prober_probes_the_mcp_endpoint() {
 /// and its structuredContent fits its own outputSchema (the judge checks it).
 #[tokio::test]
 async fn mcpulse_reads_the_health_tool_as_it_reads_any() {
-    let shared = ready();
-    shared.health.register(&dep(
-        "name = \"orders-db\"\nkind = \"tcp\"\ntarget = \"db:1\"\ncritical = false",
-    ));
+    let shared =
+        ready_with(&["name = \"orders-db\"\nkind = \"tcp\"\ntarget = \"db:1\"\ncritical = false"]);
     for _ in 0..3 {
         health::record(
             &shared,
@@ -596,13 +598,10 @@ async fn mcpulse_reads_the_health_tool_as_it_reads_any() {
 /// finding and a component that name it.
 #[tokio::test]
 async fn the_monitor_reads_readyz_and_names_the_broken_dependency() {
-    let shared = ready();
-    shared.health.register(&dep(
+    let shared = ready_with(&[
         "name = \"search-api\"\nkind = \"tcp\"\ntarget = \"search:443\"\ncritical = false",
-    ));
-    shared.health.register(&dep(
         "name = \"orders-db\"\nkind = \"tcp\"\ntarget = \"db:5432\"",
-    ));
+    ]);
     health::record(
         &shared,
         "search-api",
