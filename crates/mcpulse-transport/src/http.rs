@@ -336,7 +336,10 @@ impl HttpClient {
     }
 
     /// Opens a connection, recording DNS, connect and TLS timings or the stage that failed.
-    async fn connect(
+    /// Public for clients that keep their own pool of connections (the gateway's HTTP
+    /// upstream), so that they dial, time and speak TLS exactly as the probe does; such a
+    /// caller clears [`HttpClient::connections`] itself.
+    pub async fn connect(
         &mut self,
         uri: &Uri,
         deadline: Instant,

@@ -1,0 +1,463 @@
+//! An HTTP upstream: `/mcp` requests relayed to a Streamable HTTP server, their answers (JSON
+//! bodies and SSE streams) relayed back as they arrive, with bounded buffers.
+//!
+//! The interface the front door ([`super`]) uses: [`HttpUpstream::new`] once, then
+//! [`HttpUpstream::handle`] for each request that passed the door's validation (Origin, Host,
+//! the body cap, `MCP-Protocol-Version`). What this module owns:
+//! - which headers pass each way ([`FORWARDED_REQUEST_HEADERS`], [`FORWARDED_RESPONSE_HEADERS`]);
+//! - the pool of kept-alive connections and the upstream's up/down state with reconnects under
+//!   backoff ([`link`]);
+//! - the answers the gateway gives itself when the upstream cannot (statuses and JSON-RPC
+//!   errors, documented in docs/gateway.md `## HTTP upstream`), and the streaming relay of
+//!   replies ([`relay`]);
+//! - the opt-in `health_check` tool: added to `tools/list`, answered here without forwarding;
+//! - one `metrics.request` per JSON-RPC request.
+//!
+//! Sessions are the upstream's own: `Mcp-Session-Id` passes both ways untouched, `DELETE`
+//! is relayed. Nothing is retried once it may have reached the upstream (tools are not
+//! idempotent), so replies are never duplicated; one request is one upstream exchange, so they
+//! are never reordered.
+
+mod link;
+mod relay;
+
+pub use relay::codes;
+
+use crate::metrics::Outcome;
+use crate::state::Shared;
+use axum::extract::Request;
+use axum::response::Response;
+use http::{HeaderValue, Method, StatusCode, Uri};
+use http_body_util::{BodyExt, Full, Limited};
+use link::Link;
+use mcpulse_policy::backoff::Backoff;
+use mcpulse_relay::supervise::envelope::{Envelope, Kind, canonical_id};
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// What the HTTP upstream is told (the config fills it in; [`HttpSettings::new`] gives the
+/// defaults).
+#[derive(Debug, Clone)]
+pub struct HttpSettings {
+    /// The upstream's MCP endpoint.
+    pub url: String,
+    /// Connecting to the upstream (a refused or timed-out connect answers fast).
+    pub connect_timeout: Duration,
+    /// The longest request or response message relayed.
+    pub max_message_size: usize,
+    /// The opt-in `health_check` tool's name: listed in `tools/list`, answered by the gateway.
+    pub health_tool: Option<String>,
+    /// The delays between reconnect attempts while the upstream is down.
+    pub reconnect: Backoff,
+    /// Certificates (DER) trusted besides the system's roots for an `https://` upstream: a
+    /// private CA (read from PEM with `mcpulse_transport::http::read_pem_certs`).
+    pub extra_roots: Vec<Vec<u8>>,
+}
+
+impl HttpSettings {
+    /// The defaults: connect timeout 5 s, messages up to 16 MiB, no health tool, reconnects
+    /// from 1 s doubling up to 60 s with full jitter.
+    pub fn new(url: impl Into<String>) -> HttpSettings {
+        HttpSettings {
+            url: url.into(),
+            connect_timeout: Duration::from_secs(5),
+            max_message_size: 16 << 20,
+            health_tool: None,
+            reconnect: Backoff::default(),
+            extra_roots: Vec::new(),
+        }
+    }
+}
+
+/// The request headers passed to the upstream (all others are dropped: hop-by-hop headers,
+/// `Origin` (the door validated it), cookies, `Accept-Encoding` (replies are read, so they
+/// must come uncompressed), proxy headers). `Host` is set to the upstream's.
+pub const FORWARDED_REQUEST_HEADERS: [&str; 10] = [
+    "accept",
+    "content-type",
+    "authorization",
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "mcp-method",
+    "mcp-name",
+    "last-event-id",
+    "traceparent",
+    "tracestate",
+];
+
+/// The response headers passed back to the client (`Content-Length` is the gateway's own,
+/// as the body may change).
+pub const FORWARDED_RESPONSE_HEADERS: [&str; 7] = [
+    "content-type",
+    "cache-control",
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "www-authenticate",
+    "retry-after",
+    "allow",
+];
+
+/// The most distinct tool labels in metrics; later tools are counted as `other`.
+pub const MAX_TOOL_LABELS: usize = 100;
+/// The longest tool label (characters, after the inert rendering).
+const TOOL_LABEL_CHARS: usize = 64;
+
+/// The relay to one upstream, shared by every request.
+#[derive(Debug)]
+pub struct HttpUpstream {
+    settings: HttpSettings,
+    shared: Arc<Shared>,
+    /// The upstream as a URI (an invalid URL answers every request with 502 and the reason).
+    target: Result<Target, String>,
+    tool_labels: Mutex<HashSet<String>>,
+}
+
+#[derive(Debug)]
+struct Target {
+    link: Arc<Link>,
+    /// `Host` for the upstream: host[:port], never userinfo.
+    host: HeaderValue,
+    path: String,
+    /// The URL as messages and logs show it (userinfo and query values redacted).
+    label: String,
+}
+
+impl HttpUpstream {
+    pub fn new(settings: HttpSettings, shared: Arc<Shared>) -> HttpUpstream {
+        let target = target(&settings, &shared);
+        HttpUpstream {
+            settings,
+            shared,
+            target,
+            tool_labels: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// Connects to the upstream once, before any request (for the front door to call at
+    /// start): `/livez` then sees the upstream Up, or down with reconnects under way, without
+    /// waiting for a client's first request. Optional: the first request connects anyway.
+    pub async fn warm_up(&self) {
+        if let Ok(target) = &self.target {
+            target.link.warm_up().await;
+        }
+    }
+
+    /// Relays one client request (already through the door) and streams the answer back.
+    pub async fn handle(&self, req: Request) -> Response {
+        let started = Instant::now();
+        let (parts, body) = req.into_parts();
+        if !matches!(parts.method, Method::POST | Method::GET | Method::DELETE) {
+            let mut resp = relay::plain(StatusCode::METHOD_NOT_ALLOWED, "");
+            resp.headers_mut().insert(
+                http::header::ALLOW,
+                HeaderValue::from_static("GET, POST, DELETE"),
+            );
+            return resp;
+        }
+        let body = match Limited::new(body, self.settings.max_message_size)
+            .collect()
+            .await
+        {
+            Ok(b) => b.to_bytes(),
+            Err(e) => {
+                let too_large = e.is::<http_body_util::LengthLimitError>();
+                let (status, code, message) = if too_large {
+                    (
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        codes::MESSAGE_TOO_LARGE,
+                        format!(
+                            "the request is larger than the gateway's max_message_size ({} bytes)",
+                            self.settings.max_message_size
+                        ),
+                    )
+                } else {
+                    (
+                        StatusCode::BAD_REQUEST,
+                        codes::INVALID_REQUEST,
+                        "the request body could not be read".to_owned(),
+                    )
+                };
+                return relay::rpc_error(status, None, code, &message, None);
+            }
+        };
+        let call = Call::of(&body);
+        let target = match &self.target {
+            Ok(t) => t,
+            Err(why) => {
+                return call.refuse(
+                    self,
+                    started,
+                    StatusCode::BAD_GATEWAY,
+                    codes::UPSTREAM_UNAVAILABLE,
+                    why,
+                    None,
+                );
+            }
+        };
+        if let Some(resp) = self.health_tool_call(&call) {
+            call.record(self, started, Outcome::Ok);
+            return resp;
+        }
+        if let Some(down) = target.link.down() {
+            let wait = down.retry_at.saturating_duration_since(Instant::now());
+            let message = format!(
+                "upstream {} is unavailable ({}); the next reconnect attempt is in {}",
+                target.label,
+                down.cause,
+                mcpulse_wire::units::human_duration(wait.as_millis())
+            );
+            let mut resp = call.refuse(
+                self,
+                started,
+                StatusCode::SERVICE_UNAVAILABLE,
+                codes::UPSTREAM_UNAVAILABLE,
+                &message,
+                Some(&target.label),
+            );
+            let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+            resp.headers_mut()
+                .insert(http::header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
+            return resp;
+        }
+        let mut out = http::Request::builder()
+            .method(parts.method.clone())
+            .uri(target.path.as_str())
+            .header(http::header::HOST, target.host.clone());
+        for name in FORWARDED_REQUEST_HEADERS {
+            for value in parts.headers.get_all(name) {
+                out = out.header(name, value);
+            }
+        }
+        let out = match out.body(Full::new(body)) {
+            Ok(r) => r,
+            Err(e) => {
+                return call.refuse(
+                    self,
+                    started,
+                    StatusCode::BAD_REQUEST,
+                    codes::INVALID_REQUEST,
+                    &e.to_string(),
+                    None,
+                );
+            }
+        };
+        match target.link.send(out).await {
+            Ok((resp, sender)) => {
+                relay::respond(
+                    relay::Exchange {
+                        upstream: self,
+                        target,
+                        call,
+                        started,
+                    },
+                    resp,
+                    sender,
+                )
+                .await
+            }
+            Err(failure) => {
+                let cause = failure.cause(self.settings.connect_timeout);
+                let (status, code, message) = match failure {
+                    link::Failure::Lost(_) => (
+                        StatusCode::BAD_GATEWAY,
+                        codes::SERVER_RESTARTED,
+                        format!("upstream {} {cause}", target.label),
+                    ),
+                    link::Failure::Timeout | link::Failure::Broken(_) => {
+                        target.link.went_down(cause.clone());
+                        let status = if failure == link::Failure::Timeout {
+                            StatusCode::GATEWAY_TIMEOUT
+                        } else {
+                            StatusCode::BAD_GATEWAY
+                        };
+                        let message = format!("upstream {} is unreachable: {cause}", target.label);
+                        (status, codes::UPSTREAM_UNAVAILABLE, message)
+                    }
+                };
+                call.refuse(self, started, status, code, &message, Some(&target.label))
+            }
+        }
+    }
+
+    /// A `tools/call` of the configured health tool, answered here.
+    fn health_tool_call(&self, call: &Call) -> Option<Response> {
+        let name = self.settings.health_tool.as_deref()?;
+        if call.method != Some("tools/call") || call.tool_name.as_deref() != Some(name) {
+            return None;
+        }
+        let result = crate::health::tool_result(&self.shared);
+        Some(relay::rpc_result(call.id()?, &result))
+    }
+
+    /// A tool's metrics label: inert, cut, and one of the first [`MAX_TOOL_LABELS`] seen.
+    fn tool_label(&self, tool: &str) -> String {
+        let label = mcpulse_wire::text::inert(tool, TOOL_LABEL_CHARS).into_owned();
+        let mut seen = self.tool_labels.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.contains(&label) {
+            return label;
+        }
+        if seen.len() < MAX_TOOL_LABELS {
+            seen.insert(label.clone());
+            return label;
+        }
+        "other".to_owned()
+    }
+}
+
+fn target(settings: &HttpSettings, shared: &Arc<Shared>) -> Result<Target, String> {
+    let label = mcpulse_wire::redact::url(&settings.url);
+    let uri: Uri = settings
+        .url
+        .parse()
+        .map_err(|e| format!("the upstream URL {label} is invalid: {e}"))?;
+    if !matches!(uri.scheme_str(), Some("http" | "https")) {
+        return Err(format!(
+            "the upstream URL {label} is not http:// or https://"
+        ));
+    }
+    let authority = uri.authority().map(|a| a.as_str()).unwrap_or("");
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = HeaderValue::from_str(host)
+        .map_err(|e| format!("the upstream URL {label} has an invalid host: {e}"))?;
+    let path = uri
+        .path_and_query()
+        .map_or("/".to_owned(), |p| p.as_str().to_owned());
+    let link = Arc::new(Link::new(uri, settings, shared.clone()));
+    Ok(Target {
+        link,
+        host,
+        path,
+        label,
+    })
+}
+
+/// What the relay reads of a POSTed message: the request it is, if it is one.
+#[derive(Debug, Default)]
+struct Call {
+    /// The id's raw JSON, for a request.
+    id: Option<String>,
+    /// The id keyed by value ([`canonical_id`]), to find the reply.
+    key: Option<String>,
+    /// The method as the metrics label: a known MCP method or `other`.
+    method: Option<&'static str>,
+    /// The tool of a `tools/call`, as sent.
+    tool_name: Option<String>,
+}
+
+/// The MCP methods given their own metrics label; any other is `other`, so that a client
+/// cannot grow the label set.
+const METHODS: [&str; 22] = [
+    "initialize",
+    "ping",
+    "server/discover",
+    "tools/list",
+    "tools/call",
+    "resources/list",
+    "resources/read",
+    "resources/templates/list",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "prompts/list",
+    "prompts/get",
+    "completion/complete",
+    "logging/setLevel",
+    "tasks/get",
+    "tasks/list",
+    "tasks/result",
+    "tasks/cancel",
+    "sampling/createMessage",
+    "elicitation/create",
+    "roots/list",
+    "subscriptions/listen",
+];
+
+impl Call {
+    fn of(body: &[u8]) -> Call {
+        let Some(env) = Envelope::parse(body) else {
+            return Call::default();
+        };
+        if env.kind() != Kind::Request {
+            return Call::default();
+        }
+        let id = env.id_text().map(str::to_owned);
+        let key = env.id_text().map(|i| canonical_id(i).into_owned());
+        let method = env.method.as_deref().map(|m| {
+            METHODS
+                .iter()
+                .find(|k| **k == m)
+                .copied()
+                .unwrap_or("other")
+        });
+        Call {
+            id,
+            key,
+            method,
+            tool_name: env.tool().map(str::to_owned),
+        }
+    }
+
+    fn id(&self) -> Option<&str> {
+        self.id.as_deref()
+    }
+
+    /// The gateway's own error answer to this request, recorded as a gateway error.
+    fn refuse(
+        &self,
+        upstream: &HttpUpstream,
+        started: Instant,
+        status: StatusCode,
+        code: i64,
+        message: &str,
+        label: Option<&str>,
+    ) -> Response {
+        self.record(upstream, started, Outcome::GatewayError);
+        relay::rpc_error(status, self.id(), code, message, label)
+    }
+
+    /// Records the request in metrics (requests only: notifications and replies are not
+    /// requests answered).
+    fn record(&self, upstream: &HttpUpstream, started: Instant, outcome: Outcome) {
+        Record::new(upstream, self, started).done(outcome);
+    }
+}
+
+/// What records a request once its outcome is known (in a relayed stream, when its reply
+/// passes).
+struct Record {
+    shared: Arc<Shared>,
+    method: Option<&'static str>,
+    tool: Option<String>,
+    started: Instant,
+}
+
+impl Record {
+    fn new(upstream: &HttpUpstream, call: &Call, started: Instant) -> Record {
+        let tool = match (call.method, &call.tool_name) {
+            (Some("tools/call"), Some(t)) => Some(upstream.tool_label(t)),
+            _ => None,
+        };
+        Record {
+            shared: upstream.shared.clone(),
+            method: call.method,
+            tool,
+            started,
+        }
+    }
+
+    fn done(&self, outcome: Outcome) {
+        let Some(method) = self.method else { return };
+        let took = self.started.elapsed();
+        self.shared
+            .metrics
+            .request(method, self.tool.as_deref(), took, outcome);
+        tracing::debug!(
+            method,
+            tool = self.tool.as_deref().unwrap_or(""),
+            took_us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX),
+            outcome = ?outcome,
+            "relayed"
+        );
+    }
+}

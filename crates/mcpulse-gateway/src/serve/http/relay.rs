@@ -1,0 +1,481 @@
+//! The upstream's answer, relayed to the client; and the answers the gateway gives itself.
+//!
+//! - A JSON (or empty) body is one message: it is read whole, up to `max_message_size`, then
+//!   sent on (with the health tool added to a `tools/list` result).
+//! - An SSE stream is relayed event by event as it arrives: a task reads the upstream body,
+//!   decodes it (`mcpulse_wire::sse`, capped at `max_message_size` per event) and hands each
+//!   event to the client's body through a channel of [`STREAM_BUFFER`] events. When the client
+//!   reads slowly the channel fills, the task stops reading, and TCP pushes back on the
+//!   upstream: a stream holds at most the decoder's event in progress plus the buffered events,
+//!   each at most `max_message_size`, never the whole stream.
+//! - When the stream breaks (the upstream died, an event over the cap) before the reply to the
+//!   POSTed request, the client gets a JSON-RPC error for that request's id as a last event.
+//! - A 5xx from the upstream becomes a 502 with a JSON-RPC error naming the upstream and what
+//!   it said (502/503/504 also mark the upstream down: see [`super::link`]).
+//!
+//! Events are re-framed (`id`, `event`, `retry`, `data`); SSE comments (keep-alives) are not
+//! relayed.
+
+use super::link::Link;
+use super::{Call, FORWARDED_RESPONSE_HEADERS, HttpUpstream, Record, Target};
+use crate::metrics::Outcome;
+use axum::body::Body;
+use axum::response::Response;
+use bytes::Bytes;
+use http::{HeaderValue, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Frame, Incoming};
+use hyper::client::conn::http1::SendRequest;
+use mcpulse_relay::supervise::envelope::{Envelope, Kind, canonical_id};
+use mcpulse_transport::http::{BodyEnd, read_body};
+use mcpulse_wire::sse::{Decoder, Event, Item};
+use serde_json::{Value, json};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+/// Events buffered between the upstream stream and a client that reads slowly.
+pub const STREAM_BUFFER: usize = 4;
+/// The JSON-RPC error codes of the gateway's own answers (docs/gateway.md `## HTTP upstream`).
+/// The supervisor's codes where the meaning is the same, so that a client handles the gateway
+/// and `mcpulse supervise` alike.
+pub mod codes {
+    pub use mcpulse_relay::supervise::codes::{MESSAGE_TOO_LARGE, SERVER_RESTARTED};
+    /// The upstream could not be reached, is down (reconnecting), answered 5xx or redirected
+    /// (JSON-RPC's generic server error; the TypeScript SDK's `ConnectionClosed`).
+    pub const UPSTREAM_UNAVAILABLE: i64 = -32000;
+    /// The request could not be read or relayed as sent (JSON-RPC's Invalid Request).
+    pub const INVALID_REQUEST: i64 = -32600;
+}
+/// How much of a 5xx body is quoted in the error.
+const SNIPPET_BYTES: usize = 512;
+/// How long a 5xx body is read for its quote.
+const SNIPPET_WAIT: Duration = Duration::from_secs(1);
+/// Until tool timeouts (#20) bound it, reading a JSON reply waits as long as the upstream
+/// takes; the client's disconnect cancels it.
+const NO_DEADLINE: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// One request in flight: what the answer is checked against.
+pub struct Exchange<'a> {
+    pub upstream: &'a HttpUpstream,
+    pub target: &'a Target,
+    pub call: Call,
+    pub started: Instant,
+}
+
+impl Exchange<'_> {
+    /// The gateway's own `502` for this request, naming the upstream.
+    fn refuse(&self, code: i64, message: &str) -> Response {
+        self.call.refuse(
+            self.upstream,
+            self.started,
+            StatusCode::BAD_GATEWAY,
+            code,
+            message,
+            Some(&self.target.label),
+        )
+    }
+}
+
+/// Relays the upstream's response.
+pub async fn respond(
+    x: Exchange<'_>,
+    resp: hyper::Response<Incoming>,
+    sender: SendRequest<Full<Bytes>>,
+) -> Response {
+    let (parts, mut body) = resp.into_parts();
+    let status = parts.status;
+    if status.is_server_error() {
+        let (bytes, _) = read_body(&mut body, SNIPPET_BYTES, Instant::now() + SNIPPET_WAIT).await;
+        let said = String::from_utf8_lossy(&bytes);
+        let said = mcpulse_wire::text::inert(said.trim(), 200);
+        let cause = if said.is_empty() {
+            format!("answered HTTP {}", status.as_u16())
+        } else {
+            format!("answered HTTP {}: {said}", status.as_u16())
+        };
+        if matches!(status.as_u16(), 502..=504) {
+            x.target.link.went_down(cause.clone());
+        }
+        let message = format!("upstream {} {cause}", x.target.label);
+        return x.refuse(codes::UPSTREAM_UNAVAILABLE, &message);
+    }
+    x.target.link.answered();
+    if status.is_redirection() {
+        // Not followed (the client would be sent to the upstream's own address, past the
+        // gateway), not relayed: the configured URL is wrong, and the answer says where to.
+        let to = parts
+            .headers
+            .get(http::header::LOCATION)
+            .map(|l| mcpulse_wire::redact::url(&String::from_utf8_lossy(l.as_bytes())));
+        let to = to.as_deref().map_or("", |l| l);
+        let message = format!(
+            "upstream {} redirects (HTTP {}) to {}; the gateway does not follow redirects: configure the URL it points to",
+            x.target.label,
+            status.as_u16(),
+            mcpulse_wire::text::field(to)
+        );
+        return x.refuse(codes::UPSTREAM_UNAVAILABLE, &message);
+    }
+    let sse = parts
+        .headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim_start().starts_with("text/event-stream"));
+    let mut out = Response::builder().status(status);
+    for name in FORWARDED_RESPONSE_HEADERS {
+        for value in parts.headers.get_all(name) {
+            out = out.header(name, value);
+        }
+    }
+    if sse {
+        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+        let stream = Stream {
+            link: x.target.link.clone(),
+            label: x.target.label.clone(),
+            max: x.upstream.settings.max_message_size,
+            health_tool: x.upstream.settings.health_tool.clone(),
+            tx,
+        };
+        let pending = Pending {
+            key: x.call.key.clone(),
+            id: x.call.id.clone(),
+            tools_list: x.call.method == Some("tools/list"),
+            record: Record::new(x.upstream, &x.call, x.started),
+        };
+        tokio::spawn(stream.run(body, sender, pending));
+        return out
+            .body(Body::new(ChannelBody { rx }))
+            .unwrap_or_else(|_| plain(StatusCode::BAD_GATEWAY, ""));
+    }
+    let max = x.upstream.settings.max_message_size;
+    let (bytes, end) = read_body(&mut body, max, Instant::now() + NO_DEADLINE).await;
+    let failure = match end {
+        BodyEnd::Complete => None,
+        BodyEnd::TooLarge => Some((
+            codes::MESSAGE_TOO_LARGE,
+            format!("its reply is larger than the gateway's max_message_size ({max} bytes)"),
+        )),
+        BodyEnd::Timeout => Some((
+            codes::SERVER_RESTARTED,
+            "its reply did not arrive in time".to_owned(),
+        )),
+        BodyEnd::Error(e) => Some((
+            codes::SERVER_RESTARTED,
+            format!("the connection broke during its reply: {e}"),
+        )),
+    };
+    if let Some((code, cause)) = failure {
+        let message = format!("upstream {} failed: {cause}", x.target.label);
+        return x.refuse(code, &message);
+    }
+    x.target.link.release(sender);
+    let mut bytes = Bytes::from(bytes);
+    if x.call.key.is_some() {
+        let reply = Envelope::parse(&bytes);
+        let outcome = reply.as_ref().map_or(Outcome::RpcError, outcome_of);
+        if x.call.method == Some("tools/list")
+            && let Some(name) = &x.upstream.settings.health_tool
+            && let Some(with) = with_health_tool(&bytes, name)
+        {
+            bytes = Bytes::from(with);
+        }
+        x.call.record(x.upstream, x.started, outcome);
+    }
+    out.body(Body::from(bytes))
+        .unwrap_or_else(|_| plain(StatusCode::BAD_GATEWAY, ""))
+}
+
+fn outcome_of(reply: &Envelope<'_>) -> Outcome {
+    if reply.error.is_some() {
+        Outcome::RpcError
+    } else if reply.is_tool_error() {
+        Outcome::ToolError
+    } else {
+        Outcome::Ok
+    }
+}
+
+/// A `tools/list` reply with the health tool added: to the last page only (no `nextCursor`),
+/// replacing an upstream tool of the same name (the gateway answers that name). `None` when the
+/// reply is not a `tools/list` result.
+fn with_health_tool(reply: &[u8], name: &str) -> Option<Vec<u8>> {
+    let mut v: Value = serde_json::from_slice(reply).ok()?;
+    let result = v.get_mut("result")?.as_object_mut()?;
+    if result.get("nextCursor").is_some_and(|c| !c.is_null()) {
+        return None;
+    }
+    let tools = result.get_mut("tools")?.as_array_mut()?;
+    tools.retain(|t| t.get("name").and_then(Value::as_str) != Some(name));
+    tools.push(crate::health::tool_descriptor(name));
+    serde_json::to_vec(&v).ok()
+}
+
+/// The request a stream should answer.
+struct Pending {
+    /// Its id, keyed by value; `None` for a GET stream or a POSTed notification.
+    key: Option<String>,
+    /// Its id's raw JSON.
+    id: Option<String>,
+    tools_list: bool,
+    record: Record,
+}
+
+struct Stream {
+    link: Arc<Link>,
+    label: String,
+    max: usize,
+    health_tool: Option<String>,
+    tx: mpsc::Sender<Bytes>,
+}
+
+impl Stream {
+    /// Reads the upstream stream to its end, or until the client goes away (the channel
+    /// closes: dropping the upstream body closes the upstream stream, which is how an HTTP
+    /// client cancels).
+    async fn run(self, mut body: Incoming, sender: SendRequest<Full<Bytes>>, mut pending: Pending) {
+        let mut decoder = Decoder::new(self.max);
+        loop {
+            let frame = match body.frame().await {
+                None => {
+                    if pending.key.is_some() {
+                        self.fail(
+                            &mut pending,
+                            codes::SERVER_RESTARTED,
+                            "ended the stream before replying",
+                        )
+                        .await;
+                    } else {
+                        self.link.release(sender);
+                    }
+                    return;
+                }
+                Some(Err(e)) => {
+                    let cause = format!(
+                        "broke the stream: {}",
+                        mcpulse_transport::http::error_chain(&e)
+                    );
+                    self.fail(&mut pending, codes::SERVER_RESTARTED, &cause)
+                        .await;
+                    return;
+                }
+                Some(Ok(frame)) => frame,
+            };
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            for item in decoder.push(&data) {
+                match item {
+                    Item::Event(event) => {
+                        if !self.relay(event, &mut pending).await {
+                            return;
+                        }
+                    }
+                    Item::TooLarge { len_at_least, .. } => {
+                        let cause = format!(
+                            "sent a message of at least {len_at_least} bytes, over the gateway's max_message_size ({} bytes); the stream was cut",
+                            self.max
+                        );
+                        self.fail(&mut pending, codes::MESSAGE_TOO_LARGE, &cause)
+                            .await;
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends one event on; false when the client is gone.
+    async fn relay(&self, mut event: Event, pending: &mut Pending) -> bool {
+        if let Some(key) = &pending.key
+            && let Some(reply) = Envelope::parse(event.data.as_bytes())
+            && reply.kind() == Kind::Response
+            && reply
+                .id_text()
+                .is_some_and(|id| canonical_id(id) == key.as_str())
+        {
+            let outcome = outcome_of(&reply);
+            if pending.tools_list
+                && let Some(name) = &self.health_tool
+                && let Some(with) = with_health_tool(event.data.as_bytes(), name)
+                && let Ok(with) = String::from_utf8(with)
+            {
+                event.data = with;
+            }
+            pending.record.done(outcome);
+            pending.key = None;
+        }
+        self.tx.send(encode(&event)).await.is_ok()
+    }
+
+    /// The stream broke: the pending request, if any, gets a JSON-RPC error as a last event.
+    async fn fail(&self, pending: &mut Pending, code: i64, cause: &str) {
+        tracing::debug!(upstream = %self.label, cause = %mcpulse_wire::text::message(cause), "upstream stream ended early");
+        if pending.key.take().is_none() {
+            return;
+        }
+        pending.record.done(Outcome::GatewayError);
+        let message = format!("upstream {} {cause}", self.label);
+        let body = error_body(pending.id.as_deref(), code, &message, Some(&self.label));
+        let event = Event {
+            event: Some("message".to_owned()),
+            data: String::from_utf8_lossy(&body).into_owned(),
+            id: None,
+            retry_ms: None,
+        };
+        let _ = self.tx.send(encode(&event)).await;
+    }
+}
+
+/// An event framed for the wire. The decoder split fields at line ends, so no value holds one.
+fn encode(e: &Event) -> Bytes {
+    let mut s = String::with_capacity(e.data.len() + 32);
+    if let Some(id) = &e.id {
+        s.push_str("id: ");
+        s.push_str(id);
+        s.push('\n');
+    }
+    if let Some(kind) = &e.event {
+        s.push_str("event: ");
+        s.push_str(kind);
+        s.push('\n');
+    }
+    if let Some(ms) = e.retry_ms {
+        s.push_str(&format!("retry: {ms}\n"));
+    }
+    for line in e.data.split('\n') {
+        s.push_str("data:");
+        if !line.is_empty() {
+            s.push(' ');
+            s.push_str(line);
+        }
+        s.push('\n');
+    }
+    s.push('\n');
+    Bytes::from(s)
+}
+
+/// The client's side of a relayed stream: the events the relay task hands over.
+struct ChannelBody {
+    rx: mpsc::Receiver<Bytes>,
+}
+
+impl hyper::body::Body for ChannelBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        self.rx
+            .poll_recv(cx)
+            .map(|event| event.map(|b| Ok(Frame::data(b))))
+    }
+}
+
+/// A JSON-RPC error as a body: `id` is the request's raw id (`null` when unknown), `upstream`
+/// the redacted URL, added as `data.upstream`.
+fn error_body(id: Option<&str>, code: i64, message: &str, upstream: Option<&str>) -> Vec<u8> {
+    let id: Value = id
+        .and_then(|i| serde_json::from_str(i).ok())
+        .unwrap_or(Value::Null);
+    let message = format!("mcpulse gateway: {message}");
+    let mut error = json!({"code": code, "message": message});
+    if let Some(u) = upstream {
+        error["data"] = json!({ "upstream": u });
+    }
+    serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id, "error": error})).unwrap_or_default()
+}
+
+/// The gateway's own error answer.
+pub fn rpc_error(
+    status: StatusCode,
+    id: Option<&str>,
+    code: i64,
+    message: &str,
+    upstream: Option<&str>,
+) -> Response {
+    let body = error_body(id, code, message, upstream);
+    json_response(status, body)
+}
+
+/// The gateway's own result (the health tool's).
+pub fn rpc_result(id: &str, result: &Value) -> Response {
+    let id: Value = serde_json::from_str(id).unwrap_or(Value::Null);
+    let body = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id, "result": result}))
+        .unwrap_or_default();
+    json_response(StatusCode::OK, body)
+}
+
+fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
+    let mut resp = Response::new(Body::from(body));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+/// A status with a text body.
+pub fn plain(status: StatusCode, text: &'static str) -> Response {
+    let mut resp = Response::new(Body::from(text));
+    *resp.status_mut() = status;
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_health_tool_goes_on_the_last_page_once() {
+        let last =
+            br#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"echo"},{"name":"health"}]}}"#;
+        let with: Value =
+            serde_json::from_slice(&with_health_tool(last, "health").unwrap()).unwrap();
+        let names: Vec<&str> = with["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["echo", "health"]);
+        assert_eq!(
+            with["result"]["tools"][1],
+            crate::health::tool_descriptor("health")
+        );
+        let page = br#"{"jsonrpc":"2.0","id":1,"result":{"tools":[],"nextCursor":"2"}}"#;
+        assert_eq!(with_health_tool(page, "health"), None);
+        let null_cursor = br#"{"jsonrpc":"2.0","id":1,"result":{"tools":[],"nextCursor":null}}"#;
+        assert!(with_health_tool(null_cursor, "health").is_some());
+        let error = br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"no"}}"#;
+        assert_eq!(with_health_tool(error, "health"), None);
+    }
+
+    #[test]
+    fn events_are_reframed_as_they_were() {
+        let events = [
+            Event {
+                event: Some("message".into()),
+                data: "{\"a\":\n1}".into(),
+                id: Some("7".into()),
+                retry_ms: Some(1500),
+            },
+            Event::default(),
+            Event {
+                data: "x".into(),
+                ..Event::default()
+            },
+        ];
+        let mut decoder = Decoder::new(1024);
+        for e in events {
+            let items = decoder.push(&encode(&e));
+            assert_eq!(items, [Item::Event(e)]);
+        }
+    }
+}
