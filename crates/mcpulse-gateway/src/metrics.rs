@@ -46,9 +46,9 @@ impl Outcome {
     }
 }
 
-/// The MCP methods with a `method` label of their own (both protocol eras); any other is
-/// `_other`.
-pub const METHODS: [&str; 19] = [
+/// The MCP methods with a `method` label of their own (both protocol eras, both directions);
+/// any other is `_other`.
+pub const METHODS: [&str; 22] = [
     "initialize",
     "ping",
     "server/discover",
@@ -68,6 +68,9 @@ pub const METHODS: [&str; 19] = [
     "tasks/list",
     "tasks/result",
     "tasks/cancel",
+    "sampling/createMessage",
+    "elicitation/create",
+    "roots/list",
 ];
 
 /// The `method` label of every method not in [`METHODS`].
@@ -245,7 +248,8 @@ impl Metrics {
     }
 
     /// One request relayed and answered: `method` is the JSON-RPC method, `tool` the tool of a
-    /// `tools/call` (both bounded here: see the module docs).
+    /// `tools/call`, as the client sent them: both are bounded here (see the module docs), so
+    /// callers need no label caps of their own.
     pub fn request(&self, method: &str, tool: Option<&str>, took: Duration, outcome: Outcome) {
         let method = method_label(method);
         let tool = tool.map(|t| self.tools.label(t)).unwrap_or_default();
