@@ -1,7 +1,24 @@
-//! The gateway's Prometheus metrics (issue #19 part 4; names and the table in docs/gateway.md).
-//! The serving side records through these methods; the health side renders `/metrics`.
-//! Bodies to be built; the signatures are the interface.
+//! The gateway's Prometheus metrics (issue #19 part 4; names and the table in docs/gateway.md
+//! `## Metrics`). The serving side records through these methods; the health side sets the
+//! check and readiness series and renders `/metrics` (OpenMetrics text, prometheus-client, as
+//! the supervisor's and the monitor's).
+//!
+//! Bounds: labels are closed sets or capped. `method` is one of [`METHODS`] (anything else a
+//! client sends is `_other`: a client must not be able to mint series); `tool` is made inert
+//! and cut ([`mcpulse_wire::text::field`]) and only the first
+//! [`mcpulse_relay::endpoints::MAX_TOOL_LABELS`] distinct names get their own series, later
+//! ones share `_other` (the supervisor's rule); `check` is a configured name. So the
+//! exposition has a fixed ceiling whatever clients and servers send.
 
+use mcpulse_policy::health::CheckStatus;
+use mcpulse_relay::endpoints::ToolLabels;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Registry, Unit};
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 /// How one relayed request ended (the `outcome` label).
@@ -18,22 +35,344 @@ pub enum Outcome {
     GatewayError,
 }
 
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::ToolError => "tool_error",
+            Outcome::RpcError => "rpc_error",
+            Outcome::GatewayError => "gateway_error",
+        }
+    }
+}
+
+/// The MCP methods with a `method` label of their own (both protocol eras, both directions);
+/// any other is `_other`.
+pub const METHODS: [&str; 22] = [
+    "initialize",
+    "ping",
+    "server/discover",
+    "tools/list",
+    "tools/call",
+    "resources/list",
+    "resources/read",
+    "resources/templates/list",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "subscriptions/listen",
+    "prompts/list",
+    "prompts/get",
+    "completion/complete",
+    "logging/setLevel",
+    "tasks/get",
+    "tasks/list",
+    "tasks/result",
+    "tasks/cancel",
+    "sampling/createMessage",
+    "elicitation/create",
+    "roots/list",
+];
+
+/// The `method` label of every method not in [`METHODS`].
+pub const OTHER_METHOD: &str = "_other";
+
+/// The restart reasons with a series from the start (mcpulse_relay::status::RestartReason).
+const RESTART_REASONS: [&str; 3] = ["exited", "unresponsive", "spawn_failed"];
+
+const STATUSES: [CheckStatus; 3] = [CheckStatus::Pass, CheckStatus::Warn, CheckStatus::Fail];
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    method: &'static str,
+    tool: String,
+    outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MethodToolLabels {
+    method: &'static str,
+    tool: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StatusLabel {
+    status: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CheckStatusLabels {
+    check: String,
+    status: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CheckLabel {
+    check: String,
+}
+
+fn request_histogram() -> Histogram {
+    // 1 ms to about 65 s: from a cached list to a long tool call.
+    Histogram::new(exponential_buckets(0.001, 2.0, 17))
+}
+
 /// The registry and the handles the serving side records into.
-#[derive(Debug, Default)]
-pub struct Metrics {}
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    request_duration: Family<MethodToolLabels, Histogram, fn() -> Histogram>,
+    sessions: Gauge,
+    connections: Gauge,
+    restarts: Family<ReasonLabel, Counter>,
+    reconnects: Counter,
+    check_status: Family<CheckStatusLabels, Gauge>,
+    check_duration: Family<CheckLabel, Gauge<f64, AtomicU64>>,
+    readiness: Family<StatusLabel, Gauge>,
+    liveness: Family<StatusLabel, Gauge>,
+    tools: ToolLabels,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics::new()
+    }
+}
+
+/// The `method` label of a method.
+pub fn method_label(method: &str) -> &'static str {
+    METHODS
+        .iter()
+        .find(|m| **m == method)
+        .copied()
+        .unwrap_or(OTHER_METHOD)
+}
 
 impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("mcpulse_gateway");
+        let requests = Family::<RequestLabels, Counter>::default();
+        let request_duration: Family<MethodToolLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(request_histogram);
+        let sessions = Gauge::default();
+        let connections = Gauge::default();
+        let restarts = Family::<ReasonLabel, Counter>::default();
+        let reconnects = Counter::default();
+        let check_status = Family::<CheckStatusLabels, Gauge>::default();
+        let check_duration = Family::<CheckLabel, Gauge<f64, AtomicU64>>::default();
+        let readiness = Family::<StatusLabel, Gauge>::default();
+        let liveness = Family::<StatusLabel, Gauge>::default();
+        registry.register(
+            "requests",
+            "MCP requests relayed and answered, by method, tool (tools/call) and outcome (ok, tool_error, rpc_error, gateway_error)",
+            requests.clone(),
+        );
+        registry.register_with_unit(
+            "request_duration",
+            "Time from a request to its answer, by method and tool",
+            Unit::Seconds,
+            request_duration.clone(),
+        );
+        registry.register(
+            "active_sessions",
+            "Client sessions open (legacy Mcp-Session-Id)",
+            sessions.clone(),
+        );
+        registry.register(
+            "active_connections",
+            "Client HTTP connections open",
+            connections.clone(),
+        );
+        registry.register(
+            "upstream_restarts",
+            "Restarts of stdio upstream children, by reason (exited, unresponsive, spawn_failed)",
+            restarts.clone(),
+        );
+        registry.register(
+            "upstream_reconnects",
+            "Reconnections to the HTTP upstream",
+            reconnects.clone(),
+        );
+        registry.register(
+            "check_status",
+            "Each dependency check's confirmed status: 1 for the current one (pass, warn, fail), 0 for the others",
+            check_status.clone(),
+        );
+        registry.register_with_unit(
+            "check_duration",
+            "How long each dependency check's last run took",
+            Unit::Seconds,
+            check_duration.clone(),
+        );
+        registry.register(
+            "readiness_status",
+            "/readyz's status: 1 for the current one (pass, warn, fail), 0 for the others",
+            readiness.clone(),
+        );
+        registry.register(
+            "liveness_status",
+            "/livez's status: 1 for the current one (pass, fail), 0 for the others",
+            liveness.clone(),
+        );
+        // Closed-set series exist from the start, so a rate() or an alert on them does not
+        // wait for the first event.
+        for reason in RESTART_REASONS {
+            let _ = restarts.get_or_create(&ReasonLabel { reason });
+        }
+        let m = Metrics {
+            registry,
+            requests,
+            request_duration,
+            sessions,
+            connections,
+            restarts,
+            reconnects,
+            check_status,
+            check_duration,
+            readiness,
+            liveness,
+            tools: ToolLabels::default(),
+        };
+        m.set_readiness(CheckStatus::Fail);
+        m.set_liveness(CheckStatus::Pass);
+        m
+    }
+
     /// One request relayed and answered: `method` is the JSON-RPC method, `tool` the tool of a
-    /// `tools/call` (both already bounded and inert: the caller caps distinct tool labels).
-    pub fn request(&self, _method: &str, _tool: Option<&str>, _took: Duration, _outcome: Outcome) {}
+    /// `tools/call`, as the client sent them: both are bounded here (see the module docs), so
+    /// callers need no label caps of their own.
+    pub fn request(&self, method: &str, tool: Option<&str>, took: Duration, outcome: Outcome) {
+        let method = method_label(method);
+        let tool = tool.map(|t| self.tools.label(t)).unwrap_or_default();
+        self.request_duration
+            .get_or_create(&MethodToolLabels {
+                method,
+                tool: tool.clone(),
+            })
+            .observe(took.as_secs_f64());
+        self.requests
+            .get_or_create(&RequestLabels {
+                method,
+                tool,
+                outcome: outcome.as_str(),
+            })
+            .inc();
+    }
     /// A client session opened (legacy `Mcp-Session-Id`) or closed.
-    pub fn session_opened(&self) {}
-    pub fn session_closed(&self) {}
+    pub fn session_opened(&self) {
+        self.sessions.inc();
+    }
+    pub fn session_closed(&self) {
+        self.sessions.dec();
+    }
     /// A client HTTP connection accepted or closed.
-    pub fn connection_opened(&self) {}
-    pub fn connection_closed(&self) {}
+    pub fn connection_opened(&self) {
+        self.connections.inc();
+    }
+    pub fn connection_closed(&self) {
+        self.connections.dec();
+    }
     /// A stdio child restarted (`reason` as mcpulse_relay::status::RestartReason::label) or
     /// the HTTP upstream reconnected.
-    pub fn upstream_restart(&self, _reason: &'static str) {}
-    pub fn upstream_reconnect(&self) {}
+    pub fn upstream_restart(&self, reason: &'static str) {
+        self.restarts.get_or_create(&ReasonLabel { reason }).inc();
+    }
+    pub fn upstream_reconnect(&self) {
+        self.reconnects.inc();
+    }
+
+    /// A dependency check's confirmed status and last run's duration (the health side's).
+    pub fn set_check(&self, check: &str, status: Option<CheckStatus>, took: Option<Duration>) {
+        for s in STATUSES {
+            self.check_status
+                .get_or_create(&CheckStatusLabels {
+                    check: check.to_owned(),
+                    status: s.as_str(),
+                })
+                .set(i64::from(Some(s) == status));
+        }
+        if let Some(t) = took {
+            self.check_duration
+                .get_or_create(&CheckLabel {
+                    check: check.to_owned(),
+                })
+                .set(t.as_secs_f64());
+        }
+    }
+
+    /// `/readyz`'s status (set by the health side before each scrape).
+    pub fn set_readiness(&self, status: CheckStatus) {
+        set_state(&self.readiness, &STATUSES, status);
+    }
+
+    /// `/livez`'s status (pass or fail).
+    pub fn set_liveness(&self, status: CheckStatus) {
+        set_state(
+            &self.liveness,
+            &[CheckStatus::Pass, CheckStatus::Fail],
+            status,
+        );
+    }
+
+    /// The exposition (OpenMetrics text, ending in `# EOF`).
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+}
+
+fn set_state(family: &Family<StatusLabel, Gauge>, all: &[CheckStatus], current: CheckStatus) {
+    for s in all {
+        family
+            .get_or_create(&StatusLabel { status: s.as_str() })
+            .set(i64::from(*s == current));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+    use mcpulse_relay::endpoints::MAX_TOOL_LABELS;
+
+    #[test]
+    fn labels_are_bounded() {
+        let m = Metrics::new();
+        for i in 0..(MAX_TOOL_LABELS + 20) {
+            m.request(
+                "tools/call",
+                Some(&format!("t{i}")),
+                Duration::from_millis(1),
+                Outcome::Ok,
+            );
+        }
+        m.request(
+            "x/made-up",
+            None,
+            Duration::from_millis(1),
+            Outcome::RpcError,
+        );
+        m.request(
+            "tools/call",
+            Some("evil\n\u{1b}[31m"),
+            Duration::ZERO,
+            Outcome::Ok,
+        );
+        let t = m.encode().unwrap();
+        assert!(t.contains(r#"mcpulse_gateway_requests_total{method="tools/call",tool="_other",outcome="ok"} 21"#), "{t}");
+        assert!(t.contains(r#"method="_other",tool="",outcome="rpc_error""#));
+        assert!(!t.contains('\u{1b}'));
+        assert!(t.contains("# UNIT mcpulse_gateway_request_duration_seconds seconds"));
+    }
 }

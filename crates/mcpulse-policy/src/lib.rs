@@ -8,6 +8,7 @@
 
 pub mod backoff;
 pub mod breaker;
+pub mod check;
 pub mod health;
 pub mod heartbeat;
 pub mod keepalive;

@@ -96,6 +96,30 @@ impl EncodeLabelValue for Outcome {
     }
 }
 
+/// The `tool` label of a server's tool names: inert and cut ([`text::field`]), and
+/// [`OTHER_TOOL`] for every name past the first [`MAX_TOOL_LABELS`] distinct ones, so that a
+/// server (or a client naming tools) cannot mint series. Shared with the gateway's metrics.
+#[derive(Debug, Default)]
+pub struct ToolLabels {
+    /// The labels handed out so far (at most [`MAX_TOOL_LABELS`]).
+    seen: Mutex<HashSet<String>>,
+}
+
+impl ToolLabels {
+    pub fn label(&self, tool: &str) -> String {
+        let name = text::field(tool);
+        let mut seen = lock(&self.seen);
+        if seen.contains(name.as_ref()) {
+            return name.into_owned();
+        }
+        if seen.len() >= MAX_TOOL_LABELS || name == OTHER_TOOL {
+            return OTHER_TOOL.to_string();
+        }
+        seen.insert(name.to_string());
+        name.into_owned()
+    }
+}
+
 const STATES: [ChildState; 6] = [
     ChildState::Starting,
     ChildState::Running,
@@ -246,8 +270,7 @@ impl Metrics {
 struct Inner {
     status: Mutex<Status>,
     metrics: Metrics,
-    /// The tool labels handed out so far (at most [`MAX_TOOL_LABELS`]).
-    tools: Mutex<HashSet<String>>,
+    tools: ToolLabels,
     started: Instant,
     service_version: &'static str,
 }
@@ -283,7 +306,7 @@ impl Endpoints {
             inner: Arc::new(Inner {
                 status: Mutex::new(Status::new(ChildState::Starting, now_ms())),
                 metrics: Metrics::new(),
-                tools: Mutex::new(HashSet::new()),
+                tools: ToolLabels::default(),
                 started: Instant::now(),
                 service_version: version,
             }),
@@ -307,18 +330,9 @@ impl Endpoints {
         Ok(out)
     }
 
-    /// The `tool` label for a server's tool name: inert, cut, and `_other` past the bound.
+    /// The `tool` label for a server's tool name ([`ToolLabels`]).
     fn tool_label(&self, tool: &str) -> String {
-        let name = text::field(tool);
-        let mut seen = lock(&self.inner.tools);
-        if seen.contains(name.as_ref()) {
-            return name.into_owned();
-        }
-        if seen.len() >= MAX_TOOL_LABELS || name == OTHER_TOOL {
-            return OTHER_TOOL.to_string();
-        }
-        seen.insert(name.to_string());
-        name.into_owned()
+        self.inner.tools.label(tool)
     }
 }
 

@@ -7,57 +7,12 @@ use mcpulse_relay::endpoints::{self, Endpoints, MAX_TOOL_LABELS, OTHER_TOOL};
 use mcpulse_relay::status::{
     CallOutcome, ChildState, HeartbeatOutcome, Logs, Observer, Restart, RestartReason, Status,
 };
-use serde_json::Value;
+use mcpulse_testkit::http::get;
+
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::SocketAddr;
+
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-struct Resp {
-    status: u16,
-    headers: BTreeMap<String, String>,
-    body: String,
-}
-
-impl Resp {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
-    }
-}
-
-/// One GET over a fresh connection (`Connection: close`), read to the end, within 5 s.
-async fn get(addr: SocketAddr, path: &str) -> Resp {
-    let fut = async {
-        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-        s.write_all(req.as_bytes()).await.unwrap();
-        let mut raw = Vec::new();
-        s.read_to_end(&mut raw).await.unwrap();
-        let raw = String::from_utf8(raw).unwrap();
-        let (head, body) = raw.split_once("\r\n\r\n").unwrap();
-        let mut lines = head.split("\r\n");
-        let status = lines
-            .next()
-            .unwrap()
-            .split(' ')
-            .nth(1)
-            .unwrap()
-            .parse()
-            .unwrap();
-        let headers = lines
-            .filter_map(|l| l.split_once(':'))
-            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-            .collect();
-        Resp {
-            status,
-            headers,
-            body: body.to_string(),
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(5), fut)
-        .await
-        .unwrap()
-}
 
 fn status(state: ChildState) -> Status {
     Status {

@@ -590,3 +590,58 @@ fn reason(status: u16) -> &'static str {
         _ => "Whatever",
     }
 }
+
+/// A response read by [`get`]: header names lowercased.
+#[derive(Debug, Clone)]
+pub struct Response {
+    pub status: u16,
+    pub headers: std::collections::BTreeMap<String, String>,
+    pub body: String,
+}
+
+impl Response {
+    /// A header by its (lowercase) name.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(String::as_str)
+    }
+
+    /// The body as JSON (panics, with the body, if it is not).
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+}
+
+/// One `GET` over a fresh connection (`Connection: close`), read to the end, within 5 s: for
+/// tests of health and metrics endpoints, with no HTTP client between the test and the wire.
+pub async fn get(addr: SocketAddr, path: &str) -> Response {
+    let fut = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw).await.unwrap();
+        let raw = String::from_utf8(raw).unwrap();
+        let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+        let mut lines = head.split("\r\n");
+        let status = lines
+            .next()
+            .unwrap()
+            .split(' ')
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap();
+        let headers = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+            .collect();
+        Response {
+            status,
+            headers,
+            body: body.to_string(),
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), fut)
+        .await
+        .unwrap()
+}

@@ -13,6 +13,7 @@
 //! - [`stdio`]: a child process in its own process group, NDJSON over its stdin/stdout.
 
 pub mod clock;
+pub mod command;
 pub mod http;
 pub mod legacy_sse;
 pub mod reference;

@@ -27,11 +27,10 @@
 
 use super::{DeliveryError, webhook};
 use crate::alert::{Action, Alert};
+use mcpulse_transport::command::{Group, capture, clean};
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::process::Command;
+use tokio::io::AsyncWriteExt;
 
 /// How much stderr is kept for the error message.
 const STDERR_CAP: usize = 2048;
@@ -60,30 +59,6 @@ pub fn env(alert: &Alert) -> Vec<(&'static str, String)> {
     ]
 }
 
-/// Kills the process group on drop unless disarmed: covers the time limit and an aborted task.
-struct Group(Option<i32>);
-
-impl Group {
-    fn kill(&mut self) {
-        if let Some(pgid) = self.0.take()
-            && pgid > 0
-        {
-            // SAFETY: kill(2) with a negative pid signals a process group; it touches no memory.
-            // The group leader is our unreaped child, so the id cannot have been reused.
-            #[allow(unsafe_code)]
-            unsafe {
-                libc::kill(-pgid, libc::SIGKILL);
-            }
-        }
-    }
-}
-
-impl Drop for Group {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
 /// Runs the command once for an alert, with a clean environment plus the monitor's variables
 /// named in `pass` (those that are set).
 pub async fn run(
@@ -99,20 +74,11 @@ pub async fn run(
         ));
     };
     let input = webhook::body(alert)?;
-    let mut cmd = Command::new(program);
-    cmd.env_clear()
-        .envs(mcpulse_transport::stdio::inherited_env())
-        .envs(
-            pass.iter()
-                .filter_map(|k| std::env::var_os(k).map(|v| (k, v))),
-        )
-        .args(&argv[1..])
-        .envs(env(alert))
+    let mut cmd = clean(program, &argv[1..], pass);
+    cmd.envs(env(alert))
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
+        .stderr(Stdio::piped());
     let mut child = cmd.spawn().map_err(|e| {
         let (message, permanent) = match e.kind() {
             std::io::ErrorKind::NotFound => ("command not found".to_owned(), true),
@@ -125,27 +91,10 @@ pub async fn run(
             permanent,
         }
     })?;
-    let mut group = Group(child.id().and_then(|p| i32::try_from(p).ok()));
-
+    let mut group = Group::of(child.id());
     // stderr is read by its own task, so that a chatty command never blocks on a full pipe
     // and a grandchild holding the pipe open cannot hold us past the exit.
-    let stderr = Arc::new(Mutex::new(Vec::new()));
-    let reader = child.stderr.take().map(|mut pipe| {
-        let buf = stderr.clone();
-        tokio::spawn(async move {
-            let mut chunk = [0u8; 1024];
-            loop {
-                match pipe.read(&mut chunk).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => {
-                        let mut b = buf.lock().unwrap_or_else(|p| p.into_inner());
-                        let room = STDERR_CAP.saturating_sub(b.len());
-                        b.extend_from_slice(&chunk[..n.min(room)]);
-                    }
-                }
-            }
-        })
-    });
+    let stderr = capture(child.stderr.take(), STDERR_CAP);
     let stdin = child.stdin.take();
     let feed = async move {
         if let Some(mut stdin) = stdin {
@@ -163,9 +112,6 @@ pub async fn run(
         Err(_) => {
             group.kill();
             let _ = tokio::time::timeout(Duration::from_secs(1), child.wait()).await;
-            if let Some(r) = reader {
-                r.abort();
-            }
             return Err(DeliveryError::Timeout(timeout));
         }
         Ok(Err(e)) => {
@@ -178,19 +124,13 @@ pub async fn run(
         }
         Ok(Ok(status)) => status,
     };
-    // Reaped: the group id may be reused from here on, so never signal it.
-    group.0 = None;
-    if let Some(mut r) = reader
-        && tokio::time::timeout(STDERR_GRACE, &mut r).await.is_err()
-    {
-        r.abort();
-    }
+    group.disarm();
+    let stderr = stderr.finish(STDERR_GRACE).await;
     if status.success() {
         return Ok(());
     }
     let text = {
-        let b = stderr.lock().unwrap_or_else(|p| p.into_inner());
-        String::from_utf8_lossy(&b)
+        String::from_utf8_lossy(&stderr)
             .chars()
             .map(|c| if c.is_control() { ' ' } else { c })
             .collect::<String>()

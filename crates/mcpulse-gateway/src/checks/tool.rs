@@ -1,0 +1,149 @@
+//! `kind = "tool"`, and the probe both it and protocol readiness run: a readiness check *is* a
+//! probe. [`probe`] runs mcpulse-probe against the MCP endpoint the health side was given
+//! ([`super::Context::mcp`]: the gateway's own `/mcp` on loopback, which exercises the whole
+//! path, or the upstream) and judges the transcript with mcpulse-judge, so the handshake, the
+//! tool count and a health tool's result are read exactly as `mcpulse probe --health-tool`
+//! reads them.
+//!
+//! A tool check calls the named tool with no arguments under the probe's rules (it must be
+//! listed and take no required arguments; a name that is not one of the usual health tool
+//! names must be annotated read-only) and folds its result: `structuredContent.status` (or a
+//! JSON document in its text) ok/healthy/pass → pass, degraded/warn → warn, down/unhealthy/
+//! fail/error → fail; a refused call, a JSON-RPC error, `isError` or no health document fail.
+//! The output quotes the judge's findings for the call (inert already) and the components the
+//! document lists as not healthy.
+
+use super::{Context, MAX_OUTPUT_CHARS, failed};
+use mcpulse_judge::{Report, Status, judge};
+use mcpulse_policy::check::Raw;
+use mcpulse_policy::health::CheckStatus;
+use mcpulse_probe::{Caller, PlanSpec, Target};
+use mcpulse_wire::call::{CallPurpose, HealthToolMode};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The header the health side's probes carry over HTTP (`mcpulse-health-probe: 1`), so that
+/// the serving side can keep them out of the request metrics (they are the gateway's own
+/// traffic, every few seconds, and would drown a quiet server's figures).
+pub const PROBE_HEADER: (&str, &str) = ("mcpulse-health-probe", "1");
+
+/// Probes `target` within `timeout` (no security checks: they send extra requests, and this
+/// runs every few seconds), calling `health_tool` if given, and judges it.
+pub(crate) async fn probe(target: &Target, timeout: Duration, health_tool: Option<&str>) -> Report {
+    let mut spec = PlanSpec::new(Caller::Cli {
+        stdio_dual_era: false,
+    });
+    spec.timeout = Some(timeout);
+    spec.security = false;
+    if matches!(target, Target::Http { .. }) {
+        spec.headers = vec![(PROBE_HEADER.0.to_owned(), PROBE_HEADER.1.to_owned())];
+    }
+    if let Some(tool) = health_tool {
+        spec.health_tool = HealthToolMode::Named(tool.to_owned());
+    }
+    let plan = spec.plan(target);
+    let transcript = Arc::new(mcpulse_probe::probe(target, &plan).await);
+    // Judging is CPU work over what a server sent: on the blocking pool, as the monitor does,
+    // so that a slow judgement never stalls the endpoints.
+    let shared = Arc::clone(&transcript);
+    let policy = mcpulse_judge::Policy::default();
+    let mut report = match tokio::task::spawn_blocking(move || judge(&shared, &policy)).await {
+        Ok(r) => r,
+        Err(_) => judge(&transcript, &mcpulse_judge::Policy::default()),
+    };
+    report.hide(&plan.secrets);
+    report
+}
+
+/// The first findings' messages (the judge made them inert), for a check's output.
+pub(crate) fn why(report: &Report) -> String {
+    let msgs: Vec<&str> = report
+        .findings
+        .iter()
+        .filter(|f| f.severity != mcpulse_judge::Severity::Info)
+        .map(|f| f.message.as_str())
+        .take(2)
+        .collect();
+    if msgs.is_empty() {
+        report
+            .findings
+            .first()
+            .map_or_else(|| "no answer".to_owned(), |f| f.message.clone())
+    } else {
+        msgs.join("; ")
+    }
+}
+
+pub(super) async fn run(tool: &str, ctx: &Context, timeout: Duration) -> Raw {
+    let Some(target) = &ctx.mcp else {
+        return failed(None, "no MCP endpoint to call the health tool on");
+    };
+    if ctx.own_tool.as_deref() == Some(tool) {
+        return failed(
+            None,
+            "this is the gateway's own health tool: it would report on itself; name the upstream's",
+        );
+    }
+    let report = probe(target, timeout, Some(tool)).await;
+    fold(&report, tool)
+}
+
+/// A tool check's result from a judged probe.
+pub(crate) fn fold(report: &Report, tool: &str) -> Raw {
+    let Some(call) = report
+        .calls
+        .iter()
+        .find(|c| c.purpose == CallPurpose::HealthTool)
+    else {
+        return failed(
+            None,
+            &format!("the upstream was not reached: {}", why(report)),
+        );
+    };
+    let latency = call
+        .ms
+        .map(|ms| Duration::from_micros((ms * 1000.0).max(0.0) as u64));
+    let said: Vec<&str> = report
+        .findings
+        .iter()
+        .filter(|f| call.findings.contains(&f.code))
+        .map(|f| f.message.as_str())
+        .collect();
+    let unwell: Vec<String> = report
+        .components
+        .iter()
+        .filter(|c| c.status != Status::Healthy && c.tool.as_deref() == Some(tool))
+        .map(|c| format!("{} {}", c.name, c.status.as_str()))
+        .collect();
+    let mut output = said.join("; ");
+    if !unwell.is_empty() {
+        if !output.is_empty() {
+            output.push_str("; ");
+        }
+        output.push_str("components: ");
+        output.push_str(&unwell.join(", "));
+    }
+    if let Some(refused) = call.refused {
+        return failed(
+            None,
+            &format!(
+                "the health tool {} was not called: {}",
+                mcpulse_wire::text::field(tool),
+                refused.as_str()
+            ),
+        );
+    }
+    let status = match call.reported {
+        Some(Status::Healthy) if call.findings.is_empty() => CheckStatus::Pass,
+        Some(Status::Healthy | Status::Degraded) => CheckStatus::Warn,
+        Some(Status::Down) | None => CheckStatus::Fail,
+    };
+    if output.is_empty() {
+        output = format!("the health tool reports {}", call.status.as_str());
+    }
+    Raw {
+        status,
+        latency,
+        output: Some(mcpulse_wire::text::inert(&output, MAX_OUTPUT_CHARS).into_owned()),
+    }
+}
