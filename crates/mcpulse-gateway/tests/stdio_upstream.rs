@@ -1,6 +1,7 @@
 //! The gateway over a stdio upstream, end to end: a real gateway on loopback port 0, real
 //! children (mcpulse-testkit's scripted stdio servers), a real HTTP client. Every test stops
 //! the gateway and checks that no child (or grandchild) is left.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
