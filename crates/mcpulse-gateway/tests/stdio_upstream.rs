@@ -407,3 +407,70 @@ async fn shutdown_stops_every_child_and_grandchild() {
     assert_eq!(all.len(), 6, "three children, three grandchildren");
     stop_leaving_nothing(running, &all).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_messages_outside_a_request_go_to_the_sessions_get_stream() {
+    let dir = TempDir::new("gw-get");
+    let script = StdioScript::legacy()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on(
+            "notifications/roots/list_changed",
+            vec![Act::Stdout(
+                json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}).to_string(),
+            )],
+        )
+        .write(&dir, "server.sh");
+    let (running, _) = gateway(&script, "", "").await;
+    let addr = running.addr;
+    let sid = open_session(addr).await;
+    // GET needs a session: without one it is 405 (stateless requests have no stream).
+    assert_eq!(request(addr, "GET", &[], None).await.status, 405);
+
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let get = http::Request::builder()
+        .method("GET")
+        .uri("/mcp")
+        .header("host", addr.to_string())
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &sid)
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let resp = sender.send_request(get).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    // A second stream for the same session is refused while this one is open.
+    let second = request(addr, "GET", &[("mcp-session-id", &sid)], None).await;
+    assert_eq!(second.status, 409);
+
+    let n = post(
+        addr,
+        Some(&sid),
+        json!({"jsonrpc": "2.0", "method": "notifications/roots/list_changed"}),
+    )
+    .await;
+    assert_eq!(n.status, 202);
+    let frame = tokio::time::timeout(BOUND, body.frame())
+        .await
+        .expect("an event in time")
+        .unwrap()
+        .unwrap();
+    let text = String::from_utf8_lossy(frame.data_ref().unwrap()).into_owned();
+    assert!(
+        text.starts_with("event: message\ndata: ")
+            && text.contains("notifications/tools/list_changed"),
+        "{text}"
+    );
+    // DELETE ends the session, and its stream with it.
+    let d = request(addr, "DELETE", &[("mcp-session-id", &sid)], None).await;
+    assert_eq!(d.status, 200);
+    let end = tokio::time::timeout(BOUND, body.frame())
+        .await
+        .expect("the stream ended in time");
+    assert!(end.is_none(), "the stream ends with its session");
+    let all = pids(&dir.join("pids"), 1).await;
+    stop_leaving_nothing(running, &all).await;
+}
