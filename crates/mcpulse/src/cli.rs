@@ -176,15 +176,8 @@ pub struct SuperviseArgs {
     /// Serve /livez, /readyz (application/health+json) and /metrics on this address.
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<std::net::SocketAddr>,
-    /// Write logs to this file instead of stderr.
-    #[arg(long, value_name = "FILE")]
-    pub log_file: Option<std::path::PathBuf>,
-    /// error, warn, info (restarts, state changes), debug (heartbeats) or trace.
-    #[arg(long, default_value = "info", value_name = "LEVEL")]
-    pub log_level: String,
-    /// Log lines as JSON objects instead of text.
-    #[arg(long)]
-    pub log_json: bool,
+    #[command(flatten)]
+    pub log: LogArgs,
 
     /// Rewrite the stdio servers of this client config (Claude Desktop, Cursor, VS Code,
     /// Claude Code) to run under `mcpulse supervise`; a backup is written first.
@@ -250,15 +243,29 @@ pub struct GatewayArgs {
     /// [default name: health_check].
     #[arg(long, value_name = "NAME", num_args = 0..=1, default_missing_value = "health_check")]
     pub health_tool: Option<String>,
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+/// Where a long-running command (`supervise`, `gateway`) logs, and how much.
+#[derive(Debug, Args)]
+pub struct LogArgs {
     /// Write logs to this file instead of stderr.
     #[arg(long, value_name = "FILE")]
     pub log_file: Option<std::path::PathBuf>,
-    /// error, warn, info (one line per request, restarts, state changes), debug or trace.
+    /// error, warn, info (restarts, state changes; the gateway's requests), debug (heartbeats)
+    /// or trace.
     #[arg(long, default_value = "info", value_name = "LEVEL")]
     pub log_level: String,
     /// Log lines as JSON objects instead of text.
     #[arg(long)]
     pub log_json: bool,
+}
+
+impl LogArgs {
+    pub fn init(&self) -> anyhow::Result<()> {
+        crate::log::init(&self.log_level, self.log_file.as_deref(), self.log_json)
+    }
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

@@ -28,6 +28,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
+use mcpulse_wire::hosts::{host_name, is_loopback_name, origin_host};
 use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -250,19 +251,6 @@ impl hyper::body::Body for ChannelBody {
     }
 }
 
-/// `localhost`, `127.0.0.1`, `[::1]`.
-fn is_loopback_name(name: &str) -> bool {
-    matches!(name, "localhost" | "127.0.0.1" | "[::1]")
-}
-
-/// The host part of `host[:port]` (an IPv6 literal keeps its brackets).
-fn host_name(host: &str) -> &str {
-    if host.starts_with('[') {
-        return host.find(']').map_or(host, |i| &host[..=i]);
-    }
-    host.rsplit_once(':').map_or(host, |(name, _)| name)
-}
-
 impl Door {
     /// DNS-rebinding protection: a browser tricked into calling us by a hostile name sends
     /// that name as `Host`. Allowed: loopback names (any port: a port forward changes it), the
@@ -284,11 +272,7 @@ impl Door {
             return true;
         }
         let ip = self.listen.ip();
-        !ip.is_unspecified()
-            && match ip {
-                std::net::IpAddr::V4(v4) => name == v4.to_string(),
-                std::net::IpAddr::V6(v6) => name == format!("[{v6}]"),
-            }
+        !ip.is_unspecified() && name.parse::<std::net::IpAddr>().is_ok_and(|n| n == ip)
     }
 
     /// Origin validation (the spec's MUST): no `Origin` is not a browser; loopback origins and
@@ -305,10 +289,7 @@ impl Door {
         if allowed.iter().any(|o| o == "*" || *o == origin) {
             return true;
         }
-        origin
-            .strip_prefix("http://")
-            .or_else(|| origin.strip_prefix("https://"))
-            .is_some_and(|rest| is_loopback_name(host_name(rest)))
+        origin_host(&origin).is_some_and(is_loopback_name)
     }
 }
 
@@ -663,14 +644,6 @@ impl Running {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn host_names() {
-        assert_eq!(host_name("localhost:8080"), "localhost");
-        assert_eq!(host_name("[::1]:8080"), "[::1]");
-        assert_eq!(host_name("[::1]"), "[::1]");
-        assert_eq!(host_name("example.com"), "example.com");
-    }
 
     #[test]
     fn the_health_tool_is_added_once_on_the_last_page() {

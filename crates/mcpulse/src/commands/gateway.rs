@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 pub fn run(args: GatewayArgs) -> Result<u8> {
     let gateway = resolve(&args)?;
-    crate::log::init(&args.log_level, args.log_file.as_deref(), args.log_json)?;
+    args.log.init()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -24,7 +24,7 @@ pub struct Visibility {
 /// field inert ([`crate::log::InertFields`]) or, with `--log-json`, one JSON object a line
 /// ([`crate::log::InertJson`]). Never stdout.
 pub fn init_logging(args: &SuperviseArgs) -> Result<()> {
-    crate::log::init(&args.log_level, args.log_file.as_deref(), args.log_json)?;
+    args.log.init()?;
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         pid = std::process::id(),
