@@ -592,11 +592,8 @@ pub async fn start(gateway: &Gateway, shared: Arc<Shared>) -> Result<Running, St
         None => app = app.merge(health),
         Some(l) => {
             health_addr = l.local_addr().ok();
-            let counted = Counted {
-                inner: l,
-                shared: shared.clone(),
-            };
-            let serve = axum::serve(counted, health).with_graceful_shutdown(until(stopped.clone()));
+            // Probes' connections are not clients': not counted.
+            let serve = axum::serve(l, health).with_graceful_shutdown(until(stopped.clone()));
             servers.spawn(async move {
                 let _ = serve.await;
             });

@@ -636,11 +636,12 @@ impl StdioUpstream {
     /// Stops every child at once (a signal): each with the short signal grace, all together.
     pub async fn shutdown(&self) {
         let _ = self.stop.send(true);
-        let workers: Vec<Arc<Worker>> = lock(&self.sessions)
-            .drain()
-            .map(|(_, w)| w)
-            .chain(lock(&self.pool).drain(..))
-            .collect();
+        let sessions: Vec<Arc<Worker>> = lock(&self.sessions).drain().map(|(_, w)| w).collect();
+        for _ in &sessions {
+            self.shared.metrics.session_closed();
+        }
+        let pool: Vec<Arc<Worker>> = lock(&self.pool).drain(..).collect();
+        let workers: Vec<Arc<Worker>> = sessions.into_iter().chain(pool).collect();
         let bound = mcpulse_relay::supervise::SIGNAL_GRACE * 2 + Duration::from_secs(2);
         let mut stops = tokio::task::JoinSet::new();
         for w in workers {
@@ -930,4 +931,34 @@ pub(crate) fn sse_response(rx: mpsc::Receiver<Bytes>, session: Option<&str>) -> 
         axum::body::Body::new(super::ChannelBody(rx)),
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tally(states: &[ChildState]) -> ProcessState {
+        let t = Tally::default();
+        for (i, s) in states.iter().enumerate() {
+            lock(&t.states).insert(i as u64, *s);
+        }
+        t.process()
+    }
+
+    #[test]
+    fn the_upstream_is_up_while_any_child_runs() {
+        use ChildState::*;
+        assert_eq!(tally(&[]), ProcessState::Starting);
+        assert_eq!(tally(&[Starting]), ProcessState::Starting);
+        assert_eq!(tally(&[Fatal, Backoff, Running]), ProcessState::Up);
+        assert_eq!(tally(&[Fatal, Busy]), ProcessState::Up);
+        assert_eq!(tally(&[Fatal, Backoff]), ProcessState::Backoff);
+        assert_eq!(tally(&[Fatal, Stopped]), ProcessState::Fatal);
+        // Children start on demand: none left after one ran is not a failure.
+        let t = Tally::default();
+        lock(&t.states).insert(1, Running);
+        assert_eq!(t.process(), ProcessState::Up);
+        lock(&t.states).clear();
+        assert_eq!(t.process(), ProcessState::Up);
+    }
 }
