@@ -650,20 +650,25 @@ impl StdioUpstream {
         while stops.join_next().await.is_some() {}
     }
 
-    async fn expire(&self) {
+    /// Ends the idle sessions, their children stopped side by side (each stop may wait out
+    /// its grace: one after the other, a hundred would take minutes).
+    async fn expire(self: Arc<Self>) {
         let now = Instant::now();
         let idle: Vec<String> = lock(&self.sessions)
             .iter()
             .filter(|(_, w)| w.idle_for(self.limits.idle_timeout, now))
             .map(|(k, _)| k.clone())
             .collect();
+        let mut stops = tokio::task::JoinSet::new();
         for sid in idle {
             tracing::info!(
                 idle = ?self.limits.idle_timeout,
                 "a session was idle too long: ending it and stopping its child"
             );
-            self.end_session(&sid).await;
+            let up = self.clone();
+            stops.spawn(async move { up.end_session(&sid).await });
         }
+        while stops.join_next().await.is_some() {}
     }
 }
 
