@@ -474,3 +474,41 @@ async fn server_messages_outside_a_request_go_to_the_sessions_get_stream() {
     let all = pids(&dir.join("pids"), 1).await;
     stop_leaving_nothing(running, &all).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_that_dies_during_initialize_or_cannot_start_gets_the_client_an_error() {
+    // Bridges in use hang the client here, or die: the client must get an answer, and the
+    // gateway must go on serving.
+    let dir = TempDir::new("gw-init-crash");
+    let script = StdioScript::new()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on("initialize", vec![Act::Exit(1)])
+        .write(&dir, "server.sh");
+    let (running, _) = gateway(&script, "", "backoff_initial = \"50ms\"\nmax_restarts = 1").await;
+    let r = post(running.addr, None, initialize(1)).await;
+    assert_eq!(r.json()["id"], 1);
+    assert!(r.json()["error"]["code"].is_i64(), "{}", r.body);
+    assert!(
+        !r.headers.contains_key("mcp-session-id"),
+        "a failed handshake opens no session"
+    );
+    let all = read_pids(&dir.join("pids"));
+    stop_leaving_nothing(running, &all).await;
+
+    let missing = dir.join("no-such-server");
+    let text = format!(
+        "listen = \"127.0.0.1:0\"\n[upstream]\ncommand = [{:?}]\nbackoff_initial = \"50ms\"\nmax_restarts = 1\n",
+        missing.to_str().unwrap()
+    );
+    let g = config::parse(&text, "test.toml", &|_| None).unwrap();
+    let running = serve::start(&g, Arc::new(Shared::default())).await.unwrap();
+    let r = post(running.addr, None, initialize(1)).await;
+    assert_eq!(r.json()["id"], 1);
+    assert!(r.json()["error"]["code"].is_i64(), "{}", r.body);
+    // Still serving.
+    let again = post(running.addr, None, initialize(2)).await;
+    assert_eq!(again.json()["id"], 2);
+    tokio::time::timeout(BOUND, running.shutdown())
+        .await
+        .unwrap();
+}

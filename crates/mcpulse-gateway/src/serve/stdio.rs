@@ -583,7 +583,9 @@ impl StdioUpstream {
         match reply {
             Reply::Json(v) => {
                 finish(&v);
-                json_reply(&v, sid_header.as_deref(), modern)
+                // A failed handshake opens no session: no id to hand out.
+                let sid = sid_header.filter(|_| v.get("result").is_some());
+                json_reply(&v, sid.as_deref(), modern)
             }
             Reply::Stream(stream) => stream.into_response(sid_header.as_deref(), finish),
         }
