@@ -512,3 +512,40 @@ async fn a_child_that_dies_during_initialize_or_cannot_start_gets_the_client_an_
         .await
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_requests_with_the_same_id_each_get_their_own_reply_once() {
+    // The scripted server answers in order, the slow call first: each reply must still reach
+    // the POST that asked, with the client's id, even though both used id 1.
+    let dir = TempDir::new("gw-ids");
+    let script = StdioScript::legacy()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on_tool(
+            "slow",
+            vec![
+                Act::Sleep(300),
+                Act::Result(json!({"content": [{"type": "text", "text": "slow"}]})),
+            ],
+        )
+        .write(&dir, "server.sh");
+    let (running, _) = gateway(&script, "", "").await;
+    let addr = running.addr;
+    let sid = open_session(addr).await;
+    let slow = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "slow", "arguments": {}}});
+    let (a, b) = tokio::join!(post(addr, Some(&sid), slow), async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        post(addr, Some(&sid), tools_list(1)).await
+    });
+    assert_eq!(a.json()["id"], 1);
+    assert_eq!(
+        a.json()["result"]["content"][0]["text"],
+        "slow",
+        "{}",
+        a.body
+    );
+    assert_eq!(b.json()["id"], 1);
+    assert_eq!(b.json()["result"]["tools"][0]["name"], "echo", "{}", b.body);
+    let all = pids(&dir.join("pids"), 1).await;
+    stop_leaving_nothing(running, &all).await;
+}
