@@ -364,6 +364,20 @@ async fn stateless_requests_use_the_pool_and_the_health_tool_is_the_gateways() {
     .await;
     assert_eq!(r.status, 200, "{}", r.body);
     assert!(!r.headers.contains_key("mcp-session-id"), "stateless");
+    let lying =
+        json!({"jsonrpc": "2.0", "id": 9, "method": "tools/list", "params": {"_meta": meta}});
+    let mismatch = request(
+        addr,
+        "POST",
+        &[
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/call"),
+        ],
+        Some(lying),
+    )
+    .await;
+    assert_eq!(mismatch.status, 400, "{}", mismatch.body);
+    assert_eq!(mismatch.json()["error"]["code"], -32020);
     let names: Vec<String> = r.json()["result"]["tools"]
         .as_array()
         .unwrap()

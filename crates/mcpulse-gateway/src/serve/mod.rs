@@ -422,6 +422,9 @@ async fn stdio_request(
     let modern = session.is_none()
         && (version.as_deref() == Some(mcpulse_wire::version::MODERN)
             || meta_version == Some(mcpulse_wire::version::MODERN));
+    if modern && let Some(refused) = standard_headers(&parts.headers, &message) {
+        return refused;
+    }
     let accept = header_str(&parts.headers, "accept")
         .unwrap_or("")
         .to_ascii_lowercase();
@@ -436,6 +439,40 @@ async fn stdio_request(
         door.health_tool.as_deref(),
     )
     .await
+}
+
+/// 2026-07-28's standard headers against the body: an `Mcp-Method` that is not the body's
+/// method, or an `Mcp-Name` that is not its `params.name` / `params.uri`, is 400 `-32020` (a
+/// stdio child never sees headers, so the door checks them). A missing header passes: the
+/// body is what is relayed, and older 2026 drafts' clients do not send them.
+fn standard_headers(
+    headers: &HeaderMap,
+    message: &serde_json::Map<String, Value>,
+) -> Option<Response> {
+    let mismatch = |what: &str| {
+        Some(refuse(
+            StatusCode::BAD_REQUEST,
+            mcpulse_wire::version::HEADER_MISMATCH,
+            &format!("Header mismatch: {what} differs from the body"),
+        ))
+    };
+    let method = message.get("method").and_then(Value::as_str);
+    if let Some(h) = header_str(headers, "mcp-method")
+        && method.is_some_and(|m| m != h)
+    {
+        return mismatch("Mcp-Method");
+    }
+    if let Some(h) = header_str(headers, "mcp-name") {
+        let params = message.get("params");
+        let name = params
+            .and_then(|p| p.get("name").or_else(|| p.get("uri")))
+            .and_then(Value::as_str);
+        // Non-ASCII values travel as `=?base64?…?=`: compared only when plain.
+        if !h.starts_with("=?base64?") && name.is_some_and(|n| n != h) {
+            return mismatch("Mcp-Name");
+        }
+    }
+    None
 }
 
 // ---- listeners -----------------------------------------------------------------------------
