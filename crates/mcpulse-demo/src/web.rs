@@ -9,7 +9,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 use std::hash::{BuildHasher, Hasher};
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -106,28 +106,8 @@ fn forbidden(message: &str) -> Response {
     )
 }
 
-/// The host of an `Origin` (`http://localhost:3000` → `localhost`); `None` for `null` and
-/// anything without a scheme.
-pub fn origin_host(origin: &str) -> Option<&str> {
-    let (_, rest) = origin.split_once("://")?;
-    let authority = rest.split('/').next().unwrap_or("");
-    Some(host_name(authority))
-}
-
-/// The host of a `Host` header value, without the port or IPv6 brackets.
-pub fn host_name(host: &str) -> &str {
-    let host = host.trim();
-    if let Some(rest) = host.strip_prefix('[') {
-        return rest.split(']').next().unwrap_or("");
-    }
-    host.split(':').next().unwrap_or("")
-}
-
-/// `localhost`, `127.0.0.0/8` or `::1`.
-pub fn is_loopback_name(host: &str) -> bool {
-    host.eq_ignore_ascii_case("localhost")
-        || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
-}
+/// The `Host`/`Origin` readers, shared with the gateway's front door.
+pub use mcpulse_wire::hosts::{host_name, is_loopback_name, origin_host};
 
 /// A fresh session id: 128 bits from SipHash under the process's random keys, as 32 hex digits
 /// (visible ASCII, as the spec requires). Unpredictable enough for a loopback demo; a real
@@ -175,22 +155,6 @@ pub fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn hosts() {
-        assert_eq!(host_name("127.0.0.1:8080"), "127.0.0.1");
-        assert_eq!(host_name("[::1]:80"), "::1");
-        assert_eq!(host_name("localhost"), "localhost");
-        assert_eq!(origin_host("http://localhost:3000"), Some("localhost"));
-        assert_eq!(origin_host("https://evil.example/x"), Some("evil.example"));
-        assert_eq!(origin_host("null"), None);
-        for ok in ["localhost", "LOCALHOST", "127.0.0.1", "127.1.2.3", "::1"] {
-            assert!(is_loopback_name(ok), "{ok}");
-        }
-        for bad in ["evil.example", "localhost.evil.example", "10.0.0.1", ""] {
-            assert!(!is_loopback_name(bad), "{bad}");
-        }
-    }
 
     #[test]
     fn guard() {

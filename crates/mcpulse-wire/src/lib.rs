@@ -20,6 +20,7 @@ pub mod call;
 pub mod checks;
 pub mod clientconfig;
 pub mod env;
+pub mod hosts;
 pub mod json;
 pub mod jsonrpc;
 pub mod message;

@@ -176,15 +176,8 @@ pub struct SuperviseArgs {
     /// Serve /livez, /readyz (application/health+json) and /metrics on this address.
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<std::net::SocketAddr>,
-    /// Write logs to this file instead of stderr.
-    #[arg(long, value_name = "FILE")]
-    pub log_file: Option<std::path::PathBuf>,
-    /// error, warn, info (restarts, state changes), debug (heartbeats) or trace.
-    #[arg(long, default_value = "info", value_name = "LEVEL")]
-    pub log_level: String,
-    /// Log lines as JSON objects instead of text.
-    #[arg(long)]
-    pub log_json: bool,
+    #[command(flatten)]
+    pub log: LogArgs,
 
     /// Rewrite the stdio servers of this client config (Claude Desktop, Cursor, VS Code,
     /// Claude Code) to run under `mcpulse supervise`; a backup is written first.
@@ -214,12 +207,65 @@ pub struct GatewayArgs {
     /// Front this Streamable HTTP server instead of a stdio command.
     #[arg(long, value_name = "URL", conflicts_with = "command")]
     pub upstream: Option<String>,
-    /// Serve /mcp (and, unless configured apart, the health endpoints) on this address.
+    /// Serve /mcp (and, unless --health-listen, the health endpoints) on this address
+    /// [default: 127.0.0.1:8080]; port 0 picks one (the address is printed on stderr).
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<std::net::SocketAddr>,
-    /// Read the settings from this TOML file (see docs/gateway.md).
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["command", "upstream"])]
+    /// Read the settings from this TOML file (see docs/gateway.md); --listen and the log flags
+    /// still apply.
+    #[arg(long, value_name = "FILE", conflicts_with_all = [
+        "command", "upstream", "health_listen", "max_sessions", "session_idle_timeout",
+        "allowed_origin", "allowed_host", "min_tools", "health_tool",
+    ])]
     pub config: Option<std::path::PathBuf>,
+    /// Serve /livez, /readyz and /metrics on this address instead of /mcp's.
+    #[arg(long, value_name = "ADDR")]
+    pub health_listen: Option<std::net::SocketAddr>,
+    /// The most legacy sessions at once (each a child, for a stdio server); past it, 503
+    /// [default: 100].
+    #[arg(long, value_name = "N")]
+    pub max_sessions: Option<usize>,
+    /// End a session (and stop its child) after this long without a request [default: 10m].
+    #[arg(long, value_name = "DURATION")]
+    pub session_idle_timeout: Option<String>,
+    /// Also accept requests with this Origin (scheme://host[:port], or * for any); loopback
+    /// origins are always accepted. Repeatable.
+    #[arg(long, value_name = "ORIGIN")]
+    pub allowed_origin: Vec<String>,
+    /// Also accept this Host (host or host:port, or * to turn DNS-rebinding protection off);
+    /// loopback names and the listen IP are always accepted. Repeatable.
+    #[arg(long, value_name = "HOST")]
+    pub allowed_host: Vec<String>,
+    /// /readyz needs at least this many tools from tools/list [default: 1].
+    #[arg(long, value_name = "N")]
+    pub min_tools: Option<usize>,
+    /// Add a health tool to tools/list, answered by the gateway with /readyz's status
+    /// [default name: health_check].
+    #[arg(long, value_name = "NAME", num_args = 0..=1, default_missing_value = "health_check")]
+    pub health_tool: Option<String>,
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+/// Where a long-running command (`supervise`, `gateway`) logs, and how much.
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// Write logs to this file instead of stderr.
+    #[arg(long, value_name = "FILE")]
+    pub log_file: Option<std::path::PathBuf>,
+    /// error, warn, info (restarts, state changes; the gateway's requests), debug (heartbeats)
+    /// or trace.
+    #[arg(long, default_value = "info", value_name = "LEVEL")]
+    pub log_level: String,
+    /// Log lines as JSON objects instead of text.
+    #[arg(long)]
+    pub log_json: bool,
+}
+
+impl LogArgs {
+    pub fn init(&self) -> anyhow::Result<()> {
+        crate::log::init(&self.log_level, self.log_file.as_deref(), self.log_json)
+    }
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

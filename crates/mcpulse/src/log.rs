@@ -32,6 +32,47 @@ pub fn level(level: &str) -> anyhow::Result<tracing::Level> {
     })
 }
 
+/// Sets up logging for a long-running command (`supervise`, `gateway`): stderr, or `file`
+/// (appended to, created if missing); text with every field inert ([`InertFields`]) or, with
+/// `json`, one JSON object a line ([`InertJson`]). Never stdout.
+pub fn init(level_name: &str, file: Option<&std::path::Path>, json: bool) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let level = level(level_name)?;
+    let builder = tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_target(false);
+    let result = match file {
+        Some(path) => {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .with_context(|| format!("--log-file {}", path.display()))?;
+            let builder = builder
+                .with_writer(std::sync::Mutex::new(file))
+                .with_ansi(false);
+            if json {
+                builder.event_format(InertJson).try_init()
+            } else {
+                builder.fmt_fields(InertFields).try_init()
+            }
+        }
+        None => {
+            use std::io::IsTerminal;
+            let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+            let builder = builder.with_writer(std::io::stderr);
+            if json {
+                builder.with_ansi(false).event_format(InertJson).try_init()
+            } else {
+                builder.with_ansi(ansi).fmt_fields(InertFields).try_init()
+            }
+        }
+    };
+    // A subscriber already set (in-process tests) keeps logging where it did.
+    drop(result);
+    Ok(())
+}
+
 /// One JSON object a line: `timestamp` (RFC 3339, UTC, ms), `level`, `message`, then the
 /// event's fields (numbers and booleans as such, everything else an inert string). Span
 /// fields are left out.

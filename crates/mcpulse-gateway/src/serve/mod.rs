@@ -1,15 +1,713 @@
 //! The MCP endpoint (`/mcp`, Streamable HTTP, both protocol eras) and the upstreams behind it
 //! (issue #19 part 1).
 //!
-//! - this module: the front door shared by both upstreams: Origin and Host validation, the
-//!   body cap, `MCP-Protocol-Version`, the per-request log line and metrics, the opt-in
-//!   `health_check` tool, and the dispatch to the upstream;
+//! - this module: the front door shared by both upstreams: Host validation (DNS rebinding),
+//!   Origin validation, the body cap, `MCP-Protocol-Version`, the per-request log line and
+//!   metrics ([`record`]), the opt-in `health_check` tool ([`inject_health_tool`]), the
+//!   dispatch to the upstream, and the listeners ([`start`]);
 //! - [`stdio`]: a stdio command behind the gateway: one supervised child per legacy session
 //!   (never shared), a small pool for stateless 2026-07-28 requests; the gateway implements the
 //!   Streamable HTTP server side itself;
 //! - [`http`]: a Streamable HTTP server behind the gateway: requests and their SSE responses
 //!   relayed streaming with bounded buffers; sessions are the upstream's own; reconnects with
 //!   backoff and jitter, and a fast, clear error meanwhile.
+//!
+//! The door's refusals, in order: a `Host` that is not ours (403), an `Origin` not allowed
+//! (403), a method other than POST/GET/DELETE (405), an unknown `MCP-Protocol-Version` (400),
+//! a body over `max_body` (413); then, for a POST, a body that is not one JSON-RPC object
+//! (400, -32700 / -32600). Error bodies are JSON-RPC errors without an id, as the TS SDK's.
 
 pub mod http;
 pub mod stdio;
+
+use crate::config::{self, Gateway};
+use crate::metrics::Outcome;
+use crate::state::Shared;
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use mcpulse_wire::hosts::{host_name, is_loopback_name, origin_host};
+use serde_json::{Value, json};
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+
+/// The upstream behind the door.
+#[derive(Clone)]
+pub enum Upstream {
+    Stdio(Arc<stdio::StdioUpstream>),
+    Http(Arc<http::HttpUpstream>),
+}
+
+/// The front door: what it lets in, and where it sends it.
+pub struct Door {
+    settings: config::Door,
+    /// The bound address (its IP is a valid `Host`).
+    listen: SocketAddr,
+    upstream: Upstream,
+    health_tool: Option<String>,
+}
+
+/// The `/mcp` route.
+pub fn router(door: Arc<Door>) -> Router {
+    Router::new()
+        .route("/mcp", axum::routing::any(on_mcp))
+        .with_state(door)
+}
+
+/// The most distinct tool names used as metric labels; the rest are `other` (a server with
+/// generated tool names, or a client calling made-up ones, cannot grow the metrics).
+pub const MAX_TOOL_LABELS: usize = 200;
+
+/// The names the metrics see: methods from the MCP set (anything else is `other`), tools inert
+/// and capped at [`MAX_TOOL_LABELS`].
+#[derive(Debug, Default)]
+pub struct Labels {
+    tools: Mutex<HashSet<String>>,
+}
+
+/// The methods a client sends (both eras), kept as metric labels.
+const METHODS: &[&str] = &[
+    "initialize",
+    "ping",
+    "server/discover",
+    "tools/list",
+    "tools/call",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "subscriptions/listen",
+    "prompts/list",
+    "prompts/get",
+    "completion/complete",
+    "logging/setLevel",
+    "tasks/get",
+    "tasks/update",
+    "tasks/cancel",
+    "tasks/list",
+    "tasks/result",
+];
+
+impl Labels {
+    pub fn method(&self, method: &str) -> &'static str {
+        METHODS
+            .iter()
+            .find(|m| **m == method)
+            .copied()
+            .unwrap_or("other")
+    }
+
+    pub fn tool(&self, tool: &str) -> String {
+        let tool = mcpulse_wire::text::inert(tool, 128).into_owned();
+        let mut seen = self.tools.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.contains(&tool) {
+            return tool;
+        }
+        if seen.len() >= MAX_TOOL_LABELS {
+            return "other".to_owned();
+        }
+        seen.insert(tool.clone());
+        tool
+    }
+}
+
+/// One request answered: the metrics, and one log line (method, tool, duration, outcome;
+/// never arguments or results). Names come from clients and servers: the log formatter makes
+/// them inert, the metric labels are bounded ([`Labels`]).
+pub fn record(
+    shared: &Shared,
+    method: &str,
+    tool: Option<&str>,
+    started: tokio::time::Instant,
+    outcome: Outcome,
+) {
+    let took = started.elapsed();
+    let method = shared.labels.method(method);
+    let tool = tool.map(|t| shared.labels.tool(t));
+    shared
+        .metrics
+        .request(method, tool.as_deref(), took, outcome);
+    tracing::info!(
+        method,
+        tool = tool.as_deref().unwrap_or(""),
+        took_ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
+        outcome = outcome_label(outcome),
+        "request"
+    );
+}
+
+fn outcome_label(o: Outcome) -> &'static str {
+    match o {
+        Outcome::Ok => "ok",
+        Outcome::ToolError => "tool_error",
+        Outcome::RpcError => "rpc_error",
+        Outcome::GatewayError => "gateway_error",
+    }
+}
+
+/// Adds the `health_check` tool (`name`) to a `tools/list` result, on its last page only (a
+/// paginated list lists it once). A result that is not a tools list is left alone. For the
+/// HTTP upstream's relay to call on the replies it passes on.
+pub fn inject_health_tool(result: &mut Value, name: &str) {
+    if result.get("nextCursor").is_some_and(|c| !c.is_null()) {
+        return;
+    }
+    if let Some(tools) = result.get_mut("tools").and_then(Value::as_array_mut)
+        && !tools
+            .iter()
+            .any(|t| t.get("name").and_then(Value::as_str) == Some(name))
+    {
+        tools.push(crate::health::tool_descriptor(name));
+    }
+}
+
+/// [`inject_health_tool`] on a whole JSON-RPC reply.
+pub(crate) fn inject_reply(reply: &mut Value, name: &str) {
+    if let Some(result) = reply.get_mut("result") {
+        inject_health_tool(result, name);
+    }
+}
+
+/// A refusal: `status` with a JSON-RPC error without an id.
+pub(crate) fn refuse(status: StatusCode, code: i64, message: &str) -> Response {
+    let body = json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}});
+    (
+        status,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// A terminated, expired or never-issued session: 404, so the client initializes again.
+pub(crate) fn unknown_session() -> Response {
+    refuse(StatusCode::NOT_FOUND, -32001, "Session not found")
+}
+
+/// How long a client is told to wait when every session is taken.
+pub const RETRY_AFTER_SECS: u64 = 5;
+
+/// 503 with `Retry-After`: full.
+pub(crate) fn busy(message: &str) -> Response {
+    let mut r = refuse(StatusCode::SERVICE_UNAVAILABLE, -32000, message);
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+    r
+}
+
+/// A fresh session id: 128 bits from the kernel's CSPRNG (`/dev/urandom`) as 32 hex digits
+/// (visible ASCII, as the spec requires); where that cannot be read, SipHash under the
+/// process's random keys over a counter and the time.
+pub(crate) fn session_id() -> String {
+    use std::io::Read;
+    let mut bytes = [0u8; 16];
+    let random = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes));
+    if random.is_err() {
+        use std::hash::{BuildHasher, Hasher};
+        static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        for (i, chunk) in bytes.chunks_mut(8).enumerate() {
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u64(n);
+            h.write_u128(nanos);
+            h.write_usize(i);
+            chunk.copy_from_slice(&h.finish().to_le_bytes());
+        }
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A response body fed by a channel of ready frames (SSE); it ends when every sender is gone,
+/// and a client that goes away drops it, which the senders see as a closed channel.
+pub(crate) struct ChannelBody(pub mpsc::Receiver<Bytes>);
+
+impl hyper::body::Body for ChannelBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|frame| frame.map(|b| Ok(hyper::body::Frame::data(b))))
+    }
+}
+
+impl Door {
+    /// DNS-rebinding protection: a browser tricked into calling us by a hostile name sends
+    /// that name as `Host`. Allowed: loopback names (any port: a port forward changes it), the
+    /// listen address's IP, and `allowed_hosts` (`*`: any). No `Host` at all is no browser.
+    fn host_ok(&self, headers: &HeaderMap) -> bool {
+        let allowed = &self.settings.allowed_hosts;
+        if allowed.iter().any(|h| h == "*") {
+            return true;
+        }
+        let Some(host) = headers.get(header::HOST) else {
+            return true;
+        };
+        let Ok(host) = host.to_str() else {
+            return false;
+        };
+        let host = host.to_ascii_lowercase();
+        let name = host_name(&host);
+        if is_loopback_name(name) || allowed.iter().any(|h| *h == host || h == name) {
+            return true;
+        }
+        let ip = self.listen.ip();
+        !ip.is_unspecified() && name.parse::<std::net::IpAddr>().is_ok_and(|n| n == ip)
+    }
+
+    /// Origin validation (the spec's MUST): no `Origin` is not a browser; loopback origins and
+    /// `allowed_origins` (`*`: any) pass.
+    fn origin_ok(&self, headers: &HeaderMap) -> bool {
+        let Some(origin) = headers.get(header::ORIGIN) else {
+            return true;
+        };
+        let Ok(origin) = origin.to_str() else {
+            return false;
+        };
+        let origin = origin.trim_end_matches('/').to_ascii_lowercase();
+        let allowed = &self.settings.allowed_origins;
+        if allowed.iter().any(|o| o == "*" || *o == origin) {
+            return true;
+        }
+        origin_host(&origin).is_some_and(is_loopback_name)
+    }
+}
+
+fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+async fn on_mcp(State(door): State<Arc<Door>>, req: Request) -> Response {
+    let headers = req.headers();
+    if !door.host_ok(headers) {
+        return refuse(
+            StatusCode::FORBIDDEN,
+            -32000,
+            "Forbidden: Host not allowed (DNS-rebinding protection; see allowed_hosts)",
+        );
+    }
+    if !door.origin_ok(headers) {
+        return refuse(
+            StatusCode::FORBIDDEN,
+            -32000,
+            "Forbidden: Origin not allowed (see allowed_origins)",
+        );
+    }
+    let method = req.method().clone();
+    if !matches!(method, Method::POST | Method::GET | Method::DELETE) {
+        let mut r = refuse(
+            StatusCode::METHOD_NOT_ALLOWED,
+            -32000,
+            "Method not allowed: use POST, GET or DELETE",
+        );
+        r.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
+        return r;
+    }
+    let version = header_str(headers, "mcp-protocol-version").map(str::to_owned);
+    if let Some(v) = &version
+        && !mcpulse_wire::version::is_known(v)
+    {
+        let body = json!({"jsonrpc": "2.0", "id": null, "error": {
+            "code": mcpulse_wire::version::UNSUPPORTED_PROTOCOL_VERSION,
+            "message": "Unsupported protocol version",
+            "data": {"supported": mcpulse_wire::version::KNOWN, "requested": v},
+        }});
+        return (
+            StatusCode::BAD_REQUEST,
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
+            body.to_string(),
+        )
+            .into_response();
+    }
+    let max = door.settings.max_body;
+    let declared = header_str(headers, "content-length").and_then(|l| l.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > u64::try_from(max).unwrap_or(u64::MAX)) {
+        return too_large(max);
+    }
+    match &door.upstream {
+        Upstream::Http(up) => {
+            // The cap holds for a body without Content-Length too: the relay's read fails past it.
+            let (parts, body) = req.into_parts();
+            let body = axum::body::Body::new(http_body_util::Limited::new(body, max));
+            up.handle(Request::from_parts(parts, body)).await
+        }
+        Upstream::Stdio(up) => stdio_request(&door, up, req, version).await,
+    }
+}
+
+fn too_large(max: usize) -> Response {
+    refuse(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        -32000,
+        &format!("Payload too large: the body is over {max} bytes (max_body)"),
+    )
+}
+
+async fn stdio_request(
+    door: &Door,
+    up: &Arc<stdio::StdioUpstream>,
+    req: Request,
+    version: Option<String>,
+) -> Response {
+    let (parts, body) = req.into_parts();
+    let session = header_str(&parts.headers, "mcp-session-id").map(str::to_owned);
+    match parts.method {
+        Method::GET => return up.listen(session.as_deref()),
+        Method::DELETE => return up.delete(session.as_deref()).await,
+        _ => {}
+    }
+    if let Some(ct) = header_str(&parts.headers, "content-type")
+        && !ct.to_ascii_lowercase().starts_with("application/json")
+    {
+        return refuse(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            -32000,
+            "Unsupported Media Type: Content-Type must be application/json",
+        );
+    }
+    let bytes = match axum::body::to_bytes(body, door.settings.max_body).await {
+        Ok(b) => b,
+        Err(_) => return too_large(door.settings.max_body),
+    };
+    let message = match serde_json::from_slice::<Value>(&bytes) {
+        Ok(Value::Object(m)) => m,
+        Ok(Value::Array(_)) => {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                -32600,
+                "Invalid Request: batches are not supported; send one message per POST",
+            );
+        }
+        Ok(_) => return refuse(StatusCode::BAD_REQUEST, -32600, "Invalid Request"),
+        Err(_) => return refuse(StatusCode::BAD_REQUEST, -32700, "Parse error"),
+    };
+    let meta_version = message
+        .get("params")
+        .and_then(|p| p.get("_meta"))
+        .and_then(|m| m.get("io.modelcontextprotocol/protocolVersion"))
+        .and_then(Value::as_str);
+    if let (Some(h), Some(m)) = (version.as_deref(), meta_version)
+        && h != m
+    {
+        return refuse(
+            StatusCode::BAD_REQUEST,
+            mcpulse_wire::version::HEADER_MISMATCH,
+            "Header mismatch: MCP-Protocol-Version differs from _meta's protocolVersion",
+        );
+    }
+    let modern = session.is_none()
+        && (version.as_deref() == Some(mcpulse_wire::version::MODERN)
+            || meta_version == Some(mcpulse_wire::version::MODERN));
+    if modern && let Some(refused) = standard_headers(&parts.headers, &message) {
+        return refused;
+    }
+    let accept = header_str(&parts.headers, "accept")
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    let sse = accept.contains("text/event-stream") || accept.contains("*/*");
+    up.post(
+        stdio::Post {
+            message,
+            session,
+            sse,
+            modern,
+        },
+        door.health_tool.as_deref(),
+    )
+    .await
+}
+
+/// 2026-07-28's standard headers against the body: an `Mcp-Method` that is not the body's
+/// method, or an `Mcp-Name` that is not its `params.name` / `params.uri`, is 400 `-32020` (a
+/// stdio child never sees headers, so the door checks them). A missing header passes: the
+/// body is what is relayed, and older 2026 drafts' clients do not send them.
+fn standard_headers(
+    headers: &HeaderMap,
+    message: &serde_json::Map<String, Value>,
+) -> Option<Response> {
+    let mismatch = |what: &str| {
+        Some(refuse(
+            StatusCode::BAD_REQUEST,
+            mcpulse_wire::version::HEADER_MISMATCH,
+            &format!("Header mismatch: {what} differs from the body"),
+        ))
+    };
+    let method = message.get("method").and_then(Value::as_str);
+    if let Some(h) = header_str(headers, "mcp-method")
+        && method.is_some_and(|m| m != h)
+    {
+        return mismatch("Mcp-Method");
+    }
+    if let Some(h) = header_str(headers, "mcp-name") {
+        let params = message.get("params");
+        let name = params
+            .and_then(|p| p.get("name").or_else(|| p.get("uri")))
+            .and_then(Value::as_str);
+        // Non-ASCII values travel as `=?base64?…?=`: compared only when plain.
+        if !h.starts_with("=?base64?") && name.is_some_and(|n| n != h) {
+            return mismatch("Mcp-Name");
+        }
+    }
+    None
+}
+
+// ---- listeners -----------------------------------------------------------------------------
+
+/// A listener that counts connections into the metrics and turns Nagle off (a reply is one
+/// small write: waiting for an ACK before sending it would add up to 40 ms).
+struct Counted {
+    inner: tokio::net::TcpListener,
+    shared: Arc<Shared>,
+}
+
+/// A connection, counted closed when dropped.
+struct CountedStream {
+    inner: tokio::net::TcpStream,
+    shared: Arc<Shared>,
+}
+
+impl Drop for CountedStream {
+    fn drop(&mut self) {
+        self.shared.metrics.connection_closed();
+    }
+}
+
+impl axum::serve::Listener for Counted {
+    type Io = CountedStream;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (CountedStream, SocketAddr) {
+        let (stream, addr) = axum::serve::Listener::accept(&mut self.inner).await;
+        let _ = stream.set_nodelay(true);
+        self.shared.metrics.connection_opened();
+        (
+            CountedStream {
+                inner: stream,
+                shared: self.shared.clone(),
+            },
+            addr,
+        )
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+}
+
+impl tokio::io::AsyncRead for CountedStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for CountedStream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// The gateway, serving: where it listens, and how to stop it.
+pub struct Running {
+    /// `/mcp`'s bound address (the health endpoints' too, unless `health_addr`).
+    pub addr: SocketAddr,
+    pub health_addr: Option<SocketAddr>,
+    pub upstream: Upstream,
+    stop: watch::Sender<bool>,
+    servers: JoinSet<()>,
+}
+
+async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, StartError> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::Listen { addr, source })
+}
+
+/// Binds the listeners and starts serving `/mcp` (and the health endpoints, on the same
+/// listener or `health_listen`). Call from a multi-threaded runtime: stdio children are
+/// spawned from its worker threads (see [`stdio`]).
+pub async fn start(gateway: &Gateway, shared: Arc<Shared>) -> Result<Running, StartError> {
+    let listener = bind(gateway.listen).await?;
+    let addr = listener.local_addr().map_err(|source| StartError::Listen {
+        addr: gateway.listen,
+        source,
+    })?;
+    let health_listener = match gateway.health_listen {
+        Some(a) => Some(bind(a).await?),
+        None => None,
+    };
+    let upstream = match &gateway.upstream {
+        config::Upstream::Stdio(s) => Upstream::Stdio(stdio::StdioUpstream::new(
+            (**s).clone(),
+            stdio::Limits {
+                max_sessions: gateway.max_sessions,
+                idle_timeout: gateway.session_idle_timeout,
+                pool: gateway.stateless_pool,
+            },
+            shared.clone(),
+        )),
+        config::Upstream::Http(h) => {
+            Upstream::Http(Arc::new(http::HttpUpstream::new(h.clone(), shared.clone())))
+        }
+    };
+    let door = Arc::new(Door {
+        settings: gateway.door.clone(),
+        listen: addr,
+        upstream: upstream.clone(),
+        health_tool: gateway.health_tool.clone(),
+    });
+    let (stop, stopped) = watch::channel(false);
+    let until = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let mut app = router(door);
+    let health = crate::health::router(shared.clone());
+    let mut servers = JoinSet::new();
+    let mut health_addr = None;
+    match health_listener {
+        None => app = app.merge(health),
+        Some(l) => {
+            health_addr = l.local_addr().ok();
+            // Probes' connections are not clients': not counted.
+            let serve = axum::serve(l, health).with_graceful_shutdown(until(stopped.clone()));
+            servers.spawn(async move {
+                let _ = serve.await;
+            });
+        }
+    }
+    let counted = Counted {
+        inner: listener,
+        shared,
+    };
+    let serve = axum::serve(counted, app).with_graceful_shutdown(until(stopped));
+    servers.spawn(async move {
+        let _ = serve.await;
+    });
+    Ok(Running {
+        addr,
+        health_addr,
+        upstream,
+        stop,
+        servers,
+    })
+}
+
+/// How long open connections get to finish after the children stopped.
+const DRAIN: Duration = Duration::from_secs(3);
+
+impl Running {
+    /// Stops: every stdio child through the graceful sequence (its requests answered with an
+    /// error, its streams closed), then the listeners, letting open responses finish (at most
+    /// [`DRAIN`]).
+    pub async fn shutdown(mut self) {
+        if let Upstream::Stdio(up) = &self.upstream {
+            up.shutdown().await;
+        }
+        let _ = self.stop.send(true);
+        let drained = tokio::time::timeout(DRAIN, async {
+            while self.servers.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            self.servers.abort_all();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_health_tool_is_added_once_on_the_last_page() {
+        let mut page = json!({"tools": [{"name": "a"}], "nextCursor": "2"});
+        inject_health_tool(&mut page, "health_check");
+        assert_eq!(page["tools"].as_array().map(Vec::len), Some(1));
+        let mut last = json!({"tools": [{"name": "a"}]});
+        inject_health_tool(&mut last, "health_check");
+        inject_health_tool(&mut last, "health_check");
+        assert_eq!(last["tools"].as_array().map(Vec::len), Some(2));
+        assert_eq!(last["tools"][1]["name"], "health_check");
+    }
+
+    #[test]
+    fn session_ids_are_32_hex_digits_and_differ() {
+        let (a, b) = (session_id(), session_id());
+        assert_eq!(a.len(), 32);
+        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn tool_labels_are_capped_and_inert() {
+        let l = Labels::default();
+        assert_eq!(l.method("tools/call"), "tools/call");
+        assert_eq!(l.method("evil\u{1b}[31m"), "other");
+        for i in 0..MAX_TOOL_LABELS {
+            l.tool(&format!("t{i}"));
+        }
+        assert_eq!(l.tool("one-more"), "other");
+        assert_eq!(l.tool("t1"), "t1");
+    }
+}

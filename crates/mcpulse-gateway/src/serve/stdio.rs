@@ -1,2 +1,971 @@
 //! A stdio upstream: the gateway serves Streamable HTTP itself and runs one supervised child
-//! (mcpulse_relay::supervise) per legacy session. To be built.
+//! per legacy session, never shared (a stdio server's state belongs to one client), and a small
+//! pool of children for stateless 2026-07-28 requests (which carry all their context).
+//!
+//! Each child is `mcpulse supervise`'s: [`mcpulse_relay::supervise::run_until`] over an
+//! in-memory pipe ([`tokio::io::duplex`]), so heartbeats, restarts with backoff, process
+//! groups, the parent-death signal, the -32080 answer to a request lost in a crash and the
+//! graceful stop are the supervisor's, unchanged. This module is the HTTP side of that pipe
+//! (a [`Worker`]): it writes each POSTed message as one line, reads the relay's lines back and
+//! routes them:
+//! - a reply goes to the one POST waiting for its id. Ids are rewritten to the gateway's own
+//!   (`"gw-<n>"`) on the way in and restored on the way out, so two clients of one pooled child,
+//!   or one client reusing an id, can never get each other's replies, and a reply is delivered
+//!   at most once (its waiter is removed as it is delivered); a late reply finds no waiter and
+//!   is dropped;
+//! - a server notification or request goes on the SSE stream of a POST still waiting (the
+//!   request it reports progress on, by `progressToken`, else the latest one), else on the
+//!   session's GET stream; a server request nobody can carry is answered with an error at
+//!   once, so the server does not wait for ever.
+//!
+//! Bounds: a request body is the door's `max_body`; a line from the relay is at most the
+//! child's `max_message_size`; each waiting POST buffers at most [`EVENTS`] server messages
+//! and each GET stream [`EVENTS`] SSE frames (past either, notifications are dropped and
+//! counted in the log, never the reply); sessions are `max_sessions`, the pool
+//! `stateless_pool`.
+
+use super::record;
+use crate::metrics::Outcome;
+use crate::state::{ProcessState, Shared};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use mcpulse_relay::status::{ChildState, Logs, Observer, RestartReason, Status};
+use mcpulse_relay::supervise::Settings;
+use mcpulse_relay::supervise::lines::{LineRead, LineReader};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// Server messages buffered per waiting POST, and SSE frames per GET stream.
+pub const EVENTS: usize = 256;
+/// The in-memory pipe between a worker and its relay (each direction).
+const PIPE: usize = 256 << 10;
+/// The JSON-RPC code when the session's relay ended with the request unanswered (the
+/// supervisor's "server restarted" code: the client treats both the same way).
+const SESSION_ENDED: i64 = mcpulse_relay::supervise::codes::SERVER_RESTARTED;
+
+/// What bounds the stdio side.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub max_sessions: usize,
+    pub idle_timeout: Duration,
+    pub pool: usize,
+}
+
+/// Locks a mutex, a poisoned one included (the data is plain maps, always consistent).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Every child's last state, to tell `/livez` one process state for the upstream.
+#[derive(Debug, Default)]
+struct Tally {
+    states: Mutex<HashMap<u64, ChildState>>,
+    ever_up: AtomicBool,
+}
+
+impl Tally {
+    /// The upstream's state: up while any child runs; else starting, backoff or fatal, in
+    /// that order, as the children are; with no child at all, up once one has run (children
+    /// start on demand: none running is not a failure), starting before.
+    fn process(&self) -> ProcessState {
+        let states = lock(&self.states);
+        let any = |f: &dyn Fn(ChildState) -> bool| states.values().any(|s| f(*s));
+        if any(&|s| matches!(s, ChildState::Running | ChildState::Busy)) {
+            self.ever_up.store(true, Ordering::Relaxed);
+            ProcessState::Up
+        } else if any(&|s| s == ChildState::Starting) {
+            ProcessState::Starting
+        } else if any(&|s| s == ChildState::Backoff) {
+            ProcessState::Backoff
+        } else if any(&|s| s == ChildState::Fatal) {
+            ProcessState::Fatal
+        } else if self.ever_up.load(Ordering::Relaxed) {
+            ProcessState::Up
+        } else {
+            ProcessState::Starting
+        }
+    }
+}
+
+/// One worker's observer: its child's state into the tally and [`Shared`], its restarts into
+/// the metrics.
+struct WorkerObserver {
+    key: u64,
+    shared: Arc<Shared>,
+    tally: Arc<Tally>,
+    fatal: Arc<AtomicBool>,
+}
+
+impl Observer for WorkerObserver {
+    fn status(&self, status: &Status) {
+        lock(&self.tally.states).insert(self.key, status.state);
+        if status.state == ChildState::Fatal {
+            self.fatal.store(true, Ordering::Relaxed);
+        }
+        let process = self.tally.process();
+        self.shared.update_upstream(|u| u.process = process);
+    }
+
+    fn restart(&self, reason: &RestartReason) {
+        self.shared.update_upstream(|u| u.restarts += 1);
+        self.shared.metrics.upstream_restart(reason.label());
+    }
+}
+
+/// A POST waiting for its reply.
+struct Waiter {
+    /// The client's id, restored on the reply.
+    id: Value,
+    /// The request's `progressToken`, to route its progress notifications.
+    progress: Option<Value>,
+    /// Order of arrival: server messages without a token go to the latest waiter.
+    seq: u64,
+    reply: oneshot::Sender<Value>,
+    events: mpsc::Sender<Bytes>,
+}
+
+#[derive(Default)]
+struct Routes {
+    waiting: HashMap<String, Waiter>,
+    next: u64,
+    /// The session's GET stream (SSE frames).
+    listen: Option<mpsc::Sender<Bytes>>,
+    dropped: u64,
+}
+
+/// One supervised child and the HTTP side of its relay.
+pub(crate) struct Worker {
+    key: u64,
+    input: Mutex<Option<mpsc::Sender<Vec<u8>>>>,
+    routes: Mutex<Routes>,
+    last_used: Mutex<Instant>,
+    fatal: Arc<AtomicBool>,
+    /// The relay, the reader and the writer; `None` once taken to be awaited.
+    tasks: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Worker {
+    fn start(
+        key: u64,
+        settings: Settings,
+        observer: Arc<dyn Observer>,
+        fatal: Arc<AtomicBool>,
+        mut stop: watch::Receiver<bool>,
+    ) -> Arc<Worker> {
+        let (ours, theirs) = tokio::io::duplex(PIPE);
+        let (their_read, their_write) = tokio::io::split(theirs);
+        let (our_read, mut our_write) = tokio::io::split(ours);
+        let (tx, mut rx) = mpsc::channel::<Vec<u8>>(64);
+        let max = settings.max_message_size;
+        let worker = Arc::new(Worker {
+            key,
+            input: Mutex::new(Some(tx)),
+            routes: Mutex::new(Routes::default()),
+            last_used: Mutex::new(Instant::now()),
+            fatal,
+            tasks: Mutex::new(None),
+        });
+        // Spawned (not awaited here) so that the child is forked from a runtime worker thread,
+        // which lives as long as the runtime: the parent-death signal is per thread.
+        let relay = tokio::spawn(async move {
+            let stop = async move {
+                let _ = stop.wait_for(|s| *s).await;
+            };
+            mcpulse_relay::supervise::run_until(settings, their_read, their_write, observer, stop)
+                .await
+        });
+        let writer = tokio::spawn(async move {
+            while let Some(line) = rx.recv().await {
+                if our_write.write_all(&line).await.is_err() {
+                    return;
+                }
+            }
+            // Every sender gone: EOF to the relay, which stops the child gracefully.
+            let _ = our_write.shutdown().await;
+        });
+        let reader = {
+            let worker = worker.clone();
+            tokio::spawn(async move {
+                // The relay bounds each line to max_message_size already; the margin is for
+                // the error lines it writes itself.
+                let mut lines = LineReader::new(our_read, max.saturating_add(4096));
+                loop {
+                    match lines.next_line().await {
+                        LineRead::Line(line) if line.is_empty() => {}
+                        LineRead::Line(line) => worker.route(&line),
+                        LineRead::TooLong(_) => {}
+                        LineRead::Eof => break,
+                    }
+                }
+                worker.ended();
+            })
+        };
+        let all = tokio::spawn(async move {
+            let _ = relay.await;
+            let _ = reader.await;
+            writer.abort();
+        });
+        *lock(&worker.tasks) = Some(all);
+        worker
+    }
+
+    fn touch(&self) {
+        *lock(&self.last_used) = Instant::now();
+    }
+
+    /// Idle: nothing waiting, no GET stream, and no request for `idle`.
+    fn idle_for(&self, idle: Duration, now: Instant) -> bool {
+        let routes = lock(&self.routes);
+        let streaming = routes.listen.as_ref().is_some_and(|l| !l.is_closed());
+        routes.waiting.is_empty()
+            && !streaming
+            && now.saturating_duration_since(*lock(&self.last_used)) >= idle
+    }
+
+    fn busy(&self) -> usize {
+        lock(&self.routes).waiting.len()
+    }
+
+    fn sender(&self) -> Option<mpsc::Sender<Vec<u8>>> {
+        lock(&self.input).clone()
+    }
+
+    /// Sends one message to the child (a line, newline added).
+    async fn send(&self, message: &Value) -> bool {
+        let Some(tx) = self.sender() else {
+            return false;
+        };
+        let Ok(mut line) = serde_json::to_vec(message) else {
+            return false;
+        };
+        line.push(b'\n');
+        tx.send(line).await.is_ok()
+    }
+
+    /// Stops the child: its relay sees EOF and runs the graceful stop (close stdin, SIGTERM,
+    /// SIGKILL to the group). Waits for it, at most `bound`.
+    async fn close(&self, bound: Duration) {
+        drop(lock(&self.input).take());
+        let task = lock(&self.tasks).take();
+        if let Some(task) = task
+            && tokio::time::timeout(bound, task).await.is_err()
+        {
+            tracing::warn!(worker = self.key, "a session's child did not stop in time");
+        }
+    }
+
+    /// A line from the relay: a reply to its waiter, anything else to a stream.
+    fn route(&self, line: &[u8]) {
+        let Ok(Value::Object(mut msg)) = serde_json::from_slice::<Value>(line) else {
+            return;
+        };
+        if !msg.contains_key("method") {
+            let key = msg.get("id").and_then(Value::as_str).map(str::to_owned);
+            let waiter = key.and_then(|k| lock(&self.routes).waiting.remove(&k));
+            if let Some(w) = waiter {
+                msg.insert("id".into(), w.id);
+                let _ = w.reply.send(Value::Object(msg));
+            }
+            return;
+        }
+        let is_request = msg.contains_key("id");
+        let token = msg
+            .get("params")
+            .and_then(|p| p.get("progressToken"))
+            .cloned();
+        let frame = sse_frame(line);
+        let mut routes = lock(&self.routes);
+        let target = token
+            .as_ref()
+            .and_then(|t| {
+                routes
+                    .waiting
+                    .values()
+                    .find(|w| w.progress.as_ref() == Some(t))
+            })
+            .or_else(|| routes.waiting.values().max_by_key(|w| w.seq))
+            .map(|w| w.events.clone())
+            .or_else(|| routes.listen.clone());
+        let delivered = target.is_some_and(|t| t.try_send(frame).is_ok());
+        if delivered {
+            return;
+        }
+        routes.dropped += 1;
+        let dropped = routes.dropped;
+        drop(routes);
+        if is_request {
+            // Nobody can carry it to the client: answer for the client, so the server does
+            // not wait for ever.
+            let answer = json!({"jsonrpc": "2.0", "id": msg.get("id"), "error": {
+                "code": -32603,
+                "message": "mcpulse gateway: no client stream is open to carry this request (open a GET stream, or send it during a POST)",
+            }});
+            if let Some(tx) = self.sender()
+                && let Ok(mut line) = serde_json::to_vec(&answer)
+            {
+                line.push(b'\n');
+                let _ = tx.try_send(line);
+            }
+        }
+        tracing::debug!(
+            worker = self.key,
+            dropped,
+            "a server message with no open stream to carry it, dropped"
+        );
+    }
+
+    /// The relay ended: every waiter gets an error (dropping its sender does that), streams
+    /// close.
+    fn ended(&self) {
+        let mut routes = lock(&self.routes);
+        for (_, w) in routes.waiting.drain() {
+            let _ = w.reply.send(error(
+                &w.id,
+                SESSION_ENDED,
+                "mcpulse gateway: the server's session ended before it answered",
+            ));
+        }
+        routes.listen = None;
+        drop(lock(&self.input).take());
+    }
+}
+
+/// One SSE `message` event carrying one JSON-RPC line.
+pub(crate) fn sse_frame(json: &[u8]) -> Bytes {
+    let mut out = Vec::with_capacity(json.len() + 24);
+    out.extend_from_slice(b"event: message\ndata: ");
+    out.extend_from_slice(json);
+    out.extend_from_slice(b"\n\n");
+    Bytes::from(out)
+}
+
+/// A JSON-RPC error reply.
+pub(crate) fn error(id: &Value, code: i64, message: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+}
+
+/// Removes a waiter when its POST goes away unanswered (the client disconnected): a reply
+/// arriving later then finds no waiter and is dropped.
+struct WaitGuard {
+    worker: Arc<Worker>,
+    key: String,
+}
+
+impl Drop for WaitGuard {
+    fn drop(&mut self) {
+        lock(&self.worker.routes).waiting.remove(&self.key);
+    }
+}
+
+/// A stdio command behind the gateway.
+pub struct StdioUpstream {
+    settings: Settings,
+    limits: Limits,
+    shared: Arc<Shared>,
+    sessions: Mutex<HashMap<String, Arc<Worker>>>,
+    pool: Mutex<Vec<Arc<Worker>>>,
+    tally: Arc<Tally>,
+    next: AtomicU64,
+    stop: watch::Sender<bool>,
+}
+
+/// How a POST reached this upstream, as the door read it.
+pub struct Post {
+    pub message: serde_json::Map<String, Value>,
+    pub session: Option<String>,
+    /// The client's Accept allows an SSE response.
+    pub sse: bool,
+    /// The request is a stateless 2026-07-28 one.
+    pub modern: bool,
+}
+
+impl StdioUpstream {
+    pub fn new(settings: Settings, limits: Limits, shared: Arc<Shared>) -> Arc<StdioUpstream> {
+        let (stop, _) = watch::channel(false);
+        let up = Arc::new(StdioUpstream {
+            settings,
+            limits,
+            shared,
+            sessions: Mutex::new(HashMap::new()),
+            pool: Mutex::new(Vec::new()),
+            tally: Arc::new(Tally::default()),
+            next: AtomicU64::new(1),
+            stop,
+        });
+        tokio::spawn(expire_idle(Arc::downgrade(&up)));
+        up
+    }
+
+    /// The number of open legacy sessions.
+    pub fn sessions(&self) -> usize {
+        lock(&self.sessions).len()
+    }
+
+    fn spawn_worker(&self) -> Arc<Worker> {
+        let key = self.next.fetch_add(1, Ordering::Relaxed);
+        let fatal = Arc::new(AtomicBool::new(false));
+        let observer = Arc::new(Logs::new(WorkerObserver {
+            key,
+            shared: self.shared.clone(),
+            tally: self.tally.clone(),
+            fatal: fatal.clone(),
+        }));
+        Worker::start(
+            key,
+            self.settings.clone(),
+            observer,
+            fatal,
+            self.stop.subscribe(),
+        )
+    }
+
+    /// How long a stop may take: the graceful sequence's two steps, and a margin.
+    fn stop_bound(&self) -> Duration {
+        self.settings.stop_grace * 2 + Duration::from_secs(2)
+    }
+
+    fn forget(&self, worker: &Worker) {
+        lock(&self.tally.states).remove(&worker.key);
+        let process = self.tally.process();
+        self.shared.update_upstream(|u| u.process = process);
+    }
+
+    async fn end_session(&self, id: &str) -> bool {
+        let worker = lock(&self.sessions).remove(id);
+        match worker {
+            Some(w) => {
+                self.shared.metrics.session_closed();
+                w.close(self.stop_bound()).await;
+                self.forget(&w);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A pool child for a stateless request: a new one while the pool is not full, else the
+    /// least busy; a child whose supervisor gave up is replaced.
+    fn pooled(&self) -> Arc<Worker> {
+        let mut pool = lock(&self.pool);
+        let gone: Vec<Arc<Worker>> = pool
+            .iter()
+            .filter(|w| w.fatal.load(Ordering::Relaxed) || w.sender().is_none())
+            .cloned()
+            .collect();
+        pool.retain(|w| !w.fatal.load(Ordering::Relaxed) && w.sender().is_some());
+        for w in gone {
+            self.forget(&w);
+            let bound = self.stop_bound();
+            tokio::spawn(async move { w.close(bound).await });
+        }
+        let least = pool.iter().min_by_key(|w| w.busy()).cloned();
+        match least {
+            Some(w) if w.busy() == 0 || pool.len() >= self.limits.pool => w,
+            _ => {
+                let w = self.spawn_worker();
+                pool.push(w.clone());
+                w
+            }
+        }
+    }
+
+    /// A POST that passed the door.
+    pub async fn post(self: &Arc<Self>, post: Post, health_tool: Option<&str>) -> Response {
+        let Post {
+            message,
+            session,
+            sse,
+            modern,
+        } = post;
+        let method = message
+            .get("method")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let id = message.get("id").cloned();
+        // A notification, or the client's reply to a server request: 202, passed on.
+        let (Some(method), Some(id)) = (method.clone(), id) else {
+            if method.is_none() && !message.contains_key("result") && !message.contains_key("error")
+            {
+                return super::refuse(StatusCode::BAD_REQUEST, -32600, "not a JSON-RPC message");
+            }
+            let worker = match &session {
+                Some(s) => match lock(&self.sessions).get(s).cloned() {
+                    Some(w) => Some(w),
+                    None => return super::unknown_session(),
+                },
+                None => None,
+            };
+            if let Some(w) = worker {
+                w.touch();
+                w.send(&Value::Object(message)).await;
+            }
+            return StatusCode::ACCEPTED.into_response();
+        };
+        let started = Instant::now();
+        let tool = (method == "tools/call")
+            .then(|| {
+                message
+                    .get("params")
+                    .and_then(|p| p.get("name"))
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            })
+            .flatten();
+        if let (Some(name), Some(health)) = (tool.as_deref(), health_tool)
+            && name == health
+        {
+            let reply = json!({"jsonrpc": "2.0", "id": id, "result": crate::health::tool_result(&self.shared)});
+            record(&self.shared, &method, tool.as_deref(), started, Outcome::Ok);
+            return json_reply(&reply, None, modern);
+        }
+        let (worker, minted) = match (&session, method.as_str()) {
+            (Some(s), _) => match lock(&self.sessions).get(s).cloned() {
+                Some(w) => (w, None),
+                None => return super::unknown_session(),
+            },
+            (None, "initialize") => {
+                let mut sessions = lock(&self.sessions);
+                if sessions.len() >= self.limits.max_sessions {
+                    drop(sessions);
+                    record(&self.shared, &method, None, started, Outcome::GatewayError);
+                    return super::busy(&format!(
+                        "mcpulse gateway: all {} sessions are in use; retry later",
+                        self.limits.max_sessions
+                    ));
+                }
+                let sid = super::session_id();
+                let w = self.spawn_worker();
+                sessions.insert(sid.clone(), w.clone());
+                drop(sessions);
+                self.shared.metrics.session_opened();
+                (w, Some(sid))
+            }
+            (None, _) if modern => (self.pooled(), None),
+            (None, _) => {
+                return super::refuse(
+                    StatusCode::BAD_REQUEST,
+                    -32000,
+                    "Bad Request: Mcp-Session-Id header is required (initialize first, or send a 2026-07-28 request with MCP-Protocol-Version)",
+                );
+            }
+        };
+        worker.touch();
+        let up = self.clone();
+        let reply = Call {
+            worker,
+            message,
+            id,
+            sse,
+        }
+        .run(health_tool.map(str::to_owned))
+        .await;
+        let sid_header = minted.clone();
+        let finish = move |reply: &Value| {
+            let outcome = outcome(reply);
+            record(&up.shared, &method, tool.as_deref(), started, outcome);
+            if let Some(sid) = &minted
+                && reply.get("result").is_none()
+            {
+                // The handshake failed: no session.
+                let up = up.clone();
+                let sid = sid.clone();
+                tokio::spawn(async move { up.end_session(&sid).await });
+            }
+        };
+        match reply {
+            Reply::Json(v) => {
+                finish(&v);
+                // A failed handshake opens no session: no id to hand out.
+                let sid = sid_header.filter(|_| v.get("result").is_some());
+                json_reply(&v, sid.as_deref(), modern)
+            }
+            Reply::Stream(stream) => stream.into_response(sid_header.as_deref(), finish),
+        }
+    }
+
+    /// `GET`: the session's stream of server messages sent outside any request.
+    pub fn listen(&self, session: Option<&str>) -> Response {
+        let Some(sid) = session else {
+            return super::refuse(
+                StatusCode::METHOD_NOT_ALLOWED,
+                -32000,
+                "Method not allowed: a GET stream needs an Mcp-Session-Id (stateless requests have none)",
+            );
+        };
+        let Some(worker) = lock(&self.sessions).get(sid).cloned() else {
+            return super::unknown_session();
+        };
+        let (tx, rx) = mpsc::channel(EVENTS);
+        {
+            let mut routes = lock(&worker.routes);
+            if routes.listen.as_ref().is_some_and(|l| !l.is_closed()) {
+                return super::refuse(
+                    StatusCode::CONFLICT,
+                    -32000,
+                    "Conflict: this session already has a GET stream open",
+                );
+            }
+            routes.listen = Some(tx);
+        }
+        worker.touch();
+        sse_response(rx, None)
+    }
+
+    /// `DELETE`: ends the session and stops its child (answered once it stopped).
+    pub async fn delete(&self, session: Option<&str>) -> Response {
+        let Some(sid) = session else {
+            return super::refuse(
+                StatusCode::BAD_REQUEST,
+                -32000,
+                "Bad Request: Mcp-Session-Id header is required",
+            );
+        };
+        if self.end_session(sid).await {
+            StatusCode::OK.into_response()
+        } else {
+            super::unknown_session()
+        }
+    }
+
+    /// Stops every child at once (a signal): each with the short signal grace, all together.
+    pub async fn shutdown(&self) {
+        let _ = self.stop.send(true);
+        let sessions: Vec<Arc<Worker>> = lock(&self.sessions).drain().map(|(_, w)| w).collect();
+        for _ in &sessions {
+            self.shared.metrics.session_closed();
+        }
+        let pool: Vec<Arc<Worker>> = lock(&self.pool).drain(..).collect();
+        let workers: Vec<Arc<Worker>> = sessions.into_iter().chain(pool).collect();
+        let bound = mcpulse_relay::supervise::SIGNAL_GRACE * 2 + Duration::from_secs(2);
+        let mut stops = tokio::task::JoinSet::new();
+        for w in workers {
+            stops.spawn(async move { w.close(bound).await });
+        }
+        while stops.join_next().await.is_some() {}
+    }
+
+    /// Ends the idle sessions, their children stopped side by side (each stop may wait out
+    /// its grace: one after the other, a hundred would take minutes).
+    async fn expire(self: Arc<Self>) {
+        let now = Instant::now();
+        let idle: Vec<String> = lock(&self.sessions)
+            .iter()
+            .filter(|(_, w)| w.idle_for(self.limits.idle_timeout, now))
+            .map(|(k, _)| k.clone())
+            .collect();
+        let mut stops = tokio::task::JoinSet::new();
+        for sid in idle {
+            tracing::info!(
+                idle = ?self.limits.idle_timeout,
+                "a session was idle too long: ending it and stopping its child"
+            );
+            let up = self.clone();
+            stops.spawn(async move { up.end_session(&sid).await });
+        }
+        while stops.join_next().await.is_some() {}
+    }
+}
+
+/// Looks for idle sessions a few times per idle timeout, for as long as the upstream exists.
+async fn expire_idle(up: std::sync::Weak<StdioUpstream>) {
+    let every = match up.upgrade() {
+        Some(up) => {
+            (up.limits.idle_timeout / 4).clamp(Duration::from_millis(25), Duration::from_secs(5))
+        }
+        None => return,
+    };
+    loop {
+        tokio::time::sleep(every).await;
+        let Some(up) = up.upgrade() else {
+            return;
+        };
+        up.expire().await;
+    }
+}
+
+/// How a reply ended, for the metrics and the log line.
+fn outcome(reply: &Value) -> Outcome {
+    if let Some(code) = reply
+        .get("error")
+        .map(|e| e.get("code").and_then(Value::as_i64).unwrap_or(0))
+    {
+        // The supervisor's own codes (lost in a crash, gave up, queue full...) and ours.
+        return if (-32089..=-32080).contains(&code) || code == -32001 {
+            Outcome::GatewayError
+        } else {
+            Outcome::RpcError
+        };
+    }
+    let is_error = reply
+        .get("result")
+        .and_then(|r| r.get("isError"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    if is_error {
+        Outcome::ToolError
+    } else {
+        Outcome::Ok
+    }
+}
+
+/// The HTTP status of a stateless (2026-07-28) reply: the spec's map for the errors that
+/// have one (a bad `_meta` or version, a header mismatch, a missing capability: 400; an
+/// unknown method: 404), 200 for the rest, which travel in-band.
+fn modern_status(reply: &Value) -> StatusCode {
+    let code = reply
+        .get("error")
+        .and_then(|e| e.get("code"))
+        .and_then(Value::as_i64);
+    match code {
+        Some(-32602 | -32020 | -32021 | -32022) => StatusCode::BAD_REQUEST,
+        Some(-32601) => StatusCode::NOT_FOUND,
+        _ => StatusCode::OK,
+    }
+}
+
+fn json_reply(reply: &Value, session: Option<&str>, modern: bool) -> Response {
+    let status = if modern {
+        modern_status(reply)
+    } else {
+        StatusCode::OK
+    };
+    let body = serde_json::to_vec(reply).unwrap_or_default();
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        axum::http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    if let Some(sid) = session.and_then(|s| HeaderValue::from_str(s).ok()) {
+        headers.insert("mcp-session-id", sid);
+    }
+    (status, headers, body).into_response()
+}
+
+/// A request on its way through a worker.
+struct Call {
+    worker: Arc<Worker>,
+    message: serde_json::Map<String, Value>,
+    id: Value,
+    sse: bool,
+}
+
+/// How a request is answered: one JSON reply, or an SSE stream (the server sent messages
+/// before its reply).
+enum Reply {
+    Json(Value),
+    Stream(Stream),
+}
+
+/// A request turned SSE: what was received so far, and the rest to come.
+pub(crate) struct Stream {
+    first: Bytes,
+    guard: WaitGuard,
+    events: mpsc::Receiver<Bytes>,
+    reply: oneshot::Receiver<Value>,
+    id: Value,
+    health_tool: Option<String>,
+}
+
+impl Call {
+    async fn run(self, health_tool: Option<String>) -> Reply {
+        let Call {
+            worker,
+            mut message,
+            id,
+            sse,
+        } = self;
+        let (reply_tx, mut reply_rx) = oneshot::channel();
+        let (events_tx, mut events_rx) = mpsc::channel(EVENTS);
+        let progress = message
+            .get("params")
+            .and_then(|p| p.get("_meta"))
+            .and_then(|m| m.get("progressToken"))
+            .cloned();
+        let list_tools = message.get("method").and_then(Value::as_str) == Some("tools/list");
+        let key = {
+            let mut routes = lock(&worker.routes);
+            routes.next += 1;
+            let seq = routes.next;
+            let key = format!("gw-{seq}");
+            routes.waiting.insert(
+                key.clone(),
+                Waiter {
+                    id: id.clone(),
+                    progress,
+                    seq,
+                    reply: reply_tx,
+                    events: events_tx,
+                },
+            );
+            key
+        };
+        let guard = WaitGuard {
+            worker: worker.clone(),
+            key: key.clone(),
+        };
+        message.insert("id".into(), Value::String(key));
+        if !worker.send(&Value::Object(message)).await {
+            drop(guard);
+            return Reply::Json(error(
+                &id,
+                SESSION_ENDED,
+                "mcpulse gateway: the server's session has ended",
+            ));
+        }
+        let health = health_tool.filter(|_| list_tools);
+        // The events' sender goes with the waiter, as the reply is delivered: from then on
+        // only the reply branch is live.
+        let mut events_open = true;
+        loop {
+            tokio::select! {
+                biased;
+                event = events_rx.recv(), if events_open => match event {
+                    Some(first) if sse => {
+                        return Reply::Stream(Stream {
+                            first,
+                            guard,
+                            events: events_rx,
+                            reply: reply_rx,
+                            id,
+                            health_tool: health,
+                        });
+                    }
+                    // The client takes JSON only: what comes before the reply has no way to it.
+                    Some(_) => {}
+                    None => events_open = false,
+                },
+                reply = &mut reply_rx => {
+                    drop(guard);
+                    let mut reply = reply.unwrap_or_else(|_| error(&id, SESSION_ENDED, "mcpulse gateway: the server's session ended before it answered"));
+                    if let Some(name) = &health {
+                        super::inject_reply(&mut reply, name);
+                    }
+                    return Reply::Json(reply);
+                }
+            }
+        }
+    }
+}
+
+impl Stream {
+    /// The SSE response: the messages so far, the rest as they come, the reply last (then the
+    /// stream ends). `finish` sees the reply (or the error standing for it).
+    fn into_response(
+        self,
+        session: Option<&str>,
+        finish: impl FnOnce(&Value) + Send + 'static,
+    ) -> Response {
+        let (tx, rx) = mpsc::channel(EVENTS);
+        let Stream {
+            first,
+            guard,
+            mut events,
+            mut reply,
+            id,
+            health_tool,
+        } = self;
+        tokio::spawn(async move {
+            let _guard = guard;
+            if tx.send(first).await.is_err() {
+                return;
+            }
+            let mut events_open = true;
+            let reply = loop {
+                tokio::select! {
+                    biased;
+                    event = events.recv(), if events_open => match event {
+                        Some(frame) => {
+                            if tx.send(frame).await.is_err() {
+                                return;
+                            }
+                        }
+                        None => events_open = false,
+                    },
+                    r = &mut reply => break r,
+                }
+            };
+            // Everything the server sent before its reply is in `events` by now.
+            while let Ok(frame) = events.try_recv() {
+                if tx.send(frame).await.is_err() {
+                    return;
+                }
+            }
+            let mut reply = reply.unwrap_or_else(|_| {
+                error(
+                    &id,
+                    SESSION_ENDED,
+                    "mcpulse gateway: the server's session ended before it answered",
+                )
+            });
+            if let Some(name) = &health_tool {
+                super::inject_reply(&mut reply, name);
+            }
+            finish(&reply);
+            let _ = tx
+                .send(sse_frame(&serde_json::to_vec(&reply).unwrap_or_default()))
+                .await;
+        });
+        sse_response(rx, session)
+    }
+}
+
+/// A `text/event-stream` response fed by `rx`; it ends when every sender is gone.
+pub(crate) fn sse_response(rx: mpsc::Receiver<Bytes>, session: Option<&str>) -> Response {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        axum::http::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(
+        axum::http::header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache"),
+    );
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    if let Some(sid) = session.and_then(|s| HeaderValue::from_str(s).ok()) {
+        headers.insert("mcp-session-id", sid);
+    }
+    (
+        StatusCode::OK,
+        headers,
+        axum::body::Body::new(super::ChannelBody(rx)),
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tally(states: &[ChildState]) -> ProcessState {
+        let t = Tally::default();
+        for (i, s) in states.iter().enumerate() {
+            lock(&t.states).insert(i as u64, *s);
+        }
+        t.process()
+    }
+
+    #[test]
+    fn the_upstream_is_up_while_any_child_runs() {
+        use ChildState::*;
+        assert_eq!(tally(&[]), ProcessState::Starting);
+        assert_eq!(tally(&[Starting]), ProcessState::Starting);
+        assert_eq!(tally(&[Fatal, Backoff, Running]), ProcessState::Up);
+        assert_eq!(tally(&[Fatal, Busy]), ProcessState::Up);
+        assert_eq!(tally(&[Fatal, Backoff]), ProcessState::Backoff);
+        assert_eq!(tally(&[Fatal, Stopped]), ProcessState::Fatal);
+        // Children start on demand: none left after one ran is not a failure.
+        let t = Tally::default();
+        lock(&t.states).insert(1, Running);
+        assert_eq!(t.process(), ProcessState::Up);
+        lock(&t.states).clear();
+        assert_eq!(t.process(), ProcessState::Up);
+    }
+}

@@ -5,10 +5,10 @@
 //! Nothing here writes to stdout: it is the client's MCP stream, and one stray byte breaks it.
 
 use crate::cli::SuperviseArgs;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use mcpulse_relay::endpoints::{self, Endpoints, Listening};
 use mcpulse_relay::status::{Logs, Observer};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// What [`start`] keeps running: the observer to hand the supervisor (it logs, and feeds the
 /// endpoints), and the endpoints' server while `--listen` serves; dropping it stops them.
@@ -24,43 +24,7 @@ pub struct Visibility {
 /// field inert ([`crate::log::InertFields`]) or, with `--log-json`, one JSON object a line
 /// ([`crate::log::InertJson`]). Never stdout.
 pub fn init_logging(args: &SuperviseArgs) -> Result<()> {
-    let level = crate::log::level(&args.log_level)?;
-    let builder = tracing_subscriber::fmt()
-        .with_max_level(level)
-        .with_target(false);
-    let result = match &args.log_file {
-        Some(path) => {
-            let file = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .with_context(|| format!("--log-file {}", path.display()))?;
-            let builder = builder.with_writer(Mutex::new(file)).with_ansi(false);
-            if args.log_json {
-                builder.event_format(crate::log::InertJson).try_init()
-            } else {
-                builder.fmt_fields(crate::log::InertFields).try_init()
-            }
-        }
-        None => {
-            use std::io::IsTerminal;
-            let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-            let builder = builder.with_writer(std::io::stderr);
-            if args.log_json {
-                builder
-                    .with_ansi(false)
-                    .event_format(crate::log::InertJson)
-                    .try_init()
-            } else {
-                builder
-                    .with_ansi(ansi)
-                    .fmt_fields(crate::log::InertFields)
-                    .try_init()
-            }
-        }
-    };
-    // A subscriber already set (in-process tests) keeps logging where it did.
-    drop(result);
+    args.log.init()?;
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         pid = std::process::id(),

@@ -1,0 +1,565 @@
+//! The gateway over a stdio upstream, end to end: a real gateway on loopback port 0, real
+//! children (mcpulse-testkit's scripted stdio servers), a real HTTP client. Every test stops
+//! the gateway and checks that no child (or grandchild) is left.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use mcpulse_gateway::config;
+use mcpulse_gateway::serve::{self, Running};
+use mcpulse_gateway::state::{ProcessState, Shared};
+use mcpulse_testkit::stdio::{
+    Act, StdioScript, TempDir, is_running, kill, read_pids, still_running_after,
+};
+use serde_json::{Value, json};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The longest any step may take.
+const BOUND: Duration = Duration::from_secs(10);
+
+struct Reply {
+    status: u16,
+    headers: http::HeaderMap,
+    body: String,
+}
+
+impl Reply {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+
+    fn session(&self) -> String {
+        self.headers
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_else(|| panic!("no session id: {} {}", self.status, self.body))
+            .to_owned()
+    }
+}
+
+/// One HTTP request on a connection of its own.
+async fn request(
+    addr: SocketAddr,
+    method: &str,
+    headers: &[(&str, &str)],
+    body: Option<Value>,
+) -> Reply {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let mut req = http::Request::builder()
+        .method(method)
+        .uri("/mcp")
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json");
+    if !headers.iter().any(|(k, _)| *k == "host") {
+        req = req.header("host", addr.to_string());
+    }
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let req = req.body(Full::new(Bytes::from(body))).unwrap();
+    let resp = tokio::time::timeout(BOUND, sender.send_request(req))
+        .await
+        .expect("no answer in time")
+        .unwrap();
+    let (parts, body) = resp.into_parts();
+    let body = tokio::time::timeout(BOUND, body.collect())
+        .await
+        .expect("the body did not end in time")
+        .unwrap()
+        .to_bytes();
+    Reply {
+        status: parts.status.as_u16(),
+        headers: parts.headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    }
+}
+
+async fn post(addr: SocketAddr, session: Option<&str>, message: Value) -> Reply {
+    let headers: Vec<(&str, &str)> = session.map(|s| ("mcp-session-id", s)).into_iter().collect();
+    request(addr, "POST", &headers, Some(message)).await
+}
+
+fn initialize(id: i64) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "test", "version": "1"}}})
+}
+
+/// Opens a legacy session: initialize, then initialized.
+async fn open_session(addr: SocketAddr) -> String {
+    let r = post(addr, None, initialize(1)).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let sid = r.session();
+    let n = post(
+        addr,
+        Some(&sid),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .await;
+    assert_eq!(n.status, 202);
+    sid
+}
+
+fn tools_list(id: i64) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"})
+}
+
+/// A gateway over `script`, with `extra` TOML before `[upstream]` and `upstream` TOML after.
+async fn gateway(script: &Path, extra: &str, upstream: &str) -> (Running, Arc<Shared>) {
+    let text = format!(
+        "listen = \"127.0.0.1:0\"\n{extra}\n[upstream]\ncommand = [\"sh\", {:?}]\nstop_grace = \"300ms\"\n{upstream}\n",
+        script.to_str().unwrap()
+    );
+    let g = config::parse(&text, "test.toml", &|_| None).unwrap();
+    let shared = Arc::new(Shared::default());
+    let running = serve::start(&g, shared.clone()).await.unwrap();
+    (running, shared)
+}
+
+/// Waits until `file` lists `n` pids.
+async fn pids(file: &Path, n: usize) -> Vec<u32> {
+    let until = tokio::time::Instant::now() + BOUND;
+    loop {
+        let p = read_pids(file);
+        if p.len() >= n || tokio::time::Instant::now() > until {
+            return p;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Stops the gateway and checks nothing is left of `pids`.
+async fn stop_leaving_nothing(running: Running, pids: &[u32]) {
+    tokio::time::timeout(BOUND, running.shutdown())
+        .await
+        .expect("shutdown in time");
+    let left = still_running_after(pids, Duration::from_secs(3));
+    kill(&left);
+    assert!(left.is_empty(), "left running: {left:?}");
+}
+
+fn script(dir: &TempDir) -> std::path::PathBuf {
+    StdioScript::legacy()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on_tool(
+            "crash",
+            vec![Act::FirstTimeElse(
+                dir.join("crashed"),
+                Box::new(Act::Exit(1)),
+                Box::new(Act::Result(json!({"content": []}))),
+            )],
+        )
+        .on_tool(
+            "chatty",
+            vec![
+                Act::Stdout(
+                    json!({"jsonrpc": "2.0", "method": "notifications/message",
+                        "params": {"level": "info", "data": "working"}})
+                    .to_string(),
+                ),
+                Act::Result(json!({"content": [{"type": "text", "text": "done"}]})),
+            ],
+        )
+        .on("tools/call", vec![Act::Result(json!({"content": []}))])
+        .write(dir, "server.sh")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_session_gets_its_own_child_and_delete_stops_it() {
+    let dir = TempDir::new("gw-sessions");
+    let (running, shared) = gateway(&script(&dir), "", "").await;
+    let addr = running.addr;
+    let a = open_session(addr).await;
+    let b = open_session(addr).await;
+    assert_ne!(a, b);
+    let both = pids(&dir.join("pids"), 2).await;
+    assert_eq!(both.len(), 2, "two sessions, two children: {both:?}");
+    assert_ne!(both[0], both[1]);
+    for sid in [&a, &b] {
+        let r = post(addr, Some(sid), tools_list(2)).await;
+        assert_eq!(r.json()["id"], 2);
+        assert_eq!(r.json()["result"]["tools"][0]["name"], "echo");
+    }
+    assert_eq!(shared.upstream().process, ProcessState::Up);
+
+    let d = request(addr, "DELETE", &[("mcp-session-id", &a)], None).await;
+    assert_eq!(d.status, 200);
+    let running_now: Vec<u32> = both.iter().copied().filter(|p| is_running(*p)).collect();
+    assert_eq!(running_now.len(), 1, "DELETE stopped exactly one child");
+    let gone = post(addr, Some(&a), tools_list(3)).await;
+    assert_eq!(gone.status, 404, "a deleted session is unknown");
+    let still = post(addr, Some(&b), tools_list(4)).await;
+    assert_eq!(still.json()["result"]["tools"][0]["name"], "echo");
+    stop_leaving_nothing(running, &both).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_session_expires_and_its_child_stops() {
+    let dir = TempDir::new("gw-idle");
+    let (running, _) = gateway(&script(&dir), "session_idle_timeout = \"300ms\"", "").await;
+    let sid = open_session(running.addr).await;
+    let child = pids(&dir.join("pids"), 1).await;
+    let left = still_running_after(&child, Duration::from_secs(5));
+    assert!(left.is_empty(), "the idle session's child still runs");
+    let r = post(running.addr, Some(&sid), tools_list(2)).await;
+    assert_eq!(r.status, 404, "an expired session is unknown: {}", r.body);
+    stop_leaving_nothing(running, &child).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_max_sessions_it_answers_503_with_retry_after() {
+    let dir = TempDir::new("gw-full");
+    let (running, _) = gateway(&script(&dir), "max_sessions = 1", "").await;
+    let addr = running.addr;
+    let a = open_session(addr).await;
+    let full = post(addr, None, initialize(1)).await;
+    assert_eq!(full.status, 503, "{}", full.body);
+    assert!(full.headers.contains_key("retry-after"));
+    assert!(full.body.contains("sessions are in use"), "{}", full.body);
+    let d = request(addr, "DELETE", &[("mcp-session-id", &a)], None).await;
+    assert_eq!(d.status, 200);
+    let again = post(addr, None, initialize(1)).await;
+    assert_eq!(again.status, 200, "a freed slot is usable: {}", again.body);
+    let all = pids(&dir.join("pids"), 2).await;
+    stop_leaving_nothing(running, &all).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_door_refuses_foreign_hosts_origins_versions_and_big_bodies() {
+    let dir = TempDir::new("gw-door");
+    let (running, _) = gateway(&script(&dir), "max_body = \"2KiB\"", "").await;
+    let addr = running.addr;
+    let origin = request(
+        addr,
+        "POST",
+        &[("origin", "http://evil.example")],
+        Some(initialize(1)),
+    )
+    .await;
+    assert_eq!(origin.status, 403);
+    let host = request(
+        addr,
+        "POST",
+        &[("host", "evil.example")],
+        Some(initialize(1)),
+    )
+    .await;
+    assert_eq!(host.status, 403);
+    let version = request(
+        addr,
+        "POST",
+        &[("mcp-protocol-version", "1900-01-01")],
+        Some(initialize(1)),
+    )
+    .await;
+    assert_eq!(version.status, 400);
+    let big = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"x": "y".repeat(4096)}}});
+    assert_eq!(post(addr, None, big).await.status, 413);
+    let put = request(addr, "PUT", &[], None).await;
+    assert_eq!(put.status, 405);
+    let no_session = post(addr, None, tools_list(1)).await;
+    assert_eq!(no_session.status, 400);
+    let parse = request(addr, "POST", &[], None).await;
+    assert_eq!(parse.status, 400);
+    // Nothing refused reached a child.
+    assert!(read_pids(&dir.join("pids")).is_empty());
+    // A loopback origin is a local client's, and passes.
+    let local = request(
+        addr,
+        "POST",
+        &[("origin", "http://localhost:6274")],
+        Some(initialize(1)),
+    )
+    .await;
+    assert_eq!(local.status, 200, "{}", local.body);
+    let all = pids(&dir.join("pids"), 1).await;
+    stop_leaving_nothing(running, &all).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_killed_mid_request_answers_an_error_and_the_next_request_works() {
+    let dir = TempDir::new("gw-crash");
+    let (running, shared) = gateway(&script(&dir), "", "backoff_initial = \"50ms\"").await;
+    let addr = running.addr;
+    let sid = open_session(addr).await;
+    let crash = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "crash", "arguments": {}}});
+    let r = post(addr, Some(&sid), crash).await;
+    let reply = r.json();
+    assert_eq!(reply["id"], 7, "the client's id comes back: {reply}");
+    assert_eq!(reply["error"]["code"], -32080, "{reply}");
+    let next = post(addr, Some(&sid), tools_list(8)).await;
+    assert_eq!(
+        next.json()["result"]["tools"][0]["name"],
+        "echo",
+        "the restarted child answers"
+    );
+    assert!(shared.upstream().restarts >= 1);
+    let all = pids(&dir.join("pids"), 2).await;
+    assert_eq!(all.len(), 2, "restarted once: {all:?}");
+    stop_leaving_nothing(running, &all).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_before_the_reply_turn_the_response_into_an_sse_stream() {
+    let dir = TempDir::new("gw-sse");
+    let (running, _) = gateway(&script(&dir), "", "").await;
+    let addr = running.addr;
+    let sid = open_session(addr).await;
+    let call = json!({"jsonrpc": "2.0", "id": "c1", "method": "tools/call",
+        "params": {"name": "chatty", "arguments": {}}});
+    let r = post(addr, Some(&sid), call).await;
+    assert_eq!(
+        r.headers.get("content-type").and_then(|v| v.to_str().ok()),
+        Some("text/event-stream")
+    );
+    let data: Vec<Value> = r
+        .body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    assert_eq!(data.len(), 2, "{}", r.body);
+    assert_eq!(data[0]["method"], "notifications/message");
+    assert_eq!(data[1]["id"], "c1", "the reply last, with the client's id");
+    assert_eq!(data[1]["result"]["content"][0]["text"], "done");
+    // A plain call stays JSON.
+    let plain = post(addr, Some(&sid), tools_list(2)).await;
+    assert_eq!(
+        plain
+            .headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok()),
+        Some("application/json")
+    );
+    let all = pids(&dir.join("pids"), 1).await;
+    stop_leaving_nothing(running, &all).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stateless_requests_use_the_pool_and_the_health_tool_is_the_gateways() {
+    let dir = TempDir::new("gw-pool");
+    let (running, _) = gateway(&script(&dir), "health_tool = \"health_check\"", "").await;
+    let addr = running.addr;
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {}});
+    let list =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": meta}});
+    let r = request(
+        addr,
+        "POST",
+        &[("mcp-protocol-version", "2026-07-28")],
+        Some(list),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(!r.headers.contains_key("mcp-session-id"), "stateless");
+    let lying =
+        json!({"jsonrpc": "2.0", "id": 9, "method": "tools/list", "params": {"_meta": meta}});
+    let mismatch = request(
+        addr,
+        "POST",
+        &[
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/call"),
+        ],
+        Some(lying),
+    )
+    .await;
+    assert_eq!(mismatch.status, 400, "{}", mismatch.body);
+    assert_eq!(mismatch.json()["error"]["code"], -32020);
+    let names: Vec<String> = r.json()["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(names, ["echo", "health_check"]);
+    // Answered by the gateway: no child sees it (the script would answer `content: []`).
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "health_check", "arguments": {}, "_meta": meta}});
+    let h = request(
+        addr,
+        "POST",
+        &[("mcp-protocol-version", "2026-07-28")],
+        Some(call),
+    )
+    .await;
+    assert_eq!(h.json()["id"], 2);
+    assert!(
+        h.json()["result"]["content"][0]["text"].is_string(),
+        "{}",
+        h.body
+    );
+    let all = pids(&dir.join("pids"), 1).await;
+    assert_eq!(all.len(), 1, "one pool child: {all:?}");
+    stop_leaving_nothing(running, &all).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_stops_every_child_and_grandchild() {
+    let dir = TempDir::new("gw-shutdown");
+    let script = StdioScript::legacy()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .at_start(Act::SpawnGrandchild(dir.join("pids")))
+        .write(&dir, "server.sh");
+    let (running, _) = gateway(&script, "", "").await;
+    for _ in 0..3 {
+        open_session(running.addr).await;
+    }
+    let all = pids(&dir.join("pids"), 6).await;
+    assert_eq!(all.len(), 6, "three children, three grandchildren");
+    stop_leaving_nothing(running, &all).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_messages_outside_a_request_go_to_the_sessions_get_stream() {
+    let dir = TempDir::new("gw-get");
+    let script = StdioScript::legacy()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on(
+            "notifications/roots/list_changed",
+            vec![Act::Stdout(
+                json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}).to_string(),
+            )],
+        )
+        .write(&dir, "server.sh");
+    let (running, _) = gateway(&script, "", "").await;
+    let addr = running.addr;
+    let sid = open_session(addr).await;
+    // GET needs a session: without one it is 405 (stateless requests have no stream).
+    assert_eq!(request(addr, "GET", &[], None).await.status, 405);
+
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let get = http::Request::builder()
+        .method("GET")
+        .uri("/mcp")
+        .header("host", addr.to_string())
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &sid)
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let resp = sender.send_request(get).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    // A second stream for the same session is refused while this one is open.
+    let second = request(addr, "GET", &[("mcp-session-id", &sid)], None).await;
+    assert_eq!(second.status, 409);
+
+    let n = post(
+        addr,
+        Some(&sid),
+        json!({"jsonrpc": "2.0", "method": "notifications/roots/list_changed"}),
+    )
+    .await;
+    assert_eq!(n.status, 202);
+    let frame = tokio::time::timeout(BOUND, body.frame())
+        .await
+        .expect("an event in time")
+        .unwrap()
+        .unwrap();
+    let text = String::from_utf8_lossy(frame.data_ref().unwrap()).into_owned();
+    assert!(
+        text.starts_with("event: message\ndata: ")
+            && text.contains("notifications/tools/list_changed"),
+        "{text}"
+    );
+    // DELETE ends the session, and its stream with it.
+    let d = request(addr, "DELETE", &[("mcp-session-id", &sid)], None).await;
+    assert_eq!(d.status, 200);
+    let end = tokio::time::timeout(BOUND, body.frame())
+        .await
+        .expect("the stream ended in time");
+    assert!(end.is_none(), "the stream ends with its session");
+    let all = pids(&dir.join("pids"), 1).await;
+    stop_leaving_nothing(running, &all).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_that_dies_during_initialize_or_cannot_start_gets_the_client_an_error() {
+    // Bridges in use hang the client here, or die: the client must get an answer, and the
+    // gateway must go on serving.
+    let dir = TempDir::new("gw-init-crash");
+    let script = StdioScript::new()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on("initialize", vec![Act::Exit(1)])
+        .write(&dir, "server.sh");
+    let (running, _) = gateway(&script, "", "backoff_initial = \"50ms\"\nmax_restarts = 1").await;
+    let r = post(running.addr, None, initialize(1)).await;
+    assert_eq!(r.json()["id"], 1);
+    assert!(r.json()["error"]["code"].is_i64(), "{}", r.body);
+    assert!(
+        !r.headers.contains_key("mcp-session-id"),
+        "a failed handshake opens no session"
+    );
+    let all = read_pids(&dir.join("pids"));
+    stop_leaving_nothing(running, &all).await;
+
+    let missing = dir.join("no-such-server");
+    let text = format!(
+        "listen = \"127.0.0.1:0\"\n[upstream]\ncommand = [{:?}]\nbackoff_initial = \"50ms\"\nmax_restarts = 1\n",
+        missing.to_str().unwrap()
+    );
+    let g = config::parse(&text, "test.toml", &|_| None).unwrap();
+    let running = serve::start(&g, Arc::new(Shared::default())).await.unwrap();
+    let r = post(running.addr, None, initialize(1)).await;
+    assert_eq!(r.json()["id"], 1);
+    assert!(r.json()["error"]["code"].is_i64(), "{}", r.body);
+    // Still serving.
+    let again = post(running.addr, None, initialize(2)).await;
+    assert_eq!(again.json()["id"], 2);
+    tokio::time::timeout(BOUND, running.shutdown())
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_requests_with_the_same_id_each_get_their_own_reply_once() {
+    // The scripted server answers in order, the slow call first: each reply must still reach
+    // the POST that asked, with the client's id, even though both used id 1.
+    let dir = TempDir::new("gw-ids");
+    let script = StdioScript::legacy()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on_tool(
+            "slow",
+            vec![
+                Act::Sleep(300),
+                Act::Result(json!({"content": [{"type": "text", "text": "slow"}]})),
+            ],
+        )
+        .write(&dir, "server.sh");
+    let (running, _) = gateway(&script, "", "").await;
+    let addr = running.addr;
+    let sid = open_session(addr).await;
+    let slow = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "slow", "arguments": {}}});
+    let (a, b) = tokio::join!(post(addr, Some(&sid), slow), async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        post(addr, Some(&sid), tools_list(1)).await
+    });
+    assert_eq!(a.json()["id"], 1);
+    assert_eq!(
+        a.json()["result"]["content"][0]["text"],
+        "slow",
+        "{}",
+        a.body
+    );
+    assert_eq!(b.json()["id"], 1);
+    assert_eq!(b.json()["result"]["tools"][0]["name"], "echo", "{}", b.body);
+    let all = pids(&dir.join("pids"), 1).await;
+    stop_leaving_nothing(running, &all).await;
+}
