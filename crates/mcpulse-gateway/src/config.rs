@@ -12,7 +12,7 @@
 //! Defaults live in one place ([`Defaults`]) and are documented in docs/gateway.md
 //! §Configuration.
 
-use crate::checks::CheckSpec;
+use crate::checks::{Check, CheckSpec};
 use crate::serve::http::HttpSettings;
 use mcpulse_relay::supervise::{Backoff, Program, RestartPolicy, Settings, Timeouts};
 use mcpulse_wire::redact::Secrets;
@@ -67,7 +67,8 @@ pub struct Gateway {
     pub min_tools: usize,
     /// The opt-in `health_check` tool's name.
     pub health_tool: Option<String>,
-    pub checks: Vec<CheckSpec>,
+    /// The dependency checks (`[[checks]]`), validated.
+    pub checks: Vec<Check>,
     /// Values taken from the environment (`${VAR}`): hidden wherever the gateway shows its
     /// settings (the start-up log line).
     pub secrets: Secrets,
@@ -498,7 +499,22 @@ fn resolve(
         }
         None => None,
     };
-    let upstream = upstream(raw, src, env, &mut secrets)?;
+    let mut upstream = upstream(raw, src, env, &mut secrets)?;
+    if let Upstream::Http(h) = &mut upstream {
+        // Over an HTTP upstream the relay lists and answers the health tool itself.
+        h.health_tool = health_tool.clone();
+    }
+    let checks = crate::checks::resolve_all(&raw.checks).map_err(|(i, e)| {
+        // The spans of a check's keys are not kept (CheckSpec is plain serde): point at its
+        // `[[checks]]` header, the i-th in the file.
+        let at = src
+            .text
+            .match_indices("[[checks]]")
+            .nth(i)
+            .map(|(o, _)| o)
+            .unwrap_or(0);
+        src.offset(at, &format!("checks[{i}]"), e.to_string())
+    })?;
     Ok(Gateway {
         listen,
         health_listen,
@@ -513,7 +529,7 @@ fn resolve(
         stateless_pool,
         min_tools,
         health_tool,
-        checks: raw.checks.clone(),
+        checks,
         secrets,
     })
 }
@@ -577,14 +593,13 @@ fn upstream(
                     return Err(src.at(v, key, "applies to a stdio upstream (command) only"));
                 }
             }
-            Ok(Upstream::Http(HttpSettings {
-                url: value,
-                connect_timeout: match &up.connect_timeout {
-                    Some(v) => duration(src, v, "upstream.connect_timeout")?,
-                    None => Defaults::CONNECT_TIMEOUT,
-                },
-                max_message_size,
-            }))
+            let mut http = HttpSettings::new(value);
+            http.connect_timeout = match &up.connect_timeout {
+                Some(v) => duration(src, v, "upstream.connect_timeout")?,
+                None => Defaults::CONNECT_TIMEOUT,
+            };
+            http.max_message_size = max_message_size;
+            Ok(Upstream::Http(http))
         }
         (Some(cmd), None) => {
             let mut argv = Vec::with_capacity(cmd.get_ref().len());

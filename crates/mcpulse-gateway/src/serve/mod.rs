@@ -576,6 +576,9 @@ pub struct Running {
     pub upstream: Upstream,
     stop: watch::Sender<bool>,
     servers: JoinSet<()>,
+    /// The health side's tasks (event-loop ticker, readiness prober, dependency checks):
+    /// stopped when this is dropped.
+    _health: crate::health::Running,
 }
 
 async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, StartError> {
@@ -608,7 +611,11 @@ pub async fn start(gateway: &Gateway, shared: Arc<Shared>) -> Result<Running, St
             shared.clone(),
         )),
         config::Upstream::Http(h) => {
-            Upstream::Http(Arc::new(http::HttpUpstream::new(h.clone(), shared.clone())))
+            let up = Arc::new(http::HttpUpstream::new(h.clone(), shared.clone()));
+            // Dial once now: the process state is Up (or reconnecting) before any client.
+            let warm = up.clone();
+            tokio::spawn(async move { warm.warm_up().await });
+            Upstream::Http(up)
         }
     };
     let door = Arc::new(Door {
@@ -636,6 +643,7 @@ pub async fn start(gateway: &Gateway, shared: Arc<Shared>) -> Result<Running, St
             });
         }
     }
+    let shared_for_health = shared.clone();
     let counted = Counted {
         inner: listener,
         shared,
@@ -644,13 +652,45 @@ pub async fn start(gateway: &Gateway, shared: Arc<Shared>) -> Result<Running, St
     servers.spawn(async move {
         let _ = serve.await;
     });
+    let health = crate::health::start(health_settings(gateway, addr), shared_for_health);
     Ok(Running {
         addr,
         health_addr,
         upstream,
         stop,
         servers,
+        _health: health,
     })
+}
+
+/// The health side's settings: the readiness probe goes through the gateway's own `/mcp` on
+/// loopback (the whole path a client takes, either upstream kind), so `/readyz` passes only
+/// when a client could really be served.
+fn health_settings(gateway: &Gateway, addr: SocketAddr) -> crate::health::Settings {
+    let loopback = match addr.ip() {
+        ip if ip.is_unspecified() && addr.is_ipv6() => {
+            SocketAddr::new(std::net::Ipv6Addr::LOCALHOST.into(), addr.port())
+        }
+        ip if ip.is_unspecified() => {
+            SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), addr.port())
+        }
+        _ => addr,
+    };
+    let mcp = mcpulse_probe::Target::http(&format!("http://{loopback}/mcp"));
+    if let Err(e) = &mcp {
+        tracing::error!(error = %e, "the readiness probe has no target: /readyz stays failing");
+    }
+    crate::health::Settings {
+        upstream: match gateway.upstream {
+            config::Upstream::Stdio(_) => crate::health::UpstreamKind::Stdio,
+            config::Upstream::Http(_) => crate::health::UpstreamKind::Http,
+        },
+        min_tools: gateway.min_tools,
+        mcp: mcp.ok(),
+        own_tool: gateway.health_tool.clone(),
+        checks: gateway.checks.clone(),
+        ..crate::health::Settings::default()
+    }
 }
 
 /// How long open connections get to finish after the children stopped.
