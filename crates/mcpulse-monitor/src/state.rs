@@ -74,6 +74,12 @@ pub struct Observation {
     /// known about what is behind it, and the components keep their state).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub components: BTreeMap<String, Component>,
+    /// This check was unhealthy only because of dependencies it tracks as components: the
+    /// liveness and protocol layers were healthy and every warning or critical finding is one
+    /// that a component here names (see `runner::explained_by_components`). Such an outage
+    /// pages as the components' incidents, not as the target's too (one alert per outage).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub by_components: bool,
 }
 
 /// One dependency as one check saw it.
@@ -192,6 +198,7 @@ impl Observation {
             drift_changes_more: 0,
             summary: summary.into(),
             components: BTreeMap::new(),
+            by_components: false,
         }
     }
 }
@@ -226,6 +233,27 @@ pub struct TargetState {
     /// The dependencies behind the server, by name (see [`Observation::components`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub components: BTreeMap<String, ComponentState>,
+    /// Unhealthy checks in a row that their components do not explain
+    /// ([`Observation::by_components`] false): once it reaches the failure threshold the
+    /// outage is the target's own and pages as such (see [`TargetState::paged_by_components`]).
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub unexplained: u32,
+}
+
+impl TargetState {
+    /// Whether the target's confirmed outage is paged by its components' incidents alone:
+    /// it is down or degraded, fewer than `failure` unhealthy checks in a row were not
+    /// explained by components (a protocol failure must persist as long as any outage does
+    /// before it pages), and a confirmed component is at least as bad as the target (so the
+    /// outage is paged at the severity it has). Otherwise the target's `status` incident
+    /// opens, as it does for an outage of the server itself.
+    pub fn paged_by_components(&self, t: Thresholds) -> bool {
+        matches!(self.status, Health::Down | Health::Degraded)
+            && self.unexplained < t.failure
+            && self.components.values().any(|c| {
+                matches!(c.status, Health::Down | Health::Degraded) && c.status >= self.status
+            })
+    }
 }
 
 impl Default for TargetState {
@@ -239,6 +267,7 @@ impl Default for TargetState {
             last: None,
             last_up: None,
             components: BTreeMap::new(),
+            unexplained: 0,
         }
     }
 }
@@ -446,6 +475,11 @@ pub fn observe(
         None // this observation is the last answer
     };
     s.last = Some(obs.clone());
+    s.unexplained = if obs.status == Health::Healthy || obs.by_components {
+        0
+    } else {
+        s.unexplained.saturating_add(1)
+    };
     // Nothing is known behind a server that did not answer: no component is counted unseen.
     let answered = obs.status != Health::Down || !obs.components.is_empty();
     forget_unseen(
@@ -626,6 +660,7 @@ mod tests {
             drift_changes_more: 0,
             summary: String::new(),
             components: BTreeMap::new(),
+            by_components: false,
         }
     }
 

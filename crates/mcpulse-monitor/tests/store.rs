@@ -53,6 +53,7 @@ fn obs(status: Health, at_ms: i64) -> Observation {
         drift_changes_more: 0,
         summary: "ok".into(),
         components: BTreeMap::new(),
+        by_components: false,
     }
 }
 
@@ -66,6 +67,7 @@ fn state(status: Health, at_ms: i64) -> TargetState {
         last: Some(obs(status, at_ms)),
         last_up: None,
         components: BTreeMap::new(),
+        unexplained: 0,
     }
 }
 

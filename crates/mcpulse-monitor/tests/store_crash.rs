@@ -141,6 +141,7 @@ fn observation(t: u64, tick: u64) -> (Observation, f64) {
         drift_changes_more: 0,
         summary: format!("{} after {duration} ms", status.as_str()),
         components: BTreeMap::new(),
+        by_components: false,
     };
     (obs, duration)
 }
@@ -192,6 +193,7 @@ impl Fleet {
                 drift_changes: "",
                 reminder_ms: Some(30 * TICK_MS),
                 components: &mcpulse_monitor::alert::NO_COMPONENTS,
+                by_components: false,
             };
             let sent: Vec<Alert> = alerts(&events, incidents, &cx);
             *state = next;
