@@ -826,7 +826,7 @@ mod tests {
             ("tool-expectation-failed", Degraded, true),
             // Nothing names a dependency: the target's own.
             ("health-endpoint-unreachable", Down, false),
-            ("health-endpoint-invalid", Down, false),
+            ("health-endpoint-invalid", Degraded, false),
             ("health-tool-invalid", Degraded, false),
             ("tool-call-refused", Degraded, false),
             ("connect-refused", Down, false),
