@@ -278,6 +278,11 @@ pub struct Context<'a> {
     /// opened (one that is already open is kept, updated and resolved as always). The status
     /// itself still moves: the API, the metrics and the history show it.
     pub by_components: bool,
+    /// Why the target is as it is at this check (its observation's summary, inert): said by a
+    /// status alert raised without a transition of its own (after a maintenance window or
+    /// flapping, or when the server stops answering behind a component outage). Empty when
+    /// not known.
+    pub reason: &'a str,
 }
 
 /// No components, for a [`Context`] that has none to settle.
@@ -534,6 +539,7 @@ fn status_alert(
             }
             let why = cause
                 .map(|(_, r)| r)
+                .or(Some(cx.reason))
                 .filter(|r| !r.is_empty())
                 .map(|r| format!(": {r}"))
                 .unwrap_or_default();
@@ -716,6 +722,7 @@ mod tests {
             reminder_ms: Some(3_600_000),
             components: &NO_COMPONENTS,
             by_components: false,
+            reason: "",
         }
     }
 
@@ -827,7 +834,11 @@ mod tests {
                     "orders-db down behind search: reported by the health tool health",
                     180_000
                 ),
-                (Action::Trigger, "search is down", 240_000),
+                (
+                    Action::Trigger,
+                    "search is down: connect-failed: connection refused",
+                    240_000
+                ),
                 (Action::Resolve, "search recovered (was down)", 420_000),
                 (
                     Action::Resolve,
@@ -864,11 +875,12 @@ mod tests {
         let mut all = Vec::new();
         for (i, h) in seq.iter().enumerate() {
             let now = i as i64 * 60_000;
-            let mut obs = Observation::bare(
-                *h,
-                now,
-                "health-tool-down: the health tool health reports down",
-            );
+            let summary = if unexplained.contains(&i) {
+                "connect-failed: connection refused"
+            } else {
+                "health-tool-down: the health tool health reports down"
+            };
+            let mut obs = Observation::bare(*h, now, summary);
             obs.by_components = *h != Healthy && !unexplained.contains(&i);
             let reason = if *h == Healthy {
                 ""
@@ -893,6 +905,7 @@ mod tests {
             let mut c = cx(&labels, now, n.status, n.flapping);
             c.components = &n.components;
             c.by_components = n.paged_by_components(t);
+            c.reason = &obs.summary;
             all.extend(alerts(&ev, &mut inc, &c));
             s = n;
         }

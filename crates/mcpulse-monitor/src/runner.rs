@@ -582,6 +582,7 @@ pub fn check_once(
         reminder_ms: cfg.reminder.map(|r| r.as_millis() as i64),
         components: &next.components,
         by_components: next.paged_by_components(thresholds),
+        reason: &obs.summary,
     };
     let mut alerts = alert::alerts(&events, &mut memory.incidents, &cx);
     if had_drift

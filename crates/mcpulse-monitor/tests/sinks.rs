@@ -591,6 +591,7 @@ fn policy_pair() -> (Alert, Alert) {
         reminder_ms: None,
         components: &alert::NO_COMPONENTS,
         by_components: false,
+        reason: "",
     };
     let went_down = [Event::Transition {
         from: Health::Healthy,

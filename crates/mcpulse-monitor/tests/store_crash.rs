@@ -194,6 +194,7 @@ impl Fleet {
                 reminder_ms: Some(30 * TICK_MS),
                 components: &mcpulse_monitor::alert::NO_COMPONENTS,
                 by_components: false,
+                reason: "",
             };
             let sent: Vec<Alert> = alerts(&events, incidents, &cx);
             *state = next;
