@@ -958,6 +958,126 @@ async fn a_dependency_down_behind_a_healthy_server_pages_once_for_the_component_
     );
 }
 
+/// One alert per outage, through the health endpoint (docs/monitor.md): `orders-db` fails
+/// behind a server whose MCP endpoint answers: one page, the component's, though the target's
+/// status is down too. Then the MCP endpoint fails as well (a 503): the outage is the server's
+/// own now, and the target pages beside the component. Everything recovers: each of the two
+/// resolved once, and nothing else was sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dependency_outage_pages_once_and_the_server_failing_too_pages_the_target() {
+    let dir = TempDir::new("monitor-one-alert");
+    // 0: all well; 1: orders-db fails behind a healthy MCP endpoint; 2: the MCP endpoint too.
+    let phase = Arc::new(AtomicUsize::new(0));
+    // A stable tool list (no drift between checks), no health tool called.
+    let mcp = mcpulse_testkit::tools::http_server(mcpulse_testkit::tools::catalogue("ok"));
+    let now = phase.clone();
+    let server = FakeHttp::start(move |req| {
+        let p = now.load(Ordering::SeqCst);
+        match req.path() {
+            "/mcp" if p == 2 => Reply::status(503),
+            "/mcp" => mcp(req),
+            _ if p == 0 => Reply::json(
+                200,
+                &json!({"status": "pass", "checks": {"orders-db": {"status": "pass"}}}),
+            ),
+            _ => Reply::json(
+                503,
+                &json!({"status": "fail", "checks": {"orders-db": {
+                    "status": "fail", "output": "connection refused"}}}),
+            ),
+        }
+    })
+    .await;
+    let hook = Receiver::start(true).await;
+    let config = dir.join("monitor.toml");
+    let target = format!(
+        "{}\nhealth_url = \"{}\"",
+        url_target(&server.url("/mcp")),
+        server.url("/readyz")
+    );
+    write_config(
+        &config,
+        &config_text(&[("svc", &target)], Some(&hook.url())),
+    );
+    let mut m = Monitor::start(&dir, &config, &[]).await;
+    m.wait_target("svc", "healthy", |v| v["status"] == "healthy")
+        .await;
+    let status_key = dedup_key("svc", "status");
+    let component_key = dedup_key("svc", "component:orders-db");
+    let sent = |hook: &Receiver| -> Vec<(String, String)> {
+        hook.accepted()
+            .iter()
+            .map(|d| {
+                (
+                    d.field("action").to_owned(),
+                    d.field("dedup_key").to_owned(),
+                )
+            })
+            .collect()
+    };
+    let wait_sent = |n: usize| {
+        let hook = &hook;
+        async move {
+            let until = Instant::now() + PATIENCE;
+            while hook.accepted().len() < n {
+                assert!(Instant::now() < until, "waiting for {n}: {:?}", sent(hook));
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+
+    // The dependency fails: the target is down (the API says so), paged as the component.
+    phase.store(1, Ordering::SeqCst);
+    wait_sent(1).await;
+    let view = m
+        .wait_target("svc", "down", |v| v["status"] == "down")
+        .await;
+    // Two more checks with the outage going on: still the one page.
+    let n = m.history("svc").await.len();
+    m.wait_checks("svc", n, 2).await;
+    assert_eq!(
+        sent(&hook),
+        [("trigger".to_owned(), component_key.clone())],
+        "{view}"
+    );
+
+    // The server fails too: after the failure threshold, the target's own page.
+    phase.store(2, Ordering::SeqCst);
+    wait_sent(2).await;
+    let target_page = hook.accepted()[1].clone();
+    assert_eq!(target_page.field("dedup_key"), status_key);
+    assert_eq!(target_page.field("kind"), "down");
+    assert!(
+        target_page
+            .field("summary")
+            .starts_with("svc is down: server-error"),
+        "{}",
+        target_page.body
+    );
+
+    // All well again: each incident resolved once, and nothing more.
+    phase.store(0, Ordering::SeqCst);
+    wait_sent(4).await;
+    m.wait_target("svc", "healthy", |v| v["status"] == "healthy")
+        .await;
+    let n = m.history("svc").await.len();
+    m.wait_checks("svc", n, 2).await;
+    let mut got = sent(&hook);
+    got[2..].sort();
+    let mut resolves = vec![
+        ("resolve".to_owned(), status_key.clone()),
+        ("resolve".to_owned(), component_key.clone()),
+    ];
+    resolves.sort();
+    let mut want = vec![
+        ("trigger".to_owned(), component_key.clone()),
+        ("trigger".to_owned(), status_key.clone()),
+    ];
+    want.extend(resolves);
+    assert_eq!(got, want);
+    m.sigterm(Duration::from_secs(10)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_with_an_incident_open_resumes_it_without_paging_again() {
     let dir = TempDir::new("monitor-crash-open");
