@@ -122,6 +122,7 @@ fn observation(status: Health, at_ms: i64) -> Observation {
         summary: "tools/list took 312 ms, over the 250 ms budget".into(),
         components: BTreeMap::new(),
         by_components: false,
+        server_answered: false,
     }
 }
 

@@ -161,11 +161,24 @@ pub struct LastCheck {
 }
 
 /// The grade the monitor records for a check: none without the security checks, and none for
-/// a down check, which graded nothing (rather than the A of no findings).
+/// a check in which the server did not answer, which graded nothing (rather than the A of no
+/// findings). A check down only because of what is behind the server (a dependency, a critical
+/// call) graded a server that answered: its grade counts.
 pub(crate) fn recorded_grade(report: &Report, with_grade: bool) -> Option<String> {
-    (with_grade && report.status != mcpulse_judge::Status::Down)
+    (with_grade && (report.status != mcpulse_judge::Status::Down || server_answered(report)))
         .then(|| report.grade.clone())
         .filter(|g| !g.is_empty())
+}
+
+/// Whether the server answered the protocol at this check: its liveness and protocol layers
+/// were checked and neither is down (a check down only because of its dependencies answered).
+/// False for a target that reads only a health endpoint, which speaks no protocol.
+pub(crate) fn server_answered(report: &Report) -> bool {
+    use mcpulse_judge::Status;
+    matches!(
+        (report.layers.liveness, report.layers.protocol),
+        (Some(l), Some(p)) if l != Status::Down && p != Status::Down
+    )
 }
 
 impl LastCheck {

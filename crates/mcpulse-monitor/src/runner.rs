@@ -542,6 +542,7 @@ pub fn check_once(
             // A recovery says why too (its transition and alert would read `reason=""`).
             .unwrap_or_else(|| HEALTHY_SUMMARY.to_owned()),
         by_components: explained_by_components(report, &seen),
+        server_answered: crate::fleet::server_answered(report),
         components: seen,
     };
     let thresholds = Thresholds {

@@ -80,6 +80,21 @@ pub struct Observation {
     /// pages as the components' incidents, not as the target's too (one alert per outage).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub by_components: bool,
+    /// The server answered the protocol, though the check may be down for what is behind it
+    /// (see [`Observation::answered`]). False in observations stored before it existed, which
+    /// then read as before: a down check did not answer.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub server_answered: bool,
+}
+
+impl Observation {
+    /// Whether this check got an answer from the server: every check that is not down, and a
+    /// down one whose server answered the protocol (down for a dependency, a critical call,
+    /// its health endpoint). Its signals (auth, protocol, grade, drift) are compared only
+    /// then: a check that got no answer observed none of them.
+    pub fn answered(&self) -> bool {
+        self.status != Health::Down || self.server_answered
+    }
 }
 
 /// One dependency as one check saw it.
@@ -199,6 +214,7 @@ impl Observation {
             summary: summary.into(),
             components: BTreeMap::new(),
             by_components: false,
+            server_answered: false,
         }
     }
 }
@@ -345,9 +361,9 @@ pub fn observe(
     let prev_up = state
         .last_up
         .as_ref()
-        .or_else(|| state.last.as_ref().filter(|o| o.status != Health::Down));
-    if obs.status == Health::Down {
-        // Nothing to compare: a down check observes none of the signals.
+        .or_else(|| state.last.as_ref().filter(|o| o.answered()));
+    if !obs.answered() {
+        // Nothing to compare: a check without an answer observes none of the signals.
     } else if let Some(prev) = prev_up {
         if prev.auth != obs.auth {
             events.push(Event::AuthChanged {
@@ -469,7 +485,7 @@ pub fn observe(
             status: s.status,
         });
     }
-    s.last_up = if obs.status == Health::Down {
+    s.last_up = if !obs.answered() {
         prev_up.cloned() // the answer before this outage
     } else {
         None // this observation is the last answer
@@ -481,7 +497,7 @@ pub fn observe(
         s.unexplained.saturating_add(1)
     };
     // Nothing is known behind a server that did not answer: no component is counted unseen.
-    let answered = obs.status != Health::Down || !obs.components.is_empty();
+    let answered = obs.answered() || !obs.components.is_empty();
     forget_unseen(
         &mut s.components,
         &obs.components,
@@ -661,6 +677,7 @@ mod tests {
             summary: String::new(),
             components: BTreeMap::new(),
             by_components: false,
+            server_answered: false,
         }
     }
 
@@ -972,6 +989,41 @@ mod tests {
             serde_json::from_str(r#"{"status":"healthy","since_ms":0,"streak":null,"transitions":[],"flapping":false,"last":null}"#)
                 .unwrap();
         assert_eq!(stored.last_up, None);
+    }
+
+    /// A check down only because of what is behind the server (it answered the protocol:
+    /// a dependency, a critical call) observes the signals: a drift seen at it is an event
+    /// then (not a note raised later as if it began in a maintenance window), and it is the
+    /// last answer the next check is compared with.
+    #[test]
+    fn a_check_down_for_a_dependency_still_observes_the_signals() {
+        let (s, _) = observe(&TargetState::default(), &obs(Healthy, 0), T, 0);
+        let mut dep_down = obs(Down, 1);
+        dep_down.server_answered = true;
+        dep_down.grade = Some("C".into());
+        dep_down.drift = Some("breaking".into());
+        dep_down.contract_digest = Some("sha256:x".into());
+        let (s, ev) = observe(&s, &dep_down, T, 1);
+        assert!(
+            ev.iter()
+                .any(|e| matches!(e, Event::Drift { class, .. } if class == "breaking")),
+            "{ev:?}"
+        );
+        assert!(ev.iter().any(
+            |e| matches!(e, Event::GradeChanged { from, to, .. } if from == "A" && to == "C")
+        ));
+        assert_eq!(s.last_up, None, "it is the last answer itself");
+        // The same answers at the next check: nothing new.
+        let mut again = dep_down.clone();
+        again.at_ms = 2;
+        let (_, ev) = observe(&s, &again, T, 2);
+        assert!(
+            !ev.iter().any(|e| matches!(
+                e,
+                Event::Drift { .. } | Event::GradeChanged { .. } | Event::AuthChanged { .. }
+            )),
+            "{ev:?}"
+        );
     }
 
     #[test]

@@ -54,6 +54,7 @@ fn obs(status: Health, at_ms: i64) -> Observation {
         summary: "ok".into(),
         components: BTreeMap::new(),
         by_components: false,
+        server_answered: false,
     }
 }
 

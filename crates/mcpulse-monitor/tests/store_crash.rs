@@ -142,6 +142,7 @@ fn observation(t: u64, tick: u64) -> (Observation, f64) {
         summary: format!("{} after {duration} ms", status.as_str()),
         components: BTreeMap::new(),
         by_components: false,
+        server_answered: false,
     };
     (obs, duration)
 }
