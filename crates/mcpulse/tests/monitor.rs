@@ -913,6 +913,17 @@ async fn a_dependency_down_behind_a_healthy_server_pages_once_for_the_component_
         hook.all().iter().map(|d| &d.body).collect::<Vec<_>>()
     );
 
+    // The history: every check with its call of ping_db and how long it took.
+    let history = m.history("svc").await;
+    assert!(history.len() >= 4, "{history:?}");
+    for check in &history {
+        let calls = check["calls"].as_array().unwrap();
+        assert_eq!(calls.len(), 1, "{check}");
+        assert_eq!(calls[0]["tool"], "ping_db");
+        assert_eq!(calls[0]["ok"], true);
+        let ms = calls[0]["ms"].as_f64().unwrap();
+        assert!(ms > 0.0 && ms < 400.0, "{check}");
+    }
     // The view: the component back to healthy, since the recovery; the tool's percentiles.
     let view = component_is(&m, "orders-db", "healthy").await;
     let tools = view["tools"].as_array().unwrap();
