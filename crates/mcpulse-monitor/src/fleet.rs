@@ -617,6 +617,29 @@ mod tests {
     use super::*;
     use crate::config::{Defaults, target_from};
 
+    /// A check down only for its dependencies graded a server that answered: its grade is
+    /// recorded; one whose server did not answer records none (not the A of no findings).
+    #[test]
+    fn a_grade_is_recorded_when_the_server_answered() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../mcpulse-judge/tests/transcripts");
+        let graded = |name: &str| {
+            let text = std::fs::read_to_string(dir.join(format!("{name}.json"))).unwrap();
+            let tr: mcpulse_probe::Transcript = serde_json::from_str(&text).unwrap();
+            let report = mcpulse_judge::judge(&tr, &mcpulse_judge::Policy::default());
+            (
+                report.status,
+                server_answered(&report),
+                recorded_grade(&report, true).is_some(),
+            )
+        };
+        use mcpulse_judge::Status::*;
+        assert_eq!(graded("health-tool-down"), (Down, true, true));
+        assert_eq!(graded("critical-call-failed"), (Down, true, true));
+        assert_eq!(graded("connect-refused"), (Down, false, false));
+        assert_eq!(graded("process-exited"), (Down, false, false));
+    }
+
     fn cfg(name: &str, endpoint: Endpoint) -> TargetConfig {
         target_from(
             name.into(),
