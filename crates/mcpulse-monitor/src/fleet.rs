@@ -621,12 +621,8 @@ mod tests {
     /// recorded; one whose server did not answer records none (not the A of no findings).
     #[test]
     fn a_grade_is_recorded_when_the_server_answered() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../mcpulse-judge/tests/transcripts");
         let graded = |name: &str| {
-            let text = std::fs::read_to_string(dir.join(format!("{name}.json"))).unwrap();
-            let tr: mcpulse_probe::Transcript = serde_json::from_str(&text).unwrap();
-            let report = mcpulse_judge::judge(&tr, &mcpulse_judge::Policy::default());
+            let report = crate::runner::judged_fixture(name);
             (
                 report.status,
                 server_answered(&report),

@@ -778,6 +778,19 @@ fn ttl_ms(tr: &mcpulse_probe::Transcript) -> i64 {
         .clamp(0, MAX_DRIFT_TTL_MS)
 }
 
+/// The report of the judge's transcript fixture `name` (`mcpulse-judge/tests/transcripts`),
+/// for tests of what the monitor makes of a kind of check.
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+pub(crate) fn judged_fixture(name: &str) -> Report {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../mcpulse-judge/tests/transcripts")
+        .join(format!("{name}.json"));
+    let text = std::fs::read_to_string(path).unwrap();
+    let tr: mcpulse_probe::Transcript = serde_json::from_str(&text).unwrap();
+    mcpulse_judge::judge(&tr, &mcpulse_judge::Policy::default())
+}
+
 /// However long a server says its tool list may be cached, drift is checked at least hourly:
 /// a server must not be able to switch drift detection off with a huge `ttlMs`.
 const MAX_DRIFT_TTL_MS: i64 = 3_600_000;
@@ -802,12 +815,8 @@ mod tests {
     /// server answered. Any failure that names no dependency is the target's own.
     #[test]
     fn which_checks_their_components_explain() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../mcpulse-judge/tests/transcripts");
         let explained = |name: &str| {
-            let text = std::fs::read_to_string(dir.join(format!("{name}.json"))).unwrap();
-            let tr: mcpulse_probe::Transcript = serde_json::from_str(&text).unwrap();
-            let report = mcpulse_judge::judge(&tr, &mcpulse_judge::Policy::default());
+            let report = judged_fixture(name);
             (
                 report.status,
                 explained_by_components(&report, &components(&report)),
