@@ -121,6 +121,8 @@ fn observation(status: Health, at_ms: i64) -> Observation {
         drift_changes_more: 0,
         summary: "tools/list took 312 ms, over the 250 ms budget".into(),
         components: BTreeMap::new(),
+        by_components: false,
+        server_answered: false,
     }
 }
 
@@ -160,6 +162,7 @@ fn record(target: &str, i: usize, at_ms: i64, alert_every: usize) -> CheckRecord
             last: Some(observation(status, at_ms)),
             last_up: None, // stored only during an outage
             components: BTreeMap::new(),
+            unexplained: 0,
         },
         incidents: Incidents::new(),
         events: Vec::new(),

@@ -273,6 +273,16 @@ pub struct Context<'a> {
     /// incident (its event came inside a maintenance window or while flapping) is raised at
     /// the first check its alerts are no longer held back. [`NO_COMPONENTS`] when none.
     pub components: &'a BTreeMap<String, ComponentState>,
+    /// The target's outage is paged by its components' incidents alone
+    /// ([`crate::state::TargetState::paged_by_components`]): its `status` incident is not
+    /// opened (one that is already open is kept, updated and resolved as always). The status
+    /// itself still moves: the API, the metrics and the history show it.
+    pub by_components: bool,
+    /// Why the target is as it is at this check (its observation's summary, inert): said by a
+    /// status alert raised without a transition of its own (after a maintenance window or
+    /// flapping, or when the server stops answering behind a component outage). Empty when
+    /// not known.
+    pub reason: &'a str,
 }
 
 /// No components, for a [`Context`] that has none to settle.
@@ -516,7 +526,7 @@ fn status_alert(
 ) {
     match to {
         Health::Down | Health::Degraded => {
-            if cx.silenced {
+            if cx.silenced || (cx.by_components && !incidents.contains_key("status")) {
                 return;
             }
             let (kind, severity) = if to == Health::Down {
@@ -529,6 +539,7 @@ fn status_alert(
             }
             let why = cause
                 .map(|(_, r)| r)
+                .or(Some(cx.reason))
                 .filter(|r| !r.is_empty())
                 .map(|r| format!(": {r}"))
                 .unwrap_or_default();
@@ -710,6 +721,8 @@ mod tests {
             drift_changes: "",
             reminder_ms: Some(3_600_000),
             components: &NO_COMPONENTS,
+            by_components: false,
+            reason: "",
         }
     }
 
@@ -752,50 +765,18 @@ mod tests {
 
     use Health::*;
 
-    /// A dependency down behind a healthy server: the server's status never moves, the
-    /// component opens one incident of its own (its name and the target's in the summary, a
-    /// `component` label) after the failure threshold, and its recovery resolves that one.
+    /// A dependency down behind a server whose protocol layer is healthy: the health tool's
+    /// `down` makes the target's own status down too (the API shows it), but the outage pages
+    /// once, as the component's incident (its name and the target's in the summary, a
+    /// `component` label), after the failure threshold, and its recovery resolves that one.
     #[test]
     fn a_component_outage_behind_a_healthy_server_pages_once_and_resolves_once() {
-        use crate::state::Component;
-        let t = COMPONENT_THRESHOLDS;
-        let labels = BTreeMap::from([("team".to_owned(), "orders".to_owned())]);
-        let mut s = TargetState::default();
-        let mut inc = Incidents::new();
-        let mut all = Vec::new();
-        let seq = [
-            Healthy, Healthy, Down, Down, Down, Healthy, Healthy, Healthy,
-        ];
-        for (i, h) in seq.iter().enumerate() {
-            let now = i as i64 * 60_000;
-            let mut obs = Observation::bare(Healthy, now, "healthy");
-            let reason = if *h == Healthy {
-                ""
-            } else {
-                "reported by the health tool health"
-            };
-            obs.components.insert(
-                "orders-db".into(),
-                Component {
-                    status: *h,
-                    reason: reason.into(),
-                },
-            );
-            obs.components.insert(
-                "cache".into(),
-                Component {
-                    status: Healthy,
-                    reason: String::new(),
-                },
-            );
-            let (n, ev) = observe(&s, &obs, t, now);
-            all.extend(alerts(
-                &ev,
-                &mut inc,
-                &cx(&labels, now, n.status, n.flapping),
-            ));
-            s = n;
-        }
+        let (all, inc, s) = component_run(
+            &[
+                Healthy, Healthy, Down, Down, Down, Healthy, Healthy, Healthy,
+            ],
+            &[],
+        );
         assert_eq!(s.status, Healthy);
         let seen: Vec<(Action, Kind, &str, i64)> = all
             .iter()
@@ -826,6 +807,109 @@ mod tests {
         assert!(inc.is_empty());
         assert_eq!(s.components["orders-db"].since_ms, 360_000);
         assert_eq!(s.components["cache"].status, Healthy);
+    }
+
+    /// The same outage, but the server stops answering the protocol too for as long as the
+    /// failure threshold (checks 3 and 4): the outage is then the target's own as well, and
+    /// its `status` incident opens and resolves beside the component's. A single check the
+    /// components do not explain (check 3 alone) does not page the target.
+    #[test]
+    fn a_component_outage_with_the_protocol_failing_too_pages_the_target() {
+        let (all, inc, s) = component_run(
+            &[
+                Healthy, Healthy, Down, Down, Down, Down, Healthy, Healthy, Healthy,
+            ],
+            &[3, 4],
+        );
+        assert_eq!(s.status, Healthy);
+        let seen: Vec<(Action, &str, i64)> = all
+            .iter()
+            .map(|a| (a.action, a.summary.as_str(), a.at_ms))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (
+                    Action::Trigger,
+                    "orders-db down behind search: reported by the health tool health",
+                    180_000
+                ),
+                (
+                    Action::Trigger,
+                    "search is down: connect-failed: connection refused",
+                    240_000
+                ),
+                (Action::Resolve, "search recovered (was down)", 420_000),
+                (
+                    Action::Resolve,
+                    "orders-db recovered behind search (was down)",
+                    420_000
+                ),
+            ]
+        );
+        assert!(inc.is_empty());
+        // One unexplained check alone (check 3 with a threshold of 2) pages nothing more.
+        let (all, _, _) = component_run(
+            &[
+                Healthy, Healthy, Down, Down, Down, Down, Healthy, Healthy, Healthy,
+            ],
+            &[3],
+        );
+        assert_eq!(all.len(), 2, "{all:?}");
+    }
+
+    /// A minute-by-minute run of a target whose health tool reports `orders-db` as `seq`
+    /// says (and `cache` healthy), through state and policy with [`COMPONENT_THRESHOLDS`]. The
+    /// target's observed status is the component's (the health tool's `down` makes it down);
+    /// the checks at the indexes in `unexplained` also failed the protocol (the components
+    /// do not explain them). Returns every alert, the incidents and the state.
+    fn component_run(
+        seq: &[Health],
+        unexplained: &[usize],
+    ) -> (Vec<Alert>, Incidents, TargetState) {
+        use crate::state::Component;
+        let t = COMPONENT_THRESHOLDS;
+        let labels = BTreeMap::from([("team".to_owned(), "orders".to_owned())]);
+        let mut s = TargetState::default();
+        let mut inc = Incidents::new();
+        let mut all = Vec::new();
+        for (i, h) in seq.iter().enumerate() {
+            let now = i as i64 * 60_000;
+            let summary = if unexplained.contains(&i) {
+                "connect-failed: connection refused"
+            } else {
+                "health-tool-down: the health tool health reports down"
+            };
+            let mut obs = Observation::bare(*h, now, summary);
+            obs.by_components = *h != Healthy && !unexplained.contains(&i);
+            let reason = if *h == Healthy {
+                ""
+            } else {
+                "reported by the health tool health"
+            };
+            obs.components.insert(
+                "orders-db".into(),
+                Component {
+                    status: *h,
+                    reason: reason.into(),
+                },
+            );
+            obs.components.insert(
+                "cache".into(),
+                Component {
+                    status: Healthy,
+                    reason: String::new(),
+                },
+            );
+            let (n, ev) = observe(&s, &obs, t, now);
+            let mut c = cx(&labels, now, n.status, n.flapping);
+            c.components = &n.components;
+            c.by_components = n.paged_by_components(t);
+            c.reason = &obs.summary;
+            all.extend(alerts(&ev, &mut inc, &c));
+            s = n;
+        }
+        (all, inc, s)
     }
 
     /// A component that went down inside a maintenance window (or while the target

@@ -70,6 +70,10 @@ pub struct HistoryRow {
     pub timings: serde_json::Value,
     pub findings: serde_json::Value,
     pub grade: Option<String>,
+    /// The check's synthetic calls (`[[targets.call]]`), each tool's result and latency, in
+    /// the order made; absent without any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calls: Vec<CallSample>,
 }
 
 /// Uptime and latency over a window, computed from the history.

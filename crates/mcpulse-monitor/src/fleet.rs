@@ -161,11 +161,24 @@ pub struct LastCheck {
 }
 
 /// The grade the monitor records for a check: none without the security checks, and none for
-/// a down check, which graded nothing (rather than the A of no findings).
+/// a check in which the server did not answer, which graded nothing (rather than the A of no
+/// findings). A check down only because of what is behind the server (a dependency, a critical
+/// call) graded a server that answered: its grade counts.
 pub(crate) fn recorded_grade(report: &Report, with_grade: bool) -> Option<String> {
-    (with_grade && report.status != mcpulse_judge::Status::Down)
+    (with_grade && (report.status != mcpulse_judge::Status::Down || server_answered(report)))
         .then(|| report.grade.clone())
         .filter(|g| !g.is_empty())
+}
+
+/// Whether the server answered the protocol at this check: its liveness and protocol layers
+/// were checked and neither is down (a check down only because of its dependencies answered).
+/// False for a target that reads only a health endpoint, which speaks no protocol.
+pub(crate) fn server_answered(report: &Report) -> bool {
+    use mcpulse_judge::Status;
+    matches!(
+        (report.layers.liveness, report.layers.protocol),
+        (Some(l), Some(p)) if l != Status::Down && p != Status::Down
+    )
 }
 
 impl LastCheck {
@@ -603,6 +616,25 @@ pub fn severity_counts(findings: &[Finding]) -> [(Severity, usize); 3] {
 mod tests {
     use super::*;
     use crate::config::{Defaults, target_from};
+
+    /// A check down only for its dependencies graded a server that answered: its grade is
+    /// recorded; one whose server did not answer records none (not the A of no findings).
+    #[test]
+    fn a_grade_is_recorded_when_the_server_answered() {
+        let graded = |name: &str| {
+            let report = crate::runner::judged_fixture(name);
+            (
+                report.status,
+                server_answered(&report),
+                recorded_grade(&report, true).is_some(),
+            )
+        };
+        use mcpulse_judge::Status::*;
+        assert_eq!(graded("health-tool-down"), (Down, true, true));
+        assert_eq!(graded("critical-call-failed"), (Down, true, true));
+        assert_eq!(graded("connect-refused"), (Down, false, false));
+        assert_eq!(graded("process-exited"), (Down, false, false));
+    }
 
     fn cfg(name: &str, endpoint: Endpoint) -> TargetConfig {
         target_from(

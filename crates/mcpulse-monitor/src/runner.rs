@@ -522,6 +522,7 @@ pub fn check_once(
             Some(_) => {}
         }
     }
+    let seen = components(report);
     let obs = Observation {
         at_ms: at,
         status: Health::from_status(report.status),
@@ -540,7 +541,9 @@ pub fn check_once(
             .map(|f| format!("{}: {}", f.code, f.message))
             // A recovery says why too (its transition and alert would read `reason=""`).
             .unwrap_or_else(|| HEALTHY_SUMMARY.to_owned()),
-        components: components(report),
+        by_components: explained_by_components(report, &seen),
+        server_answered: crate::fleet::server_answered(report),
+        components: seen,
     };
     let thresholds = Thresholds {
         failure: cfg.failure_threshold,
@@ -579,6 +582,8 @@ pub fn check_once(
         drift_changes: &drift_changes,
         reminder_ms: cfg.reminder.map(|r| r.as_millis() as i64),
         components: &next.components,
+        by_components: next.paged_by_components(thresholds),
+        reason: &obs.summary,
     };
     let mut alerts = alert::alerts(&events, &mut memory.incidents, &cx);
     if had_drift
@@ -691,6 +696,70 @@ fn components(report: &Report) -> BTreeMap<String, crate::state::Component> {
     out
 }
 
+/// Whether this check's warnings and critical findings are all about dependencies that it
+/// tracks as components (the rule of docs/monitor.md, "One alert per outage"): the server
+/// answered (liveness and protocol layers checked and healthy), at least one component is
+/// unhealthy, and every finding above info is
+///
+/// - a component of a health document at `warn`/`fail` (`health-component-unhealthy`);
+/// - the health endpoint's or health tool's own `health-*-down`/`-degraded`, when a component
+///   of that document is at least as bad (a `fail` with every component passing, or without
+///   components, says nothing about which dependency: the target pages);
+/// - a finding of a synthetic call that was made (`tool NAME` is its component).
+///
+/// Anything else (an unreachable or invalid health endpoint, an unreadable health tool, a
+/// call refused, a slow handshake, a list failing) is the target's own.
+fn explained_by_components(
+    report: &Report,
+    seen: &BTreeMap<String, crate::state::Component>,
+) -> bool {
+    use mcpulse_judge::Rule;
+    use mcpulse_judge::Status;
+    use mcpulse_wire::call::CallPurpose;
+    if report.layers.liveness != Some(Status::Healthy)
+        || report.layers.protocol != Some(Status::Healthy)
+    {
+        return false;
+    }
+    let worst = |from_tool: bool| {
+        report
+            .components
+            .iter()
+            .filter(|c| c.tool.is_some() == from_tool)
+            .map(|c| c.status)
+            .max()
+    };
+    let at_least = |w: Option<Status>, s: Status| w.is_some_and(|w| w >= s);
+    let made = |c: &mcpulse_judge::report::CallResult| {
+        c.purpose == CallPurpose::Synthetic && c.ms.is_some()
+    };
+    if !seen.values().any(|c| c.status > Health::Healthy) {
+        return false;
+    }
+    report
+        .findings
+        .iter()
+        .filter(|f| f.severity > mcpulse_judge::Severity::Info)
+        .all(|f| match f.code {
+            Rule::HealthComponentUnhealthy => true,
+            Rule::HealthEndpointDown => at_least(worst(false), Status::Down),
+            Rule::HealthEndpointDegraded => at_least(worst(false), Status::Degraded),
+            Rule::HealthToolDown => at_least(worst(true), Status::Down),
+            Rule::HealthToolDegraded => at_least(worst(true), Status::Degraded),
+            Rule::ToolCallFailed
+            | Rule::CriticalCallFailed
+            | Rule::ToolCallSlow
+            | Rule::ToolOutputInvalid
+            | Rule::ToolOutputSchemaInvalid
+            | Rule::ToolExpectationFailed => report
+                .calls
+                .iter()
+                .filter(|c| c.findings.contains(&f.code))
+                .all(made),
+            _ => false,
+        })
+}
+
 /// The cache TTL the server gave for its tool list (ms; 0 when none).
 fn ttl_ms(tr: &mcpulse_probe::Transcript) -> i64 {
     use mcpulse_wire::jsonrpc::Message;
@@ -707,6 +776,19 @@ fn ttl_ms(tr: &mcpulse_probe::Transcript) -> i64 {
         .max()
         .unwrap_or(0)
         .clamp(0, MAX_DRIFT_TTL_MS)
+}
+
+/// The report of the judge's transcript fixture `name` (`mcpulse-judge/tests/transcripts`),
+/// for tests of what the monitor makes of a kind of check.
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+pub(crate) fn judged_fixture(name: &str) -> Report {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../mcpulse-judge/tests/transcripts")
+        .join(format!("{name}.json"));
+    let text = std::fs::read_to_string(path).unwrap();
+    let tr: mcpulse_probe::Transcript = serde_json::from_str(&text).unwrap();
+    mcpulse_judge::judge(&tr, &mcpulse_judge::Policy::default())
 }
 
 /// However long a server says its tool list may be cached, drift is checked at least hourly:
@@ -726,6 +808,49 @@ mod tests {
             .map(|n| phase(&format!("t{n}"), i).as_secs())
             .collect();
         assert!(distinct.len() > 40, "{}", distinct.len());
+    }
+
+    /// The rule of "one alert per outage" over the judge's fixtures: a check is explained by
+    /// its components when every finding above info is one a component names, and the
+    /// server answered. Any failure that names no dependency is the target's own.
+    #[test]
+    fn which_checks_their_components_explain() {
+        let explained = |name: &str| {
+            let report = judged_fixture(name);
+            (
+                report.status,
+                explained_by_components(&report, &components(&report)),
+            )
+        };
+        use mcpulse_judge::Status::*;
+        let table = [
+            // A component at warn/fail, the document's own status following it.
+            ("health-component-unhealthy", Degraded, true),
+            ("health-endpoint-degraded", Degraded, true),
+            ("health-endpoint-down", Down, true),
+            ("health-tool-down", Down, true),
+            ("health-tool-degraded", Degraded, true),
+            // A synthetic call that was made and failed: `tool NAME` is its component.
+            ("tool-call-failed", Degraded, true),
+            ("critical-call-failed", Down, true),
+            ("tool-call-slow", Degraded, true),
+            ("tool-expectation-failed", Degraded, true),
+            // Nothing names a dependency: the target's own.
+            ("health-endpoint-unreachable", Down, false),
+            ("health-endpoint-invalid", Degraded, false),
+            ("health-tool-invalid", Degraded, false),
+            ("tool-call-refused", Degraded, false),
+            ("connect-refused", Down, false),
+            ("slow-handshake", Degraded, false),
+        ];
+        let got: Vec<_> = table
+            .iter()
+            .map(|(name, _, _)| {
+                let (status, e) = explained(name);
+                (*name, status, e)
+            })
+            .collect();
+        assert_eq!(got, table);
     }
 
     fn contract(tools: &[(&str, &str)]) -> Contract {

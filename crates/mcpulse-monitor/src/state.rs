@@ -74,6 +74,27 @@ pub struct Observation {
     /// known about what is behind it, and the components keep their state).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub components: BTreeMap<String, Component>,
+    /// This check was unhealthy only because of dependencies it tracks as components: the
+    /// liveness and protocol layers were healthy and every warning or critical finding is one
+    /// that a component here names (see `runner::explained_by_components`). Such an outage
+    /// pages as the components' incidents, not as the target's too (one alert per outage).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub by_components: bool,
+    /// The server answered the protocol, though the check may be down for what is behind it
+    /// (see [`Observation::answered`]). False in observations stored before it existed, which
+    /// then read as before: a down check did not answer.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub server_answered: bool,
+}
+
+impl Observation {
+    /// Whether this check got an answer from the server: every check that is not down, and a
+    /// down one whose server answered the protocol (down for a dependency, a critical call,
+    /// its health endpoint). Its signals (auth, protocol, grade, drift) are compared only
+    /// then: a check that got no answer observed none of them.
+    pub fn answered(&self) -> bool {
+        self.status != Health::Down || self.server_answered
+    }
 }
 
 /// One dependency as one check saw it.
@@ -192,6 +213,8 @@ impl Observation {
             drift_changes_more: 0,
             summary: summary.into(),
             components: BTreeMap::new(),
+            by_components: false,
+            server_answered: false,
         }
     }
 }
@@ -226,6 +249,27 @@ pub struct TargetState {
     /// The dependencies behind the server, by name (see [`Observation::components`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub components: BTreeMap<String, ComponentState>,
+    /// Unhealthy checks in a row that their components do not explain
+    /// ([`Observation::by_components`] false): once it reaches the failure threshold the
+    /// outage is the target's own and pages as such (see [`TargetState::paged_by_components`]).
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub unexplained: u32,
+}
+
+impl TargetState {
+    /// Whether the target's confirmed outage is paged by its components' incidents alone:
+    /// it is down or degraded, fewer than `failure` unhealthy checks in a row were not
+    /// explained by components (a protocol failure must persist as long as any outage does
+    /// before it pages), and a confirmed component is at least as bad as the target (so the
+    /// outage is paged at the severity it has). Otherwise the target's `status` incident
+    /// opens, as it does for an outage of the server itself.
+    pub fn paged_by_components(&self, t: Thresholds) -> bool {
+        matches!(self.status, Health::Down | Health::Degraded)
+            && self.unexplained < t.failure
+            && self.components.values().any(|c| {
+                matches!(c.status, Health::Down | Health::Degraded) && c.status >= self.status
+            })
+    }
 }
 
 impl Default for TargetState {
@@ -239,6 +283,7 @@ impl Default for TargetState {
             last: None,
             last_up: None,
             components: BTreeMap::new(),
+            unexplained: 0,
         }
     }
 }
@@ -316,9 +361,9 @@ pub fn observe(
     let prev_up = state
         .last_up
         .as_ref()
-        .or_else(|| state.last.as_ref().filter(|o| o.status != Health::Down));
-    if obs.status == Health::Down {
-        // Nothing to compare: a down check observes none of the signals.
+        .or_else(|| state.last.as_ref().filter(|o| o.answered()));
+    if !obs.answered() {
+        // Nothing to compare: a check without an answer observes none of the signals.
     } else if let Some(prev) = prev_up {
         if prev.auth != obs.auth {
             events.push(Event::AuthChanged {
@@ -440,14 +485,19 @@ pub fn observe(
             status: s.status,
         });
     }
-    s.last_up = if obs.status == Health::Down {
+    s.last_up = if !obs.answered() {
         prev_up.cloned() // the answer before this outage
     } else {
         None // this observation is the last answer
     };
     s.last = Some(obs.clone());
+    s.unexplained = if obs.status == Health::Healthy || obs.by_components {
+        0
+    } else {
+        s.unexplained.saturating_add(1)
+    };
     // Nothing is known behind a server that did not answer: no component is counted unseen.
-    let answered = obs.status != Health::Down || !obs.components.is_empty();
+    let answered = obs.answered() || !obs.components.is_empty();
     forget_unseen(
         &mut s.components,
         &obs.components,
@@ -626,6 +676,8 @@ mod tests {
             drift_changes_more: 0,
             summary: String::new(),
             components: BTreeMap::new(),
+            by_components: false,
+            server_answered: false,
         }
     }
 
@@ -937,6 +989,41 @@ mod tests {
             serde_json::from_str(r#"{"status":"healthy","since_ms":0,"streak":null,"transitions":[],"flapping":false,"last":null}"#)
                 .unwrap();
         assert_eq!(stored.last_up, None);
+    }
+
+    /// A check down only because of what is behind the server (it answered the protocol:
+    /// a dependency, a critical call) observes the signals: a drift seen at it is an event
+    /// then (not a note raised later as if it began in a maintenance window), and it is the
+    /// last answer the next check is compared with.
+    #[test]
+    fn a_check_down_for_a_dependency_still_observes_the_signals() {
+        let (s, _) = observe(&TargetState::default(), &obs(Healthy, 0), T, 0);
+        let mut dep_down = obs(Down, 1);
+        dep_down.server_answered = true;
+        dep_down.grade = Some("C".into());
+        dep_down.drift = Some("breaking".into());
+        dep_down.contract_digest = Some("sha256:x".into());
+        let (s, ev) = observe(&s, &dep_down, T, 1);
+        assert!(
+            ev.iter()
+                .any(|e| matches!(e, Event::Drift { class, .. } if class == "breaking")),
+            "{ev:?}"
+        );
+        assert!(ev.iter().any(
+            |e| matches!(e, Event::GradeChanged { from, to, .. } if from == "A" && to == "C")
+        ));
+        assert_eq!(s.last_up, None, "it is the last answer itself");
+        // The same answers at the next check: nothing new.
+        let mut again = dep_down.clone();
+        again.at_ms = 2;
+        let (_, ev) = observe(&s, &again, T, 2);
+        assert!(
+            !ev.iter().any(|e| matches!(
+                e,
+                Event::Drift { .. } | Event::GradeChanged { .. } | Event::AuthChanged { .. }
+            )),
+            "{ev:?}"
+        );
     }
 
     #[test]

@@ -60,6 +60,7 @@ impl FakeHistory {
                 duration_ms: 10.0 + id as f64,
                 timings: serde_json::json!({ "total": 10.0 + id as f64 }),
                 findings: serde_json::json!([]),
+                calls: Vec::new(),
                 grade: Some("A".into()),
             })
             .collect();

@@ -590,6 +590,8 @@ fn policy_pair() -> (Alert, Alert) {
         drift_changes: "",
         reminder_ms: None,
         components: &alert::NO_COMPONENTS,
+        by_components: false,
+        reason: "",
     };
     let went_down = [Event::Transition {
         from: Health::Healthy,

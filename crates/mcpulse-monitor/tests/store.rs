@@ -53,6 +53,8 @@ fn obs(status: Health, at_ms: i64) -> Observation {
         drift_changes_more: 0,
         summary: "ok".into(),
         components: BTreeMap::new(),
+        by_components: false,
+        server_answered: false,
     }
 }
 
@@ -66,6 +68,7 @@ fn state(status: Health, at_ms: i64) -> TargetState {
         last: Some(obs(status, at_ms)),
         last_up: None,
         components: BTreeMap::new(),
+        unexplained: 0,
     }
 }
 
@@ -689,6 +692,25 @@ fn tool_stats_are_per_tool_with_errors_and_nearest_rank_percentiles() {
         r
     }));
     store.record(&batch, &sinks(1)).unwrap();
+    // The history shows each check's calls, per tool, in the order made.
+    let newest = store.history("a", None, 2).unwrap();
+    assert_eq!(newest[0].at_ms, now - 3_000_000 + 99_000);
+    assert_eq!(
+        newest[0].calls,
+        [
+            CallSample {
+                tool: "lookup".into(),
+                ok: true,
+                ms: Some(((99 * 37) % 100 + 1) as f64),
+            },
+            CallSample {
+                tool: "ping".into(),
+                ok: true,
+                ms: Some(5.0),
+            },
+        ]
+    );
+    assert_eq!(newest[1].calls[0].ms, Some(((98 * 37) % 100 + 1) as f64));
     let t = store.tool_stats("a", now).unwrap();
     let tools: Vec<&str> = t.iter().map(|s| s.tool.as_str()).collect();
     assert_eq!(tools, ["lookup", "ping"]);

@@ -141,6 +141,8 @@ fn observation(t: u64, tick: u64) -> (Observation, f64) {
         drift_changes_more: 0,
         summary: format!("{} after {duration} ms", status.as_str()),
         components: BTreeMap::new(),
+        by_components: false,
+        server_answered: false,
     };
     (obs, duration)
 }
@@ -192,6 +194,8 @@ impl Fleet {
                 drift_changes: "",
                 reminder_ms: Some(30 * TICK_MS),
                 components: &mcpulse_monitor::alert::NO_COMPONENTS,
+                by_components: false,
+                reason: "",
             };
             let sent: Vec<Alert> = alerts(&events, incidents, &cx);
             *state = next;

@@ -216,7 +216,20 @@ pub struct FakeHttp {
     addr: SocketAddr,
     scheme: &'static str,
     log: Arc<Mutex<Vec<Request>>>,
+    gone: Arc<Mutex<Vec<Abandoned>>>,
     accept: JoinHandle<()>,
+}
+
+/// A reply the client walked away from before it was complete, as the server found out: a
+/// write of the reply failed (a response stream the client closed, found at the next write:
+/// [`Piece::Repeat`] finds it within about two of its periods, [`Piece::Pending`] never), or,
+/// for a [`Body::Silence`], the client closed the connection while waiting. Timed by the
+/// server alone, so a test can bound how soon a client gave up without timing the client.
+#[derive(Debug, Clone)]
+pub struct Abandoned {
+    pub request: Request,
+    /// From reading the request to finding the client gone.
+    pub after: Duration,
 }
 
 impl Drop for FakeHttp {
@@ -306,12 +319,18 @@ impl FakeHttp {
             Err(e) => panic!("reading the fake server's address: {e}"),
         };
         let log = Arc::new(Mutex::new(Vec::new()));
+        let gone = Arc::new(Mutex::new(Vec::new()));
         let scheme = if tls.is_some() { "https" } else { "http" };
-        let accept = tokio::spawn(accept_loop(listener, addr, tls, script, log.clone()));
+        let logs = Logs {
+            requests: log.clone(),
+            gone: gone.clone(),
+        };
+        let accept = tokio::spawn(accept_loop(listener, addr, tls, script, logs));
         FakeHttp {
             addr,
             scheme,
             log,
+            gone,
             accept,
         }
     }
@@ -330,6 +349,11 @@ impl FakeHttp {
         lock(&self.log).clone()
     }
 
+    /// The replies the client walked away from so far, in the order the server found out.
+    pub fn abandoned(&self) -> Vec<Abandoned> {
+        lock(&self.gone).clone()
+    }
+
     /// The JSON-RPC methods of the requests so far (`GET`/`DELETE`/... for requests without one).
     pub fn methods(&self) -> Vec<String> {
         lock(&self.log)
@@ -343,12 +367,19 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// What the connection tasks record: the requests, and the replies abandoned.
+#[derive(Clone)]
+struct Logs {
+    requests: Arc<Mutex<Vec<Request>>>,
+    gone: Arc<Mutex<Vec<Abandoned>>>,
+}
+
 async fn accept_loop(
     listener: TcpListener,
     addr: SocketAddr,
     tls: Option<tokio_rustls::TlsAcceptor>,
     script: Script,
-    log: Arc<Mutex<Vec<Request>>>,
+    log: Logs,
 ) {
     let mut connections = JoinSet::new();
     let mut n = 0usize;
@@ -386,7 +417,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
     local_addr: SocketAddr,
     scheme: &'static str,
     script: Script,
-    log: Arc<Mutex<Vec<Request>>>,
+    log: Logs,
 ) {
     let mut buf: Vec<u8> = Vec::new();
     loop {
@@ -398,14 +429,31 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 return;
             }
         };
-        lock(&log).push(req.clone());
+        lock(&log.requests).push(req.clone());
+        let received = tokio::time::Instant::now();
         let reply = script(&req);
         let wants_close = req
             .header("connection")
             .is_some_and(|v| v.eq_ignore_ascii_case("close"));
+        let abandoned = |request: Request| Abandoned {
+            request,
+            after: received.elapsed(),
+        };
+        if matches!(reply.body, Body::Silence) {
+            // Nothing is ever written: wait for the client to close the connection, which is
+            // how it gives up the request.
+            let mut sink = [0u8; 1024];
+            while let Ok(1..) = stream.read(&mut sink).await {}
+            lock(&log.gone).push(abandoned(req));
+            return;
+        }
         match write_reply(&mut stream, reply).await {
             Ok(true) if !wants_close => {}
-            _ => return,
+            Ok(_) => return,
+            Err(_) => {
+                lock(&log.gone).push(abandoned(req));
+                return;
+            }
         }
     }
 }

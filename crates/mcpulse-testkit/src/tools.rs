@@ -11,7 +11,7 @@
 //! `long_report` (read-only, progress notifications before its result); `bad_schema` (read-only, an `outputSchema` that is not a valid JSON Schema);
 //! `annotated_nothing` (no annotations).
 
-use crate::http::{Reply, Request, Script};
+use crate::http::{Piece, Reply, Request, Script};
 use crate::mcp::{self, MODERN};
 use crate::stdio::{Act, StdioScript};
 use serde_json::{Value, json};
@@ -26,7 +26,17 @@ pub enum Answer {
     AfterProgress(Value),
     /// Nothing, ever (the request is read and ignored).
     Silent,
+    /// Over HTTP, a `text/event-stream` response begun at once and held open, an SSE comment
+    /// every [`HELD_OPEN_EVERY`] and never a result, as a server working on a long call keeps
+    /// its stream alive: the comments are what let the server find out (a write that fails)
+    /// that the client closed the stream, which [`crate::FakeHttp::abandoned`] records. Over
+    /// stdio, as [`Answer::Silent`].
+    HeldOpen,
 }
+
+/// How often an [`Answer::HeldOpen`] stream writes its comment: the server finds a closed
+/// stream at most about two of these after the client closed it.
+pub const HELD_OPEN_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// One tool of a catalogue: its `tools/list` entry and its answer.
 #[derive(Debug, Clone)]
@@ -130,6 +140,23 @@ pub fn catalogue(health: &str) -> Vec<ScriptedTool> {
 /// A legacy stdio server with these tools: each `tools/call` answered by its tool's name, and
 /// [`CANCEL_SEEN`] written to stderr on `notifications/cancelled`.
 pub fn stdio_server(tools: &[ScriptedTool]) -> StdioScript {
+    stdio_server_with(tools, None)
+}
+
+/// [`stdio_server`], which also appends each `tools/call` and `notifications/cancelled` it
+/// reads (the whole line) to `log`: what the server received, to compare the cancellation's
+/// `requestId` with the call's `id`.
+pub fn stdio_server_recording(tools: &[ScriptedTool], log: &std::path::Path) -> StdioScript {
+    stdio_server_with(tools, Some(log))
+}
+
+fn stdio_server_with(tools: &[ScriptedTool], log: Option<&std::path::Path>) -> StdioScript {
+    let record = |mut acts: Vec<Act>| {
+        if let Some(l) = log {
+            acts.insert(0, Act::RecordLine(l.to_path_buf()));
+        }
+        acts
+    };
     let list: Vec<Value> = tools.iter().map(|t| t.tool.clone()).collect();
     let mut s = StdioScript::new()
         // A legacy server that says so at once: the probe's auto mode goes straight on.
@@ -147,7 +174,7 @@ pub fn stdio_server(tools: &[ScriptedTool]) -> StdioScript {
         )
         .on(
             "notifications/cancelled",
-            vec![Act::Stderr(CANCEL_SEEN.into())],
+            record(vec![Act::Stderr(CANCEL_SEEN.into())]),
         );
     for t in tools {
         let name = t.tool["name"].as_str().unwrap_or_default();
@@ -158,9 +185,9 @@ pub fn stdio_server(tools: &[ScriptedTool]) -> StdioScript {
                 Act::Stdout(mcp::progress(1, 100).to_string()),
                 Act::Result(r.clone()),
             ],
-            Answer::Silent => Vec::new(),
+            Answer::Silent | Answer::HeldOpen => Vec::new(),
         };
-        s = s.on_tool(name, acts);
+        s = s.on_tool(name, record(acts));
     }
     s
 }
@@ -214,6 +241,17 @@ pub fn http_server(tools: Vec<ScriptedTool>) -> Script {
                             &mcp::result(&id, mcp::modern(r.clone())).to_string(),
                         ),
                     ]),
+                    Some(ScriptedTool {
+                        answer: Answer::HeldOpen,
+                        ..
+                    }) => Reply::chunked(
+                        200,
+                        "text/event-stream",
+                        vec![Piece::Repeat {
+                            data: b": working\n\n".to_vec(),
+                            every: HELD_OPEN_EVERY,
+                        }],
+                    ),
                     Some(_) => Reply::silence(),
                     None => Reply::json(200, &mcp::error(&id, -32602, "Unknown tool")),
                 }

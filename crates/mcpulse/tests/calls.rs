@@ -32,6 +32,17 @@ impl Stdio {
         Stdio { dir, script }
     }
 
+    /// [`Stdio::new`] with a server that appends each `tools/call` and
+    /// `notifications/cancelled` it reads to `received` in its directory.
+    fn recording(health: &str) -> Stdio {
+        let dir = TempDir::new("calls");
+        let script =
+            tools::stdio_server_recording(&tools::catalogue(health), &dir.join("received"))
+                .at_start(Act::RecordPid(dir.join("pids")))
+                .write(&dir, "server.sh");
+        Stdio { dir, script }
+    }
+
     async fn probe(&self, extra: &[&str]) -> Run {
         let script = self.script.to_string_lossy().into_owned();
         let mut args = vec!["probe", "--json", "--timeout", "10s"];
@@ -171,7 +182,7 @@ async fn an_output_schema_violation_is_a_finding() {
 
 #[tokio::test]
 async fn a_silent_tool_is_given_up_at_its_budget_and_cancelled() {
-    let stdio = Stdio::new("ok");
+    let stdio = Stdio::recording("ok");
     let transcript = stdio.dir.join("t.json");
     let t = transcript.to_string_lossy().into_owned();
     let r = stdio
@@ -212,13 +223,91 @@ async fn a_silent_tool_is_given_up_at_its_budget_and_cancelled() {
         .filter_map(|l| l["line"].as_str())
         .collect();
     assert!(stderr.contains(&CANCEL_SEEN), "{stderr:?}");
+    // What the server itself read: the cancellation names the call it received.
+    let received: Vec<Value> = std::fs::read_to_string(stdio.dir.join("received"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let methods: Vec<&str> = received
+        .iter()
+        .map(|m| m["method"].as_str().unwrap())
+        .collect();
+    // (The health tool, `auto` by default, is called after it.)
+    assert_eq!(
+        methods[..2],
+        ["tools/call", "notifications/cancelled"],
+        "{received:?}"
+    );
+    assert_eq!(received[0]["params"]["name"], "slow_report");
+    assert!(received[0]["id"].is_i64(), "{}", received[0]);
+    assert_eq!(received[1]["params"]["requestId"], received[0]["id"]);
+}
 
-    // Streamable HTTP: the response is dropped at the budget (the stream closed).
-    let server = http("ok").await;
-    let r = probe_http(&server, &["--call", "slow_report", "--budget", "300ms"]).await;
-    assert_eq!(r.code, Some(1), "{}", r.stdout);
-    assert!(r.elapsed < Duration::from_secs(4), "{:?}", r.elapsed);
-    assert!(codes(&r.json()["findings"]).contains(&"tool-call-slow".to_owned()));
+/// Over Streamable HTTP a call given up at its budget is cancelled by closing its response
+/// stream (the spec's cancellation for HTTP), and the server sees that close: for a response
+/// stream the server holds open with a comment every 50 ms, and for a request it never
+/// answers at all. Timed by the server, from the request to finding the client gone. The
+/// probe makes a second call after it, with a budget of 1.5 s, so a stream left open until
+/// the probe exits would be seen closed 1.5 s too late.
+#[tokio::test]
+async fn over_streamable_http_a_call_past_its_budget_closes_its_stream_and_the_server_sees_it() {
+    const BUDGET: Duration = Duration::from_millis(300);
+    const SECOND: Duration = Duration::from_millis(1500);
+    // Room for the server to notice (two comment periods) and a busy machine.
+    const MARGIN: Duration = Duration::from_millis(700);
+    for answer in [tools::Answer::HeldOpen, tools::Answer::Silent] {
+        let mut catalogue = tools::catalogue("ok");
+        for t in &mut catalogue {
+            if t.tool["name"] == "slow_report" {
+                t.answer = answer.clone();
+            }
+        }
+        let server = FakeHttp::start_script(tools::http_server(catalogue)).await;
+        let args = [
+            "--health-tool",
+            "off",
+            "--call",
+            "slow_report",
+            "--budget",
+            "300ms",
+            "--call",
+            "slow_report",
+            "--budget",
+            "1500ms",
+        ];
+        let r = probe_http(&server, &args).await;
+        assert_eq!(r.code, Some(1), "{answer:?}: {}", r.stdout);
+        let report = r.json();
+        assert!(codes(&report["findings"]).contains(&"tool-call-slow".to_owned()));
+        assert_eq!(report["calls"][0]["cancelled"], true, "{answer:?}");
+        assert_eq!(report["calls"][1]["cancelled"], true, "{answer:?}");
+        // The server finds a closed stream at its next writes: wait for both (bounded), and
+        // then judge by when it found out.
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while server.abandoned().len() < 2 && std::time::Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let mut gone = server.abandoned();
+        // In the order the probe made the calls.
+        gone.sort_by_key(|a| a.request.rpc_id().and_then(|id| id.as_i64()));
+        let seen: Vec<(Option<String>, Duration)> = gone
+            .iter()
+            .map(|a| (a.request.rpc_method(), a.after))
+            .collect();
+        assert_eq!(seen.len(), 2, "{answer:?}: {seen:?}");
+        assert!(
+            seen.iter().all(|(m, _)| m.as_deref() == Some("tools/call")),
+            "{answer:?}: {seen:?}"
+        );
+        for (a, budget) in gone.iter().zip([BUDGET, SECOND]) {
+            assert!(
+                a.after >= budget - Duration::from_millis(50) && a.after <= budget + MARGIN,
+                "{answer:?}: the server saw the close {:?} after a call with a budget of {budget:?}",
+                a.after
+            );
+        }
+    }
 }
 
 /// A call whose budget outlasts the probe's `--timeout` is given up at the probe's deadline,

@@ -180,16 +180,25 @@ async fn hostile_endpoints_are_not_health() {
     })
     .await;
 
+    // Not a health document: degraded (exit 1), a config mistake rather than an outage.
     let r = probe(&mcp, &health.url("/html"), &["--json"]).await;
-    assert_eq!(r.code, Some(2), "{}", r.stdout);
+    assert_eq!(r.code, Some(1), "{}", r.stdout);
     assert!(
         has(&r, "health-endpoint-invalid", "text/html"),
         "{}",
         r.stdout
     );
+    assert!(has(&r, "health-endpoint-invalid", "check the health URL"));
+    let r = probe(&mcp, &health.url("/missing"), &["--json"]).await;
+    assert_eq!(r.code, Some(1), "{}", r.stdout);
+    assert!(
+        has(&r, "health-endpoint-invalid", "answered 404"),
+        "{}",
+        r.stdout
+    );
 
     let r = probe(&mcp, &health.url("/huge"), &["--json"]).await;
-    assert_eq!(r.code, Some(2), "{}", r.stdout);
+    assert_eq!(r.code, Some(1), "{}", r.stdout);
     assert!(
         has(&r, "health-endpoint-invalid", "passed 64 KiB"),
         "{}",
@@ -203,11 +212,12 @@ async fn hostile_endpoints_are_not_health() {
             started.elapsed() < Duration::from_secs(10),
             "{path}: not bounded"
         );
-        assert_eq!(r.code, Some(2), "{path}: {}", r.stdout);
+        // Unreachable is down; a body begun but not ended in time is invalid, degraded.
         assert!(
-            has(&r, "health-endpoint-unreachable", "could not be read")
-                || has(&r, "health-endpoint-invalid", "timed out"),
-            "{path}: {}",
+            (r.code == Some(2) && has(&r, "health-endpoint-unreachable", "could not be read"))
+                || (r.code == Some(1) && has(&r, "health-endpoint-invalid", "timed out")),
+            "{path}: {:?} {}",
+            r.code,
             r.stdout
         );
     }

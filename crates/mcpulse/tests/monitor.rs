@@ -785,11 +785,12 @@ async fn component_is(m: &Monitor, component: &str, status: &str) -> Value {
 }
 
 /// A dependency outage behind a healthy protocol layer (issue #18 item 4): the server's
-/// `health_check` tool reports `orders-db` down, then ok again. Exactly one component alert
-/// naming the component and the server, and its resolve, reach the webhook (beside the
-/// target's own, which the health tool's `down` makes down too); the target's view lists the
-/// component with its state; each check's synthetic call of `ping_db` is in the history, with
-/// percentiles in the view and a histogram on `/metrics`.
+/// `health_check` tool reports `orders-db` down, then ok again. Exactly one alert reaches the
+/// webhook, the component's, naming the component and the server, and then its resolve: the
+/// target's status goes down too (the view shows it) but does not page a second time (one
+/// alert per outage, docs/monitor.md). The target's view lists the component with its state;
+/// each check's synthetic call of `ping_db` is in the history, with percentiles in the view
+/// and a histogram on `/metrics`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dependency_down_behind_a_healthy_server_pages_once_for_the_component_and_resolves() {
     use mcpulse_testkit::tools;
@@ -832,6 +833,12 @@ async fn a_dependency_down_behind_a_healthy_server_pages_once_for_the_component_
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let view = component_is(&m, "orders-db", "down").await;
+    let view = if view["status"] == "down" {
+        view
+    } else {
+        m.wait_target("svc", "down", |v| v["status"] == "down")
+            .await
+    };
     assert!(
         view["incidents"]
             .as_array()
@@ -888,32 +895,35 @@ async fn a_dependency_down_behind_a_healthy_server_pages_once_for_the_component_
         resolve.field("summary"),
         "orders-db recovered behind svc (was down)"
     );
-    // The target's own pages, exactly: the health tool's `down` makes the target down too
-    // (docs/monitor.md says so), an incident of its own, opened and resolved once.
-    let own: Vec<(String, String)> = hook
-        .accepted()
+    // Nothing else was sent: not the target's own `down` (its status went down with the
+    // health tool's, but the component's incident pages the outage), nor `tool ping_db`,
+    // which stayed healthy throughout.
+    let all: Vec<(String, String)> = hook
+        .all()
         .iter()
-        .filter(|d| d.body["labels"].get("component").is_none())
         .map(|d| (d.field("action").to_owned(), d.field("kind").to_owned()))
         .collect();
     assert_eq!(
-        own,
+        all,
         [
             ("trigger".to_owned(), "down".to_owned()),
             ("resolve".to_owned(), "recovered".to_owned())
         ],
         "{:?}",
-        hook.all()
-    );
-    // Nothing else names a component: `tool ping_db` stayed healthy throughout.
-    assert!(
-        hook.accepted()
-            .iter()
-            .all(|d| d.body["labels"].get("component").is_none() || component(d)),
-        "{:?}",
-        hook.all()
+        hook.all().iter().map(|d| &d.body).collect::<Vec<_>>()
     );
 
+    // The history: every check with its call of ping_db and how long it took.
+    let history = m.history("svc").await;
+    assert!(history.len() >= 4, "{history:?}");
+    for check in &history {
+        let calls = check["calls"].as_array().unwrap();
+        assert_eq!(calls.len(), 1, "{check}");
+        assert_eq!(calls[0]["tool"], "ping_db");
+        assert_eq!(calls[0]["ok"], true);
+        let ms = calls[0]["ms"].as_f64().unwrap();
+        assert!(ms > 0.0 && ms < 400.0, "{check}");
+    }
     // The view: the component back to healthy, since the recovery; the tool's percentiles.
     let view = component_is(&m, "orders-db", "healthy").await;
     let tools = view["tools"].as_array().unwrap();
@@ -957,6 +967,126 @@ async fn a_dependency_down_behind_a_healthy_server_pages_once_for_the_component_
         ],
         "newest first"
     );
+}
+
+/// One alert per outage, through the health endpoint (docs/monitor.md): `orders-db` fails
+/// behind a server whose MCP endpoint answers: one page, the component's, though the target's
+/// status is down too. Then the MCP endpoint fails as well (a 503): the outage is the server's
+/// own now, and the target pages beside the component. Everything recovers: each of the two
+/// resolved once, and nothing else was sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dependency_outage_pages_once_and_the_server_failing_too_pages_the_target() {
+    let dir = TempDir::new("monitor-one-alert");
+    // 0: all well; 1: orders-db fails behind a healthy MCP endpoint; 2: the MCP endpoint too.
+    let phase = Arc::new(AtomicUsize::new(0));
+    // A stable tool list (no drift between checks), no health tool called.
+    let mcp = mcpulse_testkit::tools::http_server(mcpulse_testkit::tools::catalogue("ok"));
+    let now = phase.clone();
+    let server = FakeHttp::start(move |req| {
+        let p = now.load(Ordering::SeqCst);
+        match req.path() {
+            "/mcp" if p == 2 => Reply::status(503),
+            "/mcp" => mcp(req),
+            _ if p == 0 => Reply::json(
+                200,
+                &json!({"status": "pass", "checks": {"orders-db": {"status": "pass"}}}),
+            ),
+            _ => Reply::json(
+                503,
+                &json!({"status": "fail", "checks": {"orders-db": {
+                    "status": "fail", "output": "connection refused"}}}),
+            ),
+        }
+    })
+    .await;
+    let hook = Receiver::start(true).await;
+    let config = dir.join("monitor.toml");
+    let target = format!(
+        "{}\nhealth_url = \"{}\"",
+        url_target(&server.url("/mcp")),
+        server.url("/readyz")
+    );
+    write_config(
+        &config,
+        &config_text(&[("svc", &target)], Some(&hook.url())),
+    );
+    let mut m = Monitor::start(&dir, &config, &[]).await;
+    m.wait_target("svc", "healthy", |v| v["status"] == "healthy")
+        .await;
+    let status_key = dedup_key("svc", "status");
+    let component_key = dedup_key("svc", "component:orders-db");
+    let sent = |hook: &Receiver| -> Vec<(String, String)> {
+        hook.accepted()
+            .iter()
+            .map(|d| {
+                (
+                    d.field("action").to_owned(),
+                    d.field("dedup_key").to_owned(),
+                )
+            })
+            .collect()
+    };
+    let wait_sent = |n: usize| {
+        let hook = &hook;
+        async move {
+            let until = Instant::now() + PATIENCE;
+            while hook.accepted().len() < n {
+                assert!(Instant::now() < until, "waiting for {n}: {:?}", sent(hook));
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+
+    // The dependency fails: the target is down (the API says so), paged as the component.
+    phase.store(1, Ordering::SeqCst);
+    wait_sent(1).await;
+    let view = m
+        .wait_target("svc", "down", |v| v["status"] == "down")
+        .await;
+    // Two more checks with the outage going on: still the one page.
+    let n = m.history("svc").await.len();
+    m.wait_checks("svc", n, 2).await;
+    assert_eq!(
+        sent(&hook),
+        [("trigger".to_owned(), component_key.clone())],
+        "{view}"
+    );
+
+    // The server fails too: after the failure threshold, the target's own page.
+    phase.store(2, Ordering::SeqCst);
+    wait_sent(2).await;
+    let target_page = hook.accepted()[1].clone();
+    assert_eq!(target_page.field("dedup_key"), status_key);
+    assert_eq!(target_page.field("kind"), "down");
+    assert!(
+        target_page
+            .field("summary")
+            .starts_with("svc is down: server-error"),
+        "{}",
+        target_page.body
+    );
+
+    // All well again: each incident resolved once, and nothing more.
+    phase.store(0, Ordering::SeqCst);
+    wait_sent(4).await;
+    m.wait_target("svc", "healthy", |v| v["status"] == "healthy")
+        .await;
+    let n = m.history("svc").await.len();
+    m.wait_checks("svc", n, 2).await;
+    let mut got = sent(&hook);
+    got[2..].sort();
+    let mut resolves = vec![
+        ("resolve".to_owned(), status_key.clone()),
+        ("resolve".to_owned(), component_key.clone()),
+    ];
+    resolves.sort();
+    let mut want = vec![
+        ("trigger".to_owned(), component_key.clone()),
+        ("trigger".to_owned(), status_key.clone()),
+    ];
+    want.extend(resolves);
+    assert_eq!(got, want);
+    m.sigterm(Duration::from_secs(10)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

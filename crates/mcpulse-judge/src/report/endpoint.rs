@@ -114,6 +114,11 @@ fn health_shape(f: &HealthFetch) -> bool {
     }
 }
 
+/// What a `health-endpoint-invalid` finding (other than a body cut short) tells the user to
+/// do: the usual cause of an answer that is not a health document is a wrong URL.
+const CHECK_URL: &str =
+    "check the health URL (`--health-url`, or `health_url` in the monitor's target)";
+
 fn one(f: &HealthFetch, out: &mut Vec<Finding>, found: &mut Vec<Component>) {
     let url = text::field(&f.url);
     let Some(status) = f.status else {
@@ -166,14 +171,14 @@ fn one(f: &HealthFetch, out: &mut Vec<Finding>, found: &mut Vec<Component>) {
                     "a body that is not a health document"
                 };
                 out.push(Rule::HealthEndpointInvalid.finding(format!(
-                    "{url} answered {status} with {what}{ct}: a 2xx alone is not health"
+                    "{url} answered {status} with {what}{ct}: a 2xx alone is not health; {CHECK_URL}"
                 )));
                 return;
             }
         }
         300..=399 => {
             out.push(Rule::HealthEndpointInvalid.finding(format!(
-                "{url} answered {status}, a redirect that was not followed"
+                "{url} answered {status}, a redirect that was not followed: {CHECK_URL}"
             )));
             return;
         }
@@ -181,7 +186,7 @@ fn one(f: &HealthFetch, out: &mut Vec<Finding>, found: &mut Vec<Component>) {
         // config mistake, not the server down: a 4xx health document (`fail`) still counts.
         400..=499 if stated.is_none() => {
             out.push(Rule::HealthEndpointInvalid.finding(format!(
-                "{url} answered {status}{ct}, not a health document: is the health URL right?"
+                "{url} answered {status}{ct}, not a health document: {CHECK_URL}"
             )));
             return;
         }
@@ -349,6 +354,38 @@ mod tests {
 
     fn codes(f: &[Finding]) -> Vec<&'static str> {
         f.iter().map(|f| f.code.code()).collect()
+    }
+
+    /// A mistyped health URL (a 404, an HTML page with 200) is a config mistake: degraded, with
+    /// a message that says to check the URL; an endpoint that says it is down stays down.
+    #[test]
+    fn a_wrong_health_url_is_degraded_and_says_so_and_a_503_stays_down() {
+        use crate::rules::Severity;
+        for wrong in [
+            fetch(404, "<html>Not Found</html>"),
+            fetch(200, "<!doctype html><title>Sign in</title>"),
+            fetch(301, ""),
+        ] {
+            let f = findings(&[wrong]);
+            assert_eq!(codes(&f), ["health-endpoint-invalid"]);
+            assert_eq!(f[0].severity, Severity::Warning);
+            assert_eq!(Status::from_findings(&f), Status::Degraded);
+            assert!(
+                f[0].message
+                    .contains("check the health URL (`--health-url`"),
+                "{}",
+                f[0].message
+            );
+        }
+        for down in [
+            fetch(503, "<html>Service Unavailable</html>"),
+            fetch(200, r#"{"status":"fail"}"#),
+            fetch(404, r#"{"status":"fail"}"#),
+        ] {
+            let f = findings(&[down]);
+            assert_eq!(codes(&f), ["health-endpoint-down"]);
+            assert_eq!(Status::from_findings(&f), Status::Down);
+        }
     }
 
     #[test]

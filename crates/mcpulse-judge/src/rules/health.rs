@@ -55,9 +55,6 @@ crate::rule_family! {
     HealthEndpointUnreachable = "health-endpoint-unreachable", Critical,
         "The health endpoint could not be read: connection refused, timed out, or a redirect off its origin.",
         "Whoever watches this endpoint (a load balancer, Kubernetes, `mcpulse monitor`) sees the server as down. If only the endpoint is wrong, fix `--health-url`.";
-    HealthEndpointInvalid = "health-endpoint-invalid", Critical,
-        "The health endpoint answered, but not with a health document: an HTML page, unparseable JSON, no `status`, a body over 64 KiB, an unfollowed redirect, or a 4xx that is not a health document (a 404: the URL is wrong).",
-        "An HTTP 200 with a login page or a proxy's error page is not a healthy server; mcpulse does not take a 2xx alone as health.";
     CriticalCallFailed = "critical-call-failed", Critical,
         "A synthetic tool call marked critical (`--critical`) failed: any of the `tool-*` findings of that call.",
         "You said this tool is the server's reason to exist (its database query, its upstream API): when it fails, the server is down for its users even though it answers the protocol.";
@@ -67,6 +64,9 @@ crate::rule_family! {
     HealthEndpointDegraded = "health-endpoint-degraded", Warning,
         "The health endpoint reports `warn` (`degraded`): up, but something behind it is not well.",
         "`mcpulse supervise` reports `warn` while its child is busy (a heartbeat unanswered during a long tool call). The component findings say what.";
+    HealthEndpointInvalid = "health-endpoint-invalid", Warning,
+        "The health endpoint answered, but not with a health document: an HTML page, unparseable JSON, no `status`, a body over 64 KiB, an unfollowed redirect, or a 4xx that is not a health document (a 404: the URL is wrong).",
+        "An HTTP 200 with a login page or a proxy's error page is not a healthy server: mcpulse does not take a 2xx alone as health. But something answered, and the usual cause is a mistyped `--health-url` (`health_url` in a monitor target), a config mistake rather than an outage: degraded, not down, so it does not page as one. A 503, or a document whose `status` is `fail`, is still `health-endpoint-down`.";
     HealthComponentUnhealthy = "health-component-unhealthy", Warning,
         "A component in the health document's `checks` reports `warn` or `fail`.",
         "The component is named (a database, the supervised child, its heartbeat) with its observed value and output, so the alert says what is wrong behind the server, not only that it is.";

@@ -757,21 +757,37 @@ impl Store {
                  ORDER BY at_ms DESC, id DESC LIMIT ?4",
             )?;
             let mut rows = stmt.query(params![tid, at, id, sql_count(limit)])?;
+            // A check's calls share its time: found through the (target, time) index.
+            let mut calls = self.conn.prepare_cached(
+                "SELECT tool, ok, ms FROM calls WHERE target_id = ?1 AND at_ms = ?2
+                 AND check_id = ?3 ORDER BY id",
+            )?;
             let mut out = Vec::new();
             while let Some(row) = rows.next()? {
                 let id: i64 = row.get(0)?;
+                let at_ms: i64 = row.get(1)?;
                 let status: String = row.get(2)?;
                 let timings: String = row.get(4)?;
                 let findings: String = row.get(5)?;
                 let what = || format!("check {id}");
+                let samples = calls
+                    .query_map(params![tid, at_ms, id], |c| {
+                        Ok(crate::check::CallSample {
+                            tool: c.get(0)?,
+                            ok: c.get::<_, i64>(1)? != 0,
+                            ms: c.get(2)?,
+                        })
+                    })?
+                    .collect::<Result<Vec<_>, _>>()?;
                 out.push(HistoryRow {
                     id,
-                    at_ms: row.get(1)?,
+                    at_ms,
                     status: health(&status)?,
                     duration_ms: row.get(3)?,
                     timings: decode(what, &timings)?,
                     findings: decode(what, &findings)?,
                     grade: row.get(6)?,
+                    calls: samples,
                 });
             }
             Ok(Some(out))
