@@ -12,7 +12,7 @@
 // Each session is a legacy (2025-11-25) session: `initialize`, then the Mcp-Session-Id and
 // MCP-Protocol-Version headers on every request. A reply may come as application/json or as an
 // SSE stream (the bridges answer with either); the JSON-RPC response with the request's id is
-// what ends a call. Prints one JSON object on stdout. A failed call fails the run (exit 1), except
+// what ends a call, the moment it arrives (not the end of the stream). Prints one JSON object on stdout. A failed call fails the run (exit 1), except
 // under throughput, where failures are counted and reported.
 "use strict";
 const http = require("node:http");
@@ -20,12 +20,52 @@ const http = require("node:http");
 const agent = new http.Agent({ keepAlive: true, maxSockets: Infinity });
 const VERSION = "2025-11-25";
 
-function post(url, headers, body, method = "POST") {
+// One HTTP request. Resolves with the JSON-RPC messages of the reply: the whole JSON body, or,
+// for an SSE stream, its events as they arrive, as soon as the response to `id` is among them
+// (an SDK client acts on that event then; a bridge may hold the stream open a while after it).
+// The rest of such a stream is read and dropped, so the connection goes back to the pool.
+function post(url, headers, body, method = "POST", id = undefined) {
   return new Promise((resolve, reject) => {
     const req = http.request(url, { method, agent, headers }, (res) => {
+      const sse = (res.headers["content-type"] || "").includes("text/event-stream");
       const chunks = [];
-      res.on("data", (c) => chunks.push(c));
-      res.on("end", () => resolve({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks).toString("utf8") }));
+      const found = [];
+      let text = "";
+      let done = false;
+      const finish = (messages) => {
+        if (!done) {
+          done = true;
+          resolve({ status: res.statusCode, headers: res.headers, messages });
+        }
+      };
+      res.on("data", (c) => {
+        if (!sse) return chunks.push(c);
+        if (done) return;
+        text += c.toString("utf8");
+        let end;
+        while ((end = text.search(/\r?\n\r?\n/)) >= 0) {
+          const event = text.slice(0, end);
+          text = text.slice(end).replace(/^\r?\n\r?\n/, "");
+          const m = sseData(event);
+          if (m !== undefined) found.push(m);
+          if (m && m.id === id && ("result" in m || "error" in m)) finish(found);
+        }
+      });
+      res.on("end", () => {
+        if (sse) {
+          const m = sseData(text);
+          if (m !== undefined) found.push(m);
+          return finish(found);
+        }
+        const all = Buffer.concat(chunks).toString("utf8");
+        let messages = [];
+        try {
+          messages = all ? [JSON.parse(all)] : [];
+        } catch {
+          messages = [{ unparsed: all.slice(0, 200) }];
+        }
+        finish(messages);
+      });
       res.on("error", reject);
     });
     req.on("error", reject);
@@ -34,27 +74,19 @@ function post(url, headers, body, method = "POST") {
   });
 }
 
-// The JSON-RPC messages of a reply body: one JSON document, or the data of SSE events.
-function messages(res) {
-  const type = res.headers["content-type"] || "";
-  if (!type.includes("text/event-stream")) return res.body ? [JSON.parse(res.body)] : [];
-  const out = [];
-  let data = [];
-  for (const line of res.body.split(/\r?\n/)) {
-    if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
-    else if (line === "") {
-      if (data.length) {
-        try {
-          out.push(JSON.parse(data.join("\n")));
-        } catch {
-          // a keep-alive or priming event
-        }
-      }
-      data = [];
-    }
+// The JSON of one SSE event's data lines; undefined for an event without data or not JSON (a
+// priming or keep-alive event).
+function sseData(event) {
+  const data = event
+    .split(/\r?\n/)
+    .filter((l) => l.startsWith("data:"))
+    .map((l) => l.slice(5).replace(/^ /, ""));
+  if (!data.length) return undefined;
+  try {
+    return JSON.parse(data.join("\n"));
+  } catch {
+    return undefined;
   }
-  if (data.length) out.push(JSON.parse(data.join("\n")));
-  return out;
 }
 
 class Session {
@@ -72,17 +104,17 @@ class Session {
     });
     this.headers["mcp-protocol-version"] = init.result.protocolVersion || VERSION;
     const note = await post(this.url, this.headers, JSON.stringify({ jsonrpc: "2.0", method: "notifications/initialized" }));
-    if (note.status >= 300) throw new Error(`notifications/initialized: HTTP ${note.status} ${note.body}`);
+    if (note.status >= 300) throw new Error(`notifications/initialized: HTTP ${note.status}`);
     return this;
   }
 
   async request(method, params) {
     const id = ++this.id;
-    const res = await post(this.url, this.headers, JSON.stringify({ jsonrpc: "2.0", id, method, params }));
-    if (res.status !== 200) throw new Error(`${method}: HTTP ${res.status} ${res.body.slice(0, 200)}`);
+    const res = await post(this.url, this.headers, JSON.stringify({ jsonrpc: "2.0", id, method, params }), "POST", id);
+    if (res.status !== 200) throw new Error(`${method}: HTTP ${res.status} ${JSON.stringify(res.messages).slice(0, 200)}`);
     if (method === "initialize" && res.headers["mcp-session-id"]) this.headers["mcp-session-id"] = res.headers["mcp-session-id"];
-    const reply = messages(res).find((m) => m.id === id && ("result" in m || "error" in m));
-    if (!reply) throw new Error(`${method}: no reply with id ${id} in ${res.body.slice(0, 200)}`);
+    const reply = res.messages.find((m) => m && m.id === id && ("result" in m || "error" in m));
+    if (!reply) throw new Error(`${method}: no reply with id ${id} in ${JSON.stringify(res.messages).slice(0, 200)}`);
     if (reply.error) throw new Error(`${method}: ${JSON.stringify(reply.error)}`);
     return reply;
   }

@@ -78,6 +78,13 @@ def report(path):
         return [r for r in rows if r["kind"] == kind and r["mode"] == mode
                 and all(r.get(a) == b for a, b in k.items())]
 
+    def by_mode(kind, **k):
+        """Each path's rows of one kind, in the order the paths ran."""
+        for m in modes:
+            ms = sel(kind, m, **k)
+            if ms:
+                yield m, ms
+
     out = []
     lat = [r for r in rows if r["kind"] == "latency"]
     if lat:
@@ -87,10 +94,7 @@ def report(path):
         out.append(f"\n**Latency: `tools/call echo`, one session, {lat[0]['n']:,} sequential calls a run** (medians over {runs} runs; *added* is the path's figure minus direct's)\n")
         out.append("| path | p50 (µs) | added at p50 | p99 (µs) | added at p99 |")
         out.append("|---|---|---|---|---|")
-        for m in modes:
-            ms = sel("latency", m)
-            if not ms:
-                continue
+        for m, ms in by_mode("latency"):
             p50, p99 = med([r["p50_us"] for r in ms]), med([r["p99_us"] for r in ms])
             add = "" if m == "direct" else f"{p50 - base:+.0f} µs"
             add99 = "" if m == "direct" else f"{p99 - base99:+.0f} µs"
@@ -104,13 +108,11 @@ def report(path):
         out.append("|---|---|---|---|---|---|")
         b1 = med([r["calls_per_s"] for r in sel("throughput", "direct", concurrency=1)])
         b32 = med([r["calls_per_s"] for r in sel("throughput", "direct", concurrency=32)])
-        for m in modes:
-            one, many = sel("throughput", m, concurrency=1), sel("throughput", m, concurrency=32)
-            if not one and not many:
-                continue
-            v1, v32 = med([r["calls_per_s"] for r in one]), med([r["calls_per_s"] for r in many])
-            errors = sum(r["errors"] for r in one + many)
-            first = next((r["first_error"] for r in one + many if r.get("first_error")), "")
+        for m, ms in by_mode("throughput"):
+            v1 = med([r["calls_per_s"] for r in ms if r["concurrency"] == 1])
+            v32 = med([r["calls_per_s"] for r in ms if r["concurrency"] == 32])
+            errors = sum(r["errors"] for r in ms)
+            first = next((r["first_error"] for r in ms if r.get("first_error")), "")
             err = f"{errors}" + (f" (`{first[:80]}`)" if first else "")
             out.append(f"| {m} | {v1:.0f} | {100 * v1 / b1:.0f}% | {v32:.0f} | {100 * v32 / b32:.0f}% | {err} |")
 
@@ -118,12 +120,9 @@ def report(path):
     if mem:
         n = mem[0]["sessions"]
         out.append(f"\n**Memory: RSS of the path's process tree, before and with {n} idle sessions open** (medians; *per session* = the difference / {n})\n")
-        out.append("| path | RSS, no session (MiB) | RSS, {n} idle sessions (MiB) | per idle session (KiB) |".replace("{n}", str(n)))
+        out.append(f"| path | RSS, no session (MiB) | RSS, {n} idle sessions (MiB) | per idle session (KiB) |")
         out.append("|---|---|---|---|")
-        for m in modes:
-            ms = sel("memory", m)
-            if not ms:
-                continue
+        for m, ms in by_mode("memory"):
             r0, rn = med([r["rss0_kib"] for r in ms]), med([r["rssn_kib"] for r in ms])
             per = med([(r["rssn_kib"] - r["rss0_kib"]) / r["sessions"] for r in ms])
             out.append(f"| {m} | {r0 / 1024:.1f} | {rn / 1024:.1f} | {per:,.0f} |")

@@ -63,7 +63,7 @@ fi
 modes=(direct)
 mcpulse="${MCPULSE:-$root/target/release/mcpulse}"
 if [ ! -x "$mcpulse" ]; then
-  notes+=("No mcpulse binary at $mcpulse (set MCPULSE): the gateway rows are missing.")
+  notes+=("No mcpulse binary at $mcpulse (set MCPULSE to a release build with the gateway, #19): the gateway rows are pending.")
 else
   said="$(timeout 10 "$mcpulse" gateway --listen 127.0.0.1:0 -- true </dev/null 2>&1 || true)"
   if [[ "$said" == *"not built yet"* || "$said" == *"unrecognized subcommand"* ]]; then
@@ -220,6 +220,8 @@ out="$root/docs/benchmarks-gateway.md"
   echo "- **gateway (stdio)**: \`mcpulse gateway --listen 127.0.0.1:0 -- node echo_server.cjs stdio\`;"
   echo "- **supergateway**: npm supergateway $SUPERGATEWAY_PIN, \`--stdio 'node echo_server.cjs stdio' --outputTransport streamableHttp --stateful\` (a child per session; its default, stateless mode, spawns a child per request);"
   echo "- **mcp-proxy**: PyPI mcp-proxy $MCP_PROXY_PIN, \`mcp-proxy --port P -- node echo_server.cjs stdio\` (one child shared by every session)."
+  echo
+  echo "Reproduce: \`scripts/interop-setup.sh\`, \`cargo build --release --locked -p mcpulse\`, then \`BENCH_NICE=-10 bench/gateway/run.sh 3\` (as root, for the negative nice; see the script's header for the loads)."
   echo
   echo "Every path runs with its default settings, logs to a file. The stdio paths' *added* latency is over the server's own HTTP (direct), as a deployment that could choose either would see it. Targets (issue #19): under 100 µs added at p50 over an HTTP upstream, at least 80% of direct throughput, and ahead of every peer on each figure."
   for n in "${notes[@]}"; do echo; echo "Note: $n"; done

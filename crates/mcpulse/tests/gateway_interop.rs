@@ -219,6 +219,17 @@ fn assert_passes_what_direct_passes(direct: &Conformance, through: &Conformance)
     );
 }
 
+/// The gateway's bar: what passes direct, and the DNS-rebinding check that server-everything
+/// fails on its own (the gateway validates Host and Origin in front of any server).
+fn assert_gateway_passes(direct: &Conformance, through: &Conformance) {
+    assert_passes_what_direct_passes(direct, through);
+    assert!(
+        through.passes(REBINDING_REJECTED),
+        "the gateway must refuse a foreign Host and Origin\n{}",
+        side_by_side(direct, through)
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Bridges: the gateway, and supergateway standing in for it
 // ---------------------------------------------------------------------------------------------
@@ -615,12 +626,7 @@ async fn gateway_fronting_everything_http_passes_what_it_passes_direct() {
     let direct = conformance("direct", &server.url("/mcp")).await;
     let gateway = Gateway::start(&["--upstream".into(), server.url("/mcp")], &new_tag());
     let through = conformance("gateway", &gateway.url).await;
-    assert_passes_what_direct_passes(&direct, &through);
-    assert!(
-        through.passes(REBINDING_REJECTED),
-        "the gateway must refuse a foreign Host and Origin\n{}",
-        side_by_side(&direct, &through)
-    );
+    assert_gateway_passes(&direct, &through);
     assert_eq!(gateway.stop(), Vec::<u32>::new());
 }
 
@@ -638,12 +644,7 @@ async fn gateway_bridging_everything_stdio_passes_what_it_passes_direct() {
     args.extend(everything_stdio(&tag));
     let gateway = Gateway::start(&args, &tag);
     let through = conformance("gateway", &gateway.url).await;
-    assert_passes_what_direct_passes(&direct, &through);
-    assert!(
-        through.passes(REBINDING_REJECTED),
-        "the gateway must refuse a foreign Host and Origin\n{}",
-        side_by_side(&direct, &through)
-    );
+    assert_gateway_passes(&direct, &through);
     let left = gateway.stop();
     assert!(
         left.is_empty(),
