@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Helpers of bench/gateway/run.sh.
 
-  report.py tree-rss PID         the RSS of PID and all its descendants, in KiB (one number)
+  report.py tree-rss PID         the RSS of PID and all its descendants, then of PID alone, in
+                                 KiB ("TREE SELF")
   report.py tagged TAG           the pids whose environment holds MCPULSE_BENCH_TAG=TAG
   report.py free-port            a free loopback TCP port
   report.py report RESULTS.jsonl the Markdown tables of docs/benchmarks-gateway.md
@@ -43,7 +44,7 @@ def tree_rss(root):
         seen.add(pid)
         total += procs[pid][1]
         todo.extend(p for p, (ppid, _) in procs.items() if ppid == pid)
-    return total
+    return total, procs.get(root, (0, 0))[1]
 
 
 def tagged(tag):
@@ -120,19 +121,20 @@ def report(path):
     if mem:
         n = mem[0]["sessions"]
         out.append(f"\n**Memory: RSS of the path's process tree, before and with {n} idle sessions open** (medians; *per session* = the difference / {n})\n")
-        out.append(f"| path | RSS, no session (MiB) | RSS, {n} idle sessions (MiB) | per idle session (KiB) |")
-        out.append("|---|---|---|---|")
+        out.append(f"| path | RSS, no session (MiB) | RSS, {n} idle sessions (MiB) | per idle session (KiB) | of which the bridge process itself (KiB) |")
+        out.append("|---|---|---|---|---|")
         for m, ms in by_mode("memory"):
             r0, rn = med([r["rss0_kib"] for r in ms]), med([r["rssn_kib"] for r in ms])
             per = med([(r["rssn_kib"] - r["rss0_kib"]) / r["sessions"] for r in ms])
-            out.append(f"| {m} | {r0 / 1024:.1f} | {rn / 1024:.1f} | {per:,.0f} |")
+            own = med([(r["selfn_kib"] - r["self0_kib"]) / r["sessions"] for r in ms])
+            out.append(f"| {m} | {r0 / 1024:.1f} | {rn / 1024:.1f} | {per:,.0f} | {own:,.0f} |")
     print("\n".join(out))
 
 
 def main():
     what = sys.argv[1]
     if what == "tree-rss":
-        print(tree_rss(int(sys.argv[2])))
+        print(*tree_rss(int(sys.argv[2])))
     elif what == "tagged":
         print(" ".join(str(p) for p in tagged(sys.argv[2])))
     elif what == "free-port":

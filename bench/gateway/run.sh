@@ -19,7 +19,9 @@
 #   throughput  C client sessions at once (C = 1 and 32), calling back to back for
 #               THROUGHPUT_SECONDS; calls/s;
 #   memory      RSS of the path's process tree (the bridge and its children; for direct, the
-#               server) after one warm-up session, then with IDLE_SESSIONS idle sessions open.
+#               server) after one warm-up session, then with IDLE_SESSIONS idle sessions open;
+#               and of the bridge's own process alone (a child per session is the server's
+#               memory, the same for every bridge that runs one).
 #
 # Environment:
 #   MCPULSE             the mcpulse binary (default: target/release/mcpulse; not built here:
@@ -165,7 +167,7 @@ record() {  # record MODE JSON
 }
 
 measure() {  # measure MODE
-  local mode="$1" out rss0 rssn
+  local mode="$1" out rss0 rssn self0 selfn
   if ! up "$mode"; then
     echo "  $mode: did not start; its log:" >&2
     tail -5 "$work"/*.log >&2 || true
@@ -174,7 +176,7 @@ measure() {  # measure MODE
   # One session first: whatever a path sets up on first use is not counted as a session's.
   "${nice_cmd[@]}" node "$client" latency 50 "$url" >/dev/null || return 1
   sleep 1
-  rss0="$(python3 "$helper" tree-rss "$tree")"
+  read -r rss0 self0 < <(python3 "$helper" tree-rss "$tree")
   rm -f "$work/hold"; mkfifo "$work/hold"
   "${nice_cmd[@]}" node "$client" idle "$IDLE" "$url" <"$work/hold" >"$work/idle.out" 2>"$work/idle.err" &
   local holder=$!
@@ -186,8 +188,8 @@ measure() {  # measure MODE
   done
   if grep -q READY "$work/idle.err"; then
     sleep 1
-    rssn="$(python3 "$helper" tree-rss "$tree")"
-    record "$mode" "{\"kind\":\"memory\",\"sessions\":$IDLE,\"rss0_kib\":$rss0,\"rssn_kib\":$rssn}"
+    read -r rssn selfn < <(python3 "$helper" tree-rss "$tree")
+    record "$mode" "{\"kind\":\"memory\",\"sessions\":$IDLE,\"rss0_kib\":$rss0,\"rssn_kib\":$rssn,\"self0_kib\":$self0,\"selfn_kib\":$selfn}"
   else
     echo "  $mode: $IDLE idle sessions could not be opened: $(cat "$work/idle.err")" >&2
   fi
@@ -224,6 +226,8 @@ out="$root/docs/benchmarks-gateway.md"
   echo "Reproduce: \`scripts/interop-setup.sh\`, \`cargo build --release --locked -p mcpulse\`, then \`BENCH_NICE=-10 bench/gateway/run.sh 3\` (as root, for the negative nice; see the script's header for the loads)."
   echo
   echo "Every path runs with its default settings, logs to a file. The stdio paths' *added* latency is over the server's own HTTP (direct), as a deployment that could choose either would see it. Targets (issue #19): under 100 µs added at p50 over an HTTP upstream, at least 80% of direct throughput, and ahead of every peer on each figure."
+  echo
+  echo "Memory per idle session counts the path's whole process tree: where a bridge runs a child per session (the gateway's stdio upstream, supergateway), that is mostly the server's own memory; the last column is the bridge's own process alone. mcp-proxy shares one child among all sessions (so one session's state is every session's)."
   for n in "${notes[@]}"; do echo; echo "Note: $n"; done
   python3 "$helper" report "$results"
   echo
