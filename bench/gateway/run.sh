@@ -1,0 +1,236 @@
+#!/usr/bin/env bash
+# The gateway benchmark (issue #19, "Performance"): the same client against the same server,
+# in one run, interleaved round by round so that a change of the machine's speed falls on every
+# path alike:
+#   direct          the server's own Streamable HTTP;
+#   gateway (http)  `mcpulse gateway --upstream` in front of that HTTP;
+#   gateway (stdio) `mcpulse gateway -- SERVER stdio`, bridging the server's stdio;
+#   supergateway    npm supergateway 4.0.0, stdio -> Streamable HTTP, stateful (a child per
+#                   session, as the gateway; its default stateless mode spawns a child per POST);
+#   mcp-proxy       PyPI mcp-proxy 0.13.0, stdio -> Streamable HTTP (one child for all sessions).
+# Writes docs/benchmarks-gateway.md.
+#
+#   bench/gateway/run.sh [ROUNDS]          (default 3)
+#
+# The server is bench/gateway/echo_server.cjs (Node, no SDK: stdio and HTTP, four methods), so
+# that what is measured is the path, not the server; the client is bench/gateway/client.cjs
+# (Node's http, keep-alive), identical for every path. Figures:
+#   latency     one session, LATENCY_N sequential `tools/call echo` (after 200 uncounted);
+#   throughput  C client sessions at once (C = 1 and 32), calling back to back for
+#               THROUGHPUT_SECONDS; calls/s;
+#   memory      RSS of the path's process tree (the bridge and its children; for direct, the
+#               server) after one warm-up session, then with IDLE_SESSIONS idle sessions open;
+#               and of the bridge's own process alone (a child per session is the server's
+#               memory, the same for every bridge that runs one).
+#
+# Environment:
+#   MCPULSE             the mcpulse binary (default: target/release/mcpulse; not built here:
+#                       `cargo build --release -p mcpulse` first). Without a working
+#                       `mcpulse gateway` its rows are left out, with a note, never faked.
+#   LATENCY_N, THROUGHPUT_SECONDS, IDLE_SESSIONS   the loads (3000, 5, 16)
+#   BENCH_NICE          run every measured process (servers, bridges, client) at this nice
+#                       value, say -10, so that other work on a shared machine disturbs the
+#                       paths less (all paths alike); unset: not changed
+#   BENCH_NOTE          a line for the report (for example, which build MCPULSE is)
+#
+# Needs scripts/interop-setup.sh's installs (supergateway, mcpproxy), node, python3.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+here="$root/bench/gateway"
+cache="$root/target/bench-gateway"
+interop="$root/target/interop"
+rounds="${1:-3}"
+N="${LATENCY_N:-3000}"
+SECS="${THROUGHPUT_SECONDS:-5}"
+IDLE="${IDLE_SESSIONS:-16}"
+SUPERGATEWAY_PIN=4.0.0
+MCP_PROXY_PIN=0.13.0
+mkdir -p "$cache"
+
+sg="$interop/supergateway/node_modules/.bin/supergateway"
+[ -e "$sg" ] && [ -d "$interop/mcpproxy/mcp_proxy" ] \
+  || { echo "run scripts/interop-setup.sh first (supergateway, mcp-proxy)" >&2; exit 1; }
+echo_server="$here/echo_server.cjs"
+client="$here/client.cjs"
+helper="$here/report.py"
+
+notes=()
+[ -n "${BENCH_NOTE:-}" ] && notes+=("$BENCH_NOTE")
+nice_cmd=()
+if [ -n "${BENCH_NICE:-}" ]; then
+  nice_cmd=(nice -n "$BENCH_NICE")
+  notes+=("Every measured process (server, bridges, client) ran at nice $BENCH_NICE, so that the other work on this shared machine disturbed the paths less; all paths alike.")
+fi
+
+modes=(direct)
+mcpulse="${MCPULSE:-$root/target/release/mcpulse}"
+if [ ! -x "$mcpulse" ]; then
+  notes+=("No mcpulse binary at $mcpulse (set MCPULSE to a release build with the gateway, #19): the gateway rows are pending.")
+else
+  said="$(timeout 10 "$mcpulse" gateway --listen 127.0.0.1:0 -- true </dev/null 2>&1 || true)"
+  if [[ "$said" == *"not built yet"* || "$said" == *"unrecognized subcommand"* ]]; then
+    notes+=("\`mcpulse gateway\` is not built in $("$mcpulse" --version 2>/dev/null || echo this binary) (issue #19): the gateway rows are pending.")
+  else
+    modes+=("gateway (http)" "gateway (stdio)")
+  fi
+fi
+modes+=(supergateway mcp-proxy)
+
+results="$cache/results.jsonl"
+: > "$results"
+work="$(mktemp -d)"
+tag="gwbench-$$"
+pids=()
+# Stops what a round started: SIGTERM, then SIGKILL to each process group, then anything
+# still carrying this run's tag (a bridge's orphaned child), by pid.
+stop_all() {
+  local p
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for _ in $(seq 50); do
+    local alive=0
+    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && break
+    sleep 0.1
+  done
+  for p in "${pids[@]}"; do kill -KILL -- "-$p" 2>/dev/null || true; done
+  for p in $(python3 "$helper" tagged "$tag"); do kill -KILL "$p" 2>/dev/null || true; done
+  pids=()
+}
+trap 'stop_all; rm -rf "$work"' EXIT
+
+# start LOG CMD...: starts CMD tagged, in its own process group (setsid), output to LOG.
+start() {
+  local log="$1"; shift
+  env MCPULSE_BENCH_TAG="$tag" "${nice_cmd[@]}" setsid "$@" >"$log" 2>&1 &
+  pids+=("$!")
+  last_pid=$!
+}
+
+wait_port() {  # wait_port PORT PID
+  for _ in $(seq 300); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    kill -0 "$2" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+
+wait_gateway_url() {  # wait_gateway_url LOG PID: prints the URL the gateway says it serves
+  for _ in $(seq 300); do
+    local url
+    url="$(sed -n 's/.*mcpulse gateway: listening on \(http[^ ]*\).*/\1/p' "$1" | head -1)"
+    [ -n "$url" ] && { echo "$url"; return 0; }
+    kill -0 "$2" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+
+# up MODE: starts the path; sets url and tree (the pid whose process tree is the path's memory).
+up() {
+  local port
+  case "$1" in
+    direct)
+      port="$(python3 "$helper" free-port)"
+      start "$work/direct.log" node "$echo_server" http "$port"
+      tree=$last_pid; url="http://127.0.0.1:$port/mcp"
+      wait_port "$port" "$tree" ;;
+    "gateway (http)")
+      port="$(python3 "$helper" free-port)"
+      start "$work/upstream.log" node "$echo_server" http "$port"
+      wait_port "$port" "$last_pid" || return 1
+      start "$work/gateway.log" "$mcpulse" gateway --listen 127.0.0.1:0 --upstream "http://127.0.0.1:$port/mcp"
+      tree=$last_pid
+      url="$(wait_gateway_url "$work/gateway.log" "$tree")" ;;
+    "gateway (stdio)")
+      start "$work/gateway.log" "$mcpulse" gateway --listen 127.0.0.1:0 -- node "$echo_server" stdio
+      tree=$last_pid
+      url="$(wait_gateway_url "$work/gateway.log" "$tree")" ;;
+    supergateway)
+      port="$(python3 "$helper" free-port)"
+      start "$work/supergateway.log" node "$sg" --stdio "node $echo_server stdio" \
+        --outputTransport streamableHttp --stateful --port "$port"
+      tree=$last_pid; url="http://127.0.0.1:$port/mcp"
+      wait_port "$port" "$tree" ;;
+    mcp-proxy)
+      port="$(python3 "$helper" free-port)"
+      start "$work/mcp-proxy.log" env PYTHONPATH="$interop/mcpproxy" python3 -m mcp_proxy \
+        --host 127.0.0.1 --port "$port" -- node "$echo_server" stdio
+      tree=$last_pid; url="http://127.0.0.1:$port/mcp"
+      wait_port "$port" "$tree" ;;
+  esac
+}
+
+record() {  # record MODE JSON
+  python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r["mode"]=sys.argv[2]; print(json.dumps(r))' "$2" "$1" >> "$results"
+  echo "  $1: $2" >&2
+}
+
+measure() {  # measure MODE
+  local mode="$1" out rss0 rssn self0 selfn
+  if ! up "$mode"; then
+    echo "  $mode: did not start; its log:" >&2
+    tail -5 "$work"/*.log >&2 || true
+    return 1
+  fi
+  # One session first: whatever a path sets up on first use is not counted as a session's.
+  "${nice_cmd[@]}" node "$client" latency 50 "$url" >/dev/null || return 1
+  sleep 1
+  read -r rss0 self0 < <(python3 "$helper" tree-rss "$tree")
+  rm -f "$work/hold"; mkfifo "$work/hold"
+  "${nice_cmd[@]}" node "$client" idle "$IDLE" "$url" <"$work/hold" >"$work/idle.out" 2>"$work/idle.err" &
+  local holder=$!
+  exec 7>"$work/hold"
+  for _ in $(seq 1200); do
+    grep -q READY "$work/idle.err" 2>/dev/null && break
+    kill -0 "$holder" 2>/dev/null || break
+    sleep 0.1
+  done
+  if grep -q READY "$work/idle.err"; then
+    sleep 1
+    read -r rssn selfn < <(python3 "$helper" tree-rss "$tree")
+    record "$mode" "{\"kind\":\"memory\",\"sessions\":$IDLE,\"rss0_kib\":$rss0,\"rssn_kib\":$rssn,\"self0_kib\":$self0,\"selfn_kib\":$selfn}"
+  else
+    echo "  $mode: $IDLE idle sessions could not be opened: $(cat "$work/idle.err")" >&2
+  fi
+  exec 7>&-
+  wait "$holder" || true
+  out="$("${nice_cmd[@]}" node "$client" latency "$N" "$url")" && record "$mode" "$out"
+  out="$("${nice_cmd[@]}" node "$client" throughput "$SECS" 1 "$url")" && record "$mode" "$out"
+  out="$("${nice_cmd[@]}" node "$client" throughput "$SECS" 32 "$url")" && record "$mode" "$out"
+}
+
+loads=()
+for round in $(seq 1 "$rounds"); do
+  echo "round $round/$rounds (${modes[*]})" >&2
+  for mode in "${modes[@]}"; do
+    loads+=("$(cut -d' ' -f1 /proc/loadavg)")
+    measure "$mode" || echo "  $mode: FAILED this round" >&2
+    stop_all
+  done
+done
+
+out="$root/docs/benchmarks-gateway.md"
+{
+  echo "# mcpulse gateway: benchmark"
+  echo
+  echo "Written by \`bench/gateway/run.sh\` on $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) CPUs (shared), commit $(git -C "$root" rev-parse --short HEAD), $rounds rounds interleaved (every path once per round), Node $(node --version), $("$mcpulse" --version 2>/dev/null || echo "no mcpulse"). One-minute load average at each path's start: $(printf '%s\n' "${loads[@]}" | sort -n | head -1) to $(printf '%s\n' "${loads[@]}" | sort -n | tail -1). Compare figures within one run only."
+  echo
+  echo "Same server, same client, same run. The server is \`bench/gateway/echo_server.cjs\` (Node, no SDK), one program over stdio and over Streamable HTTP, so that the server is not what is measured; the client is \`bench/gateway/client.cjs\` (Node's http module, keep-alive, legacy 2025-11-25 sessions; it reads a reply as JSON or as an SSE stream, whichever the path sends). Paths:"
+  echo "- **direct**: the server's own Streamable HTTP;"
+  echo "- **gateway (http)**: \`mcpulse gateway --listen 127.0.0.1:0 --upstream URL\` in front of that HTTP server;"
+  echo "- **gateway (stdio)**: \`mcpulse gateway --listen 127.0.0.1:0 -- node echo_server.cjs stdio\`;"
+  echo "- **supergateway**: npm supergateway $SUPERGATEWAY_PIN, \`--stdio 'node echo_server.cjs stdio' --outputTransport streamableHttp --stateful\` (a child per session; its default, stateless mode, spawns a child per request);"
+  echo "- **mcp-proxy**: PyPI mcp-proxy $MCP_PROXY_PIN, \`mcp-proxy --port P -- node echo_server.cjs stdio\` (one child shared by every session)."
+  echo
+  echo "Reproduce: \`scripts/interop-setup.sh\`, \`cargo build --release --locked -p mcpulse\`, then \`BENCH_NICE=-10 bench/gateway/run.sh 3\` (as root, for the negative nice; see the script's header for the loads)."
+  echo
+  echo "Every path runs with its default settings, logs to a file. The stdio paths' *added* latency is over the server's own HTTP (direct), as a deployment that could choose either would see it. Targets (issue #19): under 100 µs added at p50 over an HTTP upstream, at least 80% of direct throughput, and ahead of every peer on each figure."
+  echo
+  echo "Memory per idle session counts the path's whole process tree: where a bridge runs a child per session (the gateway's stdio upstream, supergateway), that is mostly the server's own memory; the last column is the bridge's own process alone. mcp-proxy shares one child among all sessions (so one session's state is every session's)."
+  for n in "${notes[@]}"; do echo; echo "Note: $n"; done
+  python3 "$helper" report "$results"
+  echo
+  echo "Raw results (one JSON object a measurement): \`target/bench-gateway/results.jsonl\`."
+} > "$out"
+echo "wrote $out" >&2
