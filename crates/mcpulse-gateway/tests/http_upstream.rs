@@ -692,6 +692,85 @@ async fn a_slow_reader_holds_the_upstream_back_instead_of_filling_memory() {
     server.abort();
 }
 
+/// A stream of nothing but keep-alive comments (`: ka`) every 50 ms, counted in `open` while
+/// the upstream's side of it is open.
+struct KeepAlives {
+    open: Arc<AtomicUsize>,
+    tick: tokio::time::Interval,
+}
+
+impl Drop for KeepAlives {
+    fn drop(&mut self) {
+        self.open.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl hyper::body::Body for KeepAlives {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        self.tick
+            .poll_tick(cx)
+            .map(|_| Some(Ok(Frame::data(Bytes::from_static(b": ka\n\n")))))
+    }
+}
+
+/// A small upstream whose every answer is a stream of keep-alives only; with how many of its
+/// streams are open.
+async fn keep_alive_upstream() -> (SocketAddr, Arc<AtomicUsize>, JoinHandle<()>) {
+    let open = Arc::new(AtomicUsize::new(0));
+    let o = open.clone();
+    let app = Router::new().route(
+        "/mcp",
+        any(move || {
+            o.fetch_add(1, Ordering::SeqCst);
+            let body = KeepAlives {
+                open: o.clone(),
+                tick: tokio::time::interval(Duration::from_millis(50)),
+            };
+            async move {
+                http::Response::builder()
+                    .header("content-type", "text/event-stream")
+                    .body(axum::body::Body::new(body))
+                    .unwrap()
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (addr, open, server)
+}
+
+/// A client that leaves a quiet stream (keep-alive comments only, which are not relayed, so
+/// the relay never tries a send): the relay still notices, and closes the upstream stream.
+#[tokio::test]
+async fn a_client_leaving_a_quiet_stream_closes_the_upstream_stream() {
+    let (addr, streams, server) = keep_alive_upstream().await;
+    let gw = gateway(settings(format!("http://{addr}/mcp"))).await;
+    let resp = open(&gw, Method::GET, &[("accept", "text/event-stream")], None).await;
+    assert_eq!(resp.status(), 200);
+    let body = resp.into_body();
+    // The upstream stream is open and has sent a few keep-alives.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(streams.load(Ordering::SeqCst), 1, "the upstream stream is not open");
+    drop(body);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while streams.load(Ordering::SeqCst) > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the upstream stream was left open after the client left"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    server.abort();
+}
+
 /// The opt-in health tool: listed after the upstream's tools (JSON and SSE replies), answered by
 /// the gateway (the upstream never sees the call); without the setting, nothing is added.
 #[tokio::test]

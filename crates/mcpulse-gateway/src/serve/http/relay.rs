@@ -239,7 +239,18 @@ impl Stream {
     async fn run(self, mut body: Incoming, sender: SendRequest<Full<Bytes>>, mut pending: Pending) {
         let mut decoder = Decoder::new(self.max);
         loop {
-            let frame = match body.frame().await {
+            // The client's departure is watched beside the upstream: a quiet stream (nothing
+            // but keep-alive comments, which are not relayed, or silence) would otherwise never
+            // try a send and so never notice, and keep the upstream stream open for good.
+            let next = tokio::select! {
+                biased;
+                () = self.tx.closed() => {
+                    tracing::debug!(upstream = %self.label, "client left the stream; closing the upstream's");
+                    return;
+                }
+                next = body.frame() => next,
+            };
+            let frame = match next {
                 None => {
                     if pending.key.is_some() {
                         self.fail(
