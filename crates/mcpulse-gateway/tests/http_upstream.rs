@@ -771,6 +771,55 @@ async fn a_client_leaving_a_quiet_stream_closes_the_upstream_stream() {
     server.abort();
 }
 
+/// A frozen upstream (accepts, never answers; sends a JSON head and no body; streams
+/// keep-alives and never the reply) hangs no client: past `reply_timeout` each request gets a
+/// JSON-RPC error for its id naming the upstream and the timeout. A GET stream, with no reply
+/// pending, is not cut.
+#[tokio::test]
+async fn a_frozen_upstream_answers_each_request_with_a_timeout_error() {
+    let keep_alive = || Piece::Repeat {
+        data: b": ka\n\n".to_vec(),
+        every: Duration::from_millis(50),
+    };
+    let fake = FakeHttp::start(move |req| match req.rpc_id().and_then(|i| i.as_i64()) {
+        Some(1) => Reply::silence(),
+        Some(2) => Reply::chunked(200, "application/json", vec![Piece::Pending]),
+        _ => Reply::chunked(200, "text/event-stream", vec![keep_alive()]),
+    })
+    .await;
+    let mut s = settings(fake.url("/mcp"));
+    s.reply_timeout = Duration::from_millis(300);
+    let gw = gateway(s).await;
+    for (id, what) in [(1, "no head"), (2, "a JSON head"), (3, "an SSE stream")] {
+        let t = Instant::now();
+        let a = post(&gw, &[], &request(id, "tools/call", json!({"name": "slow"}))).await;
+        let took = t.elapsed();
+        assert!(
+            took >= Duration::from_millis(300) && took < Duration::from_secs(3),
+            "{what}: took {took:?}"
+        );
+        let err = a.reply(id);
+        assert_eq!(err["error"]["code"], codes::REQUEST_TIMEOUT, "{what}: {a:?}");
+        let message = err["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(&fake.addr().to_string())
+                && message.contains("300ms")
+                && message.contains("reply_timeout"),
+            "{what}: {message}"
+        );
+    }
+    // A frozen reply is no sign the upstream is down.
+    assert_eq!(gw.shared.upstream().process, ProcessState::Up);
+    let resp = open(&gw, Method::GET, &[("accept", "text/event-stream")], None).await;
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    let next = next_chunk(&mut body, Instant::now() + Duration::from_millis(800)).await;
+    assert!(
+        matches!(next, Chunk::Timeout),
+        "the GET stream was cut or relayed something"
+    );
+}
+
 /// The opt-in health tool: listed after the upstream's tools (JSON and SSE replies), answered by
 /// the gateway (the upstream never sees the call); without the setting, nothing is added.
 #[tokio::test]

@@ -54,11 +54,18 @@ pub struct HttpSettings {
     /// Certificates (DER) trusted besides the system's roots for an `https://` upstream: a
     /// private CA (read from PEM with `mcpulse_transport::http::read_pem_certs`).
     pub extra_roots: Vec<Vec<u8>>,
+    /// The longest wait for the reply to a POSTed request, from its arrival: the response
+    /// head, a JSON body, or an SSE stream until the reply to that request has passed. Past
+    /// it the client gets a JSON-RPC error for its id (`REQUEST_TIMEOUT`), so that a frozen
+    /// upstream never hangs a client. A client's GET stream has no reply pending and no
+    /// timeout. (Per-tool timeouts are #20's.)
+    pub reply_timeout: Duration,
 }
 
 impl HttpSettings {
     /// The defaults: connect timeout 5 s, messages up to 16 MiB, no health tool, reconnects
-    /// from 1 s doubling up to 60 s with full jitter.
+    /// from 1 s doubling up to 60 s with full jitter, replies within 60 s (the TypeScript
+    /// SDK's default request timeout, so a client's own timeout and the gateway's agree).
     pub fn new(url: impl Into<String>) -> HttpSettings {
         HttpSettings {
             url: url.into(),
@@ -67,9 +74,13 @@ impl HttpSettings {
             health_tool: None,
             reconnect: Backoff::default(),
             extra_roots: Vec::new(),
+            reply_timeout: DEFAULT_REPLY_TIMEOUT,
         }
     }
 }
+
+/// [`HttpSettings::reply_timeout`]'s default.
+pub const DEFAULT_REPLY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The request headers passed to the upstream (all others are dropped: hop-by-hop headers,
 /// `Origin` (the door validated it), cookies, `Accept-Encoding` (replies are read, so they
@@ -243,7 +254,26 @@ impl HttpUpstream {
                 );
             }
         };
-        match target.link.send(out).await {
+        // A GET stream has no reply pending: it waits as long as the client stays.
+        let deadline = (parts.method != Method::GET).then(|| started + self.settings.reply_timeout);
+        let sent = match deadline {
+            Some(at) => match tokio::time::timeout_at(at, target.link.send(out)).await {
+                Ok(sent) => sent,
+                Err(_) => {
+                    let message = format!("upstream {} {}", target.label, self.timed_out());
+                    return call.refuse(
+                        self,
+                        started,
+                        StatusCode::GATEWAY_TIMEOUT,
+                        codes::REQUEST_TIMEOUT,
+                        &message,
+                        Some(&target.label),
+                    );
+                }
+            },
+            None => target.link.send(out).await,
+        };
+        match sent {
             Ok((resp, sender)) => {
                 relay::respond(
                     relay::Exchange {
@@ -251,6 +281,7 @@ impl HttpUpstream {
                         target,
                         call,
                         started,
+                        deadline,
                     },
                     resp,
                     sender,
@@ -279,6 +310,14 @@ impl HttpUpstream {
                 call.refuse(self, started, status, code, &message, Some(&target.label))
             }
         }
+    }
+
+    /// Why a reply did not come: the reply timeout passed.
+    fn timed_out(&self) -> String {
+        format!(
+            "did not reply within {} (the gateway's reply_timeout)",
+            mcpulse_wire::units::human_duration(self.settings.reply_timeout.as_millis())
+        )
     }
 
     /// A `tools/call` of the configured health tool, answered here.

@@ -43,7 +43,9 @@ pub const STREAM_BUFFER: usize = 4;
 /// The supervisor's codes where the meaning is the same, so that a client handles the gateway
 /// and `mcpulse supervise` alike.
 pub mod codes {
-    pub use mcpulse_relay::supervise::codes::{MESSAGE_TOO_LARGE, SERVER_RESTARTED};
+    pub use mcpulse_relay::supervise::codes::{
+        MESSAGE_TOO_LARGE, REQUEST_TIMEOUT, SERVER_RESTARTED,
+    };
     /// The upstream could not be reached, is down (reconnecting), answered 5xx or redirected
     /// (JSON-RPC's generic server error; the TypeScript SDK's `ConnectionClosed`).
     pub const UPSTREAM_UNAVAILABLE: i64 = -32000;
@@ -54,8 +56,7 @@ pub mod codes {
 const SNIPPET_BYTES: usize = 512;
 /// How long a 5xx body is read for its quote.
 const SNIPPET_WAIT: Duration = Duration::from_secs(1);
-/// Until tool timeouts (#20) bound it, reading a JSON reply waits as long as the upstream
-/// takes; the client's disconnect cancels it.
+/// A wait without a deadline (a GET's answer; the client's disconnect cancels it).
 const NO_DEADLINE: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// One request in flight: what the answer is checked against.
@@ -64,6 +65,8 @@ pub struct Exchange<'a> {
     pub target: &'a Target,
     pub call: Call,
     pub started: Instant,
+    /// When the reply is due (`reply_timeout` after the request arrived); `None` for a GET.
+    pub deadline: Option<Instant>,
 }
 
 impl Exchange<'_> {
@@ -139,6 +142,8 @@ pub async fn respond(
             max: x.upstream.settings.max_message_size,
             health_tool: x.upstream.settings.health_tool.clone(),
             tx,
+            deadline: x.deadline,
+            timed_out: x.upstream.timed_out(),
         };
         let pending = Pending {
             key: x.call.key.clone(),
@@ -152,17 +157,15 @@ pub async fn respond(
             .unwrap_or_else(|_| plain(StatusCode::BAD_GATEWAY, ""));
     }
     let max = x.upstream.settings.max_message_size;
-    let (bytes, end) = read_body(&mut body, max, Instant::now() + NO_DEADLINE).await;
+    let deadline = x.deadline.unwrap_or_else(|| Instant::now() + NO_DEADLINE);
+    let (bytes, end) = read_body(&mut body, max, deadline).await;
     let failure = match end {
         BodyEnd::Complete => None,
         BodyEnd::TooLarge => Some((
             codes::MESSAGE_TOO_LARGE,
             format!("its reply is larger than the gateway's max_message_size ({max} bytes)"),
         )),
-        BodyEnd::Timeout => Some((
-            codes::SERVER_RESTARTED,
-            "its reply did not arrive in time".to_owned(),
-        )),
+        BodyEnd::Timeout => Some((codes::REQUEST_TIMEOUT, x.upstream.timed_out())),
         BodyEnd::Error(e) => Some((
             codes::SERVER_RESTARTED,
             format!("the connection broke during its reply: {e}"),
@@ -170,6 +173,16 @@ pub async fn respond(
     };
     if let Some((code, cause)) = failure {
         let message = format!("upstream {} failed: {cause}", x.target.label);
+        if code == codes::REQUEST_TIMEOUT {
+            return x.call.refuse(
+                x.upstream,
+                x.started,
+                StatusCode::GATEWAY_TIMEOUT,
+                code,
+                &message,
+                Some(&x.target.label),
+            );
+        }
         return x.refuse(code, &message);
     }
     x.target.link.release(sender);
@@ -230,6 +243,10 @@ struct Stream {
     max: usize,
     health_tool: Option<String>,
     tx: mpsc::Sender<Bytes>,
+    /// When the pending request's reply is due (`None`: a GET stream, never).
+    deadline: Option<Instant>,
+    /// The error's cause when it is not.
+    timed_out: String,
 }
 
 impl Stream {
@@ -242,10 +259,15 @@ impl Stream {
             // The client's departure is watched beside the upstream: a quiet stream (nothing
             // but keep-alive comments, which are not relayed, or silence) would otherwise never
             // try a send and so never notice, and keep the upstream stream open for good.
+            let due = self.deadline.filter(|_| pending.key.is_some());
             let next = tokio::select! {
                 biased;
                 () = self.tx.closed() => {
                     tracing::debug!(upstream = %self.label, "client left the stream; closing the upstream's");
+                    return;
+                }
+                () = sleep_until_opt(due) => {
+                    self.fail(&mut pending, codes::REQUEST_TIMEOUT, &self.timed_out).await;
                     return;
                 }
                 next = body.frame() => next,
@@ -338,6 +360,14 @@ impl Stream {
             retry_ms: None,
         };
         let _ = self.tx.send(encode(&event)).await;
+    }
+}
+
+/// Sleeps until `at`, or for ever.
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 
