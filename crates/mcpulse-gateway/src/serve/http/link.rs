@@ -8,14 +8,14 @@
 //! [`MAX_IDLE`] idle connections are kept; concurrency beyond that dials more, which close
 //! after their exchange.
 //!
-//! Down and back: a failed connect, or a 502/503/504 from the upstream, marks the upstream
-//! down. From then on requests fail fast (the caller answers 503 with `Retry-After`) and a
+//! Down and back: a failed connect (refused, timed out, TLS) marks the upstream down; an HTTP
+//! answer, a 5xx too, proves it reachable and never does (one 503 must not refuse every other
+//! client). From then on requests fail fast (the caller answers 503 with `Retry-After`) and a
 //! single background task dials again after a delay from `mcpulse_policy::backoff` (exponential,
 //! full jitter), until a connection is made: then the upstream is up again, a reconnect is
-//! counted, and requests flow. The attempt count goes back to zero only when a request is
-//! answered without a 5xx, so an upstream that accepts connections but answers 503 to all
-//! still backs off further each time. The task holds only a weak reference: it ends with the
-//! gateway.
+//! counted, and requests flow. The attempt count goes back to zero when a request is answered,
+//! so an upstream that accepts connections and then refuses them again backs off further each
+//! time. The task holds only a weak reference: it ends with the gateway.
 
 use crate::state::{ProcessState, Shared};
 use bytes::Bytes;
@@ -73,7 +73,7 @@ pub struct Down {
 #[derive(Debug, Default)]
 struct State {
     down: Option<Down>,
-    /// Failed attempts since the last answer without a 5xx (the backoff's exponent).
+    /// Failed attempts since the last answer (the backoff's exponent).
     attempt: u32,
     /// A reconnect task is running.
     reconnecting: bool,
@@ -202,7 +202,7 @@ impl Link {
         })
     }
 
-    /// The upstream answered without a 5xx: it is up, and the backoff starts over.
+    /// The upstream answered (any status): it is up, and the backoff starts over.
     pub fn answered(&self) {
         lock(&self.state).attempt = 0;
         self.reached();
@@ -232,8 +232,8 @@ impl Link {
         }
     }
 
-    /// A connect failed, or the upstream answered 502/503/504: it is down until a reconnect
-    /// succeeds. Starts the reconnect task unless one runs.
+    /// A connect failed: the upstream is down until a reconnect succeeds. Starts the
+    /// reconnect task unless one runs.
     pub fn went_down(self: &Arc<Self>, cause: String) {
         let start = {
             let mut s = lock(&self.state);

@@ -11,7 +11,8 @@
 //! - When the stream breaks (the upstream died, an event over the cap) before the reply to the
 //!   POSTed request, the client gets a JSON-RPC error for that request's id as a last event.
 //! - A 5xx from the upstream becomes a 502 with a JSON-RPC error naming the upstream and what
-//!   it said (502/503/504 also mark the upstream down: see [`super::link`]).
+//!   it said. It does not mark the upstream down: it answered, so it is reachable, and other
+//!   clients' requests still go through.
 //!
 //! Events are re-framed (`id`, `event`, `retry`, `data`); SSE comments (keep-alives) are not
 //! relayed.
@@ -91,6 +92,10 @@ pub async fn respond(
 ) -> Response {
     let (parts, mut body) = resp.into_parts();
     let status = parts.status;
+    // Any HTTP answer, a 5xx too, proves the upstream reachable: one 502/503/504 (a busy
+    // worker, a proxy's hiccup) must not take the upstream out for every other client. Only
+    // a failed connect marks it down (see super::link).
+    x.target.link.answered();
     if status.is_server_error() {
         let (bytes, _) = read_body(&mut body, SNIPPET_BYTES, Instant::now() + SNIPPET_WAIT).await;
         let said = String::from_utf8_lossy(&bytes);
@@ -100,13 +105,9 @@ pub async fn respond(
         } else {
             format!("answered HTTP {}: {said}", status.as_u16())
         };
-        if matches!(status.as_u16(), 502..=504) {
-            x.target.link.went_down(cause.clone());
-        }
         let message = format!("upstream {} {cause}", x.target.label);
         return x.refuse(codes::UPSTREAM_UNAVAILABLE, &message);
     }
-    x.target.link.answered();
     if status.is_redirection() {
         // Not followed (the client would be sent to the upstream's own address, past the
         // gateway), not relayed: the configured URL is wrong, and the answer says where to.
