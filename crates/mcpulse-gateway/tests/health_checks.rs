@@ -245,7 +245,10 @@ async fn the_upstreams_health_tool_is_folded_in() {
             server
                 .requests()
                 .iter()
-                .all(|r| { r.header(mcpulse_gateway::checks::PROBE_HEADER.0) == Some("1") })
+                .all(|r| {
+                    r.header(mcpulse_gateway::checks::PROBE_HEADER)
+                        == Some(mcpulse_gateway::checks::probe_token())
+                })
         );
     }
     // A tool the server does not list is a failure that says so.

@@ -540,7 +540,8 @@ async fn the_readiness_prober_probes_the_mcp_endpoint() {
         server
             .requests()
             .iter()
-            .all(|r| r.header("mcpulse-health-probe") == Some("1"))
+            .all(|r| r.header("mcpulse-health-probe")
+                == Some(mcpulse_gateway::checks::probe_token()))
     );
     current.store(1, Ordering::SeqCst);
     let (r, took) = until(503, Duration::from_secs(4)).await;

@@ -61,6 +61,7 @@ async fn gateway(settings: HttpSettings) -> Gateway {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let task = tokio::spawn(async move {
+        let app = app.into_make_service_with_connect_info::<SocketAddr>();
         let _ = axum::serve(listener, app).await;
     });
     Gateway { addr, shared, task }
@@ -828,6 +829,37 @@ async fn a_frozen_upstream_answers_each_request_with_a_timeout_error() {
     assert!(
         matches!(next, Chunk::Timeout),
         "the GET stream was cut or relayed something"
+    );
+}
+
+/// The `mcpulse_gateway_requests_total` lines of the exposition.
+fn request_lines(gw: &Gateway) -> Vec<String> {
+    gw.shared
+        .metrics
+        .encode()
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with("mcpulse_gateway_requests_total{"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The gateway's own probe traffic (the header with this process's token, from loopback) is
+/// kept out of the request metrics; the header with any other value (a client hiding its
+/// traffic) is counted.
+#[tokio::test]
+async fn own_probe_traffic_is_kept_out_of_the_metrics_and_cannot_be_faked() {
+    let fake = FakeHttp::start_script(scenario::legacy_streamable(Framing::Json)).await;
+    let gw = gateway(settings(fake.url("/mcp"))).await;
+    let token = mcpulse_gateway::checks::probe_token();
+    let own = [(mcpulse_gateway::checks::PROBE_HEADER, token)];
+    assert_eq!(post(&gw, &own, &initialize(1)).await.status, 200);
+    assert_eq!(request_lines(&gw), Vec::<String>::new());
+    let faked = [(mcpulse_gateway::checks::PROBE_HEADER, "1")];
+    assert_eq!(post(&gw, &faked, &initialize(2)).await.status, 200);
+    assert_eq!(
+        request_lines(&gw),
+        [r#"mcpulse_gateway_requests_total{method="initialize",tool="",outcome="ok"} 1"#]
     );
 }
 

@@ -18,7 +18,7 @@ mod http;
 mod tcp;
 pub(crate) mod tool;
 
-pub use tool::PROBE_HEADER;
+pub use tool::{PROBE_HEADER, is_own_probe, probe_token};
 
 use crate::state::Shared;
 use mcpulse_policy::check::{

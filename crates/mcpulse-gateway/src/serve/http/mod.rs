@@ -193,7 +193,13 @@ impl HttpUpstream {
                 return relay::rpc_error(status, None, code, &message, None);
             }
         };
-        let call = Call::of(&body);
+        let mut call = Call::of(&body);
+        // The peer as the door's listener saw it (axum's ConnectInfo; none: not trusted).
+        let peer = parts
+            .extensions
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .map(|c| c.0.ip());
+        call.own_probe = crate::checks::is_own_probe(&parts.headers, peer);
         let target = match &self.target {
             Ok(t) => t,
             Err(why) => {
@@ -383,6 +389,8 @@ struct Call {
     method: Option<&'static str>,
     /// The tool of a `tools/call`, as sent.
     tool_name: Option<String>,
+    /// The gateway's own probe ([`crate::checks::is_own_probe`]): kept out of the metrics.
+    own_probe: bool,
 }
 
 /// The MCP methods given their own metrics label; any other is `other`, so that a client
@@ -434,6 +442,7 @@ impl Call {
             key,
             method,
             tool_name: env.tool().map(str::to_owned),
+            own_probe: false,
         }
     }
 
@@ -469,6 +478,7 @@ struct Record {
     method: Option<&'static str>,
     tool: Option<String>,
     started: Instant,
+    own_probe: bool,
 }
 
 impl Record {
@@ -482,15 +492,18 @@ impl Record {
             method: call.method,
             tool,
             started,
+            own_probe: call.own_probe,
         }
     }
 
     fn done(&self, outcome: Outcome) {
         let Some(method) = self.method else { return };
         let took = self.started.elapsed();
-        self.shared
-            .metrics
-            .request(method, self.tool.as_deref(), took, outcome);
+        if !self.own_probe {
+            self.shared
+                .metrics
+                .request(method, self.tool.as_deref(), took, outcome);
+        }
         tracing::debug!(
             method,
             tool = self.tool.as_deref().unwrap_or(""),
