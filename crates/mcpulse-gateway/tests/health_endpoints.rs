@@ -408,6 +408,8 @@ async fn metrics_are_prometheus_text_with_the_documented_names() {
     health::observe_protocol(&shared, protocol(true, Some(3), 1));
     health::record(&shared, "db", raw(CheckStatus::Pass, 250, "connected"), 1);
     let m = &shared.metrics;
+    // A tool the upstream listed (only those get a label of their own).
+    m.learn_tools(&["search"]);
     m.request(
         "tools/call",
         Some("search"),

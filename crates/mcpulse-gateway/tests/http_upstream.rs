@@ -863,6 +863,40 @@ async fn own_probe_traffic_is_kept_out_of_the_metrics_and_cannot_be_faked() {
     );
 }
 
+/// A tool gets a label of its own only once the upstream listed it (in a relayed `tools/list`
+/// result, JSON or SSE): junk names a client calls share `_other`, so they cannot use up the
+/// labels. The outcome label follows the reply on both paths.
+#[tokio::test]
+async fn only_tools_the_upstream_listed_get_a_metrics_label() {
+    for framing in [Framing::Json, Framing::Sse] {
+        let fake = FakeHttp::start_script(scenario::legacy_streamable(framing)).await;
+        let gw = gateway(settings(fake.url("/mcp"))).await;
+        let init = post(&gw, &[], &initialize(1)).await;
+        let session = init.header("mcp-session-id").unwrap().to_owned();
+        let with = [
+            ("mcp-session-id", session.as_str()),
+            ("mcp-protocol-version", mcp::LEGACY),
+        ];
+        let call = |id, name: &str| request(id, "tools/call", json!({"name": name}));
+        post(&gw, &with, &call(2, "junk-before")).await;
+        post(&gw, &with, &request(3, "tools/list", json!({}))).await;
+        post(&gw, &with, &call(4, "echo")).await;
+        post(&gw, &with, &call(5, "junk-after")).await;
+        let mut lines = request_lines(&gw);
+        lines.sort();
+        assert_eq!(
+            lines,
+            [
+                r#"mcpulse_gateway_requests_total{method="initialize",tool="",outcome="ok"} 1"#,
+                r#"mcpulse_gateway_requests_total{method="tools/call",tool="_other",outcome="rpc_error"} 2"#,
+                r#"mcpulse_gateway_requests_total{method="tools/call",tool="echo",outcome="rpc_error"} 1"#,
+                r#"mcpulse_gateway_requests_total{method="tools/list",tool="",outcome="ok"} 1"#,
+            ],
+            "{framing:?}"
+        );
+    }
+}
+
 /// The opt-in health tool: listed after the upstream's tools (JSON and SSE replies), answered by
 /// the gateway (the upstream never sees the call); without the setting, nothing is added.
 #[tokio::test]

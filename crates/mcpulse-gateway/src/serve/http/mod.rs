@@ -138,6 +138,9 @@ struct Target {
 impl HttpUpstream {
     pub fn new(settings: HttpSettings, shared: Arc<Shared>) -> HttpUpstream {
         let target = target(&settings, &shared);
+        if let Some(name) = &settings.health_tool {
+            shared.metrics.learn_tools(&[name]);
+        }
         HttpUpstream {
             settings,
             shared,

@@ -18,6 +18,7 @@
 //! relayed.
 
 use super::link::Link;
+use crate::state::Shared;
 use super::{Call, FORWARDED_RESPONSE_HEADERS, HttpUpstream, Record, Target};
 use crate::metrics::Outcome;
 use axum::body::Body;
@@ -143,6 +144,7 @@ pub async fn respond(
             max: x.upstream.settings.max_message_size,
             health_tool: x.upstream.settings.health_tool.clone(),
             tx,
+            shared: x.upstream.shared.clone(),
             deadline: x.deadline,
             timed_out: x.upstream.timed_out(),
         };
@@ -191,6 +193,9 @@ pub async fn respond(
     if x.call.key.is_some() {
         let reply = Envelope::parse(&bytes);
         let outcome = reply.as_ref().map_or(Outcome::RpcError, outcome_of);
+        if x.call.method == Some("tools/list") {
+            x.upstream.shared.metrics.learn_tools_in(&bytes);
+        }
         if x.call.method == Some("tools/list")
             && let Some(name) = &x.upstream.settings.health_tool
             && let Some(with) = with_health_tool(&bytes, name)
@@ -244,6 +249,8 @@ struct Stream {
     max: usize,
     health_tool: Option<String>,
     tx: mpsc::Sender<Bytes>,
+    /// Where the tools a relayed `tools/list` lists are learnt (its metrics).
+    shared: Arc<Shared>,
     /// When the pending request's reply is due (`None`: a GET stream, never).
     deadline: Option<Instant>,
     /// The error's cause when it is not.
@@ -332,6 +339,9 @@ impl Stream {
                 .is_some_and(|id| canonical_id(id) == key.as_str())
         {
             let outcome = outcome_of(&reply);
+            if pending.tools_list {
+                self.shared.metrics.learn_tools_in(event.data.as_bytes());
+            }
             if pending.tools_list
                 && let Some(name) = &self.health_tool
                 && let Some(with) = with_health_tool(event.data.as_bytes(), name)
