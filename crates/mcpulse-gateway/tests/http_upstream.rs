@@ -897,6 +897,22 @@ async fn only_tools_the_upstream_listed_get_a_metrics_label() {
     }
 }
 
+/// Debug output (what a `{:?}` in a log line shows) never carries the URL's secrets: userinfo
+/// and query values are redacted in the settings and in the relay.
+#[tokio::test]
+async fn debug_output_redacts_the_upstreams_secrets() {
+    let url = "http://alice:s3cr3t-pw@127.0.0.1:9/mcp?token=hunter2&x=1";
+    let settings = HttpSettings::new(url);
+    let relay = HttpUpstream::new(settings.clone(), Arc::new(Shared::default()));
+    for shown in [format!("{settings:?}"), format!("{relay:?}")] {
+        assert!(
+            !shown.contains("s3cr3t-pw") && !shown.contains("hunter2"),
+            "{shown}"
+        );
+        assert!(shown.contains("127.0.0.1:9/mcp"), "{shown}");
+    }
+}
+
 /// The opt-in health tool: listed after the upstream's tools (JSON and SSE replies), answered by
 /// the gateway (the upstream never sees the call); without the setting, nothing is added.
 #[tokio::test]

@@ -38,8 +38,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// What the HTTP upstream is told (the config fills it in; [`HttpSettings::new`] gives the
-/// defaults).
-#[derive(Debug, Clone)]
+/// defaults). Its `Debug` shows the URL redacted (userinfo and query values: tokens live
+/// there), as everything the gateway logs does.
+#[derive(Clone)]
 pub struct HttpSettings {
     /// The upstream's MCP endpoint.
     pub url: String,
@@ -76,6 +77,20 @@ impl HttpSettings {
             extra_roots: Vec::new(),
             reply_timeout: DEFAULT_REPLY_TIMEOUT,
         }
+    }
+}
+
+impl std::fmt::Debug for HttpSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpSettings")
+            .field("url", &mcpulse_wire::redact::url(&self.url))
+            .field("connect_timeout", &self.connect_timeout)
+            .field("max_message_size", &self.max_message_size)
+            .field("health_tool", &self.health_tool)
+            .field("reconnect", &self.reconnect)
+            .field("extra_roots", &self.extra_roots.len())
+            .field("reply_timeout", &self.reply_timeout)
+            .finish()
     }
 }
 
@@ -125,7 +140,6 @@ pub struct HttpUpstream {
     tool_labels: Mutex<HashSet<String>>,
 }
 
-#[derive(Debug)]
 struct Target {
     link: Arc<Link>,
     /// `Host` for the upstream: host[:port], never userinfo.
@@ -351,6 +365,16 @@ impl HttpUpstream {
             return label;
         }
         "other".to_owned()
+    }
+}
+
+/// Only the redacted URL: `path` keeps the query string, which may hold a token.
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target")
+            .field("upstream", &self.label)
+            .field("link", &self.link)
+            .finish_non_exhaustive()
     }
 }
 
