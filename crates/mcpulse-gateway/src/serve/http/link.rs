@@ -209,9 +209,12 @@ impl Link {
     }
 
     /// The upstream was reached: the first time, it is Up (a later comeback is a reconnect).
+    /// The process state is written under the link's state lock, as everywhere here, so that
+    /// it always follows the last change of `down` (the lock order: link, then shared).
     fn reached(&self) {
-        let first = !std::mem::replace(&mut lock(&self.state).ever_up, true);
-        if first {
+        let mut s = lock(&self.state);
+        let first = !std::mem::replace(&mut s.ever_up, true);
+        if first && s.down.is_none() {
             self.shared.update_upstream(|u| {
                 if u.process == ProcessState::Starting {
                     u.process = ProcessState::Up;
@@ -245,12 +248,12 @@ impl Link {
                     retry_at: Instant::now() + delay,
                 });
             }
+            self.shared
+                .update_upstream(|u| u.process = ProcessState::Backoff);
             !std::mem::replace(&mut s.reconnecting, true)
         };
         // Kept-alive connections to a server that went away are of no use.
         lock(&self.idle).clear();
-        self.shared
-            .update_upstream(|u| u.process = ProcessState::Backoff);
         if start {
             tokio::spawn(reconnect(Arc::downgrade(self)));
         }
@@ -280,14 +283,15 @@ impl Link {
             let mut s = lock(&self.state);
             s.down = None;
             s.reconnecting = false;
+            // Under the lock: a went_down right after this must not be overwritten by Up.
+            self.shared.update_upstream(|u| {
+                u.process = ProcessState::Up;
+                if s.ever_up {
+                    u.reconnects += 1;
+                }
+            });
             s.ever_up
         };
-        self.shared.update_upstream(|u| {
-            u.process = ProcessState::Up;
-            if was_up {
-                u.reconnects += 1;
-            }
-        });
         if was_up {
             self.shared.metrics.upstream_reconnect();
         }
@@ -323,4 +327,69 @@ fn broken(e: &hyper::Error) -> String {
         "broke the connection before answering: {}",
         mcpulse_transport::http::error_chain(e)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use std::sync::Barrier;
+
+    /// went_down and came_back racing on two threads: the process state always ends as the
+    /// last change of `down` left it (Backoff while down, Up once back), never Up while down.
+    #[test]
+    fn the_process_state_follows_down_under_races() {
+        // Reconnect tasks are spawned on it and never run (never driven): only the state counts.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut settings = super::super::HttpSettings::new("http://127.0.0.1:9/mcp");
+        settings.reconnect = Backoff {
+            initial: Duration::from_secs(3600),
+            max: Duration::from_secs(3600),
+        };
+        let shared = Arc::new(Shared::default());
+        let link = Arc::new(Link::new(
+            "http://127.0.0.1:9/mcp".parse().unwrap(),
+            &settings,
+            shared.clone(),
+        ));
+        // Two threads meet at a barrier each round, one going down, one coming back; between
+        // rounds this thread checks the state and brings the link back up.
+        const ROUNDS: usize = 20_000;
+        let go = Arc::new(Barrier::new(3));
+        let done = Arc::new(Barrier::new(3));
+        let (l, g, d, h) = (link.clone(), go.clone(), done.clone(), rt.handle().clone());
+        let down = std::thread::spawn(move || {
+            let _rt = h.enter();
+            for _ in 0..ROUNDS {
+                g.wait();
+                l.went_down("refused".to_owned());
+                d.wait();
+            }
+        });
+        let (l, g, d) = (link.clone(), go.clone(), done.clone());
+        let up = std::thread::spawn(move || {
+            for _ in 0..ROUNDS {
+                g.wait();
+                l.came_back();
+                d.wait();
+            }
+        });
+        let mut mismatches = 0;
+        for _ in 0..ROUNDS {
+            go.wait();
+            done.wait();
+            let is_down = link.down().is_some();
+            if is_down != (shared.upstream().process == ProcessState::Backoff) {
+                mismatches += 1;
+            }
+            link.came_back();
+        }
+        down.join().unwrap();
+        up.join().unwrap();
+        assert_eq!(mismatches, 0, "the process state lost a went_down");
+    }
 }
