@@ -882,11 +882,14 @@ async fn only_tools_the_upstream_listed_get_a_metrics_label() {
         post(&gw, &with, &request(3, "tools/list", json!({}))).await;
         post(&gw, &with, &call(4, "echo")).await;
         post(&gw, &with, &call(5, "junk-after")).await;
+        // An unknown method is Metrics' `_other`, as on every path.
+        post(&gw, &with, &request(6, "x/made-up", json!({}))).await;
         let mut lines = request_lines(&gw);
         lines.sort();
         assert_eq!(
             lines,
             [
+                r#"mcpulse_gateway_requests_total{method="_other",tool="",outcome="rpc_error"} 1"#,
                 r#"mcpulse_gateway_requests_total{method="initialize",tool="",outcome="ok"} 1"#,
                 r#"mcpulse_gateway_requests_total{method="tools/call",tool="_other",outcome="rpc_error"} 2"#,
                 r#"mcpulse_gateway_requests_total{method="tools/call",tool="echo",outcome="rpc_error"} 1"#,

@@ -32,8 +32,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use link::Link;
 use mcpulse_policy::backoff::Backoff;
 use mcpulse_relay::supervise::envelope::{Envelope, Kind, canonical_id};
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -125,11 +124,6 @@ pub const FORWARDED_RESPONSE_HEADERS: [&str; 7] = [
     "allow",
 ];
 
-/// The most distinct tool labels in metrics; later tools are counted as `other`.
-pub const MAX_TOOL_LABELS: usize = 100;
-/// The longest tool label (characters, after the inert rendering).
-const TOOL_LABEL_CHARS: usize = 64;
-
 /// The relay to one upstream, shared by every request.
 #[derive(Debug)]
 pub struct HttpUpstream {
@@ -137,7 +131,6 @@ pub struct HttpUpstream {
     shared: Arc<Shared>,
     /// The upstream as a URI (an invalid URL answers every request with 502 and the reason).
     target: Result<Target, String>,
-    tool_labels: Mutex<HashSet<String>>,
 }
 
 struct Target {
@@ -159,7 +152,6 @@ impl HttpUpstream {
             settings,
             shared,
             target,
-            tool_labels: Mutex::new(HashSet::new()),
         }
     }
 
@@ -352,20 +344,6 @@ impl HttpUpstream {
         let result = crate::health::tool_result(&self.shared);
         Some(relay::rpc_result(call.id()?, &result))
     }
-
-    /// A tool's metrics label: inert, cut, and one of the first [`MAX_TOOL_LABELS`] seen.
-    fn tool_label(&self, tool: &str) -> String {
-        let label = mcpulse_wire::text::inert(tool, TOOL_LABEL_CHARS).into_owned();
-        let mut seen = self.tool_labels.lock().unwrap_or_else(|p| p.into_inner());
-        if seen.contains(&label) {
-            return label;
-        }
-        if seen.len() < MAX_TOOL_LABELS {
-            seen.insert(label.clone());
-            return label;
-        }
-        "other".to_owned()
-    }
 }
 
 /// Only the redacted URL: `path` keeps the query string, which may hold a token.
@@ -412,40 +390,14 @@ struct Call {
     id: Option<String>,
     /// The id keyed by value ([`canonical_id`]), to find the reply.
     key: Option<String>,
-    /// The method as the metrics label: a known MCP method or `other`.
+    /// The method as the metrics label ([`crate::metrics::method_label`]: a known MCP method
+    /// or `_other`).
     method: Option<&'static str>,
     /// The tool of a `tools/call`, as sent.
     tool_name: Option<String>,
     /// The gateway's own probe ([`crate::checks::is_own_probe`]): kept out of the metrics.
     own_probe: bool,
 }
-
-/// The MCP methods given their own metrics label; any other is `other`, so that a client
-/// cannot grow the label set.
-const METHODS: [&str; 22] = [
-    "initialize",
-    "ping",
-    "server/discover",
-    "tools/list",
-    "tools/call",
-    "resources/list",
-    "resources/read",
-    "resources/templates/list",
-    "resources/subscribe",
-    "resources/unsubscribe",
-    "prompts/list",
-    "prompts/get",
-    "completion/complete",
-    "logging/setLevel",
-    "tasks/get",
-    "tasks/list",
-    "tasks/result",
-    "tasks/cancel",
-    "sampling/createMessage",
-    "elicitation/create",
-    "roots/list",
-    "subscriptions/listen",
-];
 
 impl Call {
     fn of(body: &[u8]) -> Call {
@@ -457,13 +409,7 @@ impl Call {
         }
         let id = env.id_text().map(str::to_owned);
         let key = env.id_text().map(|i| canonical_id(i).into_owned());
-        let method = env.method.as_deref().map(|m| {
-            METHODS
-                .iter()
-                .find(|k| **k == m)
-                .copied()
-                .unwrap_or("other")
-        });
+        let method = env.method.as_deref().map(crate::metrics::method_label);
         Call {
             id,
             key,
@@ -510,8 +456,9 @@ struct Record {
 
 impl Record {
     fn new(upstream: &HttpUpstream, call: &Call, started: Instant) -> Record {
+        // As sent: Metrics::request bounds it (and labels only tools the upstream listed).
         let tool = match (call.method, &call.tool_name) {
-            (Some("tools/call"), Some(t)) => Some(upstream.tool_label(t)),
+            (Some("tools/call"), Some(t)) => Some(t.clone()),
             _ => None,
         };
         Record {
@@ -533,7 +480,7 @@ impl Record {
         }
         tracing::debug!(
             method,
-            tool = self.tool.as_deref().unwrap_or(""),
+            tool = %mcpulse_wire::text::field(self.tool.as_deref().unwrap_or("")),
             took_us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX),
             outcome = ?outcome,
             "relayed"
