@@ -546,10 +546,26 @@ async fn the_readiness_prober_probes_the_mcp_endpoint() {
                 == Some(mcpulse_gateway::checks::probe_token()))
     );
     current.store(1, Ordering::SeqCst);
-    let (r, took) = until(503, Duration::from_secs(4)).await;
-    assert!(
-        took > Duration::from_millis(900),
-        "flipped on one failed probe: {took:?}"
+    // The failed probes, each seen as it is observed (one a second, polled every 50 ms), until
+    // /readyz turns 503: that takes failure_threshold (2) of them, not one.
+    let mut failed_probes = std::collections::BTreeSet::new();
+    let t0 = std::time::Instant::now();
+    let r = loop {
+        let r = get(s.addr, "/readyz").await;
+        if let Some(p) = shared.upstream().protocol.filter(|p| !p.handshake_ok) {
+            failed_probes.insert(p.at_ms);
+        }
+        if r.status == 503 {
+            break r;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(4), "not 503: {}", r.body);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        failed_probes.len(),
+        2,
+        "flipped after {} failed probes, not failure_threshold",
+        failed_probes.len()
     );
     assert!(
         check_of(&r.json(), "protocol:responseTime")["output"]

@@ -820,6 +820,11 @@ async fn a_frozen_upstream_answers_each_request_with_a_timeout_error() {
             "{what}: {message}"
         );
     }
+    // Each counted once, as the gateway's error (head, JSON body and SSE paths alike).
+    assert_eq!(
+        request_lines(&gw),
+        [r#"mcpulse_gateway_requests_total{method="tools/call",tool="_other",outcome="gateway_error"} 3"#]
+    );
     // A frozen reply is no sign the upstream is down.
     assert_eq!(gw.shared.upstream().process, ProcessState::Up);
     let resp = open(&gw, Method::GET, &[("accept", "text/event-stream")], None).await;
