@@ -391,6 +391,21 @@ impl Metrics {
     }
 }
 
+/// The per-request log line (issue #19 part 5), one per JSON-RPC request answered, for the
+/// HTTP upstream and the front door alike: at info, `method`, `tool` (a `tools/call`'s, else
+/// empty), `duration_ms` and `outcome`. Never the arguments or the results. Method and tool
+/// are what a client sent: made inert and cut ([`mcpulse_wire::text::field`]), so that a
+/// name cannot forge a log line or flood it.
+pub fn log_request(method: &str, tool: Option<&str>, took: Duration, outcome: Outcome) {
+    tracing::info!(
+        method = %mcpulse_wire::text::field(method),
+        tool = %mcpulse_wire::text::field(tool.unwrap_or("")),
+        duration_ms = took.as_secs_f64() * 1000.0,
+        outcome = outcome.as_str(),
+        "request"
+    );
+}
+
 fn set_state(family: &Family<StatusLabel, Gauge>, all: &[CheckStatus], current: CheckStatus) {
     for s in all {
         family
@@ -438,6 +453,54 @@ mod tests {
         assert!(t.contains(r#"method="_other",tool="",outcome="rpc_error""#));
         assert!(!t.contains('\u{1b}'));
         assert!(t.contains("# UNIT mcpulse_gateway_request_duration_seconds seconds"));
+    }
+
+    /// Collects the fields of the events logged while it is the default subscriber.
+    struct Lines(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+    impl tracing::Subscriber for Lines {
+        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, event: &tracing::Event<'_>) {
+            struct Fields(String);
+            impl tracing::field::Visit for Fields {
+                fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+                    self.0.push_str(&format!("{}={v:?} ", f.name()));
+                }
+            }
+            let mut fields = Fields(format!("{} ", event.metadata().level()));
+            event.record(&mut fields);
+            self.0.lock().unwrap().push(fields.0);
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    #[test]
+    fn the_request_log_line_is_inert_and_holds_no_arguments() {
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        tracing::subscriber::with_default(Lines(lines.clone()), || {
+            log_request(
+                "tools/call",
+                Some("evil\n2026-01-01 INFO forged\u{1b}[2J"),
+                Duration::from_micros(1500),
+                Outcome::ToolError,
+            );
+        });
+        let lines = lines.lock().unwrap();
+        assert_eq!(lines.len(), 1);
+        let line = &lines[0];
+        assert!(line.starts_with("INFO "), "{line}");
+        assert!(line.contains("method=tools/call"), "{line}");
+        assert!(line.contains("duration_ms=1.5"), "{line}");
+        assert!(line.contains("outcome=\"tool_error\""), "{line}");
+        assert!(!line.contains('\n') && !line.contains('\u{1b}'), "{line:?}");
     }
 
     #[test]

@@ -473,17 +473,12 @@ impl Record {
     fn done(&self, outcome: Outcome) {
         let Some(method) = self.method else { return };
         let took = self.started.elapsed();
+        // The gateway's own probes, every few seconds, are neither counted nor logged.
         if !self.own_probe {
             self.shared
                 .metrics
                 .request(method, self.tool.as_deref(), took, outcome);
+            crate::metrics::log_request(method, self.tool.as_deref(), took, outcome);
         }
-        tracing::debug!(
-            method,
-            tool = %mcpulse_wire::text::field(self.tool.as_deref().unwrap_or("")),
-            took_us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX),
-            outcome = ?outcome,
-            "relayed"
-        );
     }
 }
