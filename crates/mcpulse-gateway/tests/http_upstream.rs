@@ -921,6 +921,42 @@ async fn debug_output_redacts_the_upstreams_secrets() {
     }
 }
 
+/// `mcpulse_gateway_active_sessions` for an HTTP upstream: a session id first seen on an
+/// `initialize` reply opens one, a `DELETE` answered 2xx closes it; the gateway's own probes
+/// are not clients' sessions.
+#[tokio::test]
+async fn sessions_through_the_upstream_are_counted() {
+    let fake = FakeHttp::start_script(scenario::legacy_streamable(Framing::Sse)).await;
+    let gw = gateway(settings(fake.url("/mcp"))).await;
+    let gauge = |gw: &Gateway| {
+        gw.shared
+            .metrics
+            .encode()
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("mcpulse_gateway_active_sessions ").map(str::to_owned))
+            .unwrap()
+    };
+    assert_eq!(gauge(&gw), "0");
+    let own = [(
+        mcpulse_gateway::checks::PROBE_HEADER,
+        mcpulse_gateway::checks::probe_token(),
+    )];
+    post(&gw, &own, &initialize(1)).await;
+    assert_eq!(gauge(&gw), "0", "the gateway's own probe");
+    let init = post(&gw, &[], &initialize(2)).await;
+    assert_eq!(init.header("mcp-session-id"), Some(LEGACY_SESSION));
+    assert_eq!(gauge(&gw), "1");
+    let with = [
+        ("mcp-session-id", LEGACY_SESSION),
+        ("mcp-protocol-version", mcp::LEGACY),
+    ];
+    post(&gw, &with, &request(3, "tools/list", json!({}))).await;
+    assert_eq!(gauge(&gw), "1");
+    assert_eq!(send(&gw, Method::DELETE, &with, None).await.status, 200);
+    assert_eq!(gauge(&gw), "0");
+}
+
 /// The opt-in health tool: listed after the upstream's tools (JSON and SSE replies), answered by
 /// the gateway (the upstream never sees the call); without the setting, nothing is added.
 #[tokio::test]

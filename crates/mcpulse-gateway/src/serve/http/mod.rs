@@ -20,6 +20,7 @@
 
 mod link;
 mod relay;
+pub mod sessions;
 
 pub use relay::codes;
 
@@ -32,7 +33,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use link::Link;
 use mcpulse_policy::backoff::Backoff;
 use mcpulse_relay::supervise::envelope::{Envelope, Kind, canonical_id};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -131,6 +132,8 @@ pub struct HttpUpstream {
     shared: Arc<Shared>,
     /// The upstream as a URI (an invalid URL answers every request with 502 and the reason).
     target: Result<Target, String>,
+    /// Client sessions open through the upstream (`mcpulse_gateway_active_sessions`).
+    sessions: Mutex<sessions::Sessions>,
 }
 
 struct Target {
@@ -152,6 +155,7 @@ impl HttpUpstream {
             settings,
             shared,
             target,
+            sessions: Mutex::new(sessions::Sessions::default()),
         }
     }
 
@@ -290,7 +294,9 @@ impl HttpUpstream {
         };
         match sent {
             Ok((resp, sender)) => {
-                relay::respond(
+                let initialize = call.method == Some("initialize");
+                let own_probe = call.own_probe;
+                let resp = relay::respond(
                     relay::Exchange {
                         upstream: self,
                         target,
@@ -301,7 +307,12 @@ impl HttpUpstream {
                     resp,
                     sender,
                 )
-                .await
+                .await;
+                // The gateway's own probes open sessions every few seconds: not the clients'.
+                if !own_probe {
+                    self.count_sessions(&parts, initialize, &resp);
+                }
+                resp
             }
             Err(failure) => {
                 let cause = failure.cause(self.settings.connect_timeout);
@@ -324,6 +335,31 @@ impl HttpUpstream {
                 };
                 call.refuse(self, started, status, code, &message, Some(&target.label))
             }
+        }
+    }
+
+    /// Folds an exchange into the session count (see [`sessions`]).
+    fn count_sessions(&self, req: &http::request::Parts, initialize: bool, resp: &Response) {
+        const SESSION: &str = "mcp-session-id";
+        let change = self
+            .sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .observe(
+                sessions::Exchange {
+                    initialize,
+                    delete: req.method == Method::DELETE,
+                    sent: req.headers.get(SESSION).map(HeaderValue::as_bytes),
+                    status: resp.status().as_u16(),
+                    answered: resp.headers().get(SESSION).map(HeaderValue::as_bytes),
+                },
+                Instant::now(),
+            );
+        for _ in 0..change.opened {
+            self.shared.metrics.session_opened();
+        }
+        for _ in 0..change.closed {
+            self.shared.metrics.session_closed();
         }
     }
 
