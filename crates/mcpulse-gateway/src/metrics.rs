@@ -424,7 +424,9 @@ mod tests {
     #[test]
     fn labels_are_bounded() {
         let m = Metrics::new();
-        let names: Vec<String> = (0..(MAX_TOOL_LABELS + 20)).map(|i| format!("t{i}")).collect();
+        let names: Vec<String> = (0..(MAX_TOOL_LABELS + 20))
+            .map(|i| format!("t{i}"))
+            .collect();
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         m.learn_tools(&names);
         m.learn_tools(&["evil\n\u{1b}[31m"]);
@@ -519,9 +521,20 @@ mod tests {
         m.request("tools/call", Some("echo"), Duration::ZERO, Outcome::Ok);
         m.request("tools/call", Some("x"), Duration::ZERO, Outcome::Ok);
         let t = m.encode().unwrap();
-        assert!(t.contains(r#"requests_total{method="tools/call",tool="echo",outcome="ok"} 1"#), "{t}");
-        assert!(t.contains(r#"requests_total{method="tools/call",tool="_other",outcome="rpc_error"} 105"#), "{t}");
-        assert!(t.contains(r#"requests_total{method="tools/call",tool="_other",outcome="ok"} 1"#), "{t}");
+        assert!(
+            t.contains(r#"requests_total{method="tools/call",tool="echo",outcome="ok"} 1"#),
+            "{t}"
+        );
+        assert!(
+            t.contains(
+                r#"requests_total{method="tools/call",tool="_other",outcome="rpc_error"} 105"#
+            ),
+            "{t}"
+        );
+        assert!(
+            t.contains(r#"requests_total{method="tools/call",tool="_other",outcome="ok"} 1"#),
+            "{t}"
+        );
         assert!(!t.contains("junk"), "{t}");
     }
 }

@@ -255,15 +255,10 @@ async fn the_upstreams_health_tool_is_folded_in() {
             );
         }
         // The probe identifies itself, so the serving side can keep it out of its metrics.
-        assert!(
-            server
-                .requests()
-                .iter()
-                .all(|r| {
-                    r.header(mcpulse_gateway::checks::PROBE_HEADER)
-                        == Some(mcpulse_gateway::checks::probe_token())
-                })
-        );
+        assert!(server.requests().iter().all(|r| {
+            r.header(mcpulse_gateway::checks::PROBE_HEADER)
+                == Some(mcpulse_gateway::checks::probe_token())
+        }));
     }
     // A tool the server does not list is a failure that says so.
     let server = FakeHttp::start_script(tools::http_server(tools::catalogue("ok"))).await;

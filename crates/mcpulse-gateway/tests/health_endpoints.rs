@@ -72,7 +72,10 @@ async fn readyz_waits_for_the_handshake_and_min_tools_with_thresholds() {
     // Every check carries its time (the process state is read when the document is made).
     assert!(check_of(&doc, "process:state")["time"].is_string(), "{doc}");
     let live = get(s.addr, "/livez").await.json();
-    assert!(check_of(&live, "process:state")["time"].is_string(), "{live}");
+    assert!(
+        check_of(&live, "process:state")["time"].is_string(),
+        "{live}"
+    );
     assert_eq!(
         check_of(&doc, "protocol:responseTime")["output"],
         "no handshake with the upstream observed yet"

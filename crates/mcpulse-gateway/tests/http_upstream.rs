@@ -488,7 +488,10 @@ async fn one_5xx_does_not_take_the_upstream_out_for_other_clients() {
         if seen.fetch_add(1, Ordering::SeqCst) == 1 {
             return Reply::html(503, "busy");
         }
-        Reply::json(200, &json!({"jsonrpc": "2.0", "id": req.rpc_id(), "result": {"tools": []}}))
+        Reply::json(
+            200,
+            &json!({"jsonrpc": "2.0", "id": req.rpc_id(), "result": {"tools": []}}),
+        )
     })
     .await;
     let mut s = settings(fake.url("/mcp"));
@@ -497,13 +500,27 @@ async fn one_5xx_does_not_take_the_upstream_out_for_other_clients() {
         max: Duration::from_secs(10),
     };
     let gw = gateway(s).await;
-    assert_eq!(post(&gw, &[], &request(1, "tools/list", json!({}))).await.status, 200);
-    assert_eq!(post(&gw, &[], &request(2, "tools/list", json!({}))).await.status, 502);
+    assert_eq!(
+        post(&gw, &[], &request(1, "tools/list", json!({})))
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        post(&gw, &[], &request(2, "tools/list", json!({})))
+            .await
+            .status,
+        502
+    );
     assert_eq!(gw.shared.upstream().process, ProcessState::Up);
     let other = post(&gw, &[], &request(3, "tools/list", json!({}))).await;
     assert_eq!(other.status, 200, "{other:?}");
     assert!(other.reply(3)["result"]["tools"].is_array());
-    assert_eq!(fake.requests().len(), 3, "every request reached the upstream");
+    assert_eq!(
+        fake.requests().len(),
+        3,
+        "every request reached the upstream"
+    );
     assert_eq!(gw.shared.upstream().process, ProcessState::Up);
 }
 
@@ -770,7 +787,11 @@ async fn a_client_leaving_a_quiet_stream_closes_the_upstream_stream() {
     let body = resp.into_body();
     // The upstream stream is open and has sent a few keep-alives.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(streams.load(Ordering::SeqCst), 1, "the upstream stream is not open");
+    assert_eq!(
+        streams.load(Ordering::SeqCst),
+        1,
+        "the upstream stream is not open"
+    );
     drop(body);
     let deadline = Instant::now() + Duration::from_secs(3);
     while streams.load(Ordering::SeqCst) > 0 {
@@ -804,14 +825,23 @@ async fn a_frozen_upstream_answers_each_request_with_a_timeout_error() {
     let gw = gateway(s).await;
     for (id, what) in [(1, "no head"), (2, "a JSON head"), (3, "an SSE stream")] {
         let t = Instant::now();
-        let a = post(&gw, &[], &request(id, "tools/call", json!({"name": "slow"}))).await;
+        let a = post(
+            &gw,
+            &[],
+            &request(id, "tools/call", json!({"name": "slow"})),
+        )
+        .await;
         let took = t.elapsed();
         assert!(
             took >= Duration::from_millis(300) && took < Duration::from_secs(3),
             "{what}: took {took:?}"
         );
         let err = a.reply(id);
-        assert_eq!(err["error"]["code"], codes::REQUEST_TIMEOUT, "{what}: {a:?}");
+        assert_eq!(
+            err["error"]["code"],
+            codes::REQUEST_TIMEOUT,
+            "{what}: {a:?}"
+        );
         let message = err["error"]["message"].as_str().unwrap();
         assert!(
             message.contains(&fake.addr().to_string())
@@ -823,7 +853,9 @@ async fn a_frozen_upstream_answers_each_request_with_a_timeout_error() {
     // Each counted once, as the gateway's error (head, JSON body and SSE paths alike).
     assert_eq!(
         request_lines(&gw),
-        [r#"mcpulse_gateway_requests_total{method="tools/call",tool="_other",outcome="gateway_error"} 3"#]
+        [
+            r#"mcpulse_gateway_requests_total{method="tools/call",tool="_other",outcome="gateway_error"} 3"#
+        ]
     );
     // A frozen reply is no sign the upstream is down.
     assert_eq!(gw.shared.upstream().process, ProcessState::Up);
@@ -934,7 +966,10 @@ async fn sessions_through_the_upstream_are_counted() {
             .encode()
             .unwrap()
             .lines()
-            .find_map(|l| l.strip_prefix("mcpulse_gateway_active_sessions ").map(str::to_owned))
+            .find_map(|l| {
+                l.strip_prefix("mcpulse_gateway_active_sessions ")
+                    .map(str::to_owned)
+            })
             .unwrap()
     };
     assert_eq!(gauge(&gw), "0");

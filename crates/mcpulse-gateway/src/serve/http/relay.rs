@@ -18,9 +18,9 @@
 //! relayed.
 
 use super::link::Link;
-use crate::state::Shared;
 use super::{Call, FORWARDED_RESPONSE_HEADERS, HttpUpstream, Record, Target};
 use crate::metrics::Outcome;
+use crate::state::Shared;
 use axum::body::Body;
 use axum::response::Response;
 use bytes::Bytes;
