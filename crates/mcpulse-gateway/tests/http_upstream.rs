@@ -625,6 +625,33 @@ async fn a_message_over_the_cap_cuts_the_stream_with_a_clear_error() {
     );
 }
 
+/// A small upstream answering every request with an event stream whose body `body` makes.
+async fn event_stream_upstream<B>(
+    body: impl Fn() -> B + Clone + Send + Sync + 'static,
+) -> (SocketAddr, JoinHandle<()>)
+where
+    B: hyper::body::Body<Data = Bytes, Error = std::convert::Infallible> + Send + 'static,
+{
+    let app = Router::new().route(
+        "/mcp",
+        any(move || {
+            let body = body();
+            async move {
+                http::Response::builder()
+                    .header("content-type", "text/event-stream")
+                    .body(axum::body::Body::new(body))
+                    .unwrap()
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (addr, server)
+}
+
 /// An endless event stream, 64 KiB per event, counting what it has produced.
 struct Endless {
     produced: Arc<AtomicUsize>,
@@ -651,26 +678,11 @@ async fn a_slow_reader_holds_the_upstream_back_instead_of_filling_memory() {
     let note = json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "y".repeat(64 * 1024)}});
     let event = Bytes::from(mcp::sse_event(Some("message"), None, &note.to_string()));
     let p = produced.clone();
-    let app = Router::new().route(
-        "/mcp",
-        any(move || {
-            let body = Endless {
-                produced: p.clone(),
-                event: event.clone(),
-            };
-            async move {
-                http::Response::builder()
-                    .header("content-type", "text/event-stream")
-                    .body(axum::body::Body::new(body))
-                    .unwrap()
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let server = tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
+    let (addr, server) = event_stream_upstream(move || Endless {
+        produced: p.clone(),
+        event: event.clone(),
+    })
+    .await;
     let mut s = settings(format!("http://{addr}/mcp"));
     s.max_message_size = 1 << 20;
     let gw = gateway(s).await;
@@ -752,27 +764,14 @@ impl hyper::body::Body for KeepAlives {
 async fn keep_alive_upstream() -> (SocketAddr, Arc<AtomicUsize>, JoinHandle<()>) {
     let open = Arc::new(AtomicUsize::new(0));
     let o = open.clone();
-    let app = Router::new().route(
-        "/mcp",
-        any(move || {
-            o.fetch_add(1, Ordering::SeqCst);
-            let body = KeepAlives {
-                open: o.clone(),
-                tick: tokio::time::interval(Duration::from_millis(50)),
-            };
-            async move {
-                http::Response::builder()
-                    .header("content-type", "text/event-stream")
-                    .body(axum::body::Body::new(body))
-                    .unwrap()
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let server = tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
+    let (addr, server) = event_stream_upstream(move || {
+        o.fetch_add(1, Ordering::SeqCst);
+        KeepAlives {
+            open: o.clone(),
+            tick: tokio::time::interval(Duration::from_millis(50)),
+        }
+    })
+    .await;
     (addr, open, server)
 }
 
