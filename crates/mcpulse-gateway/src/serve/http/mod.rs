@@ -11,7 +11,11 @@
 //!   errors, documented in docs/gateway.md `## HTTP upstream`), and the streaming relay of
 //!   replies ([`relay`]);
 //! - the opt-in `health_check` tool: added to `tools/list`, answered here without forwarding;
-//! - one `metrics.request` per JSON-RPC request.
+//! - one `metrics.request` and one log line per JSON-RPC request, but for the gateway's own
+//!   probes ([`crate::checks::is_own_probe`]: the token from a loopback peer, read from axum's
+//!   `ConnectInfo<SocketAddr>`, so the door must serve with connect info), and the session
+//!   count ([`sessions`]);
+//! - the reply timeout ([`HttpSettings::reply_timeout`]): a frozen upstream hangs no client.
 //!
 //! Sessions are the upstream's own: `Mcp-Session-Id` passes both ways untouched, `DELETE`
 //! is relayed. Nothing is retried once it may have reached the upstream (tools are not

@@ -9,7 +9,9 @@
 //!   upstream: a stream holds at most the decoder's event in progress plus the buffered events,
 //!   each at most `max_message_size`, never the whole stream.
 //! - When the stream breaks (the upstream died, an event over the cap) before the reply to the
-//!   POSTed request, the client gets a JSON-RPC error for that request's id as a last event.
+//!   POSTed request, or the reply is not there by `reply_timeout`, the client gets a JSON-RPC
+//!   error for that request's id as a last event.
+//! - When the client goes away, the upstream stream is closed at once, even a quiet one.
 //! - A 5xx from the upstream becomes a 502 with a JSON-RPC error naming the upstream and what
 //!   it said. It does not mark the upstream down: it answered, so it is reachable, and other
 //!   clients' requests still go through.
