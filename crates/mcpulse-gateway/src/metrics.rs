@@ -4,20 +4,24 @@
 //! the supervisor's and the monitor's).
 //!
 //! Bounds: labels are closed sets or capped. `method` is one of [`METHODS`] (anything else a
-//! client sends is `_other`: a client must not be able to mint series); `tool` is made inert
-//! and cut ([`mcpulse_wire::text::field`]) and only the first
+//! client sends is `_other`: a client must not be able to mint series); `tool` gets a label
+//! of its own only when the upstream listed it (a name seen in a relayed `tools/list` result,
+//! [`Metrics::learn_tools`]): a client calling junk names cannot use up the labels; it is made
+//! inert and cut ([`mcpulse_wire::text::field`]) and only the first
 //! [`mcpulse_relay::endpoints::MAX_TOOL_LABELS`] distinct names get their own series, later
 //! ones share `_other` (the supervisor's rule); `check` is a configured name. So the
 //! exposition has a fixed ceiling whatever clients and servers send.
 
 use mcpulse_policy::health::CheckStatus;
-use mcpulse_relay::endpoints::ToolLabels;
+use mcpulse_relay::endpoints::{OTHER_TOOL, ToolLabels};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
+use std::collections::HashSet;
+use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
@@ -134,7 +138,13 @@ pub struct Metrics {
     readiness: Family<StatusLabel, Gauge>,
     liveness: Family<StatusLabel, Gauge>,
     tools: ToolLabels,
+    /// The tool names the upstream listed (inert, cut), at most [`MAX_KNOWN_TOOLS`].
+    known: Mutex<HashSet<String>>,
 }
+
+/// The most tool names remembered as listed by the upstream (a server listing more still
+/// gets at most `MAX_TOOL_LABELS` series; this only bounds the memory).
+pub const MAX_KNOWN_TOOLS: usize = 1024;
 
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -241,6 +251,7 @@ impl Metrics {
             readiness,
             liveness,
             tools: ToolLabels::default(),
+            known: Mutex::new(HashSet::new()),
         };
         m.set_readiness(CheckStatus::Fail);
         m.set_liveness(CheckStatus::Pass);
@@ -252,7 +263,7 @@ impl Metrics {
     /// callers need no label caps of their own.
     pub fn request(&self, method: &str, tool: Option<&str>, took: Duration, outcome: Outcome) {
         let method = method_label(method);
-        let tool = tool.map(|t| self.tools.label(t)).unwrap_or_default();
+        let tool = tool.map(|t| self.tool_label(t)).unwrap_or_default();
         self.request_duration
             .get_or_create(&MethodToolLabels {
                 method,
@@ -267,6 +278,55 @@ impl Metrics {
             })
             .inc();
     }
+    /// Tools the upstream listed (its `tools/list` result, as relayed; the gateway's own
+    /// health tool): from now on their calls get a `tool` label of their own. Names past
+    /// [`MAX_KNOWN_TOOLS`] are not remembered.
+    pub fn learn_tools(&self, names: &[&str]) {
+        let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        for name in names {
+            if known.len() >= MAX_KNOWN_TOOLS {
+                return;
+            }
+            let name = mcpulse_wire::text::field(name);
+            if !known.contains(name.as_ref()) {
+                known.insert(name.into_owned());
+            }
+        }
+    }
+
+    /// [`Metrics::learn_tools`] from a JSON-RPC message: the names in `result.tools` when it
+    /// is a `tools/list` result, nothing otherwise.
+    pub fn learn_tools_in(&self, reply: &[u8]) {
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(reply) else {
+            return;
+        };
+        let Some(tools) = v
+            .get("result")
+            .and_then(|r| r.get("tools"))
+            .and_then(|t| t.as_array())
+        else {
+            return;
+        };
+        let names: Vec<&str> = tools
+            .iter()
+            .filter_map(|t| t.get("name").and_then(|n| n.as_str()))
+            .collect();
+        self.learn_tools(&names);
+    }
+
+    /// A tool's label: its own (bounded) when the upstream listed it, else `_other`.
+    fn tool_label(&self, tool: &str) -> String {
+        let listed = {
+            let known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+            known.contains(mcpulse_wire::text::field(tool).as_ref())
+        };
+        if listed {
+            self.tools.label(tool)
+        } else {
+            OTHER_TOOL.to_owned()
+        }
+    }
+
     /// A client session opened (legacy `Mcp-Session-Id`) or closed.
     pub fn session_opened(&self) {
         self.sessions.inc();
@@ -331,6 +391,21 @@ impl Metrics {
     }
 }
 
+/// The per-request log line (issue #19 part 5), one per JSON-RPC request answered, for the
+/// HTTP upstream and the front door alike: at info, `method`, `tool` (a `tools/call`'s, else
+/// empty), `duration_ms` and `outcome`. Never the arguments or the results. Method and tool
+/// are what a client sent: made inert and cut ([`mcpulse_wire::text::field`]), so that a
+/// name cannot forge a log line or flood it.
+pub fn log_request(method: &str, tool: Option<&str>, took: Duration, outcome: Outcome) {
+    tracing::info!(
+        method = %mcpulse_wire::text::field(method),
+        tool = %mcpulse_wire::text::field(tool.unwrap_or("")),
+        duration_ms = took.as_secs_f64() * 1000.0,
+        outcome = outcome.as_str(),
+        "request"
+    );
+}
+
 fn set_state(family: &Family<StatusLabel, Gauge>, all: &[CheckStatus], current: CheckStatus) {
     for s in all {
         family
@@ -349,6 +424,12 @@ mod tests {
     #[test]
     fn labels_are_bounded() {
         let m = Metrics::new();
+        let names: Vec<String> = (0..(MAX_TOOL_LABELS + 20))
+            .map(|i| format!("t{i}"))
+            .collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        m.learn_tools(&names);
+        m.learn_tools(&["evil\n\u{1b}[31m"]);
         for i in 0..(MAX_TOOL_LABELS + 20) {
             m.request(
                 "tools/call",
@@ -374,5 +455,86 @@ mod tests {
         assert!(t.contains(r#"method="_other",tool="",outcome="rpc_error""#));
         assert!(!t.contains('\u{1b}'));
         assert!(t.contains("# UNIT mcpulse_gateway_request_duration_seconds seconds"));
+    }
+
+    /// Collects the fields of the events logged while it is the default subscriber.
+    struct Lines(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+    impl tracing::Subscriber for Lines {
+        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, event: &tracing::Event<'_>) {
+            struct Fields(String);
+            impl tracing::field::Visit for Fields {
+                fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+                    self.0.push_str(&format!("{}={v:?} ", f.name()));
+                }
+            }
+            let mut fields = Fields(format!("{} ", event.metadata().level()));
+            event.record(&mut fields);
+            self.0.lock().unwrap().push(fields.0);
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    #[test]
+    fn the_request_log_line_is_inert_and_holds_no_arguments() {
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        tracing::subscriber::with_default(Lines(lines.clone()), || {
+            log_request(
+                "tools/call",
+                Some("evil\n2026-01-01 INFO forged\u{1b}[2J"),
+                Duration::from_micros(1500),
+                Outcome::ToolError,
+            );
+        });
+        let lines = lines.lock().unwrap();
+        assert_eq!(lines.len(), 1);
+        let line = &lines[0];
+        assert!(line.starts_with("INFO "), "{line}");
+        assert!(line.contains("method=tools/call"), "{line}");
+        assert!(line.contains("duration_ms=1.5"), "{line}");
+        assert!(line.contains("outcome=\"tool_error\""), "{line}");
+        assert!(!line.contains('\n') && !line.contains('\u{1b}'), "{line:?}");
+    }
+
+    #[test]
+    fn only_listed_tools_get_a_label() {
+        let m = Metrics::new();
+        for i in 0..(MAX_TOOL_LABELS + 5) {
+            m.request(
+                "tools/call",
+                Some(&format!("junk{i}")),
+                Duration::ZERO,
+                Outcome::RpcError,
+            );
+        }
+        m.learn_tools_in(br#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"echo"}]}}"#);
+        m.learn_tools_in(br#"{"jsonrpc":"2.0","id":2,"result":{"content":[{"name":"x"}]}}"#);
+        m.request("tools/call", Some("echo"), Duration::ZERO, Outcome::Ok);
+        m.request("tools/call", Some("x"), Duration::ZERO, Outcome::Ok);
+        let t = m.encode().unwrap();
+        assert!(
+            t.contains(r#"requests_total{method="tools/call",tool="echo",outcome="ok"} 1"#),
+            "{t}"
+        );
+        assert!(
+            t.contains(
+                r#"requests_total{method="tools/call",tool="_other",outcome="rpc_error"} 105"#
+            ),
+            "{t}"
+        );
+        assert!(
+            t.contains(r#"requests_total{method="tools/call",tool="_other",outcome="ok"} 1"#),
+            "{t}"
+        );
+        assert!(!t.contains("junk"), "{t}");
     }
 }

@@ -217,6 +217,20 @@ async fn a_hanging_command_is_killed_with_its_children_at_the_timeout() {
     assert!(left.is_empty(), "orphans left: {left:?}");
 }
 
+/// A command that exits leaving a child behind (`sleep 30 &`): the check passes on the exit
+/// status, at once, and the child left in its group is killed: no orphan piles up run after run.
+#[tokio::test]
+async fn a_command_that_leaves_a_child_behind_leaves_no_orphan() {
+    let t0 = Instant::now();
+    let (st, out, _) = run(&command_check(&["sh", "-c", "sleep 30 & echo $!"], "5s")).await;
+    assert_eq!(st, CheckStatus::Pass, "{out}");
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    let sleep: u32 = out.parse().unwrap();
+    let left = still_running_after(&[sleep], Duration::from_secs(2));
+    mcpulse_testkit::stdio::kill(&left);
+    assert!(left.is_empty(), "orphan left: {left:?}");
+}
+
 #[tokio::test]
 async fn the_upstreams_health_tool_is_folded_in() {
     for (said, want) in [
@@ -241,12 +255,10 @@ async fn the_upstreams_health_tool_is_folded_in() {
             );
         }
         // The probe identifies itself, so the serving side can keep it out of its metrics.
-        assert!(
-            server
-                .requests()
-                .iter()
-                .all(|r| { r.header(mcpulse_gateway::checks::PROBE_HEADER.0) == Some("1") })
-        );
+        assert!(server.requests().iter().all(|r| {
+            r.header(mcpulse_gateway::checks::PROBE_HEADER)
+                == Some(mcpulse_gateway::checks::probe_token())
+        }));
     }
     // A tool the server does not list is a failure that says so.
     let server = FakeHttp::start_script(tools::http_server(tools::catalogue("ok"))).await;

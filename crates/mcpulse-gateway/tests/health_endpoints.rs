@@ -69,6 +69,13 @@ async fn readyz_waits_for_the_handshake_and_min_tools_with_thresholds() {
     let doc = r.json();
     assert_eq!(doc["status"], "fail");
     assert_eq!(check_of(&doc, "process:state")["observedValue"], "STARTING");
+    // Every check carries its time (the process state is read when the document is made).
+    assert!(check_of(&doc, "process:state")["time"].is_string(), "{doc}");
+    let live = get(s.addr, "/livez").await.json();
+    assert!(
+        check_of(&live, "process:state")["time"].is_string(),
+        "{live}"
+    );
     assert_eq!(
         check_of(&doc, "protocol:responseTime")["output"],
         "no handshake with the upstream observed yet"
@@ -408,6 +415,8 @@ async fn metrics_are_prometheus_text_with_the_documented_names() {
     health::observe_protocol(&shared, protocol(true, Some(3), 1));
     health::record(&shared, "db", raw(CheckStatus::Pass, 250, "connected"), 1);
     let m = &shared.metrics;
+    // A tool the upstream listed (only those get a label of their own).
+    m.learn_tools(&["search"]);
     m.request(
         "tools/call",
         Some("search"),
@@ -540,13 +549,30 @@ async fn the_readiness_prober_probes_the_mcp_endpoint() {
         server
             .requests()
             .iter()
-            .all(|r| r.header("mcpulse-health-probe") == Some("1"))
+            .all(|r| r.header("mcpulse-health-probe")
+                == Some(mcpulse_gateway::checks::probe_token()))
     );
     current.store(1, Ordering::SeqCst);
-    let (r, took) = until(503, Duration::from_secs(4)).await;
-    assert!(
-        took > Duration::from_millis(900),
-        "flipped on one failed probe: {took:?}"
+    // The failed probes, each seen as it is observed (one a second, polled every 50 ms), until
+    // /readyz turns 503: that takes failure_threshold (2) of them, not one.
+    let mut failed_probes = std::collections::BTreeSet::new();
+    let t0 = std::time::Instant::now();
+    let r = loop {
+        let r = get(s.addr, "/readyz").await;
+        if let Some(p) = shared.upstream().protocol.filter(|p| !p.handshake_ok) {
+            failed_probes.insert(p.at_ms);
+        }
+        if r.status == 503 {
+            break r;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(4), "not 503: {}", r.body);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        failed_probes.len(),
+        2,
+        "flipped after {} failed probes, not failure_threshold",
+        failed_probes.len()
     );
     assert!(
         check_of(&r.json(), "protocol:responseTime")["output"]

@@ -7,7 +7,9 @@
 //!   chatty command never blocks on a full pipe, and never fills memory); the output of the
 //!   check is stdout's first line (or stderr's, when stdout is empty), inert and cut;
 //! - the command runs in a process group of its own; at the deadline, and if the task is
-//!   dropped, the whole group is killed (SIGKILL), so a script's children go with it.
+//!   dropped, the whole group is killed (SIGKILL), so a script's children go with it; and
+//!   after it exits, whatever it left running in its group (`sleep 30 & echo ok`) is killed
+//!   too: a check runs every few seconds, and would otherwise pile up orphans.
 
 use super::{failed, passed};
 use mcpulse_policy::check::Raw;
@@ -52,7 +54,8 @@ pub(super) async fn run(argv: &[String], pass: &[String], deadline: Instant) -> 
             return failed(Some(start.elapsed()), &format!("{program}: {why}"));
         }
     };
-    let mut group = Group::of(child.id());
+    let pid = child.id();
+    let mut group = Group::of(pid);
     let out = capture(child.stdout.take(), OUTPUT_CAP);
     let err = capture(child.stderr.take(), OUTPUT_CAP);
     let status = tokio::time::timeout_at(deadline, child.wait()).await;
@@ -73,6 +76,13 @@ pub(super) async fn run(argv: &[String], pass: &[String], deadline: Instant) -> 
         Ok(Ok(status)) => status,
     };
     group.disarm();
+    // What the command left behind in its group dies with it. The leader was just reaped, so
+    // its id is signalled again only here, at once: while any member of the group is left the
+    // id cannot be reused (Linux keeps a process group's id allocated while it has members),
+    // and when none is left the signal finds nothing (reuse would take the whole pid space
+    // wrapping around in between). Killed before the pipes are read: a descendant holding
+    // them open would otherwise make each run wait out the grace.
+    Group::of(pid).kill();
     let (out, err) = tokio::join!(out.finish(PIPE_GRACE), err.finish(PIPE_GRACE));
     let line = Some(first_line(&out))
         .filter(|l| !l.is_empty())

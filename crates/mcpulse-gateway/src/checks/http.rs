@@ -16,10 +16,29 @@ use tokio::time::Instant;
 /// The most of a body read: enough for any health document; the rest is not waited for.
 pub const BODY_CAP: usize = 64 * 1024;
 
-pub(super) async fn run(url: &http::Uri, expect: &[u16], deadline: Instant) -> Raw {
+/// A check's client, kept from run to run: its TLS configuration (the system's roots, read
+/// from disk: blocking work) is built by the first HTTPS run and shared by the later ones,
+/// instead of being loaded again on a runtime worker every interval. Each run still dials a
+/// connection of its own (a fork keeps no connection), so that every run measures the
+/// dependency afresh.
+pub(crate) struct Client(HttpClient);
+
+impl Default for Client {
+    fn default() -> Client {
+        let mut client = HttpClient::new(Clock::start());
+        client.same_origin_only = true;
+        Client(client)
+    }
+}
+
+pub(super) async fn run(
+    url: &http::Uri,
+    expect: &[u16],
+    deadline: Instant,
+    kept: &mut Client,
+) -> Raw {
     let start = Instant::now();
-    let mut client = HttpClient::new(Clock::start());
-    client.same_origin_only = true;
+    let mut client = kept.0.fork();
     let out = Outgoing {
         method: http::Method::GET,
         uri: url.clone(),
@@ -31,7 +50,10 @@ pub(super) async fn run(url: &http::Uri, expect: &[u16], deadline: Instant) -> R
         body: None,
     };
     let mut redirects = Vec::new();
-    let mut resp = match client.send(&out, false, deadline, &mut redirects).await {
+    let sent = client.send(&out, false, deadline, &mut redirects).await;
+    // The TLS configuration, if this run built it, is kept for the next runs.
+    kept.0 = client.fork();
+    let mut resp = match sent {
         Ok(r) => r,
         // The transport's errors carry URLs redacted already.
         Err(e) => return failed(Some(start.elapsed()), &format!("GET failed: {e}")),

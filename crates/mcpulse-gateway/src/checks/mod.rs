@@ -18,7 +18,7 @@ mod http;
 mod tcp;
 pub(crate) mod tool;
 
-pub use tool::PROBE_HEADER;
+pub use tool::{PROBE_HEADER, is_own_probe, probe_token};
 
 use crate::state::Shared;
 use mcpulse_policy::check::{
@@ -414,13 +414,24 @@ pub(crate) fn passed(latency: Duration, what: &str) -> Raw {
     }
 }
 
+/// What a check keeps from one run to the next (see [`http::Client`]).
+#[derive(Default)]
+pub(crate) struct Kept {
+    http: http::Client,
+}
+
 /// Runs a check once, within its timeout (each kind bounds itself by it; this is the backstop).
 pub async fn run_once(check: &Check, ctx: &Context) -> Raw {
+    run_kept(check, ctx, &mut Kept::default()).await
+}
+
+/// [`run_once`], with what the check's earlier runs left.
+pub(crate) async fn run_kept(check: &Check, ctx: &Context, kept: &mut Kept) -> Raw {
     let deadline = tokio::time::Instant::now() + check.timeout;
     let run = async {
         match &check.probe {
             Probe::Tcp { host, port } => tcp::run(host, *port).await,
-            Probe::Http { url, expect } => http::run(url, expect, deadline).await,
+            Probe::Http { url, expect } => http::run(url, expect, deadline, &mut kept.http).await,
             Probe::Command { argv, env } => command::run(argv, env, deadline).await,
             Probe::Tool { tool } => tool::run(tool, ctx, check.timeout).await,
         }
@@ -478,9 +489,10 @@ pub fn spawn(checks: Vec<Check>, ctx: Context, shared: Arc<Shared>) -> Vec<Task>
                 tokio::time::sleep(first_delay(check.interval, draw(&check.name))).await;
                 let mut ticks = tokio::time::interval(check.interval);
                 ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                let mut kept = Kept::default();
                 loop {
                     ticks.tick().await;
-                    let raw = run_once(&check, &ctx).await;
+                    let raw = run_kept(&check, &ctx, &mut kept).await;
                     tracing::debug!(
                         check = check.name.as_str(),
                         status = raw.status.as_str(),

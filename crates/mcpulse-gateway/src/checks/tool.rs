@@ -19,13 +19,47 @@ use mcpulse_policy::check::Raw;
 use mcpulse_policy::health::CheckStatus;
 use mcpulse_probe::{Caller, PlanSpec, Target};
 use mcpulse_wire::call::{CallPurpose, HealthToolMode};
-use std::sync::Arc;
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+use std::net::IpAddr;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-/// The header the health side's probes carry over HTTP (`mcpulse-health-probe: 1`), so that
-/// the serving side can keep them out of the request metrics (they are the gateway's own
+/// The header the health side's probes carry over HTTP, with [`probe_token`] as its value, so
+/// that the serving side can keep them out of the request metrics (they are the gateway's own
 /// traffic, every few seconds, and would drown a quiet server's figures).
-pub const PROBE_HEADER: (&str, &str) = ("mcpulse-health-probe", "1");
+pub const PROBE_HEADER: &str = "mcpulse-health-probe";
+
+/// This process's value of [`PROBE_HEADER`]: random, drawn once at first use (std's
+/// `RandomState`, seeded from the OS, plus the time and the pid), never logged. A client that
+/// sends the header without it cannot hide its own traffic from the metrics.
+pub fn probe_token() -> &'static str {
+    static TOKEN: OnceLock<String> = OnceLock::new();
+    TOKEN.get_or_init(|| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let a = RandomState::new().hash_one((nanos, std::process::id()));
+        let b = RandomState::new().hash_one((std::process::id(), nanos, a));
+        format!("{a:016x}{b:016x}")
+    })
+}
+
+/// Whether a request is the gateway's own probe (for the front door and the HTTP upstream,
+/// to keep it out of the request metrics): it carries [`PROBE_HEADER`] with this process's
+/// [`probe_token`], AND it comes from a loopback `peer` (the prober runs in this process; a
+/// token that leaked elsewhere still hides nothing). An unknown peer is not trusted.
+pub fn is_own_probe(headers: &http::HeaderMap, peer: Option<IpAddr>) -> bool {
+    if !peer.is_some_and(|p| p.to_canonical().is_loopback()) {
+        return false;
+    }
+    let Some(sent) = headers.get(PROBE_HEADER) else {
+        return false;
+    };
+    let (sent, want) = (sent.as_bytes(), probe_token().as_bytes());
+    // Compared in constant time: the answer never tells how much of a guess was right.
+    sent.len() == want.len() && sent.iter().zip(want).fold(0u8, |d, (a, b)| d | (a ^ b)) == 0
+}
 
 /// Probes `target` within `timeout` (no security checks: they send extra requests, and this
 /// runs every few seconds), calling `health_tool` if given, and judges it.
@@ -36,7 +70,7 @@ pub(crate) async fn probe(target: &Target, timeout: Duration, health_tool: Optio
     spec.timeout = Some(timeout);
     spec.security = false;
     if matches!(target, Target::Http { .. }) {
-        spec.headers = vec![(PROBE_HEADER.0.to_owned(), PROBE_HEADER.1.to_owned())];
+        spec.headers = vec![(PROBE_HEADER.to_owned(), probe_token().to_owned())];
     }
     if let Some(tool) = health_tool {
         spec.health_tool = HealthToolMode::Named(tool.to_owned());
@@ -145,5 +179,31 @@ pub(crate) fn fold(report: &Report, tool: &str) -> Raw {
         status,
         latency,
         output: Some(mcpulse_wire::text::inert(&output, MAX_OUTPUT_CHARS).into_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn only_the_token_from_loopback_is_an_own_probe() {
+        let loopback: IpAddr = "127.0.0.1".parse().unwrap();
+        let mapped: IpAddr = "::ffff:127.0.0.1".parse().unwrap();
+        let remote: IpAddr = "10.1.2.3".parse().unwrap();
+        let mut with_token = http::HeaderMap::new();
+        with_token.insert(PROBE_HEADER, probe_token().parse().unwrap());
+        assert_eq!(probe_token().len(), 32);
+        assert_eq!(probe_token(), probe_token());
+        assert!(is_own_probe(&with_token, Some(loopback)));
+        assert!(is_own_probe(&with_token, Some(mapped)));
+        assert!(!is_own_probe(&with_token, Some(remote)));
+        assert!(!is_own_probe(&with_token, None));
+        let mut guessed = http::HeaderMap::new();
+        guessed.insert(PROBE_HEADER, "1".parse().unwrap());
+        assert!(!is_own_probe(&guessed, Some(loopback)));
+        assert!(!is_own_probe(&http::HeaderMap::new(), Some(loopback)));
     }
 }

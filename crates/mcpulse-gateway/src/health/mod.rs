@@ -349,8 +349,10 @@ pub fn liveness(shared: &Shared) -> Health {
         }
         checks.push(c);
     }
+    // Its time is now: the state is read live from the serving side, not cached.
     let mut process = Item::new("process:state", "process", "component")
-        .observed(process_word(up.process), "state");
+        .observed(process_word(up.process), "state")
+        .at(checks::now_ms());
     match upstream_kind {
         UpstreamKind::Stdio if up.process == ProcessState::Fatal => {
             process = process
@@ -401,7 +403,8 @@ pub fn readiness(shared: &Shared) -> Health {
     let i = lock(&shared.health.inner);
     let mut checks = Vec::new();
     let process = Item::new("process:state", "process", "component")
-        .observed(process_word(up.process), "state");
+        .observed(process_word(up.process), "state")
+        .at(checks::now_ms());
     checks.push(match up.process {
         ProcessState::Up => process,
         ProcessState::Starting => process

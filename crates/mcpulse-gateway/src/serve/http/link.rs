@@ -8,14 +8,14 @@
 //! [`MAX_IDLE`] idle connections are kept; concurrency beyond that dials more, which close
 //! after their exchange.
 //!
-//! Down and back: a failed connect, or a 502/503/504 from the upstream, marks the upstream
-//! down. From then on requests fail fast (the caller answers 503 with `Retry-After`) and a
+//! Down and back: a failed connect (refused, timed out, TLS) marks the upstream down; an HTTP
+//! answer, a 5xx too, proves it reachable and never does (one 503 must not refuse every other
+//! client). From then on requests fail fast (the caller answers 503 with `Retry-After`) and a
 //! single background task dials again after a delay from `mcpulse_policy::backoff` (exponential,
 //! full jitter), until a connection is made: then the upstream is up again, a reconnect is
-//! counted, and requests flow. The attempt count goes back to zero only when a request is
-//! answered without a 5xx, so an upstream that accepts connections but answers 503 to all
-//! still backs off further each time. The task holds only a weak reference: it ends with the
-//! gateway.
+//! counted, and requests flow. The attempt count goes back to zero when a request is answered,
+//! so an upstream that accepts connections and then refuses them again backs off further each
+//! time. The task holds only a weak reference: it ends with the gateway.
 
 use crate::state::{ProcessState, Shared};
 use bytes::Bytes;
@@ -73,7 +73,7 @@ pub struct Down {
 #[derive(Debug, Default)]
 struct State {
     down: Option<Down>,
-    /// Failed attempts since the last answer without a 5xx (the backoff's exponent).
+    /// Failed attempts since the last answer (the backoff's exponent).
     attempt: u32,
     /// A reconnect task is running.
     reconnecting: bool,
@@ -202,16 +202,19 @@ impl Link {
         })
     }
 
-    /// The upstream answered without a 5xx: it is up, and the backoff starts over.
+    /// The upstream answered (any status): it is up, and the backoff starts over.
     pub fn answered(&self) {
         lock(&self.state).attempt = 0;
         self.reached();
     }
 
     /// The upstream was reached: the first time, it is Up (a later comeback is a reconnect).
+    /// The process state is written under the link's state lock, as everywhere here, so that
+    /// it always follows the last change of `down` (the lock order: link, then shared).
     fn reached(&self) {
-        let first = !std::mem::replace(&mut lock(&self.state).ever_up, true);
-        if first {
+        let mut s = lock(&self.state);
+        let first = !std::mem::replace(&mut s.ever_up, true);
+        if first && s.down.is_none() {
             self.shared.update_upstream(|u| {
                 if u.process == ProcessState::Starting {
                     u.process = ProcessState::Up;
@@ -232,8 +235,8 @@ impl Link {
         }
     }
 
-    /// A connect failed, or the upstream answered 502/503/504: it is down until a reconnect
-    /// succeeds. Starts the reconnect task unless one runs.
+    /// A connect failed: the upstream is down until a reconnect succeeds. Starts the
+    /// reconnect task unless one runs.
     pub fn went_down(self: &Arc<Self>, cause: String) {
         let start = {
             let mut s = lock(&self.state);
@@ -245,12 +248,12 @@ impl Link {
                     retry_at: Instant::now() + delay,
                 });
             }
+            self.shared
+                .update_upstream(|u| u.process = ProcessState::Backoff);
             !std::mem::replace(&mut s.reconnecting, true)
         };
         // Kept-alive connections to a server that went away are of no use.
         lock(&self.idle).clear();
-        self.shared
-            .update_upstream(|u| u.process = ProcessState::Backoff);
         if start {
             tokio::spawn(reconnect(Arc::downgrade(self)));
         }
@@ -280,14 +283,15 @@ impl Link {
             let mut s = lock(&self.state);
             s.down = None;
             s.reconnecting = false;
+            // Under the lock: a went_down right after this must not be overwritten by Up.
+            self.shared.update_upstream(|u| {
+                u.process = ProcessState::Up;
+                if s.ever_up {
+                    u.reconnects += 1;
+                }
+            });
             s.ever_up
         };
-        self.shared.update_upstream(|u| {
-            u.process = ProcessState::Up;
-            if was_up {
-                u.reconnects += 1;
-            }
-        });
         if was_up {
             self.shared.metrics.upstream_reconnect();
         }
@@ -323,4 +327,69 @@ fn broken(e: &hyper::Error) -> String {
         "broke the connection before answering: {}",
         mcpulse_transport::http::error_chain(e)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use std::sync::Barrier;
+
+    /// went_down and came_back racing on two threads: the process state always ends as the
+    /// last change of `down` left it (Backoff while down, Up once back), never Up while down.
+    #[test]
+    fn the_process_state_follows_down_under_races() {
+        // Reconnect tasks are spawned on it and never run (never driven): only the state counts.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut settings = super::super::HttpSettings::new("http://127.0.0.1:9/mcp");
+        settings.reconnect = Backoff {
+            initial: Duration::from_secs(3600),
+            max: Duration::from_secs(3600),
+        };
+        let shared = Arc::new(Shared::default());
+        let link = Arc::new(Link::new(
+            "http://127.0.0.1:9/mcp".parse().unwrap(),
+            &settings,
+            shared.clone(),
+        ));
+        // Two threads meet at a barrier each round, one going down, one coming back; between
+        // rounds this thread checks the state and brings the link back up.
+        const ROUNDS: usize = 20_000;
+        let go = Arc::new(Barrier::new(3));
+        let done = Arc::new(Barrier::new(3));
+        let (l, g, d, h) = (link.clone(), go.clone(), done.clone(), rt.handle().clone());
+        let down = std::thread::spawn(move || {
+            let _rt = h.enter();
+            for _ in 0..ROUNDS {
+                g.wait();
+                l.went_down("refused".to_owned());
+                d.wait();
+            }
+        });
+        let (l, g, d) = (link.clone(), go.clone(), done.clone());
+        let up = std::thread::spawn(move || {
+            for _ in 0..ROUNDS {
+                g.wait();
+                l.came_back();
+                d.wait();
+            }
+        });
+        let mut mismatches = 0;
+        for _ in 0..ROUNDS {
+            go.wait();
+            done.wait();
+            let is_down = link.down().is_some();
+            if is_down != (shared.upstream().process == ProcessState::Backoff) {
+                mismatches += 1;
+            }
+            link.came_back();
+        }
+        down.join().unwrap();
+        up.join().unwrap();
+        assert_eq!(mismatches, 0, "the process state lost a went_down");
+    }
 }

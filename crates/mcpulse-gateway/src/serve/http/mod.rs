@@ -11,7 +11,11 @@
 //!   errors, documented in docs/gateway.md `## HTTP upstream`), and the streaming relay of
 //!   replies ([`relay`]);
 //! - the opt-in `health_check` tool: added to `tools/list`, answered here without forwarding;
-//! - one `metrics.request` per JSON-RPC request.
+//! - one `metrics.request` and one log line per JSON-RPC request, but for the gateway's own
+//!   probes ([`crate::checks::is_own_probe`]: the token from a loopback peer, read from axum's
+//!   `ConnectInfo<SocketAddr>`, so the door must serve with connect info), and the session
+//!   count ([`sessions`]);
+//! - the reply timeout ([`HttpSettings::reply_timeout`]): a frozen upstream hangs no client.
 //!
 //! Sessions are the upstream's own: `Mcp-Session-Id` passes both ways untouched, `DELETE`
 //! is relayed. Nothing is retried once it may have reached the upstream (tools are not
@@ -20,6 +24,7 @@
 
 mod link;
 mod relay;
+pub mod sessions;
 
 pub use relay::codes;
 
@@ -32,14 +37,14 @@ use http_body_util::{BodyExt, Full, Limited};
 use link::Link;
 use mcpulse_policy::backoff::Backoff;
 use mcpulse_relay::supervise::envelope::{Envelope, Kind, canonical_id};
-use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
 
 /// What the HTTP upstream is told (the config fills it in; [`HttpSettings::new`] gives the
-/// defaults).
-#[derive(Debug, Clone)]
+/// defaults). Its `Debug` shows the URL redacted (userinfo and query values: tokens live
+/// there), as everything the gateway logs does.
+#[derive(Clone)]
 pub struct HttpSettings {
     /// The upstream's MCP endpoint.
     pub url: String,
@@ -54,11 +59,18 @@ pub struct HttpSettings {
     /// Certificates (DER) trusted besides the system's roots for an `https://` upstream: a
     /// private CA (read from PEM with `mcpulse_transport::http::read_pem_certs`).
     pub extra_roots: Vec<Vec<u8>>,
+    /// The longest wait for the reply to a POSTed request, from its arrival: the response
+    /// head, a JSON body, or an SSE stream until the reply to that request has passed. Past
+    /// it the client gets a JSON-RPC error for its id (`REQUEST_TIMEOUT`), so that a frozen
+    /// upstream never hangs a client. A client's GET stream has no reply pending and no
+    /// timeout. (Per-tool timeouts are #20's.)
+    pub reply_timeout: Duration,
 }
 
 impl HttpSettings {
     /// The defaults: connect timeout 5 s, messages up to 16 MiB, no health tool, reconnects
-    /// from 1 s doubling up to 60 s with full jitter.
+    /// from 1 s doubling up to 60 s with full jitter, replies within 60 s (the TypeScript
+    /// SDK's default request timeout, so a client's own timeout and the gateway's agree).
     pub fn new(url: impl Into<String>) -> HttpSettings {
         HttpSettings {
             url: url.into(),
@@ -67,9 +79,27 @@ impl HttpSettings {
             health_tool: None,
             reconnect: Backoff::default(),
             extra_roots: Vec::new(),
+            reply_timeout: DEFAULT_REPLY_TIMEOUT,
         }
     }
 }
+
+impl std::fmt::Debug for HttpSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpSettings")
+            .field("url", &mcpulse_wire::redact::url(&self.url))
+            .field("connect_timeout", &self.connect_timeout)
+            .field("max_message_size", &self.max_message_size)
+            .field("health_tool", &self.health_tool)
+            .field("reconnect", &self.reconnect)
+            .field("extra_roots", &self.extra_roots.len())
+            .field("reply_timeout", &self.reply_timeout)
+            .finish()
+    }
+}
+
+/// [`HttpSettings::reply_timeout`]'s default.
+pub const DEFAULT_REPLY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The request headers passed to the upstream (all others are dropped: hop-by-hop headers,
 /// `Origin` (the door validated it), cookies, `Accept-Encoding` (replies are read, so they
@@ -99,11 +129,6 @@ pub const FORWARDED_RESPONSE_HEADERS: [&str; 7] = [
     "allow",
 ];
 
-/// The most distinct tool labels in metrics; later tools are counted as `other`.
-pub const MAX_TOOL_LABELS: usize = 100;
-/// The longest tool label (characters, after the inert rendering).
-const TOOL_LABEL_CHARS: usize = 64;
-
 /// The relay to one upstream, shared by every request.
 #[derive(Debug)]
 pub struct HttpUpstream {
@@ -111,10 +136,10 @@ pub struct HttpUpstream {
     shared: Arc<Shared>,
     /// The upstream as a URI (an invalid URL answers every request with 502 and the reason).
     target: Result<Target, String>,
-    tool_labels: Mutex<HashSet<String>>,
+    /// Client sessions open through the upstream (`mcpulse_gateway_active_sessions`).
+    sessions: Mutex<sessions::Sessions>,
 }
 
-#[derive(Debug)]
 struct Target {
     link: Arc<Link>,
     /// `Host` for the upstream: host[:port], never userinfo.
@@ -127,11 +152,14 @@ struct Target {
 impl HttpUpstream {
     pub fn new(settings: HttpSettings, shared: Arc<Shared>) -> HttpUpstream {
         let target = target(&settings, &shared);
+        if let Some(name) = &settings.health_tool {
+            shared.metrics.learn_tools(&[name]);
+        }
         HttpUpstream {
             settings,
             shared,
             target,
-            tool_labels: Mutex::new(HashSet::new()),
+            sessions: Mutex::new(sessions::Sessions::default()),
         }
     }
 
@@ -182,7 +210,13 @@ impl HttpUpstream {
                 return relay::rpc_error(status, None, code, &message, None);
             }
         };
-        let call = Call::of(&body);
+        let mut call = Call::of(&body);
+        // The peer as the door's listener saw it (axum's ConnectInfo; none: not trusted).
+        let peer = parts
+            .extensions
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .map(|c| c.0.ip());
+        call.own_probe = crate::checks::is_own_probe(&parts.headers, peer);
         let target = match &self.target {
             Ok(t) => t,
             Err(why) => {
@@ -243,19 +277,46 @@ impl HttpUpstream {
                 );
             }
         };
-        match target.link.send(out).await {
+        // A GET stream has no reply pending: it waits as long as the client stays.
+        let deadline = (parts.method != Method::GET).then(|| started + self.settings.reply_timeout);
+        let sent = match deadline {
+            Some(at) => match tokio::time::timeout_at(at, target.link.send(out)).await {
+                Ok(sent) => sent,
+                Err(_) => {
+                    let message = format!("upstream {} {}", target.label, self.timed_out());
+                    return call.refuse(
+                        self,
+                        started,
+                        StatusCode::GATEWAY_TIMEOUT,
+                        codes::REQUEST_TIMEOUT,
+                        &message,
+                        Some(&target.label),
+                    );
+                }
+            },
+            None => target.link.send(out).await,
+        };
+        match sent {
             Ok((resp, sender)) => {
-                relay::respond(
+                let initialize = call.method == Some("initialize");
+                let own_probe = call.own_probe;
+                let resp = relay::respond(
                     relay::Exchange {
                         upstream: self,
                         target,
                         call,
                         started,
+                        deadline,
                     },
                     resp,
                     sender,
                 )
-                .await
+                .await;
+                // The gateway's own probes open sessions every few seconds: not the clients'.
+                if !own_probe {
+                    self.count_sessions(&parts, initialize, &resp);
+                }
+                resp
             }
             Err(failure) => {
                 let cause = failure.cause(self.settings.connect_timeout);
@@ -281,6 +342,39 @@ impl HttpUpstream {
         }
     }
 
+    /// Folds an exchange into the session count (see [`sessions`]).
+    fn count_sessions(&self, req: &http::request::Parts, initialize: bool, resp: &Response) {
+        const SESSION: &str = "mcp-session-id";
+        let change = self
+            .sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .observe(
+                sessions::Exchange {
+                    initialize,
+                    delete: req.method == Method::DELETE,
+                    sent: req.headers.get(SESSION).map(HeaderValue::as_bytes),
+                    status: resp.status().as_u16(),
+                    answered: resp.headers().get(SESSION).map(HeaderValue::as_bytes),
+                },
+                Instant::now(),
+            );
+        for _ in 0..change.opened {
+            self.shared.metrics.session_opened();
+        }
+        for _ in 0..change.closed {
+            self.shared.metrics.session_closed();
+        }
+    }
+
+    /// Why a reply did not come: the reply timeout passed.
+    fn timed_out(&self) -> String {
+        format!(
+            "did not reply within {} (the gateway's reply_timeout)",
+            mcpulse_wire::units::human_duration(self.settings.reply_timeout.as_millis())
+        )
+    }
+
     /// A `tools/call` of the configured health tool, answered here.
     fn health_tool_call(&self, call: &Call) -> Option<Response> {
         let name = self.settings.health_tool.as_deref()?;
@@ -290,19 +384,15 @@ impl HttpUpstream {
         let result = crate::health::tool_result(&self.shared);
         Some(relay::rpc_result(call.id()?, &result))
     }
+}
 
-    /// A tool's metrics label: inert, cut, and one of the first [`MAX_TOOL_LABELS`] seen.
-    fn tool_label(&self, tool: &str) -> String {
-        let label = mcpulse_wire::text::inert(tool, TOOL_LABEL_CHARS).into_owned();
-        let mut seen = self.tool_labels.lock().unwrap_or_else(|p| p.into_inner());
-        if seen.contains(&label) {
-            return label;
-        }
-        if seen.len() < MAX_TOOL_LABELS {
-            seen.insert(label.clone());
-            return label;
-        }
-        "other".to_owned()
+/// Only the redacted URL: `path` keeps the query string, which may hold a token.
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target")
+            .field("upstream", &self.label)
+            .field("link", &self.link)
+            .finish_non_exhaustive()
     }
 }
 
@@ -340,38 +430,14 @@ struct Call {
     id: Option<String>,
     /// The id keyed by value ([`canonical_id`]), to find the reply.
     key: Option<String>,
-    /// The method as the metrics label: a known MCP method or `other`.
+    /// The method as the metrics label ([`crate::metrics::method_label`]: a known MCP method
+    /// or `_other`).
     method: Option<&'static str>,
     /// The tool of a `tools/call`, as sent.
     tool_name: Option<String>,
+    /// The gateway's own probe ([`crate::checks::is_own_probe`]): kept out of the metrics.
+    own_probe: bool,
 }
-
-/// The MCP methods given their own metrics label; any other is `other`, so that a client
-/// cannot grow the label set.
-const METHODS: [&str; 22] = [
-    "initialize",
-    "ping",
-    "server/discover",
-    "tools/list",
-    "tools/call",
-    "resources/list",
-    "resources/read",
-    "resources/templates/list",
-    "resources/subscribe",
-    "resources/unsubscribe",
-    "prompts/list",
-    "prompts/get",
-    "completion/complete",
-    "logging/setLevel",
-    "tasks/get",
-    "tasks/list",
-    "tasks/result",
-    "tasks/cancel",
-    "sampling/createMessage",
-    "elicitation/create",
-    "roots/list",
-    "subscriptions/listen",
-];
 
 impl Call {
     fn of(body: &[u8]) -> Call {
@@ -383,18 +449,13 @@ impl Call {
         }
         let id = env.id_text().map(str::to_owned);
         let key = env.id_text().map(|i| canonical_id(i).into_owned());
-        let method = env.method.as_deref().map(|m| {
-            METHODS
-                .iter()
-                .find(|k| **k == m)
-                .copied()
-                .unwrap_or("other")
-        });
+        let method = env.method.as_deref().map(crate::metrics::method_label);
         Call {
             id,
             key,
             method,
             tool_name: env.tool().map(str::to_owned),
+            own_probe: false,
         }
     }
 
@@ -430,12 +491,14 @@ struct Record {
     method: Option<&'static str>,
     tool: Option<String>,
     started: Instant,
+    own_probe: bool,
 }
 
 impl Record {
     fn new(upstream: &HttpUpstream, call: &Call, started: Instant) -> Record {
+        // As sent: Metrics::request bounds it (and labels only tools the upstream listed).
         let tool = match (call.method, &call.tool_name) {
-            (Some("tools/call"), Some(t)) => Some(upstream.tool_label(t)),
+            (Some("tools/call"), Some(t)) => Some(t.clone()),
             _ => None,
         };
         Record {
@@ -443,21 +506,19 @@ impl Record {
             method: call.method,
             tool,
             started,
+            own_probe: call.own_probe,
         }
     }
 
     fn done(&self, outcome: Outcome) {
         let Some(method) = self.method else { return };
         let took = self.started.elapsed();
-        self.shared
-            .metrics
-            .request(method, self.tool.as_deref(), took, outcome);
-        tracing::debug!(
-            method,
-            tool = self.tool.as_deref().unwrap_or(""),
-            took_us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX),
-            outcome = ?outcome,
-            "relayed"
-        );
+        // The gateway's own probes, every few seconds, are neither counted nor logged.
+        if !self.own_probe {
+            self.shared
+                .metrics
+                .request(method, self.tool.as_deref(), took, outcome);
+            crate::metrics::log_request(method, self.tool.as_deref(), took, outcome);
+        }
     }
 }

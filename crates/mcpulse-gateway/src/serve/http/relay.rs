@@ -9,9 +9,12 @@
 //!   upstream: a stream holds at most the decoder's event in progress plus the buffered events,
 //!   each at most `max_message_size`, never the whole stream.
 //! - When the stream breaks (the upstream died, an event over the cap) before the reply to the
-//!   POSTed request, the client gets a JSON-RPC error for that request's id as a last event.
+//!   POSTed request, or the reply is not there by `reply_timeout`, the client gets a JSON-RPC
+//!   error for that request's id as a last event.
+//! - When the client goes away, the upstream stream is closed at once, even a quiet one.
 //! - A 5xx from the upstream becomes a 502 with a JSON-RPC error naming the upstream and what
-//!   it said (502/503/504 also mark the upstream down: see [`super::link`]).
+//!   it said. It does not mark the upstream down: it answered, so it is reachable, and other
+//!   clients' requests still go through.
 //!
 //! Events are re-framed (`id`, `event`, `retry`, `data`); SSE comments (keep-alives) are not
 //! relayed.
@@ -19,6 +22,7 @@
 use super::link::Link;
 use super::{Call, FORWARDED_RESPONSE_HEADERS, HttpUpstream, Record, Target};
 use crate::metrics::Outcome;
+use crate::state::Shared;
 use axum::body::Body;
 use axum::response::Response;
 use bytes::Bytes;
@@ -43,7 +47,9 @@ pub const STREAM_BUFFER: usize = 4;
 /// The supervisor's codes where the meaning is the same, so that a client handles the gateway
 /// and `mcpulse supervise` alike.
 pub mod codes {
-    pub use mcpulse_relay::supervise::codes::{MESSAGE_TOO_LARGE, SERVER_RESTARTED};
+    pub use mcpulse_relay::supervise::codes::{
+        MESSAGE_TOO_LARGE, REQUEST_TIMEOUT, SERVER_RESTARTED,
+    };
     /// The upstream could not be reached, is down (reconnecting), answered 5xx or redirected
     /// (JSON-RPC's generic server error; the TypeScript SDK's `ConnectionClosed`).
     pub const UPSTREAM_UNAVAILABLE: i64 = -32000;
@@ -54,8 +60,7 @@ pub mod codes {
 const SNIPPET_BYTES: usize = 512;
 /// How long a 5xx body is read for its quote.
 const SNIPPET_WAIT: Duration = Duration::from_secs(1);
-/// Until tool timeouts (#20) bound it, reading a JSON reply waits as long as the upstream
-/// takes; the client's disconnect cancels it.
+/// A wait without a deadline (a GET's answer; the client's disconnect cancels it).
 const NO_DEADLINE: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// One request in flight: what the answer is checked against.
@@ -64,6 +69,8 @@ pub struct Exchange<'a> {
     pub target: &'a Target,
     pub call: Call,
     pub started: Instant,
+    /// When the reply is due (`reply_timeout` after the request arrived); `None` for a GET.
+    pub deadline: Option<Instant>,
 }
 
 impl Exchange<'_> {
@@ -88,6 +95,10 @@ pub async fn respond(
 ) -> Response {
     let (parts, mut body) = resp.into_parts();
     let status = parts.status;
+    // Any HTTP answer, a 5xx too, proves the upstream reachable: one 502/503/504 (a busy
+    // worker, a proxy's hiccup) must not take the upstream out for every other client. Only
+    // a failed connect marks it down (see super::link).
+    x.target.link.answered();
     if status.is_server_error() {
         let (bytes, _) = read_body(&mut body, SNIPPET_BYTES, Instant::now() + SNIPPET_WAIT).await;
         let said = String::from_utf8_lossy(&bytes);
@@ -97,13 +108,9 @@ pub async fn respond(
         } else {
             format!("answered HTTP {}: {said}", status.as_u16())
         };
-        if matches!(status.as_u16(), 502..=504) {
-            x.target.link.went_down(cause.clone());
-        }
         let message = format!("upstream {} {cause}", x.target.label);
         return x.refuse(codes::UPSTREAM_UNAVAILABLE, &message);
     }
-    x.target.link.answered();
     if status.is_redirection() {
         // Not followed (the client would be sent to the upstream's own address, past the
         // gateway), not relayed: the configured URL is wrong, and the answer says where to.
@@ -139,6 +146,9 @@ pub async fn respond(
             max: x.upstream.settings.max_message_size,
             health_tool: x.upstream.settings.health_tool.clone(),
             tx,
+            shared: x.upstream.shared.clone(),
+            deadline: x.deadline,
+            timed_out: x.upstream.timed_out(),
         };
         let pending = Pending {
             key: x.call.key.clone(),
@@ -152,17 +162,15 @@ pub async fn respond(
             .unwrap_or_else(|_| plain(StatusCode::BAD_GATEWAY, ""));
     }
     let max = x.upstream.settings.max_message_size;
-    let (bytes, end) = read_body(&mut body, max, Instant::now() + NO_DEADLINE).await;
+    let deadline = x.deadline.unwrap_or_else(|| Instant::now() + NO_DEADLINE);
+    let (bytes, end) = read_body(&mut body, max, deadline).await;
     let failure = match end {
         BodyEnd::Complete => None,
         BodyEnd::TooLarge => Some((
             codes::MESSAGE_TOO_LARGE,
             format!("its reply is larger than the gateway's max_message_size ({max} bytes)"),
         )),
-        BodyEnd::Timeout => Some((
-            codes::SERVER_RESTARTED,
-            "its reply did not arrive in time".to_owned(),
-        )),
+        BodyEnd::Timeout => Some((codes::REQUEST_TIMEOUT, x.upstream.timed_out())),
         BodyEnd::Error(e) => Some((
             codes::SERVER_RESTARTED,
             format!("the connection broke during its reply: {e}"),
@@ -170,6 +178,16 @@ pub async fn respond(
     };
     if let Some((code, cause)) = failure {
         let message = format!("upstream {} failed: {cause}", x.target.label);
+        if code == codes::REQUEST_TIMEOUT {
+            return x.call.refuse(
+                x.upstream,
+                x.started,
+                StatusCode::GATEWAY_TIMEOUT,
+                code,
+                &message,
+                Some(&x.target.label),
+            );
+        }
         return x.refuse(code, &message);
     }
     x.target.link.release(sender);
@@ -177,6 +195,9 @@ pub async fn respond(
     if x.call.key.is_some() {
         let reply = Envelope::parse(&bytes);
         let outcome = reply.as_ref().map_or(Outcome::RpcError, outcome_of);
+        if x.call.method == Some("tools/list") {
+            x.upstream.shared.metrics.learn_tools_in(&bytes);
+        }
         if x.call.method == Some("tools/list")
             && let Some(name) = &x.upstream.settings.health_tool
             && let Some(with) = with_health_tool(&bytes, name)
@@ -230,6 +251,12 @@ struct Stream {
     max: usize,
     health_tool: Option<String>,
     tx: mpsc::Sender<Bytes>,
+    /// Where the tools a relayed `tools/list` lists are learnt (its metrics).
+    shared: Arc<Shared>,
+    /// When the pending request's reply is due (`None`: a GET stream, never).
+    deadline: Option<Instant>,
+    /// The error's cause when it is not.
+    timed_out: String,
 }
 
 impl Stream {
@@ -239,7 +266,23 @@ impl Stream {
     async fn run(self, mut body: Incoming, sender: SendRequest<Full<Bytes>>, mut pending: Pending) {
         let mut decoder = Decoder::new(self.max);
         loop {
-            let frame = match body.frame().await {
+            // The client's departure is watched beside the upstream: a quiet stream (nothing
+            // but keep-alive comments, which are not relayed, or silence) would otherwise never
+            // try a send and so never notice, and keep the upstream stream open for good.
+            let due = self.deadline.filter(|_| pending.key.is_some());
+            let next = tokio::select! {
+                biased;
+                () = self.tx.closed() => {
+                    tracing::debug!(upstream = %self.label, "client left the stream; closing the upstream's");
+                    return;
+                }
+                () = sleep_until_opt(due) => {
+                    self.fail(&mut pending, codes::REQUEST_TIMEOUT, &self.timed_out).await;
+                    return;
+                }
+                next = body.frame() => next,
+            };
+            let frame = match next {
                 None => {
                     if pending.key.is_some() {
                         self.fail(
@@ -298,6 +341,9 @@ impl Stream {
                 .is_some_and(|id| canonical_id(id) == key.as_str())
         {
             let outcome = outcome_of(&reply);
+            if pending.tools_list {
+                self.shared.metrics.learn_tools_in(event.data.as_bytes());
+            }
             if pending.tools_list
                 && let Some(name) = &self.health_tool
                 && let Some(with) = with_health_tool(event.data.as_bytes(), name)
@@ -327,6 +373,14 @@ impl Stream {
             retry_ms: None,
         };
         let _ = self.tx.send(encode(&event)).await;
+    }
+}
+
+/// Sleeps until `at`, or for ever.
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 
