@@ -167,6 +167,7 @@ pub struct RawUpstream {
     pub command: Option<At<Vec<String>>>,
     pub url: Option<At<String>>,
     pub connect_timeout: Option<At<String>>,
+    pub reply_timeout: Option<At<String>>,
     pub max_message_size: Option<At<String>>,
     pub heartbeat_interval: Option<At<String>>,
     pub heartbeat_timeout: Option<At<String>>,
@@ -598,6 +599,9 @@ fn upstream(
                 Some(v) => duration(src, v, "upstream.connect_timeout")?,
                 None => Defaults::CONNECT_TIMEOUT,
             };
+            if let Some(v) = &up.reply_timeout {
+                http.reply_timeout = duration(src, v, "upstream.reply_timeout")?;
+            }
             http.max_message_size = max_message_size;
             Ok(Upstream::Http(http))
         }
@@ -612,12 +616,13 @@ fn upstream(
             if program.is_empty() {
                 return Err(src.at(cmd, "upstream.command", "the program is empty"));
             }
-            if let Some(v) = &up.connect_timeout {
-                return Err(src.at(
-                    v,
-                    "upstream.connect_timeout",
-                    "applies to an HTTP upstream (url) only",
-                ));
+            for (key, v) in [
+                ("upstream.connect_timeout", up.connect_timeout.as_ref()),
+                ("upstream.reply_timeout", up.reply_timeout.as_ref()),
+            ] {
+                if let Some(v) = v {
+                    return Err(src.at(v, key, "applies to an HTTP upstream (url) only"));
+                }
             }
             let mut s = Settings::new(Program {
                 program: program.clone(),
@@ -780,6 +785,37 @@ request_timeout = "1m"
         assert_eq!(f.max_sessions, 7);
         assert_eq!(f.session_idle_timeout, Duration::from_secs(120));
         assert!(matches!(f.upstream, Upstream::Http(ref h) if h.url == "http://127.0.0.1:1/mcp"));
+        let Upstream::Http(h) = &f.upstream else {
+            panic!("not http")
+        };
+        assert_eq!(
+            h.health_tool.as_deref(),
+            Some("health"),
+            "the relay answers it"
+        );
+    }
+
+    #[test]
+    fn an_http_upstream_takes_its_timeouts_and_the_checks_are_validated() {
+        let g = parse(
+            "[upstream]\nurl = \"http://127.0.0.1:1/mcp\"\nconnect_timeout = \"2s\"\nreply_timeout = \"90s\"\n",
+            "gateway.toml",
+            &no_env,
+        )
+        .unwrap();
+        let Upstream::Http(h) = &g.upstream else {
+            panic!("not http")
+        };
+        assert_eq!(h.connect_timeout, Duration::from_secs(2));
+        assert_eq!(h.reply_timeout, Duration::from_secs(90));
+        assert_eq!(
+            err("[upstream]\ncommand = [\"x\"]\nreply_timeout = \"1s\"\n"),
+            "gateway.toml:3:17: upstream.reply_timeout: applies to an HTTP upstream (url) only"
+        );
+        let e = err(
+            "[upstream]\ncommand = [\"x\"]\n\n[[checks]]\nname = \"db\"\nkind = \"tcp\"\ntarget = \"127.0.0.1:5432\"\n\n[[checks]]\nname = \"db\"\nkind = \"tcp\"\ntarget = \"127.0.0.1:5433\"\n",
+        );
+        assert!(e.starts_with("gateway.toml:9:1: checks[1]: "), "{e}");
     }
 
     #[test]
