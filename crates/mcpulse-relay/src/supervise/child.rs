@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::pipe;
 use tokio::process::Command;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -115,8 +116,14 @@ pub struct Child {
     pub pid: u32,
     pub generation: u64,
     lineage: String,
-    /// Messages to write to its stdin (each a line, newline included).
+    /// Messages for the writer task (each a line, newline included, or what is left of one):
+    /// only those that could not go straight through ([`Child::send`]).
     stdin: Option<mpsc::UnboundedSender<Vec<u8>>>,
+    /// The child's stdin, shared with the writer task: [`Child::send`] writes a line itself
+    /// when the writer has nothing waiting (one request at a time, the common case), which
+    /// saves a task hand-off per message. Dropped with `stdin` (the writer holds the other
+    /// reference until it has written what it was given), so the child sees EOF after both.
+    pipe: Option<Arc<pipe::Sender>>,
     /// Bytes queued for its stdin and not yet written: the session stops reading the client
     /// while this is over its bound (backpressure instead of unbounded memory).
     pub stdin_backlog: Arc<AtomicUsize>,
@@ -306,7 +313,12 @@ impl Child {
         let pid = child.id().unwrap_or(0);
         registry.push(pid);
         drop(registry);
-        let stdin = child.stdin.take();
+        let stdin = child
+            .stdin
+            .take()
+            .and_then(|s| s.into_owned_fd().ok())
+            .and_then(|fd| pipe::Sender::from_owned_fd(fd).ok())
+            .map(Arc::new);
         {
             use std::os::fd::AsFd;
             if let Some(stdin) = &stdin {
@@ -347,12 +359,13 @@ impl Child {
         });
         let (tx, rx) = mpsc::unbounded_channel();
         let stdin_backlog = Arc::new(AtomicUsize::new(0));
-        let writer = tokio::spawn(write_stdin(stdin, rx, stdin_backlog.clone()));
+        let writer = tokio::spawn(write_stdin(stdin.clone(), rx, stdin_backlog.clone()));
         Ok(Child {
             pid,
             generation,
             lineage,
             stdin: Some(tx),
+            pipe: stdin,
             stdin_backlog,
             writer,
             exited,
@@ -361,19 +374,36 @@ impl Child {
         })
     }
 
-    /// Queues one line (newline included) for the child's stdin. A child whose stdin is
-    /// closed loses it silently: its exit is what the session acts on.
-    pub fn send(&self, line: Vec<u8>) {
-        if let Some(tx) = &self.stdin {
-            self.stdin_backlog.fetch_add(line.len(), Ordering::Relaxed);
-            let _ = tx.send(line);
+    /// Writes one line (newline included) to the child's stdin: straight through when nothing
+    /// is waiting before it and the pipe has room, else (what is left of it) through the writer
+    /// task, in order. A child whose stdin is closed loses it silently: its exit is what the
+    /// session acts on.
+    pub fn send(&self, mut line: Vec<u8>) {
+        let Some(tx) = &self.stdin else { return };
+        // Nothing queued means the writer is idle (it subtracts after writing): a direct write
+        // cannot overtake a line of its.
+        if self.stdin_backlog.load(Ordering::Relaxed) == 0
+            && let Some(pipe) = &self.pipe
+        {
+            match pipe.try_write(&line) {
+                Ok(n) if n == line.len() => return,
+                Ok(n) => {
+                    line.drain(..n);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                // A closed pipe (the child exited): dropped, as the writer would.
+                Err(_) => return,
+            }
         }
+        self.stdin_backlog.fetch_add(line.len(), Ordering::Relaxed);
+        let _ = tx.send(line);
     }
 
     /// Closes the child's stdin once what is queued is written: the polite way to end a stdio
     /// server.
     pub fn close_stdin(&mut self) {
         self.stdin = None;
+        self.pipe = None;
         self.stdin_closed.get_or_insert_with(Instant::now);
     }
 
@@ -427,6 +457,7 @@ impl Child {
         let pgid = i32::try_from(self.pid).unwrap_or(0);
         // Closing the channel lets the writer finish what is queued, then drop the pipe (EOF).
         self.stdin = None;
+        self.pipe = None;
         let until = self.stdin_closed.unwrap_or_else(Instant::now) + grace;
         if timeout_at(until, &mut self.writer).await.is_err() {
             self.writer.abort(); // a child not reading its stdin: drop the pipe now
@@ -596,14 +627,14 @@ fn descendants(leader: u32, lineage: &str, leader_alive: bool) -> Vec<u32> {
 }
 
 async fn write_stdin(
-    stdin: Option<tokio::process::ChildStdin>,
+    stdin: Option<Arc<pipe::Sender>>,
     mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
     backlog: Arc<AtomicUsize>,
 ) {
-    let Some(mut stdin) = stdin else { return };
+    let Some(stdin) = stdin else { return };
     while let Some(line) = rx.recv().await {
         let n = line.len();
-        let ok = stdin.write_all(&line).await.is_ok();
+        let ok = write_all(&stdin, &line).await.is_ok();
         backlog.fetch_sub(n, Ordering::Relaxed);
         if !ok {
             // A closed pipe (the child exited): drain without writing, never spin on EPIPE.
@@ -613,6 +644,20 @@ async fn write_stdin(
             return;
         }
     }
+}
+
+/// `write_all` on a shared pipe (`AsyncWrite` needs it owned).
+async fn write_all(pipe: &pipe::Sender, mut buf: &[u8]) -> std::io::Result<()> {
+    while !buf.is_empty() {
+        pipe.writable().await?;
+        match pipe.try_write(buf) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => buf = &buf[n..],
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 async fn read_stdout(
