@@ -32,9 +32,21 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout_at};
 
 /// Set in the child's environment (and so in every descendant's that does not clear it) to
-/// `<supervisor pid>-<instance>-<generation>`: how a grandchild that left the process group and
-/// was reparented to us is recognised as ours at stop time.
+/// `<supervisor pid>-<random>-<instance>-<generation>`: how a grandchild that left the process
+/// group and was reparented to us is recognised as ours at stop time, and by the
+/// [`super::watchdog`] after a SIGKILLed supervisor (the random part keeps a later process that
+/// reuses our pid from being taken for us).
 pub const LINEAGE_VAR: &str = "MCPULSE_SUPERVISE_LINEAGE";
+
+/// The start of every lineage this process gives: `<pid>-<random>-`.
+pub fn lineage_prefix() -> &'static str {
+    static PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PREFIX.get_or_init(|| {
+        use std::hash::BuildHasher;
+        let random = std::collections::hash_map::RandomState::new().hash_one(std::process::id());
+        format!("{}-{:x}-", std::process::id(), random & 0xffff_ffff)
+    })
+}
 
 /// How long after the child's exit its stdout may still be read before the exit is reported.
 const STDOUT_DRAIN: Duration = Duration::from_millis(200);
@@ -264,7 +276,7 @@ impl Child {
         ring: Arc<StderrRing>,
     ) -> Result<Child, SpawnError> {
         let instance = INSTANCE.fetch_add(1, Ordering::Relaxed);
-        let lineage = format!("{}-{instance}-{generation}", std::process::id());
+        let lineage = format!("{}{instance}-{generation}", lineage_prefix());
         // The child gets our whole environment: the client chose it for the server.
         let mut command = Command::new(&cmd.program);
         command
@@ -313,6 +325,7 @@ impl Child {
         let pid = child.id().unwrap_or(0);
         registry.push(pid);
         drop(registry);
+        super::watchdog::group_started(pid);
         let stdin = child
             .stdin
             .take()
@@ -414,15 +427,7 @@ impl Child {
     /// never); called only when a heartbeat went unanswered.
     pub fn is_stopped(&self) -> bool {
         let frozen = |pid: u32| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .ok()
-                .and_then(|stat| {
-                    let (_, rest) = stat.rsplit_once(')')?;
-                    let mut fields = rest.split_whitespace();
-                    let state = fields.next()?;
-                    let group = fields.nth(1)?.parse::<u32>().ok()?;
-                    Some((matches!(state, "T" | "t"), group))
-                })
+            state_and_group(pid).map(|(state, group)| (matches!(state.as_str(), "T" | "t"), group))
         };
         let Ok(dir) = std::fs::read_dir("/proc") else {
             return false;
@@ -488,6 +493,7 @@ impl Child {
         // empty environ hid them from the walk): reaped now, the supervisor may exit next.
         reap_zombies(std::process::id());
         self.stopped = true;
+        super::watchdog::group_stopped(self.pid);
     }
 }
 
@@ -505,10 +511,11 @@ impl Drop for Child {
         for pid in descendants(self.pid, &self.lineage, alive) {
             kill_pid(pid);
         }
+        super::watchdog::group_stopped(self.pid);
     }
 }
 
-fn kill_pid(pid: u32) {
+pub(super) fn kill_pid(pid: u32) {
     if let Ok(pid) = i32::try_from(pid)
         && pid > 0
     {
@@ -553,19 +560,32 @@ async fn reap(pids: &[u32], leader: u32) {
 /// Whether any process is in process group `pgid` (`/proc`, Linux). While one is, no new
 /// process can be given `pgid` as its pid, so signalling the group reaches only ours.
 fn group_has_members(pgid: u32) -> bool {
+    group_has(pgid, |_| true)
+}
+
+/// Whether a process other than a zombie is in process group `pgid`: one that a kill can
+/// still end (the [`super::watchdog`] sweeps until there is none).
+pub(super) fn group_has_live_members(pgid: u32) -> bool {
+    group_has(pgid, |state| state != "Z")
+}
+
+fn group_has(pgid: u32, state_ok: impl Fn(&str) -> bool) -> bool {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return false;
     };
     dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .any(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .ok()
-                .and_then(|stat| {
-                    let (_, rest) = stat.rsplit_once(')')?;
-                    rest.split_whitespace().nth(2)?.parse::<u32>().ok()
-                })
-                == Some(pgid)
+            state_and_group(pid).is_some_and(|(state, group)| group == pgid && state_ok(&state))
         })
+}
+
+/// A process's state letter and process group, from `/proc/<pid>/stat` (Linux).
+fn state_and_group(pid: u32) -> Option<(String, u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.to_owned();
+    Some((state, fields.nth(1)?.parse().ok()?))
 }
 
 /// A process's parent, from `/proc/<pid>/stat` (Linux).
