@@ -23,8 +23,8 @@
 //!
 //! After a normal stop there is nothing left to find, and the sweep is one `/proc` scan. A
 //! process that both leaves the group and clears its environment cannot be recognised; a
-//! cgroup would catch it, but creating one needs a delegated cgroup v2 subtree, which an
-//! unprivileged user (or this container) does not have.
+//! cgroup would catch it, but creating one needs root or a cgroup v2 subtree delegated to the
+//! user, which a server started by a desktop client cannot count on.
 //!
 //! Memory: at most [`MAX_GROUPS`] groups are remembered (the restart budget keeps the real
 //! number far below), and a pipe line is read into a buffer of at most [`MAX_LINE`] bytes.

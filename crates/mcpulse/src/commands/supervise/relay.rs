@@ -34,14 +34,19 @@ pub fn run(args: SuperviseArgs) -> Result<u8> {
         let visibility = super::visibility::start(&args).await?;
         let io = client_io::ClientIo::open();
         let stop = stop_signal()?;
-        let outcome = mcpulse_relay::supervise::run_until(
+        // Spawned, not awaited in `block_on` itself: a task woken by another (the child's
+        // stdout reader) runs next, where the `block_on` future is first made to wait for a
+        // poll of the I/O driver, one more `epoll_wait` per reply. A `current_thread` runtime
+        // still runs it on this thread (the parent-death signal's, see above).
+        let outcome = tokio::spawn(mcpulse_relay::supervise::run_until(
             settings,
             io.input,
             io.output,
             visibility.observer.clone(),
             stop,
-        )
-        .await;
+        ))
+        .await
+        .context("the relay stopped unexpectedly")?;
         drop(io.restore);
         Ok(if outcome.fatal.is_some() {
             EXIT_FATAL
