@@ -18,7 +18,8 @@
 //!   supervisor's [`LINEAGE_VAR`] prefix (`/proc/<pid>/environ`), again and again until none is
 //!   left (a process may fork between the scan and the kill), for at most [`SWEEP_BOUND`];
 //! - it is in a process group of its own (a Ctrl-C or a `kill -- -PGID` aimed at the
-//!   supervisor's group does not take it too), carries no lineage of ours, has no stdout (the
+//!   supervisor's group does not take it too), carries no lineage (neither ours nor that of a
+//!   supervisor above us, whose watchdog must not end it before its sweep), has no stdout (the
 //!   client's stream is never touched) and keeps the supervisor's stderr for one line of report.
 //!
 //! After a normal stop there is nothing left to find, and the sweep is one `/proc` scan. A
@@ -58,8 +59,9 @@ pub fn start(exe: &Path) -> std::io::Result<u32> {
     command
         .arg(SUBCOMMAND)
         .arg(lineage_prefix())
-        // An outer supervisor's lineage stays (it must still find us); ours is only a prefix
-        // argument, never in the watchdog's own environment.
+        // No lineage of its own (ours is an argument): under a supervisor of its own, that
+        // one's watchdog must not kill this one before it has swept; it ends by itself.
+        .env_remove(LINEAGE_VAR)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
