@@ -487,8 +487,10 @@ pub fn readiness(s: &Status, version: &'static str) -> Health {
                 .collect::<Vec<_>>(),
         );
     if s.state == ChildState::Fatal {
+        // `warn`, not `fail`: the failure is `child:state`'s. A monitor pages each failing
+        // component on its own, and one outage must not page twice as critical.
         restarts = restarts
-            .status(CheckStatus::Fail)
+            .status(CheckStatus::Warn)
             .output("the restart budget is spent");
     } else if let Some(r) = s.recent_restarts.last() {
         restarts = restarts.at(r.at_ms).output(reason_text(&r.reason));

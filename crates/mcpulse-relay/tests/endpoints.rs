@@ -118,6 +118,14 @@ async fn readyz_follows_the_child_state() {
     assert_eq!(r.status, 503);
     assert!(!r.body.contains('\x1b'), "{}", r.body);
     assert_eq!(r.json()["output"], "gave up: 5 restarts in 60s\\x1b[2J");
+    // The state check fails; the spent budget is only a warning (one critical page an outage).
+    let v = r.json();
+    assert_eq!(v["checks"]["child:state"][0]["status"], "fail");
+    assert_eq!(v["checks"]["restarts:count"][0]["status"], "warn");
+    assert_eq!(
+        v["checks"]["restarts:count"][0]["output"],
+        "the restart budget is spent"
+    );
     let r = get(l.addr, "/readyz?verbose").await;
     assert_eq!(r.status, 503);
     assert!(r.headers["content-type"].starts_with("text/plain"));

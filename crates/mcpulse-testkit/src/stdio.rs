@@ -93,6 +93,9 @@ pub enum Act {
     SpawnSessionLeader(PathBuf),
     /// Append the message being handled (the whole line) to `file`.
     RecordLine(PathBuf),
+    /// Ignore SIGTERM from here on, and so do the processes the script starts after it (an
+    /// ignored signal stays ignored across fork and exec).
+    IgnoreSigterm,
 }
 
 /// A scripted stdio server, built up then written to a file.
@@ -249,6 +252,7 @@ fn render_act(act: &Act) -> String {
         Act::Stderr(line) => format!("printf '%s\\n' {} >&2\n", quote(line)),
         Act::Exit(code) => format!("exit {code}\n"),
         Act::Hang => "trap '' TERM\nexec sleep 100000\n".to_owned(),
+        Act::IgnoreSigterm => "trap '' TERM\n".to_owned(),
         Act::Sleep(ms) => format!("sleep {}.{:03}\n", ms / 1000, ms % 1000),
         Act::SpawnGrandchild(file) => format!(
             "sleep 100000 </dev/null >/dev/null 2>&1 &\necho $! >> {}\n",

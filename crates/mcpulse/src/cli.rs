@@ -49,6 +49,9 @@ pub enum Command {
     /// A demo MCP server, as `mcpulse demo` runs it (`demo-server stdio`).
     #[command(hide = true)]
     DemoServer { which: DemoServerKind },
+    /// The guard `mcpulse supervise` starts: kills what its child left if it is SIGKILLed.
+    #[command(hide = true, name = "supervise-watchdog")]
+    SuperviseWatchdog { lineage_prefix: String },
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

@@ -315,7 +315,7 @@ async fn without_an_mcp_target_the_endpoint_alone_decides() {
     assert!(has(
         &r,
         "health-component-unhealthy",
-        "restarts:count reports fail"
+        "restarts:count reports warn"
     ));
 
     // Nothing listening: unreachable, and quickly.

@@ -2347,8 +2347,8 @@ async fn a_health_only_target_follows_a_supervised_server_down_and_back() {
     assert!(!of("mcpulse_contract"), "{metrics}");
     let n = m.history("sup").await.len();
     m.wait_checks("sup", n, 2).await;
-    // Each page (the target's, and one per failing component: `child:state`, and
-    // `restarts:count` since it gave up) triggered once and resolved once.
+    // Each page (the target's, and one per unhealthy component: `child:state`, and
+    // `restarts:count`, a warning since it gave up) triggered once and resolved once.
     let bodies: Vec<Value> = hook.accepted().into_iter().map(|d| d.body).collect();
     let mut keys: Vec<&str> = bodies
         .iter()

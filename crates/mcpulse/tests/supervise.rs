@@ -1,7 +1,7 @@
 //! `mcpulse supervise` as a process: argument errors, a clean exit on the client's EOF, a
 //! non-zero exit after giving up, and the child dying with a SIGKILLed supervisor
-//! (PR_SET_PDEATHSIG). The relay's behaviour in detail is tested in-process
-//! (crates/mcpulse-relay/tests/supervise.rs).
+//! (PR_SET_PDEATHSIG), its grandchildren too (the watchdog). The relay's behaviour in detail is
+//! tested in-process (crates/mcpulse-relay/tests/supervise.rs).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -188,10 +188,9 @@ async fn after_giving_up_it_exits_non_zero_when_the_client_closes() {
     );
 }
 
-/// Only the child itself: the parent-death signal does not reach grandchildren in its group
-/// that ignore their stdin closing (a limit docs/supervise.md §Hygiene states); a SIGTERM, which
-/// the supervisor handles, takes them all
-/// (`a_signal_stops_the_whole_group_within_the_short_bound_then_exits`).
+/// The child itself, by the parent-death signal; the grandchildren are the watchdog's
+/// (`a_sigkilled_supervisor_leaves_no_grandchild_behind`); a SIGTERM, which the supervisor
+/// handles, stops them all itself (`a_signal_stops_the_whole_group_within_the_short_bound_then_exits`).
 #[tokio::test]
 async fn a_sigkilled_supervisor_takes_its_child_with_it() {
     let dir = TempDir::new("sup-pdeathsig");
@@ -211,6 +210,81 @@ async fn a_sigkilled_supervisor_takes_its_child_with_it() {
         left.is_empty(),
         "the child outlived its SIGKILLed supervisor"
     );
+}
+
+/// The parent-death signal ends the child alone. The watchdog the supervisor starts (a process
+/// of its own, woken by the supervisor's death closing its pipe) takes the rest: a grandchild
+/// in the child's group and one that called `setsid`, both ignoring SIGTERM and their stdin.
+#[tokio::test]
+async fn a_sigkilled_supervisor_leaves_no_grandchild_behind() {
+    let dir = TempDir::new("sup-watchdog");
+    let script = StdioScript::new()
+        .at_start(Act::IgnoreSigterm)
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .at_start(Act::SpawnGrandchild(dir.join("grand")))
+        .at_start(Act::SpawnSessionLeader(dir.join("leader")))
+        .at_start(Act::Hang)
+        .write(&dir, "s.sh");
+    let mut sup = Supervised::spawn(&["--", "sh", script.to_str().unwrap()]);
+    let supervisor = sup.process.id().unwrap();
+    let mut ours = wait_for_pids(&dir.join("pids"), 1).await;
+    ours.extend(wait_for_pids(&dir.join("grand"), 1).await);
+    ours.extend(wait_for_pids(&dir.join("leader"), 1).await);
+    // Every one carries the supervisor's lineage: `<supervisor pid>-<random>-<instance>-<gen>`.
+    let lineage = lineage(ours[0]).expect("the child's lineage");
+    let prefix = format!("{}-", lineage.rsplitn(3, '-').nth(2).unwrap());
+    assert!(prefix.starts_with(&format!("{supervisor}-")), "{lineage}");
+    assert_eq!(with_lineage(&prefix).len(), 3, "{ours:?}");
+    let watchdog = watchdog_of(supervisor);
+    sup.process.start_kill().unwrap();
+    sup.process.wait().await.unwrap();
+    let mut left = still_running_after(&ours, Duration::from_secs(5));
+    left.extend(with_lineage(&prefix));
+    let watchdog_left = still_running_after(watchdog.as_slice(), Duration::from_secs(5));
+    kill(&left);
+    kill(&watchdog_left);
+    assert!(
+        left.is_empty(),
+        "left by the SIGKILLed supervisor: {left:?} (child, grandchild, setsid one: {ours:?})"
+    );
+    assert!(watchdog.is_some(), "no watchdog was started");
+    assert!(watchdog_left.is_empty(), "the watchdog did not exit");
+}
+
+/// A process's `MCPULSE_SUPERVISE_LINEAGE`.
+fn lineage(pid: u32) -> Option<String> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    env.split(|b| *b == 0).find_map(|kv| {
+        let kv = std::str::from_utf8(kv).ok()?;
+        Some(kv.strip_prefix("MCPULSE_SUPERVISE_LINEAGE=")?.to_owned())
+    })
+}
+
+/// Live processes whose lineage starts with `prefix`.
+fn with_lineage(prefix: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| is_running(*pid) && lineage(*pid).is_some_and(|l| l.starts_with(prefix)))
+        .collect()
+}
+
+/// The `mcpulse supervise-watchdog` started by `supervisor`.
+fn watchdog_of(supervisor: u32) -> Option<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .find(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let parent = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
+            parent == Some(supervisor)
+                && cmdline
+                    .split(|b| *b == 0)
+                    .any(|arg| arg == b"supervise-watchdog")
+        })
 }
 
 /// Sends `sig` to a process.

@@ -171,17 +171,28 @@ fn comm(pid: u32) -> String {
         .to_owned()
 }
 
+/// Whether a process is the supervisor's watchdog (`mcpulse supervise-watchdog`, also a child
+/// of the supervisor, also named `mcpulse`), which is not the server.
+fn is_watchdog(pid: u32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .unwrap_or_default()
+        .split(|b| *b == 0)
+        .any(|arg| arg == b"supervise-watchdog")
+}
+
 /// The server process: the supervisor's child, or the client's own child without one.
 fn server_pid(client: u32, supervised: bool) -> u32 {
     let until = Instant::now() + STEP_WITHIN;
     loop {
         let tree = descendants(client);
         let parent = if supervised {
-            tree.iter().copied().find(|p| comm(*p) == "mcpulse")
+            tree.iter()
+                .copied()
+                .find(|p| comm(*p) == "mcpulse" && !is_watchdog(*p))
         } else {
             Some(client)
         };
-        let found = parent.and_then(|p| children(p).into_iter().next());
+        let found = parent.and_then(|p| children(p).into_iter().find(|c| !is_watchdog(*c)));
         if let Some(pid) = found {
             return pid;
         }

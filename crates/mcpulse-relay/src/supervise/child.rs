@@ -25,15 +25,28 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::pipe;
 use tokio::process::Command;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout_at};
 
 /// Set in the child's environment (and so in every descendant's that does not clear it) to
-/// `<supervisor pid>-<instance>-<generation>`: how a grandchild that left the process group and
-/// was reparented to us is recognised as ours at stop time.
+/// `<supervisor pid>-<random>-<instance>-<generation>`: how a grandchild that left the process
+/// group and was reparented to us is recognised as ours at stop time, and by the
+/// [`super::watchdog`] after a SIGKILLed supervisor (the random part keeps a later process that
+/// reuses our pid from being taken for us).
 pub const LINEAGE_VAR: &str = "MCPULSE_SUPERVISE_LINEAGE";
+
+/// The start of every lineage this process gives: `<pid>-<random>-`.
+pub fn lineage_prefix() -> &'static str {
+    static PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PREFIX.get_or_init(|| {
+        use std::hash::BuildHasher;
+        let random = std::collections::hash_map::RandomState::new().hash_one(std::process::id());
+        format!("{}-{:x}-", std::process::id(), random & 0xffff_ffff)
+    })
+}
 
 /// How long after the child's exit its stdout may still be read before the exit is reported.
 const STDOUT_DRAIN: Duration = Duration::from_millis(200);
@@ -115,8 +128,14 @@ pub struct Child {
     pub pid: u32,
     pub generation: u64,
     lineage: String,
-    /// Messages to write to its stdin (each a line, newline included).
+    /// Messages for the writer task (each a line, newline included, or what is left of one):
+    /// only those that could not go straight through ([`Child::send`]).
     stdin: Option<mpsc::UnboundedSender<Vec<u8>>>,
+    /// The child's stdin, shared with the writer task: [`Child::send`] writes a line itself
+    /// when the writer has nothing waiting (one request at a time, the common case), which
+    /// saves a task hand-off per message. Dropped with `stdin` (the writer holds the other
+    /// reference until it has written what it was given), so the child sees EOF after both.
+    pipe: Option<Arc<pipe::Sender>>,
     /// Bytes queued for its stdin and not yet written: the session stops reading the client
     /// while this is over its bound (backpressure instead of unbounded memory).
     pub stdin_backlog: Arc<AtomicUsize>,
@@ -257,7 +276,7 @@ impl Child {
         ring: Arc<StderrRing>,
     ) -> Result<Child, SpawnError> {
         let instance = INSTANCE.fetch_add(1, Ordering::Relaxed);
-        let lineage = format!("{}-{instance}-{generation}", std::process::id());
+        let lineage = format!("{}{instance}-{generation}", lineage_prefix());
         // The child gets our whole environment: the client chose it for the server.
         let mut command = Command::new(&cmd.program);
         command
@@ -306,7 +325,13 @@ impl Child {
         let pid = child.id().unwrap_or(0);
         registry.push(pid);
         drop(registry);
-        let stdin = child.stdin.take();
+        super::watchdog::group_started(pid);
+        let stdin = child
+            .stdin
+            .take()
+            .and_then(|s| s.into_owned_fd().ok())
+            .and_then(|fd| pipe::Sender::from_owned_fd(fd).ok())
+            .map(Arc::new);
         {
             use std::os::fd::AsFd;
             if let Some(stdin) = &stdin {
@@ -347,12 +372,13 @@ impl Child {
         });
         let (tx, rx) = mpsc::unbounded_channel();
         let stdin_backlog = Arc::new(AtomicUsize::new(0));
-        let writer = tokio::spawn(write_stdin(stdin, rx, stdin_backlog.clone()));
+        let writer = tokio::spawn(write_stdin(stdin.clone(), rx, stdin_backlog.clone()));
         Ok(Child {
             pid,
             generation,
             lineage,
             stdin: Some(tx),
+            pipe: stdin,
             stdin_backlog,
             writer,
             exited,
@@ -361,19 +387,36 @@ impl Child {
         })
     }
 
-    /// Queues one line (newline included) for the child's stdin. A child whose stdin is
-    /// closed loses it silently: its exit is what the session acts on.
-    pub fn send(&self, line: Vec<u8>) {
-        if let Some(tx) = &self.stdin {
-            self.stdin_backlog.fetch_add(line.len(), Ordering::Relaxed);
-            let _ = tx.send(line);
+    /// Writes one line (newline included) to the child's stdin: straight through when nothing
+    /// is waiting before it and the pipe has room, else (what is left of it) through the writer
+    /// task, in order. A child whose stdin is closed loses it silently: its exit is what the
+    /// session acts on.
+    pub fn send(&self, mut line: Vec<u8>) {
+        let Some(tx) = &self.stdin else { return };
+        // Nothing queued means the writer is idle (it subtracts after writing): a direct write
+        // cannot overtake a line of its.
+        if self.stdin_backlog.load(Ordering::Relaxed) == 0
+            && let Some(pipe) = &self.pipe
+        {
+            match pipe.try_write(&line) {
+                Ok(n) if n == line.len() => return,
+                Ok(n) => {
+                    line.drain(..n);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                // A closed pipe (the child exited): dropped, as the writer would.
+                Err(_) => return,
+            }
         }
+        self.stdin_backlog.fetch_add(line.len(), Ordering::Relaxed);
+        let _ = tx.send(line);
     }
 
     /// Closes the child's stdin once what is queued is written: the polite way to end a stdio
     /// server.
     pub fn close_stdin(&mut self) {
         self.stdin = None;
+        self.pipe = None;
         self.stdin_closed.get_or_insert_with(Instant::now);
     }
 
@@ -384,15 +427,7 @@ impl Child {
     /// never); called only when a heartbeat went unanswered.
     pub fn is_stopped(&self) -> bool {
         let frozen = |pid: u32| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .ok()
-                .and_then(|stat| {
-                    let (_, rest) = stat.rsplit_once(')')?;
-                    let mut fields = rest.split_whitespace();
-                    let state = fields.next()?;
-                    let group = fields.nth(1)?.parse::<u32>().ok()?;
-                    Some((matches!(state, "T" | "t"), group))
-                })
+            state_and_group(pid).map(|(state, group)| (matches!(state.as_str(), "T" | "t"), group))
         };
         let Ok(dir) = std::fs::read_dir("/proc") else {
             return false;
@@ -427,6 +462,7 @@ impl Child {
         let pgid = i32::try_from(self.pid).unwrap_or(0);
         // Closing the channel lets the writer finish what is queued, then drop the pipe (EOF).
         self.stdin = None;
+        self.pipe = None;
         let until = self.stdin_closed.unwrap_or_else(Instant::now) + grace;
         if timeout_at(until, &mut self.writer).await.is_err() {
             self.writer.abort(); // a child not reading its stdin: drop the pipe now
@@ -457,6 +493,7 @@ impl Child {
         // empty environ hid them from the walk): reaped now, the supervisor may exit next.
         reap_zombies(std::process::id());
         self.stopped = true;
+        super::watchdog::group_stopped(self.pid);
     }
 }
 
@@ -474,10 +511,11 @@ impl Drop for Child {
         for pid in descendants(self.pid, &self.lineage, alive) {
             kill_pid(pid);
         }
+        super::watchdog::group_stopped(self.pid);
     }
 }
 
-fn kill_pid(pid: u32) {
+pub(super) fn kill_pid(pid: u32) {
     if let Ok(pid) = i32::try_from(pid)
         && pid > 0
     {
@@ -522,19 +560,32 @@ async fn reap(pids: &[u32], leader: u32) {
 /// Whether any process is in process group `pgid` (`/proc`, Linux). While one is, no new
 /// process can be given `pgid` as its pid, so signalling the group reaches only ours.
 fn group_has_members(pgid: u32) -> bool {
+    group_has(pgid, |_| true)
+}
+
+/// Whether a process other than a zombie is in process group `pgid`: one that a kill can
+/// still end (the [`super::watchdog`] sweeps until there is none).
+pub(super) fn group_has_live_members(pgid: u32) -> bool {
+    group_has(pgid, |state| state != "Z")
+}
+
+fn group_has(pgid: u32, state_ok: impl Fn(&str) -> bool) -> bool {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return false;
     };
     dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .any(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .ok()
-                .and_then(|stat| {
-                    let (_, rest) = stat.rsplit_once(')')?;
-                    rest.split_whitespace().nth(2)?.parse::<u32>().ok()
-                })
-                == Some(pgid)
+            state_and_group(pid).is_some_and(|(state, group)| group == pgid && state_ok(&state))
         })
+}
+
+/// A process's state letter and process group, from `/proc/<pid>/stat` (Linux).
+fn state_and_group(pid: u32) -> Option<(String, u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.to_owned();
+    Some((state, fields.nth(1)?.parse().ok()?))
 }
 
 /// A process's parent, from `/proc/<pid>/stat` (Linux).
@@ -596,14 +647,14 @@ fn descendants(leader: u32, lineage: &str, leader_alive: bool) -> Vec<u32> {
 }
 
 async fn write_stdin(
-    stdin: Option<tokio::process::ChildStdin>,
+    stdin: Option<Arc<pipe::Sender>>,
     mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
     backlog: Arc<AtomicUsize>,
 ) {
-    let Some(mut stdin) = stdin else { return };
+    let Some(stdin) = stdin else { return };
     while let Some(line) = rx.recv().await {
         let n = line.len();
-        let ok = stdin.write_all(&line).await.is_ok();
+        let ok = write_all(&stdin, &line).await.is_ok();
         backlog.fetch_sub(n, Ordering::Relaxed);
         if !ok {
             // A closed pipe (the child exited): drain without writing, never spin on EPIPE.
@@ -613,6 +664,20 @@ async fn write_stdin(
             return;
         }
     }
+}
+
+/// `write_all` on a shared pipe (`AsyncWrite` needs it owned).
+async fn write_all(pipe: &pipe::Sender, mut buf: &[u8]) -> std::io::Result<()> {
+    while !buf.is_empty() {
+        pipe.writable().await?;
+        match pipe.try_write(buf) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => buf = &buf[n..],
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 async fn read_stdout(

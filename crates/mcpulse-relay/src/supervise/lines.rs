@@ -62,6 +62,9 @@ pub struct LineReader<R> {
     /// The last line's length plus its newline: what a fresh buffer reserves, so that a run of
     /// large messages reads each in one go into one allocation. At most `max + 2`.
     hint: usize,
+    /// Skipping the rest of a line over the bound, with what was learnt of it so far: kept here,
+    /// not in a local, so that a call dropped while it waits resumes the skip.
+    skipping: Option<ReplySniffer>,
 }
 
 impl<R: AsyncRead + Unpin> LineReader<R> {
@@ -73,12 +76,18 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
             pos: 0,
             scanned: 0,
             hint: 0,
+            skipping: None,
         }
     }
 
-    /// Reads the next line.
+    /// Reads the next line. Cancel-safe: every byte read is kept in the reader (and a skip in
+    /// progress in [`LineReader::skipping`]) before any wait, so the relay can poll it in a
+    /// `select!` and drop the call when another branch wins, losing nothing.
     pub async fn next_line(&mut self) -> LineRead {
         let limit = self.max.saturating_add(2);
+        if self.skipping.is_some() {
+            return self.skip_rest().await;
+        }
         loop {
             if let Some(i) = memchr::memchr(b'\n', &self.buf[self.scanned..]) {
                 let nl = self.scanned + i;
@@ -180,10 +189,13 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
     /// The current line is over the bound: sniff what is held, drop it, and skip the rest of
     /// the line a bounded chunk at a time.
     async fn skip_rest(&mut self) -> LineRead {
-        let mut sniffer = ReplySniffer::new();
-        sniffer.push(&self.buf[self.pos..]);
-        self.discard();
-        self.hint = 0;
+        if self.skipping.is_none() {
+            let mut sniffer = ReplySniffer::new();
+            sniffer.push(&self.buf[self.pos..]);
+            self.discard();
+            self.hint = 0;
+            self.skipping = Some(sniffer);
+        }
         loop {
             self.buf.reserve(MIN_READ);
             match (&mut self.inner)
@@ -197,6 +209,9 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
                 }
                 Ok(_) => {}
             }
+            let Some(sniffer) = self.skipping.as_mut() else {
+                break;
+            };
             if let Some(i) = memchr::memchr(b'\n', &self.buf) {
                 sniffer.push(&self.buf[..i]);
                 self.pos = i + 1;
@@ -206,6 +221,7 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
             sniffer.push(&self.buf);
             self.discard();
         }
+        let sniffer = self.skipping.take().unwrap_or_default();
         LineRead::TooLong(clipped(&sniffer))
     }
 }
@@ -213,6 +229,7 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::future::Future;
     use std::pin::Pin;
     use std::task::{Context, Poll};
     use tokio::io::ReadBuf;
@@ -382,5 +399,76 @@ mod tests {
                 .collect();
             prop_assert_eq!(got, want);
         });
+    }
+
+    /// A stream that is not ready every other poll (it wakes at once), as a pipe is between
+    /// two writes of a slow writer.
+    struct Stuttering<'a> {
+        inner: Chunked<'a>,
+        ready: bool,
+    }
+
+    impl AsyncRead for Stuttering<'_> {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            self.ready = !self.ready;
+            if !self.ready {
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            Pin::new(&mut self.inner).poll_read(cx, buf)
+        }
+    }
+
+    /// The relay polls `next_line` in a `select!` and drops the call whenever another branch
+    /// wins: a call dropped at any wait, mid-line or mid-skip of an over-long line, loses
+    /// nothing, and the next call goes on where it stopped.
+    #[test]
+    fn a_call_dropped_while_it_waits_loses_nothing() {
+        let pad = "x".repeat(5000);
+        let input = format!(
+            "{{\"id\":1}}\n{{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"m\",\"params\":\"{pad}\"}}\nshort\n{pad}\nlast\n"
+        );
+        let mut r = LineReader::new(
+            Stuttering {
+                inner: Chunked {
+                    data: input.as_bytes(),
+                    chunk: 700,
+                    one_line: false,
+                    reads: 0,
+                },
+                ready: false,
+            },
+            1000,
+        );
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let mut got = Vec::new();
+        let mut dropped = 0;
+        for _ in 0..1000 {
+            // One poll per call, then the call is dropped (as a lost `select!` branch is).
+            let polled = std::pin::pin!(r.next_line()).as_mut().poll(&mut cx);
+            match polled {
+                Poll::Ready(LineRead::Eof) => break,
+                Poll::Ready(other) => got.push(other),
+                Poll::Pending => dropped += 1,
+            }
+        }
+        assert!(dropped > 10, "the calls were not cut: {dropped}");
+        assert_eq!(
+            got,
+            vec![
+                LineRead::Line(b"{\"id\":1}".to_vec()),
+                LineRead::TooLong(Clipped {
+                    id: Some("9".into()),
+                    reply: false
+                }),
+                LineRead::Line(b"short".to_vec()),
+                LineRead::TooLong(Clipped::default()),
+                LineRead::Line(b"last".to_vec()),
+            ]
+        );
     }
 }

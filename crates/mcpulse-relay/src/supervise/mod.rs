@@ -5,7 +5,8 @@
 //! - [`child`]: the process: group, parent-death signal, subreaper, stderr ring, stop;
 //! - [`lines`]: bounded line reading, both directions;
 //! - [`envelope`]: the little of a message the relay reads;
-//! - [`session`]: the relay loop: routing, heartbeats, restarts, replay, queue, timeouts.
+//! - [`session`]: the relay loop: routing, heartbeats, restarts, replay, queue, timeouts;
+//! - [`watchdog`]: the process that kills what is left when the supervisor is SIGKILLed.
 //!
 //! Every decision (is a missed heartbeat a failure, how long to back off, when to give up, when
 //! a request expires) is `mcpulse-policy`'s; this module waits, reads, writes and signals.
@@ -14,6 +15,7 @@ pub mod child;
 pub mod envelope;
 pub mod lines;
 pub mod session;
+pub mod watchdog;
 
 pub use child::Program;
 pub use session::{Outcome, SIGNAL_GRACE, run, run_until};

@@ -1,8 +1,12 @@
 //! The relay loop: one task owning every piece of session state, woken by the client's lines,
 //! the child's lines and exits, and its own timers (heartbeat, request deadlines, backoff,
-//! replay). Reading and writing happen in small tasks around it, joined by channels, so that
-//! neither side's slowness blocks the other (a child that does not read its stdin while it
-//! writes its stdout cannot deadlock the relay).
+//! replay). The per-message path is kept short (docs/benchmarks-supervise.md): the client's
+//! lines are read by the loop itself, and a message is written straight to its destination
+//! when the pipe has room and nothing waits before it, so a request crosses from the client's
+//! pipe to the child's in one turn of one task. Only what cannot be written at once goes to a
+//! writer task per destination, and the child's stdout is read by a task per child (tagged with
+//! its generation), so that neither side's slowness blocks the other (a child that does not
+//! read its stdin while it writes its stdout cannot deadlock the relay).
 //!
 //! Routing, by what the envelope says ([`super::envelope`]):
 //! - a client request is forwarded (or queued while the child restarts) and tracked by its id
@@ -38,7 +42,7 @@ use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until, timeout_at};
@@ -66,11 +70,6 @@ const MAX_IN_FLIGHT: usize = 10_000;
 const MAX_ID_LEN: usize = 1024;
 /// The most recent restarts kept in the status.
 const RECENT_RESTARTS: usize = 10;
-
-enum ClientEvent {
-    Line(Vec<u8>),
-    TooLong(Clipped),
-}
 
 /// A client request the child has not answered yet.
 struct InFlight {
@@ -112,8 +111,8 @@ struct Session {
     s: Settings,
     observer: Arc<dyn Observer>,
     origin: Instant,
-    /// Lines to the client (newline included) and the bytes not yet written.
-    out: Option<mpsc::UnboundedSender<Vec<u8>>>,
+    /// Lines to the client (newline included), and the bytes waiting to be written.
+    out: ClientOut,
     out_backlog: Arc<AtomicUsize>,
     child: Option<Child>,
     generation: u64,
@@ -198,12 +197,26 @@ where
         tracing::debug!("not a child subreaper: grandchildren that call setsid may outlive a stop");
         None
     };
-    let (client_tx, mut client_rx) = mpsc::channel(64);
-    let max = settings.max_message_size;
-    let reader = tokio::spawn(read_client(input, max, client_tx));
+    // Read here, in the loop, not by a task of its own: a request goes from the client's pipe to
+    // the child's in one task's turn (the reader is cancel-safe, see `LineReader::next_line`).
+    let mut client = LineReader::new(input, settings.max_message_size);
     let out_backlog = Arc::new(AtomicUsize::new(0));
-    let (out_tx, out_rx) = mpsc::unbounded_channel();
-    let writer = tokio::spawn(write_client(output, out_rx, out_backlog.clone()));
+    let out = ClientOut {
+        outbox: Arc::new(std::sync::Mutex::new(Outbox {
+            w: Box::pin(output),
+            queue: VecDeque::new(),
+            dirty: false,
+            broken: false,
+            finishing: false,
+        })),
+        wake: Arc::new(tokio::sync::Notify::new()),
+        backlog: out_backlog.clone(),
+    };
+    let writer = tokio::spawn(write_client(
+        out.outbox.clone(),
+        out.wake.clone(),
+        out_backlog.clone(),
+    ));
     let (events, mut child_rx) = mpsc::channel(256);
     let random = std::collections::hash_map::RandomState::new();
     let id_prefix = format!(
@@ -216,7 +229,7 @@ where
         s: settings,
         observer,
         origin: Instant::now(),
-        out: Some(out_tx),
+        out,
         out_backlog,
         child: None,
         generation: 0,
@@ -247,8 +260,16 @@ where
     };
     session.start().await;
     let mut client_open = true;
+    // One timer for the session, moved when the next wake changes: not a new one registered
+    // and dropped in the timer wheel for every message.
+    let mut timer = std::pin::pin!(sleep_until(Instant::now()));
     loop {
         let wake = session.next_wake();
+        if let Some(w) = wake
+            && timer.deadline() != w
+        {
+            timer.as_mut().reset(w);
+        }
         let to_child_ok = session
             .child
             .as_ref()
@@ -270,10 +291,11 @@ where
             // The client is read only while both sides drain: a client message may be answered
             // by the supervisor itself (FATAL, a full queue, a too-long request), and a client
             // that writes without reading would otherwise grow those answers without bound.
-            line = client_rx.recv(), if client_open && to_child_ok && to_client_ok => match line {
-                Some(ClientEvent::Line(line)) => session.client_line(line),
-                Some(ClientEvent::TooLong(clipped)) => session.client_too_long(clipped),
-                None => {
+            line = client.next_line(), if client_open && to_child_ok && to_client_ok => match line {
+                LineRead::Line(line) if line.is_empty() => {}
+                LineRead::Line(line) => session.client_line(line),
+                LineRead::TooLong(clipped) => session.client_too_long(clipped),
+                LineRead::Eof => {
                     client_open = false;
                     if !session.client_closed() {
                         break;
@@ -283,7 +305,7 @@ where
             // A stalled side (see the module docs) is looked at again every few milliseconds;
             // without this, a client and a child both not reading would leave no branch.
             () = tokio::time::sleep(STALL_POLL), if !to_client_ok || !to_child_ok => {}
-            () = sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => {
+            () = timer.as_mut(), if wake.is_some() => {
                 if session.closing_until.is_some_and(|t| t <= Instant::now()) {
                     break;
                 }
@@ -297,7 +319,7 @@ where
             }
         }
     }
-    reader.abort();
+    drop(client);
     // A signal may come while the stop after the client's EOF still runs its full grace (the
     // SDK clients send SIGTERM 2 s after closing our stdin, as that grace ends): it cuts that
     // stop short (dropping the child SIGKILLs what is left) and finishes with the short one.
@@ -318,7 +340,7 @@ where
         reaper.abort();
     }
     let grace = session.s.stop_grace;
-    drop(session.out.take());
+    session.out.finish();
     if timeout_at(Instant::now() + grace, writer).await.is_err() {
         tracing::warn!("the client stopped reading; unsent output dropped");
     }
@@ -327,53 +349,143 @@ where
     }
 }
 
-async fn read_client<R: AsyncRead + Unpin>(input: R, max: usize, tx: mpsc::Sender<ClientEvent>) {
-    let mut reader = LineReader::new(input, max);
-    loop {
-        let event = match reader.next_line().await {
-            LineRead::Line(line) if line.is_empty() => continue,
-            LineRead::Line(line) => ClientEvent::Line(line),
-            LineRead::TooLong(clipped) => ClientEvent::TooLong(clipped),
-            LineRead::Eof => return,
-        };
-        if tx.send(event).await.is_err() {
+/// The client's output stream and the lines waiting for it, shared by the session (which writes
+/// a line straight through when nothing waits before it: no task hand-off on the reply's path)
+/// and [`write_client`] (which writes what could not go at once, when the stream has room).
+struct Outbox {
+    w: std::pin::Pin<Box<dyn AsyncWrite + Send>>,
+    /// Lines (or the rest of one) not yet written, in order.
+    queue: VecDeque<Vec<u8>>,
+    /// Written since the last flush (a no-op on pipes and sockets; tokio's blocking stdout, the
+    /// fallback, finishes its write in the flush).
+    dirty: bool,
+    /// A write failed (the client closed its stdout): everything is dropped from now on.
+    broken: bool,
+    /// The session is over: write what is left, shut the stream down, end.
+    finishing: bool,
+}
+
+/// The session's end of the [`Outbox`].
+struct ClientOut {
+    outbox: Arc<std::sync::Mutex<Outbox>>,
+    /// Wakes [`write_client`] when something waits in the queue (or must be flushed).
+    wake: Arc<tokio::sync::Notify>,
+    /// Bytes waiting in the queue: the relay stops reading the child past its bound.
+    backlog: Arc<AtomicUsize>,
+}
+
+impl ClientOut {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Outbox> {
+        self.outbox.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Writes `line` now if nothing waits before it and the stream takes it, else queues it (or
+    /// what is left of it) for [`write_client`].
+    fn send(&self, line: Vec<u8>) {
+        use std::task::{Context, Poll, Waker};
+        let mut ob = self.lock();
+        if ob.broken {
             return;
         }
+        let mut written = 0;
+        // Only when the writer task waits on nothing (no line, no flush): a poll here replaces
+        // the stream's waker, and the writer's must not be lost.
+        if ob.queue.is_empty() && !ob.dirty {
+            // Polled with a waker that does nothing: a Pending here only means "not now", and
+            // the writer task polls again with its own.
+            let mut cx = Context::from_waker(Waker::noop());
+            match ob.w.as_mut().poll_write(&mut cx, &line) {
+                Poll::Ready(Ok(n)) => {
+                    written = n;
+                    ob.dirty = true;
+                }
+                Poll::Ready(Err(_)) => {
+                    ob.broken = true;
+                    return;
+                }
+                Poll::Pending => {}
+            }
+            if written == line.len() {
+                let flushed = matches!(ob.w.as_mut().poll_flush(&mut cx), Poll::Ready(Ok(())));
+                if flushed {
+                    ob.dirty = false;
+                    return;
+                }
+                drop(ob);
+                self.wake.notify_one();
+                return;
+            }
+        }
+        let rest = if written == 0 {
+            line
+        } else {
+            line[written..].to_vec()
+        };
+        self.backlog.fetch_add(rest.len(), Ordering::Relaxed);
+        ob.queue.push_back(rest);
+        drop(ob);
+        self.wake.notify_one();
+    }
+
+    /// Ends the output: [`write_client`] writes what waits, then shuts the stream down.
+    fn finish(&self) {
+        self.lock().finishing = true;
+        self.wake.notify_one();
     }
 }
 
-/// Writes lines to the client, flushing when there is nothing more to write right away (so a
-/// burst goes out in few writes, and a lone reply at once).
-async fn write_client<W: AsyncWrite + Unpin>(
-    output: W,
-    mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
+/// Writes what [`ClientOut::send`] could not, as the client's stream makes room, and flushes;
+/// ends after [`ClientOut::finish`] once everything is written (or the stream broke).
+async fn write_client(
+    out: Arc<std::sync::Mutex<Outbox>>,
+    wake: Arc<tokio::sync::Notify>,
     backlog: Arc<AtomicUsize>,
 ) {
-    let mut out = tokio::io::BufWriter::with_capacity(64 * 1024, output);
-    while let Some(line) = rx.recv().await {
-        let mut next = Some(line);
-        while let Some(line) = next.take() {
-            let n = line.len();
-            let ok = out.write_all(&line).await.is_ok();
-            backlog.fetch_sub(n, Ordering::Relaxed);
-            if !ok {
-                // The client closed its stdout: drain without writing, so that the backlog
-                // does not stall the relay (it would never read the client's EOF).
-                while let Some(line) = rx.recv().await {
-                    backlog.fetch_sub(line.len(), Ordering::Relaxed);
+    use std::task::Poll;
+    loop {
+        wake.notified().await;
+        let done = std::future::poll_fn(|cx| {
+            let mut ob = out.lock().unwrap_or_else(|p| p.into_inner());
+            let ob = &mut *ob;
+            while !ob.broken
+                && let Some(front) = ob.queue.front_mut()
+            {
+                match ob.w.as_mut().poll_write(cx, front) {
+                    Poll::Ready(Ok(n)) if n > 0 => {
+                        ob.dirty = true;
+                        backlog.fetch_sub(n, Ordering::Relaxed);
+                        if n == front.len() {
+                            ob.queue.pop_front();
+                        } else {
+                            front.drain(..n);
+                        }
+                    }
+                    Poll::Ready(_) => ob.broken = true,
+                    Poll::Pending => return Poll::Pending,
                 }
-                return;
             }
-            next = rx.try_recv().ok();
-        }
-        if out.flush().await.is_err() {
-            while let Some(line) = rx.recv().await {
-                backlog.fetch_sub(line.len(), Ordering::Relaxed);
+            if ob.broken {
+                // The client closed its stdout: drop what waits, so that the backlog does not
+                // stall the relay (it would never read the client's EOF).
+                ob.queue.clear();
+                backlog.store(0, Ordering::Relaxed);
+            } else if ob.dirty {
+                match ob.w.as_mut().poll_flush(cx) {
+                    Poll::Ready(Ok(())) => ob.dirty = false,
+                    Poll::Ready(Err(_)) => ob.broken = true,
+                    Poll::Pending => return Poll::Pending,
+                }
             }
+            if ob.finishing && !ob.broken {
+                let _ = std::task::ready!(ob.w.as_mut().poll_shutdown(cx));
+            }
+            Poll::Ready(ob.finishing)
+        })
+        .await;
+        if done {
             return;
         }
     }
-    let _ = out.shutdown().await;
 }
 
 fn epoch_ms() -> i64 {
@@ -419,10 +531,7 @@ impl Session {
     }
 
     fn send_client(&self, line: Vec<u8>) {
-        if let Some(out) = &self.out {
-            self.out_backlog.fetch_add(line.len(), Ordering::Relaxed);
-            let _ = out.send(line);
-        }
+        self.out.send(line);
     }
 
     fn answer_error(&self, id: &str, code: i64, message: &str) {

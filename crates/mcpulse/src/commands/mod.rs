@@ -21,6 +21,7 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Demo(args) => demo::run(args),
         Command::Supervise(args) => supervise::run(*args),
         Command::Gateway(args) => gateway::run(*args),
+        Command::SuperviseWatchdog { lineage_prefix } => supervise::watchdog(&lineage_prefix),
         Command::DemoServer {
             which: crate::cli::DemoServerKind::Stdio,
         } => demo::serve_stdio(),

@@ -15,3 +15,15 @@ pub fn run(args: SuperviseArgs) -> Result<u8> {
     }
     relay::run(args)
 }
+
+/// `mcpulse supervise-watchdog PREFIX` (hidden): the process `mcpulse supervise` starts to kill
+/// what its child left behind should it be SIGKILLed (`mcpulse_relay::supervise::watchdog`).
+pub fn watchdog(lineage_prefix: &str) -> Result<u8> {
+    let killed = mcpulse_relay::supervise::watchdog::run(lineage_prefix);
+    if killed > 0 {
+        eprintln!(
+            "mcpulse supervise-watchdog: the supervisor died; {killed} kill(s) sent to what its server left running"
+        );
+    }
+    Ok(0)
+}

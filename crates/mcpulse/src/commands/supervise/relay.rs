@@ -25,6 +25,7 @@ const EXIT_FATAL: u8 = 1;
 pub fn run(args: SuperviseArgs) -> Result<u8> {
     let settings = resolve(&args)?;
     super::visibility::init_logging(&args)?;
+    start_watchdog();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -33,14 +34,19 @@ pub fn run(args: SuperviseArgs) -> Result<u8> {
         let visibility = super::visibility::start(&args).await?;
         let io = client_io::ClientIo::open();
         let stop = stop_signal()?;
-        let outcome = mcpulse_relay::supervise::run_until(
+        // Spawned, not awaited in `block_on` itself: a task woken by another (the child's
+        // stdout reader) runs next, where the `block_on` future is first made to wait for a
+        // poll of the I/O driver, one more `epoll_wait` per reply. A `current_thread` runtime
+        // still runs it on this thread (the parent-death signal's, see above).
+        let outcome = tokio::spawn(mcpulse_relay::supervise::run_until(
             settings,
             io.input,
             io.output,
             visibility.observer.clone(),
             stop,
-        )
-        .await;
+        ))
+        .await
+        .context("the relay stopped unexpectedly")?;
         drop(io.restore);
         Ok(if outcome.fatal.is_some() {
             EXIT_FATAL
@@ -52,6 +58,21 @@ pub fn run(args: SuperviseArgs) -> Result<u8> {
     // the client may keep open (stopped by a signal, not by EOF). Everything is stopped by now.
     runtime.shutdown_background();
     code
+}
+
+/// Starts the watchdog that kills what the child leaves if we are SIGKILLed (grandchildren in
+/// its group, or that called `setsid`: the parent-death signal reaches the child alone). Before
+/// any child, from the main thread. Without it (no `/proc/self/exe`, a spawn failure) the
+/// supervisor still runs, as before, and says so.
+fn start_watchdog() {
+    use mcpulse_relay::supervise::watchdog;
+    match std::env::current_exe().and_then(|exe| watchdog::start(&exe)) {
+        Ok(pid) => tracing::debug!(pid, "supervise: watchdog started"),
+        Err(e) => tracing::warn!(
+            error = %e,
+            "supervise: no watchdog; if this supervisor is SIGKILLed, grandchildren of the server may outlive it"
+        ),
+    }
 }
 
 /// Completes on the first SIGTERM, SIGINT or SIGHUP. Without it the default action would kill
