@@ -21,9 +21,14 @@ struct Gateway {
 
 impl Gateway {
     async fn spawn(args: &[&str]) -> Gateway {
+        Gateway::spawn_at("127.0.0.1:0", args).await
+    }
+
+    /// [`Gateway::spawn`] listening on `listen`.
+    async fn spawn_at(listen: &str, args: &[&str]) -> Gateway {
         let mut process = tokio::process::Command::new(BIN)
             .arg("gateway")
-            .args(["--listen", "127.0.0.1:0", "--log-level", "warn"])
+            .args(["--listen", listen, "--log-level", "warn"])
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -352,4 +357,74 @@ async fn a_killed_or_frozen_child_answers_the_request_in_flight_and_the_next_one
     let left = still_running_after(&all, Duration::from_secs(2));
     kill(&left);
     assert!(left.is_empty(), "left running: {left:?}");
+}
+
+/// Opens a legacy session through the gateway on `port`: the session id.
+async fn open_session(port: u16) -> String {
+    let init = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "faults", "version": "1"}}});
+    let (status, sid, body) = exchange(port, "POST", "/mcp", None, &init.to_string()).await;
+    assert_eq!(status, 200, "{body}");
+    let sid = sid.expect("a session id");
+    let note = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    let (status, _, body) = exchange(port, "POST", "/mcp", Some(&sid), note).await;
+    assert!(status == 202 || status == 200, "{status} {body}");
+    sid
+}
+
+#[tokio::test]
+async fn an_http_upstream_down_and_back_gets_fast_errors_then_readiness_again() {
+    // The upstream: a real Streamable HTTP MCP server (another `mcpulse gateway`, bridging the
+    // demo server), stopped and started again on the same port.
+    let upstream = Gateway::spawn(&["--", BIN, "demo-server", "stdio"]).await;
+    let up_port = upstream.port;
+    let dir = TempDir::new("gw-bin-http-faults");
+    let config = dir.join("gateway.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "readiness_interval = \"1s\"\nreadiness_timeout = \"800ms\"\n[upstream]\nurl = \"http://127.0.0.1:{up_port}/mcp\"\n"
+        ),
+    )
+    .unwrap();
+    let gw = Gateway::spawn(&["--config", config.to_str().unwrap()]).await;
+    let port = gw.port;
+    health_is(port, "/readyz", 200).await;
+    let sid = open_session(port).await;
+    let listed = call(port, &sid, 2, "tools/list", serde_json::json!({})).await;
+    assert_eq!(listed["result"]["tools"][0]["name"], "echo", "{listed}");
+
+    // Down: the client gets a JSON-RPC error at once, never a hang; not ready; still alive
+    // (an HTTP upstream is another service: restarting the gateway would not mend it).
+    assert_eq!(upstream.terminate().await, Some(0));
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"});
+    let at = std::time::Instant::now();
+    let (status, _, text) = exchange(port, "POST", "/mcp", Some(&sid), &body.to_string()).await;
+    assert!(
+        at.elapsed() < Duration::from_secs(2),
+        "answered in {:?}",
+        at.elapsed()
+    );
+    assert!(status == 502 || status == 503, "{status} {text}");
+    let err: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(err["id"], 3, "{err}");
+    assert!(err["error"]["code"].is_i64(), "{err}");
+    let unready = health_is(port, "/readyz", 503).await;
+    assert!(unready.contains("\"status\":\"fail\""), "{unready}");
+    assert_eq!(exchange(port, "GET", "/livez", None, "").await.0, 200);
+
+    // Back on the same port: ready again within a few backoff delays, and a client works
+    // (the upstream's sessions died with it: a new one is opened).
+    let upstream = Gateway::spawn_at(
+        &format!("127.0.0.1:{up_port}"),
+        &["--", BIN, "demo-server", "stdio"],
+    )
+    .await;
+    health_is(port, "/readyz", 200).await;
+    let sid = open_session(port).await;
+    let listed = call(port, &sid, 4, "tools/list", serde_json::json!({})).await;
+    assert_eq!(listed["result"]["tools"][0]["name"], "echo", "{listed}");
+    assert_eq!(gw.terminate().await, Some(0));
+    assert_eq!(upstream.terminate().await, Some(0));
 }
