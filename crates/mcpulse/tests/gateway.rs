@@ -60,12 +60,7 @@ impl Gateway {
 
     /// SIGTERM, then the exit code (bounded).
     async fn terminate(mut self) -> Option<i32> {
-        let pid = i32::try_from(self.process.id().unwrap()).unwrap();
-        // SAFETY: kill(2) on the id of a child we spawned and have not reaped yet.
-        #[allow(unsafe_code)]
-        unsafe {
-            libc::kill(pid, libc::SIGTERM);
-        }
+        signal(self.process.id().unwrap(), libc::SIGTERM);
         let status = tokio::time::timeout(BOUND, self.process.wait())
             .await
             .expect("exited in time")
@@ -255,7 +250,8 @@ async fn started(file: &std::path::Path, n: usize) -> Vec<u32> {
 
 fn signal(pid: u32, sig: i32) {
     let pid = i32::try_from(pid).unwrap();
-    // SAFETY: kill(2) takes no pointers; `pid` is a server child this test saw start.
+    // SAFETY: kill(2) takes no pointers; `pid` is a process this test started (a gateway,
+    // not reaped yet) or a server child it saw start.
     #[allow(unsafe_code)]
     let rc = unsafe { libc::kill(pid, sig) };
     assert_eq!(rc, 0);
@@ -294,17 +290,7 @@ async fn a_killed_or_frozen_child_answers_the_request_in_flight_and_the_next_one
     health_is(port, "/readyz", 200).await;
     let readiness = started(&pids, 1).await[0];
 
-    let init = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {},
-        "clientInfo": {"name": "faults", "version": "1"}}});
-    let (status, sid, body) = exchange(port, "POST", "/mcp", None, &init.to_string()).await;
-    assert_eq!(status, 200, "{body}");
-    let sid = sid.expect("a session id");
-    let note = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
-    assert_eq!(
-        exchange(port, "POST", "/mcp", Some(&sid), note).await.0,
-        202
-    );
+    let sid = open_session(port).await;
     let session_child = started(&pids, 2).await[1];
 
     for (n, (sig, what)) in [(libc::SIGKILL, "killed"), (libc::SIGSTOP, "frozen")]
