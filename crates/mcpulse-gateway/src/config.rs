@@ -65,6 +65,9 @@ pub struct Gateway {
     pub stateless_pool: usize,
     /// `/readyz` needs at least this many tools from `tools/list`.
     pub min_tools: usize,
+    /// How often readiness asks the upstream `tools/list`, and how long one round may take.
+    pub readiness_interval: Duration,
+    pub readiness_timeout: Duration,
     /// The opt-in `health_check` tool's name.
     pub health_tool: Option<String>,
     /// The dependency checks (`[[checks]]`), validated.
@@ -153,6 +156,8 @@ pub struct Raw {
     pub allowed_hosts: Option<At<Vec<String>>>,
     pub max_body: Option<At<String>>,
     pub min_tools: Option<At<i64>>,
+    pub readiness_interval: Option<At<String>>,
+    pub readiness_timeout: Option<At<String>>,
     pub health_tool: Option<At<String>>,
     pub upstream: Option<At<RawUpstream>>,
     #[serde(default)]
@@ -481,6 +486,30 @@ fn resolve(
         Some(v) => number(src, v, "min_tools", (0, 100_000))?,
         None => Defaults::MIN_TOOLS,
     };
+    let readiness_interval = match &raw.readiness_interval {
+        Some(v) => {
+            let d = duration(src, v, "readiness_interval")?;
+            if d < crate::checks::MIN_INTERVAL {
+                return Err(src.at(v, "readiness_interval", "must be at least 1s"));
+            }
+            d
+        }
+        None => crate::health::DEFAULT_READINESS_INTERVAL,
+    };
+    let readiness_timeout = match &raw.readiness_timeout {
+        Some(v) => {
+            let d = duration(src, v, "readiness_timeout")?;
+            if d < Duration::from_millis(100) || d > readiness_interval {
+                return Err(src.at(
+                    v,
+                    "readiness_timeout",
+                    "must be at least 100ms and at most readiness_interval",
+                ));
+            }
+            d
+        }
+        None => crate::health::DEFAULT_READINESS_TIMEOUT.min(readiness_interval),
+    };
     let health_tool = match &raw.health_tool {
         Some(v) => {
             let name = v.get_ref();
@@ -529,6 +558,8 @@ fn resolve(
         session_idle_timeout,
         stateless_pool,
         min_tools,
+        readiness_interval,
+        readiness_timeout,
         health_tool,
         checks,
         secrets,
@@ -718,6 +749,26 @@ mod tests {
             Ok(g) => panic!("accepted: {g:?}"),
             Err(e) => e.to_string(),
         }
+    }
+
+    #[test]
+    fn readiness_rounds_fit_their_interval() {
+        let e = err("readiness_timeout = \"20s\"\n[upstream]\ncommand = [\"x\"]\n");
+        assert!(e.contains("at most readiness_interval"), "{e}");
+        let e = err("readiness_interval = \"10ms\"\n[upstream]\ncommand = [\"x\"]\n");
+        assert!(e.contains("readiness_interval: must be at least 1s"), "{e}");
+        let g = parse(
+            "readiness_interval = \"2s\"\n[upstream]\ncommand = [\"x\"]\n",
+            "gateway.toml",
+            &no_env,
+        )
+        .unwrap();
+        assert_eq!(g.readiness_interval, Duration::from_secs(2));
+        assert_eq!(
+            g.readiness_timeout,
+            Duration::from_secs(2),
+            "the 5s default, capped"
+        );
     }
 
     #[test]

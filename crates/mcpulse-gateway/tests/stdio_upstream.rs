@@ -125,13 +125,64 @@ async fn gateway(script: &Path, extra: &str, upstream: &str) -> (Running, Arc<Sh
     (running, shared)
 }
 
-/// Waits until `file` lists `n` pids.
-async fn pids(file: &Path, n: usize) -> Vec<u32> {
+/// A `GET` of a health endpoint: (status, body).
+async fn health(addr: SocketAddr, path: &str) -> (u16, String) {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let req = http::Request::builder()
+        .uri(path)
+        .header("host", addr.to_string())
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let resp = tokio::time::timeout(BOUND, sender.send_request(req))
+        .await
+        .expect("a health answer in time")
+        .unwrap();
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// Polls `path` until it answers `status` (at most `bound`); returns the body.
+async fn health_becomes(addr: SocketAddr, path: &str, status: u16, bound: Duration) -> String {
+    let until = tokio::time::Instant::now() + bound;
+    loop {
+        let (s, body) = health(addr, path).await;
+        if s == status {
+            return body;
+        }
+        assert!(
+            tokio::time::Instant::now() < until,
+            "{path} still {s}, not {status}: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The readiness session's child (the one child no client has), once it runs.
+fn readiness_pid(running: &Running) -> Option<u32> {
+    match &running.upstream {
+        serve::Upstream::Stdio(up) => up.readiness_pid(),
+        serve::Upstream::Http(_) => None,
+    }
+}
+
+/// Waits until the readiness child runs and `file` lists it and `n` other pids: the clients'
+/// children (and whatever they recorded), told apart from the readiness child by its pid.
+/// Returns (the clients' pids, every pid recorded).
+async fn clients(running: &Running, file: &Path, n: usize) -> (Vec<u32>, Vec<u32>) {
     let until = tokio::time::Instant::now() + BOUND;
     loop {
-        let p = read_pids(file);
-        if p.len() >= n || tokio::time::Instant::now() > until {
-            return p;
+        let all = read_pids(file);
+        let ready = readiness_pid(running);
+        let theirs: Vec<u32> = all.iter().copied().filter(|p| Some(*p) != ready).collect();
+        let done = ready.is_some_and(|r| all.contains(&r)) && theirs.len() >= n;
+        if done || tokio::time::Instant::now() > until {
+            assert!(done, "the readiness child {ready:?} and {n} more: {all:?}");
+            return (theirs, all);
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -181,7 +232,7 @@ async fn each_session_gets_its_own_child_and_delete_stops_it() {
     let a = open_session(addr).await;
     let b = open_session(addr).await;
     assert_ne!(a, b);
-    let both = pids(&dir.join("pids"), 2).await;
+    let (both, all) = clients(&running, &dir.join("pids"), 2).await;
     assert_eq!(both.len(), 2, "two sessions, two children: {both:?}");
     assert_ne!(both[0], both[1]);
     for sid in [&a, &b] {
@@ -199,7 +250,7 @@ async fn each_session_gets_its_own_child_and_delete_stops_it() {
     assert_eq!(gone.status, 404, "a deleted session is unknown");
     let still = post(addr, Some(&b), tools_list(4)).await;
     assert_eq!(still.json()["result"]["tools"][0]["name"], "echo");
-    stop_leaving_nothing(running, &both).await;
+    stop_leaving_nothing(running, &all).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -207,12 +258,12 @@ async fn an_idle_session_expires_and_its_child_stops() {
     let dir = TempDir::new("gw-idle");
     let (running, _) = gateway(&script(&dir), "session_idle_timeout = \"300ms\"", "").await;
     let sid = open_session(running.addr).await;
-    let child = pids(&dir.join("pids"), 1).await;
+    let (child, all) = clients(&running, &dir.join("pids"), 1).await;
     let left = still_running_after(&child, Duration::from_secs(5));
     assert!(left.is_empty(), "the idle session's child still runs");
     let r = post(running.addr, Some(&sid), tools_list(2)).await;
     assert_eq!(r.status, 404, "an expired session is unknown: {}", r.body);
-    stop_leaving_nothing(running, &child).await;
+    stop_leaving_nothing(running, &all).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -229,7 +280,8 @@ async fn past_max_sessions_it_answers_503_with_retry_after() {
     assert_eq!(d.status, 200);
     let again = post(addr, None, initialize(1)).await;
     assert_eq!(again.status, 200, "a freed slot is usable: {}", again.body);
-    let all = pids(&dir.join("pids"), 2).await;
+    // The readiness session took no slot: max_sessions = 1 served a client twice.
+    let (_, all) = clients(&running, &dir.join("pids"), 2).await;
     stop_leaving_nothing(running, &all).await;
 }
 
@@ -271,8 +323,9 @@ async fn the_door_refuses_foreign_hosts_origins_versions_and_big_bodies() {
     assert_eq!(no_session.status, 400);
     let parse = request(addr, "POST", &[], None).await;
     assert_eq!(parse.status, 400);
-    // Nothing refused reached a child.
-    assert!(read_pids(&dir.join("pids")).is_empty());
+    // Nothing refused reached a child: the only one is the readiness session's.
+    let (theirs, _) = clients(&running, &dir.join("pids"), 0).await;
+    assert!(theirs.is_empty(), "{theirs:?}");
     // A loopback origin is a local client's, and passes.
     let local = request(
         addr,
@@ -282,7 +335,7 @@ async fn the_door_refuses_foreign_hosts_origins_versions_and_big_bodies() {
     )
     .await;
     assert_eq!(local.status, 200, "{}", local.body);
-    let all = pids(&dir.join("pids"), 1).await;
+    let (_, all) = clients(&running, &dir.join("pids"), 1).await;
     stop_leaving_nothing(running, &all).await;
 }
 
@@ -305,8 +358,8 @@ async fn a_child_killed_mid_request_answers_an_error_and_the_next_request_works(
         "the restarted child answers"
     );
     assert!(shared.upstream().restarts >= 1);
-    let all = pids(&dir.join("pids"), 2).await;
-    assert_eq!(all.len(), 2, "restarted once: {all:?}");
+    let (theirs, all) = clients(&running, &dir.join("pids"), 2).await;
+    assert_eq!(theirs.len(), 2, "restarted once: {theirs:?}");
     stop_leaving_nothing(running, &all).await;
 }
 
@@ -342,7 +395,7 @@ async fn messages_before_the_reply_turn_the_response_into_an_sse_stream() {
             .and_then(|v| v.to_str().ok()),
         Some("application/json")
     );
-    let all = pids(&dir.join("pids"), 1).await;
+    let (_, all) = clients(&running, &dir.join("pids"), 1).await;
     stop_leaving_nothing(running, &all).await;
 }
 
@@ -401,8 +454,8 @@ async fn stateless_requests_use_the_pool_and_the_health_tool_is_the_gateways() {
         "{}",
         h.body
     );
-    let all = pids(&dir.join("pids"), 1).await;
-    assert_eq!(all.len(), 1, "one pool child: {all:?}");
+    let (theirs, all) = clients(&running, &dir.join("pids"), 1).await;
+    assert_eq!(theirs.len(), 1, "one pool child: {theirs:?}");
     stop_leaving_nothing(running, &all).await;
 }
 
@@ -417,8 +470,12 @@ async fn shutdown_stops_every_child_and_grandchild() {
     for _ in 0..3 {
         open_session(running.addr).await;
     }
-    let all = pids(&dir.join("pids"), 6).await;
-    assert_eq!(all.len(), 6, "three children, three grandchildren");
+    let (theirs, all) = clients(&running, &dir.join("pids"), 7).await;
+    assert_eq!(
+        theirs.len(),
+        7,
+        "three children, the readiness child, and a grandchild each: {all:?}"
+    );
     stop_leaving_nothing(running, &all).await;
 }
 
@@ -485,7 +542,7 @@ async fn server_messages_outside_a_request_go_to_the_sessions_get_stream() {
         .await
         .expect("the stream ended in time");
     assert!(end.is_none(), "the stream ends with its session");
-    let all = pids(&dir.join("pids"), 1).await;
+    let (_, all) = clients(&running, &dir.join("pids"), 1).await;
     stop_leaving_nothing(running, &all).await;
 }
 
@@ -560,6 +617,107 @@ async fn concurrent_requests_with_the_same_id_each_get_their_own_reply_once() {
     );
     assert_eq!(b.json()["id"], 1);
     assert_eq!(b.json()["result"]["tools"][0]["name"], "echo", "{}", b.body);
-    let all = pids(&dir.join("pids"), 1).await;
+    let (_, all) = clients(&running, &dir.join("pids"), 1).await;
+    stop_leaving_nothing(running, &all).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_asks_one_child_of_its_own_and_readyz_follows_it() {
+    // A child slow to start (its first round times out), with two tools: min_tools = 2, and
+    // the gateway's own health tool must not make up for a missing one.
+    let dir = TempDir::new("gw-ready");
+    let tools = json!({"tools": [
+        {"name": "echo", "inputSchema": {"type": "object"}},
+        {"name": "add", "inputSchema": {"type": "object"}},
+    ]});
+    let script = StdioScript::new()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .at_start(Act::Sleep(800))
+        .on(
+            "initialize",
+            vec![Act::Result(json!({"protocolVersion": "2025-11-25",
+                "capabilities": {"tools": {}}, "serverInfo": {"name": "s", "version": "1"}}))],
+        )
+        .on("tools/list", vec![Act::Result(tools)])
+        .write(&dir, "server.sh");
+    let extra = "min_tools = 2\nhealth_tool = \"health_check\"\nreadiness_interval = \"1s\"\nreadiness_timeout = \"400ms\"";
+    let (running, shared) = gateway(&script, extra, "").await;
+    let addr = running.addr;
+    let (status, body) = health(addr, "/readyz").await;
+    assert_eq!(status, 503, "not ready before the child answered: {body}");
+    let ready = health_becomes(addr, "/readyz", 200, BOUND).await;
+    let doc: Value = serde_json::from_str(&ready).unwrap();
+    assert_eq!(
+        doc["checks"]["tools:count"][0]["observedValue"], 2,
+        "{ready}"
+    );
+    assert_eq!(doc["checks"]["protocol:responseTime"][0]["status"], "pass");
+    let child = readiness_pid(&running).expect("the readiness child runs");
+    let serve::Upstream::Stdio(up) = &running.upstream else {
+        panic!("a stdio upstream")
+    };
+    assert_eq!(
+        up.sessions(),
+        0,
+        "the readiness session is no client's session"
+    );
+
+    // Frozen: tools/list goes unanswered; three rounds in a row (the failure threshold) make
+    // the gateway unready. A frozen process still runs: liveness is not readiness.
+    let stop = std::process::Command::new("kill")
+        .args(["-STOP", &child.to_string()])
+        .status()
+        .unwrap();
+    assert!(stop.success());
+    let unready = health_becomes(addr, "/readyz", 503, BOUND).await;
+    assert!(
+        unready.contains("did not answer tools/list in time"),
+        "{unready}"
+    );
+    assert_eq!(health(addr, "/livez").await.0, 200);
+    // Several intervals went by (and more do): one child all along, none per interval.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let all = read_pids(&dir.join("pids"));
+    assert_eq!(all, [child], "the readiness rounds spawned no child");
+    assert!(shared.upstream().protocol.is_some_and(|p| !p.handshake_ok));
+    // A frozen child is still stopped (SIGKILL to its group: a stopped process takes that).
+    stop_leaving_nothing(running, &all).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_speaks_2026_to_a_server_that_only_discovers() {
+    // A 2026-07-28-only server refuses `initialize`: readiness asks `server/discover`, then
+    // `tools/list` with the per-request `_meta`.
+    let dir = TempDir::new("gw-ready-modern");
+    let script = StdioScript::new()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on(
+            "initialize",
+            vec![Act::Error(-32601, "Method not found".into())],
+        )
+        .on(
+            "server/discover",
+            vec![Act::Result(json!({"supportedVersions": ["2026-07-28"],
+                "capabilities": {"tools": {}}, "serverInfo": {"name": "m", "version": "1"}}))],
+        )
+        .on(
+            "tools/list",
+            vec![
+                Act::RecordLine(dir.join("lists")),
+                Act::Result(
+                    json!({"tools": [{"name": "echo", "inputSchema": {"type": "object"}}]}),
+                ),
+            ],
+        )
+        .write(&dir, "server.sh");
+    let (running, _) = gateway(&script, "readiness_interval = \"1s\"", "").await;
+    let ready = health_becomes(running.addr, "/readyz", 200, BOUND).await;
+    assert!(ready.contains("\"observedValue\":1"), "{ready}");
+    let lists = std::fs::read_to_string(dir.join("lists")).unwrap();
+    assert!(
+        lists.contains("io.modelcontextprotocol/protocolVersion"),
+        "tools/list carried 2026's _meta: {lists}"
+    );
+    let (_, all) = clients(&running, &dir.join("pids"), 0).await;
     stop_leaving_nothing(running, &all).await;
 }

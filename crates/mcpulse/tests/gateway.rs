@@ -1,13 +1,14 @@
 //! `mcpulse gateway`, the real binary: the address line on stderr (port 0), `mcpulse probe`
-//! through the gateway bridging the demo stdio server, SIGTERM leaving nothing behind, and the
-//! errors for bad flags and files.
+//! through the gateway bridging the demo stdio server, SIGTERM leaving nothing behind, faults
+//! of the upstream child under a real client session (killed, frozen) with what `/livez` and
+//! `/readyz` say meanwhile, and the errors for bad flags and files.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use mcpulse_testkit::stdio::{Act, StdioScript, TempDir, kill, read_pids, still_running_after};
 use serde_json::Value;
 use std::process::Stdio;
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 const BIN: &str = env!("CARGO_BIN_EXE_mcpulse");
 const BOUND: Duration = Duration::from_secs(20);
@@ -20,9 +21,14 @@ struct Gateway {
 
 impl Gateway {
     async fn spawn(args: &[&str]) -> Gateway {
+        Gateway::spawn_at("127.0.0.1:0", args).await
+    }
+
+    /// [`Gateway::spawn`] listening on `listen`.
+    async fn spawn_at(listen: &str, args: &[&str]) -> Gateway {
         let mut process = tokio::process::Command::new(BIN)
             .arg("gateway")
-            .args(["--listen", "127.0.0.1:0", "--log-level", "warn"])
+            .args(["--listen", listen, "--log-level", "warn"])
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -54,12 +60,7 @@ impl Gateway {
 
     /// SIGTERM, then the exit code (bounded).
     async fn terminate(mut self) -> Option<i32> {
-        let pid = i32::try_from(self.process.id().unwrap()).unwrap();
-        // SAFETY: kill(2) on the id of a child we spawned and have not reaped yet.
-        #[allow(unsafe_code)]
-        unsafe {
-            libc::kill(pid, libc::SIGTERM);
-        }
+        signal(self.process.id().unwrap(), libc::SIGTERM);
         let status = tokio::time::timeout(BOUND, self.process.wait())
             .await
             .expect("exited in time")
@@ -166,4 +167,250 @@ async fn bad_flags_and_files_are_named() {
     let (code, err) = run(vec!["--config".into(), file.to_str().unwrap().into()]).await;
     assert_eq!(code, Some(3));
     assert!(err.contains("gateway.toml:1:16: max_sessions: "), "{err}");
+}
+
+/// An HTTP/1.1 exchange on a connection of its own (`Connection: close`): (status, the
+/// `Mcp-Session-Id` header, body). The gateway's JSON replies carry a Content-Length.
+async fn exchange(
+    port: u16,
+    method: &str,
+    path: &str,
+    session: Option<&str>,
+    body: &str,
+) -> (u16, Option<String>, String) {
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if let Some(sid) = session {
+        req.push_str(&format!("Mcp-Session-Id: {sid}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    tokio::time::timeout(BOUND, s.read_to_end(&mut buf))
+        .await
+        .expect("an answer in time")
+        .unwrap();
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let sid = head.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.eq_ignore_ascii_case("mcp-session-id")
+            .then(|| v.trim().to_owned())
+    });
+    (status, sid, body.to_owned())
+}
+
+/// A JSON-RPC request through the session: the reply.
+async fn call(port: u16, sid: &str, id: i64, method: &str, params: Value) -> Value {
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+    let (status, _, text) = exchange(port, "POST", "/mcp", Some(sid), &body.to_string()).await;
+    assert_eq!(status, 200, "{text}");
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+/// Polls a health endpoint until it answers `want` (bounded); returns the body.
+async fn health_is(port: u16, path: &str, want: u16) -> String {
+    let until = std::time::Instant::now() + BOUND;
+    loop {
+        let (status, _, body) = exchange(port, "GET", path, None, "").await;
+        if status == want {
+            return body;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "{path} is {status}, not {want}: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until `file` lists `n` pids; returns them in the order they started.
+async fn started(file: &std::path::Path, n: usize) -> Vec<u32> {
+    let until = std::time::Instant::now() + BOUND;
+    loop {
+        let p = read_pids(file);
+        if p.len() >= n || std::time::Instant::now() > until {
+            assert_eq!(p.len(), n, "{p:?}");
+            return p;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn signal(pid: u32, sig: i32) {
+    let pid = i32::try_from(pid).unwrap();
+    // SAFETY: kill(2) takes no pointers; `pid` is a process this test started (a gateway,
+    // not reaped yet) or a server child it saw start.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::kill(pid, sig) };
+    assert_eq!(rc, 0);
+}
+
+#[tokio::test]
+async fn a_killed_or_frozen_child_answers_the_request_in_flight_and_the_next_one_works() {
+    // A client's session; a request the server never answers is in flight when its child is
+    // killed (SIGKILL), then when the restarted child is frozen (SIGSTOP: the heartbeat finds
+    // it). Each time the client gets an error for that request, and the next request works.
+    let dir = TempDir::new("gw-bin-faults");
+    let pids = dir.join("pids");
+    let script = StdioScript::legacy()
+        .at_start(Act::RecordPid(pids.clone()))
+        // The heartbeat (every 300 ms here) is answered: only a fault restarts a child.
+        .on("ping", vec![Act::Result(serde_json::json!({}))])
+        .on_tool(
+            "echo",
+            vec![Act::Result(
+                serde_json::json!({"content": [{"type": "text", "text": "ok"}]}),
+            )],
+        )
+        .write(&dir, "server.sh");
+    let config = dir.join("gateway.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "readiness_interval = \"1s\"\nreadiness_timeout = \"500ms\"\n[upstream]\ncommand = [\"sh\", {:?}]\nheartbeat_interval = \"300ms\"\nheartbeat_timeout = \"200ms\"\nfailures = 2\nbackoff_initial = \"100ms\"\nstop_grace = \"300ms\"\n",
+            script.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let gw = Gateway::spawn(&["--config", config.to_str().unwrap()]).await;
+    let port = gw.port;
+    // Ready once the readiness session's child (the first, and only, child so far) answered.
+    health_is(port, "/readyz", 200).await;
+    let readiness = started(&pids, 1).await[0];
+
+    let sid = open_session(port).await;
+    let session_child = started(&pids, 2).await[1];
+
+    for (n, (sig, what)) in [(libc::SIGKILL, "killed"), (libc::SIGSTOP, "frozen")]
+        .into_iter()
+        .enumerate()
+    {
+        let id = 10 * (n as i64 + 1);
+        let child = started(&pids, 2 + n).await[1 + n];
+        let in_flight = {
+            let sid = sid.clone();
+            tokio::spawn(async move {
+                call(
+                    port,
+                    &sid,
+                    id,
+                    "tools/call",
+                    serde_json::json!({"name": "never", "arguments": {}}),
+                )
+                .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        signal(child, sig);
+        let reply = tokio::time::timeout(BOUND, in_flight)
+            .await
+            .unwrap_or_else(|_| panic!("no answer for the request in flight ({what})"))
+            .unwrap();
+        assert_eq!(reply["id"], id, "{what}: {reply}");
+        assert_eq!(reply["error"]["code"], -32080, "{what}: {reply}");
+        let next = call(
+            port,
+            &sid,
+            id + 1,
+            "tools/call",
+            serde_json::json!({"name": "echo", "arguments": {}}),
+        )
+        .await;
+        assert_eq!(
+            next["result"]["content"][0]["text"], "ok",
+            "{what}: the restarted child answers: {next}"
+        );
+        // The readiness session's child runs on: the upstream is up, and ready.
+        assert_eq!(exchange(port, "GET", "/livez", None, "").await.0, 200);
+        health_is(port, "/readyz", 200).await;
+    }
+    let all = started(&pids, 4).await;
+    assert_eq!(all[0], readiness);
+    assert_eq!(all[1], session_child);
+    assert_eq!(gw.terminate().await, Some(0));
+    let left = still_running_after(&all, Duration::from_secs(2));
+    kill(&left);
+    assert!(left.is_empty(), "left running: {left:?}");
+}
+
+/// Opens a legacy session through the gateway on `port`: the session id.
+async fn open_session(port: u16) -> String {
+    let init = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "faults", "version": "1"}}});
+    let (status, sid, body) = exchange(port, "POST", "/mcp", None, &init.to_string()).await;
+    assert_eq!(status, 200, "{body}");
+    let sid = sid.expect("a session id");
+    let note = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    let (status, _, body) = exchange(port, "POST", "/mcp", Some(&sid), note).await;
+    assert!(status == 202 || status == 200, "{status} {body}");
+    sid
+}
+
+#[tokio::test]
+async fn an_http_upstream_down_and_back_gets_fast_errors_then_readiness_again() {
+    // The upstream: a real Streamable HTTP MCP server (another `mcpulse gateway`, bridging the
+    // demo server), stopped and started again on the same port.
+    let upstream = Gateway::spawn(&["--", BIN, "demo-server", "stdio"]).await;
+    let up_port = upstream.port;
+    let dir = TempDir::new("gw-bin-http-faults");
+    let config = dir.join("gateway.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "readiness_interval = \"1s\"\nreadiness_timeout = \"800ms\"\n[upstream]\nurl = \"http://127.0.0.1:{up_port}/mcp\"\n"
+        ),
+    )
+    .unwrap();
+    let gw = Gateway::spawn(&["--config", config.to_str().unwrap()]).await;
+    let port = gw.port;
+    health_is(port, "/readyz", 200).await;
+    let sid = open_session(port).await;
+    let listed = call(port, &sid, 2, "tools/list", serde_json::json!({})).await;
+    assert_eq!(listed["result"]["tools"][0]["name"], "echo", "{listed}");
+
+    // Down: the client gets a JSON-RPC error at once, never a hang; not ready; still alive
+    // (an HTTP upstream is another service: restarting the gateway would not mend it).
+    assert_eq!(upstream.terminate().await, Some(0));
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"});
+    let at = std::time::Instant::now();
+    let (status, _, text) = exchange(port, "POST", "/mcp", Some(&sid), &body.to_string()).await;
+    assert!(
+        at.elapsed() < Duration::from_secs(2),
+        "answered in {:?}",
+        at.elapsed()
+    );
+    assert!(status == 502 || status == 503, "{status} {text}");
+    let err: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(err["id"], 3, "{err}");
+    assert!(err["error"]["code"].is_i64(), "{err}");
+    let unready = health_is(port, "/readyz", 503).await;
+    assert!(unready.contains("\"status\":\"fail\""), "{unready}");
+    assert_eq!(exchange(port, "GET", "/livez", None, "").await.0, 200);
+
+    // Back on the same port: ready again within a few backoff delays, and a client works
+    // (the upstream's sessions died with it: a new one is opened).
+    let upstream = Gateway::spawn_at(
+        &format!("127.0.0.1:{up_port}"),
+        &["--", BIN, "demo-server", "stdio"],
+    )
+    .await;
+    health_is(port, "/readyz", 200).await;
+    let sid = open_session(port).await;
+    let listed = call(port, &sid, 4, "tools/list", serde_json::json!({})).await;
+    assert_eq!(listed["result"]["tools"][0]["name"], "echo", "{listed}");
+    assert_eq!(gw.terminate().await, Some(0));
+    assert_eq!(upstream.terminate().await, Some(0));
 }

@@ -14,8 +14,7 @@
 //!
 //! Every harness piece also runs now against the server directly and through supergateway
 //! (the npm bridge people use today) standing in for the gateway, so that when a `gateway_*`
-//! test fails, it is the gateway that failed, not the harness. The `gateway_*` tests are
-//! ignored until the gateway is built (the integrator of #19 removes the `ignore`).
+//! test fails, it is the gateway that failed, not the harness.
 //!
 //! Processes: servers and bridges run in their own process groups on loopback ports chosen at
 //! run time and are killed when the test ends, pass or fail. Every stdio server a bridge starts
@@ -620,7 +619,6 @@ async fn stand_in_supergateway_bridging_everything_stdio() {
 /// (a) The gateway fronting server-everything's Streamable HTTP passes every check the server
 /// passes direct, in the same run, and the DNS-rebinding check the server fails on its own.
 #[tokio::test]
-#[ignore = "needs mcpulse gateway (#19): enable at merge"]
 async fn gateway_fronting_everything_http_passes_what_it_passes_direct() {
     let server = everything_http("streamableHttp");
     let direct = conformance("direct", &server.url("/mcp")).await;
@@ -634,7 +632,6 @@ async fn gateway_fronting_everything_http_passes_what_it_passes_direct() {
 /// over its own Streamable HTTP, in the same run; and stopped, it leaves none of the children
 /// it started (one a session) behind.
 #[tokio::test]
-#[ignore = "needs mcpulse gateway (#19): enable at merge"]
 async fn gateway_bridging_everything_stdio_passes_what_it_passes_direct() {
     let server = everything_http("streamableHttp");
     let direct = conformance("direct", &server.url("/mcp")).await;
@@ -655,7 +652,6 @@ async fn gateway_bridging_everything_stdio_passes_what_it_passes_direct() {
 /// Real clients through the gateway fronting server-everything's Streamable HTTP; the probe
 /// grades the gateway A.
 #[tokio::test]
-#[ignore = "needs mcpulse gateway (#19): enable at merge"]
 async fn gateway_real_clients_http_upstream() {
     let server = everything_http("streamableHttp");
     let gateway = Gateway::start(&["--upstream".into(), server.url("/mcp")], &new_tag());
@@ -666,7 +662,6 @@ async fn gateway_real_clients_http_upstream() {
 /// Real clients through the gateway bridging server-everything's stdio; the probe grades the
 /// gateway A; nothing is left once it stops.
 #[tokio::test]
-#[ignore = "needs mcpulse gateway (#19): enable at merge"]
 async fn gateway_real_clients_stdio_upstream() {
     let tag = new_tag();
     let mut args = vec!["--".to_owned()];

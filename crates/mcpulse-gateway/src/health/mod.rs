@@ -86,6 +86,10 @@ pub struct Settings {
     /// the upstream itself. `None`: no prober runs (the serving side reports the protocol
     /// through [`observe_protocol`] itself).
     pub mcp: Option<mcpulse_probe::Target>,
+    /// Whether the prober probes `mcp` for readiness. `false`: the serving side observes the
+    /// protocol itself (a stdio upstream's readiness session) and `mcp` only serves `tool`
+    /// checks.
+    pub probe_protocol: bool,
     pub readiness_interval: Duration,
     pub readiness_timeout: Duration,
     /// The thresholds of `protocol` and `tools` (`degraded_latency`: a handshake plus
@@ -105,6 +109,7 @@ impl Default for Settings {
             upstream: UpstreamKind::Stdio,
             min_tools: DEFAULT_MIN_TOOLS,
             mcp: None,
+            probe_protocol: true,
             readiness_interval: DEFAULT_READINESS_INTERVAL,
             readiness_timeout: DEFAULT_READINESS_TIMEOUT,
             protocol_thresholds: Thresholds::default(),
@@ -579,7 +584,7 @@ pub fn start(settings: Settings, shared: Arc<Shared>) -> Running {
             ticker.health.tick();
         }
     })));
-    if let Some(target) = settings.mcp.clone() {
+    if let Some(target) = settings.mcp.clone().filter(|_| settings.probe_protocol) {
         let prober = Arc::clone(&shared);
         let (interval, timeout) = (settings.readiness_interval, settings.readiness_timeout);
         let own_tool = settings.own_tool.clone();

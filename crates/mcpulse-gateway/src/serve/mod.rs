@@ -652,7 +652,15 @@ pub async fn start(gateway: &Gateway, shared: Arc<Shared>) -> Result<Running, St
     servers.spawn(async move {
         let _ = serve.await;
     });
-    let health = crate::health::start(health_settings(gateway, addr), shared_for_health);
+    let settings = health_settings(gateway, addr);
+    if let Upstream::Stdio(up) = &upstream {
+        up.start_readiness(stdio::Readiness {
+            interval: settings.readiness_interval,
+            timeout: settings.readiness_timeout,
+            own_tool: settings.own_tool.clone(),
+        });
+    }
+    let health = crate::health::start(settings, shared_for_health);
     Ok(Running {
         addr,
         health_addr,
@@ -663,9 +671,12 @@ pub async fn start(gateway: &Gateway, shared: Arc<Shared>) -> Result<Running, St
     })
 }
 
-/// The health side's settings: the readiness probe goes through the gateway's own `/mcp` on
-/// loopback (the whole path a client takes, either upstream kind), so `/readyz` passes only
-/// when a client could really be served.
+/// The health side's settings. HTTP upstream: the readiness probe goes through the gateway's
+/// own `/mcp` on loopback (the whole path a client takes), so `/readyz` passes only when a
+/// client could really be served. Stdio upstream: no prober (each probe would open a legacy
+/// session, i.e. spawn a child, and take a `max_sessions` slot); the readiness session
+/// ([`stdio::StdioUpstream::start_readiness`]) observes the protocol on a child of its own.
+/// `mcp` stays set for `tool` dependency checks either way.
 fn health_settings(gateway: &Gateway, addr: SocketAddr) -> crate::health::Settings {
     let loopback = match addr.ip() {
         ip if ip.is_unspecified() && addr.is_ipv6() => {
@@ -686,7 +697,10 @@ fn health_settings(gateway: &Gateway, addr: SocketAddr) -> crate::health::Settin
             config::Upstream::Http(_) => crate::health::UpstreamKind::Http,
         },
         min_tools: gateway.min_tools,
+        readiness_interval: gateway.readiness_interval,
+        readiness_timeout: gateway.readiness_timeout,
         mcp: mcp.ok(),
+        probe_protocol: matches!(gateway.upstream, config::Upstream::Http(_)),
         own_tool: gateway.health_tool.clone(),
         checks: gateway.checks.clone(),
         ..crate::health::Settings::default()

@@ -35,7 +35,7 @@ use mcpulse_relay::supervise::Settings;
 use mcpulse_relay::supervise::lines::{LineRead, LineReader};
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
@@ -102,10 +102,15 @@ struct WorkerObserver {
     shared: Arc<Shared>,
     tally: Arc<Tally>,
     fatal: Arc<AtomicBool>,
+    /// Where the child's pid goes (0 while none runs): the readiness session's only.
+    pid: Option<Arc<AtomicU32>>,
 }
 
 impl Observer for WorkerObserver {
     fn status(&self, status: &Status) {
+        if let Some(pid) = &self.pid {
+            pid.store(status.pid.unwrap_or(0), Ordering::Relaxed);
+        }
         lock(&self.tally.states).insert(self.key, status.state);
         if status.state == ChildState::Fatal {
             self.fatal.store(true, Ordering::Relaxed);
@@ -375,6 +380,10 @@ pub struct StdioUpstream {
     tally: Arc<Tally>,
     next: AtomicU64,
     stop: watch::Sender<bool>,
+    /// The readiness session's worker, once started ([`StdioUpstream::start_readiness`]).
+    readiness: Mutex<Option<Arc<Worker>>>,
+    /// The readiness session's child's pid (0 while none runs).
+    readiness_pid: Arc<AtomicU32>,
 }
 
 /// How a POST reached this upstream, as the door read it.
@@ -399,6 +408,8 @@ impl StdioUpstream {
             tally: Arc::new(Tally::default()),
             next: AtomicU64::new(1),
             stop,
+            readiness: Mutex::new(None),
+            readiness_pid: Arc::new(AtomicU32::new(0)),
         });
         tokio::spawn(expire_idle(Arc::downgrade(&up)));
         up
@@ -409,7 +420,17 @@ impl StdioUpstream {
         lock(&self.sessions).len()
     }
 
+    /// The readiness session's child's pid, while it runs: the one child no client has (for
+    /// tests and operators telling it from the sessions' children).
+    pub fn readiness_pid(&self) -> Option<u32> {
+        Some(self.readiness_pid.load(Ordering::Relaxed)).filter(|p| *p != 0)
+    }
+
     fn spawn_worker(&self) -> Arc<Worker> {
+        self.spawn_observed(None)
+    }
+
+    fn spawn_observed(&self, pid: Option<Arc<AtomicU32>>) -> Arc<Worker> {
         let key = self.next.fetch_add(1, Ordering::Relaxed);
         let fatal = Arc::new(AtomicBool::new(false));
         let observer = Arc::new(Logs::new(WorkerObserver {
@@ -417,6 +438,7 @@ impl StdioUpstream {
             shared: self.shared.clone(),
             tally: self.tally.clone(),
             fatal: fatal.clone(),
+            pid,
         }));
         Worker::start(
             key,
@@ -643,7 +665,8 @@ impl StdioUpstream {
             self.shared.metrics.session_closed();
         }
         let pool: Vec<Arc<Worker>> = lock(&self.pool).drain(..).collect();
-        let workers: Vec<Arc<Worker>> = sessions.into_iter().chain(pool).collect();
+        let readiness = lock(&self.readiness).take();
+        let workers: Vec<Arc<Worker>> = sessions.into_iter().chain(pool).chain(readiness).collect();
         let bound = mcpulse_relay::supervise::SIGNAL_GRACE * 2 + Duration::from_secs(2);
         let mut stops = tokio::task::JoinSet::new();
         for w in workers {
@@ -671,6 +694,259 @@ impl StdioUpstream {
             stops.spawn(async move { up.end_session(&sid).await });
         }
         while stops.join_next().await.is_some() {}
+    }
+}
+
+// ---- readiness ------------------------------------------------------------------------------
+
+/// How the readiness session probes (the health side's interval and timeout).
+#[derive(Debug, Clone)]
+pub struct Readiness {
+    /// Between two `tools/list` (at least [`crate::checks::MIN_INTERVAL`]).
+    pub interval: Duration,
+    /// One round: the handshake when one is due, then `tools/list` with its pages.
+    pub timeout: Duration,
+    /// The gateway's own health tool: not counted among the upstream's tools.
+    pub own_tool: Option<String>,
+}
+
+/// The most `tools/list` pages one round follows (a server whose cursors never end cannot
+/// keep the round going; the timeout bounds it too).
+const MAX_PAGES: usize = 100;
+
+impl StdioUpstream {
+    /// Starts the readiness session: ONE supervised child of the gateway's own (heartbeat,
+    /// restarts, process group, as a session's), which no client can reach and which counts
+    /// in no session figure. The gateway makes the handshake on it (then the supervisor replays
+    /// it on each restarted child) and asks `tools/list` every `interval`, reporting each round
+    /// through [`crate::health::observe_protocol`]. Probing the gateway's own `/mcp` instead
+    /// would open a legacy session, i.e. spawn a child, every interval (an `npx` server every
+    /// 10 s) and take a `max_sessions` slot. The child's state counts in the upstream's process
+    /// state (it is the upstream), so `/livez` and `/readyz` see a process from the start.
+    pub fn start_readiness(self: &Arc<Self>, r: Readiness) {
+        let worker = self.spawn_observed(Some(self.readiness_pid.clone()));
+        *lock(&self.readiness) = Some(worker.clone());
+        let shared = self.shared.clone();
+        let mut stop = self.stop.subscribe();
+        tokio::spawn(async move {
+            let mut session = ReadinessSession {
+                worker,
+                era: None,
+                next: 0,
+                client: mcpulse_wire::message::ClientInfo {
+                    name: "mcpulse-gateway-readiness".into(),
+                    version: env!("CARGO_PKG_VERSION").into(),
+                },
+            };
+            let every = r.interval.max(crate::checks::MIN_INTERVAL);
+            let mut ticks = tokio::time::interval(every);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    // Stopped, or the upstream is gone (the sender dropped).
+                    _ = stop.wait_for(|s| *s) => return,
+                    _ = ticks.tick() => {}
+                }
+                let p = session.round(&r).await;
+                crate::health::observe_protocol(&shared, p);
+            }
+        });
+    }
+}
+
+/// The readiness session's side of its child: which era the handshake found (None: a
+/// handshake is due).
+struct ReadinessSession {
+    worker: Arc<Worker>,
+    era: Option<mcpulse_wire::version::Era>,
+    next: i64,
+    client: mcpulse_wire::message::ClientInfo,
+}
+
+/// A round that did not end with a tool count: whether the server still spoke the protocol
+/// (answered something of its own), and why.
+struct Failed {
+    handshake_ok: bool,
+    why: String,
+}
+
+/// The supervisor's and the gateway's own codes: the relay answered, not the server.
+fn relay_code(code: i64) -> bool {
+    (-32089..=-32080).contains(&code)
+}
+
+fn error_of(reply: &Value) -> Option<(i64, String)> {
+    let e = reply.get("error")?;
+    let code = e.get("code").and_then(Value::as_i64).unwrap_or(0);
+    let message = e.get("message").and_then(Value::as_str).unwrap_or("");
+    Some((code, format!("{code} {message}")))
+}
+
+impl ReadinessSession {
+    async fn round(&mut self, r: &Readiness) -> crate::state::Protocol {
+        let started = Instant::now();
+        let at_ms = crate::checks::now_ms();
+        let outcome = self.list(r, started + r.timeout).await;
+        let latency = started.elapsed();
+        let inert = |why: &str| {
+            mcpulse_wire::text::inert(why, crate::checks::MAX_OUTPUT_CHARS).into_owned()
+        };
+        match outcome {
+            Ok(n) => crate::state::Protocol {
+                at_ms,
+                handshake_ok: true,
+                tools: Some(n),
+                latency,
+                error: None,
+            },
+            Err(f) => crate::state::Protocol {
+                at_ms,
+                handshake_ok: f.handshake_ok,
+                tools: None,
+                latency,
+                error: Some(inert(&f.why)),
+            },
+        }
+    }
+
+    /// One request to the child, answered before `deadline`.
+    async fn ask(&mut self, message: Value, deadline: Instant) -> Result<Value, String> {
+        let Value::Object(message) = message else {
+            return Err("not a request".into());
+        };
+        let id = message.get("id").cloned().unwrap_or(Value::Null);
+        let method = message
+            .get("method")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        let call = Call {
+            worker: self.worker.clone(),
+            message,
+            id,
+            sse: false,
+        };
+        match tokio::time::timeout_at(deadline, call.run(None)).await {
+            Ok(Reply::Json(v)) => Ok(v),
+            // Not asked for (sse: false); a reply always comes as JSON then.
+            Ok(Reply::Stream(_)) => Err(format!("{method}: an unexpected stream")),
+            Err(_) => Err(format!("the upstream did not answer {method} in time")),
+        }
+    }
+
+    fn id(&mut self) -> i64 {
+        self.next += 1;
+        self.next
+    }
+
+    /// The handshake in the era the server speaks: `initialize` (+ `initialized`) first, as
+    /// every server of today answers it at once; a server that refuses it is asked
+    /// `server/discover` (2026-07-28). Asking `server/discover` first would cost a legacy
+    /// server that ignores unknown methods the whole timeout.
+    async fn handshake(&mut self, deadline: Instant) -> Result<mcpulse_wire::version::Era, Failed> {
+        use mcpulse_wire::{message, version};
+        let fail = |why: String| Failed {
+            handshake_ok: false,
+            why,
+        };
+        let id = self.id();
+        let init = self
+            .ask(message::initialize(id, &self.client), deadline)
+            .await
+            .map_err(fail)?;
+        if init
+            .get("result")
+            .and_then(|r| r.get("protocolVersion"))
+            .is_some()
+        {
+            if !self.worker.send(&message::initialized()).await {
+                return Err(fail("the upstream's readiness session has ended".into()));
+            }
+            return Ok(version::Era::Legacy);
+        }
+        let init_error = error_of(&init).unwrap_or((0, "no result".into()));
+        if relay_code(init_error.0) {
+            return Err(fail(format!("initialize: {}", init_error.1)));
+        }
+        let id = self.id();
+        let discover = self
+            .ask(
+                message::discover(id, version::MODERN, &self.client),
+                deadline,
+            )
+            .await
+            .map_err(fail)?;
+        if discover
+            .get("result")
+            .and_then(|r| r.get("supportedVersions"))
+            .is_some_and(Value::is_array)
+        {
+            return Ok(version::Era::Modern);
+        }
+        let why = error_of(&discover).map_or_else(|| "no DiscoverResult".into(), |e| e.1);
+        Err(fail(format!(
+            "the handshake failed: initialize answered {}; server/discover {why}",
+            init_error.1
+        )))
+    }
+
+    /// The handshake when one is due, then every page of `tools/list`: the tool count, the
+    /// gateway's own health tool left out.
+    async fn list(&mut self, r: &Readiness, deadline: Instant) -> Result<usize, Failed> {
+        use mcpulse_wire::message::{ListKind, list};
+        let era = match self.era {
+            Some(e) => e,
+            None => {
+                let e = self.handshake(deadline).await?;
+                self.era = Some(e);
+                e
+            }
+        };
+        let mut count = 0;
+        let mut cursor: Option<String> = None;
+        for _ in 0..MAX_PAGES {
+            let id = self.id();
+            let msg = list(id, ListKind::Tools, cursor.as_deref(), era, &self.client);
+            let reply = self.ask(msg, deadline).await.map_err(|why| Failed {
+                handshake_ok: false,
+                why,
+            })?;
+            if let Some((code, why)) = error_of(&reply) {
+                if code == mcpulse_relay::supervise::codes::SESSION_CHANGED {
+                    // The restarted child negotiated differently: a new handshake next round.
+                    self.era = None;
+                }
+                return Err(Failed {
+                    handshake_ok: !relay_code(code),
+                    why: format!("tools/list: {why}"),
+                });
+            }
+            let result = reply.get("result");
+            let Some(tools) = result
+                .and_then(|r| r.get("tools"))
+                .and_then(Value::as_array)
+            else {
+                return Err(Failed {
+                    handshake_ok: true,
+                    why: "tools/list: the result has no tools array".into(),
+                });
+            };
+            count += tools
+                .iter()
+                .filter(|t| {
+                    r.own_tool.is_none()
+                        || t.get("name").and_then(Value::as_str) != r.own_tool.as_deref()
+                })
+                .count();
+            cursor = result
+                .and_then(|r| r.get("nextCursor"))
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            if cursor.is_none() {
+                break;
+            }
+        }
+        Ok(count)
     }
 }
 
