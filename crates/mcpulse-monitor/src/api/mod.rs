@@ -36,7 +36,10 @@ mod fleet;
 mod health;
 mod history;
 mod metrics;
+mod page;
 mod probe;
+
+pub use page::{CSP, esc};
 
 use crate::check::{HistoryRow, Stats};
 use crate::config::Config;
@@ -81,6 +84,46 @@ pub trait HistorySource: Send + Sync {
         _now_ms: i64,
     ) -> Result<Vec<crate::check::ToolStats>, crate::store::StoreError> {
         Ok(Vec::new())
+    }
+    /// The hourly check counts of `targets` from `from_hour` on, in one read (the status
+    /// page's uptime). None by default.
+    fn uptime_hours(
+        &self,
+        _targets: &[String],
+        _from_hour: i64,
+    ) -> Result<Vec<crate::store::HourCount>, crate::store::StoreError> {
+        Ok(Vec::new())
+    }
+    /// A target's checks in `(from_ms, to_ms]`, oldest first, at most `limit` (the status
+    /// page's latency chart). None by default.
+    fn checks_between(
+        &self,
+        _target: &str,
+        _from_ms: i64,
+        _to_ms: i64,
+        _limit: usize,
+    ) -> Result<Vec<(i64, crate::state::Health, serde_json::Value)>, crate::store::StoreError> {
+        Ok(Vec::new())
+    }
+    /// A target's recorded events, newest first. None by default.
+    fn events(
+        &self,
+        _target: &str,
+        _limit: usize,
+    ) -> Result<Vec<serde_json::Value>, crate::store::StoreError> {
+        Ok(Vec::new())
+    }
+    /// A target's alerts per sink, newest first. None by default.
+    fn sent_alerts(
+        &self,
+        _target: &str,
+        _limit: usize,
+    ) -> Result<Vec<crate::store::SentAlert>, crate::store::StoreError> {
+        Ok(Vec::new())
+    }
+    /// A target's accepted contract (the JSON of a baseline). None by default.
+    fn accepted_contract(&self, _target: &str) -> Result<Option<String>, crate::store::StoreError> {
+        Ok(None)
     }
 }
 
@@ -185,8 +228,16 @@ pub fn router(state: ApiState) -> Router {
             state.clone(),
             auth::require_token,
         ));
+    // The status page is under the same token as the API; its assets are not (they are the
+    // same for everyone and hold no data).
+    let page = Router::new().route("/", get(page::fleet_page)).route_layer(
+        middleware::from_fn_with_state(state.clone(), auth::require_token),
+    );
     Router::new()
         .route("/livez", get(health::livez))
+        .route("/assets/status.css", get(page::css))
+        .route("/assets/status.js", get(page::js))
+        .merge(page)
         .route("/readyz", get(health::readyz))
         .merge(protected)
         .fallback(not_found)

@@ -1,0 +1,373 @@
+//! The status page over plain HTTP: the real router on 127.0.0.1:0, a real SQLite store file
+//! behind it, and assertions on the HTML. (Browser tests in headless Chromium are separate and
+//! not here yet.)
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
+use mcpulse_monitor::alert::Incidents;
+use mcpulse_monitor::api::{self, ApiState, CSP};
+use mcpulse_monitor::check::CheckRecord;
+use mcpulse_monitor::config::{self, Config};
+use mcpulse_monitor::fleet::{Fleet, LastCheck};
+use mcpulse_monitor::state::{Health, Observation, TargetState};
+use mcpulse_monitor::store::Store;
+use mcpulse_monitor::store::adapters::StoreHistory;
+use mcpulse_testkit::TempDir;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex, RwLock};
+use tokio::sync::oneshot;
+
+/// "Now" for every test: the clock of the API is fixed here.
+const NOW: i64 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
+const HOUR: i64 = 3_600_000;
+
+struct Server {
+    addr: SocketAddr,
+    fleet: Fleet,
+    config: Config,
+    store: Arc<Mutex<Store>>,
+    _dir: TempDir,
+    _stop: oneshot::Sender<()>,
+}
+
+fn parse_config(toml: &str) -> Config {
+    config::parse(toml, "test.toml", Path::new("/tmp"), &|_| None)
+        .unwrap_or_else(|e| panic!("test config: {e}"))
+}
+
+async fn start(toml: &str) -> Server {
+    let dir = TempDir::new("status-page");
+    let store = Arc::new(Mutex::new(
+        Store::open(&dir.join("history.sqlite3")).unwrap(),
+    ));
+    let config = parse_config(toml);
+    let fleet = Fleet::new();
+    fleet.set_config_at(&config.targets, NOW - HOUR);
+    let state = ApiState::new(
+        fleet.clone(),
+        Arc::new(StoreHistory::new(store.clone())),
+        Arc::new(RwLock::new(config.clone())),
+    )
+    .with_clock(Arc::new(|| NOW));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(api::serve(listener, api::router(state), async move {
+        let _ = stopped.await;
+    }));
+    Server {
+        addr,
+        fleet,
+        config,
+        store,
+        _dir: dir,
+        _stop: stop,
+    }
+}
+
+struct Resp {
+    status: u16,
+    headers: http::HeaderMap,
+    body: String,
+}
+
+impl Resp {
+    fn header(&self, name: &str) -> &str {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+    }
+}
+
+async fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Resp {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let mut req = http::Request::builder()
+        .uri(path)
+        .header("host", addr.to_string());
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = sender
+        .send_request(req.body(Empty::<Bytes>::new()).unwrap())
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    Resp {
+        status,
+        headers,
+        body: String::from_utf8(body.to_vec()).unwrap(),
+    }
+}
+
+fn obs(status: Health, at_ms: i64) -> Observation {
+    Observation {
+        at_ms,
+        status,
+        auth: "none".into(),
+        era: Some("modern".into()),
+        protocol_version: Some("2025-11-25".into()),
+        grade: Some("A".into()),
+        contract_digest: None,
+        drift: None,
+        drift_changes: Vec::new(),
+        drift_changes_more: 0,
+        summary: "ok".into(),
+        components: BTreeMap::new(),
+    }
+}
+
+fn target_state(status: Health, since_ms: i64) -> TargetState {
+    TargetState {
+        status,
+        since_ms,
+        last: Some(obs(status, since_ms)),
+        ..TargetState::default()
+    }
+}
+
+/// A plain check of `target` at `at_ms`.
+fn check(target: &str, at_ms: i64, status: Health, total_ms: f64) -> CheckRecord {
+    CheckRecord {
+        target: target.into(),
+        at_ms,
+        status,
+        duration_ms: total_ms,
+        timings: json!({"connect": 1.0, "handshake": total_ms / 2.0, "tools_list": total_ms / 4.0, "total": total_ms}),
+        findings: json!([]),
+        grade: Some("A".into()),
+        observation: obs(status, at_ms),
+        state: target_state(status, at_ms),
+        incidents: Incidents::new(),
+        events: Vec::new(),
+        alerts: Vec::new(),
+        contract: None,
+        calls: Vec::new(),
+    }
+}
+
+fn cfg<'a>(s: &'a Server, name: &str) -> &'a config::TargetConfig {
+    s.config.targets.iter().find(|t| t.name == name).unwrap()
+}
+
+/// Shows `name` in the fleet with a confirmed `status` since `since_ms` and a last check.
+fn publish(s: &Server, name: &str, status: Health, since_ms: i64, last: Option<LastCheck>) {
+    s.fleet.resume(
+        cfg(s, name),
+        &target_state(status, since_ms),
+        &Incidents::new(),
+    );
+    let mut v = s.fleet.get(name).unwrap();
+    v.last = last;
+    s.fleet.update(name, v);
+}
+
+fn last_check(status: Health, grade: &str, tools: usize) -> LastCheck {
+    LastCheck {
+        at_ms: NOW - 60_000,
+        status,
+        duration_ms: Some(42.0),
+        timings_ms: None,
+        findings: Vec::new(),
+        grade: Some(grade.into()),
+        security_score: Some(90),
+        era: Some("modern".into()),
+        protocol_version: Some("2025-11-25".into()),
+        auth: "none".into(),
+        tool_count: Some(tools),
+        contract_digest: None,
+    }
+}
+
+const FLEET: &str = r#"
+[[targets]]
+name = "alpha"
+url = "http://127.0.0.1:9/mcp"
+labels = { env = "prod" }
+
+[[targets]]
+name = "bravo"
+url = "http://127.0.0.1:9/mcp"
+labels = { env = "dev" }
+
+[[targets]]
+name = "charlie"
+command = ["true"]
+
+[[maintenance]]
+targets = ["charlie"]
+start = "2025-12-31T00:00:00Z"
+end = "2026-01-02T00:00:00Z"
+"#;
+
+/// The text between `<tr data-target="name"` and the end of its row.
+fn row<'a>(html: &'a str, name: &str) -> &'a str {
+    let start = html
+        .find(&format!("<tr data-target=\"{name}\""))
+        .unwrap_or_else(|| panic!("no row for {name} in {html}"));
+    let end = html[start..].find("</tr>").unwrap() + start;
+    &html[start..end]
+}
+
+#[tokio::test]
+async fn the_fleet_view_shows_counts_rows_and_uptime_from_the_store() {
+    let s = start(FLEET).await;
+    publish(
+        &s,
+        "alpha",
+        Health::Healthy,
+        NOW - 2 * HOUR,
+        Some(last_check(Health::Healthy, "A", 7)),
+    );
+    publish(
+        &s,
+        "bravo",
+        Health::Down,
+        NOW - 5 * 60_000,
+        Some(last_check(Health::Down, "C", 3)),
+    );
+    // alpha: 3 of 4 checks up in the last hour, all 10 up 3 days ago; bravo: none up today.
+    {
+        let mut st = s.store.lock().unwrap();
+        let mut batch = vec![
+            check("alpha", NOW - 10 * 60_000, Health::Healthy, 20.0),
+            check("alpha", NOW - 20 * 60_000, Health::Degraded, 20.0),
+            check("alpha", NOW - 30 * 60_000, Health::Down, 20.0),
+            check("alpha", NOW - 40 * 60_000, Health::Healthy, 20.0),
+            check("bravo", NOW - 10 * 60_000, Health::Down, 20.0),
+        ];
+        batch.extend(
+            (0..10).map(|i| check("alpha", NOW - 72 * HOUR - i * 60_000, Health::Healthy, 10.0)),
+        );
+        st.record(&batch, &[]).unwrap();
+    }
+    let r = get(s.addr, "/", &[]).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.header("content-type"), "text/html; charset=utf-8");
+    assert_eq!(r.header("content-security-policy"), CSP);
+    let html = &r.body;
+    for (key, n) in [
+        ("total", 3),
+        ("healthy", 1),
+        ("down", 1),
+        ("maintenance", 1),
+        ("drifted", 0),
+    ] {
+        assert!(
+            html.contains(&format!("data-count=\"{key}\">{n}<")),
+            "{key} should count {n}: {html}"
+        );
+    }
+    let alpha = row(html, "alpha");
+    assert!(alpha.contains("data-field=\"status\">healthy<"), "{alpha}");
+    assert!(alpha.contains("modern · 2025-11-25"), "{alpha}");
+    assert!(alpha.contains(">A<") && alpha.contains(">7<"), "{alpha}");
+    // 24h: 3 of 4 up; 7d: 13 of 14 up.
+    assert!(alpha.contains(">75.00%<"), "{alpha}");
+    assert!(alpha.contains(">92.86%<"), "{alpha}");
+    assert!(
+        alpha.contains("<time datetime=\"2025-12-31T22:00:00"),
+        "{alpha}"
+    );
+    let bravo = row(html, "bravo");
+    assert!(
+        bravo.contains(">down<") && bravo.contains(">0.00%<"),
+        "{bravo}"
+    );
+    let charlie = row(html, "charlie");
+    assert!(
+        charlie.contains("maintenance") && charlie.contains("never"),
+        "{charlie}"
+    );
+    // The assets are ours, with the same policy.
+    let css = get(s.addr, "/assets/status.css", &[]).await;
+    assert_eq!(css.status, 200);
+    assert!(css.header("content-type").starts_with("text/css"));
+    assert!(css.body.contains("prefers-color-scheme: dark"));
+    let js = get(s.addr, "/assets/status.js", &[]).await;
+    assert_eq!(js.status, 200);
+    assert!(js.header("content-type").starts_with("text/javascript"));
+    assert!(html.contains("<script src=\"/assets/status.js\" defer></script>"));
+    assert!(!html.contains("<script>"), "no inline script");
+    assert!(!html.contains("style="), "no inline style");
+}
+
+#[tokio::test]
+async fn the_fleet_view_filters_searches_sorts_and_pages_on_the_server() {
+    let s = start(FLEET).await;
+    publish(
+        &s,
+        "alpha",
+        Health::Healthy,
+        NOW - 2 * HOUR,
+        Some(last_check(Health::Healthy, "A", 7)),
+    );
+    publish(
+        &s,
+        "bravo",
+        Health::Down,
+        NOW - 5 * 60_000,
+        Some(last_check(Health::Down, "C", 3)),
+    );
+    let names = |html: &str| -> Vec<String> {
+        html.split("<tr data-target=\"")
+            .skip(1)
+            .map(|r| r.split('"').next().unwrap().to_owned())
+            .collect()
+    };
+    let body = |p: &'static str| {
+        let addr = s.addr;
+        async move {
+            let r = get(addr, p, &[]).await;
+            assert_eq!(r.status, 200, "{p}: {}", r.body);
+            r.body
+        }
+    };
+    assert_eq!(names(&body("/").await), ["alpha", "bravo", "charlie"]);
+    assert_eq!(names(&body("/?state=down").await), ["bravo"]);
+    assert_eq!(names(&body("/?state=maintenance").await), ["charlie"]);
+    assert_eq!(names(&body("/?label=env%3Dprod").await), ["alpha"]);
+    assert_eq!(names(&body("/?q=RAV").await), ["bravo"]);
+    assert_eq!(
+        names(&body("/?sort=state").await),
+        ["bravo", "charlie", "alpha"]
+    );
+    assert_eq!(
+        names(&body("/?sort=name&dir=desc").await),
+        ["charlie", "bravo", "alpha"]
+    );
+    let p2 = body("/?per_page=2&page=2").await;
+    assert_eq!(names(&p2), ["charlie"]);
+    assert!(p2.contains("page 2 of 2"));
+    assert!(p2.contains("rel=\"prev\" href=\"/?page=1&per_page=2"));
+    assert_eq!(get(s.addr, "/?per_page=0", &[]).await.status, 400);
+    assert_eq!(get(s.addr, "/?state=%3Cx%3E", &[]).await.status, 400);
+}
+
+#[tokio::test]
+async fn the_page_is_under_the_api_token() {
+    let s = start(&format!("[server]\ntoken = \"s3cret\"\n{FLEET}")).await;
+    assert_eq!(get(s.addr, "/", &[]).await.status, 401);
+    assert_eq!(
+        get(s.addr, "/", &[("authorization", "Bearer nope")])
+            .await
+            .status,
+        401
+    );
+    let ok = get(s.addr, "/", &[("authorization", "Bearer s3cret")]).await;
+    assert_eq!(ok.status, 200);
+    // The assets hold no data and stay open.
+    assert_eq!(get(s.addr, "/assets/status.css", &[]).await.status, 200);
+}
