@@ -371,3 +371,182 @@ async fn the_page_is_under_the_api_token() {
     // The assets hold no data and stay open.
     assert_eq!(get(s.addr, "/assets/status.css", &[]).await.status, 200);
 }
+
+// ---- the target view ------------------------------------------------------------------------
+
+use mcpulse_monitor::alert::{Action, Alert, Kind, dedup_key};
+use mcpulse_monitor::fleet::ComponentView;
+use mcpulse_monitor::sink::SinkId;
+use mcpulse_monitor::state::{DriftChange, Event};
+
+fn alert(target: &str, kind: Kind, summary: &str, at_ms: i64) -> Alert {
+    Alert {
+        dedup_key: dedup_key(target, "status"),
+        action: Action::Trigger,
+        kind,
+        target: target.into(),
+        severity: "critical".into(),
+        summary: summary.into(),
+        at_ms,
+        started_ms: at_ms,
+        labels: BTreeMap::new(),
+        removed: false,
+    }
+}
+
+fn contract(server_name: &str, tool: &str, description: &str) -> String {
+    json!({
+        "schema": "mcpulse.contract/1",
+        "target": "http://127.0.0.1:9/mcp",
+        "digest": "sha256:0",
+        "server": {
+            "era": "modern", "protocol_version": "2025-11-25", "supported_versions": [],
+            "capabilities": {}, "instructions": null, "digest": "sha256:1",
+            "server_info": { "name": server_name, "version": "1.2.3" }
+        },
+        "tools": [{
+            "key": tool, "digest": "sha256:2",
+            "definition": {
+                "name": tool,
+                "description": description,
+                "annotations": { "readOnlyHint": true },
+                "inputSchema": { "type": "object", "properties": { "query": { "type": "string", "description": description } } }
+            }
+        }],
+        "prompts": [], "resources": [], "resource_templates": []
+    })
+    .to_string()
+}
+
+/// Fills the store and the fleet for `name`: a day of checks, a transition, an alert delivered
+/// to one sink and given up at another, an accepted contract, current drift, a component and
+/// a finding whose message is `error`.
+fn populate(s: &Server, name: &str, server_name: &str, description: &str, error: &str) {
+    {
+        let mut st = s.store.lock().unwrap();
+        let mut batch: Vec<CheckRecord> = (0..24 * 12)
+            .map(|i| {
+                check(
+                    name,
+                    NOW - i * 5 * 60_000,
+                    Health::Healthy,
+                    20.0 + (i % 7) as f64,
+                )
+            })
+            .collect();
+        let mut down = check(name, NOW - 3 * HOUR, Health::Down, 5000.0);
+        down.events = vec![Event::Transition {
+            from: Health::Healthy,
+            to: Health::Down,
+            at_ms: NOW - 3 * HOUR,
+            quiet: false,
+            reason: error.into(),
+        }];
+        down.alerts = vec![alert(
+            name,
+            Kind::Down,
+            &format!("{name} is down: {error}"),
+            NOW - 3 * HOUR,
+        )];
+        batch.push(down);
+        st.record(
+            &batch,
+            &[SinkId::new("webhook:aaaa"), SinkId::new("slack:bbbb")],
+        )
+        .unwrap();
+        let due = st.due_alerts(NOW, 10).unwrap();
+        assert_eq!(due.len(), 2);
+        st.mark_delivered(due[0].id, NOW - 3 * HOUR + 1000).unwrap();
+        st.give_up(
+            due[1].id,
+            &format!("HTTP 500: {error}"),
+            NOW - 3 * HOUR + 2000,
+        )
+        .unwrap();
+        st.set_accepted_contract(
+            name,
+            &contract(server_name, "search", description),
+            NOW - 48 * HOUR,
+        )
+        .unwrap();
+    }
+    let finding: mcpulse_judge::Finding = serde_json::from_value(json!({
+        "code": "tool-call-failed", "severity": "warning", "message": error
+    }))
+    .unwrap();
+    let mut last = last_check(Health::Degraded, "B", 1);
+    last.findings = vec![finding];
+    last.protocol_version = Some(server_name.into());
+    publish(s, name, Health::Degraded, NOW - HOUR, Some(last));
+    let mut v = s.fleet.get(name).unwrap();
+    v.drift = Some("breaking".into());
+    v.drift_changes = vec![DriftChange {
+        code: "tool-removed".into(),
+        path: format!("tools/{description}"),
+        class: "breaking".into(),
+    }];
+    v.components = vec![ComponentView {
+        name: format!("db {server_name}"),
+        status: Health::Down,
+        since_ms: NOW - 10 * 60_000,
+    }];
+    s.fleet.update(name, v);
+}
+
+#[tokio::test]
+async fn the_target_view_shows_verdict_chart_timeline_drift_contract_and_components() {
+    let s = start(FLEET).await;
+    populate(
+        &s,
+        "charlie",
+        "files-server",
+        "Search the index",
+        "upstream timed out",
+    );
+    let r = get(s.addr, "/targets/charlie", &[]).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.header("content-security-policy"), CSP);
+    let html = &r.body;
+    // Verdict and findings, with the rule's explanation and its docs link.
+    assert!(
+        html.contains("data-live-target=\"charlie\">degraded<"),
+        "{html}"
+    );
+    assert!(html.contains("docs/findings.md#tool-call-failed"), "{html}");
+    assert!(html.contains("upstream timed out"));
+    let why = mcpulse_judge::AnyRule::all()
+        .find(|r| r.code() == "tool-call-failed")
+        .unwrap()
+        .why();
+    assert!(
+        html.contains(&*mcpulse_monitor::api::esc(why)),
+        "the rule's explanation"
+    );
+    // Latency per phase: an SVG with p50 and p95 lines for total and handshake.
+    assert!(html.contains("<svg class=\"chart\""));
+    assert!(html.contains("<polyline class=\"s0 p50\""));
+    assert!(html.contains("<polyline class=\"s3 p95\""));
+    assert!(html.contains("aria-current=\"true\">24h<"));
+    let week = get(s.addr, "/targets/charlie?range=7d", &[]).await;
+    assert!(week.body.contains("aria-current=\"true\">7d<"));
+    assert_eq!(
+        get(s.addr, "/targets/charlie?range=1y", &[]).await.status,
+        400
+    );
+    // Timeline: the transition, the alert and the sinks it went to.
+    assert!(html.contains("transition"), "{html}");
+    assert!(html.contains("webhook:aaaa") && html.contains("slack:bbbb"));
+    assert!(html.contains("delivered <time") && html.contains("given up <time"));
+    // Maintenance, drift, contract, grade, component.
+    assert!(html.contains("(now)"), "the maintenance window: {html}");
+    assert!(html.contains("tool-removed") && html.contains(">breaking<"));
+    assert!(html.contains("files-server") && html.contains("<code>search</code>"));
+    assert!(html.contains("readOnlyHint"));
+    assert!(html.contains("&quot;query&quot;"), "the schema");
+    assert!(html.contains("Grade <strong class=\"grade\">B</strong>"));
+    assert!(html.contains("db files-server"));
+    // Unknown targets are a page, not JSON.
+    let missing = get(s.addr, "/targets/nope", &[]).await;
+    assert_eq!(missing.status, 404);
+    assert!(missing.header("content-type").starts_with("text/html"));
+}

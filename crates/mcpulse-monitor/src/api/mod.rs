@@ -230,9 +230,13 @@ pub fn router(state: ApiState) -> Router {
         ));
     // The status page is under the same token as the API; its assets are not (they are the
     // same for everyone and hold no data).
-    let page = Router::new().route("/", get(page::fleet_page)).route_layer(
-        middleware::from_fn_with_state(state.clone(), auth::require_token),
-    );
+    let page = Router::new()
+        .route("/", get(page::fleet_page))
+        .route("/targets/{name}", get(page::target_page))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_token,
+        ));
     Router::new()
         .route("/livez", get(health::livez))
         .route("/assets/status.css", get(page::css))

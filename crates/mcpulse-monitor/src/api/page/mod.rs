@@ -14,9 +14,12 @@
 //! fleet view, `target` one target's view, `chart` the SVG latency chart. It does not own the
 //! data: the fleet snapshot ([`crate::fleet`]) and the store ([`super::HistorySource`]).
 
+mod chart;
 mod fleet;
+mod target;
 
 pub(super) use fleet::fleet_page;
+pub(super) use target::target_page;
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
