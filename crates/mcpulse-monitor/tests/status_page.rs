@@ -550,3 +550,65 @@ async fn the_target_view_shows_verdict_chart_timeline_drift_contract_and_compone
     assert_eq!(missing.status, 404);
     assert!(missing.header("content-type").starts_with("text/html"));
 }
+
+// ---- live updates ---------------------------------------------------------------------------
+
+/// The script updates the page from `/api/v1/fleet`: every field it reads must be served, and
+/// the hooks it looks for must be in the HTML. (Running it is the browser tests' job.)
+#[tokio::test]
+async fn the_live_script_reads_what_the_api_serves_and_finds_its_hooks() {
+    let s = start(FLEET).await;
+    publish(
+        &s,
+        "alpha",
+        Health::Healthy,
+        NOW - HOUR,
+        Some(last_check(Health::Healthy, "A", 7)),
+    );
+    let js = get(s.addr, "/assets/status.js", &[]).await.body;
+    assert!(js.contains("fetch(\"/api/v1/fleet\""));
+    let api = get(s.addr, "/api/v1/fleet", &[]).await;
+    let f: serde_json::Value = serde_json::from_str(&api.body).unwrap();
+    assert!(f["generated_at_ms"].is_i64());
+    let alpha = f["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "alpha")
+        .unwrap();
+    for field in ["name", "status", "last_check_ms", "last_status"] {
+        assert!(
+            js.contains(&format!(".{field}")),
+            "the script reads {field}"
+        );
+        assert!(!alpha[field].is_null(), "the API serves {field}: {alpha}");
+    }
+    // Counts the script refreshes: the ones the API has (the others stay as rendered).
+    let page = get(s.addr, "/", &[]).await.body;
+    for key in ["total", "healthy", "degraded", "down", "flapping"] {
+        assert!(f[key].is_u64(), "{key} in {f}");
+        assert!(page.contains(&format!("data-count=\"{key}\"")));
+    }
+    for hook in [
+        "data-target=\"alpha\"",
+        "data-field=\"status\"",
+        "data-field=\"last\"",
+        "id=\"live\"",
+    ] {
+        assert!(page.contains(hook), "{hook}");
+    }
+    for hook in [
+        "tr[data-target]",
+        "[data-field=status]",
+        "[data-field=last]",
+        "[data-live-target]",
+        "getElementById(\"live\")",
+    ] {
+        assert!(js.contains(hook), "{hook}");
+    }
+    let one = get(s.addr, "/targets/alpha", &[]).await.body;
+    assert!(one.contains("data-live-target=\"alpha\"") && one.contains("id=\"live\""));
+    // Only GETs: the page runs no mutating action.
+    assert!(!js.contains("method:"), "the script only reads");
+    assert!(!page.contains("method=\"post\""));
+}
