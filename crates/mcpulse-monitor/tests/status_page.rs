@@ -612,3 +612,93 @@ async fn the_live_script_reads_what_the_api_serves_and_finds_its_hooks() {
     assert!(!js.contains("method:"), "the script only reads");
     assert!(!page.contains("method=\"post\""));
 }
+
+// ---- badges ---------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn badges_are_svg_or_shields_json_cacheable_and_under_the_token() {
+    let s = start(&format!("[server]\ntoken = \"s3cret\"\n{FLEET}")).await;
+    let auth = [("authorization", "Bearer s3cret")];
+    publish(
+        &s,
+        "alpha",
+        Health::Down,
+        NOW - HOUR,
+        Some(last_check(Health::Down, "C", 7)),
+    );
+    {
+        let mut st = s.store.lock().unwrap();
+        let batch: Vec<CheckRecord> = (0..100)
+            .map(|i| {
+                let h = if i < 2 { Health::Down } else { Health::Healthy };
+                check("alpha", NOW - i * 60_000, h, 150.0)
+            })
+            .collect();
+        st.record(&batch, &[]).unwrap();
+    }
+    assert_eq!(
+        get(s.addr, "/badges/alpha/status.svg", &[]).await.status,
+        401
+    );
+    let status = get(s.addr, "/badges/alpha/status.svg", &auth).await;
+    assert_eq!(status.status, 200);
+    assert_eq!(status.header("content-type"), "image/svg+xml");
+    assert_eq!(status.header("cache-control"), "max-age=60");
+    assert!(
+        status.body.starts_with("<svg") && status.body.contains(">down<"),
+        "{}",
+        status.body
+    );
+    let etag = status.header("etag").to_owned();
+    assert!(etag.starts_with('"'));
+    let again = get(
+        s.addr,
+        "/badges/alpha/status.svg",
+        &[auth[0], ("if-none-match", &etag)],
+    )
+    .await;
+    assert_eq!(again.status, 304);
+    assert!(again.body.is_empty());
+    let up = get(s.addr, "/badges/alpha/uptime-24h.svg", &auth).await;
+    assert!(up.body.contains(">98.00%<"), "{}", up.body);
+    for b in [
+        "uptime-7d.svg",
+        "uptime-30d.svg",
+        "latency.svg",
+        "grade.svg",
+    ] {
+        let r = get(s.addr, &format!("/badges/alpha/{b}"), &auth).await;
+        assert_eq!(r.status, 200, "{b}");
+        assert!(r.body.starts_with("<svg"), "{b}");
+    }
+    assert!(
+        get(s.addr, "/badges/alpha/latency.svg", &auth)
+            .await
+            .body
+            .contains(">150 ms<")
+    );
+    assert!(
+        get(s.addr, "/badges/alpha/grade.svg", &auth)
+            .await
+            .body
+            .contains(">C<")
+    );
+    let shields = get(s.addr, "/badges/alpha/shields.json?badge=uptime-24h", &auth).await;
+    assert_eq!(shields.header("content-type"), "application/json");
+    let v: serde_json::Value = serde_json::from_str(&shields.body).unwrap();
+    assert_eq!(
+        v,
+        json!({"schemaVersion": 1, "label": "uptime 24h", "message": "98.00%", "color": "yellow"})
+    );
+    let default: serde_json::Value =
+        serde_json::from_str(&get(s.addr, "/badges/alpha/shields.json", &auth).await.body).unwrap();
+    assert_eq!(default["message"], "down");
+    assert_eq!(
+        get(s.addr, "/badges/alpha/nope.svg", &auth).await.status,
+        404
+    );
+    assert_eq!(
+        get(s.addr, "/badges/nobody/status.svg", &auth).await.status,
+        404
+    );
+}

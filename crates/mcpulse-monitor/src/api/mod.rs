@@ -11,6 +11,9 @@
 //! | `GET /api/v1/targets` | every target's view | token |
 //! | `GET /api/v1/targets/{name}` | one target: state, last check, findings, incidents, uptime stats | token |
 //! | `GET /api/v1/targets/{name}/history?limit=&before=` | its checks, newest first, keyset-paged (410 for a cursor that is gone) | token |
+//! | `GET /` , `GET /targets/{name}` | the status page (HTML, [`page`]) | token |
+//! | `GET /badges/{name}/{badge}` | SVG badges and Shields endpoint JSON ([`badges`]) | token |
+//! | `GET /assets/status.{css,js}` | the page's stylesheet and script (no data) | open |
 //!
 //! The token (`[server] token`) is a read-only bearer token, compared in constant time; the
 //! health endpoints stay open so a load balancer or kubelet needs no secret. Nothing here
@@ -32,6 +35,7 @@
 //! This one holds the router and what the handlers share.
 
 mod auth;
+mod badges;
 mod fleet;
 mod health;
 mod history;
@@ -233,6 +237,7 @@ pub fn router(state: ApiState) -> Router {
     let page = Router::new()
         .route("/", get(page::fleet_page))
         .route("/targets/{name}", get(page::target_page))
+        .route("/badges/{name}/{badge}", get(badges::badge_handler))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             auth::require_token,

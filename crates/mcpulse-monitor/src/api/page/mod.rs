@@ -156,7 +156,8 @@ pub(super) fn html(status: StatusCode, page: String) -> Response {
     r
 }
 
-pub(super) fn security_headers(h: &mut axum::http::HeaderMap) {
+/// The headers every page, asset and badge carries.
+pub(in crate::api) fn security_headers(h: &mut axum::http::HeaderMap) {
     h.insert(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(CSP),
