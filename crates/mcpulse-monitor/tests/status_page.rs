@@ -702,3 +702,168 @@ async fn badges_are_svg_or_shields_json_cacheable_and_under_the_token() {
         404
     );
 }
+
+// ---- safety ---------------------------------------------------------------------------------
+
+const SCRIPT: &str = "<script>alert(1)</script>";
+const IMG: &str = "\"><img src=x onerror=alert(1)>";
+const MORE: &str = "'><svg onload=alert(1)><a href=\"javascript:alert(1)\">x</a><!--";
+
+/// Every tag of `html` with its attributes: a small scanner, enough for markup we wrote (our
+/// attribute values are always double-quoted and escaped).
+fn tags(html: &str) -> Vec<(String, Vec<(String, String)>)> {
+    let mut out = Vec::new();
+    let mut rest = html;
+    while let Some(i) = rest.find('<') {
+        rest = &rest[i + 1..];
+        let end = rest
+            .find('>')
+            .unwrap_or_else(|| panic!("unclosed tag: {rest}"));
+        let inner = rest[..end].trim_end_matches('/');
+        rest = &rest[end + 1..];
+        if inner.starts_with('/') || inner.starts_with('!') {
+            assert!(!inner.starts_with("!--"), "a comment: {inner}");
+            continue;
+        }
+        let (name, mut attrs) = inner.split_once(char::is_whitespace).unwrap_or((inner, ""));
+        let mut list = Vec::new();
+        loop {
+            attrs = attrs.trim_start();
+            if attrs.is_empty() {
+                break;
+            }
+            let n_end = attrs.find(['=', ' ']).unwrap_or(attrs.len());
+            let n = attrs[..n_end].to_owned();
+            attrs = &attrs[n_end..];
+            let mut v = String::new();
+            if let Some(a) = attrs.strip_prefix("=\"") {
+                let close = a
+                    .find('"')
+                    .unwrap_or_else(|| panic!("unclosed value in <{inner}>"));
+                v = a[..close].to_owned();
+                attrs = &a[close + 1..];
+            }
+            list.push((n, v));
+        }
+        out.push((name.to_ascii_lowercase(), list));
+    }
+    out
+}
+
+/// The page has only the markup we write: known tags, no event handlers, no `javascript:`,
+/// exactly one script (ours, from our origin), and the CSP header.
+fn assert_inert(r: &Resp, what: &str) {
+    assert_eq!(r.header("content-security-policy"), CSP, "{what}");
+    const TAGS: &[&str] = &[
+        "!doctype", "html", "head", "meta", "title", "link", "script", "body", "a", "header",
+        "button", "main", "h1", "h2", "h3", "section", "ul", "li", "span", "p", "form", "label",
+        "select", "option", "input", "div", "table", "caption", "thead", "tbody", "tr", "th", "td",
+        "small", "br", "time", "svg", "rect", "title", "nav", "dl", "dt", "dd", "code", "strong",
+        "details", "summary", "pre", "line", "text", "polyline",
+    ];
+    let all = tags(&r.body);
+    assert!(all.len() > 20, "{what}: too few tags to be the page");
+    let mut scripts = 0;
+    for (name, attrs) in &all {
+        assert!(
+            TAGS.contains(&name.as_str()),
+            "{what}: unexpected tag <{name}>"
+        );
+        if name == "script" {
+            scripts += 1;
+            assert_eq!(
+                attrs,
+                &[
+                    ("src".into(), "/assets/status.js".into()),
+                    ("defer".into(), String::new())
+                ]
+            );
+        }
+        for (a, v) in attrs {
+            assert!(
+                !a.starts_with("on"),
+                "{what}: an event handler {a}={v} on <{name}>"
+            );
+            assert!(
+                a.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'),
+                "{what}: attribute {a:?} on <{name}>"
+            );
+            assert!(
+                !v.to_ascii_lowercase().contains("javascript:"),
+                "{what}: {a}={v}"
+            );
+            assert!(
+                !v.contains('<') && !v.contains('>'),
+                "{what}: raw markup in {a}={v}"
+            );
+        }
+    }
+    assert_eq!(scripts, 1, "{what}: only our script");
+    assert!(
+        !r.body.contains(SCRIPT) && !r.body.contains("<img") && !r.body.contains("<svg onload")
+    );
+}
+
+#[tokio::test]
+async fn a_hostile_server_and_config_render_inert() {
+    let name = format!("evil{SCRIPT}{IMG}");
+    let toml = format!(
+        "[[targets]]\nname = {name:?}\nurl = \"http://127.0.0.1:9/mcp?q={}\"\nlabels = {{ {:?} = {:?} }}\n",
+        pct(IMG),
+        format!("team{IMG}"),
+        format!("{SCRIPT}{MORE}"),
+    );
+    let s = start(&toml).await;
+    populate(
+        &s,
+        &name,
+        &format!("server{SCRIPT}{IMG}"),
+        &format!("Searches{IMG}{MORE}"),
+        &format!("error{SCRIPT}{MORE}\u{1b}[2J\u{202e}"),
+    );
+    let fleet = get(s.addr, "/", &[]).await;
+    assert_eq!(fleet.status, 200);
+    assert_inert(&fleet, "fleet view");
+    assert!(
+        fleet
+            .body
+            .contains("evil&lt;script&gt;alert(1)&lt;/script&gt;&quot;&gt;&lt;img"),
+        "the name shows, escaped"
+    );
+    let path = format!("/targets/{}", pct(&name));
+    let one = get(s.addr, &path, &[]).await;
+    assert_eq!(one.status, 200, "{}", one.body);
+    assert_inert(&one, "target view");
+    for shown in [
+        "server&lt;script&gt;",
+        "Searches&quot;&gt;&lt;img",
+        "error&lt;script&gt;",
+        "\\x1b[2J",
+        "\\u{202e}",
+    ] {
+        assert!(one.body.contains(shown), "{shown} shows, inert");
+    }
+    // Searching for markup echoes it escaped; an unknown name is an escaped error page.
+    let search = get(s.addr, &format!("/?q={}", pct(SCRIPT)), &[]).await;
+    assert_inert(&search, "search");
+    let missing = get(s.addr, &format!("/targets/{}", pct(SCRIPT)), &[]).await;
+    assert_eq!(missing.status, 404);
+    assert!(!missing.body.contains(SCRIPT));
+    // Badges: the SVG is ours, with no script in it.
+    let badge = get(s.addr, &format!("/badges/{}/status.svg", pct(&name)), &[]).await;
+    assert_eq!(badge.status, 200);
+    assert!(!badge.body.contains("<script") && !badge.body.contains("<img"));
+}
+
+/// Percent-encodes everything but ASCII letters and digits.
+fn pct(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
