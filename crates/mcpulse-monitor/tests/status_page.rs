@@ -867,3 +867,217 @@ fn pct(s: &str) -> String {
         })
         .collect()
 }
+
+// ---- benchmark ------------------------------------------------------------------------------
+
+/// Time to first byte (the response head) and to the whole body of `path`, over `runs` runs:
+/// (median ms, worst ms, body bytes).
+async fn timed(addr: SocketAddr, path: &str, runs: usize) -> (f64, f64, f64, usize) {
+    let mut firsts = Vec::new();
+    let mut wholes = Vec::new();
+    let mut size = 0;
+    for _ in 0..runs {
+        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let req = http::Request::builder()
+            .uri(path)
+            .header("host", addr.to_string())
+            .body(Empty::<Bytes>::new())
+            .unwrap();
+        let t = std::time::Instant::now();
+        let resp = sender.send_request(req).await.unwrap();
+        let first = t.elapsed();
+        assert_eq!(resp.status(), 200, "{path}");
+        size = resp.into_body().collect().await.unwrap().to_bytes().len();
+        firsts.push(first.as_secs_f64() * 1000.0);
+        wholes.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    firsts.sort_by(f64::total_cmp);
+    wholes.sort_by(f64::total_cmp);
+    (firsts[runs / 2], firsts[runs - 1], wholes[runs / 2], size)
+}
+
+/// The status page at fleet scale: 10,000 targets with 30 days of hourly uptime rollups (7.2
+/// million rows, as the writer would have left them at one or more checks an hour) and one
+/// target with 30 days of checks once a minute (43,200 rows with timings), in a real SQLite
+/// file. Prints time to first byte of the fleet view and of the target view; fails above the
+/// issue's budgets (100 ms and 200 ms). Run it in release mode:
+///
+/// ```text
+/// cargo test --release -p mcpulse-monitor --test status_page -- --ignored --nocapture status_page_at_10000_targets
+/// ```
+#[tokio::test]
+#[ignore = "a benchmark: run in release mode with --ignored --nocapture"]
+async fn status_page_at_10000_targets() {
+    const TARGETS: i64 = 10_000;
+    const DAYS: i64 = 30;
+    let mut toml = String::with_capacity(TARGETS as usize * 80);
+    for i in 0..TARGETS {
+        let env = ["prod", "staging", "dev"][(i % 3) as usize];
+        toml.push_str(&format!(
+            "[[targets]]\nname = \"mcp-{i:05}\"\nurl = \"http://127.0.0.1:9/{i}\"\nlabels = {{ env = \"{env}\" }}\n"
+        ));
+    }
+    let t = std::time::Instant::now();
+    let s = start(&toml).await;
+    let path = s.store.lock().unwrap().path().to_owned();
+    let viewed = "mcp-00042";
+    {
+        // Fill through a second connection: the store holds the file in exclusive mode, so
+        // release it for the fill and take it back after.
+        let st = s.store.clone();
+        let mut guard = st.lock().unwrap();
+        let placeholder = Store::open_in_memory().unwrap();
+        let real = std::mem::replace(&mut *guard, placeholder);
+        drop(real);
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = OFF;")
+            .unwrap();
+        let from_hour = NOW / HOUR - DAYS * 24;
+        c.execute_batch(&format!(
+            "BEGIN;
+             WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < {TARGETS} - 1)
+             INSERT INTO targets (name) SELECT printf('mcp-%05d', i) FROM n;
+             WITH RECURSIVE h(k) AS (SELECT {from_hour} UNION ALL SELECT k + 1 FROM h WHERE k < {now_hour})
+             INSERT INTO uptime_hourly (target_id, hour, checks, up, healthy)
+               SELECT t.id, h.k, 60, 60 - (t.id + h.k) % 3 / 2, 58 FROM targets t, h ORDER BY t.id, h.k;
+             WITH RECURSIVE m(k) AS (SELECT 0 UNION ALL SELECT k + 1 FROM m WHERE k < {DAYS} * 1440 - 1)
+             INSERT INTO checks (target_id, at_ms, status, duration_ms, timings, findings, grade)
+               SELECT (SELECT id FROM targets WHERE name = '{viewed}'), {NOW} - k * 60000,
+                      CASE WHEN k % 97 = 0 THEN 'down' ELSE 'healthy' END, 40 + k % 13,
+                      json_object('connect', 1 + k % 3, 'handshake', 20 + k % 11, 'tools_list', 10 + k % 7,
+                                  'total', 40 + k % 13),
+                      '[]', 'A'
+               FROM m;
+             COMMIT;",
+            now_hour = NOW / HOUR
+        ))
+        .unwrap();
+        drop(c);
+        *guard = Store::open(Path::new(&path)).unwrap();
+    }
+    let fill = t.elapsed();
+    for (i, cfg) in s.config.targets.iter().enumerate() {
+        let status = [
+            Health::Healthy,
+            Health::Healthy,
+            Health::Degraded,
+            Health::Down,
+        ][i % 4];
+        let mut last = last_check(status, ["A", "B", "C"][i % 3], i % 40);
+        last.at_ms = NOW - (i as i64 % 60) * 1000;
+        s.fleet.resume(
+            cfg,
+            &target_state(status, NOW - (i as i64) * 1000),
+            &Incidents::new(),
+        );
+        let mut v = s.fleet.get(&cfg.name).unwrap();
+        v.last = Some(last);
+        s.fleet.update(&cfg.name, v);
+    }
+    let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0)
+        + std::fs::metadata(format!("{path}-wal"))
+            .map(|m| m.len())
+            .unwrap_or(0);
+    println!(
+        "filled {TARGETS} targets, {} rollup rows, {} checks in {:.1} s; database {:.0} MiB",
+        TARGETS * (DAYS * 24 + 1),
+        DAYS * 1440,
+        fill.as_secs_f64(),
+        size as f64 / 1048576.0
+    );
+    // Warm up (the first read pages the file in), then measure.
+    let _ = timed(s.addr, "/", 3).await;
+    let _ = timed(s.addr, &format!("/targets/{viewed}"), 3).await;
+    println!("| request | first byte, median | first byte, worst | whole body, median | body |");
+    println!("|---|---|---|---|---|");
+    let mut results = Vec::new();
+    for p in [
+        "/".to_owned(),
+        "/?page=150".to_owned(),
+        "/?per_page=500".to_owned(),
+        "/?state=down&sort=last&dir=desc".to_owned(),
+        "/?label=env%3Dprod&q=mcp-09".to_owned(),
+        format!("/targets/{viewed}"),
+        format!("/targets/{viewed}?range=7d"),
+        format!("/targets/{viewed}?range=30d"),
+        format!("/badges/{viewed}/uptime-24h.svg"),
+    ] {
+        let (first, worst, whole, bytes) = timed(s.addr, &p, 21).await;
+        println!(
+            "| `GET {p}` | {first:.1} ms | {worst:.1} ms | {whole:.1} ms | {:.0} KiB |",
+            bytes as f64 / 1024.0
+        );
+        results.push((p, first));
+    }
+    assert!(
+        results[0].1 < 100.0,
+        "the fleet view's first byte: {:.1} ms",
+        results[0].1
+    );
+    assert!(
+        results[5].1 < 200.0,
+        "a target view's first byte: {:.1} ms",
+        results[5].1
+    );
+}
+
+// ---- the rollup -----------------------------------------------------------------------------
+
+/// Schema 4 fills the rollup from the checks a version-3 file already holds, the writer keeps
+/// it up to date, and pruning and forgetting a target remove its rows.
+#[test]
+fn the_uptime_rollup_is_backfilled_kept_and_pruned() {
+    let dir = TempDir::new("rollup");
+    let path = dir.join("history.sqlite3");
+    {
+        let mut st = Store::open(&path).unwrap();
+        st.record(
+            &[
+                check("a", 10 * HOUR + 1, Health::Healthy, 1.0),
+                check("a", 10 * HOUR + 2, Health::Down, 1.0),
+                check("a", 11 * HOUR, Health::Degraded, 1.0),
+                check("b", 10 * HOUR, Health::Healthy, 1.0),
+            ],
+            &[],
+        )
+        .unwrap();
+    }
+    // Back to version 3: no rollup table.
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute_batch("DROP TABLE uptime_hourly; PRAGMA user_version = 3;")
+            .unwrap();
+    }
+    let mut st = Store::open(&path).unwrap();
+    let rows = |st: &Store| {
+        st.uptime_hours(&["a".into(), "b".into(), "nobody".into()], 0)
+            .unwrap()
+            .into_iter()
+            .map(|h| (h.target, h.hour, h.checks, h.up, h.healthy))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        rows(&st),
+        [
+            ("a".into(), 10, 2, 1, 1),
+            ("a".into(), 11, 1, 1, 0),
+            ("b".into(), 10, 1, 1, 1)
+        ]
+    );
+    st.record(&[check("a", 11 * HOUR + 5, Health::Healthy, 1.0)], &[])
+        .unwrap();
+    assert_eq!(rows(&st)[1], ("a".into(), 11, 2, 2, 1));
+    assert_eq!(
+        st.uptime_hours(&["a".into()], 11).unwrap().len(),
+        1,
+        "from_hour"
+    );
+    st.prune(11 * HOUR).unwrap();
+    assert_eq!(rows(&st), [("a".into(), 11, 2, 2, 1)]);
+    st.forget_target("a").unwrap();
+    assert!(rows(&st).is_empty());
+}
