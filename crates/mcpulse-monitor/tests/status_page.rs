@@ -221,23 +221,29 @@ fn row<'a>(html: &'a str, name: &str) -> &'a str {
     &html[start..end]
 }
 
-#[tokio::test]
-async fn the_fleet_view_shows_counts_rows_and_uptime_from_the_store() {
-    let s = start(FLEET).await;
+/// alpha healthy for 2 hours (grade A, 7 tools), bravo down for 5 minutes (grade C, 3 tools),
+/// charlie never checked.
+fn publish_fleet(s: &Server) {
     publish(
-        &s,
+        s,
         "alpha",
         Health::Healthy,
         NOW - 2 * HOUR,
         Some(last_check(Health::Healthy, "A", 7)),
     );
     publish(
-        &s,
+        s,
         "bravo",
         Health::Down,
         NOW - 5 * 60_000,
         Some(last_check(Health::Down, "C", 3)),
     );
+}
+
+#[tokio::test]
+async fn the_fleet_view_shows_counts_rows_and_uptime_from_the_store() {
+    let s = start(FLEET).await;
+    publish_fleet(&s);
     // alpha: 3 of 4 checks up in the last hour, all 10 up 3 days ago; bravo: none up today.
     {
         let mut st = s.store.lock().unwrap();
@@ -295,7 +301,7 @@ async fn the_fleet_view_shows_counts_rows_and_uptime_from_the_store() {
     let css = get(s.addr, "/assets/status.css", &[]).await;
     assert_eq!(css.status, 200);
     assert!(css.header("content-type").starts_with("text/css"));
-    assert!(css.body.contains("prefers-color-scheme: dark"));
+    assert!(css.body.contains("color-scheme: light dark") && css.body.contains("light-dark("));
     let js = get(s.addr, "/assets/status.js", &[]).await;
     assert_eq!(js.status, 200);
     assert!(js.header("content-type").starts_with("text/javascript"));
@@ -307,20 +313,7 @@ async fn the_fleet_view_shows_counts_rows_and_uptime_from_the_store() {
 #[tokio::test]
 async fn the_fleet_view_filters_searches_sorts_and_pages_on_the_server() {
     let s = start(FLEET).await;
-    publish(
-        &s,
-        "alpha",
-        Health::Healthy,
-        NOW - 2 * HOUR,
-        Some(last_check(Health::Healthy, "A", 7)),
-    );
-    publish(
-        &s,
-        "bravo",
-        Health::Down,
-        NOW - 5 * 60_000,
-        Some(last_check(Health::Down, "C", 3)),
-    );
+    publish_fleet(&s);
     let names = |html: &str| -> Vec<String> {
         html.split("<tr data-target=\"")
             .skip(1)

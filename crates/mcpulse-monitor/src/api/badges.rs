@@ -189,22 +189,10 @@ pub(super) async fn badge_handler(
         return super::fleet::unknown_target(&name);
     };
     let stats = if badge.needs_stats() {
-        let history = s.history.clone();
         let now = s.now();
-        match tokio::task::spawn_blocking(move || history.stats(&name, now)).await {
-            Ok(Ok(st)) => st,
-            Ok(Err(e)) => {
-                return error(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    format!("the history store failed: {e}"),
-                );
-            }
-            Err(e) => {
-                return error(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    format!("reading the stats failed: {e}"),
-                );
-            }
+        match super::read_history(&s, move |h| h.stats(&name, now)).await {
+            Ok(st) => st,
+            Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e),
         }
     } else {
         Vec::new()

@@ -266,6 +266,20 @@ pub async fn serve(
         .await
 }
 
+/// Runs `f` on the history source off the async threads (the store's lock may be held by a
+/// batch being written); a failure as a sentence for the page or the badge to show.
+pub(super) async fn read_history<T: Send + 'static>(
+    s: &ApiState,
+    f: impl FnOnce(&dyn HistorySource) -> Result<T, crate::store::StoreError> + Send + 'static,
+) -> Result<T, String> {
+    let history = s.history.clone();
+    match tokio::task::spawn_blocking(move || f(history.as_ref())).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(format!("the history store failed: {e}")),
+        Err(e) => Err(format!("reading the history failed: {e}")),
+    }
+}
+
 // ---- errors ---------------------------------------------------------------------------------
 
 /// A JSON error: `{"status": 404, "error": "no target named \"x\""}`.

@@ -34,8 +34,9 @@ const WINDOWS: [(&str, i64); 4] = [
 /// The days of the uptime bar.
 const BAR_DAYS: i64 = 90;
 
-/// The state filter's choices.
+/// The state filter's choices ("" is any).
 const STATES: [&str; 8] = [
+    "",
     "healthy",
     "degraded",
     "down",
@@ -43,7 +44,6 @@ const STATES: [&str; 8] = [
     "drifted",
     "flapping",
     "maintenance",
-    "",
 ];
 
 /// The sort keys.
@@ -88,7 +88,7 @@ impl FleetQuery {
         for (k, v) in pairs {
             match k.as_str() {
                 "state" if STATES.contains(&v.as_str()) => f.state = v,
-                "state" => return Err(format!("state must be one of {}", STATES[..7].join(", "))),
+                "state" => return Err(format!("state must be one of {}", STATES[1..].join(", "))),
                 "label" => f.label = v.trim().to_owned(),
                 "q" => f.q = v.trim().to_owned(),
                 "sort" if SORTS.iter().any(|(s, _)| *s == v) => f.sort = v,
@@ -314,14 +314,12 @@ pub(in crate::api) async fn fleet_page(
         .collect();
 
     let names: Vec<String> = shown.iter().map(|(v, _)| v.name.clone()).collect();
-    let history = s.history.clone();
     let from_hour = now.div_euclid(HOUR_MS) - BAR_DAYS * 24;
-    let counts = tokio::task::spawn_blocking(move || history.uptime_hours(&names, from_hour)).await;
-    let (counts, store_error) = match counts {
-        Ok(Ok(c)) => (c, None),
-        Ok(Err(e)) => (Vec::new(), Some(format!("the history store failed: {e}"))),
-        Err(e) => (Vec::new(), Some(format!("reading the uptime failed: {e}"))),
-    };
+    let (counts, store_error) =
+        match crate::api::read_history(&s, move |h| h.uptime_hours(&names, from_hour)).await {
+            Ok(c) => (c, None),
+            Err(e) => (Vec::new(), Some(e)),
+        };
     let mut by_target: HashMap<&str, Vec<&HourCount>> = HashMap::new();
     for c in &counts {
         by_target.entry(c.target.as_str()).or_default().push(c);
@@ -461,16 +459,7 @@ fn row(b: &mut String, v: &TargetView, maint: bool, u: &Uptime, now: i64) {
 fn filter_form(b: &mut String, f: &FleetQuery) {
     b.push_str("<form class=\"filters\" method=\"get\" action=\"/\" role=\"search\">");
     b.push_str("<label>State <select name=\"state\">");
-    for st in [
-        "",
-        "healthy",
-        "degraded",
-        "down",
-        "unknown",
-        "drifted",
-        "flapping",
-        "maintenance",
-    ] {
+    for st in STATES {
         let sel = if f.state == st { " selected" } else { "" };
         let label = if st.is_empty() { "any" } else { st };
         let _ = write!(b, "<option value=\"{st}\"{sel}>{label}</option>");

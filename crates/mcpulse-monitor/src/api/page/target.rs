@@ -81,22 +81,20 @@ pub(in crate::api) async fn target_page(
         return super::error_page(StatusCode::NOT_FOUND, &format!("no target named {name:?}"));
     };
     let now = s.now();
-    let history = s.history.clone();
     let target = name.clone();
-    let stored = tokio::task::spawn_blocking(move || {
-        Ok::<_, crate::store::StoreError>(Stored {
-            stats: history.stats(&target, now)?,
-            checks: history.checks_between(&target, now - range.1, now, CHART_CHECKS)?,
-            events: history.events(&target, TIMELINE)?,
-            alerts: history.sent_alerts(&target, TIMELINE)?,
-            contract: history.accepted_contract(&target)?,
+    let stored = crate::api::read_history(&s, move |h| {
+        Ok(Stored {
+            stats: h.stats(&target, now)?,
+            checks: h.checks_between(&target, now - range.1, now, CHART_CHECKS)?,
+            events: h.events(&target, TIMELINE)?,
+            alerts: h.sent_alerts(&target, TIMELINE)?,
+            contract: h.accepted_contract(&target)?,
         })
     })
     .await;
     let (stored, store_error) = match stored {
-        Ok(Ok(st)) => (Some(st), None),
-        Ok(Err(e)) => (None, Some(format!("the history store failed: {e}"))),
-        Err(e) => (None, Some(format!("reading the history failed: {e}"))),
+        Ok(st) => (Some(st), None),
+        Err(e) => (None, Some(e)),
     };
     let windows = s.with_config(|c| c.maintenance.clone());
     let maint = in_maintenance(&windows, &view.name, now);
