@@ -287,6 +287,15 @@ async fn the_fleet_view_shows_counts_rows_and_uptime_from_the_store() {
         alpha.contains("<time datetime=\"2025-12-31T22:00:00"),
         "{alpha}"
     );
+    // The bar: 3 days ago all up, today 75% (low), the other days without data.
+    assert!(
+        alpha.contains("<path class=\"up\" d=\"M258 0h2v10h-2z\"/>"),
+        "{alpha}"
+    );
+    assert!(
+        alpha.contains("<path class=\"low\" d=\"M267 0h2v10h-2z\"/>"),
+        "{alpha}"
+    );
     let bravo = row(html, "bravo");
     assert!(
         bravo.contains(">down<") && bravo.contains(">0.00%<"),
@@ -752,7 +761,7 @@ fn assert_inert(r: &Resp, what: &str) {
         "button", "main", "h1", "h2", "h3", "section", "ul", "li", "span", "p", "form", "label",
         "select", "option", "input", "div", "table", "caption", "thead", "tbody", "tr", "th", "td",
         "small", "br", "time", "svg", "rect", "title", "nav", "dl", "dt", "dd", "code", "strong",
-        "details", "summary", "pre", "line", "text", "polyline",
+        "details", "summary", "pre", "line", "text", "polyline", "path",
     ];
     let all = tags(&r.body);
     assert!(all.len() > 20, "{what}: too few tags to be the page");
