@@ -37,8 +37,8 @@ const SCHEMA_LINES: usize = 200;
 /// Tools of a contract shown.
 const TOOLS_SHOWN: usize = 500;
 
-/// Where a finding's rule is documented.
-const FINDINGS_DOC: &str = "https://github.com/mcpulse/mcpulse/blob/main/docs/findings.md";
+/// Where a finding's rule is documented: the workspace's `repository`, one place to change.
+const FINDINGS_DOC: &str = concat!(env!("CARGO_PKG_REPOSITORY"), "/blob/main/docs/findings.md");
 
 /// What the store said for one target.
 struct Stored {
