@@ -211,7 +211,8 @@ fn a_new_file_gets_the_whole_schema_in_wal_mode() {
             "outbox",
             "outbox_due",
             "outbox_pending",
-            "targets"
+            "targets",
+            "uptime_hourly"
         ]
     );
     // Opening again finds it up to date and changes nothing.

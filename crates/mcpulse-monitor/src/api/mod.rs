@@ -11,6 +11,9 @@
 //! | `GET /api/v1/targets` | every target's view | token |
 //! | `GET /api/v1/targets/{name}` | one target: state, last check, findings, incidents, uptime stats | token |
 //! | `GET /api/v1/targets/{name}/history?limit=&before=` | its checks, newest first, keyset-paged (410 for a cursor that is gone) | token |
+//! | `GET /` , `GET /targets/{name}` | the status page (HTML, [`page`]) | token |
+//! | `GET /badges/{name}/{badge}` | SVG badges and Shields endpoint JSON ([`badges`]) | token |
+//! | `GET /assets/status.{css,js}` | the page's stylesheet and script (no data) | open |
 //!
 //! The token (`[server] token`) is a read-only bearer token, compared in constant time; the
 //! health endpoints stay open so a load balancer or kubelet needs no secret. Nothing here
@@ -32,11 +35,15 @@
 //! This one holds the router and what the handlers share.
 
 mod auth;
+mod badges;
 mod fleet;
 mod health;
 mod history;
 mod metrics;
+mod page;
 mod probe;
+
+pub use page::{CSP, esc};
 
 use crate::check::{HistoryRow, Stats};
 use crate::config::Config;
@@ -81,6 +88,46 @@ pub trait HistorySource: Send + Sync {
         _now_ms: i64,
     ) -> Result<Vec<crate::check::ToolStats>, crate::store::StoreError> {
         Ok(Vec::new())
+    }
+    /// The hourly check counts of `targets` from `from_hour` on, in one read (the status
+    /// page's uptime). None by default.
+    fn uptime_hours(
+        &self,
+        _targets: &[String],
+        _from_hour: i64,
+    ) -> Result<Vec<crate::store::HourCount>, crate::store::StoreError> {
+        Ok(Vec::new())
+    }
+    /// A target's checks in `(from_ms, to_ms]`, oldest first, at most `limit` (the status
+    /// page's latency chart). None by default.
+    fn checks_between(
+        &self,
+        _target: &str,
+        _from_ms: i64,
+        _to_ms: i64,
+        _limit: usize,
+    ) -> Result<Vec<(i64, crate::state::Health, serde_json::Value)>, crate::store::StoreError> {
+        Ok(Vec::new())
+    }
+    /// A target's recorded events, newest first. None by default.
+    fn events(
+        &self,
+        _target: &str,
+        _limit: usize,
+    ) -> Result<Vec<serde_json::Value>, crate::store::StoreError> {
+        Ok(Vec::new())
+    }
+    /// A target's alerts per sink, newest first. None by default.
+    fn sent_alerts(
+        &self,
+        _target: &str,
+        _limit: usize,
+    ) -> Result<Vec<crate::store::SentAlert>, crate::store::StoreError> {
+        Ok(Vec::new())
+    }
+    /// A target's accepted contract (the JSON of a baseline). None by default.
+    fn accepted_contract(&self, _target: &str) -> Result<Option<String>, crate::store::StoreError> {
+        Ok(None)
     }
 }
 
@@ -185,8 +232,21 @@ pub fn router(state: ApiState) -> Router {
             state.clone(),
             auth::require_token,
         ));
+    // The status page is under the same token as the API; its assets are not (they are the
+    // same for everyone and hold no data).
+    let page = Router::new()
+        .route("/", get(page::fleet_page))
+        .route("/targets/{name}", get(page::target_page))
+        .route("/badges/{name}/{badge}", get(badges::badge_handler))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_token,
+        ));
     Router::new()
         .route("/livez", get(health::livez))
+        .route("/assets/status.css", get(page::css))
+        .route("/assets/status.js", get(page::js))
+        .merge(page)
         .route("/readyz", get(health::readyz))
         .merge(protected)
         .fallback(not_found)
@@ -204,6 +264,20 @@ pub async fn serve(
     axum::serve(listener, router)
         .with_graceful_shutdown(shutdown)
         .await
+}
+
+/// Runs `f` on the history source off the async threads (the store's lock may be held by a
+/// batch being written); a failure as a sentence for the page or the badge to show.
+pub(super) async fn read_history<T: Send + 'static>(
+    s: &ApiState,
+    f: impl FnOnce(&dyn HistorySource) -> Result<T, crate::store::StoreError> + Send + 'static,
+) -> Result<T, String> {
+    let history = s.history.clone();
+    match tokio::task::spawn_blocking(move || f(history.as_ref())).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(format!("the history store failed: {e}")),
+        Err(e) => Err(format!("reading the history failed: {e}")),
+    }
 }
 
 // ---- errors ---------------------------------------------------------------------------------

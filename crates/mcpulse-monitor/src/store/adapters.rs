@@ -130,4 +130,43 @@ impl crate::api::HistorySource for StoreHistory {
             .unwrap_or_else(|p| p.into_inner())
             .tool_stats(target, now_ms)
     }
+    fn uptime_hours(
+        &self,
+        targets: &[String],
+        from_hour: i64,
+    ) -> Result<Vec<super::HourCount>, super::StoreError> {
+        self.lock().uptime_hours(targets, from_hour)
+    }
+    fn checks_between(
+        &self,
+        target: &str,
+        from_ms: i64,
+        to_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<(i64, crate::state::Health, serde_json::Value)>, super::StoreError> {
+        self.lock().checks_between(target, from_ms, to_ms, limit)
+    }
+    fn events(
+        &self,
+        target: &str,
+        limit: usize,
+    ) -> Result<Vec<serde_json::Value>, super::StoreError> {
+        self.lock().transitions(target, limit)
+    }
+    fn sent_alerts(
+        &self,
+        target: &str,
+        limit: usize,
+    ) -> Result<Vec<super::SentAlert>, super::StoreError> {
+        self.lock().sent_alerts(target, limit)
+    }
+    fn accepted_contract(&self, target: &str) -> Result<Option<String>, super::StoreError> {
+        self.lock().accepted_contract(target)
+    }
+}
+
+impl StoreHistory {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Store> {
+        self.store.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }

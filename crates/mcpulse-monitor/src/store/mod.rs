@@ -36,7 +36,7 @@
 //! The file is opened with `locking_mode=EXCLUSIVE`: one monitor owns it while it runs (a
 //! second one would double every alert), and the WAL needs no shared-memory file.
 //!
-//! ## Schema (version 3)
+//! ## Schema (version 4)
 //!
 //! ```text
 //! targets  id, name UNIQUE, state JSON, incidents JSON, updated_ms, contract, contract_ms
@@ -47,6 +47,9 @@
 //! calls    id, target_id, check_id, at_ms, tool, ok, ms   index (target_id, at_ms, tool, ok, ms):
 //!          each synthetic call of a check, for the per-tool figures ([`Store::tool_stats`])
 //!          check_id 0: not caused by a check (a target removed from the config)
+//! uptime_hourly  target_id, hour, checks, up, healthy   PRIMARY KEY (target_id, hour), no rowid:
+//!          the checks counted per hour (`at_ms / 3600000`), written with them, for the status
+//!          page's uptime bars ([`Store::uptime_hours`])
 //! outbox   id, target_id, check_id, seq, sink, dedup_key, created_ms, due_ms, attempts,
 //!          last_error, done_ms, delivered, alert JSON             UNIQUE (check_id, seq, sink)
 //!          sink is the sink's identity ([`SinkId`]: kind and digest of its destination);
@@ -179,7 +182,27 @@ const MIGRATIONS: &[&str] = &[
     ) STRICT;
     CREATE INDEX calls_by_target_time ON calls (target_id, at_ms, tool, ok, ms);
     ",
+    // 4: an hourly rollup of the checks (how many, how many answered, how many healthy) for
+    // the status page's uptime bars: 90 days of a page of targets is a few thousand rows of
+    // a clustered key instead of millions of checks. Filled from the checks already stored.
+    "
+    CREATE TABLE uptime_hourly (
+        target_id INTEGER NOT NULL,
+        hour      INTEGER NOT NULL,
+        checks    INTEGER NOT NULL,
+        up        INTEGER NOT NULL,
+        healthy   INTEGER NOT NULL,
+        PRIMARY KEY (target_id, hour)
+    ) STRICT, WITHOUT ROWID;
+    INSERT INTO uptime_hourly (target_id, hour, checks, up, healthy)
+        SELECT target_id, at_ms / 3600000, count(*), sum(status <> 'down'),
+               sum(status = 'healthy')
+        FROM checks GROUP BY 1, 2;
+    ",
 ];
+
+/// The length of one rollup bucket ([`Store::uptime_hours`]).
+pub const HOUR_MS: i64 = 3_600_000;
 
 /// The sink of an outbox row written by schema version 1, before it is mapped to an identity.
 const LEGACY_SINK_PREFIX: &str = "legacy#";
@@ -291,6 +314,32 @@ pub struct OutboxItem {
     pub attempts: u32,
 }
 
+/// One hour of one target's checks ([`Store::uptime_hours`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HourCount {
+    pub target: String,
+    /// `at_ms / 3600000`.
+    pub hour: i64,
+    pub checks: u64,
+    /// Checks that were not down.
+    pub up: u64,
+    pub healthy: u64,
+}
+
+/// One alert for one sink, as the outbox holds it ([`Store::sent_alerts`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SentAlert {
+    /// The sink's identity (`kind:digest`).
+    pub sink: String,
+    pub created_ms: i64,
+    /// When it left the outbox (delivered or given up); `None` while pending.
+    pub done_ms: Option<i64>,
+    pub delivered: bool,
+    pub attempts: u32,
+    pub last_error: Option<String>,
+    pub alert: Alert,
+}
+
 /// The history database. One per monitor; see the module docs.
 pub struct Store {
     conn: Connection,
@@ -384,6 +433,11 @@ fn event_at(e: &Event) -> i64 {
 }
 
 /// Converts a count for SQLite, saturating (a `LIMIT` of `i64::MAX` is as good as unlimited).
+/// A stored count (never negative) as a `u64`.
+fn count(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
 fn sql_count(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
@@ -894,6 +948,112 @@ impl Store {
         run().map_err(|e| self.fail(e))
     }
 
+    /// The hourly rollups of `targets` from hour `from_hour` (`at_ms / 3600000`) on, by target
+    /// and hour: one query for a whole page of the status page, over the rollup's clustered
+    /// key (at most 2,160 rows a target for 90 days). Unknown names have no rows.
+    pub fn uptime_hours(
+        &self,
+        targets: &[String],
+        from_hour: i64,
+    ) -> Result<Vec<HourCount>, StoreError> {
+        let run = || -> Result<_, Fail> {
+            let mut out = Vec::new();
+            // SQLite's default bound on host parameters is 32,766: ask in chunks well below it.
+            for chunk in targets.chunks(500) {
+                let marks = vec!["?"; chunk.len()].join(",");
+                let sql = format!(
+                    "SELECT t.name, u.hour, u.checks, u.up, u.healthy
+                     FROM targets t JOIN uptime_hourly u ON u.target_id = t.id
+                     WHERE t.name IN ({marks}) AND u.hour >= ?
+                     ORDER BY t.name, u.hour"
+                );
+                let mut stmt = self.conn.prepare_cached(&sql)?;
+                let mut args: Vec<&dyn rusqlite::ToSql> =
+                    chunk.iter().map(|n| n as &dyn rusqlite::ToSql).collect();
+                args.push(&from_hour);
+                let mut q = stmt.query(args.as_slice())?;
+                while let Some(row) = q.next()? {
+                    out.push(HourCount {
+                        target: row.get(0)?,
+                        hour: row.get(1)?,
+                        checks: count(row.get(2)?),
+                        up: count(row.get(3)?),
+                        healthy: count(row.get(4)?),
+                    });
+                }
+            }
+            Ok(out)
+        };
+        run().map_err(|e| self.fail(e))
+    }
+
+    /// A target's checks in `(from_ms, to_ms]`, oldest first, as (time, status, timings): the
+    /// status page's latency chart. At most `limit` rows (the newest ones when there are more).
+    pub fn checks_between(
+        &self,
+        target: &str,
+        from_ms: i64,
+        to_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<(i64, Health, serde_json::Value)>, StoreError> {
+        let run = || -> Result<_, Fail> {
+            let Some(tid) = target_id(&self.conn, target)? else {
+                return Ok(Vec::new());
+            };
+            let mut stmt = self.conn.prepare_cached(
+                "SELECT id, at_ms, status, timings FROM checks
+                 WHERE target_id = ?1 AND at_ms > ?2 AND at_ms <= ?3
+                 ORDER BY at_ms DESC LIMIT ?4",
+            )?;
+            let mut q = stmt.query(params![tid, from_ms, to_ms, sql_count(limit)])?;
+            let mut out = Vec::new();
+            while let Some(row) = q.next()? {
+                let id: i64 = row.get(0)?;
+                let status: String = row.get(2)?;
+                let timings: String = row.get(3)?;
+                out.push((
+                    row.get(1)?,
+                    health(&status)?,
+                    decode(|| format!("check {id}"), &timings)?,
+                ));
+            }
+            out.reverse();
+            Ok(out)
+        };
+        run().map_err(|e| self.fail(e))
+    }
+
+    /// A target's alerts as the outbox holds them, one row per (alert, sink), newest first:
+    /// the status page's incident timeline shows where each went and whether it arrived.
+    pub fn sent_alerts(&self, target: &str, limit: usize) -> Result<Vec<SentAlert>, StoreError> {
+        let run = || -> Result<_, Fail> {
+            let Some(tid) = target_id(&self.conn, target)? else {
+                return Ok(Vec::new());
+            };
+            let mut stmt = self.conn.prepare_cached(
+                "SELECT id, sink, created_ms, done_ms, delivered, attempts, last_error, alert
+                 FROM outbox WHERE target_id = ?1 ORDER BY created_ms DESC, id DESC LIMIT ?2",
+            )?;
+            let mut q = stmt.query(params![tid, sql_count(limit)])?;
+            let mut out = Vec::new();
+            while let Some(row) = q.next()? {
+                let id: i64 = row.get(0)?;
+                let alert: String = row.get(7)?;
+                out.push(SentAlert {
+                    sink: row.get(1)?,
+                    created_ms: row.get(2)?,
+                    done_ms: row.get(3)?,
+                    delivered: row.get(4)?,
+                    attempts: row.get(5)?,
+                    last_error: row.get(6)?,
+                    alert: decode(|| format!("alert {id}"), &alert)?,
+                });
+            }
+            Ok(out)
+        };
+        run().map_err(|e| self.fail(e))
+    }
+
     /// The accepted contract of a target, if one was accepted.
     pub fn accepted_contract(&self, target: &str) -> Result<Option<String>, StoreError> {
         self.conn
@@ -952,6 +1112,7 @@ impl Store {
                     "DELETE FROM checks WHERE target_id = ?1",
                     "DELETE FROM events WHERE target_id = ?1",
                     "DELETE FROM calls WHERE target_id = ?1",
+                    "DELETE FROM uptime_hourly WHERE target_id = ?1",
                     "DELETE FROM outbox WHERE target_id = ?1",
                     "DELETE FROM targets WHERE id = ?1",
                 ] {
@@ -1032,6 +1193,13 @@ fn record_batch(
             "INSERT INTO calls (target_id, check_id, at_ms, tool, ok, ms)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         )?;
+        let mut rollup = tx.prepare_cached(
+            "INSERT INTO uptime_hourly (target_id, hour, checks, up, healthy)
+             VALUES (?1, ?2, 1, ?3, ?4)
+             ON CONFLICT (target_id, hour) DO UPDATE SET checks = checks + 1,
+                                                         up = up + excluded.up,
+                                                         healthy = healthy + excluded.healthy",
+        )?;
         let mut outbox = tx.prepare_cached(
             "INSERT INTO outbox (target_id, check_id, seq, sink, dedup_key, created_ms, due_ms,
                                  alert)
@@ -1055,6 +1223,12 @@ fn record_batch(
                 timings,
                 findings,
                 r.grade,
+            ])?;
+            rollup.execute(params![
+                tid,
+                r.at_ms.div_euclid(HOUR_MS),
+                r.status != Health::Down,
+                r.status == Health::Healthy,
             ])?;
             for e in &r.events {
                 let json = encode("an event", e)?;
@@ -1217,6 +1391,10 @@ fn prune_rows(
         deleted += tx
             .prepare_cached("DELETE FROM outbox WHERE done_ms IS NOT NULL AND done_ms < ?1")?
             .execute([older_than_ms])?;
+        // Whole hours only: the hour the cut falls in keeps its counts. Not counted in
+        // `deleted`, which counts history rows.
+        tx.prepare_cached("DELETE FROM uptime_hourly WHERE hour < ?1")?
+            .execute([older_than_ms.div_euclid(HOUR_MS)])?;
     }
     tx.commit()?;
     Ok(PruneStep { deleted, next })

@@ -35,6 +35,7 @@ pub fn run(args: DemoArgs) -> Result<u8> {
         println!("mcpulse demo: a fleet of demo MCP servers on loopback, and the monitor over them\n");
         println!("{}", fleet.listing());
         println!("config   {}", config.display());
+        println!("status   http://{}/   (the status page; /targets/flaky for one target)", args.listen);
         println!("fleet    http://{}/api/v1/fleet", args.listen);
         println!("target   http://{}/api/v1/targets/flaky   (and /history)", args.listen);
         println!("metrics  http://{}/metrics", args.listen);
