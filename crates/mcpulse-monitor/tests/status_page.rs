@@ -126,6 +126,8 @@ fn obs(status: Health, at_ms: i64) -> Observation {
         drift_changes_more: 0,
         summary: "ok".into(),
         components: BTreeMap::new(),
+        by_components: false,
+        server_answered: status != Health::Down,
     }
 }
 
