@@ -53,8 +53,6 @@ pub struct Shared {
     pub health: crate::health::Registry,
     /// What the serving side records (the health side renders it).
     pub metrics: crate::metrics::Metrics,
-    /// Bounds the names the serving side passes to `metrics` (methods, tools).
-    pub labels: crate::serve::Labels,
 }
 
 impl Shared {

@@ -721,3 +721,60 @@ async fn readiness_speaks_2026_to_a_server_that_only_discovers() {
     let (_, all) = clients(&running, &dir.join("pids"), 0).await;
     stop_leaving_nothing(running, &all).await;
 }
+
+/// Over a stdio upstream, a tool the server listed gets a metrics label of its own, a name it
+/// never listed is `_other` (a client cannot mint series), and the gateway's own probe (its
+/// token, from loopback) is neither counted nor logged, while a client copying the header with
+/// a wrong token is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listed_tools_get_labels_and_the_gateways_own_probes_are_not_counted() {
+    let dir = TempDir::new("gw-labels");
+    let (running, shared) = gateway(&script(&dir), "", "").await;
+    let addr = running.addr;
+    let sid = open_session(addr).await;
+    let call = |id: i64, name: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": name, "arguments": {}}})
+    };
+    let before = post(addr, Some(&sid), call(2, "echo")).await;
+    assert_eq!(before.status, 200, "{}", before.body);
+    let listed = post(addr, Some(&sid), tools_list(3)).await;
+    assert_eq!(listed.json()["result"]["tools"][0]["name"], "echo");
+    post(addr, Some(&sid), call(4, "echo")).await;
+    post(addr, Some(&sid), call(5, "junk-never-listed")).await;
+    let token = mcpulse_gateway::checks::probe_token();
+    let own = [
+        ("mcp-session-id", sid.as_str()),
+        (mcpulse_gateway::checks::PROBE_HEADER, token),
+    ];
+    for id in 6..9 {
+        let r = request(addr, "POST", &own, Some(call(id, "echo"))).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    let forged = [
+        ("mcp-session-id", sid.as_str()),
+        (mcpulse_gateway::checks::PROBE_HEADER, "not-the-token"),
+    ];
+    request(addr, "POST", &forged, Some(call(9, "echo"))).await;
+    let text = shared.metrics.encode().unwrap();
+    let count = |labels: &str| {
+        let line = format!("mcpulse_gateway_requests_total{{{labels}}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(line.as_str()))
+            .map(|v| v.trim().to_owned())
+    };
+    // Before the list: `_other` (2 and 5); after it, echo's own series: 4 and the forged one,
+    // never the three own probes.
+    assert_eq!(
+        count(r#"method="tools/call",tool="echo",outcome="ok""#).as_deref(),
+        Some("2"),
+        "{text}"
+    );
+    assert_eq!(
+        count(r#"method="tools/call",tool="_other",outcome="ok""#).as_deref(),
+        Some("2"),
+        "{text}"
+    );
+    let (_, all) = clients(&running, &dir.join("pids"), 1).await;
+    stop_leaving_nothing(running, &all).await;
+}

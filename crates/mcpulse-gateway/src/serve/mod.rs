@@ -24,16 +24,15 @@ use crate::config::{self, Gateway};
 use crate::metrics::Outcome;
 use crate::state::Shared;
 use axum::Router;
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use mcpulse_wire::hosts::{host_name, is_loopback_name, origin_host};
 use serde_json::{Value, json};
-use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
@@ -62,96 +61,41 @@ pub fn router(door: Arc<Door>) -> Router {
         .with_state(door)
 }
 
-/// The most distinct tool names used as metric labels; the rest are `other` (a server with
-/// generated tool names, or a client calling made-up ones, cannot grow the metrics).
-pub const MAX_TOOL_LABELS: usize = 200;
-
-/// The names the metrics see: methods from the MCP set (anything else is `other`), tools inert
-/// and capped at [`MAX_TOOL_LABELS`].
-#[derive(Debug, Default)]
-pub struct Labels {
-    tools: Mutex<HashSet<String>>,
-}
-
-/// The methods a client sends (both eras), kept as metric labels.
-const METHODS: &[&str] = &[
-    "initialize",
-    "ping",
-    "server/discover",
-    "tools/list",
-    "tools/call",
-    "resources/list",
-    "resources/templates/list",
-    "resources/read",
-    "resources/subscribe",
-    "resources/unsubscribe",
-    "subscriptions/listen",
-    "prompts/list",
-    "prompts/get",
-    "completion/complete",
-    "logging/setLevel",
-    "tasks/get",
-    "tasks/update",
-    "tasks/cancel",
-    "tasks/list",
-    "tasks/result",
-];
-
-impl Labels {
-    pub fn method(&self, method: &str) -> &'static str {
-        METHODS
-            .iter()
-            .find(|m| **m == method)
-            .copied()
-            .unwrap_or("other")
-    }
-
-    pub fn tool(&self, tool: &str) -> String {
-        let tool = mcpulse_wire::text::inert(tool, 128).into_owned();
-        let mut seen = self.tools.lock().unwrap_or_else(|p| p.into_inner());
-        if seen.contains(&tool) {
-            return tool;
-        }
-        if seen.len() >= MAX_TOOL_LABELS {
-            return "other".to_owned();
-        }
-        seen.insert(tool.clone());
-        tool
-    }
-}
-
-/// One request answered: the metrics, and one log line (method, tool, duration, outcome;
-/// never arguments or results). Names come from clients and servers: the log formatter makes
-/// them inert, the metric labels are bounded ([`Labels`]).
+/// One request answered: the metrics and one log line (method, tool, duration, outcome; never
+/// arguments or results), both through [`crate::metrics`], which bounds the labels (a tool has
+/// a label of its own only once the upstream listed it) and makes the names inert. The
+/// gateway's own probes (`own_probe`, [`crate::checks::is_own_probe`]) are neither counted
+/// nor logged.
 pub fn record(
     shared: &Shared,
     method: &str,
     tool: Option<&str>,
     started: tokio::time::Instant,
     outcome: Outcome,
+    own_probe: bool,
 ) {
+    if own_probe {
+        return;
+    }
     let took = started.elapsed();
-    let method = shared.labels.method(method);
-    let tool = tool.map(|t| shared.labels.tool(t));
-    shared
-        .metrics
-        .request(method, tool.as_deref(), took, outcome);
-    tracing::info!(
-        method,
-        tool = tool.as_deref().unwrap_or(""),
-        took_ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
-        outcome = outcome_label(outcome),
-        "request"
-    );
+    shared.metrics.request(method, tool, took, outcome);
+    crate::metrics::log_request(method, tool, took, outcome);
 }
 
-fn outcome_label(o: Outcome) -> &'static str {
-    match o {
-        Outcome::Ok => "ok",
-        Outcome::ToolError => "tool_error",
-        Outcome::RpcError => "rpc_error",
-        Outcome::GatewayError => "gateway_error",
-    }
+/// Gives the tools a `tools/list` reply lists their own metric labels.
+pub fn learn_listed_tools(shared: &Shared, reply: &Value) {
+    let Some(tools) = reply
+        .get("result")
+        .and_then(|r| r.get("tools"))
+        .and_then(Value::as_array)
+    else {
+        return;
+    };
+    let names: Vec<&str> = tools
+        .iter()
+        .filter_map(|t| t.get("name").and_then(Value::as_str))
+        .collect();
+    shared.metrics.learn_tools(&names);
 }
 
 /// Adds the `health_check` tool (`name`) to a `tools/list` result, on its last page only (a
@@ -297,7 +241,11 @@ fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
-async fn on_mcp(State(door): State<Arc<Door>>, req: Request) -> Response {
+async fn on_mcp(State(door): State<Arc<Door>>, mut req: Request) -> Response {
+    // The peer's address as axum's plain `ConnectInfo<SocketAddr>`, which the HTTP relay reads.
+    if let Some(ConnectInfo(Peer(addr))) = req.extensions().get::<ConnectInfo<Peer>>().cloned() {
+        req.extensions_mut().insert(ConnectInfo(addr));
+    }
     let headers = req.headers();
     if !door.host_ok(headers) {
         return refuse(
@@ -429,12 +377,18 @@ async fn stdio_request(
         .unwrap_or("")
         .to_ascii_lowercase();
     let sse = accept.contains("text/event-stream") || accept.contains("*/*");
+    let peer = parts
+        .extensions
+        .get::<axum::extract::ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip());
+    let own_probe = crate::checks::is_own_probe(&parts.headers, peer);
     up.post(
         stdio::Post {
             message,
             session,
             sse,
             modern,
+            own_probe,
         },
         door.health_tool.as_deref(),
     )
@@ -479,6 +433,17 @@ fn standard_headers(
 
 /// A listener that counts connections into the metrics and turns Nagle off (a reply is one
 /// small write: waiting for an ACK before sending it would add up to 40 ms).
+/// The client's address, as the door's listener accepted it (axum implements `Connected` for
+/// `SocketAddr` only on a plain `TcpListener`; [`Counted`] wraps one).
+#[derive(Debug, Clone, Copy)]
+struct Peer(SocketAddr);
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, Counted>> for Peer {
+    fn connect_info(stream: axum::serve::IncomingStream<'_, Counted>) -> Peer {
+        Peer(*stream.remote_addr())
+    }
+}
+
 struct Counted {
     inner: tokio::net::TcpListener,
     shared: Arc<Shared>,
@@ -648,7 +613,9 @@ pub async fn start(gateway: &Gateway, shared: Arc<Shared>) -> Result<Running, St
         inner: listener,
         shared,
     };
-    let serve = axum::serve(counted, app).with_graceful_shutdown(until(stopped));
+    // With the peer's address: the gateway's own probes are told apart by it (loopback only).
+    let serve = axum::serve(counted, app.into_make_service_with_connect_info::<Peer>())
+        .with_graceful_shutdown(until(stopped));
     servers.spawn(async move {
         let _ = serve.await;
     });
@@ -751,17 +718,5 @@ mod tests {
         assert_eq!(a.len(), 32);
         assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));
         assert_ne!(a, b);
-    }
-
-    #[test]
-    fn tool_labels_are_capped_and_inert() {
-        let l = Labels::default();
-        assert_eq!(l.method("tools/call"), "tools/call");
-        assert_eq!(l.method("evil\u{1b}[31m"), "other");
-        for i in 0..MAX_TOOL_LABELS {
-            l.tool(&format!("t{i}"));
-        }
-        assert_eq!(l.tool("one-more"), "other");
-        assert_eq!(l.tool("t1"), "t1");
     }
 }

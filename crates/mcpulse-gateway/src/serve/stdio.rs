@@ -394,6 +394,8 @@ pub struct Post {
     pub sse: bool,
     /// The request is a stateless 2026-07-28 one.
     pub modern: bool,
+    /// The gateway's own probe (a `tool` dependency check): kept out of the metrics and logs.
+    pub own_probe: bool,
 }
 
 impl StdioUpstream {
@@ -506,6 +508,7 @@ impl StdioUpstream {
             session,
             sse,
             modern,
+            own_probe,
         } = post;
         let method = message
             .get("method")
@@ -545,7 +548,14 @@ impl StdioUpstream {
             && name == health
         {
             let reply = json!({"jsonrpc": "2.0", "id": id, "result": crate::health::tool_result(&self.shared)});
-            record(&self.shared, &method, tool.as_deref(), started, Outcome::Ok);
+            record(
+                &self.shared,
+                &method,
+                tool.as_deref(),
+                started,
+                Outcome::Ok,
+                own_probe,
+            );
             return json_reply(&reply, None, modern);
         }
         let (worker, minted) = match (&session, method.as_str()) {
@@ -557,7 +567,14 @@ impl StdioUpstream {
                 let mut sessions = lock(&self.sessions);
                 if sessions.len() >= self.limits.max_sessions {
                     drop(sessions);
-                    record(&self.shared, &method, None, started, Outcome::GatewayError);
+                    record(
+                        &self.shared,
+                        &method,
+                        None,
+                        started,
+                        Outcome::GatewayError,
+                        own_probe,
+                    );
                     return super::busy(&format!(
                         "mcpulse gateway: all {} sessions are in use; retry later",
                         self.limits.max_sessions
@@ -592,7 +609,17 @@ impl StdioUpstream {
         let sid_header = minted.clone();
         let finish = move |reply: &Value| {
             let outcome = outcome(reply);
-            record(&up.shared, &method, tool.as_deref(), started, outcome);
+            if method == "tools/list" {
+                super::learn_listed_tools(&up.shared, reply);
+            }
+            record(
+                &up.shared,
+                &method,
+                tool.as_deref(),
+                started,
+                outcome,
+                own_probe,
+            );
             if let Some(sid) = &minted
                 && reply.get("result").is_none()
             {
