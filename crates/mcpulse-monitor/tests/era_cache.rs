@@ -333,3 +333,65 @@ async fn a_dependency_outage_does_not_resend_the_check_nor_drop_the_pin() {
         assert_eq!(discover, usize::from(k == 0), "check {k}: {shapes:?}");
     }
 }
+
+/// A pinned stdio check whose server exits on its `[[targets.call]]` (after the handshake) is
+/// not made again in auto mode: the call reached the server once, and a second one in the
+/// same check could repeat whatever it did.
+#[tokio::test]
+async fn a_check_that_sent_a_call_is_not_resent() {
+    use mcpulse_testkit::tools::result;
+    use mcpulse_testkit::{Act, StdioScript, TempDir, mcp};
+    let dir = TempDir::new("era-call-once");
+    let log = dir.join("calls");
+    let lookup = serde_json::json!({
+        "name": "lookup",
+        "inputSchema": { "type": "object" },
+        "annotations": { "readOnlyHint": true },
+    });
+    // The first call answers (the check that pins the era), every later one exits.
+    let script = StdioScript::new()
+        .on(
+            "server/discover",
+            vec![Act::Error(-32601, "Method not found".into())],
+        )
+        .on(
+            "initialize",
+            vec![Act::Result(mcp::initialize_result(mcp::LEGACY))],
+        )
+        .on(
+            "tools/list",
+            vec![Act::Result(mcp::tools_list_result(vec![lookup], None, false))],
+        )
+        .on_tool(
+            "lookup",
+            vec![
+                Act::RecordLine(log.clone()),
+                Act::FirstTimeElse(
+                    dir.join("answered"),
+                    Box::new(Act::Result(result("found", None, false))),
+                    Box::new(Act::Exit(3)),
+                ),
+            ],
+        )
+        .write(&dir, "server.sh");
+    let target = Target::stdio(&["sh".to_owned(), script.display().to_string()]).unwrap();
+    let plan = Plan {
+        calls: vec![mcpulse_wire::call::CallSpec::new("lookup")],
+        ..plan()
+    };
+    let calls = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    let mut memo = EraMemo::new(&target, &plan);
+    let (_, first) =
+        runner::probe_remembering(&NetworkProber, &target, &plan, &mut memo, &policy()).await;
+    assert_eq!(first.status, Status::Healthy, "{first:?}");
+    assert_eq!(calls(), 1);
+    let (_, second) =
+        runner::probe_remembering(&NetworkProber, &target, &plan, &mut memo, &policy()).await;
+    assert_eq!(second.status, Status::Down, "{second:?}");
+    assert_eq!(calls(), 2, "one call per check");
+}
