@@ -822,10 +822,7 @@ mod tests {
             &[3, 4],
         );
         assert_eq!(s.status, Healthy);
-        let seen: Vec<(Action, &str, i64)> = all
-            .iter()
-            .map(|a| (a.action, a.summary.as_str(), a.at_ms))
-            .collect();
+        let seen = summaries(&all);
         assert_eq!(
             seen,
             [
@@ -933,6 +930,34 @@ mod tests {
         (all, inc, s)
     }
 
+    /// Each alert's action, summary and time.
+    fn summaries(all: &[Alert]) -> Vec<(Action, &str, i64)> {
+        all.iter()
+            .map(|a| (a.action, a.summary.as_str(), a.at_ms))
+            .collect()
+    }
+
+    /// The alerts are `orders-db`'s trigger at `triggered` and its resolve at `resolved`, and
+    /// nothing else (no page of the target).
+    fn assert_orders_db_paged_once(all: &[Alert], triggered: i64, resolved: i64) {
+        let seen = summaries(all);
+        assert_eq!(
+            seen,
+            [
+                (
+                    Action::Trigger,
+                    "orders-db down behind search: reported by the health tool health",
+                    triggered
+                ),
+                (
+                    Action::Resolve,
+                    "orders-db recovered behind search (was down)",
+                    resolved
+                ),
+            ]
+        );
+    }
+
     /// The target's streak ahead of its component's: the health tool first fails without a
     /// document (check 2, the target's own), then names `orders-db` down. The target is
     /// confirmed down at check 3, the component only at check 4: its pending streak holds the
@@ -949,25 +974,7 @@ mod tests {
             (Healthy, Some(Healthy), "healthy"),
             (Healthy, Some(Healthy), "healthy"),
         ]);
-        let seen: Vec<(Action, &str, i64)> = all
-            .iter()
-            .map(|a| (a.action, a.summary.as_str(), a.at_ms))
-            .collect();
-        assert_eq!(
-            seen,
-            [
-                (
-                    Action::Trigger,
-                    "orders-db down behind search: reported by the health tool health",
-                    240_000
-                ),
-                (
-                    Action::Resolve,
-                    "orders-db recovered behind search (was down)",
-                    360_000
-                ),
-            ]
-        );
+        assert_orders_db_paged_once(&all, 240_000, 360_000);
         assert!(inc.is_empty());
         assert_eq!(s.status, Healthy);
     }
@@ -993,25 +1000,7 @@ mod tests {
             (Healthy, Some(Healthy), "healthy"),
         ]);
         let (all, inc, s) = component_steps(&blip);
-        let seen: Vec<(Action, &str, i64)> = all
-            .iter()
-            .map(|a| (a.action, a.summary.as_str(), a.at_ms))
-            .collect();
-        assert_eq!(
-            seen,
-            [
-                (
-                    Action::Trigger,
-                    "orders-db down behind search: reported by the health tool health",
-                    180_000
-                ),
-                (
-                    Action::Resolve,
-                    "orders-db recovered behind search (was down)",
-                    300_000
-                ),
-            ]
-        );
+        assert_orders_db_paged_once(&all, 180_000, 300_000);
         assert!(inc.is_empty());
         assert_eq!(s.status, Healthy);
         // The slow handshake for as long as the failure threshold: the target's own outage.
@@ -1064,10 +1053,7 @@ mod tests {
             all.extend(alerts(&ev, &mut inc, &c));
             s = n;
         }
-        let seen: Vec<(Action, &str, i64)> = all
-            .iter()
-            .map(|a| (a.action, a.summary.as_str(), a.at_ms))
-            .collect();
+        let seen = summaries(&all);
         let forgotten_at = (5 + i64::from(FORGET_COMPONENT_AFTER)) * 60_000;
         assert_eq!(
             seen,

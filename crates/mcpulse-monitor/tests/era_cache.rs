@@ -340,35 +340,18 @@ async fn a_dependency_outage_does_not_resend_the_check_nor_drop_the_pin() {
 #[tokio::test]
 async fn a_check_that_sent_a_call_is_not_resent() {
     use mcpulse_testkit::tools::result;
-    use mcpulse_testkit::{Act, StdioScript, TempDir, mcp};
+    use mcpulse_testkit::{Act, StdioScript, TempDir};
     let dir = TempDir::new("era-call-once");
     let log = dir.join("calls");
-    let lookup = serde_json::json!({
-        "name": "lookup",
-        "inputSchema": { "type": "object" },
-        "annotations": { "readOnlyHint": true },
-    });
-    // The first call answers (the check that pins the era), every later one exits.
-    let script = StdioScript::new()
-        .on(
-            "server/discover",
-            vec![Act::Error(-32601, "Method not found".into())],
-        )
-        .on(
-            "initialize",
-            vec![Act::Result(mcp::initialize_result(mcp::LEGACY))],
-        )
-        .on(
-            "tools/list",
-            vec![Act::Result(mcp::tools_list_result(vec![lookup], None, false))],
-        )
+    // Its `echo` answers the first call (the check that pins the era), exits on every later one.
+    let script = StdioScript::legacy()
         .on_tool(
-            "lookup",
+            "echo",
             vec![
                 Act::RecordLine(log.clone()),
                 Act::FirstTimeElse(
                     dir.join("answered"),
-                    Box::new(Act::Result(result("found", None, false))),
+                    Box::new(Act::Result(result("echoed", None, false))),
                     Box::new(Act::Exit(3)),
                 ),
             ],
@@ -376,7 +359,9 @@ async fn a_check_that_sent_a_call_is_not_resent() {
         .write(&dir, "server.sh");
     let target = Target::stdio(&["sh".to_owned(), script.display().to_string()]).unwrap();
     let plan = Plan {
-        calls: vec![mcpulse_wire::call::CallSpec::new("lookup")],
+        calls: vec![mcpulse_wire::call::CallSpec::new("echo")],
+        // `echo` is not annotated read-only.
+        allow_side_effects: true,
         ..plan()
     };
     let calls = || {

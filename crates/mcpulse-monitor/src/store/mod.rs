@@ -924,8 +924,11 @@ impl Store {
                         continue;
                     };
                     let rank = |p: i64| (p * n + 99) / 100;
-                    for (p, slot) in [(50, &mut s.p50_ms), (95, &mut s.p95_ms), (99, &mut s.p99_ms)]
-                    {
+                    for (p, slot) in [
+                        (50, &mut s.p50_ms),
+                        (95, &mut s.p95_ms),
+                        (99, &mut s.p99_ms),
+                    ] {
                         if rank(p) == r {
                             *slot = Some(ms);
                         }
@@ -1392,8 +1395,8 @@ mod tests {
             x ^= x << 17;
             let tool = ["lookup", "ping", "search"][(x % 3) as usize];
             let at = now - (x % (40 * 86_400_000)) as i64;
-            let ok = x % 7 != 0;
-            let ms = (x % 11 != 0).then(|| ((x >> 20) % 500) as f64 / 4.0);
+            let ok = !x.is_multiple_of(7);
+            let ms = (!x.is_multiple_of(11)).then(|| ((x >> 20) % 500) as f64 / 4.0);
             rows.entry(tool.to_owned()).or_default().push((at, ok, ms));
             s.conn
                 .execute(
