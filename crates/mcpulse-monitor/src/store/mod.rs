@@ -861,83 +861,34 @@ impl Store {
     /// Each synthetic call's figures over the windows of [`Store::stats`], ending at `now_ms`:
     /// how many calls, how many failed, and nearest-rank p50/p95/p99 of the duration of the
     /// calls that were answered (one given up at its budget is an error, its duration the
-    /// budget). Tools in name order; a target has as many tools as its config has calls.
-    ///
-    /// Aggregated in SQL, two queries a window over the covering index: the counts grouped by
-    /// tool, and the durations ranked by a window function of which only the three ranks
-    /// wanted come back. So a request (the API's target view, under the store's lock) never
-    /// brings 30 days of call rows into memory (43,200 a tool at one check a minute); SQLite's
-    /// sorter, within its page cache, does the ranking.
+    /// budget). One read of the longest window from the covering index. Tools in name order;
+    /// a target has as many tools as its config has calls.
     pub fn tool_stats(&self, target: &str, now_ms: i64) -> Result<Vec<ToolStats>, StoreError> {
         let run = || -> Result<_, Fail> {
-            let mut tools: BTreeMap<String, Vec<CallStats>> = BTreeMap::new();
-            let Some(tid) = target_id(&self.conn, target)? else {
-                return Ok(Vec::new());
-            };
-            let empty = || {
-                WINDOWS
-                    .iter()
-                    .map(|(name, _)| CallStats {
-                        window: (*name).to_owned(),
-                        calls: 0,
-                        errors: 0,
-                        error_ratio: None,
-                        p50_ms: None,
-                        p95_ms: None,
-                        p99_ms: None,
-                    })
-                    .collect::<Vec<_>>()
-            };
-            let count = |n: i64| u64::try_from(n).unwrap_or(0);
-            for (i, (_, w)) in WINDOWS.iter().enumerate() {
-                let window = params![tid, now_ms.saturating_sub(*w), now_ms];
-                let mut counts = self.conn.prepare_cached(
-                    "SELECT tool, COUNT(*), SUM(ok = 0) FROM calls
-                     WHERE target_id = ?1 AND at_ms > ?2 AND at_ms <= ?3 GROUP BY tool",
+            let mut rows: BTreeMap<String, Vec<(i64, bool, Option<f64>)>> = BTreeMap::new();
+            if let Some(tid) = target_id(&self.conn, target)? {
+                let longest = WINDOWS.iter().map(|w| w.1).max().unwrap_or(0);
+                let mut stmt = self.conn.prepare_cached(
+                    "SELECT at_ms, tool, ok, ms FROM calls
+                     WHERE target_id = ?1 AND at_ms > ?2 AND at_ms <= ?3",
                 )?;
-                let mut q = counts.query(window)?;
+                let mut q = stmt.query(params![tid, now_ms.saturating_sub(longest), now_ms])?;
                 while let Some(row) = q.next()? {
-                    let (calls, errors) = (count(row.get(1)?), count(row.get(2)?));
-                    let slot = tools.entry(row.get(0)?).or_insert_with(empty);
-                    if let Some(s) = slot.get_mut(i) {
-                        s.calls = calls;
-                        s.errors = errors;
-                        s.error_ratio = (calls > 0).then(|| errors as f64 / calls as f64);
-                    }
-                }
-                // The nearest rank ⌈p·n/100⌉ (1-based) of each percentile, in integers.
-                let mut ranked = self.conn.prepare_cached(
-                    "SELECT tool, ms, r, n FROM (
-                         SELECT tool, ms,
-                                ROW_NUMBER() OVER (PARTITION BY tool ORDER BY ms) AS r,
-                                COUNT(*) OVER (PARTITION BY tool) AS n
-                         FROM calls
-                         WHERE target_id = ?1 AND at_ms > ?2 AND at_ms <= ?3
-                           AND ms IS NOT NULL)
-                     WHERE r IN ((50 * n + 99) / 100, (95 * n + 99) / 100, (99 * n + 99) / 100)",
-                )?;
-                let mut q = ranked.query(window)?;
-                while let Some(row) = q.next()? {
-                    let tool: String = row.get(0)?;
-                    let (ms, r, n): (f64, i64, i64) = (row.get(1)?, row.get(2)?, row.get(3)?);
-                    let Some(s) = tools.get_mut(&tool).and_then(|v| v.get_mut(i)) else {
-                        continue;
-                    };
-                    let rank = |p: i64| (p * n + 99) / 100;
-                    for (p, slot) in [
-                        (50, &mut s.p50_ms),
-                        (95, &mut s.p95_ms),
-                        (99, &mut s.p99_ms),
-                    ] {
-                        if rank(p) == r {
-                            *slot = Some(ms);
-                        }
-                    }
+                    let tool: String = row.get(1)?;
+                    rows.entry(tool)
+                        .or_default()
+                        .push((row.get(0)?, row.get(2)?, row.get(3)?));
                 }
             }
-            Ok(tools
+            Ok(rows
                 .into_iter()
-                .map(|(tool, windows)| ToolStats { tool, windows })
+                .map(|(tool, calls)| ToolStats {
+                    windows: WINDOWS
+                        .iter()
+                        .map(|(name, w)| window_call_stats(name, &calls, now_ms.saturating_sub(*w)))
+                        .collect(),
+                    tool,
+                })
                 .collect())
         };
         run().map_err(|e| self.fail(e))
@@ -1303,9 +1254,7 @@ fn window_stats(name: &str, rows: &[(i64, Health, f64)], after_ms: i64) -> Stats
     }
 }
 
-/// One window's figures of one tool's calls, computed in Rust from its rows: the reference
-/// that [`Store::tool_stats`]'s SQL is tested against.
-#[cfg(test)]
+/// One window's figures of one tool's calls.
 fn window_call_stats(name: &str, calls: &[(i64, bool, Option<f64>)], after_ms: i64) -> CallStats {
     let mut n = 0u64;
     let mut errors = 0u64;
@@ -1374,62 +1323,6 @@ mod tests {
         assert_eq!(s.p99_ms, Some(30.0));
         let empty = window_stats("w", &rows, 300);
         assert_eq!((empty.checks, empty.uptime, empty.p50_ms), (0, None, None));
-    }
-
-    /// The figures aggregated in SQL are the ones computed in Rust from every row (as they
-    /// were before): counts, errors, and nearest-rank percentiles per tool and window, over
-    /// calls spread across 40 days, some without a duration, ties, and a window with one call.
-    #[test]
-    fn tool_stats_in_sql_match_the_rows_computed_in_rust() {
-        let s = Store::open_in_memory().unwrap();
-        let now = 50 * 86_400_000_i64;
-        s.conn
-            .execute("INSERT INTO targets (name) VALUES ('a'), ('b')", [])
-            .unwrap();
-        let mut rows: BTreeMap<String, Vec<(i64, bool, Option<f64>)>> = BTreeMap::new();
-        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
-        for i in 0..3_000_i64 {
-            // xorshift: a fixed pseudo-random spread, the same at every run.
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let tool = ["lookup", "ping", "search"][(x % 3) as usize];
-            let at = now - (x % (40 * 86_400_000)) as i64;
-            let ok = !x.is_multiple_of(7);
-            let ms = (!x.is_multiple_of(11)).then(|| ((x >> 20) % 500) as f64 / 4.0);
-            rows.entry(tool.to_owned()).or_default().push((at, ok, ms));
-            s.conn
-                .execute(
-                    "INSERT INTO calls (target_id, check_id, at_ms, tool, ok, ms)
-                     VALUES (1, ?1, ?2, ?3, ?4, ?5)",
-                    params![i, at, tool, ok, ms],
-                )
-                .unwrap();
-        }
-        // One call in the last hour only, for `ping`.
-        s.conn
-            .execute(
-                "INSERT INTO calls (target_id, check_id, at_ms, tool, ok, ms)
-                 VALUES (1, 0, ?1, 'ping', 1, 3.5)",
-                [now - 10],
-            )
-            .unwrap();
-        rows.entry("ping".into())
-            .or_default()
-            .push((now - 10, true, Some(3.5)));
-        let expected: Vec<ToolStats> = rows
-            .iter()
-            .map(|(tool, calls)| ToolStats {
-                tool: tool.clone(),
-                windows: WINDOWS
-                    .iter()
-                    .map(|(name, w)| window_call_stats(name, calls, now - w))
-                    .collect(),
-            })
-            .collect();
-        assert_eq!(s.tool_stats("a", now).unwrap(), expected);
-        assert!(s.tool_stats("b", now).unwrap().is_empty());
-        assert!(s.tool_stats("nobody", now).unwrap().is_empty());
     }
 
     #[test]
