@@ -822,10 +822,7 @@ mod tests {
             &[3, 4],
         );
         assert_eq!(s.status, Healthy);
-        let seen: Vec<(Action, &str, i64)> = all
-            .iter()
-            .map(|a| (a.action, a.summary.as_str(), a.at_ms))
-            .collect();
+        let seen = summaries(&all);
         assert_eq!(
             seen,
             [
@@ -867,40 +864,61 @@ mod tests {
         seq: &[Health],
         unexplained: &[usize],
     ) -> (Vec<Alert>, Incidents, TargetState) {
+        let steps: Vec<Step> = seq
+            .iter()
+            .enumerate()
+            .map(|(i, h)| {
+                if unexplained.contains(&i) {
+                    (*h, Some(*h), "connect-failed: connection refused")
+                } else {
+                    (*h, Some(*h), TOOL_DOWN)
+                }
+            })
+            .collect();
+        component_steps(&steps)
+    }
+
+    /// One check of [`component_steps`]: the target's observed status, what its health tool
+    /// says of `orders-db` (`None`: no document), and the observation's summary (the checks
+    /// summarised [`TOOL_DOWN`] or `healthy` are explained by the components).
+    type Step = (Health, Option<Health>, &'static str);
+
+    const TOOL_DOWN: &str = "health-tool-down: the health tool health reports down";
+
+    /// [`component_run`] check by check: see [`Step`].
+    fn component_steps(steps: &[Step]) -> (Vec<Alert>, Incidents, TargetState) {
         use crate::state::Component;
         let t = COMPONENT_THRESHOLDS;
         let labels = BTreeMap::from([("team".to_owned(), "orders".to_owned())]);
         let mut s = TargetState::default();
         let mut inc = Incidents::new();
         let mut all = Vec::new();
-        for (i, h) in seq.iter().enumerate() {
+        for (i, (h, db, summary)) in steps.iter().enumerate() {
             let now = i as i64 * 60_000;
-            let summary = if unexplained.contains(&i) {
-                "connect-failed: connection refused"
-            } else {
-                "health-tool-down: the health tool health reports down"
-            };
             let mut obs = Observation::bare(*h, now, summary);
-            obs.by_components = *h != Healthy && !unexplained.contains(&i);
-            let reason = if *h == Healthy {
-                ""
-            } else {
-                "reported by the health tool health"
-            };
-            obs.components.insert(
-                "orders-db".into(),
-                Component {
-                    status: *h,
-                    reason: reason.into(),
-                },
-            );
-            obs.components.insert(
-                "cache".into(),
-                Component {
-                    status: Healthy,
-                    reason: String::new(),
-                },
-            );
+            obs.by_components = *h != Healthy && *summary == TOOL_DOWN;
+            obs.server_answered = true;
+            if let Some(db) = db {
+                let reason = if *db == Healthy {
+                    ""
+                } else {
+                    "reported by the health tool health"
+                };
+                obs.components.insert(
+                    "orders-db".into(),
+                    Component {
+                        status: *db,
+                        reason: reason.into(),
+                    },
+                );
+                obs.components.insert(
+                    "cache".into(),
+                    Component {
+                        status: Healthy,
+                        reason: String::new(),
+                    },
+                );
+            }
             let (n, ev) = observe(&s, &obs, t, now);
             let mut c = cx(&labels, now, n.status, n.flapping);
             c.components = &n.components;
@@ -910,6 +928,97 @@ mod tests {
             s = n;
         }
         (all, inc, s)
+    }
+
+    /// Each alert's action, summary and time.
+    fn summaries(all: &[Alert]) -> Vec<(Action, &str, i64)> {
+        all.iter()
+            .map(|a| (a.action, a.summary.as_str(), a.at_ms))
+            .collect()
+    }
+
+    /// The alerts are `orders-db`'s trigger at `triggered` and its resolve at `resolved`, and
+    /// nothing else (no page of the target).
+    fn assert_orders_db_paged_once(all: &[Alert], triggered: i64, resolved: i64) {
+        let seen = summaries(all);
+        assert_eq!(
+            seen,
+            [
+                (
+                    Action::Trigger,
+                    "orders-db down behind search: reported by the health tool health",
+                    triggered
+                ),
+                (
+                    Action::Resolve,
+                    "orders-db recovered behind search (was down)",
+                    resolved
+                ),
+            ]
+        );
+    }
+
+    /// The target's streak ahead of its component's: the health tool first fails without a
+    /// document (check 2, the target's own), then names `orders-db` down. The target is
+    /// confirmed down at check 3, the component only at check 4: its pending streak holds the
+    /// target's page, so the outage pages once, as the component.
+    #[test]
+    fn a_component_streak_behind_the_targets_still_pages_once() {
+        let no_doc = "health-tool-down: the health tool health returned an error";
+        let (all, inc, s) = component_steps(&[
+            (Healthy, Some(Healthy), "healthy"),
+            (Healthy, Some(Healthy), "healthy"),
+            (Down, None, no_doc),
+            (Down, Some(Down), TOOL_DOWN),
+            (Down, Some(Down), TOOL_DOWN),
+            (Healthy, Some(Healthy), "healthy"),
+            (Healthy, Some(Healthy), "healthy"),
+        ]);
+        assert_orders_db_paged_once(&all, 240_000, 360_000);
+        assert!(inc.is_empty());
+        assert_eq!(s.status, Healthy);
+    }
+
+    /// The recovery mirror: `orders-db` recovers before the target's recovery is confirmed,
+    /// and one check the components do not explain (a slow handshake, only degraded) comes in
+    /// between. It does not page the target (as down, after the outage is over); the same
+    /// slow handshake for `failure_threshold` checks pages it, at the severity observed.
+    #[test]
+    fn a_blip_after_the_components_recover_does_not_page_the_target() {
+        let slow = "slow-handshake: the handshake took 4000 ms";
+        let outage = [
+            (Healthy, Some(Healthy), "healthy"),
+            (Healthy, Some(Healthy), "healthy"),
+            (Down, Some(Down), TOOL_DOWN),
+            (Down, Some(Down), TOOL_DOWN),
+            (Healthy, Some(Healthy), "healthy"),
+            (Degraded, Some(Healthy), slow),
+        ];
+        let mut blip = outage.to_vec();
+        blip.extend([
+            (Healthy, Some(Healthy), "healthy"),
+            (Healthy, Some(Healthy), "healthy"),
+        ]);
+        let (all, inc, s) = component_steps(&blip);
+        assert_orders_db_paged_once(&all, 180_000, 300_000);
+        assert!(inc.is_empty());
+        assert_eq!(s.status, Healthy);
+        // The slow handshake for as long as the failure threshold: the target's own outage.
+        let mut slow_run = outage.to_vec();
+        slow_run.push((Degraded, Some(Healthy), slow));
+        let (all, inc, _) = component_steps(&slow_run);
+        let last = all.last().map(|a| (a.action, a.kind, a.summary.as_str()));
+        assert_eq!(
+            last,
+            Some((
+                Action::Trigger,
+                Kind::Degraded,
+                "search is degraded: slow-handshake: the handshake took 4000 ms"
+            )),
+            "{all:?}"
+        );
+        assert_eq!(all.len(), 3, "{all:?}");
+        assert!(inc.contains_key("status"));
     }
 
     /// A component that went down inside a maintenance window (or while the target
@@ -944,10 +1053,7 @@ mod tests {
             all.extend(alerts(&ev, &mut inc, &c));
             s = n;
         }
-        let seen: Vec<(Action, &str, i64)> = all
-            .iter()
-            .map(|a| (a.action, a.summary.as_str(), a.at_ms))
-            .collect();
+        let seen = summaries(&all);
         let forgotten_at = (5 + i64::from(FORGET_COMPONENT_AFTER)) * 60_000;
         assert_eq!(
             seen,

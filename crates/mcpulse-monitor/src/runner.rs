@@ -249,7 +249,8 @@ pub const HTTP_ERA_RECHECK_CHECKS: u32 = 10;
 /// watching it; over HTTP a legacy server is sent one request more per check than it needs.
 /// The spec allows caching the era per server ("re-probe when the cached assumption fails"),
 /// so after a check that found the server up in an era, the next checks pin that era, until
-/// a pinned check finds it down — that check is made again at once in auto mode, and only that
+/// a pinned check finds it down before its handshake completed (and sent no call) — that
+/// check is made again at once in auto mode, and only that
 /// result counts (an era change is never taken for an outage), and the era is detected afresh
 /// — or the pin runs out: after [`ERA_RECHECK`] (stdio and HTTP), or
 /// [`HTTP_ERA_RECHECK_CHECKS`] checks (HTTP), so that a server that gained an era shows it.
@@ -394,9 +395,18 @@ fn era_failed(report: &Report) -> bool {
     report.layers.liveness == Some(Down) || report.layers.protocol == Some(Down)
 }
 
+/// Whether a check went too far to be made again: its handshake completed (the era was the
+/// right one, whatever failed after it, as a server exiting after the handshake), or a
+/// `tools/call` was sent (a second one in the same check could repeat what the first did, or
+/// double the load it was sent to measure).
+fn committed(transcript: &mcpulse_probe::Transcript, report: &Report) -> bool {
+    report.protocol_version.is_some() || transcript.calls.iter().any(|c| c.exchange.is_some())
+}
+
 /// Probes `target` as one check of the monitor does, with the era `memo` remembers: the pinned
 /// plan when one is in force (and `auto`, the target's own plan, again at once if that finds
-/// the server down), then learns from the check. Returns the transcript and the report that
+/// the server down before it completed the handshake or was sent a call: see [`committed`]),
+/// then learns from the check. Returns the transcript and the report that
 /// count (the report with the facts of the last detection carried in: see [`EraMemo`]).
 pub async fn probe_remembering(
     prober: &dyn Prober,
@@ -410,7 +420,7 @@ pub async fn probe_remembering(
     if let Some(pin) = memo.pin() {
         let (transcript, report) =
             judge_blocking(prober.probe(target, &pin.plan).await, policy).await;
-        if !era_failed(&report) {
+        if !era_failed(&report) || committed(&transcript, &report) {
             pinned = true;
             outcome = Some((transcript, report));
         }

@@ -258,17 +258,30 @@ pub struct TargetState {
 
 impl TargetState {
     /// Whether the target's confirmed outage is paged by its components' incidents alone:
-    /// it is down or degraded, fewer than `failure` unhealthy checks in a row were not
+    /// it is down or degraded, and fewer than `failure` unhealthy checks in a row were not
     /// explained by components (a protocol failure must persist as long as any outage does
-    /// before it pages), and a confirmed component is at least as bad as the target (so the
-    /// outage is paged at the severity it has). Otherwise the target's `status` incident
-    /// opens, as it does for an outage of the server itself.
+    /// before it pages). A component counts while its unhealthy streak is still pending as
+    /// well as once confirmed: the target's streak may be ahead of the component's (a check
+    /// the health tool could not answer, then one naming the component), and the component
+    /// pages at its own threshold a check later. When no component is unhealthy any more (they
+    /// recovered while the target's recovery is still pending) the outage stays theirs: a
+    /// check the components do not explain pages only at `failure` of them in a row. The one
+    /// exception is severity: when the unhealthy components are all milder than the target
+    /// (only degraded behind a target down) the target pages, so the outage pages at the
+    /// severity it has. Otherwise the target's `status` incident opens, as it does for an
+    /// outage of the server itself.
     pub fn paged_by_components(&self, t: Thresholds) -> bool {
-        matches!(self.status, Health::Down | Health::Degraded)
-            && self.unexplained < t.failure
-            && self.components.values().any(|c| {
-                matches!(c.status, Health::Down | Health::Degraded) && c.status >= self.status
-            })
+        let bad = |h: Health| matches!(h, Health::Down | Health::Degraded);
+        if !bad(self.status) || self.unexplained >= t.failure {
+            return false;
+        }
+        // Each component's worst state, confirmed or pending.
+        let worst = |c: &ComponentState| {
+            let pending = c.streak.map(|(h, _)| h).filter(|h| bad(*h));
+            Some(c.status).filter(|h| bad(*h)).max(pending)
+        };
+        let unhealthy: Vec<Health> = self.components.values().filter_map(worst).collect();
+        unhealthy.is_empty() || unhealthy.iter().any(|h| *h >= self.status)
     }
 }
 

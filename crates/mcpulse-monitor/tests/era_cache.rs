@@ -333,3 +333,50 @@ async fn a_dependency_outage_does_not_resend_the_check_nor_drop_the_pin() {
         assert_eq!(discover, usize::from(k == 0), "check {k}: {shapes:?}");
     }
 }
+
+/// A pinned stdio check whose server exits on its `[[targets.call]]` (after the handshake) is
+/// not made again in auto mode: the call reached the server once, and a second one in the
+/// same check could repeat whatever it did.
+#[tokio::test]
+async fn a_check_that_sent_a_call_is_not_resent() {
+    use mcpulse_testkit::tools::result;
+    use mcpulse_testkit::{Act, StdioScript, TempDir};
+    let dir = TempDir::new("era-call-once");
+    let log = dir.join("calls");
+    // Its `echo` answers the first call (the check that pins the era), exits on every later one.
+    let script = StdioScript::legacy()
+        .on_tool(
+            "echo",
+            vec![
+                Act::RecordLine(log.clone()),
+                Act::FirstTimeElse(
+                    dir.join("answered"),
+                    Box::new(Act::Result(result("echoed", None, false))),
+                    Box::new(Act::Exit(3)),
+                ),
+            ],
+        )
+        .write(&dir, "server.sh");
+    let target = Target::stdio(&["sh".to_owned(), script.display().to_string()]).unwrap();
+    let plan = Plan {
+        calls: vec![mcpulse_wire::call::CallSpec::new("echo")],
+        // `echo` is not annotated read-only.
+        allow_side_effects: true,
+        ..plan()
+    };
+    let calls = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    let mut memo = EraMemo::new(&target, &plan);
+    let (_, first) =
+        runner::probe_remembering(&NetworkProber, &target, &plan, &mut memo, &policy()).await;
+    assert_eq!(first.status, Status::Healthy, "{first:?}");
+    assert_eq!(calls(), 1);
+    let (_, second) =
+        runner::probe_remembering(&NetworkProber, &target, &plan, &mut memo, &policy()).await;
+    assert_eq!(second.status, Status::Down, "{second:?}");
+    assert_eq!(calls(), 2, "one call per check");
+}

@@ -18,8 +18,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// The paths `--health-url auto` reads on the MCP endpoint's origin, in the order the judge
-/// prefers them: Kubernetes' liveness and readiness names, then the plain one.
-pub const DISCOVERY_PATHS: [&str; 3] = ["/healthz", "/readyz", "/health"];
+/// prefers them among equally bad answers: readiness (`/readyz`, whether the server can serve,
+/// dependencies included) first, then the plain `/health`, then liveness (`/healthz`, often only
+/// "the process runs"). The judge takes the worst of those that answered.
+pub const DISCOVERY_PATHS: [&str; 3] = ["/readyz", "/health", "/healthz"];
 
 /// The discovery URLs for an MCP endpoint: each of [`DISCOVERY_PATHS`] on its origin (scheme
 /// and authority; the endpoint's path and query are dropped). None for a URL without both.

@@ -373,8 +373,8 @@ pub struct ProbeArgs {
 
     /// Also read this HTTP health endpoint (`mcpulse supervise --listen`'s `/readyz`, a
     /// server's `/healthz`): a 503, a `fail`/`warn` document or a failing component is a
-    /// finding. `auto`: read /healthz, /readyz and /health on the MCP URL's origin and take the
-    /// first with a health document (none is an info finding). Default: none. See
+    /// finding. `auto`: read /readyz, /health and /healthz on the MCP URL's origin and judge the
+    /// worst that answers as a health endpoint (none is an info finding). Default: none. See
     /// docs/probe.md.
     #[arg(long, value_name = "URL|auto")]
     pub health_url: Option<String>,

@@ -428,21 +428,25 @@ async fn auto_finds_the_health_endpoint_on_each_path() {
             reads(&server)
         );
     }
-    // The first in order wins: /healthz healthy beats /readyz failing.
-    let server = on_one_origin(|p| match p {
-        "/healthz" => Some(Reply::json(200, &json!({"status": "pass"}))),
-        "/readyz" => Some(Reply::json(503, &json!({"status": "fail"}))),
-        _ => None,
-    })
-    .await;
-    let r = probe_auto(&server).await;
-    assert_eq!(r.code, Some(0), "{}\n{}", r.stdout, r.stderr);
-    assert_eq!(
-        r.json()["layers"]["dependencies"],
-        "healthy",
-        "{}",
-        r.stdout
-    );
+    // Liveness never hides readiness: /healthz 200 `ok` beside /readyz 503 (a health document,
+    // or Kubernetes' text) is down, /readyz named.
+    for kube in [false, true] {
+        let server = on_one_origin(move |p| match p {
+            "/healthz" => Some(Reply::bytes(200, "text/plain", "ok")),
+            "/readyz" if kube => Some(Reply::bytes(
+                503,
+                "text/plain",
+                "[+]ping ok\n[-]orders-db failed: reason withheld\nreadyz check failed",
+            )),
+            "/readyz" => Some(Reply::json(503, &json!({"status": "fail"}))),
+            _ => None,
+        })
+        .await;
+        let r = probe_auto(&server).await;
+        assert_eq!(r.code, Some(2), "{}\n{}", r.stdout, r.stderr);
+        assert_eq!(r.json()["layers"]["dependencies"], "down", "{}", r.stdout);
+        assert!(has(&r, "health-endpoint-down", "/readyz"), "{}", r.stdout);
+    }
 }
 
 /// No health endpoint, or a hostile origin that answers an HTML page with 200 on every path:

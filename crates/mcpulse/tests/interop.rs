@@ -892,8 +892,7 @@ fn everything_tools_as_synthetic_calls_over_every_transport() {
         "--expect",
         r#"/content/0/text contains "mcpulse""#,
     ];
-    let mut args = echo.to_vec();
-    args.extend([
+    let get_sum = [
         "--call",
         "get-sum",
         "--args",
@@ -901,11 +900,9 @@ fn everything_tools_as_synthetic_calls_over_every_transport() {
         "--expect",
         r#"/content/0/text contains "5""#,
         "--critical",
-        "--",
-        "node",
-        &bin,
-        "stdio",
-    ]);
+    ];
+    let mut args = [echo.as_slice(), get_sum.as_slice()].concat();
+    args.extend(["--", "node", &bin, "stdio"]);
     let run = mcpulse(&args, &[]);
     run.assert_healthy();
     assert_eq!(
@@ -916,11 +913,11 @@ fn everything_tools_as_synthetic_calls_over_every_transport() {
     assert_eq!(run.report["layers"]["dependencies"], "healthy", "{run}");
     assert_eq!(tool_calls_sent(&run), 2, "{run}");
 
-    // Over Streamable HTTP (its legacy session), beside a tool it does not annotate read-only:
-    // refused, never sent.
+    // Over Streamable HTTP (its legacy session) the same echo and add, beside a tool it does
+    // not annotate read-only: refused, never sent.
     let server = everything_http("streamableHttp");
     let url = server.url("/mcp");
-    let mut args = echo.to_vec();
+    let mut args = [echo.as_slice(), get_sum.as_slice()].concat();
     args.extend(["--call", "toggle-simulated-logging", url.as_str()]);
     let run = mcpulse(&args, &[]);
     assert_eq!(run.status(), "degraded", "{run}");
@@ -928,6 +925,7 @@ fn everything_tools_as_synthetic_calls_over_every_transport() {
         calls(&run),
         [
             ("echo", "healthy"),
+            ("get-sum", "healthy"),
             ("toggle-simulated-logging", "degraded")
         ],
         "{run}"
@@ -936,7 +934,7 @@ fn everything_tools_as_synthetic_calls_over_every_transport() {
         run.finding("tool-call-refused").contains("readOnlyHint"),
         "{run}"
     );
-    assert_eq!(tool_calls_sent(&run), 1, "{run}");
+    assert_eq!(tool_calls_sent(&run), 2, "{run}");
     assert_eq!(run.report["layers"]["protocol"], "healthy", "{run}");
 
     // Over legacy HTTP+SSE: the call's reply comes on the event stream; a long operation is

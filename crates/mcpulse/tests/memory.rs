@@ -321,3 +321,34 @@ async fn a_hostile_handshake() {
     );
     assert!(m.peak < bound(CAP), "{} bytes", m.peak);
 }
+
+/// A health tool whose text content is a health document of 8 MiB of tiny objects (`{"a":1}`
+/// after `{"status":"ok"`, and no `structuredContent`): the judge reads a health document from
+/// a text of at most 64 KiB (as a health endpoint's body), so this one is not built (it took
+/// 589 MB before) and the tool is said to return no health document.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_health_tool_text_of_tiny_objects() {
+    use mcpulse_testkit::tools::{self, Answer, ScriptedTool};
+    // Each item is `{\"a\":1},` (12 bytes once escaped in the reply's JSON string).
+    let items = vec![r#"{"a":1}"#; (PAGE - 1024) / 12].join(",");
+    let text = format!(r#"{{"status":"ok","x":[{items}]}}"#);
+    let health = ScriptedTool {
+        tool: serde_json::json!({
+            "name": "health_check",
+            "inputSchema": { "type": "object" },
+            "annotations": { "readOnlyHint": true },
+        }),
+        answer: Answer::Result(tools::result(&text, None, false)),
+    };
+    drop(text);
+    let server = FakeHttp::start_script(tools::http_server(vec![health])).await;
+    let m = probe(&server, &["--health-tool", "health_check"]).await;
+    show("a health tool's text of tiny objects", &m);
+    assert!(
+        m.message("health-tool-invalid")
+            .contains("returned no health document"),
+        "{:?}",
+        m.codes()
+    );
+    assert!(m.peak < bound(CAP), "{} bytes", m.peak);
+}

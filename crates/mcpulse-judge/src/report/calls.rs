@@ -20,8 +20,8 @@ use crate::replies::Replies;
 use crate::rules::{Finding, Rule, Status};
 use mcpulse_wire::call::CallPurpose;
 use mcpulse_wire::jsonrpc::Message;
-use mcpulse_wire::text;
-use mcpulse_wire::transcript::{Outcome, Step};
+use mcpulse_wire::transcript::{HEALTH_BODY_CAP, Outcome, Step};
+use mcpulse_wire::{json, text};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -246,6 +246,36 @@ fn output_schema(schema: &Value, result: &Value, what: &str, out: &mut Vec<Findi
     )));
 }
 
+/// The most estimated heap bytes a health document read from a tool's text may take (see
+/// [`mcpulse_wire::json::Cost`]): the text is at most [`HEALTH_BODY_CAP`] (64 KiB) bytes, as a
+/// health endpoint's body, and even 64 KiB of tiny objects stays under this.
+const TEXT_DOCUMENT_BUDGET: usize = 8 << 20;
+
+/// A health document in a tool's text content (the first text that is a JSON object), read
+/// only from a text of at most [`HEALTH_BODY_CAP`] bytes and within [`TEXT_DOCUMENT_BUDGET`]:
+/// the reply as a whole was read within the judge's budget, but a string inside it was not,
+/// and 8 MiB of `{"a":1}` in one text took ~500 MB as a DOM. A longer text is no health
+/// document.
+fn text_document(result: &Value) -> Option<Value> {
+    let limits = json::Limits {
+        budget: TEXT_DOCUMENT_BUDGET,
+        list: None,
+    };
+    result
+        .get("content")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.get("text").and_then(Value::as_str))
+        .filter(|t| t.len() <= HEALTH_BODY_CAP)
+        .find_map(|t| {
+            json::parse(t, &limits)
+                .ok()
+                .map(|p| p.value)
+                .filter(Value::is_object)
+        })
+}
+
 /// A health tool's result as a health document: its status and failing components as
 /// findings, and the status it reports.
 fn health_document(
@@ -255,25 +285,16 @@ fn health_document(
     out: &mut Vec<Finding>,
     found: &mut Vec<Component>,
 ) -> Option<Status> {
-    let doc = result
-        .get("structuredContent")
-        .filter(|v| v.is_object())
-        .cloned()
-        .or_else(|| {
-            result
-                .get("content")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .filter_map(|c| c.get("text").and_then(Value::as_str))
-                .find_map(|t| {
-                    serde_json::from_str::<Value>(t)
-                        .ok()
-                        .filter(Value::is_object)
-                })
-        });
+    // Borrowed: `structuredContent` was read within the judge's budget with the reply.
+    let from_text;
+    let doc: Option<&Value> = match result.get("structuredContent").filter(|v| v.is_object()) {
+        Some(d) => Some(d),
+        None => {
+            from_text = text_document(result);
+            from_text.as_ref()
+        }
+    };
     let level = doc
-        .as_ref()
         .and_then(|d| d.get("status"))
         .and_then(Value::as_str)
         .and_then(endpoint::level);
@@ -291,7 +312,6 @@ fn health_document(
         return None;
     };
     let detail = doc
-        .as_ref()
         .and_then(|d| d.get("output").or_else(|| d.get("message")))
         .and_then(Value::as_str)
         .map(|o| format!(": {}", text::message(o)))
@@ -319,7 +339,6 @@ fn health_document(
         )));
     }
     if let Some(checks) = doc
-        .as_ref()
         .and_then(|d| d.get("checks").or_else(|| d.get("components")))
         .and_then(Value::as_object)
     {

@@ -4,7 +4,8 @@
 //! Read: a 2xx with a health document (`application/health+json` as
 //! draft-inadarei-api-health-check-06 has it, or the seeds' `{"status": ..., "checks": {...}}`
 //! where a check is a status string, an object with `status`, or the draft's array of them),
-//! or a 2xx whose whole body is `ok` (kube-apiserver's `/healthz`). The top-level status maps
+//! or a 2xx whose whole body is `ok` (kube-apiserver's `/healthz`); the `[+]x ok`/`[-]x failed`
+//! lines of a Kubernetes-style text body are its checks. The top-level status maps
 //! `pass`/`ok`/`up`/`healthy` → pass, `warn`/`degraded` → warn, `fail`/`error`/`down`/
 //! `unhealthy` → fail (case-insensitive). A 4xx/5xx is down whatever its body says; a 2xx
 //! that is not a health document (an HTML page, no `status`) is not health.
@@ -66,12 +67,22 @@ pub(super) fn findings(fetches: &[HealthFetch]) -> (Vec<Finding>, Vec<Component>
     for f in fetches.iter().filter(|f| !f.discovered) {
         one(f, &mut out, &mut found);
     }
-    // Discovery: the first read (in the order of the paths) that answered a health document
-    // is the endpoint, judged as if it had been given; the others are not the server's health
-    // endpoint (a 404, a catch-all page) and say nothing. None is a note, not a failure.
+    // Discovery: the reads that answered as a health endpoint (a 404, a catch-all page say
+    // nothing) are the server's health; the worst of them is judged as if it had been given,
+    // the first in the order of the paths among equals, so that a liveness path (`/healthz`
+    // 200 `ok`) never hides a readiness one failing (`/readyz` 503). A 5xx that is no health
+    // document (Kubernetes' `[-]db failed` text) counts once another path answered as a health
+    // endpoint: the origin has one, and this path says it is failing. None is a note.
     let discovered: Vec<&HealthFetch> = fetches.iter().filter(|f| f.discovered).collect();
     if !discovered.is_empty() {
-        match discovered.iter().find(|f| health_shape(f)) {
+        let any = discovered.iter().any(|f| health_shape(f));
+        let worst = discovered
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| any && (health_shape(f) || server_error(f)))
+            .max_by_key(|(i, f)| (badness(f), std::cmp::Reverse(*i)))
+            .map(|(_, f)| *f);
+        match worst {
             Some(f) => one(f, &mut out, &mut found),
             None => {
                 let tried: Vec<String> = discovered
@@ -112,6 +123,43 @@ fn health_shape(f: &HealthFetch) -> bool {
         500..=599 => stated.is_some(),
         _ => false,
     }
+}
+
+/// A 5xx read whole: the server says it is failing, whatever its body.
+fn server_error(f: &HealthFetch) -> bool {
+    !f.truncated && f.status.is_some_and(|s| (500..=599).contains(&s))
+}
+
+/// How bad a discovered read is: a 5xx or a `fail` document 2, a `warn` document 1, else 0.
+fn badness(f: &HealthFetch) -> u8 {
+    if server_error(f) {
+        return 2;
+    }
+    let stated = serde_json::from_str::<Value>(f.body.as_deref().unwrap_or(""))
+        .ok()
+        .and_then(|d| d.get("status").and_then(Value::as_str).and_then(level));
+    match stated {
+        Some(Level::Fail) => 2,
+        Some(Level::Warn) => 1,
+        _ => 0,
+    }
+}
+
+/// The checks of a Kubernetes-style text body (`[+]ping ok`, `[-]etcd failed: reason
+/// withheld`, as kube-apiserver's `/readyz?verbose` writes them) as a health document's
+/// `checks`: pass or fail by name. Empty for any other text.
+fn kube_checks(body: &str) -> serde_json::Map<String, Value> {
+    body.lines()
+        .filter_map(|l| {
+            let (word, rest) = if let Some(r) = l.strip_prefix("[+]") {
+                ("pass", r)
+            } else {
+                ("fail", l.strip_prefix("[-]")?)
+            };
+            let name = rest.split_whitespace().next()?;
+            Some((name.to_owned(), Value::from(word)))
+        })
+        .collect()
 }
 
 /// What a `health-endpoint-invalid` finding (other than a body cut short) tells the user to
@@ -214,11 +262,15 @@ fn one(f: &HealthFetch, out: &mut Vec<Finding>, found: &mut Vec<Component>) {
             );
         }
     }
-    if let Some(checks) = doc
-        .as_ref()
-        .and_then(|d| d.get("checks"))
-        .and_then(Value::as_object)
-    {
+    let kube;
+    let checks = match &doc {
+        Some(d) => d.get("checks").and_then(Value::as_object),
+        None => {
+            kube = kube_checks(body);
+            Some(&kube).filter(|k| !k.is_empty())
+        }
+    };
+    if let Some(checks) = checks {
         components(checks, "", out, &mut |name, status| {
             found.push(Component {
                 name,
@@ -437,7 +489,7 @@ mod tests {
         assert_eq!(f[0].message, "db reports fail (latency 12 ms)");
     }
 
-    /// `--health-url auto`: the first discovered read with a health document is judged as if
+    /// `--health-url auto`: the worst discovered read with a health document is judged as if
     /// given; 404s and HTML pages (even with 200 on every path) are not health, and none found
     /// is one info finding.
     #[test]
@@ -466,6 +518,37 @@ mod tests {
         assert_eq!(listed.len(), 1);
         // A bare `ok` counts (kube-apiserver's /healthz).
         assert!(findings(&[at("/healthz", 200, "ok"), at("/readyz", 200, html)]).is_empty());
+        // Liveness never hides readiness: the worst answer is judged, whatever the order, and
+        // a 503 in Kubernetes' text counts once another path answered, its `[-]` lines the
+        // components.
+        let kube = "[+]ping ok\n[-]orders-db failed: reason withheld\nreadyz check failed";
+        for readyz in [
+            at("/readyz", 503, r#"{"status":"fail"}"#),
+            at("/readyz", 503, kube),
+        ] {
+            for reads in [
+                vec![readyz.clone(), at("/healthz", 200, "ok")],
+                vec![at("/healthz", 200, "ok"), readyz.clone()],
+            ] {
+                let (f, listed) = super::findings(&reads);
+                assert_eq!(codes(&f)[0], "health-endpoint-down", "{f:?}");
+                assert!(f[0].message.contains("/readyz answered 503"), "{f:?}");
+                if readyz.body.as_deref() == Some(kube) {
+                    assert_eq!(
+                        codes(&f),
+                        ["health-endpoint-down", "health-component-unhealthy"]
+                    );
+                    assert!(f[1].message.starts_with("orders-db reports fail"), "{f:?}");
+                    assert_eq!(listed.len(), 2, "ping and orders-db");
+                }
+            }
+        }
+        // A `warn` document beats a `pass` one.
+        let f = findings(&[
+            at("/readyz", 200, r#"{"status":"pass"}"#),
+            at("/health", 200, r#"{"status":"warn"}"#),
+        ]);
+        assert_eq!(codes(&f), ["health-endpoint-degraded"]);
         // HTML with 200 on every path, a 404, a redirect, an unreachable one: none found.
         for reads in [
             vec![
