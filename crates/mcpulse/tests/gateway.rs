@@ -414,3 +414,30 @@ async fn an_http_upstream_down_and_back_gets_fast_errors_then_readiness_again() 
     assert_eq!(gw.terminate().await, Some(0));
     assert_eq!(upstream.terminate().await, Some(0));
 }
+
+/// A SIGKILLed gateway (no chance to stop its children) leaves nothing behind: its watchdog
+/// kills the readiness child and its grandchildren, the one in the child's group that ignores
+/// SIGTERM and the one that called `setsid` (the parent-death signal reaches the child alone).
+#[tokio::test]
+async fn a_sigkilled_gateway_leaves_no_child_or_grandchild_behind() {
+    let dir = TempDir::new("gw-bin-kill");
+    let script = StdioScript::legacy()
+        .at_start(Act::IgnoreSigterm)
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .at_start(Act::SpawnGrandchild(dir.join("grand")))
+        .at_start(Act::SpawnSessionLeader(dir.join("leader")))
+        .write(&dir, "server.sh");
+    let mut gw = Gateway::spawn(&["--", "sh", script.to_str().unwrap()]).await;
+    // The readiness child starts at once; its grandchildren with it.
+    let mut ours = started(&dir.join("pids"), 1).await;
+    ours.extend(started(&dir.join("grand"), 1).await);
+    ours.extend(started(&dir.join("leader"), 1).await);
+    gw.process.start_kill().unwrap();
+    gw.process.wait().await.unwrap();
+    let left = still_running_after(&ours, Duration::from_secs(5));
+    kill(&left);
+    assert!(
+        left.is_empty(),
+        "left by the SIGKILLed gateway: {left:?} (child, grandchild, setsid one: {ours:?})"
+    );
+}

@@ -16,6 +16,11 @@ use std::sync::Arc;
 pub fn run(args: GatewayArgs) -> Result<u8> {
     let gateway = resolve(&args)?;
     args.log.init()?;
+    if matches!(gateway.upstream, Upstream::Stdio(_)) {
+        // Before any child, from the main thread: if the gateway is SIGKILLed, the watchdog
+        // kills what the children left (their parent-death signal reaches them alone).
+        super::supervise::start_watchdog();
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

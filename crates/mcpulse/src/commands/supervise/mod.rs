@@ -6,6 +6,8 @@ mod adopt;
 mod relay;
 mod visibility;
 
+pub(crate) use relay::start_watchdog;
+
 use crate::cli::SuperviseArgs;
 use anyhow::Result;
 

@@ -64,7 +64,7 @@ pub fn run(args: SuperviseArgs) -> Result<u8> {
 /// its group, or that called `setsid`: the parent-death signal reaches the child alone). Before
 /// any child, from the main thread. Without it (no `/proc/self/exe`, a spawn failure) the
 /// supervisor still runs, as before, and says so.
-fn start_watchdog() {
+pub(crate) fn start_watchdog() {
     use mcpulse_relay::supervise::watchdog;
     match std::env::current_exe().and_then(|exe| watchdog::start(&exe)) {
         Ok(pid) => tracing::debug!(pid, "supervise: watchdog started"),
