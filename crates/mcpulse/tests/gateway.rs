@@ -1,7 +1,8 @@
 //! `mcpulse gateway`, the real binary: the address line on stderr (port 0), `mcpulse probe`
 //! through the gateway bridging the demo stdio server, SIGTERM leaving nothing behind, faults
 //! of the upstream child under a real client session (killed, frozen) with what `/livez` and
-//! `/readyz` say meanwhile, and the errors for bad flags and files.
+//! `/readyz` say meanwhile, the errors for bad flags and files, and `mcpulse monitor` watching
+//! a gateway whose dependency check fails and recovers (one component alert, resolved).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use mcpulse_testkit::stdio::{Act, StdioScript, TempDir, kill, read_pids, still_running_after};
@@ -440,4 +441,304 @@ async fn a_sigkilled_gateway_leaves_no_child_or_grandchild_behind() {
         left.is_empty(),
         "left by the SIGKILLed gateway: {left:?} (child, grandchild, setsid one: {ours:?})"
     );
+}
+
+// ---- `mcpulse monitor` watching a gateway (issue #19) ----------------------------------------
+
+/// A TCP dependency the test takes down and brings back on the same port: up, it accepts and
+/// closes each connection (all a `tcp` check asks); down, the listener is dropped and the port
+/// refuses connections.
+struct Dependency {
+    port: u16,
+    accept: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Dependency {
+    async fn start() -> Dependency {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        Dependency {
+            port,
+            accept: Some(tokio::spawn(Dependency::serve(listener))),
+        }
+    }
+
+    async fn serve(listener: tokio::net::TcpListener) {
+        while let Ok((conn, _)) = listener.accept().await {
+            drop(conn);
+        }
+    }
+
+    async fn stop(&mut self) {
+        if let Some(task) = self.accept.take() {
+            task.abort();
+            let _ = task.await; // the listener is dropped with the task
+        }
+    }
+
+    /// Binds the same port again (retried briefly: the old socket may linger a moment).
+    async fn restore(&mut self) {
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        let listener = loop {
+            match tokio::net::TcpListener::bind(("127.0.0.1", self.port)).await {
+                Ok(l) => break l,
+                Err(e) if std::time::Instant::now() < until => {
+                    eprintln!("rebinding {}: {e}; retrying", self.port);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => panic!("rebinding {}: {e}", self.port),
+            }
+        };
+        self.accept = Some(tokio::spawn(Dependency::serve(listener)));
+    }
+}
+
+impl Drop for Dependency {
+    fn drop(&mut self) {
+        if let Some(task) = self.accept.take() {
+            task.abort();
+        }
+    }
+}
+
+/// `mcpulse monitor` as a child, its API on a loopback port found at run time, its log in a
+/// file (printed when the test fails); killed and reaped on drop.
+struct Monitor {
+    child: std::process::Child,
+    api: u16,
+    log: std::path::PathBuf,
+}
+
+impl Monitor {
+    async fn start(dir: &TempDir, config: &std::path::Path) -> Monitor {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let log = dir.join("monitor.log");
+        let child = std::process::Command::new(BIN)
+            .arg("monitor")
+            .arg("--config")
+            .arg(config)
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--log-level", "debug"])
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let mut m = Monitor {
+            child,
+            api: port,
+            log,
+        };
+        let until = std::time::Instant::now() + BOUND;
+        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+        {
+            if let Ok(Some(status)) = m.child.try_wait() {
+                panic!("the monitor exited ({status}) at start:\n{}", m.log());
+            }
+            assert!(std::time::Instant::now() < until, "no API:\n{}", m.log());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        m
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Polls the target's view (`/api/v1/targets/gw`) until `pred` holds; returns it.
+    async fn wait(&self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        let until = std::time::Instant::now() + BOUND;
+        loop {
+            let (status, _, body) = exchange(self.api, "GET", "/api/v1/targets/gw", None, "").await;
+            let view: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+            if status == 200 && pred(&view) {
+                return view;
+            }
+            assert!(
+                std::time::Instant::now() < until,
+                "gw not {what} within {BOUND:?}: {view}\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("--- monitor log ---\n{}", self.log());
+        }
+    }
+}
+
+/// Issue #19: `mcpulse monitor` watching a gateway that bridges the demo stdio server, with a
+/// non-critical `tcp` dependency check on a port the test controls, the target's `health_url`
+/// the gateway's `/readyz`. The dependency up: the target is healthy. Down: the gateway's
+/// `/readyz` warns, the monitor's verdict is degraded with a finding that names the check, and
+/// one component alert (`orders-db`) reaches the webhook, not the target's own (one alert per
+/// outage). Back on the same port: healthy again, the component's alert resolved, and nothing
+/// else was ever sent: exactly one trigger and one resolve.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_monitor_watching_a_gateway_sees_a_dependency_down_as_degraded_and_pages_it_once() {
+    watch_a_gateway_lose_a_dependency(false).await;
+}
+
+/// The same with `critical = true`: the gateway's `/readyz` is 503 while the dependency is
+/// down, so the monitor's verdict is down, and the outage is still paged once, as the
+/// component's `down`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_monitor_watching_a_gateway_sees_a_critical_dependency_down_as_down_and_pages_it_once() {
+    watch_a_gateway_lose_a_dependency(true).await;
+}
+
+async fn watch_a_gateway_lose_a_dependency(critical: bool) {
+    // The gateway's `/readyz` keys a check `NAME:responseTime` (draft-inadarei's
+    // `component:measurement`); the monitor names a component by that key.
+    const COMPONENT: &str = "orders-db:responseTime";
+    let (verdict, level, readyz) = if critical {
+        ("down", "fail", 503)
+    } else {
+        ("degraded", "warn", 200)
+    };
+    let dir = TempDir::new("gw-monitor");
+    let mut dep = Dependency::start().await;
+    let gw_config = dir.join("gateway.toml");
+    let pids = dir.join("pids");
+    std::fs::write(
+        &gw_config,
+        format!(
+            // Each child records its pid (the shell execs the demo server in its place).
+            "[upstream]\ncommand = [\"sh\", \"-c\", {script:?}, {BIN:?}]\n\n\
+             [[checks]]\nname = \"orders-db\"\nkind = \"tcp\"\ntarget = \"127.0.0.1:{port}\"\n\
+             critical = {critical}\ninterval = \"1s\"\ntimeout = \"500ms\"\n\
+             failure_threshold = 1\nsuccess_threshold = 1\n",
+            // `$$` is the config's escape for `$`.
+            script = format!(
+                "echo $$$$ >> '{}'; exec \"$0\" demo-server stdio",
+                pids.display()
+            ),
+            port = dep.port
+        ),
+    )
+    .unwrap();
+    let gw = Gateway::spawn(&["--config", gw_config.to_str().unwrap()]).await;
+
+    let deliveries: std::sync::Arc<std::sync::Mutex<Vec<Value>>> = Default::default();
+    let log = deliveries.clone();
+    let hook = mcpulse_testkit::FakeHttp::start(move |req| {
+        log.lock().unwrap().push(req.json().unwrap_or(Value::Null));
+        mcpulse_testkit::Reply::status(200)
+    })
+    .await;
+    let config = dir.join("monitor.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[storage]\npath = \"mcpulse.db\"\n\n\
+             [defaults]\ninterval = \"1500ms\"\ntimeout = \"1s\"\nfailure_threshold = 2\n\
+             success_threshold = 2\nsecurity = false\n\n\
+             [[targets]]\nname = \"gw\"\nurl = \"{}\"\nhealth_url = \"http://127.0.0.1:{}/readyz\"\n\n\
+             [[alerts]]\nkind = \"webhook\"\nurl = \"{}\"\n",
+            gw.url(),
+            gw.port,
+            hook.url("/hook")
+        ),
+    )
+    .unwrap();
+    let m = Monitor::start(&dir, &config).await;
+    let about = |d: &Value| d["labels"]["component"] == COMPONENT;
+    let component = |v: &Value, status: &str| {
+        v["components"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["name"] == COMPONENT && c["status"] == status)
+        })
+    };
+
+    // Up: healthy, the dependency a healthy component.
+    m.wait("healthy with the dependency", |v| {
+        v["status"] == "healthy" && component(v, "healthy")
+    })
+    .await;
+
+    // Down: the gateway's readiness says so, the monitor's verdict follows with a finding
+    // naming the dependency, and one page comes: the component's.
+    dep.stop().await;
+    let view = m
+        .wait(verdict, |v| v["status"] == verdict && component(v, verdict))
+        .await;
+    let findings = view["last"]["findings"].as_array().unwrap();
+    assert!(
+        findings
+            .iter()
+            .any(|f| f["code"] == "health-component-unhealthy"
+                && f["message"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with(&format!("{COMPONENT} reports {level}"))),
+        "{view}"
+    );
+    let (status, _, body) = exchange(gw.port, "GET", "/readyz", None, "").await;
+    assert_eq!(status, readyz, "{body}");
+    let doc: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(doc["checks"][COMPONENT][0]["status"], level, "{doc}");
+    let until = std::time::Instant::now() + BOUND;
+    while !deliveries.lock().unwrap().iter().any(about) {
+        assert!(std::time::Instant::now() < until, "no component page");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Back on the same port: healthy again, the page resolved.
+    dep.restore().await;
+    m.wait("healthy again", |v| {
+        v["status"] == "healthy" && component(v, "healthy")
+    })
+    .await;
+    let until = std::time::Instant::now() + BOUND;
+    while deliveries.lock().unwrap().len() < 2 {
+        assert!(std::time::Instant::now() < until, "no component resolve");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // One more check after the recovery: nothing else is sent.
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    let sent = deliveries.lock().unwrap().clone();
+    assert_eq!(sent.len(), 2, "one trigger and one resolve: {sent:?}");
+    let (trigger, resolve) = (&sent[0], &sent[1]);
+    assert!(about(trigger) && about(resolve), "{sent:?}");
+    assert_eq!(
+        (&trigger["action"], &trigger["kind"], &trigger["target"]),
+        (&"trigger".into(), &verdict.into(), &"gw".into()),
+        "{trigger}"
+    );
+    assert!(
+        trigger["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("{COMPONENT} {verdict} behind gw")),
+        "{trigger}"
+    );
+    assert_eq!(
+        (&resolve["action"], &resolve["kind"]),
+        (&"resolve".into(), &"recovered".into()),
+        "{resolve}"
+    );
+    assert_eq!(resolve["dedup_key"], trigger["dedup_key"]);
+    drop(m);
+    assert_eq!(gw.terminate().await, Some(0));
+    // Every demo server the gateway started (a pool child, one per monitor check's session)
+    // is gone with it.
+    let all = read_pids(&pids);
+    assert!(all.len() >= 2, "{all:?}");
+    let left = still_running_after(&all, Duration::from_secs(2));
+    kill(&left);
+    assert!(left.is_empty(), "left running: {left:?}");
 }
