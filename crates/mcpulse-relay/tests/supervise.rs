@@ -1395,3 +1395,65 @@ async fn a_stop_closes_stdin_then_sigterms_then_sigkills_the_group() {
     assert!(took < Duration::from_secs(3), "{took:?}");
     assert_all_gone(&[&pids]);
 }
+
+/// Many sessions in one process (the gateway runs one per client session), each with its own
+/// reaper: the reapers share one scan per SIGCHLD, and none of the orphans that die mid-session
+/// is left a zombie (a wake-up that arrives while another reaper scans is not lost).
+#[tokio::test]
+async fn orphans_of_many_sessions_in_one_process_are_all_reaped() {
+    let dir = TempDir::new("zombies-many");
+    let grand = dir.join("grand");
+    let mut clients = Vec::new();
+    let mut files = vec![grand.clone()];
+    for i in 0..4 {
+        let pids = dir.join(&format!("pids{i}"));
+        let script = server(&pids, vec![]).write(&dir, &format!("s{i}.sh"));
+        let mut s = settings(&script);
+        s.program = Program {
+            program: "sh".into(),
+            args: vec![
+                "-c".into(),
+                format!(
+                    "(sleep 0.2 & echo $! >> '{g}'); (sleep 0.3 & echo $! >> '{g}'); exec sh '{s}'",
+                    g = grand.display(),
+                    s = script.display()
+                ),
+            ],
+        };
+        files.push(pids);
+        clients.push(Client::start(s));
+    }
+    let _reap = Reap(files.clone());
+    for c in &mut clients {
+        c.initialize().await;
+    }
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    while read_pids(&grand).len() < 8 {
+        assert!(std::time::Instant::now() < until, "{:?}", read_pids(&grand));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let orphans = read_pids(&grand);
+    loop {
+        let zombies: Vec<u32> = orphans.iter().copied().filter(|p| is_zombie(*p)).collect();
+        let running: Vec<u32> = orphans
+            .iter()
+            .copied()
+            .filter(|p| mcpulse_testkit::stdio::is_running(*p))
+            .collect();
+        if zombies.is_empty() && running.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "zombies {zombies:?}, running {running:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for mut c in clients {
+        c.request(2, "tools/list", json!({})).await;
+        let (outcome, _) = c.close().await;
+        assert_eq!(outcome.fatal, None);
+    }
+    let files: Vec<&std::path::Path> = files[1..].iter().map(|p| p.as_path()).collect();
+    assert_all_gone(&files);
+}

@@ -225,8 +225,35 @@ pub async fn reap_orphans() {
     };
     let me = std::process::id();
     loop {
-        reap_zombies(me);
+        reap_once(me);
         if sigchld.recv().await.is_none() {
+            return;
+        }
+    }
+}
+
+/// A scan is wanted (some reaper was woken since the last scan began).
+static REAP_PENDING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// Held by the reaper scanning now.
+static REAP_SCAN: Mutex<()> = Mutex::new(());
+
+/// One scan for every reaper woken by the same SIGCHLD: a process running many supervised
+/// sessions (the gateway: one per client session, each with its reaper) scans `/proc` once per
+/// child exit, not once per session. A reaper that finds another scanning leaves the pending
+/// scan to it; the scanner looks again after letting go, so no wake-up is lost.
+fn reap_once(me: u32) {
+    REAP_PENDING.store(true, Ordering::SeqCst);
+    loop {
+        let guard = match REAP_SCAN.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return,
+        };
+        while REAP_PENDING.swap(false, Ordering::SeqCst) {
+            reap_zombies(me);
+        }
+        drop(guard);
+        if !REAP_PENDING.load(Ordering::SeqCst) {
             return;
         }
     }
