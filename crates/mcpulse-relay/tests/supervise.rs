@@ -1036,6 +1036,27 @@ fn is_zombie(pid: u32) -> bool {
     })
 }
 
+/// Waits until every one of `orphans` has exited and been reaped (neither running nor a
+/// zombie), failing at `until`.
+async fn reaped(orphans: &[u32], until: std::time::Instant) {
+    loop {
+        let zombies: Vec<u32> = orphans.iter().copied().filter(|p| is_zombie(*p)).collect();
+        let running: Vec<u32> = orphans
+            .iter()
+            .copied()
+            .filter(|p| mcpulse_testkit::stdio::is_running(*p))
+            .collect();
+        if zombies.is_empty() && running.is_empty() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "zombies {zombies:?}, running {running:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test]
 async fn orphans_that_die_mid_session_are_reaped_not_left_zombies() {
     let dir = TempDir::new("zombies");
@@ -1063,23 +1084,7 @@ async fn orphans_that_die_mid_session_are_reaped_not_left_zombies() {
     let orphans = read_pids(&grand);
     assert_eq!(orphans.len(), 2);
     // They exit after 200 ms; give the reaper a bounded while.
-    let until = std::time::Instant::now() + Duration::from_secs(3);
-    loop {
-        let zombies: Vec<u32> = orphans.iter().copied().filter(|p| is_zombie(*p)).collect();
-        let running: Vec<u32> = orphans
-            .iter()
-            .copied()
-            .filter(|p| mcpulse_testkit::stdio::is_running(*p))
-            .collect();
-        if zombies.is_empty() && running.is_empty() {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < until,
-            "zombies {zombies:?}, running {running:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    reaped(&orphans, std::time::Instant::now() + Duration::from_secs(3)).await;
     // The session is unharmed: the server still answers.
     c.request(2, "tools/list", json!({})).await;
     let (outcome, _) = c.close().await;
@@ -1432,23 +1437,7 @@ async fn orphans_of_many_sessions_in_one_process_are_all_reaped() {
         assert!(std::time::Instant::now() < until, "{:?}", read_pids(&grand));
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let orphans = read_pids(&grand);
-    loop {
-        let zombies: Vec<u32> = orphans.iter().copied().filter(|p| is_zombie(*p)).collect();
-        let running: Vec<u32> = orphans
-            .iter()
-            .copied()
-            .filter(|p| mcpulse_testkit::stdio::is_running(*p))
-            .collect();
-        if zombies.is_empty() && running.is_empty() {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < until,
-            "zombies {zombies:?}, running {running:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    reaped(&read_pids(&grand), until).await;
     for mut c in clients {
         c.request(2, "tools/list", json!({})).await;
         let (outcome, _) = c.close().await;
