@@ -1036,6 +1036,24 @@ fn is_zombie(pid: u32) -> bool {
     })
 }
 
+/// Settings that run `script` after two short-lived orphans (their subshell exits at once: they
+/// are reparented to us), which record their pids in `grand` and live 0.2 s and `second` s.
+fn with_orphans(script: &Path, grand: &Path, second: &str) -> Settings {
+    let mut s = settings(script);
+    s.program = Program {
+        program: "sh".into(),
+        args: vec![
+            "-c".into(),
+            format!(
+                "(sleep 0.2 & echo $! >> '{g}'); (sleep {second} & echo $! >> '{g}'); exec sh '{s}'",
+                g = grand.display(),
+                s = script.display()
+            ),
+        ],
+    };
+    s
+}
+
 /// Waits until every one of `orphans` has exited and been reaped (neither running nor a
 /// zombie), failing at `until`.
 async fn reaped(orphans: &[u32], until: std::time::Instant) {
@@ -1063,20 +1081,7 @@ async fn orphans_that_die_mid_session_are_reaped_not_left_zombies() {
     let pids = dir.join("pids");
     let grand = dir.join("grand");
     let script = server(&pids, vec![]).write(&dir, "s.sh");
-    let mut s = settings(&script);
-    // Two short-lived orphans (their subshell exits at once: they are reparented to us), then
-    // the server.
-    s.program = Program {
-        program: "sh".into(),
-        args: vec![
-            "-c".into(),
-            format!(
-                "(sleep 0.2 & echo $! >> '{g}'); (sleep 0.2 & echo $! >> '{g}'); exec sh '{s}'",
-                g = grand.display(),
-                s = script.display()
-            ),
-        ],
-    };
+    let s = with_orphans(&script, &grand, "0.2");
     let _reap = Reap(vec![pids.clone(), grand.clone()]);
     let mut c = Client::start(s);
     c.initialize().await;
@@ -1413,18 +1418,7 @@ async fn orphans_of_many_sessions_in_one_process_are_all_reaped() {
     for i in 0..4 {
         let pids = dir.join(&format!("pids{i}"));
         let script = server(&pids, vec![]).write(&dir, &format!("s{i}.sh"));
-        let mut s = settings(&script);
-        s.program = Program {
-            program: "sh".into(),
-            args: vec![
-                "-c".into(),
-                format!(
-                    "(sleep 0.2 & echo $! >> '{g}'); (sleep 0.3 & echo $! >> '{g}'); exec sh '{s}'",
-                    g = grand.display(),
-                    s = script.display()
-                ),
-            ],
-        };
+        let s = with_orphans(&script, &grand, "0.3");
         files.push(pids);
         clients.push(Client::start(s));
     }
