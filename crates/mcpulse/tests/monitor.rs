@@ -2379,3 +2379,79 @@ async fn read_pids_within(file: &Path) -> Vec<u32> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// docs/status-page.md's first commands, as a newcomer runs them: `mcpulse demo` prints the
+/// status page's address, `/` serves the fleet view (HTML, with its CSP) naming the demo's
+/// targets, and a target's status badge is SVG.
+#[tokio::test]
+async fn the_status_page_docs_commands_work_against_the_demo() {
+    use tokio::io::AsyncBufReadExt;
+    let addr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let mut demo = tokio::process::Command::new(BIN)
+        .args(["demo", "--listen", &addr.to_string()])
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(demo.stdout.take().unwrap()).lines();
+    let status_line = tokio::time::timeout(PATIENCE, async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.starts_with("status ") {
+                return line;
+            }
+        }
+        panic!("the demo exited without its status line");
+    })
+    .await
+    .expect("the banner in time");
+    assert!(
+        status_line.contains(&format!("http://{addr}/")),
+        "{status_line}"
+    );
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    // The banner comes as the monitor starts; its listener follows.
+    let until = Instant::now() + PATIENCE;
+    while TcpStream::connect(addr).await.is_err() {
+        assert!(
+            Instant::now() < until,
+            "the demo's monitor never listened on {addr}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let page = mcpulse_testkit::http::get(addr, "/").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.header("content-security-policy").is_some());
+    assert!(page.body.contains("flaky"), "{}", page.body);
+    let until = Instant::now() + PATIENCE;
+    let badge = loop {
+        let b = mcpulse_testkit::http::get(addr, "/badges/flaky/status.svg").await;
+        if b.status == 200 || Instant::now() > until {
+            break b;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(badge.status, 200, "{}", badge.body);
+    assert!(
+        badge
+            .header("content-type")
+            .is_some_and(|t| t.starts_with("image/svg+xml")),
+        "{:?}",
+        badge.headers
+    );
+    assert!(badge.body.starts_with("<svg"), "{}", badge.body);
+    // SAFETY: kill(2) on our own child's pid; no memory is touched.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::kill(i32::try_from(demo.id().unwrap()).unwrap(), libc::SIGTERM) };
+    assert_eq!(rc, 0);
+    let status = tokio::time::timeout(PATIENCE, demo.wait())
+        .await
+        .expect("the demo exits on SIGTERM")
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{status}");
+}
