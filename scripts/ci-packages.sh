@@ -25,9 +25,17 @@ set -euo pipefail
 PINS=(
   "prometheus 2.42.0+ds-5"
   "prometheus-alertmanager 0.25.0-1"
+  "zsh 5.9-4"
+  "fish 3.6.0-3.1"
+  "groff-base 1.22.4-10"
+  "systemd 252.38-1~deb12u1"
 )
 BINARIES=(/usr/bin/prometheus /usr/bin/prometheus-alertmanager)
 BINARY_PACKAGES=(prometheus prometheus-alertmanager)
+# crates/mcpulse/tests/packaging.rs: the completions run in zsh and fish, the man pages in
+# groff, the systemd units through systemd-analyze verify (systemd is not started).
+BINARIES+=(/usr/bin/zsh /usr/bin/fish /usr/bin/groff /usr/bin/systemd-analyze)
+BINARY_PACKAGES+=(zsh fish groff-base systemd)
 
 say() { echo "ci-packages: $*" >&2; }
 

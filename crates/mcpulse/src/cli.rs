@@ -52,7 +52,31 @@ pub enum Command {
     /// The guard `mcpulse supervise` starts: kills what its child left if it is SIGKILLed.
     #[command(hide = true, name = "supervise-watchdog")]
     SuperviseWatchdog { lineage_prefix: String },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
+    #[command(after_help = COMPLETIONS_HELP)]
+    Completions {
+        /// The shell to complete for.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) to stdout, or write one page per command into a directory.
+    #[command(after_help = MAN_HELP)]
+    Man {
+        /// Write mcpulse.1 and mcpulse-COMMAND.1 for every command into this directory.
+        #[arg(long, value_name = "DIR")]
+        out_dir: Option<std::path::PathBuf>,
+    },
 }
+
+const COMPLETIONS_HELP: &str = "\
+Install (see docs/packaging.md):
+  mcpulse completions bash > /usr/share/bash-completion/completions/mcpulse
+  mcpulse completions zsh > /usr/local/share/zsh/site-functions/_mcpulse
+  mcpulse completions fish > /usr/share/fish/vendor_completions.d/mcpulse.fish";
+
+const MAN_HELP: &str = "\
+Examples:
+  mcpulse man | man -l -
+  mcpulse man --out-dir /usr/local/share/man/man1";
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum DemoServerKind {

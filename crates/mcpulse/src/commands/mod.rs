@@ -1,5 +1,6 @@
 //! One module per command; each takes resolved settings and returns an exit code.
 
+mod completions;
 mod demo;
 mod diff;
 mod gateway;
@@ -25,6 +26,8 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::DemoServer {
             which: crate::cli::DemoServerKind::Stdio,
         } => demo::serve_stdio(),
+        Command::Completions { shell } => completions::completions(shell),
+        Command::Man { out_dir } => completions::man(out_dir.as_deref()),
         Command::Docs { which } => {
             match which {
                 DocKind::Findings => print!("{}", mcpulse_judge::rules::findings_doc()),

@@ -1,0 +1,204 @@
+//! Packaging (docs/packaging.md): what a distribution or a user installs beside the binary is
+//! generated from, or checked against, the real thing. Shell completions and man pages come
+//! from the clap definition and are run in the real shells and groff; the tools are Debian
+//! packages that scripts/ci-packages.sh installs (zsh, fish, groff-base), and a missing one
+//! fails the test with that hint rather than skipping it.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "support/installs.rs"]
+mod installs;
+#[path = "support/servers.rs"]
+mod servers;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_mcpulse");
+const SETUP: &str = "run scripts/ci-packages.sh (as root) to install the pinned Debian packages";
+
+/// Runs a program, failing the test with the setup hint when it is not installed.
+fn run(program: &str, args: &[&str]) -> Output {
+    Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("could not run {program}: {e}; {SETUP}"))
+}
+
+fn stdout_of(program: &str, args: &[&str]) -> String {
+    let out = run(program, args);
+    assert!(
+        out.status.success(),
+        "{program} {args:?} failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The completion script for `shell`, written to a scratch file.
+fn completion_file(shell: &str) -> PathBuf {
+    let script = stdout_of(BIN, &["completions", shell]);
+    assert!(!script.trim().is_empty(), "no {shell} completion script");
+    let path = installs::scratch(&format!("completion.{shell}"));
+    std::fs::write(&path, script).unwrap();
+    path
+}
+
+#[test]
+fn bash_completion_parses_and_completes_subcommands_and_flags() {
+    let file = completion_file("bash");
+    let file = file.to_str().unwrap();
+    let syntax = run("bash", &["-n", file]);
+    assert!(
+        syntax.status.success(),
+        "bash -n: {}",
+        String::from_utf8_lossy(&syntax.stderr)
+    );
+    // As bash calls it on <TAB>: the function named by `complete -F`, with COMP_WORDS set.
+    let complete = |words: &str| -> Vec<String> {
+        let script = format!(
+            "source '{file}'
+             COMP_WORDS=({words}); COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1))
+             COMP_LINE=\"${{COMP_WORDS[*]}}\"; COMP_POINT=${{#COMP_LINE}}
+             fn=$(complete -p mcpulse | sed -n 's/.*-F \\([^ ]*\\).*/\\1/p')
+             \"$fn\" mcpulse \"${{COMP_WORDS[COMP_CWORD]}}\" \"${{COMP_WORDS[COMP_CWORD-1]}}\"
+             printf '%s\\n' \"${{COMPREPLY[@]}}\""
+        );
+        stdout_of("bash", &["-c", &script])
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(complete("mcpulse mo"), ["monitor"]);
+    let sub = complete("mcpulse ''");
+    for want in [
+        "probe",
+        "snapshot",
+        "diff",
+        "monitor",
+        "gateway",
+        "completions",
+    ] {
+        assert!(sub.iter().any(|s| s == want), "{want} not offered: {sub:?}");
+    }
+    // Internal (hidden) commands are not offered.
+    for hidden in ["supervise-watchdog", "demo-server", "docs"] {
+        assert!(
+            !sub.iter().any(|s| s == hidden),
+            "{hidden} offered: {sub:?}"
+        );
+    }
+    assert_eq!(complete("mcpulse probe --base"), ["--baseline"]);
+    assert_eq!(complete("mcpulse completions z"), ["zsh"]);
+}
+
+#[test]
+fn zsh_completion_parses_and_defines_the_function() {
+    let file = completion_file("zsh");
+    let file = file.to_str().unwrap();
+    let syntax = run("zsh", &["-n", file]);
+    assert!(
+        syntax.status.success(),
+        "zsh -n: {}",
+        String::from_utf8_lossy(&syntax.stderr)
+    );
+    // Loaded the way compinit autoloads a site-functions file: it must define _mcpulse.
+    let script =
+        format!("autoload -Uz compinit && compinit -u -D; source '{file}'; whence -w _mcpulse");
+    let out = stdout_of("zsh", &["-f", "-c", &script]);
+    assert!(out.contains("_mcpulse: function"), "{out}");
+    let text = std::fs::read_to_string(file).unwrap();
+    assert!(
+        text.starts_with("#compdef mcpulse"),
+        "{}",
+        &text[..40.min(text.len())]
+    );
+    assert!(
+        text.contains("'gateway:") && !text.contains("watchdog"),
+        "{text}"
+    );
+}
+
+#[test]
+fn fish_completion_parses_and_completes_a_subcommand() {
+    let file = completion_file("fish");
+    let file = file.to_str().unwrap();
+    let syntax = run("fish", &["--no-execute", file]);
+    assert!(
+        syntax.status.success(),
+        "fish -n: {}",
+        String::from_utf8_lossy(&syntax.stderr)
+    );
+    let script = format!("source '{file}'; complete -C 'mcpulse mo'");
+    let out = stdout_of("fish", &["--no-config", "-c", &script]);
+    let first: Vec<&str> = out.lines().map(|l| l.split('\t').next().unwrap()).collect();
+    assert_eq!(first, ["monitor"], "{out}");
+    let script = format!("source '{file}'; complete -C 'mcpulse '");
+    let all = stdout_of("fish", &["--no-config", "-c", &script]);
+    assert!(all.lines().any(|l| l.starts_with("gateway\t")), "{all}");
+    assert!(
+        !all.contains("watchdog") && !all.contains("demo-server"),
+        "{all}"
+    );
+}
+
+/// groff's warnings (`-ww`) are errors here: a page that renders with them looks broken in `man`.
+fn assert_renders_cleanly(page: &Path) {
+    let out = run(
+        "groff",
+        &["-man", "-Tutf8", "-ww", "-z", page.to_str().unwrap()],
+    );
+    assert!(out.status.success(), "groff failed on {}", page.display());
+    assert!(
+        out.stderr.is_empty(),
+        "groff warns on {}:\n{}",
+        page.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn man_pages_render_without_warnings() {
+    // `mcpulse man` to stdout: the top-level page.
+    let page = installs::scratch("mcpulse.1");
+    std::fs::write(&page, stdout_of(BIN, &["man"])).unwrap();
+    assert_renders_cleanly(&page);
+    let text = stdout_of("groff", &["-man", "-Tutf8", page.to_str().unwrap()]);
+    assert!(text.contains("mcpulse-probe(1)"), "{text}");
+    // Every command listed has a page: no `mcpulse-help(1)`, no hidden ones.
+    assert!(
+        !text.contains("mcpulse-help(1)") && !text.contains("watchdog"),
+        "{text}"
+    );
+
+    // `mcpulse man --out-dir`: one page per visible command, as a package installs them.
+    let dir = installs::scratch("man1");
+    stdout_of(BIN, &["man", "--out-dir", dir.to_str().unwrap()]);
+    let mut pages: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    pages.sort();
+    for want in [
+        "mcpulse.1",
+        "mcpulse-probe.1",
+        "mcpulse-monitor.1",
+        "mcpulse-gateway.1",
+    ] {
+        assert!(pages.iter().any(|p| p == want), "{want} missing: {pages:?}");
+    }
+    assert!(!pages.iter().any(|p| p.contains("watchdog")), "{pages:?}");
+    for p in &pages {
+        assert_renders_cleanly(&dir.join(p));
+    }
+    // A command's page documents its flags.
+    let probe = stdout_of(
+        "groff",
+        &[
+            "-man",
+            "-Tutf8",
+            dir.join("mcpulse-probe.1").to_str().unwrap(),
+        ],
+    );
+    assert!(probe.contains("--baseline"), "{probe}");
+}
