@@ -202,3 +202,161 @@ fn man_pages_render_without_warnings() {
     );
     assert!(probe.contains("--baseline"), "{probe}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// systemd units (deploy/systemd/)
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn units() -> Vec<PathBuf> {
+    let mut units: Vec<PathBuf> = std::fs::read_dir(repo().join("deploy/systemd"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "service"))
+        .collect();
+    units.sort();
+    units
+}
+
+/// `systemd-analyze verify` on a copy of `unit` whose ExecStart names this build's binary (the
+/// unit says /usr/local/bin/mcpulse), with the man pages of `Documentation=man:` on MANPATH.
+/// Returns everything it printed: a clean unit prints nothing.
+fn verify(name: &str, unit: &str) -> (bool, String) {
+    let dir = installs::scratch("systemd");
+    let man1 = dir.join("man/man1");
+    std::fs::create_dir_all(&man1).unwrap();
+    stdout_of(BIN, &["man", "--out-dir", man1.to_str().unwrap()]);
+    let file = dir.join(name);
+    std::fs::write(&file, unit.replace("/usr/local/bin/mcpulse", BIN)).unwrap();
+    let out = Command::new("systemd-analyze")
+        .args(["verify", file.to_str().unwrap()])
+        .env("MANPATH", dir.join("man"))
+        .output()
+        .unwrap_or_else(|e| panic!("could not run systemd-analyze: {e}; {SETUP}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+#[test]
+fn systemd_units_verify_cleanly_and_are_hardened() {
+    let units = units();
+    let names: Vec<String> = units
+        .iter()
+        .map(|p| p.file_name().unwrap().to_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        names,
+        ["mcpulse-gateway.service", "mcpulse-monitor.service"]
+    );
+    for (path, name) in units.iter().zip(&names) {
+        let unit = std::fs::read_to_string(path).unwrap();
+        let (ok, said) = verify(name, &unit);
+        assert!(
+            ok && said.is_empty(),
+            "systemd-analyze verify {name}:\n{said}"
+        );
+
+        let lines: Vec<&str> = unit.lines().map(str::trim).collect();
+        for want in [
+            "DynamicUser=yes",
+            "ProtectSystem=strict",
+            "ProtectHome=yes",
+            "PrivateTmp=yes",
+            "NoNewPrivileges=yes",
+            "CapabilityBoundingSet=",
+            "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX",
+            "SystemCallFilter=@system-service",
+            "LockPersonality=yes",
+            "RestrictNamespaces=yes",
+            // SIGTERM to mcpulse alone: it stops its children's process groups itself.
+            "KillMode=mixed",
+        ] {
+            assert!(lines.contains(&want), "{name} lacks {want}");
+        }
+        // Node's JIT dies under it (mdwe_stops_node_but_not_mcpulse).
+        assert!(!lines.contains(&"MemoryDenyWriteExecute=yes"), "{name}");
+
+        // systemd's own exposure score (0 safest, 10 unprotected); 1.7 when written.
+        let dir = installs::scratch("security");
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join(name);
+        std::fs::write(&file, unit.replace("/usr/local/bin/mcpulse", BIN)).unwrap();
+        let out = stdout_of(
+            "systemd-analyze",
+            &[
+                "security",
+                "--offline=true",
+                "--no-pager",
+                file.to_str().unwrap(),
+            ],
+        );
+        let score: f64 = out
+            .lines()
+            .find_map(|l| l.split("Overall exposure level for ").nth(1))
+            .and_then(|rest| rest.split(": ").nth(1))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no exposure level in:\n{out}"));
+        assert!(score <= 2.0, "{name}: exposure {score}");
+    }
+    assert!(
+        std::fs::read_to_string(repo().join("deploy/systemd/mcpulse-monitor.service"))
+            .unwrap()
+            .contains("StateDirectory=mcpulse\n")
+    );
+
+    // The check sees a mistake: a misspelt value is reported, so a clean run means something.
+    let broken = std::fs::read_to_string(&units[0])
+        .unwrap()
+        .replace("ProtectSystem=strict", "ProtectSystem=stirct");
+    let (_, said) = verify(&names[0], &broken);
+    assert!(said.contains("stirct"), "a broken unit passed: {said}");
+}
+
+/// MemoryDenyWriteExecute=yes is left out of the units because of this: under the kernel's
+/// equivalent (prctl PR_SET_MDWE, refusing memory that turns executable, inherited across
+/// exec) node aborts as soon as V8 compiles, while mcpulse itself and Python run.
+#[test]
+fn mdwe_stops_node_but_not_mcpulse() {
+    fn under_mdwe(program: &str, args: &[&str]) -> std::process::ExitStatus {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = Command::new(program);
+        cmd.args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        // SAFETY: prctl(2) in the forked child before exec: no allocation, no lock, and only
+        // this process's own MDWE flag is set.
+        #[allow(unsafe_code)]
+        unsafe {
+            cmd.pre_exec(|| {
+                const PR_SET_MDWE: libc::c_int = 65;
+                const PR_MDWE_REFUSE_EXEC_GAIN: libc::c_ulong = 1;
+                if libc::prctl(PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN, 0, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        cmd.status()
+            .unwrap_or_else(|e| panic!("could not run {program} under MDWE: {e}"))
+    }
+    assert!(under_mdwe(BIN, &["--version"]).success());
+    assert!(under_mdwe("python3", &["-c", "print(sum(range(10**6)))"]).success());
+    let node = under_mdwe(
+        "node",
+        &[
+            "-e",
+            "let s = 0; for (let i = 0; i < 1e7; i++) s += i; console.log(s)",
+        ],
+    );
+    assert!(
+        !node.success(),
+        "node ran under MDWE: the units could set MemoryDenyWriteExecute"
+    );
+}
