@@ -282,7 +282,7 @@ fn systemd_units_verify_cleanly_and_are_hardened() {
         // Node's JIT dies under it (mdwe_stops_node_but_not_mcpulse).
         assert!(!lines.contains(&"MemoryDenyWriteExecute=yes"), "{name}");
 
-        // systemd's own exposure score (0 safest, 10 unprotected); 1.7 when written.
+        // systemd's own exposure score (0 safest, 10 unprotected); 1.4 when written.
         let dir = installs::scratch("security");
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join(name);
