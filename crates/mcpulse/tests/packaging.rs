@@ -360,3 +360,346 @@ fn mdwe_stops_node_but_not_mcpulse() {
         "node ran under MDWE: the units could set MemoryDenyWriteExecute"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Grafana dashboard (deploy/grafana/mcpulse.json)
+
+/// Every PromQL expression in the dashboard: the panels' queries (rows included) and the
+/// template variables' `label_values(metric, label)`, as (where, expr).
+fn dashboard_exprs(dash: &serde_json::Value) -> Vec<(String, String)> {
+    fn walk(panels: &serde_json::Value, out: &mut Vec<(String, String)>) {
+        for p in panels.as_array().into_iter().flatten() {
+            let title = p["title"].as_str().unwrap_or("?");
+            for t in p["targets"].as_array().into_iter().flatten() {
+                let expr = t["expr"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{title}: no expr"));
+                out.push((format!("panel {title:?}"), expr.to_owned()));
+            }
+            walk(&p["panels"], out);
+        }
+    }
+    let mut out = Vec::new();
+    walk(&dash["panels"], &mut out);
+    for v in dash["templating"]["list"].as_array().unwrap() {
+        if v["type"] == "query" {
+            let q = v["query"]["query"].as_str().unwrap();
+            let inner = q
+                .strip_prefix("label_values(")
+                .and_then(|r| r.split(',').next())
+                .unwrap_or_else(|| panic!("variable {}: {q}", v["name"]));
+            out.push((format!("variable {}", v["name"]), inner.trim().to_owned()));
+        }
+    }
+    out
+}
+
+/// The expression with Grafana's variables given values Prometheus accepts.
+fn without_grafana_variables(expr: &str) -> String {
+    expr.replace("$__rate_interval", "5m")
+        .replace("$__range", "1h")
+        .replace("$target", ".*")
+        .replace("$probe_job", ".*")
+        .replace("$gateway", ".*")
+}
+
+/// The metric names a PromQL expression selects: identifiers that are not functions (followed
+/// by `(`), keywords, label names (inside `{...}` or `by (...)`), strings, numbers or durations.
+fn metric_names(expr: &str) -> Vec<String> {
+    // Keywords, and aggregations (which may be followed by `by (...)` before their `(`).
+    const KEYWORDS: &str = "by without on ignoring group_left group_right bool and or unless \
+        offset inf nan sum min max avg group stddev stdvar count count_values bottomk topk \
+        quantile limitk limit_ratio";
+    let b = expr.as_bytes();
+    let mut names = Vec::new();
+    let mut i = 0;
+    let mut skip_group = false; // after by/without/on/ignoring: the next (...) holds labels
+    while i < b.len() {
+        let c = b[i];
+        if c == b'"' || c == b'\'' {
+            i += 1;
+            while i < b.len() && b[i] != c {
+                i += if b[i] == b'\\' { 2 } else { 1 };
+            }
+            i += 1;
+        } else if c == b'{' || c == b'[' || (c == b'(' && skip_group) {
+            let close = match c {
+                b'{' => b'}',
+                b'[' => b']',
+                _ => b')',
+            };
+            skip_group = false;
+            while i < b.len() && b[i] != close {
+                if b[i] == b'"' {
+                    i += 1;
+                    while i < b.len() && b[i] != b'"' {
+                        i += 1;
+                    }
+                }
+                i += 1;
+            }
+            i += 1;
+        } else if c.is_ascii_digit() || c == b'.' {
+            while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'.') {
+                i += 1;
+            }
+        } else if c.is_ascii_alphabetic() || c == b'_' || c == b':' {
+            let start = i;
+            while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_' || b[i] == b':') {
+                i += 1;
+            }
+            let word = &expr[start..i];
+            let next = expr[i..].trim_start();
+            if [
+                "by",
+                "without",
+                "on",
+                "ignoring",
+                "group_left",
+                "group_right",
+            ]
+            .contains(&word)
+            {
+                skip_group = true;
+            } else if !next.starts_with('(')
+                && !KEYWORDS
+                    .split_whitespace()
+                    .any(|k| k.eq_ignore_ascii_case(word))
+            {
+                names.push(word.to_owned());
+            }
+        } else {
+            i += 1;
+        }
+    }
+    names
+}
+
+/// The metric names an exposition declares or samples: `# TYPE` names (a histogram's with
+/// `_bucket`, `_sum` and `_count`, a counter's with `_total`) and every sample's name.
+fn exposed_names(text: &str, into: &mut std::collections::BTreeSet<String>) {
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let mut it = rest.split_whitespace();
+            let (name, kind) = (it.next().unwrap(), it.next().unwrap_or(""));
+            into.insert(name.to_owned());
+            let suffixes: &[&str] = match kind {
+                "histogram" => &["_bucket", "_sum", "_count"],
+                "summary" => &["_sum", "_count"],
+                "counter" => &["_total"],
+                _ => &[],
+            };
+            for s in suffixes {
+                into.insert(format!("{name}{s}"));
+            }
+        } else if !line.starts_with('#') && !line.is_empty() {
+            let end = line.find(['{', ' ']).unwrap_or(line.len());
+            into.insert(line[..end].to_owned());
+        }
+    }
+}
+
+#[test]
+fn promql_metric_names_are_found() {
+    assert_eq!(
+        metric_names(
+            r#"histogram_quantile(0.95, sum by (le, method) (rate(a_bucket{x=~"$g", y="b{c}"}[5m])))"#
+        ),
+        ["a_bucket"]
+    );
+    assert_eq!(
+        metric_names(
+            "2 * max by (target) (m1{s=\"down\"}) + m2 or vector(0) - time() + m3 offset 5m"
+        ),
+        ["m1", "m2", "m3"]
+    );
+    assert_eq!(
+        metric_names("count(up == 1) / on (job) group_left (x) y"),
+        ["up", "y"]
+    );
+}
+
+/// A process we started, stopped with SIGTERM (so it stops its own children as a user's
+/// Ctrl-C would), then checked to have left none of its children behind.
+fn stop_gracefully(mut server: servers::Server) {
+    let pid = server.child.id();
+    let children: Vec<u32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|s| {
+                s.rsplit(')')
+                    .next()
+                    .and_then(|r| r.split_whitespace().nth(1))
+                    == Some(pid.to_string().as_str())
+            })
+        })
+        .collect();
+    // SAFETY: kill(2) on the pid of our own child; no memory is touched.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::kill(i32::try_from(pid).unwrap(), libc::SIGTERM) };
+    assert_eq!(rc, 0);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while server.child.try_wait().unwrap().is_none() {
+        assert!(
+            std::time::Instant::now() < until,
+            "{} ignored SIGTERM",
+            server.name
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    for c in children {
+        while Path::new(&format!("/proc/{c}")).exists()
+            && !std::fs::read_to_string(format!("/proc/{c}/stat")).is_ok_and(|s| s.contains(") Z "))
+        {
+            assert!(
+                std::time::Instant::now() < until,
+                "{}'s child {c} outlived it",
+                server.name
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+    drop(server);
+}
+
+/// Fetches `path` until `ready` accepts the body (the first checks take a moment).
+async fn scrape_until(port: u16, path: &str, ready: impl Fn(&str) -> bool) -> String {
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let r = mcpulse_testkit::http::get(addr, path).await;
+        if r.status == 200 && ready(&r.body) {
+            return r.body;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "{path} never got ready: {} {}",
+            r.status,
+            r.body
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn grafana_dashboard_queries_only_series_mcpulse_exposes() {
+    let path = repo().join("deploy/grafana/mcpulse.json");
+    let dash: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    // Importable: a current schema, the data source as an import input used everywhere.
+    assert_eq!(dash["schemaVersion"], 39);
+    assert_eq!(dash["__inputs"][0]["name"], "DS_PROMETHEUS");
+    let text = dash.to_string();
+    assert!(
+        !text.contains("\"uid\":\"prometheus\""),
+        "a hard-wired data source"
+    );
+    let exprs = dashboard_exprs(&dash);
+    assert!(exprs.len() > 30, "{}", exprs.len());
+
+    // Every expression is valid PromQL, to Prometheus's own parser (promtool, Debian's
+    // prometheus package): each is checked as a recording rule.
+    let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
+    for (n, (_, e)) in exprs.iter().enumerate() {
+        let e = serde_json::to_string(&without_grafana_variables(e)).unwrap();
+        rules.push_str(&format!(
+            "      - record: dashboard:expr{n}\n        expr: {e}\n"
+        ));
+    }
+    let file = installs::scratch("dashboard-rules.yml");
+    std::fs::write(&file, rules).unwrap();
+    let out = run("promtool", &["check", "rules", file.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "promtool rejects a dashboard expression:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // What the real binaries expose: a running demo's /metrics and /probe, and a running
+    // gateway's /metrics with a dependency check configured (its series exist only then).
+    let mut exposed = std::collections::BTreeSet::new();
+    let demo = servers::Server::start("demo", |port| {
+        let mut c = Command::new(BIN);
+        c.args(["demo", "--listen", &format!("127.0.0.1:{port}")]);
+        c
+    });
+    let metrics = scrape_until(demo.port, "/metrics", |b| {
+        b.contains("mcpulse_security_grade{") && b.contains("mcpulse_protocol_info{")
+    })
+    .await;
+    exposed_names(&metrics, &mut exposed);
+    let probe = scrape_until(demo.port, "/probe?target=healthy-modern", |b| {
+        b.contains("probe_mcp_status{")
+    })
+    .await;
+    exposed_names(&probe, &mut exposed);
+
+    let config = installs::scratch("gateway.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[upstream]\ncommand = [{BIN:?}, \"demo-server\", \"stdio\"]\n\n\
+             [[checks]]\nname = \"demo-api\"\nkind = \"tcp\"\ntarget = \"127.0.0.1:{}\"\n",
+            demo.port
+        ),
+    )
+    .unwrap();
+    let gateway = servers::Server::start("gateway", |port| {
+        let mut c = Command::new(BIN);
+        c.args([
+            "gateway",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--config",
+        ])
+        .arg(&config);
+        c
+    });
+    // Traffic, so that the per-method series have samples: a real probe through the gateway.
+    let probed = run(BIN, &["probe", &gateway.url("/mcp")]);
+    assert_eq!(probed.status.code(), Some(0), "{probed:?}");
+    let gw = scrape_until(gateway.port, "/metrics", |b| {
+        b.contains("mcpulse_gateway_check_duration_seconds{")
+            && b.contains("mcpulse_gateway_request_duration_seconds_bucket{")
+    })
+    .await;
+    exposed_names(&gw, &mut exposed);
+    stop_gracefully(gateway);
+    stop_gracefully(demo);
+
+    let mut missing = Vec::new();
+    let mut used = std::collections::BTreeSet::new();
+    for (at, e) in &exprs {
+        for name in metric_names(e) {
+            if !exposed.contains(&name) {
+                missing.push(format!("{at}: {name} in {e}"));
+            }
+            used.insert(name);
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "not exposed by mcpulse:\n{}",
+        missing.join("\n")
+    );
+    // The areas the dashboard is for each have a series.
+    for want in [
+        "mcpulse_target_status",
+        "mcpulse_probe_phase_duration_seconds",
+        "mcpulse_security_grade",
+        "mcpulse_contract_hash",
+        "mcpulse_open_incidents",
+        "probe_mcp_phase_duration_seconds",
+        "mcpulse_gateway_requests_total",
+        "mcpulse_gateway_request_duration_seconds_bucket",
+        "mcpulse_gateway_readiness_status",
+        "mcpulse_gateway_check_status",
+    ] {
+        assert!(used.contains(want), "no panel queries {want}");
+    }
+    // The check would see a misspelt series.
+    assert!(!exposed.contains("mcpulse_gateway_request_total"));
+}
