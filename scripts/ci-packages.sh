@@ -29,11 +29,13 @@ PINS=(
   "fish 3.6.0-3.1"
   "groff-base 1.22.4-10"
   "systemd 252.38-1~deb12u1"
+  "python3-yaml 6.0-3"
 )
 BINARIES=(/usr/bin/prometheus /usr/bin/prometheus-alertmanager)
 BINARY_PACKAGES=(prometheus prometheus-alertmanager)
 # crates/mcpulse/tests/packaging.rs: the completions run in zsh and fish, the man pages in
-# groff, the systemd units through systemd-analyze verify (systemd is not started).
+# groff, the systemd units through systemd-analyze verify (systemd is not started), the CI
+# workflow example is read with python3-yaml.
 BINARIES+=(/usr/bin/zsh /usr/bin/fish /usr/bin/groff /usr/bin/systemd-analyze)
 BINARY_PACKAGES+=(zsh fish groff-base systemd)
 

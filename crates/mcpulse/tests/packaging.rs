@@ -703,3 +703,173 @@ async fn grafana_dashboard_queries_only_series_mcpulse_exposes() {
     // The check would see a misspelt series.
     assert!(!exposed.contains("mcpulse_gateway_request_total"));
 }
+
+// ---------------------------------------------------------------------------------------------
+// The drift gate (docs/ci-gate.md, deploy/ci/github-actions-drift-gate.yml)
+
+/// The lines of the fenced block of docs/ci-gate.md whose info string is `sh TAG`.
+fn ci_gate_block(doc: &str, tag: &str) -> Vec<String> {
+    let fence = format!("```sh {tag}");
+    let mut lines = doc.lines().skip_while(|l| l.trim() != fence).skip(1);
+    let block: Vec<String> = lines
+        .by_ref()
+        .take_while(|l| l.trim() != "```")
+        .filter(|l| !l.trim().is_empty())
+        .map(str::to_owned)
+        .collect();
+    assert!(!block.is_empty(), "no `{fence}` block in docs/ci-gate.md");
+    block
+}
+
+/// A contract for the scripted server (tests/fixtures/contract_server.sh): `search` (read-only
+/// or not, with the `required` parameters) and, `with_fetch`, a second tool.
+fn contract(read_only: bool, with_fetch: bool, required: &[&str]) -> serde_json::Value {
+    let mut tools = vec![serde_json::json!({
+        "name": "search", "description": "Search the index.",
+        "annotations": {"readOnlyHint": read_only},
+        "inputSchema": {"type": "object",
+            "properties": {"q": {"type": "string"}, "limit": {"type": "integer"}},
+            "required": required}
+    })];
+    if with_fetch {
+        tools.push(serde_json::json!({"name": "fetch", "inputSchema": {"type": "object"}}));
+    }
+    serde_json::Value::Array(tools)
+}
+
+#[test]
+fn ci_gate_recipe_runs_as_documented() {
+    let doc = std::fs::read_to_string(repo().join("docs/ci-gate.md")).unwrap();
+    let dir = installs::scratch("ci-gate");
+    std::fs::create_dir_all(&dir).unwrap();
+    // ./my-server, as the doc calls it: a stdio server whose tools come from tools.json.
+    let fixture = repo().join("crates/mcpulse/tests/fixtures/contract_server.sh");
+    let server = dir.join("my-server");
+    std::fs::write(
+        &server,
+        format!(
+            "#!/bin/sh\nexec sh '{}' \"$(dirname \"$0\")/tools.json\"\n",
+            fixture.display()
+        ),
+    )
+    .unwrap();
+    let mut perms = std::fs::metadata(&server).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&server, perms).unwrap();
+    let serve = |tools: serde_json::Value| {
+        std::fs::write(dir.join("tools.json"), tools.to_string()).unwrap();
+    };
+    // `mcpulse` on PATH, as after an install.
+    let path = format!(
+        "{}:{}",
+        Path::new(BIN).parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let shell = |flags: &str, script: &str| -> (i32, String) {
+        let out = Command::new("bash")
+            .args([flags, script])
+            .current_dir(&dir)
+            .env("PATH", &path)
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code().unwrap_or(-1), said)
+    };
+    // Each line of a block on its own, as a CI step or a person runs it: the exit codes.
+    let codes = |tag: &str| -> Vec<i32> {
+        ci_gate_block(&doc, tag)
+            .iter()
+            .map(|line| {
+                let (code, said) = shell("-c", line);
+                assert!(code != 3, "`{line}` could not run:\n{said}");
+                code
+            })
+            .collect()
+    };
+
+    // 1. The baseline.
+    serve(contract(true, true, &["q"]));
+    assert_eq!(codes("baseline"), [0]);
+    assert!(dir.join("mcp.lock").exists());
+
+    // 2. Unchanged: the gate passes.
+    assert_eq!(codes("gate"), [0]);
+    assert_eq!(codes("gate-diff"), [0, 0]);
+    // Info only (a tool added): passes.
+    serve(
+        contract(true, true, &["q"])
+            .as_array()
+            .unwrap()
+            .iter()
+            .cloned()
+            .chain([serde_json::json!({"name": "crawl", "inputSchema": {"type": "object"}})])
+            .collect(),
+    );
+    assert_eq!(codes("gate"), [0]);
+    // Risky: readOnlyHint flipped.
+    serve(contract(false, true, &["q"]));
+    assert_eq!(codes("gate"), [1]);
+    assert_eq!(codes("gate-diff"), [0, 1]);
+    // Breaking: a tool removed.
+    serve(contract(true, false, &["q"]));
+    assert_eq!(codes("gate"), [2]);
+    assert_eq!(codes("gate-diff"), [0, 2]);
+
+    // The workflow's gate step, run as GitHub runs a `run:` (bash -e), fails the same way and
+    // leaves the JSON report for its artifact.
+    let workflow = repo().join("deploy/ci/github-actions-drift-gate.yml");
+    let json = stdout_of(
+        "/usr/bin/python3",
+        &[
+            "-c",
+            "import json, sys, yaml; print(json.dumps(yaml.safe_load(open(sys.argv[1]))))",
+            workflow.to_str().unwrap(),
+        ],
+    );
+    let wf: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let steps = wf["jobs"]["drift-gate"]["steps"].as_array().unwrap();
+    let gate_step = steps
+        .iter()
+        .find(|s| s["name"] == "Drift gate")
+        .and_then(|s| s["run"].as_str())
+        .unwrap();
+    for line in gate_step
+        .lines()
+        .filter(|l| l.trim_start().starts_with("mcpulse "))
+    {
+        let cmd = line
+            .trim()
+            .split(" >")
+            .next()
+            .unwrap()
+            .split(" ||")
+            .next()
+            .unwrap();
+        let cmd = cmd.replace(" --json", "");
+        assert!(
+            doc.contains(&cmd),
+            "the workflow runs `{cmd}`, which docs/ci-gate.md does not show"
+        );
+    }
+    let (code, said) = shell("-ec", gate_step);
+    assert_eq!(code, 2, "{said}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("drift.json")).unwrap()).unwrap();
+    assert_eq!(report["class"], "breaking", "{report}");
+
+    // 3. Accepting the reviewed change: the gate passes again.
+    let _ = codes("accept");
+    assert_eq!(codes("gate"), [0]);
+    // A parameter made required (breaking), accepted from a snapshot.
+    serve(contract(true, false, &["q", "limit"]));
+    assert_eq!(codes("gate-diff"), [0, 2]);
+    assert_eq!(codes("accept-diff"), [0]);
+    assert_eq!(codes("gate"), [0]);
+    let (code, said) = shell("-ec", gate_step);
+    assert_eq!(code, 0, "{said}");
+}
