@@ -20,3 +20,14 @@ bash scripts/ci-packages.sh
 
 echo "== cargo test --workspace --locked $*"
 cargo test --workspace --locked "$@"
+
+# README's install line, `cargo install --path crates/mcpulse --locked`, as a user runs it
+# (docs/packaging.md): here in the debug profile, so it reuses the build the tests just made
+# (the workspace's target/), and only for a whole-suite run.
+if [ "$#" -eq 0 ]; then
+  echo "== cargo install --path crates/mcpulse --locked (--debug, into a scratch root)"
+  install_root="$(mktemp -d)"
+  cargo install --path crates/mcpulse --locked --debug --root "$install_root" --quiet
+  "$install_root/bin/mcpulse" --version
+  rm -rf "$install_root"
+fi
