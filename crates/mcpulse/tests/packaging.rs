@@ -35,25 +35,27 @@ fn stdout_of(program: &str, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// The completion script for `shell`, written to a scratch file.
-fn completion_file(shell: &str) -> PathBuf {
+/// The completion script for `shell`, written to a scratch file and parsed by that shell
+/// (`shell no_exec_flag FILE`, which reads without running).
+fn completion_file(shell: &str, no_exec_flag: &str) -> String {
     let script = stdout_of(BIN, &["completions", shell]);
     assert!(!script.trim().is_empty(), "no {shell} completion script");
     let path = installs::scratch(&format!("completion.{shell}"));
     std::fs::write(&path, script).unwrap();
+    let path = path.to_str().unwrap().to_owned();
+    let syntax = run(shell, &[no_exec_flag, &path]);
+    assert!(
+        syntax.status.success(),
+        "{shell} {no_exec_flag}: {}",
+        String::from_utf8_lossy(&syntax.stderr)
+    );
     path
 }
 
 #[test]
 fn bash_completion_parses_and_completes_subcommands_and_flags() {
-    let file = completion_file("bash");
-    let file = file.to_str().unwrap();
-    let syntax = run("bash", &["-n", file]);
-    assert!(
-        syntax.status.success(),
-        "bash -n: {}",
-        String::from_utf8_lossy(&syntax.stderr)
-    );
+    let file = completion_file("bash", "-n");
+    let file = file.as_str();
     // As bash calls it on <TAB>: the function named by `complete -F`, with COMP_WORDS set.
     let complete = |words: &str| -> Vec<String> {
         let script = format!(
@@ -94,14 +96,8 @@ fn bash_completion_parses_and_completes_subcommands_and_flags() {
 
 #[test]
 fn zsh_completion_parses_and_defines_the_function() {
-    let file = completion_file("zsh");
-    let file = file.to_str().unwrap();
-    let syntax = run("zsh", &["-n", file]);
-    assert!(
-        syntax.status.success(),
-        "zsh -n: {}",
-        String::from_utf8_lossy(&syntax.stderr)
-    );
+    let file = completion_file("zsh", "-n");
+    let file = file.as_str();
     // Loaded the way compinit autoloads a site-functions file: it must define _mcpulse.
     let script =
         format!("autoload -Uz compinit && compinit -u -D; source '{file}'; whence -w _mcpulse");
@@ -121,14 +117,8 @@ fn zsh_completion_parses_and_defines_the_function() {
 
 #[test]
 fn fish_completion_parses_and_completes_a_subcommand() {
-    let file = completion_file("fish");
-    let file = file.to_str().unwrap();
-    let syntax = run("fish", &["--no-execute", file]);
-    assert!(
-        syntax.status.success(),
-        "fish -n: {}",
-        String::from_utf8_lossy(&syntax.stderr)
-    );
+    let file = completion_file("fish", "--no-execute");
+    let file = file.as_str();
     let script = format!("source '{file}'; complete -C 'mcpulse mo'");
     let out = stdout_of("fish", &["--no-config", "-c", &script]);
     let first: Vec<&str> = out.lines().map(|l| l.split('\t').next().unwrap()).collect();
