@@ -588,6 +588,16 @@ async fn grafana_dashboard_queries_only_series_mcpulse_exposes() {
     );
     let exprs = dashboard_exprs(&dash);
     assert!(exprs.len() > 30, "{}", exprs.len());
+    // Laid out: every panel within the 24 columns, none over another.
+    let mut cells = std::collections::BTreeSet::new();
+    for p in dash["panels"].as_array().unwrap() {
+        let g = &p["gridPos"];
+        let [x, y, w, h] = ["x", "y", "w", "h"].map(|k| g[k].as_u64().unwrap());
+        assert!(x + w <= 24, "{} is off the grid", p["title"]);
+        for cell in (y..y + h).flat_map(|r| (x..x + w).map(move |c| (r, c))) {
+            assert!(cells.insert(cell), "{} overlaps another panel", p["title"]);
+        }
+    }
 
     // Every expression is valid PromQL, to Prometheus's own parser (promtool, Debian's
     // prometheus package): each is checked as a recording rule.
