@@ -112,8 +112,17 @@ for pin in "${PINS[@]}"; do
   [[ " ${missing[*]} " == *" $pkg "* ]] || continue
   candidate="$(apt-cache policy "$pkg" | sed -n 's/^ *Candidate: *//p')"
   if [ -z "$candidate" ] || [ "$candidate" = "(none)" ] || ! pinned "$candidate" "$version"; then
-    say "$pkg: the package lists offer ${candidate:-nothing}, not $version (Debian 12 bookworm is expected)"
-    exit 1
+    # The newest build may be a point release past the pin (systemd moves in most of them)
+    # while the archive (bookworm-security, say) still holds the pinned one: take that.
+    offered="$candidate"
+    candidate=""
+    while read -r v; do
+      if pinned "$v" "$version"; then candidate="$v"; break; fi
+    done < <(apt-cache madison "$pkg" | awk -F'|' '{gsub(/ /, "", $2); print $2}')
+    if [ -z "$candidate" ]; then
+      say "$pkg: the package lists offer ${offered:-nothing}, not $version (Debian 12 bookworm is expected)"
+      exit 1
+    fi
   fi
   wanted+=("$pkg=$candidate")
 done
