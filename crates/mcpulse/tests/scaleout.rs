@@ -123,10 +123,15 @@ async fn alertmanager_cluster(dir: &TempDir, webhook: &str) -> Vec<Peer> {
             format!("--cluster.listen-address=127.0.0.1:{}", gossip[i]),
             format!("--cluster.peer=127.0.0.1:{}", gossip[1 - i]),
             format!("--cluster.peer-timeout={PEER_TIMEOUT}"),
+            // Gossip 4x as often as the default 200 ms: the peers settle (10 gossip intervals,
+            // three times over) before they notify, in 2 s instead of 6 s.
+            "--cluster.gossip-interval=50ms".to_owned(),
         ];
-        let mut proc_ = Proc::spawn(name, ALERTMANAGER, &args, dir);
-        ready(port, "/-/ready", &mut proc_).await;
+        let proc_ = Proc::spawn(name, ALERTMANAGER, &args, dir);
         peers.push(Peer { proc_, port });
+    }
+    for p in &mut peers {
+        ready(p.port, "/-/ready", &mut p.proc_).await;
     }
     for i in 0..2 {
         let port = peers[i].port;
@@ -362,9 +367,11 @@ async fn sharded_ha_prometheus_and_alertmanager_cluster_notify_once() {
             ),
             format!("--web.listen-address=127.0.0.1:{port}"),
         ];
-        let mut proc_ = Proc::spawn(name, PROMETHEUS, &args, &dir);
-        ready(port, "/-/ready", &mut proc_).await;
+        let proc_ = Proc::spawn(name, PROMETHEUS, &args, &dir);
         proms.push(Prom { proc_, port, shard });
+    }
+    for p in &mut proms {
+        ready(p.port, "/-/ready", &mut p.proc_).await;
     }
 
     // Every server is probed by exactly its shard (both replicas), through both monitors.
