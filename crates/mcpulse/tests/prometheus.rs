@@ -483,28 +483,9 @@ async fn alertmanager_receives_dedups_and_resolves() {
     );
     let (mut mon, mon_port) = monitor("monitor", &dir, &config).await;
     // Healthy first (a new target becomes healthy quietly), then down.
-    until(
-        "the monitor to see live healthy",
-        &mut [&mut mon],
-        || async {
-            let auth = format!("Bearer {TOKEN}");
-            let (status, body) = http(
-                "GET",
-                mon_port,
-                "/api/v1/targets/live",
-                &[("Authorization", &auth)],
-                None,
-            )
-            .await
-            .ok_or("no answer")?;
-            let v: Value = serde_json::from_str(&body).map_err(|e| format!("{e}: {body}"))?;
-            if status == 200 && v["status"] == "healthy" {
-                Ok(())
-            } else {
-                Err(format!("HTTP {status}: {body}"))
-            }
-        },
-    )
+    until("the monitor to see live healthy", &mut [&mut mon], || {
+        healthy(mon_port, "live")
+    })
     .await;
     up.store(false, Ordering::SeqCst);
 

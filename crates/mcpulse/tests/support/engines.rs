@@ -225,6 +225,21 @@ pub async fn monitor(name: &'static str, dir: &TempDir, config: &str) -> (Proc, 
     (p, port)
 }
 
+/// `Ok` once the monitor on `port` reports the target `name` healthy (for [`until`]).
+pub async fn healthy(port: u16, name: &str) -> Result<(), String> {
+    let auth = format!("Bearer {TOKEN}");
+    let path = format!("/api/v1/targets/{name}");
+    let (status, body) = http("GET", port, &path, &[("Authorization", &auth)], None)
+        .await
+        .ok_or("no answer")?;
+    let v: Value = serde_json::from_str(&body).map_err(|e| format!("{e}: {body}"))?;
+    if status == 200 && v["status"] == "healthy" {
+        Ok(())
+    } else {
+        Err(format!("HTTP {status}: {body}"))
+    }
+}
+
 // ---- docs/prometheus.md ---------------------------------------------------------------------
 
 pub fn prometheus_doc() -> String {
