@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the test suite runs for real: Prometheus (scrapes the monitor's
 # /metrics and /probe) and Alertmanager (receives the monitor's alerts), used by
-# crates/mcpulse/tests/prometheus.rs, which starts its own instances on loopback ports chosen at
-# run time and fails when /usr/bin/prometheus or /usr/bin/prometheus-alertmanager is missing.
+# crates/mcpulse/tests/prometheus.rs and scaleout.rs, which start their own instances on loopback
+# ports chosen at run time and fail when /usr/bin/prometheus or /usr/bin/prometheus-alertmanager
+# is missing.
 #
 # Idempotent: when the pinned versions are already installed it only asks dpkg and exits
 # (no root needed, no network). Otherwise it needs root (apt-get): run it as root, or give the

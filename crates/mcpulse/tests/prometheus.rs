@@ -16,231 +16,23 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use mcpulse_testkit::http::Script;
-use mcpulse_testkit::{FakeHttp, Reply, Request, TempDir, scenario};
+#[path = "support/engines.rs"]
+mod engines;
+
+use engines::*;
+use mcpulse_testkit::{FakeHttp, Reply, TempDir};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use std::time::Duration;
 
-const MCPULSE: &str = env!("CARGO_BIN_EXE_mcpulse");
-const PROMETHEUS: &str = "/usr/bin/prometheus";
-const ALERTMANAGER: &str = "/usr/bin/prometheus-alertmanager";
 /// Prometheus' own tool (in the `prometheus` package): `check metrics` parses and lints the
 /// 0.0.4 text format, which Prometheus 2.42 never asks for when OpenMetrics is offered.
 const PROMTOOL: &str = "/usr/bin/promtool";
-/// The longest any one condition is waited for. Each normally takes 1–5 s.
-const WAIT: Duration = Duration::from_secs(40);
-/// The monitor's API token (the documented scrape configs send one).
-const TOKEN: &str = "test-token-5b8e1f";
-
-// ---- processes ------------------------------------------------------------------------------
-
-/// A child process, killed (and reaped) when dropped; its stdout and stderr go to a log file.
-struct Proc {
-    name: &'static str,
-    child: Child,
-    log: PathBuf,
-}
-
-impl Proc {
-    fn spawn(name: &'static str, program: &str, args: &[String], dir: &TempDir) -> Proc {
-        let log = dir.join(&format!("{name}.log"));
-        let out = std::fs::File::create(&log).unwrap();
-        let err = out.try_clone().unwrap();
-        let child = Command::new(program)
-            .args(args)
-            .current_dir(dir.path())
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {name} ({program}): {e}"));
-        Proc { name, child, log }
-    }
-
-    /// The last lines of its log.
-    fn tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        let from = lines.len().saturating_sub(40);
-        format!(
-            "--- {} log (last {} lines) ---\n{}\n",
-            self.name,
-            lines.len() - from,
-            lines[from..].join("\n")
-        )
-    }
-
-    /// Fails the test if the process has exited.
-    fn assert_running(&mut self) {
-        if let Ok(Some(status)) = self.child.try_wait() {
-            panic!("{} exited ({status}):\n{}", self.name, self.tail());
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Fails, naming the install script, when a packaged binary is missing.
-fn require(binary: &str, package: &str) {
-    if !Path::new(binary).exists() {
-        panic!(
-            "{binary} is missing: install the Debian package {package} with scripts/ci-packages.sh \
-             (as root; .ci/run and scripts/test.sh run it). These tests run a real Prometheus and \
-             Alertmanager and are not skipped."
-        );
-    }
-}
-
-/// A loopback port that was free a moment ago (bound at port 0, then released for a child
-/// process to bind).
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
-
-// ---- a small HTTP client --------------------------------------------------------------------
-
-/// One HTTP/1.0 request on a fresh connection (so the answer is never chunked and ends at EOF).
-/// `None` when the connection or the exchange fails (the server is not up yet).
-async fn http(
-    method: &str,
-    port: u16,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: Option<&str>,
-) -> Option<(u16, String)> {
-    let exchange = async {
-        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .ok()?;
-        let mut req = format!("{method} {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n");
-        for (k, v) in headers {
-            let _ = write!(req, "{k}: {v}\r\n");
-        }
-        if let Some(b) = body {
-            let _ = write!(req, "Content-Length: {}\r\n", b.len());
-        }
-        req.push_str("\r\n");
-        req.push_str(body.unwrap_or(""));
-        s.write_all(req.as_bytes()).await.ok()?;
-        let mut buf = Vec::new();
-        s.read_to_end(&mut buf).await.ok()?;
-        let text = String::from_utf8_lossy(&buf).into_owned();
-        let (head, body) = text.split_once("\r\n\r\n")?;
-        let status = head.split_whitespace().nth(1)?.parse().ok()?;
-        Some((status, body.to_owned()))
-    };
-    tokio::time::timeout(Duration::from_secs(5), exchange)
-        .await
-        .ok()
-        .flatten()
-}
-
-async fn get(port: u16, path: &str) -> Option<(u16, String)> {
-    http("GET", port, path, &[], None).await
-}
-
-/// Percent-encodes a query parameter value.
-fn encode(v: &str) -> String {
-    v.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-/// Polls `check` every 250 ms until it returns `Ok`, for at most [`WAIT`]. On timeout, fails
-/// with `what`, the last `Err` it returned, and the logs of `procs`.
-async fn until<T, F, Fut>(what: &str, procs: &mut [&mut Proc], mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, String>>,
-{
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let last = match check().await {
-            Ok(v) => return v,
-            Err(e) => e,
-        };
-        for p in procs.iter_mut() {
-            p.assert_running();
-        }
-        if Instant::now() >= deadline {
-            let logs: String = procs.iter().map(|p| p.tail()).collect();
-            panic!("timed out after {WAIT:?} waiting for {what}\nlast seen: {last}\n{logs}");
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-/// Waits for `GET path` to answer 200.
-async fn ready(port: u16, path: &str, proc_: &mut Proc) {
-    let what = format!("{} to answer 200 on {path}", proc_.name);
-    until(&what, &mut [proc_], || async {
-        match get(port, path).await {
-            Some((200, _)) => Ok(()),
-            Some((s, b)) => Err(format!("HTTP {s}: {b}")),
-            None => Err("no answer".into()),
-        }
-    })
-    .await
-}
-
-// ---- fixtures -------------------------------------------------------------------------------
-
-/// A 2026-07-28 MCP server with one tool, `tool_0`, that answers 503 while `up` is false.
-/// (A fresh script per request keeps its contract the same at every check: the scenario's own
-/// counter would list another tool each time, which is drift.)
-async fn mcp_server(up: Arc<AtomicBool>) -> FakeHttp {
-    let script: Script = Arc::new(move |req: &Request| {
-        if up.load(Ordering::SeqCst) {
-            (scenario::modern(false, vec![None]))(req)
-        } else {
-            Reply::bytes(503, "text/plain", "maintenance")
-        }
-    });
-    FakeHttp::start_script(script).await
-}
-
-/// Starts `mcpulse monitor` with `config` (TOML, the `[server]` token is added) on a free port,
-/// and waits for it to answer.
-async fn monitor(name: &'static str, dir: &TempDir, config: &str) -> (Proc, u16) {
-    let path = dir.join("mcpulse.toml");
-    let text = format!(
-        "[server]\ntoken = \"{TOKEN}\"\n\n[storage]\npath = \"{}\"\n\n{config}",
-        dir.join("mcpulse.db").display()
-    );
-    std::fs::write(&path, text).unwrap();
-    let port = free_port();
-    let args = [
-        "monitor".to_owned(),
-        "--config".to_owned(),
-        path.display().to_string(),
-        "--listen".to_owned(),
-        format!("127.0.0.1:{port}"),
-        "--log-level".to_owned(),
-        "debug".to_owned(),
-    ];
-    let mut p = Proc::spawn(name, MCPULSE, &args, dir);
-    ready(port, "/livez", &mut p).await;
-    (p, port)
-}
 
 /// `promtool check metrics` over the monitor's `path` in the 0.0.4 text format: the exposition
 /// parses, and passes Prometheus' naming lints.
@@ -281,58 +73,6 @@ async fn promtool_check(monitor: u16, path: &str) {
         "promtool check metrics on {path} ({}):\n{said}\n--- exposition ---\n{body}",
         out.status
     );
-}
-
-// ---- docs/prometheus.md ---------------------------------------------------------------------
-
-fn prometheus_doc() -> String {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/prometheus.md");
-    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {path}: {e}"))
-}
-
-/// The ```yaml blocks of the doc, in order.
-fn yaml_blocks(doc: &str) -> Vec<String> {
-    let mut blocks = Vec::new();
-    let mut current: Option<String> = None;
-    for line in doc.lines() {
-        match (&mut current, line.trim_end()) {
-            (None, "```yaml") => current = Some(String::new()),
-            (Some(b), "```") => {
-                blocks.push(std::mem::take(b));
-                current = None;
-            }
-            (Some(b), _) => {
-                b.push_str(line);
-                b.push('\n');
-            }
-            (None, _) => {}
-        }
-    }
-    blocks
-}
-
-/// The one yaml block of the doc that contains `marker`.
-fn doc_block(doc: &str, marker: &str) -> String {
-    let found: Vec<String> = yaml_blocks(doc)
-        .into_iter()
-        .filter(|b| b.contains(marker))
-        .collect();
-    assert_eq!(
-        found.len(),
-        1,
-        "docs/prometheus.md should have exactly one yaml block with {marker:?}"
-    );
-    found.into_iter().next().unwrap()
-}
-
-/// `text` with `from` replaced by `to`, failing if the documented text is not there (the doc
-/// changed: update the test with it).
-fn swap(text: &str, from: &str, to: &str) -> String {
-    assert!(
-        text.contains(from),
-        "docs/prometheus.md no longer has {from:?} in:\n{text}"
-    );
-    text.replacen(from, to, 1)
 }
 
 /// The list items of the first `- targets:` in `block` replaced by `targets`.
@@ -380,7 +120,7 @@ fn prometheus_config(
         "\"mcpulse.example.internal:9477\"",
         &format!("\"127.0.0.1:{monitor}\""),
     );
-    let probe = doc_block(doc, "job_name: mcp\n");
+    let probe = doc_block(doc, "replacement: 127.0.0.1:9477");
     let probe = swap(&probe, "scrape_interval: 30s", "scrape_interval: 1s");
     let probe = swap(&probe, "scrape_timeout: 15s", "scrape_timeout: 1s");
     let probe = swap(&probe, "/etc/prometheus/mcpulse.token", &token);
@@ -402,32 +142,6 @@ fn prometheus_config(
         jobs(&metrics),
         jobs(&probe)
     )
-}
-
-/// An instant query's result vector.
-async fn query(port: u16, q: &str) -> Result<Vec<Value>, String> {
-    let path = format!("/api/v1/query?query={}", encode(q));
-    let (status, body) = get(port, &path)
-        .await
-        .ok_or("Prometheus did not answer the query")?;
-    let v: Value = serde_json::from_str(&body).map_err(|e| format!("{e}: {body}"))?;
-    if status != 200 || v["status"] != "success" {
-        return Err(format!("query {q}: HTTP {status}: {body}"));
-    }
-    Ok(v["data"]["result"].as_array().cloned().unwrap_or_default())
-}
-
-/// `{label value: sample value}` of a query's result.
-fn by_label(result: &[Value], label: &str) -> std::collections::BTreeMap<String, String> {
-    result
-        .iter()
-        .map(|s| {
-            (
-                s["metric"][label].as_str().unwrap_or("").to_owned(),
-                s["value"][1].as_str().unwrap_or("").to_owned(),
-            )
-        })
-        .collect()
 }
 
 // ---- Prometheus -----------------------------------------------------------------------------
@@ -728,11 +442,6 @@ async fn no_down_alert(port: u16) -> Result<(), String> {
     }
 }
 
-/// The webhook notifications Alertmanager sent, as JSON.
-fn notifications(hook: &FakeHttp) -> Vec<Value> {
-    hook.requests().iter().filter_map(Request::json).collect()
-}
-
 /// The Alertmanager sink against a real Alertmanager: a target that goes down becomes one
 /// firing alert with mcpulse's labels; reminders re-post it and it stays one alert (identical
 /// labels fold), notified once; when the target recovers the alert is resolved, and the
@@ -774,28 +483,9 @@ async fn alertmanager_receives_dedups_and_resolves() {
     );
     let (mut mon, mon_port) = monitor("monitor", &dir, &config).await;
     // Healthy first (a new target becomes healthy quietly), then down.
-    until(
-        "the monitor to see live healthy",
-        &mut [&mut mon],
-        || async {
-            let auth = format!("Bearer {TOKEN}");
-            let (status, body) = http(
-                "GET",
-                mon_port,
-                "/api/v1/targets/live",
-                &[("Authorization", &auth)],
-                None,
-            )
-            .await
-            .ok_or("no answer")?;
-            let v: Value = serde_json::from_str(&body).map_err(|e| format!("{e}: {body}"))?;
-            if status == 200 && v["status"] == "healthy" {
-                Ok(())
-            } else {
-                Err(format!("HTTP {status}: {body}"))
-            }
-        },
-    )
+    until("the monitor to see live healthy", &mut [&mut mon], || {
+        healthy(mon_port, "live")
+    })
     .await;
     up.store(false, Ordering::SeqCst);
 
