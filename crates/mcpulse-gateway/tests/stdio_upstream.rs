@@ -778,3 +778,143 @@ async fn listed_tools_get_labels_and_the_gateways_own_probes_are_not_counted() {
     let (_, all) = clients(&running, &dir.join("pids"), 1).await;
     stop_leaving_nothing(running, &all).await;
 }
+
+/// Every frame of a streamed body and when it came (from `t0`), to its end (at most `BOUND`).
+async fn timed_frames(
+    mut body: hyper::body::Incoming,
+    t0: tokio::time::Instant,
+) -> Vec<(Duration, Bytes)> {
+    let mut out = Vec::new();
+    while let Some(frame) = tokio::time::timeout(BOUND, body.frame())
+        .await
+        .expect("a frame or the end in time")
+    {
+        if let Ok(data) = frame.unwrap().into_data() {
+            out.push((t0.elapsed(), data));
+        }
+    }
+    out
+}
+
+/// Opens a streamed request on a connection of its own: the response, its body unread.
+async fn open_stream(
+    addr: SocketAddr,
+    method: &str,
+    sid: &str,
+    body: Option<Value>,
+) -> http::Response<hyper::body::Incoming> {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let req = http::Request::builder()
+        .method(method)
+        .uri("/mcp")
+        .header("host", addr.to_string())
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-session-id", sid)
+        .body(Full::new(Bytes::from(
+            body.map(|b| b.to_string()).unwrap_or_default(),
+        )))
+        .unwrap();
+    tokio::time::timeout(BOUND, sender.send_request(req))
+        .await
+        .expect("an answer in time")
+        .unwrap()
+}
+
+/// The keep-alive comments' arrival times are each at least `interval` after the last frame.
+fn assert_cadence(frames: &[(Duration, Bytes)], interval: Duration) {
+    let mut last = Duration::ZERO;
+    for (at, data) in frames {
+        if data.as_ref() == b": keep-alive\n" {
+            // Never early (2 ms for the clocks' rounding); late by load at most.
+            assert!(
+                *at + Duration::from_millis(2) >= last + interval,
+                "a comment at {at:?}, {:?} after the last frame",
+                *at - last
+            );
+        }
+        last = *at;
+    }
+}
+
+/// A slow tool call whose client accepts SSE turns into a stream once its reply is one
+/// keep-alive interval late, and gets a comment every interval until the reply (which a
+/// client's SSE decoder reads as the one message); a silent GET stream gets them too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_streams_get_keepalive_comments_on_time() {
+    let dir = TempDir::new("gw-keepalive");
+    let script = StdioScript::legacy()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on_tool(
+            "slow",
+            vec![
+                Act::Sleep(1300),
+                Act::Result(json!({"content": [{"type": "text", "text": "late"}]})),
+            ],
+        )
+        .write(&dir, "server.sh");
+    let interval = Duration::from_millis(300);
+    let (running, _) = gateway(&script, "keepalive = \"300ms\"", "").await;
+    let addr = running.addr;
+    let sid = open_session(addr).await;
+    let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "slow", "arguments": {}}});
+    let t0 = tokio::time::Instant::now();
+    let resp = open_stream(addr, "POST", &sid, Some(call)).await;
+    assert_eq!(
+        resp.headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok()),
+        Some("text/event-stream")
+    );
+    let frames = timed_frames(resp.into_body(), t0).await;
+    let comments = frames
+        .iter()
+        .filter(|(_, d)| d.as_ref() == b": keep-alive\n")
+        .count();
+    // 1.3 s of silence at 300 ms: 4 comments (3 on a loaded machine whose sleep ran short).
+    assert!(
+        (3..=4).contains(&comments),
+        "{comments} comments: {frames:?}"
+    );
+    assert_cadence(&frames, interval);
+    let first = frames.first().map(|f| f.0).unwrap_or_default();
+    assert!(
+        first >= interval && first < interval * 3,
+        "first at {first:?}"
+    );
+    let mut decoder = mcpulse_wire::sse::Decoder::new(1 << 20);
+    let events: Vec<_> = frames.iter().flat_map(|(_, d)| decoder.push(d)).collect();
+    assert_eq!(events.len(), 1, "the comments are no events: {events:?}");
+    let mcpulse_wire::sse::Item::Event(e) = &events[0] else {
+        panic!("{events:?}")
+    };
+    let reply: Value = serde_json::from_str(&e.data).unwrap();
+    assert_eq!(reply["id"], 7);
+    assert_eq!(reply["result"]["content"][0]["text"], "late");
+
+    // The session's GET stream: nothing to say, a comment every interval.
+    let t0 = tokio::time::Instant::now();
+    let mut get = open_stream(addr, "GET", &sid, None).await.into_body();
+    let mut frames = Vec::new();
+    for _ in 0..3 {
+        let f = tokio::time::timeout(BOUND, get.frame())
+            .await
+            .expect("a comment in time")
+            .unwrap()
+            .unwrap();
+        frames.push((t0.elapsed(), f.into_data().unwrap()));
+    }
+    assert!(
+        frames.iter().all(|(_, d)| d.as_ref() == b": keep-alive\n"),
+        "{frames:?}"
+    );
+    assert_cadence(&frames, interval);
+    drop(get);
+    let (_, all) = clients(&running, &dir.join("pids"), 1).await;
+    stop_leaving_nothing(running, &all).await;
+}

@@ -30,6 +30,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use mcpulse_wire::hosts::{host_name, is_loopback_name, origin_host};
 use serde_json::{Value, json};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -177,21 +178,83 @@ pub(crate) fn session_id() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// A response body fed by a channel of ready frames (SSE); it ends when every sender is gone,
-/// and a client that goes away drops it, which the senders see as a closed channel.
-pub(crate) struct ChannelBody(pub mpsc::Receiver<Bytes>);
+/// Sleeps until `at`, or for ever.
+pub(crate) async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A response body fed by a channel of ready SSE frames, each a whole event; it ends when
+/// every sender is gone, and a client that goes away drops it, which the senders see as a
+/// closed channel. Both upstreams' streams (POST responses and GET streams) are one of these.
+///
+/// Keep-alives ([`mcpulse_policy::keepalive`]): when nothing has been handed to hyper for
+/// `interval`, the body yields [`mcpulse_policy::keepalive::COMMENT`] itself, on tokio's clock.
+/// Frames are whole events, so a comment always falls between two events. hyper polls the
+/// body only when it can write: a client that does not read gets no pile of comments (at
+/// most one is waiting in hyper's buffer), and a stream past its end gets none.
+pub struct ChannelBody {
+    rx: mpsc::Receiver<Bytes>,
+    keepalive: mcpulse_policy::keepalive::KeepAlive,
+    /// Time 0 of the keep-alive clock: when the stream opened.
+    origin: tokio::time::Instant,
+    timer: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl ChannelBody {
+    /// A stream from `rx`, with a comment after each `keepalive` of silence (`None`: never).
+    pub fn new(rx: mpsc::Receiver<Bytes>, keepalive: Option<Duration>) -> ChannelBody {
+        let origin = tokio::time::Instant::now();
+        ChannelBody {
+            rx,
+            keepalive: mcpulse_policy::keepalive::KeepAlive::new(keepalive, 0),
+            origin,
+            timer: Box::pin(tokio::time::sleep_until(origin)),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+}
 
 impl hyper::body::Body for ChannelBody {
     type Data = Bytes;
     type Error = std::convert::Infallible;
 
     fn poll_frame(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
-        self.0
-            .poll_recv(cx)
-            .map(|frame| frame.map(|b| Ok(hyper::body::Frame::data(b))))
+        let this = self.get_mut();
+        match this.rx.poll_recv(cx) {
+            Poll::Ready(Some(frame)) => {
+                let now = this.now_ms();
+                this.keepalive.wrote(now);
+                return Poll::Ready(Some(Ok(hyper::body::Frame::data(frame))));
+            }
+            Poll::Ready(None) => return Poll::Ready(None),
+            Poll::Pending => {}
+        }
+        loop {
+            let Some(due) = this.keepalive.due_at() else {
+                return Poll::Pending;
+            };
+            let at = this.origin + Duration::from_millis(due);
+            if this.timer.deadline() != at {
+                this.timer.as_mut().reset(at);
+            }
+            if this.timer.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            let now = this.now_ms();
+            if this.keepalive.poll(now) {
+                let comment = Bytes::from_static(mcpulse_policy::keepalive::COMMENT);
+                return Poll::Ready(Some(Ok(hyper::body::Frame::data(comment))));
+            }
+        }
     }
 }
 
@@ -572,6 +635,7 @@ pub async fn start(gateway: &Gateway, shared: Arc<Shared>) -> Result<Running, St
                 max_sessions: gateway.max_sessions,
                 idle_timeout: gateway.session_idle_timeout,
                 pool: gateway.stateless_pool,
+                keepalive: gateway.streams.keepalive,
             },
             shared.clone(),
         )),
@@ -710,6 +774,54 @@ mod tests {
         inject_health_tool(&mut last, "health_check");
         assert_eq!(last["tools"].as_array().map(Vec::len), Some(2));
         assert_eq!(last["tools"][1]["name"], "health_check");
+    }
+
+    /// The next frame of `body` and when it came (paused time: the clock jumps to each timer).
+    async fn frame_at(body: &mut ChannelBody, t0: tokio::time::Instant) -> Option<(u64, Bytes)> {
+        use http_body_util::BodyExt;
+        let frame = body.frame().await?.ok()?;
+        let ms = u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX);
+        Some((ms, frame.into_data().ok()?))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_stream_gets_a_comment_every_interval_and_events_push_it_back() {
+        let comment = Bytes::from_static(mcpulse_policy::keepalive::COMMENT);
+        let (tx, rx) = mpsc::channel(4);
+        let t0 = tokio::time::Instant::now();
+        let mut body = ChannelBody::new(rx, Some(Duration::from_secs(15)));
+        assert_eq!(
+            frame_at(&mut body, t0).await,
+            Some((15_000, comment.clone()))
+        );
+        assert_eq!(
+            frame_at(&mut body, t0).await,
+            Some((30_000, comment.clone()))
+        );
+        // An event 10 s later: the next comment is due 15 s after it.
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let event = Bytes::from_static(b"event: message\ndata: {}\n\n");
+        tx.send(event.clone()).await.ok();
+        assert_eq!(frame_at(&mut body, t0).await, Some((40_000, event)));
+        assert_eq!(frame_at(&mut body, t0).await, Some((55_000, comment)));
+        // Ended: no comment after the end.
+        drop(tx);
+        assert_eq!(frame_at(&mut body, t0).await, None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn keepalive_off_sends_no_comment() {
+        let (tx, rx) = mpsc::channel(4);
+        let t0 = tokio::time::Instant::now();
+        let mut body = ChannelBody::new(rx, None);
+        let event = Bytes::from_static(b"event: message\ndata: {}\n\n");
+        let send = event.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(120)).await;
+            tx.send(send).await.ok();
+        });
+        assert_eq!(frame_at(&mut body, t0).await, Some((120_000, event)));
+        assert_eq!(frame_at(&mut body, t0).await, None);
     }
 
     #[test]

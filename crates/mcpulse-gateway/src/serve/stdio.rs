@@ -57,6 +57,10 @@ pub struct Limits {
     pub max_sessions: usize,
     pub idle_timeout: Duration,
     pub pool: usize,
+    /// An SSE comment on every response stream silent this long (`None`: none); a POST whose
+    /// client accepts SSE turns into a stream when its reply is this late, so that the wait
+    /// gets comments too.
+    pub keepalive: Option<Duration>,
 }
 
 /// Locks a mutex, a poisoned one included (the data is plain maps, always consistent).
@@ -603,6 +607,7 @@ impl StdioUpstream {
             message,
             id,
             sse,
+            keepalive: self.limits.keepalive,
         }
         .run(health_tool.map(str::to_owned))
         .await;
@@ -665,7 +670,7 @@ impl StdioUpstream {
             routes.listen = Some(tx);
         }
         worker.touch();
-        sse_response(rx, None)
+        sse_response(rx, None, self.limits.keepalive)
     }
 
     /// `DELETE`: ends the session and stops its child (answered once it stopped).
@@ -852,6 +857,7 @@ impl ReadinessSession {
             message,
             id,
             sse: false,
+            keepalive: None,
         };
         match tokio::time::timeout_at(deadline, call.run(None)).await {
             Ok(Reply::Json(v)) => Ok(v),
@@ -1058,6 +1064,9 @@ struct Call {
     message: serde_json::Map<String, Value>,
     id: Value,
     sse: bool,
+    /// With `sse`: the reply not there after this long turns the response into a stream, so
+    /// that the wait carries keep-alives.
+    keepalive: Option<Duration>,
 }
 
 /// How a request is answered: one JSON reply, or an SSE stream (the server sent messages
@@ -1075,6 +1084,7 @@ pub(crate) struct Stream {
     reply: oneshot::Receiver<Value>,
     id: Value,
     health_tool: Option<String>,
+    keepalive: Option<Duration>,
 }
 
 impl Call {
@@ -1084,6 +1094,7 @@ impl Call {
             mut message,
             id,
             sse,
+            keepalive,
         } = self;
         let (reply_tx, mut reply_rx) = oneshot::channel();
         let (events_tx, mut events_rx) = mpsc::channel(EVENTS);
@@ -1127,23 +1138,21 @@ impl Call {
         // The events' sender goes with the waiter, as the reply is delivered: from then on
         // only the reply branch is live.
         let mut events_open = true;
+        let late = keepalive.filter(|_| sse);
+        let late_at = late.map(|k| Instant::now() + k);
+        let turn = super::sleep_until_opt(late_at);
+        tokio::pin!(turn);
         loop {
-            tokio::select! {
+            let first = tokio::select! {
                 biased;
                 event = events_rx.recv(), if events_open => match event {
-                    Some(first) if sse => {
-                        return Reply::Stream(Stream {
-                            first,
-                            guard,
-                            events: events_rx,
-                            reply: reply_rx,
-                            id,
-                            health_tool: health,
-                        });
-                    }
+                    Some(first) if sse => first,
                     // The client takes JSON only: what comes before the reply has no way to it.
-                    Some(_) => {}
-                    None => events_open = false,
+                    Some(_) => continue,
+                    None => {
+                        events_open = false;
+                        continue;
+                    }
                 },
                 reply = &mut reply_rx => {
                     drop(guard);
@@ -1153,7 +1162,19 @@ impl Call {
                     }
                     return Reply::Json(reply);
                 }
-            }
+                // The reply is late: the response turns into a stream now, its first bytes
+                // a keep-alive comment, so that a proxy does not cut the wait.
+                () = &mut turn => Bytes::from_static(mcpulse_policy::keepalive::COMMENT),
+            };
+            return Reply::Stream(Stream {
+                first,
+                guard,
+                events: events_rx,
+                reply: reply_rx,
+                id,
+                health_tool: health,
+                keepalive,
+            });
         }
     }
 }
@@ -1174,6 +1195,7 @@ impl Stream {
             mut reply,
             id,
             health_tool,
+            keepalive,
         } = self;
         tokio::spawn(async move {
             let _guard = guard;
@@ -1216,12 +1238,16 @@ impl Stream {
                 .send(sse_frame(&serde_json::to_vec(&reply).unwrap_or_default()))
                 .await;
         });
-        sse_response(rx, session)
+        sse_response(rx, session, keepalive)
     }
 }
 
 /// A `text/event-stream` response fed by `rx`; it ends when every sender is gone.
-pub(crate) fn sse_response(rx: mpsc::Receiver<Bytes>, session: Option<&str>) -> Response {
+pub(crate) fn sse_response(
+    rx: mpsc::Receiver<Bytes>,
+    session: Option<&str>,
+    keepalive: Option<Duration>,
+) -> Response {
     let mut headers = HeaderMap::new();
     headers.insert(
         axum::http::header::CONTENT_TYPE,
@@ -1238,7 +1264,7 @@ pub(crate) fn sse_response(rx: mpsc::Receiver<Bytes>, session: Option<&str>) -> 
     (
         StatusCode::OK,
         headers,
-        axum::body::Body::new(super::ChannelBody(rx)),
+        axum::body::Body::new(super::ChannelBody::new(rx, keepalive)),
     )
         .into_response()
 }
