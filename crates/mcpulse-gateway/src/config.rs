@@ -166,6 +166,7 @@ pub struct Raw {
     pub checks: Vec<CheckSpec>,
     // ---- streams, thresholds and connections ([`Streams`]) ----
     pub keepalive: Option<At<String>>,
+    pub thresholds: Option<At<crate::thresholds::RawThresholds>>,
 }
 
 /// `[upstream]`: `command` (stdio) or `url` (HTTP), and how the stdio child is supervised
@@ -751,12 +752,15 @@ fn supervision(up: &RawUpstream, src: &Source<'_>, s: &mut Settings) -> Result<(
 pub struct Streams {
     /// An SSE comment on every response stream silent this long (`keepalive = "off"`: `None`).
     pub keepalive: Option<Duration>,
+    /// `[thresholds]`: calls' error rate and p95 into `/readyz`.
+    pub thresholds: crate::thresholds::Settings,
 }
 
 impl Default for Streams {
     fn default() -> Streams {
         Streams {
             keepalive: Some(mcpulse_policy::keepalive::DEFAULT_INTERVAL),
+            thresholds: crate::thresholds::Settings::default(),
         }
     }
 }
@@ -780,6 +784,12 @@ fn streams(raw: &Raw, src: &Source<'_>) -> Result<Streams, ConfigError> {
             }
             Some(d)
         };
+    }
+    if let Some(t) = &raw.thresholds {
+        s.thresholds = t
+            .get_ref()
+            .resolve()
+            .map_err(|e| src.at(t, &e.key, format!("{}: {}", e.key, e.message)))?;
     }
     Ok(s)
 }

@@ -314,13 +314,15 @@ impl Metrics {
         self.learn_tools(&names);
     }
 
+    /// Whether the upstream listed `tool` ([`Metrics::learn_tools`]).
+    pub fn knows_tool(&self, tool: &str) -> bool {
+        let known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        known.contains(mcpulse_wire::text::field(tool).as_ref())
+    }
+
     /// A tool's label: its own (bounded) when the upstream listed it, else `_other`.
     fn tool_label(&self, tool: &str) -> String {
-        let listed = {
-            let known = self.known.lock().unwrap_or_else(|p| p.into_inner());
-            known.contains(mcpulse_wire::text::field(tool).as_ref())
-        };
-        if listed {
+        if self.knows_tool(tool) {
             self.tools.label(tool)
         } else {
             OTHER_TOOL.to_owned()

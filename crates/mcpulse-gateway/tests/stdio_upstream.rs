@@ -918,3 +918,109 @@ async fn silent_streams_get_keepalive_comments_on_time() {
     let (_, all) = clients(&running, &dir.join("pids"), 1).await;
     stop_leaving_nothing(running, &all).await;
 }
+
+/// `[thresholds]` end to end: calls through the gateway whose tool fails on demand turn
+/// `/readyz` to warn (200, with the figures) past the degraded error rate, to fail (503) past
+/// the unhealthy one with `on_unhealthy = "fail"`, and back to pass as the window slides on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_rate_threshold_flips_readiness_to_warn_fail_and_back() {
+    let dir = TempDir::new("gw-thresholds");
+    use mcpulse_testkit::mcp;
+    let script = StdioScript::new()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on(
+            "initialize",
+            vec![Act::Result(mcp::initialize_result(mcp::LEGACY))],
+        )
+        .on(
+            "tools/list",
+            vec![Act::Result(mcp::tools_list_result(
+                mcp::tools(&["ok", "bad"]),
+                None,
+                false,
+            ))],
+        )
+        .on_tool(
+            "bad",
+            vec![Act::Result(
+                json!({"content": [{"type": "text", "text": "no"}], "isError": true}),
+            )],
+        )
+        .on("tools/call", vec![Act::Result(json!({"content": []}))])
+        .write(&dir, "server.sh");
+    let config = "[thresholds]\nwindow = \"4s\"\nminimum_calls = 4\non_unhealthy = \"fail\"\n[thresholds.degraded]\nerror_rate = 0.5\n[thresholds.unhealthy]\nerror_rate = 0.9\n";
+    let (running, _) = gateway(&script, config, "").await;
+    let addr = running.addr;
+    health_becomes(addr, "/readyz", 200, BOUND).await;
+    let sid = open_session(addr).await;
+    assert_eq!(post(addr, Some(&sid), tools_list(1)).await.status, 200);
+    let call = |id: i64, name: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": name, "arguments": {}}})
+    };
+    let readyz = || async {
+        let (status, body) = health(addr, "/readyz").await;
+        (status, serde_json::from_str::<Value>(&body).unwrap())
+    };
+    for (i, name) in ["ok", "bad", "ok", "bad"].iter().enumerate() {
+        post(addr, Some(&sid), call(10 + i as i64, name)).await;
+    }
+    let (status, doc) = readyz().await;
+    assert_eq!(
+        (status, doc["status"].as_str()),
+        (200, Some("warn")),
+        "{doc}"
+    );
+    let overall = &doc["checks"]["calls:errorRate"][0];
+    assert_eq!(overall["status"], "warn");
+    assert_eq!(overall["observedValue"], 50.0);
+    assert_eq!(overall["calls"], 4);
+    assert!(
+        overall["output"]
+            .as_str()
+            .unwrap()
+            .contains("error rate 50.0% (2 of 4 calls) at or past the degraded limit of 50.0%"),
+        "{overall}"
+    );
+    assert!(
+        doc["checks"].get("tool.bad:errorRate").is_none(),
+        "2 calls of the tool: under minimum_calls, not judged: {doc}"
+    );
+    // Four more failures: 6 of 8 overall is still only degraded; the tool's 6 of 6 is
+    // unhealthy, and with on_unhealthy = "fail" that fails readiness.
+    for i in 0..4 {
+        post(addr, Some(&sid), call(20 + i, "bad")).await;
+    }
+    let (status, doc) = readyz().await;
+    assert_eq!(
+        (status, doc["status"].as_str()),
+        (503, Some("fail")),
+        "{doc}"
+    );
+    assert_eq!(
+        doc["checks"]["calls:errorRate"][0]["status"], "warn",
+        "{doc}"
+    );
+    let tool = &doc["checks"]["tool.bad:errorRate"][0];
+    assert_eq!(tool["status"], "fail", "{doc}");
+    assert!(
+        tool["output"].as_str().unwrap().starts_with(
+            "tool \"bad\": error rate 100.0% (6 of 6 calls) at or past the unhealthy limit of 90.0%"
+        ),
+        "{tool}"
+    );
+    // The window slides past the failures: pass again, with no call needed.
+    let until = tokio::time::Instant::now() + BOUND;
+    loop {
+        let (status, doc) = readyz().await;
+        if doc["status"] == "pass" {
+            assert_eq!(status, 200);
+            assert_eq!(doc["checks"]["calls:errorRate"][0]["calls"], 0, "{doc}");
+            break;
+        }
+        assert!(tokio::time::Instant::now() < until, "still {doc}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (_, all) = clients(&running, &dir.join("pids"), 1).await;
+    stop_leaving_nothing(running, &all).await;
+}

@@ -502,6 +502,9 @@ pub fn readiness(shared: &Shared) -> Health {
         checks.push(c);
     }
     drop(i);
+    // Relayed calls' error rate and p95 (crate::thresholds): warn past degraded, fail past
+    // unhealthy only with on_unhealthy = "fail".
+    checks.extend(shared.thresholds.checks(checks::now_ms()));
     let h = Health {
         service_id: "mcpulse".into(),
         version: version().into(),

@@ -81,6 +81,14 @@ pub fn record(
     let took = started.elapsed();
     shared.metrics.request(method, tool, took, outcome);
     crate::metrics::log_request(method, tool, took, outcome);
+    if method == "tools/call"
+        && let Some(tool) = tool
+    {
+        let listed = shared.metrics.knows_tool(tool);
+        shared
+            .thresholds
+            .record(tool, listed, outcome != Outcome::Ok, took);
+    }
 }
 
 /// Gives the tools a `tools/list` reply lists their own metric labels.
@@ -672,6 +680,9 @@ pub async fn start(gateway: &Gateway, shared: Arc<Shared>) -> Result<Running, St
             });
         }
     }
+    shared
+        .thresholds
+        .configure(gateway.streams.thresholds.clone());
     let shared_for_health = shared.clone();
     let counted = Counted {
         inner: listener,

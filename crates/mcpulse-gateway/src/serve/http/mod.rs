@@ -517,13 +517,14 @@ impl Record {
 
     fn done(&self, outcome: Outcome) {
         let Some(method) = self.method else { return };
-        let took = self.started.elapsed();
         // The gateway's own probes, every few seconds, are neither counted nor logged.
-        if !self.own_probe {
-            self.shared
-                .metrics
-                .request(method, self.tool.as_deref(), took, outcome);
-            crate::metrics::log_request(method, self.tool.as_deref(), took, outcome);
-        }
+        crate::serve::record(
+            &self.shared,
+            method,
+            self.tool.as_deref(),
+            self.started,
+            outcome,
+            self.own_probe,
+        );
     }
 }
