@@ -167,6 +167,7 @@ pub struct Raw {
     // ---- streams, thresholds and connections ([`Streams`]) ----
     pub keepalive: Option<At<String>>,
     pub thresholds: Option<At<crate::thresholds::RawThresholds>>,
+    pub max_connections: Option<At<i64>>,
 }
 
 /// `[upstream]`: `command` (stdio) or `url` (HTTP), and how the stdio child is supervised
@@ -754,6 +755,9 @@ pub struct Streams {
     pub keepalive: Option<Duration>,
     /// `[thresholds]`: calls' error rate and p95 into `/readyz`.
     pub thresholds: crate::thresholds::Settings,
+    /// Client connections open at once on `/mcp`'s listener; past it a new one is answered
+    /// 503 and closed ([`crate::serve`]'s listener).
+    pub max_connections: usize,
 }
 
 impl Default for Streams {
@@ -761,9 +765,16 @@ impl Default for Streams {
         Streams {
             keepalive: Some(mcpulse_policy::keepalive::DEFAULT_INTERVAL),
             thresholds: crate::thresholds::Settings::default(),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
         }
     }
 }
+
+/// `max_connections` by default: room for every session and its streams (a client of
+/// `max_sessions`' 100 holds a POST and a GET stream at once) and for the connections a
+/// keep-alive pool leaves open, well under the common soft limit of 1024 open files, which the
+/// stdio children's pipes share.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
 
 /// The shortest keep-alive interval: shorter would be a comment storm, not a keep-alive.
 pub const MIN_KEEPALIVE: Duration = Duration::from_millis(100);
@@ -784,6 +795,9 @@ fn streams(raw: &Raw, src: &Source<'_>) -> Result<Streams, ConfigError> {
             }
             Some(d)
         };
+    }
+    if let Some(v) = &raw.max_connections {
+        s.max_connections = number(src, v, "max_connections", (1, 1_000_000))?;
     }
     if let Some(t) = &raw.thresholds {
         s.thresholds = t

@@ -796,14 +796,20 @@ async fn timed_frames(
     out
 }
 
-/// Opens a streamed request on a connection of its own: the response, its body unread.
+/// Opens a streamed request on a connection of its own (with this receive buffer, if any):
+/// the response, its body unread.
 async fn open_stream(
     addr: SocketAddr,
     method: &str,
     sid: &str,
     body: Option<Value>,
+    rcvbuf: Option<u32>,
 ) -> http::Response<hyper::body::Incoming> {
-    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    if let Some(n) = rcvbuf {
+        socket.set_recv_buffer_size(n).unwrap();
+    }
+    let stream = socket.connect(addr).await.unwrap();
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .unwrap();
@@ -864,7 +870,7 @@ async fn silent_streams_get_keepalive_comments_on_time() {
     let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
         "params": {"name": "slow", "arguments": {}}});
     let t0 = tokio::time::Instant::now();
-    let resp = open_stream(addr, "POST", &sid, Some(call)).await;
+    let resp = open_stream(addr, "POST", &sid, Some(call), None).await;
     assert_eq!(
         resp.headers()
             .get("content-type")
@@ -899,7 +905,7 @@ async fn silent_streams_get_keepalive_comments_on_time() {
 
     // The session's GET stream: nothing to say, a comment every interval.
     let t0 = tokio::time::Instant::now();
-    let mut get = open_stream(addr, "GET", &sid, None).await.into_body();
+    let mut get = open_stream(addr, "GET", &sid, None, None).await.into_body();
     let mut frames = Vec::new();
     for _ in 0..3 {
         let f = tokio::time::timeout(BOUND, get.frame())
@@ -1021,6 +1027,158 @@ async fn an_error_rate_threshold_flips_readiness_to_warn_fail_and_back() {
         assert!(tokio::time::Instant::now() < until, "still {doc}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    let (_, all) = clients(&running, &dir.join("pids"), 1).await;
+    stop_leaving_nothing(running, &all).await;
+}
+
+/// A kept-open client connection that has made one request (so the gateway has accepted it).
+async fn held_connection(addr: SocketAddr) -> hyper::client::conn::http1::SendRequest<Full<Bytes>> {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let req = http::Request::builder()
+        .uri("/livez")
+        .header("host", addr.to_string())
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let resp = tokio::time::timeout(BOUND, sender.send_request(req))
+        .await
+        .expect("an answer in time")
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    resp.into_body().collect().await.unwrap();
+    sender
+}
+
+/// A raw HTTP/1.1 GET on a connection of its own: everything the gateway wrote before closing.
+async fn raw_get(addr: SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(BOUND, s.read_to_end(&mut out))
+        .await
+        .expect("answered and closed in time")
+        .unwrap();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `max_connections`: with that many open, a new connection is answered 503 with
+/// `Retry-After` and closed, and counted; once one closes, new connections are served again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_max_connections_a_new_connection_gets_503_and_is_closed() {
+    let dir = TempDir::new("gw-max-conns");
+    let (running, shared) = gateway(&script(&dir), "max_connections = 2", "").await;
+    let addr = running.addr;
+    let first = held_connection(addr).await;
+    let second = held_connection(addr).await;
+    let refused = raw_get(addr, "/livez").await;
+    assert!(refused.starts_with("HTTP/1.1 503 "), "{refused}");
+    let lower = refused.to_ascii_lowercase();
+    assert!(lower.contains("retry-after: 5\r\n"), "{refused}");
+    assert!(
+        refused.contains("all 2 connections are in use (max_connections)"),
+        "{refused}"
+    );
+    let metrics = shared.metrics.encode().unwrap();
+    assert!(
+        metrics.contains("mcpulse_gateway_connections_refused_total 1\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("mcpulse_gateway_active_connections 2\n"),
+        "{metrics}"
+    );
+    drop(first);
+    let until = tokio::time::Instant::now() + BOUND;
+    loop {
+        let r = raw_get(addr, "/livez").await;
+        if r.starts_with("HTTP/1.1 200 ") {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < until, "still refused: {r}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(second);
+    let (_, all) = clients(&running, &dir.join("pids"), 0).await;
+    stop_leaving_nothing(running, &all).await;
+}
+
+/// A client that does not read a big streamed response holds a bounded buffer, not the
+/// stream: the child writes 3000 notifications of 16 KiB (48 MiB) before its reply, the
+/// client reads nothing for a while, then everything: it gets what the gateway's queues held
+/// (`EVENTS` + `HANDOVER` frames) and what the two sockets' buffers held (kernel memory, a
+/// few MiB on loopback), the rest dropped, and the reply last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_does_not_read_a_big_stream_holds_a_bounded_buffer() {
+    let dir = TempDir::new("gw-slow-reader");
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/message",
+        "params": {"level": "info", "data": "x".repeat(16 << 10)}});
+    let script = StdioScript::legacy()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on_tool(
+            "flood",
+            vec![
+                Act::Repeat(Box::new(Act::Stdout(note.to_string())), 3000),
+                Act::RecordPid(dir.join("flooded")),
+                Act::Result(json!({"content": [{"type": "text", "text": "flooded"}]})),
+            ],
+        )
+        .write(&dir, "server.sh");
+    let (running, _) = gateway(&script, "", "").await;
+    let addr = running.addr;
+    let sid = open_session(addr).await;
+    let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "flood", "arguments": {}}});
+    // A small receive buffer, so that the kernel's share is known.
+    let resp = open_stream(addr, "POST", &sid, Some(call), Some(64 << 10)).await;
+    // Not reading: the child writes all of it (it is never blocked: a stdio child serves
+    // more than one stream), and the gateway keeps only what its queues hold.
+    let until = tokio::time::Instant::now() + Duration::from_secs(30);
+    while read_pids(&dir.join("flooded")).is_empty() {
+        assert!(
+            tokio::time::Instant::now() < until,
+            "the child did not write it all"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let frames = timed_frames(resp.into_body(), tokio::time::Instant::now()).await;
+    let mut decoder = mcpulse_wire::sse::Decoder::new(1 << 20);
+    let events: Vec<Value> = frames
+        .iter()
+        .flat_map(|(_, d)| decoder.push(d))
+        .filter_map(|i| match i {
+            mcpulse_wire::sse::Item::Event(e) => serde_json::from_str(&e.data).ok(),
+            _ => None,
+        })
+        .collect();
+    let notes = events.len() - 1;
+    let queues = mcpulse_gateway::serve::stdio::EVENTS + mcpulse_gateway::serve::stdio::HANDOVER;
+    // The sockets: the kernel's most for the gateway's sending buffer, and the client's
+    // receiving one (the kernel doubles what was set); and hyper's buffers on both sides
+    // (about 400 KiB each: 64 notes).
+    let wmem = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_wmem").unwrap_or_default();
+    let wmem: usize = wmem
+        .split_whitespace()
+        .last()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(4 << 20);
+    let limit = queues + (wmem + (128 << 10)) / (16 << 10) + 64;
+    eprintln!("{notes} of 3000 notifications reached the client (bound {limit})");
+    assert!(
+        notes <= limit,
+        "{notes} of 3000 notifications buffered for a client that read none (bound {limit})"
+    );
+    let reply = events.last().unwrap();
+    assert_eq!(reply["id"], 3);
+    assert_eq!(reply["result"]["content"][0]["text"], "flooded");
     let (_, all) = clients(&running, &dir.join("pids"), 1).await;
     stop_leaving_nothing(running, &all).await;
 }

@@ -515,21 +515,83 @@ impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, Coun
     }
 }
 
+///
+/// `max_connections`: past it, a new connection is accepted, answered `503` with `Retry-After`
+/// and closed, as Envoy's connection limit closes the ones past it (with a 503 first, so that
+/// a client or a load balancer reads why and retries elsewhere or later, rather than waiting
+/// unanswered in the kernel's backlog until its own connect timeout). See [`refuse_connection`].
 struct Counted {
     inner: tokio::net::TcpListener,
     shared: Arc<Shared>,
+    max: usize,
+    /// Connections open now (each [`CountedStream`] holds one).
+    open: Arc<std::sync::atomic::AtomicUsize>,
+    /// Refusals still writing their 503 (at most [`MAX_REFUSING`]).
+    refusing: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// A connection, counted closed when dropped.
 struct CountedStream {
     inner: tokio::net::TcpStream,
     shared: Arc<Shared>,
+    open: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Drop for CountedStream {
     fn drop(&mut self) {
+        self.open.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
         self.shared.metrics.connection_closed();
     }
+}
+
+/// Refusals answered at once; past them a connection over the cap is closed without a word
+/// (a flood must not get a task and a socket held per refused connection).
+const MAX_REFUSING: usize = 64;
+/// How long a refusal may take: writing the 503, then draining what the client sent.
+const REFUSAL_TIME: Duration = Duration::from_secs(1);
+
+/// A connection past `max_connections`: `503` with `Retry-After` and `Connection: close`, then
+/// what the client sent is read and dropped (at most 64 KiB, [`REFUSAL_TIME`]) before closing,
+/// so that the close does not reset the connection under the 503 before the client read it.
+fn refuse_connection(
+    stream: tokio::net::TcpStream,
+    max: usize,
+    refusing: &Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use std::sync::atomic::Ordering;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    if refusing.fetch_add(1, Ordering::AcqRel) >= MAX_REFUSING {
+        refusing.fetch_sub(1, Ordering::AcqRel);
+        return;
+    }
+    let refusing = refusing.clone();
+    let body = json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32000, "message":
+        format!("mcpulse gateway: all {max} connections are in use (max_connections); retry later")}})
+    .to_string();
+    let head = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: {RETRY_AFTER_SECS}\r\nconnection: close\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    tokio::spawn(async move {
+        let mut stream = stream;
+        let _ = tokio::time::timeout(REFUSAL_TIME, async {
+            stream.write_all(head.as_bytes()).await?;
+            stream.write_all(body.as_bytes()).await?;
+            stream.shutdown().await?;
+            let mut sink = [0u8; 4096];
+            let mut left = 64usize << 10;
+            while left > 0 {
+                let n = stream.read(&mut sink).await?;
+                if n == 0 {
+                    break;
+                }
+                left = left.saturating_sub(n);
+            }
+            Ok::<(), std::io::Error>(())
+        })
+        .await;
+        refusing.fetch_sub(1, Ordering::AcqRel);
+    });
 }
 
 impl axum::serve::Listener for Counted {
@@ -537,16 +599,26 @@ impl axum::serve::Listener for Counted {
     type Addr = SocketAddr;
 
     async fn accept(&mut self) -> (CountedStream, SocketAddr) {
-        let (stream, addr) = axum::serve::Listener::accept(&mut self.inner).await;
-        let _ = stream.set_nodelay(true);
-        self.shared.metrics.connection_opened();
-        (
-            CountedStream {
-                inner: stream,
-                shared: self.shared.clone(),
-            },
-            addr,
-        )
+        use std::sync::atomic::Ordering;
+        loop {
+            let (stream, addr) = axum::serve::Listener::accept(&mut self.inner).await;
+            if self.open.fetch_add(1, Ordering::AcqRel) >= self.max {
+                self.open.fetch_sub(1, Ordering::AcqRel);
+                self.shared.metrics.connection_refused();
+                refuse_connection(stream, self.max, &self.refusing);
+                continue;
+            }
+            let _ = stream.set_nodelay(true);
+            self.shared.metrics.connection_opened();
+            return (
+                CountedStream {
+                    inner: stream,
+                    shared: self.shared.clone(),
+                    open: self.open.clone(),
+                },
+                addr,
+            );
+        }
     }
 
     fn local_addr(&self) -> std::io::Result<SocketAddr> {
@@ -687,6 +759,9 @@ pub async fn start(gateway: &Gateway, shared: Arc<Shared>) -> Result<Running, St
     let counted = Counted {
         inner: listener,
         shared,
+        max: gateway.streams.max_connections,
+        open: Arc::default(),
+        refusing: Arc::default(),
     };
     // With the peer's address: the gateway's own probes are told apart by it (loopback only).
     let serve = axum::serve(counted, app.into_make_service_with_connect_info::<Peer>())

@@ -20,9 +20,10 @@
 //!
 //! Bounds: a request body is the door's `max_body`; a line from the relay is at most the
 //! child's `max_message_size`; each waiting POST buffers at most [`EVENTS`] server messages
-//! and each GET stream [`EVENTS`] SSE frames (past either, notifications are dropped and
-//! counted in the log, never the reply); sessions are `max_sessions`, the pool
-//! `stateless_pool`.
+//! (plus [`HANDOVER`] once it streams) and each GET stream [`EVENTS`] SSE frames (past either,
+//! notifications are dropped and counted in the log, never the reply: a client that does not
+//! read holds no more than that, and never holds the child back, which may serve other
+//! streams); sessions are `max_sessions`, the pool `stateless_pool`.
 
 use super::record;
 use crate::metrics::Outcome;
@@ -45,6 +46,8 @@ use tokio::time::Instant;
 
 /// Server messages buffered per waiting POST, and SSE frames per GET stream.
 pub const EVENTS: usize = 256;
+/// Frames between a POST's stream task and hyper (the queue before it is [`EVENTS`]).
+pub const HANDOVER: usize = 4;
 /// The in-memory pipe between a worker and its relay (each direction).
 const PIPE: usize = 256 << 10;
 /// The JSON-RPC code when the session's relay ended with the request unanswered (the
@@ -1187,7 +1190,8 @@ impl Stream {
         session: Option<&str>,
         finish: impl FnOnce(&Value) + Send + 'static,
     ) -> Response {
-        let (tx, rx) = mpsc::channel(EVENTS);
+        // The waiter's queue (EVENTS) is the buffer; this hand-over to hyper holds a few.
+        let (tx, rx) = mpsc::channel(HANDOVER);
         let Stream {
             first,
             guard,
