@@ -1182,3 +1182,58 @@ async fn a_client_that_does_not_read_a_big_stream_holds_a_bounded_buffer() {
     let (_, all) = clients(&running, &dir.join("pids"), 1).await;
     stop_leaving_nothing(running, &all).await;
 }
+
+/// A `tool` dependency check over a stdio upstream calls the tool on the readiness session's
+/// child: three runs later, the readiness child is still the only child (probing `/mcp` would
+/// have opened a session, i.e. spawned a child, per run), and the check reads the tool's
+/// health document as the probe does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_checks_run_over_the_readiness_child_without_spawning() {
+    use mcpulse_testkit::mcp;
+    let dir = TempDir::new("gw-tool-check");
+    let script = StdioScript::new()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on(
+            "initialize",
+            vec![Act::Result(mcp::initialize_result(mcp::LEGACY))],
+        )
+        .on(
+            "tools/list",
+            vec![Act::Result(mcp::tools_list_result(
+                mcp::tools(&["echo", "health"]),
+                None,
+                false,
+            ))],
+        )
+        .on_tool(
+            "health",
+            vec![Act::Result(json!({
+                "content": [{"type": "text", "text": "{\"status\":\"degraded\"}"}],
+                "structuredContent": {"status": "degraded", "output": "the cache is cold"},
+            }))],
+        )
+        .write(&dir, "server.sh");
+    let config = "readiness_interval = \"1s\"\nreadiness_timeout = \"1s\"\n[[checks]]\nname = \"server-health\"\nkind = \"tool\"\ntool = \"health\"\ninterval = \"1s\"\ntimeout = \"1s\"\n";
+    let (running, shared) = gateway(&script, config, "").await;
+    let addr = running.addr;
+    let until = tokio::time::Instant::now() + BOUND;
+    while shared.health.runs("server-health") < 3 {
+        assert!(
+            tokio::time::Instant::now() < until,
+            "the check did not run 3 times"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (_, body) = health(addr, "/readyz").await;
+    let doc: Value = serde_json::from_str(&body).unwrap();
+    let check = &doc["checks"]["server-health:responseTime"][0];
+    assert_eq!(check["status"], "warn", "{doc}");
+    let out = check["output"].as_str().unwrap_or_default();
+    assert!(
+        out.contains("reports degraded") && out.contains("the cache is cold"),
+        "{out}"
+    );
+    let (theirs, all) = clients(&running, &dir.join("pids"), 0).await;
+    assert!(theirs.is_empty(), "a child per check run: {all:?}");
+    stop_leaving_nothing(running, &all).await;
+}

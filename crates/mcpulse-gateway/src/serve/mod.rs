@@ -770,7 +770,12 @@ pub async fn start(gateway: &Gateway, shared: Arc<Shared>) -> Result<Running, St
         let _ = serve.await;
     });
     let settings = health_settings(gateway, addr);
+    let mut settings = settings;
     if let Upstream::Stdio(up) = &upstream {
+        // `tool` checks call over the readiness session: probing /mcp would spawn a child.
+        settings.session = Some(crate::checks::Session(Arc::new(stdio::ReadinessTools(
+            Arc::downgrade(up),
+        ))));
         up.start_readiness(stdio::Readiness {
             interval: settings.readiness_interval,
             timeout: settings.readiness_timeout,
@@ -793,7 +798,8 @@ pub async fn start(gateway: &Gateway, shared: Arc<Shared>) -> Result<Running, St
 /// client could really be served. Stdio upstream: no prober (each probe would open a legacy
 /// session, i.e. spawn a child, and take a `max_sessions` slot); the readiness session
 /// ([`stdio::StdioUpstream::start_readiness`]) observes the protocol on a child of its own.
-/// `mcp` stays set for `tool` dependency checks either way.
+/// `tool` dependency checks go over that readiness child too ([`stdio::ReadinessTools`],
+/// set in [`start`]); over an HTTP upstream they probe `mcp`.
 fn health_settings(gateway: &Gateway, addr: SocketAddr) -> crate::health::Settings {
     let loopback = match addr.ip() {
         ip if ip.is_unspecified() && addr.is_ipv6() => {

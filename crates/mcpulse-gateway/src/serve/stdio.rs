@@ -391,6 +391,8 @@ pub struct StdioUpstream {
     readiness: Mutex<Option<Arc<Worker>>>,
     /// The readiness session's child's pid (0 while none runs).
     readiness_pid: Arc<AtomicU32>,
+    /// The era the readiness session's handshake found (None: not done, or due again).
+    readiness_era: Mutex<Option<mcpulse_wire::version::Era>>,
 }
 
 /// How a POST reached this upstream, as the door read it.
@@ -419,6 +421,7 @@ impl StdioUpstream {
             stop,
             readiness: Mutex::new(None),
             readiness_pid: Arc::new(AtomicU32::new(0)),
+            readiness_era: Mutex::new(None),
         });
         tokio::spawn(expire_idle(Arc::downgrade(&up)));
         up
@@ -763,6 +766,7 @@ impl StdioUpstream {
         *lock(&self.readiness) = Some(worker.clone());
         let shared = self.shared.clone();
         let mut stop = self.stop.subscribe();
+        let up = Arc::downgrade(self);
         tokio::spawn(async move {
             let mut session = ReadinessSession {
                 worker,
@@ -783,6 +787,9 @@ impl StdioUpstream {
                     _ = ticks.tick() => {}
                 }
                 let p = session.round(&r).await;
+                if let Some(up) = up.upgrade() {
+                    *lock(&up.readiness_era) = session.era;
+                }
                 crate::health::observe_protocol(&shared, p);
             }
         });
@@ -846,28 +853,7 @@ impl ReadinessSession {
 
     /// One request to the child, answered before `deadline`.
     async fn ask(&mut self, message: Value, deadline: Instant) -> Result<Value, String> {
-        let Value::Object(message) = message else {
-            return Err("not a request".into());
-        };
-        let id = message.get("id").cloned().unwrap_or(Value::Null);
-        let method = message
-            .get("method")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_owned();
-        let call = Call {
-            worker: self.worker.clone(),
-            message,
-            id,
-            sse: false,
-            keepalive: None,
-        };
-        match tokio::time::timeout_at(deadline, call.run(None)).await {
-            Ok(Reply::Json(v)) => Ok(v),
-            // Not asked for (sse: false); a reply always comes as JSON then.
-            Ok(Reply::Stream(_)) => Err(format!("{method}: an unexpected stream")),
-            Err(_) => Err(format!("the upstream did not answer {method} in time")),
-        }
+        ask(self.worker.clone(), message, deadline).await
     }
 
     fn id(&mut self) -> i64 {
@@ -983,6 +969,125 @@ impl ReadinessSession {
             }
         }
         Ok(count)
+    }
+}
+
+/// One request to a worker's child (the gateway's own: no client's), answered before
+/// `deadline`.
+async fn ask(worker: Arc<Worker>, message: Value, deadline: Instant) -> Result<Value, String> {
+    let Value::Object(message) = message else {
+        return Err("not a request".into());
+    };
+    let id = message.get("id").cloned().unwrap_or(Value::Null);
+    let method = message
+        .get("method")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    let call = Call {
+        worker,
+        message,
+        id,
+        sse: false,
+        keepalive: None,
+    };
+    match tokio::time::timeout_at(deadline, call.run(None)).await {
+        Ok(Reply::Json(v)) => Ok(v),
+        // Not asked for (sse: false); a reply always comes as JSON then.
+        Ok(Reply::Stream(_)) => Err(format!("{method}: an unexpected stream")),
+        Err(_) => Err(format!("the upstream did not answer {method} in time")),
+    }
+}
+
+/// `tool` dependency checks over the readiness session's child
+/// ([`crate::checks::ToolSession`]): no session, no child of their own per run. They share the
+/// child with readiness, each request on its own id. Weak: the checks do not keep the
+/// upstream alive.
+pub struct ReadinessTools(pub std::sync::Weak<StdioUpstream>);
+
+impl ReadinessTools {
+    /// The readiness child's worker and its era, once its handshake is done.
+    fn session(&self) -> Result<(Arc<Worker>, mcpulse_wire::version::Era), String> {
+        let up = self.0.upgrade().ok_or("the gateway is stopping")?;
+        let worker = lock(&up.readiness)
+            .clone()
+            .ok_or("the readiness session is not running")?;
+        let era = (*lock(&up.readiness_era))
+            .ok_or("the readiness session has not completed its handshake yet")?;
+        Ok((worker, era))
+    }
+}
+
+fn check_client() -> mcpulse_wire::message::ClientInfo {
+    mcpulse_wire::message::ClientInfo {
+        name: "mcpulse-gateway-check".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+    }
+}
+
+impl crate::checks::ToolSession for ReadinessTools {
+    fn find_tool<'a>(
+        &'a self,
+        tool: &'a str,
+        deadline: Instant,
+    ) -> crate::checks::tool::BoxFuture<'a, Result<Option<Value>, String>> {
+        Box::pin(async move {
+            use mcpulse_wire::message::{ListKind, list};
+            let (worker, era) = self.session()?;
+            let client = check_client();
+            let mut cursor: Option<String> = None;
+            for page in 0..MAX_PAGES {
+                let msg = list(
+                    page as i64,
+                    ListKind::Tools,
+                    cursor.as_deref(),
+                    era,
+                    &client,
+                );
+                let reply = ask(worker.clone(), msg, deadline).await?;
+                if let Some((_, why)) = error_of(&reply) {
+                    return Err(format!("tools/list: {why}"));
+                }
+                let result = reply.get("result");
+                let found = result
+                    .and_then(|r| r.get("tools"))
+                    .and_then(Value::as_array)
+                    .and_then(|tools| {
+                        tools
+                            .iter()
+                            .find(|t| t.get("name").and_then(Value::as_str) == Some(tool))
+                    });
+                if let Some(t) = found {
+                    return Ok(Some(t.clone()));
+                }
+                cursor = result
+                    .and_then(|r| r.get("nextCursor"))
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                if cursor.is_none() {
+                    break;
+                }
+            }
+            Ok(None)
+        })
+    }
+
+    fn call_tool<'a>(
+        &'a self,
+        tool: &'a str,
+        deadline: Instant,
+    ) -> crate::checks::tool::BoxFuture<'a, Result<Value, String>> {
+        Box::pin(async move {
+            let (worker, era) = self.session()?;
+            let msg = mcpulse_wire::message::tools_call(
+                1,
+                tool,
+                &serde_json::Map::new(),
+                era,
+                &check_client(),
+            );
+            ask(worker, msg, deadline).await
+        })
     }
 }
 
