@@ -761,6 +761,8 @@ impl StdioUpstream {
     /// would open a legacy session, i.e. spawn a child, every interval (an `npx` server every
     /// 10 s) and take a `max_sessions` slot. The child's state counts in the upstream's process
     /// state (it is the upstream), so `/livez` and `/readyz` see a process from the start.
+    /// A child whose supervisor spent its restart budget is replaced after a backoff
+    /// ([`replacement_delay`]), `/readyz` failing meanwhile: readiness recovers on its own.
     pub fn start_readiness(self: &Arc<Self>, r: Readiness) {
         let worker = self.spawn_observed(Some(self.readiness_pid.clone()));
         *lock(&self.readiness) = Some(worker.clone());
@@ -780,13 +782,68 @@ impl StdioUpstream {
             let every = r.interval.max(crate::checks::MIN_INTERVAL);
             let mut ticks = tokio::time::interval(every);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            // Replacements of a readiness child whose supervisor gave up, since the last good
+            // round.
+            let mut attempt = 0u32;
+            let random = std::collections::hash_map::RandomState::new();
             loop {
                 tokio::select! {
                     // Stopped, or the upstream is gone (the sender dropped).
                     _ = stop.wait_for(|s| *s) => return,
                     _ = ticks.tick() => {}
                 }
+                let gone = session.worker.fatal.load(Ordering::Relaxed)
+                    || session.worker.sender().is_none();
+                if gone {
+                    let Some(upstream) = up.upgrade() else { return };
+                    use std::hash::BuildHasher;
+                    let wait = replacement_delay(
+                        &upstream.settings.restart.backoff,
+                        attempt,
+                        random.hash_one(attempt),
+                    );
+                    attempt = attempt.saturating_add(1);
+                    crate::health::observe_protocol(
+                        &shared,
+                        crate::state::Protocol {
+                            at_ms: crate::checks::now_ms(),
+                            handshake_ok: false,
+                            tools: None,
+                            latency: Duration::ZERO,
+                            error: Some(format!(
+                                "the readiness child's restart budget is spent; a new one starts in {} ms",
+                                wait.as_millis()
+                            )),
+                        },
+                    );
+                    tracing::warn!(
+                        wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                        attempt,
+                        "the readiness child's restart budget is spent: starting a new one after a backoff"
+                    );
+                    let old = session.worker.clone();
+                    old.close(upstream.stop_bound()).await;
+                    upstream.forget(&old);
+                    drop(upstream);
+                    tokio::select! {
+                        _ = stop.wait_for(|s| *s) => return,
+                        () = tokio::time::sleep(wait) => {}
+                    }
+                    let Some(upstream) = up.upgrade() else { return };
+                    if *upstream.stop.borrow() {
+                        return;
+                    }
+                    let worker = upstream.spawn_observed(Some(upstream.readiness_pid.clone()));
+                    *lock(&upstream.readiness) = Some(worker.clone());
+                    *lock(&upstream.readiness_era) = None;
+                    session.worker = worker;
+                    session.era = None;
+                    continue;
+                }
                 let p = session.round(&r).await;
+                if p.tools.is_some() {
+                    attempt = 0;
+                }
                 if let Some(up) = up.upgrade() {
                     *lock(&up.readiness_era) = session.era;
                 }
@@ -794,6 +851,19 @@ impl StdioUpstream {
             }
         });
     }
+}
+
+/// How long the readiness session waits before replacing a child whose supervisor spent its
+/// restart budget: the upstream's own restart backoff (`backoff_initial` doubling up to
+/// `backoff_max`), with "equal jitter" (between half the step and the step), so that it never
+/// comes back at once, as full jitter could, after a budget of quick restarts was just spent.
+fn replacement_delay(
+    backoff: &mcpulse_policy::backoff::Backoff,
+    attempt: u32,
+    draw: u64,
+) -> Duration {
+    let ceiling = backoff.ceiling(attempt);
+    ceiling / 2 + backoff.delay(attempt, draw) / 2
 }
 
 /// The readiness session's side of its child: which era the handshake found (None: a
