@@ -66,8 +66,8 @@ pub struct RawToolThresholds {
     pub unhealthy: Option<RawLimits>,
 }
 
-/// The thresholds, resolved.
-#[derive(Debug, Clone, PartialEq)]
+/// The thresholds, resolved (by default: [`ThresholdPolicy::default`] for all, no rules, warn).
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Settings {
     /// All tools together, and any tool no rule matches.
     pub overall: ThresholdPolicy,
@@ -75,16 +75,6 @@ pub struct Settings {
     pub rules: Vec<(String, ThresholdPolicy)>,
     /// `on_unhealthy = "fail"`.
     pub fail: bool,
-}
-
-impl Default for Settings {
-    fn default() -> Settings {
-        Settings {
-            overall: ThresholdPolicy::default(),
-            rules: Vec::new(),
-            fail: false,
-        }
-    }
 }
 
 /// A setting that cannot be used: its key (`thresholds.degraded.p95`) and why.

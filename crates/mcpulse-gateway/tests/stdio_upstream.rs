@@ -1022,7 +1022,9 @@ async fn an_error_rate_threshold_flips_readiness_to_warn_fail_and_back() {
         if doc["status"] == "pass" {
             assert_eq!(status, 200);
             // Passing as the window slides: fewer calls left in it than minimum_calls.
-            let left = doc["checks"]["calls:errorRate"][0]["calls"].as_u64().unwrap();
+            let left = doc["checks"]["calls:errorRate"][0]["calls"]
+                .as_u64()
+                .unwrap();
             assert!(left < 4, "{doc}");
             break;
         }
