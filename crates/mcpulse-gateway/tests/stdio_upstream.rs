@@ -925,14 +925,11 @@ async fn silent_streams_get_keepalive_comments_on_time() {
     stop_leaving_nothing(running, &all).await;
 }
 
-/// `[thresholds]` end to end: calls through the gateway whose tool fails on demand turn
-/// `/readyz` to warn (200, with the figures) past the degraded error rate, to fail (503) past
-/// the unhealthy one with `on_unhealthy = "fail"`, and back to pass as the window slides on.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_error_rate_threshold_flips_readiness_to_warn_fail_and_back() {
-    let dir = TempDir::new("gw-thresholds");
+/// A legacy server recording its pid in `dir/pids`, listing `tools` (each answered by the
+/// rules the caller adds, else ignored).
+fn listing(dir: &TempDir, tools: &[&str]) -> StdioScript {
     use mcpulse_testkit::mcp;
-    let script = StdioScript::new()
+    StdioScript::new()
         .at_start(Act::RecordPid(dir.join("pids")))
         .on(
             "initialize",
@@ -941,11 +938,20 @@ async fn an_error_rate_threshold_flips_readiness_to_warn_fail_and_back() {
         .on(
             "tools/list",
             vec![Act::Result(mcp::tools_list_result(
-                mcp::tools(&["ok", "bad"]),
+                mcp::tools(tools),
                 None,
                 false,
             ))],
         )
+}
+
+/// `[thresholds]` end to end: calls through the gateway whose tool fails on demand turn
+/// `/readyz` to warn (200, with the figures) past the degraded error rate, to fail (503) past
+/// the unhealthy one with `on_unhealthy = "fail"`, and back to pass as the window slides on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_rate_threshold_flips_readiness_to_warn_fail_and_back() {
+    let dir = TempDir::new("gw-thresholds");
+    let script = listing(&dir, &["ok", "bad"])
         .on_tool(
             "bad",
             vec![Act::Result(
@@ -1193,22 +1199,8 @@ async fn a_client_that_does_not_read_a_big_stream_holds_a_bounded_buffer() {
 /// health document as the probe does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tool_checks_run_over_the_readiness_child_without_spawning() {
-    use mcpulse_testkit::mcp;
     let dir = TempDir::new("gw-tool-check");
-    let script = StdioScript::new()
-        .at_start(Act::RecordPid(dir.join("pids")))
-        .on(
-            "initialize",
-            vec![Act::Result(mcp::initialize_result(mcp::LEGACY))],
-        )
-        .on(
-            "tools/list",
-            vec![Act::Result(mcp::tools_list_result(
-                mcp::tools(&["echo", "health"]),
-                None,
-                false,
-            ))],
-        )
+    let script = listing(&dir, &["echo", "health"])
         .on_tool(
             "health",
             vec![Act::Result(json!({

@@ -1030,10 +1030,7 @@ impl ReadinessSession {
                         || t.get("name").and_then(Value::as_str) != r.own_tool.as_deref()
                 })
                 .count();
-            cursor = result
-                .and_then(|r| r.get("nextCursor"))
-                .and_then(Value::as_str)
-                .map(str::to_owned);
+            cursor = next_cursor(result);
             if cursor.is_none() {
                 break;
             }
@@ -1088,6 +1085,14 @@ impl ReadinessTools {
     }
 }
 
+/// A list result's `nextCursor` (`None`: the last page).
+fn next_cursor(result: Option<&Value>) -> Option<String> {
+    result
+        .and_then(|r| r.get("nextCursor"))
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
 fn check_client() -> mcpulse_wire::message::ClientInfo {
     mcpulse_wire::message::ClientInfo {
         name: "mcpulse-gateway-check".into(),
@@ -1130,10 +1135,7 @@ impl crate::checks::ToolSession for ReadinessTools {
                 if let Some(t) = found {
                     return Ok(Some(t.clone()));
                 }
-                cursor = result
-                    .and_then(|r| r.get("nextCursor"))
-                    .and_then(Value::as_str)
-                    .map(str::to_owned);
+                cursor = next_cursor(result);
                 if cursor.is_none() {
                     break;
                 }
