@@ -75,6 +75,8 @@ pub struct Gateway {
     /// Values taken from the environment (`${VAR}`): hidden wherever the gateway shows its
     /// settings (the start-up log line).
     pub secrets: Secrets,
+    /// Keep-alives, health thresholds, connection limits ([`Streams`]).
+    pub streams: Streams,
 }
 
 /// What the gateway serves.
@@ -162,6 +164,10 @@ pub struct Raw {
     pub upstream: Option<At<RawUpstream>>,
     #[serde(default)]
     pub checks: Vec<CheckSpec>,
+    // ---- streams, thresholds and connections ([`Streams`]) ----
+    pub keepalive: Option<At<String>>,
+    pub thresholds: Option<At<crate::thresholds::RawThresholds>>,
+    pub max_connections: Option<At<i64>>,
 }
 
 /// `[upstream]`: `command` (stdio) or `url` (HTTP), and how the stdio child is supervised
@@ -530,9 +536,11 @@ fn resolve(
         None => None,
     };
     let mut upstream = upstream(raw, src, env, &mut secrets)?;
+    let streams = streams(raw, src)?;
     if let Upstream::Http(h) = &mut upstream {
         // Over an HTTP upstream the relay lists and answers the health tool itself.
         h.health_tool = health_tool.clone();
+        h.keepalive = streams.keepalive;
     }
     let checks = crate::checks::resolve_all(&raw.checks).map_err(|(i, e)| {
         // The spans of a check's keys are not kept (CheckSpec is plain serde): point at its
@@ -563,6 +571,7 @@ fn resolve(
         health_tool,
         checks,
         secrets,
+        streams,
     })
 }
 
@@ -734,6 +743,69 @@ fn supervision(up: &RawUpstream, src: &Source<'_>, s: &mut Settings) -> Result<(
     // heartbeat timeouts, or at least 10 s (npx and uv may download before they start).
     s.start_timeout = (s.heartbeat_timeout * 4).max(Duration::from_secs(10));
     Ok(())
+}
+
+// ---- streams, thresholds and connections (docs/gateway.md `## Streams, thresholds and
+// connections`) -------------------------------------------------------------------------------
+
+/// What bounds and keeps alive the gateway's streams and connections.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Streams {
+    /// An SSE comment on every response stream silent this long (`keepalive = "off"`: `None`).
+    pub keepalive: Option<Duration>,
+    /// `[thresholds]`: calls' error rate and p95 into `/readyz`.
+    pub thresholds: crate::thresholds::Settings,
+    /// Client connections open at once on `/mcp`'s listener; past it a new one is answered
+    /// 503 and closed ([`crate::serve`]'s listener).
+    pub max_connections: usize,
+}
+
+impl Default for Streams {
+    fn default() -> Streams {
+        Streams {
+            keepalive: Some(mcpulse_policy::keepalive::DEFAULT_INTERVAL),
+            thresholds: crate::thresholds::Settings::default(),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+}
+
+/// `max_connections` by default: room for every session and its streams (a client of
+/// `max_sessions`' 100 holds a POST and a GET stream at once) and for the connections a
+/// keep-alive pool leaves open, well under the common soft limit of 1024 open files, which the
+/// stdio children's pipes share.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+
+/// The shortest keep-alive interval: shorter would be a comment storm, not a keep-alive.
+pub const MIN_KEEPALIVE: Duration = Duration::from_millis(100);
+
+fn streams(raw: &Raw, src: &Source<'_>) -> Result<Streams, ConfigError> {
+    let mut s = Streams::default();
+    if let Some(v) = &raw.keepalive {
+        s.keepalive = if v.get_ref().trim() == "off" {
+            None
+        } else {
+            let d = duration(src, v, "keepalive")?;
+            if d < MIN_KEEPALIVE {
+                return Err(src.at(
+                    v,
+                    "keepalive",
+                    "must be at least 100ms, or \"off\" to send none",
+                ));
+            }
+            Some(d)
+        };
+    }
+    if let Some(v) = &raw.max_connections {
+        s.max_connections = number(src, v, "max_connections", (1, 1_000_000))?;
+    }
+    if let Some(t) = &raw.thresholds {
+        s.thresholds = t
+            .get_ref()
+            .resolve()
+            .map_err(|e| src.at(t, &e.key, format!("{}: {}", e.key, e.message)))?;
+    }
+    Ok(s)
 }
 
 #[cfg(test)]

@@ -28,3 +28,4 @@ pub mod health;
 pub mod metrics;
 pub mod serve;
 pub mod state;
+pub mod thresholds;

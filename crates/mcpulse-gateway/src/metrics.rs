@@ -140,6 +140,8 @@ pub struct Metrics {
     tools: ToolLabels,
     /// The tool names the upstream listed (inert, cut), at most [`MAX_KNOWN_TOOLS`].
     known: Mutex<HashSet<String>>,
+    /// Connections refused past `max_connections`.
+    connections_refused: Counter,
 }
 
 /// The most tool names remembered as listed by the upstream (a server listing more still
@@ -238,7 +240,14 @@ impl Metrics {
         for reason in RESTART_REASONS {
             let _ = restarts.get_or_create(&ReasonLabel { reason });
         }
+        let connections_refused = Counter::default();
+        registry.register(
+            "connections_refused",
+            "Client connections refused (503, closed) because max_connections were open",
+            connections_refused.clone(),
+        );
         let m = Metrics {
+            connections_refused,
             registry,
             requests,
             request_duration,
@@ -314,13 +323,15 @@ impl Metrics {
         self.learn_tools(&names);
     }
 
+    /// Whether the upstream listed `tool` ([`Metrics::learn_tools`]).
+    pub fn knows_tool(&self, tool: &str) -> bool {
+        let known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        known.contains(mcpulse_wire::text::field(tool).as_ref())
+    }
+
     /// A tool's label: its own (bounded) when the upstream listed it, else `_other`.
     fn tool_label(&self, tool: &str) -> String {
-        let listed = {
-            let known = self.known.lock().unwrap_or_else(|p| p.into_inner());
-            known.contains(mcpulse_wire::text::field(tool).as_ref())
-        };
-        if listed {
+        if self.knows_tool(tool) {
             self.tools.label(tool)
         } else {
             OTHER_TOOL.to_owned()
@@ -337,6 +348,9 @@ impl Metrics {
     /// A client HTTP connection accepted or closed.
     pub fn connection_opened(&self) {
         self.connections.inc();
+    }
+    pub fn connection_refused(&self) {
+        self.connections_refused.inc();
     }
     pub fn connection_closed(&self) {
         self.connections.dec();

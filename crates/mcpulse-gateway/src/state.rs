@@ -53,6 +53,8 @@ pub struct Shared {
     pub health: crate::health::Registry,
     /// What the serving side records (the health side renders it).
     pub metrics: crate::metrics::Metrics,
+    /// Relayed calls' error rate and latency, judged for `/readyz`.
+    pub thresholds: crate::thresholds::Live,
 }
 
 impl Shared {

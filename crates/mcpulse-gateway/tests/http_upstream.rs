@@ -1142,3 +1142,38 @@ async fn an_https_upstream_with_a_private_ca() {
             .all(|r| r.connection == seen[0].connection && r.scheme == "https")
     );
 }
+
+/// A relayed stream gets the gateway's keep-alives at the gateway's cadence: the upstream's
+/// own comments (every 50 ms here) are not relayed, so they neither double it nor replace it.
+#[tokio::test]
+async fn a_relayed_stream_gets_the_gateways_keepalives_not_the_upstreams() {
+    let (addr, _, server) = keep_alive_upstream().await;
+    let mut s = settings(format!("http://{addr}/mcp"));
+    s.keepalive = Some(Duration::from_millis(300));
+    let gw = gateway(s).await;
+    let t0 = Instant::now();
+    let resp = open(&gw, Method::GET, &[("accept", "text/event-stream")], None).await;
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    let mut seen = Vec::new();
+    while t0.elapsed() < Duration::from_millis(1100) {
+        match next_chunk(&mut body, t0 + Duration::from_millis(1100)).await {
+            Chunk::Data(d) => seen.push((t0.elapsed(), d)),
+            Chunk::Timeout => break,
+            _ => panic!("the stream ended or broke"),
+        }
+    }
+    assert!(
+        seen.iter().all(|(_, d)| d.as_ref() == b": keep-alive\n"),
+        "only the gateway's comments: {seen:?}"
+    );
+    // 1.1 s at 300 ms: 3 (2 on a loaded machine); the upstream's 50 ms would be 20.
+    assert!((2..=3).contains(&seen.len()), "{seen:?}");
+    for pair in seen.windows(2) {
+        assert!(
+            pair[1].0 >= pair[0].0 + Duration::from_millis(298),
+            "{seen:?}"
+        );
+    }
+    server.abort();
+}

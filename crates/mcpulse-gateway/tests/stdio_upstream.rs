@@ -778,3 +778,524 @@ async fn listed_tools_get_labels_and_the_gateways_own_probes_are_not_counted() {
     let (_, all) = clients(&running, &dir.join("pids"), 1).await;
     stop_leaving_nothing(running, &all).await;
 }
+
+/// Every frame of a streamed body and when it came (from `t0`), to its end (at most `BOUND`).
+async fn timed_frames(
+    mut body: hyper::body::Incoming,
+    t0: tokio::time::Instant,
+) -> Vec<(Duration, Bytes)> {
+    let mut out = Vec::new();
+    while let Some(frame) = tokio::time::timeout(BOUND, body.frame())
+        .await
+        .expect("a frame or the end in time")
+    {
+        if let Ok(data) = frame.unwrap().into_data() {
+            out.push((t0.elapsed(), data));
+        }
+    }
+    out
+}
+
+/// Opens a streamed request on a connection of its own (with this receive buffer, if any):
+/// the response, its body unread.
+async fn open_stream(
+    addr: SocketAddr,
+    method: &str,
+    sid: &str,
+    body: Option<Value>,
+    rcvbuf: Option<u32>,
+) -> http::Response<hyper::body::Incoming> {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    if let Some(n) = rcvbuf {
+        socket.set_recv_buffer_size(n).unwrap();
+    }
+    let stream = socket.connect(addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let req = http::Request::builder()
+        .method(method)
+        .uri("/mcp")
+        .header("host", addr.to_string())
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-session-id", sid)
+        .body(Full::new(Bytes::from(
+            body.map(|b| b.to_string()).unwrap_or_default(),
+        )))
+        .unwrap();
+    tokio::time::timeout(BOUND, sender.send_request(req))
+        .await
+        .expect("an answer in time")
+        .unwrap()
+}
+
+/// The keep-alive comments' arrival times are each at least `interval` after the last frame.
+fn assert_cadence(frames: &[(Duration, Bytes)], interval: Duration) {
+    let mut last = Duration::ZERO;
+    for (at, data) in frames {
+        if data.as_ref() == b": keep-alive\n" {
+            // Never early (2 ms for the clocks' rounding); late by load at most.
+            assert!(
+                *at + Duration::from_millis(2) >= last + interval,
+                "a comment at {at:?}, {:?} after the last frame",
+                *at - last
+            );
+        }
+        last = *at;
+    }
+}
+
+/// A slow tool call whose client accepts SSE turns into a stream once its reply is one
+/// keep-alive interval late, and gets a comment every interval until the reply (which a
+/// client's SSE decoder reads as the one message); a silent GET stream gets them too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_streams_get_keepalive_comments_on_time() {
+    let dir = TempDir::new("gw-keepalive");
+    let script = StdioScript::legacy()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on_tool(
+            "slow",
+            vec![
+                Act::Sleep(1300),
+                Act::Result(json!({"content": [{"type": "text", "text": "late"}]})),
+            ],
+        )
+        .write(&dir, "server.sh");
+    let interval = Duration::from_millis(300);
+    let (running, _) = gateway(&script, "keepalive = \"300ms\"", "").await;
+    let addr = running.addr;
+    let sid = open_session(addr).await;
+    let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "slow", "arguments": {}}});
+    let t0 = tokio::time::Instant::now();
+    let resp = open_stream(addr, "POST", &sid, Some(call), None).await;
+    assert_eq!(
+        resp.headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok()),
+        Some("text/event-stream")
+    );
+    let frames = timed_frames(resp.into_body(), t0).await;
+    let comments = frames
+        .iter()
+        .filter(|(_, d)| d.as_ref() == b": keep-alive\n")
+        .count();
+    // 1.3 s of silence at 300 ms: 4 comments (3 on a loaded machine whose sleep ran short).
+    assert!(
+        (3..=4).contains(&comments),
+        "{comments} comments: {frames:?}"
+    );
+    assert_cadence(&frames, interval);
+    let first = frames.first().map(|f| f.0).unwrap_or_default();
+    assert!(
+        first >= interval && first < interval * 3,
+        "first at {first:?}"
+    );
+    let mut decoder = mcpulse_wire::sse::Decoder::new(1 << 20);
+    let events: Vec<_> = frames.iter().flat_map(|(_, d)| decoder.push(d)).collect();
+    assert_eq!(events.len(), 1, "the comments are no events: {events:?}");
+    let mcpulse_wire::sse::Item::Event(e) = &events[0] else {
+        panic!("{events:?}")
+    };
+    let reply: Value = serde_json::from_str(&e.data).unwrap();
+    assert_eq!(reply["id"], 7);
+    assert_eq!(reply["result"]["content"][0]["text"], "late");
+
+    // The session's GET stream: nothing to say, a comment every interval.
+    let t0 = tokio::time::Instant::now();
+    let mut get = open_stream(addr, "GET", &sid, None, None).await.into_body();
+    let mut frames = Vec::new();
+    for _ in 0..3 {
+        let f = tokio::time::timeout(BOUND, get.frame())
+            .await
+            .expect("a comment in time")
+            .unwrap()
+            .unwrap();
+        frames.push((t0.elapsed(), f.into_data().unwrap()));
+    }
+    assert!(
+        frames.iter().all(|(_, d)| d.as_ref() == b": keep-alive\n"),
+        "{frames:?}"
+    );
+    assert_cadence(&frames, interval);
+    drop(get);
+    let (_, all) = clients(&running, &dir.join("pids"), 1).await;
+    stop_leaving_nothing(running, &all).await;
+}
+
+/// A legacy server recording its pid in `dir/pids`, listing `tools` (each answered by the
+/// rules the caller adds, else ignored).
+fn listing(dir: &TempDir, tools: &[&str]) -> StdioScript {
+    use mcpulse_testkit::mcp;
+    StdioScript::new()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on(
+            "initialize",
+            vec![Act::Result(mcp::initialize_result(mcp::LEGACY))],
+        )
+        .on(
+            "tools/list",
+            vec![Act::Result(mcp::tools_list_result(
+                mcp::tools(tools),
+                None,
+                false,
+            ))],
+        )
+}
+
+/// `[thresholds]` end to end: calls through the gateway whose tool fails on demand turn
+/// `/readyz` to warn (200, with the figures) past the degraded error rate, to fail (503) past
+/// the unhealthy one with `on_unhealthy = "fail"`, and back to pass as the window slides on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_rate_threshold_flips_readiness_to_warn_fail_and_back() {
+    let dir = TempDir::new("gw-thresholds");
+    let script = listing(&dir, &["ok", "bad"])
+        .on_tool(
+            "bad",
+            vec![Act::Result(
+                json!({"content": [{"type": "text", "text": "no"}], "isError": true}),
+            )],
+        )
+        .on("tools/call", vec![Act::Result(json!({"content": []}))])
+        .write(&dir, "server.sh");
+    let config = "[thresholds]\nwindow = \"4s\"\nminimum_calls = 4\non_unhealthy = \"fail\"\n[thresholds.degraded]\nerror_rate = 0.5\n[thresholds.unhealthy]\nerror_rate = 0.9\n";
+    let (running, _) = gateway(&script, config, "").await;
+    let addr = running.addr;
+    health_becomes(addr, "/readyz", 200, BOUND).await;
+    let sid = open_session(addr).await;
+    assert_eq!(post(addr, Some(&sid), tools_list(1)).await.status, 200);
+    let call = |id: i64, name: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": name, "arguments": {}}})
+    };
+    let readyz = || async {
+        let (status, body) = health(addr, "/readyz").await;
+        (status, serde_json::from_str::<Value>(&body).unwrap())
+    };
+    for (i, name) in ["ok", "bad", "ok", "bad"].iter().enumerate() {
+        post(addr, Some(&sid), call(10 + i as i64, name)).await;
+    }
+    let (status, doc) = readyz().await;
+    assert_eq!(
+        (status, doc["status"].as_str()),
+        (200, Some("warn")),
+        "{doc}"
+    );
+    let overall = &doc["checks"]["calls:errorRate"][0];
+    assert_eq!(overall["status"], "warn");
+    assert_eq!(overall["observedValue"], 50.0);
+    assert_eq!(overall["calls"], 4);
+    assert!(
+        overall["output"]
+            .as_str()
+            .unwrap()
+            .contains("error rate 50.0% (2 of 4 calls) at or past the degraded limit of 50.0%"),
+        "{overall}"
+    );
+    assert!(
+        doc["checks"].get("tool.bad:errorRate").is_none(),
+        "2 calls of the tool: under minimum_calls, not judged: {doc}"
+    );
+    // Four more failures: 6 of 8 overall is still only degraded; the tool's 6 of 6 is
+    // unhealthy, and with on_unhealthy = "fail" that fails readiness.
+    for i in 0..4 {
+        post(addr, Some(&sid), call(20 + i, "bad")).await;
+    }
+    let (status, doc) = readyz().await;
+    assert_eq!(
+        (status, doc["status"].as_str()),
+        (503, Some("fail")),
+        "{doc}"
+    );
+    assert_eq!(
+        doc["checks"]["calls:errorRate"][0]["status"], "warn",
+        "{doc}"
+    );
+    let tool = &doc["checks"]["tool.bad:errorRate"][0];
+    assert_eq!(tool["status"], "fail", "{doc}");
+    assert!(
+        tool["output"].as_str().unwrap().starts_with(
+            "tool \"bad\": error rate 100.0% (6 of 6 calls) at or past the unhealthy limit of 90.0%"
+        ),
+        "{tool}"
+    );
+    // The window slides past the failures: pass again, with no call needed.
+    let until = tokio::time::Instant::now() + BOUND;
+    loop {
+        let (status, doc) = readyz().await;
+        if doc["status"] == "pass" {
+            assert_eq!(status, 200);
+            // Passing as the window slides: fewer calls left in it than minimum_calls.
+            let left = doc["checks"]["calls:errorRate"][0]["calls"]
+                .as_u64()
+                .unwrap();
+            assert!(left < 4, "{doc}");
+            break;
+        }
+        assert!(tokio::time::Instant::now() < until, "still {doc}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (_, all) = clients(&running, &dir.join("pids"), 1).await;
+    stop_leaving_nothing(running, &all).await;
+}
+
+/// A kept-open client connection that has made one request (so the gateway has accepted it).
+async fn held_connection(addr: SocketAddr) -> hyper::client::conn::http1::SendRequest<Full<Bytes>> {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let req = http::Request::builder()
+        .uri("/livez")
+        .header("host", addr.to_string())
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let resp = tokio::time::timeout(BOUND, sender.send_request(req))
+        .await
+        .expect("an answer in time")
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    resp.into_body().collect().await.unwrap();
+    sender
+}
+
+/// A raw HTTP/1.1 GET on a connection of its own: everything the gateway wrote before closing.
+async fn raw_get(addr: SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(BOUND, s.read_to_end(&mut out))
+        .await
+        .expect("answered and closed in time")
+        .unwrap();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `max_connections`: with that many open, a new connection is answered 503 with
+/// `Retry-After` and closed, and counted; once one closes, new connections are served again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_max_connections_a_new_connection_gets_503_and_is_closed() {
+    let dir = TempDir::new("gw-max-conns");
+    let (running, shared) = gateway(&script(&dir), "max_connections = 2", "").await;
+    let addr = running.addr;
+    let first = held_connection(addr).await;
+    let second = held_connection(addr).await;
+    let refused = raw_get(addr, "/livez").await;
+    assert!(refused.starts_with("HTTP/1.1 503 "), "{refused}");
+    let lower = refused.to_ascii_lowercase();
+    assert!(lower.contains("retry-after: 5\r\n"), "{refused}");
+    assert!(
+        refused.contains("all 2 connections are in use (max_connections)"),
+        "{refused}"
+    );
+    let metrics = shared.metrics.encode().unwrap();
+    assert!(
+        metrics.contains("mcpulse_gateway_connections_refused_total 1\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("mcpulse_gateway_active_connections 2\n"),
+        "{metrics}"
+    );
+    drop(first);
+    let until = tokio::time::Instant::now() + BOUND;
+    loop {
+        let r = raw_get(addr, "/livez").await;
+        if r.starts_with("HTTP/1.1 200 ") {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < until, "still refused: {r}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(second);
+    let (_, all) = clients(&running, &dir.join("pids"), 0).await;
+    stop_leaving_nothing(running, &all).await;
+}
+
+/// A client that does not read a big streamed response holds a bounded buffer, not the
+/// stream: the child writes 3000 notifications of 16 KiB (48 MiB) before its reply, the
+/// client reads nothing for a while, then everything: it gets what the gateway's queues held
+/// (`EVENTS` + `HANDOVER` frames) and what the two sockets' buffers held (kernel memory, a
+/// few MiB on loopback), the rest dropped, and the reply last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_does_not_read_a_big_stream_holds_a_bounded_buffer() {
+    let dir = TempDir::new("gw-slow-reader");
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/message",
+        "params": {"level": "info", "data": "x".repeat(16 << 10)}});
+    let script = StdioScript::legacy()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on_tool(
+            "flood",
+            vec![
+                Act::Repeat(Box::new(Act::Stdout(note.to_string())), 3000),
+                Act::RecordPid(dir.join("flooded")),
+                Act::Result(json!({"content": [{"type": "text", "text": "flooded"}]})),
+            ],
+        )
+        .write(&dir, "server.sh");
+    let (running, _) = gateway(&script, "", "").await;
+    let addr = running.addr;
+    let sid = open_session(addr).await;
+    let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "flood", "arguments": {}}});
+    // A small receive buffer, so that the kernel's share is known.
+    let resp = open_stream(addr, "POST", &sid, Some(call), Some(64 << 10)).await;
+    // Not reading: the child writes all of it (it is never blocked: a stdio child serves
+    // more than one stream), and the gateway keeps only what its queues hold.
+    let until = tokio::time::Instant::now() + Duration::from_secs(30);
+    while read_pids(&dir.join("flooded")).is_empty() {
+        assert!(
+            tokio::time::Instant::now() < until,
+            "the child did not write it all"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let frames = timed_frames(resp.into_body(), tokio::time::Instant::now()).await;
+    let mut decoder = mcpulse_wire::sse::Decoder::new(1 << 20);
+    let events: Vec<Value> = frames
+        .iter()
+        .flat_map(|(_, d)| decoder.push(d))
+        .filter_map(|i| match i {
+            mcpulse_wire::sse::Item::Event(e) => serde_json::from_str(&e.data).ok(),
+            _ => None,
+        })
+        .collect();
+    let notes = events.len() - 1;
+    let queues = mcpulse_gateway::serve::stdio::EVENTS + mcpulse_gateway::serve::stdio::HANDOVER;
+    // The sockets: the kernel's most for the gateway's sending buffer, and the client's
+    // receiving one (the kernel doubles what was set); and hyper's buffers on both sides
+    // (about 400 KiB each: 64 notes).
+    let wmem = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_wmem").unwrap_or_default();
+    let wmem: usize = wmem
+        .split_whitespace()
+        .last()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(4 << 20);
+    let limit = queues + (wmem + (128 << 10)) / (16 << 10) + 64;
+    eprintln!("{notes} of 3000 notifications reached the client (bound {limit})");
+    assert!(
+        notes <= limit,
+        "{notes} of 3000 notifications buffered for a client that read none (bound {limit})"
+    );
+    let reply = events.last().unwrap();
+    assert_eq!(reply["id"], 3);
+    assert_eq!(reply["result"]["content"][0]["text"], "flooded");
+    let (_, all) = clients(&running, &dir.join("pids"), 1).await;
+    stop_leaving_nothing(running, &all).await;
+}
+
+/// A `tool` dependency check over a stdio upstream calls the tool on the readiness session's
+/// child: three runs later, the readiness child is still the only child (probing `/mcp` would
+/// have opened a session, i.e. spawned a child, per run), and the check reads the tool's
+/// health document as the probe does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_checks_run_over_the_readiness_child_without_spawning() {
+    let dir = TempDir::new("gw-tool-check");
+    let script = listing(&dir, &["echo", "health"])
+        .on_tool(
+            "health",
+            vec![Act::Result(json!({
+                "content": [{"type": "text", "text": "{\"status\":\"degraded\"}"}],
+                "structuredContent": {"status": "degraded", "output": "the cache is cold"},
+            }))],
+        )
+        .write(&dir, "server.sh");
+    let config = "readiness_interval = \"1s\"\nreadiness_timeout = \"1s\"\n[[checks]]\nname = \"server-health\"\nkind = \"tool\"\ntool = \"health\"\ninterval = \"1s\"\ntimeout = \"1s\"\n";
+    let (running, shared) = gateway(&script, config, "").await;
+    let addr = running.addr;
+    let until = tokio::time::Instant::now() + BOUND;
+    while shared.health.runs("server-health") < 3 {
+        assert!(
+            tokio::time::Instant::now() < until,
+            "the check did not run 3 times"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (_, body) = health(addr, "/readyz").await;
+    let doc: Value = serde_json::from_str(&body).unwrap();
+    let check = &doc["checks"]["server-health:responseTime"][0];
+    assert_eq!(check["status"], "warn", "{doc}");
+    let out = check["output"].as_str().unwrap_or_default();
+    assert!(
+        out.contains("reports degraded") && out.contains("the cache is cold"),
+        "{out}"
+    );
+    let (theirs, all) = clients(&running, &dir.join("pids"), 0).await;
+    assert!(theirs.is_empty(), "a child per check run: {all:?}");
+    stop_leaving_nothing(running, &all).await;
+}
+
+/// The readiness child whose supervisor spends its restart budget is replaced after a backoff:
+/// `/readyz` fails meanwhile, saying so, and passes again once the new child answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_recovers_after_its_childs_restart_budget_is_spent() {
+    use mcpulse_testkit::mcp;
+    let dir = TempDir::new("gw-readiness-fatal");
+    // The first two children die at initialize (the budget: one restart); the third works.
+    let script = StdioScript::new()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on(
+            "initialize",
+            vec![Act::FirstTimeElse(
+                dir.join("crashed-once"),
+                Box::new(Act::Exit(1)),
+                Box::new(Act::FirstTimeElse(
+                    dir.join("crashed-twice"),
+                    Box::new(Act::Exit(1)),
+                    Box::new(Act::Result(mcp::initialize_result(mcp::LEGACY))),
+                )),
+            )],
+        )
+        .on(
+            "tools/list",
+            vec![Act::Result(mcp::tools_list_result(
+                mcp::tools(&["echo"]),
+                None,
+                false,
+            ))],
+        )
+        .write(&dir, "server.sh");
+    let (running, _) = gateway(
+        &script,
+        "readiness_interval = \"1s\"\nreadiness_timeout = \"1s\"",
+        "backoff_initial = \"50ms\"\nbackoff_max = \"200ms\"\nmax_restarts = 1",
+    )
+    .await;
+    let addr = running.addr;
+    let until = tokio::time::Instant::now() + BOUND;
+    let mut said_so = false;
+    loop {
+        let (status, body) = health(addr, "/readyz").await;
+        said_so |= status == 503 && body.contains("restart budget is spent; a new one starts in");
+        if status == 200 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < until,
+            "never ready again: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(
+        said_so,
+        "/readyz never said the readiness child was being replaced"
+    );
+    assert_eq!(health(addr, "/livez").await.0, 200);
+    let all = read_pids(&dir.join("pids"));
+    assert_eq!(
+        all.len(),
+        3,
+        "two children spent the budget, the third serves: {all:?}"
+    );
+    assert_eq!(readiness_pid(&running), all.last().copied());
+    stop_leaving_nothing(running, &all).await;
+}

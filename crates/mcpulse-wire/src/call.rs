@@ -118,6 +118,25 @@ pub fn admit(tool: Option<&Value>, allow_side_effects: bool) -> Result<(), Refus
     Ok(())
 }
 
+/// Whether the health tool `name`, as listed (`tool`; `None`: not listed), may be called: it
+/// must be listed, take no required arguments and not be destructive unless side effects are
+/// allowed. A name that is one of [`HEALTH_TOOL_NAMES`] says it is a health check, so
+/// `readOnlyHint` is not required of it; any other name (`purge_cache`) must be annotated
+/// read-only, as any call must ([`admit`]). The probe and the gateway's `tool` checks both ask.
+pub fn admit_health_tool(
+    name: &str,
+    tool: Option<&Value>,
+    allow_side_effects: bool,
+) -> Result<(), Refusal> {
+    match tool {
+        None => Err(Refusal::NotListed),
+        Some(t) if has_required_arguments(t) => Err(Refusal::RequiredArguments),
+        Some(t) if is_destructive(t) && !allow_side_effects => Err(Refusal::Destructive),
+        Some(t) if !HEALTH_TOOL_NAMES.contains(&name) => admit(Some(t), allow_side_effects),
+        Some(_) => Ok(()),
+    }
+}
+
 /// Whether a listed tool may be destructive: annotated `destructiveHint: true`, or
 /// `readOnlyHint: false` without `destructiveHint: false` (MCP's default for a tool that is
 /// not read-only is `destructiveHint: true`). A tool with no annotations at all is not taken

@@ -18,7 +18,7 @@ mod http;
 mod tcp;
 pub(crate) mod tool;
 
-pub use tool::{PROBE_HEADER, is_own_probe, probe_token};
+pub use tool::{PROBE_HEADER, Session, ToolSession, is_own_probe, probe_token};
 
 use crate::state::Shared;
 use mcpulse_policy::check::{
@@ -394,6 +394,9 @@ pub struct Context {
     /// The gateway's own health tool (a `tool` check naming it fails: it would report on
     /// itself, and readiness would depend on readiness).
     pub own_tool: Option<String>,
+    /// A session the gateway holds to call `tool` checks on (a stdio upstream's readiness
+    /// session); when set, `mcp` is not probed for them.
+    pub session: Option<tool::Session>,
 }
 
 /// A failed run, with its (inert, cut) reason.

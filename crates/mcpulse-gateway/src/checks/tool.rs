@@ -18,7 +18,8 @@ use mcpulse_judge::{Report, Status, judge};
 use mcpulse_policy::check::Raw;
 use mcpulse_policy::health::CheckStatus;
 use mcpulse_probe::{Caller, PlanSpec, Target};
-use mcpulse_wire::call::{CallPurpose, HealthToolMode};
+use mcpulse_wire::call::{CallPurpose, HealthToolMode, admit_health_tool};
+use serde_json::Value;
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::net::IpAddr;
@@ -108,18 +109,116 @@ pub(crate) fn why(report: &Report) -> String {
     }
 }
 
+/// A boxed future (the [`ToolSession`] trait's methods are called through `dyn`).
+pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
+/// A session with the upstream the gateway already holds, to call a health tool on without
+/// opening one: a stdio upstream's readiness session (probing `/mcp` instead would open a
+/// legacy session, i.e. spawn a child, on every run, and take a `max_sessions` slot).
+pub trait ToolSession: Send + Sync {
+    /// The tool's `tools/list` entry (every page read); `None` when it is not listed.
+    fn find_tool<'a>(
+        &'a self,
+        tool: &'a str,
+        deadline: tokio::time::Instant,
+    ) -> BoxFuture<'a, Result<Option<Value>, String>>;
+    /// `tools/call` of `tool` with no arguments: the reply (a JSON-RPC response).
+    fn call_tool<'a>(
+        &'a self,
+        tool: &'a str,
+        deadline: tokio::time::Instant,
+    ) -> BoxFuture<'a, Result<Value, String>>;
+}
+
+/// A [`ToolSession`] in the checks' [`Context`].
+#[derive(Clone)]
+pub struct Session(pub Arc<dyn ToolSession>);
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Session")
+    }
+}
+
 pub(super) async fn run(tool: &str, ctx: &Context, timeout: Duration) -> Raw {
-    let Some(target) = &ctx.mcp else {
-        return failed(None, "no MCP endpoint to call the health tool on");
-    };
     if ctx.own_tool.as_deref() == Some(tool) {
         return failed(
             None,
             "this is the gateway's own health tool: it would report on itself; name the upstream's",
         );
     }
+    if let Some(session) = &ctx.session {
+        return over_session(session.0.as_ref(), tool, timeout).await;
+    }
+    let Some(target) = &ctx.mcp else {
+        return failed(None, "no MCP endpoint to call the health tool on");
+    };
     let report = probe(target, timeout, Some(tool)).await;
     fold(&report, tool)
+}
+
+/// A tool check over a session the gateway holds: the probe's admission rules, and its
+/// reading of the reply (mcpulse_judge), without the probe's own session.
+async fn over_session(session: &dyn ToolSession, tool: &str, timeout: Duration) -> Raw {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let name = mcpulse_wire::text::field(tool);
+    let listed = match session.find_tool(tool, deadline).await {
+        Ok(l) => l,
+        Err(why) => return failed(None, &format!("the upstream was not reached: {why}")),
+    };
+    if let Err(refused) = admit_health_tool(tool, listed.as_ref(), false) {
+        return failed(
+            None,
+            &format!(
+                "the health tool {name} was not called: {}",
+                refused.as_str()
+            ),
+        );
+    }
+    let started = tokio::time::Instant::now();
+    let reply = session.call_tool(tool, deadline).await;
+    let latency = started.elapsed();
+    let reply = match reply {
+        Ok(r) => r,
+        Err(why) => {
+            return failed(
+                Some(latency),
+                &format!("the health tool {name} got no reply: {why}"),
+            );
+        }
+    };
+    let Some(result) = reply.get("result") else {
+        let code = reply
+            .pointer("/error/code")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        let message = reply
+            .pointer("/error/message")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        return failed(
+            Some(latency),
+            &format!(
+                "the health tool {name} answered with JSON-RPC error {code}: {}",
+                mcpulse_wire::text::message(message)
+            ),
+        );
+    };
+    let (reported, findings, components) = mcpulse_judge::report::health_tool_reply(result, tool);
+    let said: Vec<&str> = findings.iter().map(|f| f.message.as_str()).collect();
+    let unwell: Vec<String> = components
+        .iter()
+        .filter(|c| c.status != Status::Healthy)
+        .map(|c| format!("{} {}", c.name, c.status.as_str()))
+        .collect();
+    verdict(
+        Some(latency),
+        reported,
+        findings.is_empty(),
+        &said,
+        &unwell,
+        Status::from_findings(&findings),
+    )
 }
 
 /// A tool check's result from a judged probe.
@@ -149,14 +248,6 @@ pub(crate) fn fold(report: &Report, tool: &str) -> Raw {
         .filter(|c| c.status != Status::Healthy && c.tool.as_deref() == Some(tool))
         .map(|c| format!("{} {}", c.name, c.status.as_str()))
         .collect();
-    let mut output = said.join("; ");
-    if !unwell.is_empty() {
-        if !output.is_empty() {
-            output.push_str("; ");
-        }
-        output.push_str("components: ");
-        output.push_str(&unwell.join(", "));
-    }
     if let Some(refused) = call.refused {
         return failed(
             None,
@@ -167,13 +258,41 @@ pub(crate) fn fold(report: &Report, tool: &str) -> Raw {
             ),
         );
     }
-    let status = match call.reported {
-        Some(Status::Healthy) if call.findings.is_empty() => CheckStatus::Pass,
+    verdict(
+        latency,
+        call.reported,
+        call.findings.is_empty(),
+        &said,
+        &unwell,
+        call.status,
+    )
+}
+
+/// A called health tool's check result: what it reported (`clean`: no finding about the
+/// call), the findings' messages, the components not healthy, and the call's own status.
+fn verdict(
+    latency: Option<Duration>,
+    reported: Option<Status>,
+    clean: bool,
+    said: &[&str],
+    unwell: &[String],
+    status_of_call: Status,
+) -> Raw {
+    let mut output = said.join("; ");
+    if !unwell.is_empty() {
+        if !output.is_empty() {
+            output.push_str("; ");
+        }
+        output.push_str("components: ");
+        output.push_str(&unwell.join(", "));
+    }
+    let status = match reported {
+        Some(Status::Healthy) if clean => CheckStatus::Pass,
         Some(Status::Healthy | Status::Degraded) => CheckStatus::Warn,
         Some(Status::Down) | None => CheckStatus::Fail,
     };
     if output.is_empty() {
-        output = format!("the health tool reports {}", call.status.as_str());
+        output = format!("the health tool reports {}", status_of_call.as_str());
     }
     Raw {
         status,

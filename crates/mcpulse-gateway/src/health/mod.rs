@@ -101,6 +101,9 @@ pub struct Settings {
     pub own_tool: Option<String>,
     /// The dependency checks, validated (`CheckSpec::resolve`).
     pub checks: Vec<Check>,
+    /// Where `tool` checks call their tool instead of probing `mcp` (a stdio upstream's
+    /// readiness session: see [`checks::ToolSession`]).
+    pub session: Option<checks::Session>,
 }
 
 impl Default for Settings {
@@ -115,6 +118,7 @@ impl Default for Settings {
             protocol_thresholds: Thresholds::default(),
             own_tool: None,
             checks: Vec::new(),
+            session: None,
         }
     }
 }
@@ -502,6 +506,9 @@ pub fn readiness(shared: &Shared) -> Health {
         checks.push(c);
     }
     drop(i);
+    // Relayed calls' error rate and p95 (crate::thresholds): warn past degraded, fail past
+    // unhealthy only with on_unhealthy = "fail".
+    checks.extend(shared.thresholds.checks(checks::now_ms()));
     let h = Health {
         service_id: "mcpulse".into(),
         version: version().into(),
@@ -601,6 +608,7 @@ pub fn start(settings: Settings, shared: Arc<Shared>) -> Running {
     let ctx = Context {
         mcp: settings.mcp,
         own_tool: settings.own_tool,
+        session: settings.session,
     };
     tasks.extend(checks::spawn(settings.checks, ctx, shared));
     Running { _tasks: tasks }

@@ -30,6 +30,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use mcpulse_wire::hosts::{host_name, is_loopback_name, origin_host};
 use serde_json::{Value, json};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -80,6 +81,14 @@ pub fn record(
     let took = started.elapsed();
     shared.metrics.request(method, tool, took, outcome);
     crate::metrics::log_request(method, tool, took, outcome);
+    if method == "tools/call"
+        && let Some(tool) = tool
+    {
+        let listed = shared.metrics.knows_tool(tool);
+        shared
+            .thresholds
+            .record(tool, listed, outcome != Outcome::Ok, took);
+    }
 }
 
 /// Gives the tools a `tools/list` reply lists their own metric labels.
@@ -177,21 +186,83 @@ pub(crate) fn session_id() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// A response body fed by a channel of ready frames (SSE); it ends when every sender is gone,
-/// and a client that goes away drops it, which the senders see as a closed channel.
-pub(crate) struct ChannelBody(pub mpsc::Receiver<Bytes>);
+/// Sleeps until `at`, or for ever.
+pub(crate) async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A response body fed by a channel of ready SSE frames, each a whole event; it ends when
+/// every sender is gone, and a client that goes away drops it, which the senders see as a
+/// closed channel. Both upstreams' streams (POST responses and GET streams) are one of these.
+///
+/// Keep-alives ([`mcpulse_policy::keepalive`]): when nothing has been handed to hyper for
+/// `interval`, the body yields [`mcpulse_policy::keepalive::COMMENT`] itself, on tokio's clock.
+/// Frames are whole events, so a comment always falls between two events. hyper polls the
+/// body only when it can write: a client that does not read gets no pile of comments (at
+/// most one is waiting in hyper's buffer), and a stream past its end gets none.
+pub struct ChannelBody {
+    rx: mpsc::Receiver<Bytes>,
+    keepalive: mcpulse_policy::keepalive::KeepAlive,
+    /// Time 0 of the keep-alive clock: when the stream opened.
+    origin: tokio::time::Instant,
+    timer: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl ChannelBody {
+    /// A stream from `rx`, with a comment after each `keepalive` of silence (`None`: never).
+    pub fn new(rx: mpsc::Receiver<Bytes>, keepalive: Option<Duration>) -> ChannelBody {
+        let origin = tokio::time::Instant::now();
+        ChannelBody {
+            rx,
+            keepalive: mcpulse_policy::keepalive::KeepAlive::new(keepalive, 0),
+            origin,
+            timer: Box::pin(tokio::time::sleep_until(origin)),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+}
 
 impl hyper::body::Body for ChannelBody {
     type Data = Bytes;
     type Error = std::convert::Infallible;
 
     fn poll_frame(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
-        self.0
-            .poll_recv(cx)
-            .map(|frame| frame.map(|b| Ok(hyper::body::Frame::data(b))))
+        let this = self.get_mut();
+        match this.rx.poll_recv(cx) {
+            Poll::Ready(Some(frame)) => {
+                let now = this.now_ms();
+                this.keepalive.wrote(now);
+                return Poll::Ready(Some(Ok(hyper::body::Frame::data(frame))));
+            }
+            Poll::Ready(None) => return Poll::Ready(None),
+            Poll::Pending => {}
+        }
+        loop {
+            let Some(due) = this.keepalive.due_at() else {
+                return Poll::Pending;
+            };
+            let at = this.origin + Duration::from_millis(due);
+            if this.timer.deadline() != at {
+                this.timer.as_mut().reset(at);
+            }
+            if this.timer.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            let now = this.now_ms();
+            if this.keepalive.poll(now) {
+                let comment = Bytes::from_static(mcpulse_policy::keepalive::COMMENT);
+                return Poll::Ready(Some(Ok(hyper::body::Frame::data(comment))));
+            }
+        }
     }
 }
 
@@ -444,21 +515,83 @@ impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, Coun
     }
 }
 
+///
+/// `max_connections`: past it, a new connection is accepted, answered `503` with `Retry-After`
+/// and closed, as Envoy's connection limit closes the ones past it (with a 503 first, so that
+/// a client or a load balancer reads why and retries elsewhere or later, rather than waiting
+/// unanswered in the kernel's backlog until its own connect timeout). See [`refuse_connection`].
 struct Counted {
     inner: tokio::net::TcpListener,
     shared: Arc<Shared>,
+    max: usize,
+    /// Connections open now (each [`CountedStream`] holds one).
+    open: Arc<std::sync::atomic::AtomicUsize>,
+    /// Refusals still writing their 503 (at most [`MAX_REFUSING`]).
+    refusing: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// A connection, counted closed when dropped.
 struct CountedStream {
     inner: tokio::net::TcpStream,
     shared: Arc<Shared>,
+    open: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Drop for CountedStream {
     fn drop(&mut self) {
+        self.open.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
         self.shared.metrics.connection_closed();
     }
+}
+
+/// Refusals answered at once; past them a connection over the cap is closed without a word
+/// (a flood must not get a task and a socket held per refused connection).
+const MAX_REFUSING: usize = 64;
+/// How long a refusal may take: writing the 503, then draining what the client sent.
+const REFUSAL_TIME: Duration = Duration::from_secs(1);
+
+/// A connection past `max_connections`: `503` with `Retry-After` and `Connection: close`, then
+/// what the client sent is read and dropped (at most 64 KiB, [`REFUSAL_TIME`]) before closing,
+/// so that the close does not reset the connection under the 503 before the client read it.
+fn refuse_connection(
+    stream: tokio::net::TcpStream,
+    max: usize,
+    refusing: &Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use std::sync::atomic::Ordering;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    if refusing.fetch_add(1, Ordering::AcqRel) >= MAX_REFUSING {
+        refusing.fetch_sub(1, Ordering::AcqRel);
+        return;
+    }
+    let refusing = refusing.clone();
+    let body = json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32000, "message":
+        format!("mcpulse gateway: all {max} connections are in use (max_connections); retry later")}})
+    .to_string();
+    let head = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: {RETRY_AFTER_SECS}\r\nconnection: close\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    tokio::spawn(async move {
+        let mut stream = stream;
+        let _ = tokio::time::timeout(REFUSAL_TIME, async {
+            stream.write_all(head.as_bytes()).await?;
+            stream.write_all(body.as_bytes()).await?;
+            stream.shutdown().await?;
+            let mut sink = [0u8; 4096];
+            let mut left = 64usize << 10;
+            while left > 0 {
+                let n = stream.read(&mut sink).await?;
+                if n == 0 {
+                    break;
+                }
+                left = left.saturating_sub(n);
+            }
+            Ok::<(), std::io::Error>(())
+        })
+        .await;
+        refusing.fetch_sub(1, Ordering::AcqRel);
+    });
 }
 
 impl axum::serve::Listener for Counted {
@@ -466,16 +599,26 @@ impl axum::serve::Listener for Counted {
     type Addr = SocketAddr;
 
     async fn accept(&mut self) -> (CountedStream, SocketAddr) {
-        let (stream, addr) = axum::serve::Listener::accept(&mut self.inner).await;
-        let _ = stream.set_nodelay(true);
-        self.shared.metrics.connection_opened();
-        (
-            CountedStream {
-                inner: stream,
-                shared: self.shared.clone(),
-            },
-            addr,
-        )
+        use std::sync::atomic::Ordering;
+        loop {
+            let (stream, addr) = axum::serve::Listener::accept(&mut self.inner).await;
+            if self.open.fetch_add(1, Ordering::AcqRel) >= self.max {
+                self.open.fetch_sub(1, Ordering::AcqRel);
+                self.shared.metrics.connection_refused();
+                refuse_connection(stream, self.max, &self.refusing);
+                continue;
+            }
+            let _ = stream.set_nodelay(true);
+            self.shared.metrics.connection_opened();
+            return (
+                CountedStream {
+                    inner: stream,
+                    shared: self.shared.clone(),
+                    open: self.open.clone(),
+                },
+                addr,
+            );
+        }
     }
 
     fn local_addr(&self) -> std::io::Result<SocketAddr> {
@@ -572,6 +715,7 @@ pub async fn start(gateway: &Gateway, shared: Arc<Shared>) -> Result<Running, St
                 max_sessions: gateway.max_sessions,
                 idle_timeout: gateway.session_idle_timeout,
                 pool: gateway.stateless_pool,
+                keepalive: gateway.streams.keepalive,
             },
             shared.clone(),
         )),
@@ -608,10 +752,16 @@ pub async fn start(gateway: &Gateway, shared: Arc<Shared>) -> Result<Running, St
             });
         }
     }
+    shared
+        .thresholds
+        .configure(gateway.streams.thresholds.clone());
     let shared_for_health = shared.clone();
     let counted = Counted {
         inner: listener,
         shared,
+        max: gateway.streams.max_connections,
+        open: Arc::default(),
+        refusing: Arc::default(),
     };
     // With the peer's address: the gateway's own probes are told apart by it (loopback only).
     let serve = axum::serve(counted, app.into_make_service_with_connect_info::<Peer>())
@@ -620,7 +770,12 @@ pub async fn start(gateway: &Gateway, shared: Arc<Shared>) -> Result<Running, St
         let _ = serve.await;
     });
     let settings = health_settings(gateway, addr);
+    let mut settings = settings;
     if let Upstream::Stdio(up) = &upstream {
+        // `tool` checks call over the readiness session: probing /mcp would spawn a child.
+        settings.session = Some(crate::checks::Session(Arc::new(stdio::ReadinessTools(
+            Arc::downgrade(up),
+        ))));
         up.start_readiness(stdio::Readiness {
             interval: settings.readiness_interval,
             timeout: settings.readiness_timeout,
@@ -643,7 +798,8 @@ pub async fn start(gateway: &Gateway, shared: Arc<Shared>) -> Result<Running, St
 /// client could really be served. Stdio upstream: no prober (each probe would open a legacy
 /// session, i.e. spawn a child, and take a `max_sessions` slot); the readiness session
 /// ([`stdio::StdioUpstream::start_readiness`]) observes the protocol on a child of its own.
-/// `mcp` stays set for `tool` dependency checks either way.
+/// `tool` dependency checks go over that readiness child too ([`stdio::ReadinessTools`],
+/// set in [`start`]); over an HTTP upstream they probe `mcp`.
 fn health_settings(gateway: &Gateway, addr: SocketAddr) -> crate::health::Settings {
     let loopback = match addr.ip() {
         ip if ip.is_unspecified() && addr.is_ipv6() => {
@@ -710,6 +866,54 @@ mod tests {
         inject_health_tool(&mut last, "health_check");
         assert_eq!(last["tools"].as_array().map(Vec::len), Some(2));
         assert_eq!(last["tools"][1]["name"], "health_check");
+    }
+
+    /// The next frame of `body` and when it came (paused time: the clock jumps to each timer).
+    async fn frame_at(body: &mut ChannelBody, t0: tokio::time::Instant) -> Option<(u64, Bytes)> {
+        use http_body_util::BodyExt;
+        let frame = body.frame().await?.ok()?;
+        let ms = u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX);
+        Some((ms, frame.into_data().ok()?))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_stream_gets_a_comment_every_interval_and_events_push_it_back() {
+        let comment = Bytes::from_static(mcpulse_policy::keepalive::COMMENT);
+        let (tx, rx) = mpsc::channel(4);
+        let t0 = tokio::time::Instant::now();
+        let mut body = ChannelBody::new(rx, Some(Duration::from_secs(15)));
+        assert_eq!(
+            frame_at(&mut body, t0).await,
+            Some((15_000, comment.clone()))
+        );
+        assert_eq!(
+            frame_at(&mut body, t0).await,
+            Some((30_000, comment.clone()))
+        );
+        // An event 10 s later: the next comment is due 15 s after it.
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let event = Bytes::from_static(b"event: message\ndata: {}\n\n");
+        tx.send(event.clone()).await.ok();
+        assert_eq!(frame_at(&mut body, t0).await, Some((40_000, event)));
+        assert_eq!(frame_at(&mut body, t0).await, Some((55_000, comment)));
+        // Ended: no comment after the end.
+        drop(tx);
+        assert_eq!(frame_at(&mut body, t0).await, None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn keepalive_off_sends_no_comment() {
+        let (tx, rx) = mpsc::channel(4);
+        let t0 = tokio::time::Instant::now();
+        let mut body = ChannelBody::new(rx, None);
+        let event = Bytes::from_static(b"event: message\ndata: {}\n\n");
+        let send = event.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(120)).await;
+            tx.send(send).await.ok();
+        });
+        assert_eq!(frame_at(&mut body, t0).await, Some((120_000, event)));
+        assert_eq!(frame_at(&mut body, t0).await, None);
     }
 
     #[test]

@@ -20,9 +20,10 @@
 //!
 //! Bounds: a request body is the door's `max_body`; a line from the relay is at most the
 //! child's `max_message_size`; each waiting POST buffers at most [`EVENTS`] server messages
-//! and each GET stream [`EVENTS`] SSE frames (past either, notifications are dropped and
-//! counted in the log, never the reply); sessions are `max_sessions`, the pool
-//! `stateless_pool`.
+//! (plus [`HANDOVER`] once it streams) and each GET stream [`EVENTS`] SSE frames (past either,
+//! notifications are dropped and counted in the log, never the reply: a client that does not
+//! read holds no more than that, and never holds the child back, which may serve other
+//! streams); sessions are `max_sessions`, the pool `stateless_pool`.
 
 use super::record;
 use crate::metrics::Outcome;
@@ -45,6 +46,8 @@ use tokio::time::Instant;
 
 /// Server messages buffered per waiting POST, and SSE frames per GET stream.
 pub const EVENTS: usize = 256;
+/// Frames between a POST's stream task and hyper (the queue before it is [`EVENTS`]).
+pub const HANDOVER: usize = 4;
 /// The in-memory pipe between a worker and its relay (each direction).
 const PIPE: usize = 256 << 10;
 /// The JSON-RPC code when the session's relay ended with the request unanswered (the
@@ -57,6 +60,10 @@ pub struct Limits {
     pub max_sessions: usize,
     pub idle_timeout: Duration,
     pub pool: usize,
+    /// An SSE comment on every response stream silent this long (`None`: none); a POST whose
+    /// client accepts SSE turns into a stream when its reply is this late, so that the wait
+    /// gets comments too.
+    pub keepalive: Option<Duration>,
 }
 
 /// Locks a mutex, a poisoned one included (the data is plain maps, always consistent).
@@ -384,6 +391,8 @@ pub struct StdioUpstream {
     readiness: Mutex<Option<Arc<Worker>>>,
     /// The readiness session's child's pid (0 while none runs).
     readiness_pid: Arc<AtomicU32>,
+    /// The era the readiness session's handshake found (None: not done, or due again).
+    readiness_era: Mutex<Option<mcpulse_wire::version::Era>>,
 }
 
 /// How a POST reached this upstream, as the door read it.
@@ -412,6 +421,7 @@ impl StdioUpstream {
             stop,
             readiness: Mutex::new(None),
             readiness_pid: Arc::new(AtomicU32::new(0)),
+            readiness_era: Mutex::new(None),
         });
         tokio::spawn(expire_idle(Arc::downgrade(&up)));
         up
@@ -603,6 +613,7 @@ impl StdioUpstream {
             message,
             id,
             sse,
+            keepalive: self.limits.keepalive,
         }
         .run(health_tool.map(str::to_owned))
         .await;
@@ -665,7 +676,7 @@ impl StdioUpstream {
             routes.listen = Some(tx);
         }
         worker.touch();
-        sse_response(rx, None)
+        sse_response(rx, None, self.limits.keepalive)
     }
 
     /// `DELETE`: ends the session and stops its child (answered once it stopped).
@@ -750,11 +761,14 @@ impl StdioUpstream {
     /// would open a legacy session, i.e. spawn a child, every interval (an `npx` server every
     /// 10 s) and take a `max_sessions` slot. The child's state counts in the upstream's process
     /// state (it is the upstream), so `/livez` and `/readyz` see a process from the start.
+    /// A child whose supervisor spent its restart budget is replaced after a backoff
+    /// ([`replacement_delay`]), `/readyz` failing meanwhile: readiness recovers on its own.
     pub fn start_readiness(self: &Arc<Self>, r: Readiness) {
         let worker = self.spawn_observed(Some(self.readiness_pid.clone()));
         *lock(&self.readiness) = Some(worker.clone());
         let shared = self.shared.clone();
         let mut stop = self.stop.subscribe();
+        let up = Arc::downgrade(self);
         tokio::spawn(async move {
             let mut session = ReadinessSession {
                 worker,
@@ -768,17 +782,88 @@ impl StdioUpstream {
             let every = r.interval.max(crate::checks::MIN_INTERVAL);
             let mut ticks = tokio::time::interval(every);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            // Replacements of a readiness child whose supervisor gave up, since the last good
+            // round.
+            let mut attempt = 0u32;
+            let random = std::collections::hash_map::RandomState::new();
             loop {
                 tokio::select! {
                     // Stopped, or the upstream is gone (the sender dropped).
                     _ = stop.wait_for(|s| *s) => return,
                     _ = ticks.tick() => {}
                 }
+                let gone = session.worker.fatal.load(Ordering::Relaxed)
+                    || session.worker.sender().is_none();
+                if gone {
+                    let Some(upstream) = up.upgrade() else { return };
+                    use std::hash::BuildHasher;
+                    let wait = replacement_delay(
+                        &upstream.settings.restart.backoff,
+                        attempt,
+                        random.hash_one(attempt),
+                    );
+                    attempt = attempt.saturating_add(1);
+                    crate::health::observe_protocol(
+                        &shared,
+                        crate::state::Protocol {
+                            at_ms: crate::checks::now_ms(),
+                            handshake_ok: false,
+                            tools: None,
+                            latency: Duration::ZERO,
+                            error: Some(format!(
+                                "the readiness child's restart budget is spent; a new one starts in {} ms",
+                                wait.as_millis()
+                            )),
+                        },
+                    );
+                    tracing::warn!(
+                        wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                        attempt,
+                        "the readiness child's restart budget is spent: starting a new one after a backoff"
+                    );
+                    let old = session.worker.clone();
+                    old.close(upstream.stop_bound()).await;
+                    upstream.forget(&old);
+                    drop(upstream);
+                    tokio::select! {
+                        _ = stop.wait_for(|s| *s) => return,
+                        () = tokio::time::sleep(wait) => {}
+                    }
+                    let Some(upstream) = up.upgrade() else { return };
+                    if *upstream.stop.borrow() {
+                        return;
+                    }
+                    let worker = upstream.spawn_observed(Some(upstream.readiness_pid.clone()));
+                    *lock(&upstream.readiness) = Some(worker.clone());
+                    *lock(&upstream.readiness_era) = None;
+                    session.worker = worker;
+                    session.era = None;
+                    continue;
+                }
                 let p = session.round(&r).await;
+                if p.tools.is_some() {
+                    attempt = 0;
+                }
+                if let Some(up) = up.upgrade() {
+                    *lock(&up.readiness_era) = session.era;
+                }
                 crate::health::observe_protocol(&shared, p);
             }
         });
     }
+}
+
+/// How long the readiness session waits before replacing a child whose supervisor spent its
+/// restart budget: the upstream's own restart backoff (`backoff_initial` doubling up to
+/// `backoff_max`), with "equal jitter" (between half the step and the step), so that it never
+/// comes back at once, as full jitter could, after a budget of quick restarts was just spent.
+fn replacement_delay(
+    backoff: &mcpulse_policy::backoff::Backoff,
+    attempt: u32,
+    draw: u64,
+) -> Duration {
+    let ceiling = backoff.ceiling(attempt);
+    ceiling / 2 + backoff.delay(attempt, draw) / 2
 }
 
 /// The readiness session's side of its child: which era the handshake found (None: a
@@ -838,27 +923,7 @@ impl ReadinessSession {
 
     /// One request to the child, answered before `deadline`.
     async fn ask(&mut self, message: Value, deadline: Instant) -> Result<Value, String> {
-        let Value::Object(message) = message else {
-            return Err("not a request".into());
-        };
-        let id = message.get("id").cloned().unwrap_or(Value::Null);
-        let method = message
-            .get("method")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_owned();
-        let call = Call {
-            worker: self.worker.clone(),
-            message,
-            id,
-            sse: false,
-        };
-        match tokio::time::timeout_at(deadline, call.run(None)).await {
-            Ok(Reply::Json(v)) => Ok(v),
-            // Not asked for (sse: false); a reply always comes as JSON then.
-            Ok(Reply::Stream(_)) => Err(format!("{method}: an unexpected stream")),
-            Err(_) => Err(format!("the upstream did not answer {method} in time")),
-        }
+        ask(self.worker.clone(), message, deadline).await
     }
 
     fn id(&mut self) -> i64 {
@@ -965,15 +1030,136 @@ impl ReadinessSession {
                         || t.get("name").and_then(Value::as_str) != r.own_tool.as_deref()
                 })
                 .count();
-            cursor = result
-                .and_then(|r| r.get("nextCursor"))
-                .and_then(Value::as_str)
-                .map(str::to_owned);
+            cursor = next_cursor(result);
             if cursor.is_none() {
                 break;
             }
         }
         Ok(count)
+    }
+}
+
+/// One request to a worker's child (the gateway's own: no client's), answered before
+/// `deadline`.
+async fn ask(worker: Arc<Worker>, message: Value, deadline: Instant) -> Result<Value, String> {
+    let Value::Object(message) = message else {
+        return Err("not a request".into());
+    };
+    let id = message.get("id").cloned().unwrap_or(Value::Null);
+    let method = message
+        .get("method")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    let call = Call {
+        worker,
+        message,
+        id,
+        sse: false,
+        keepalive: None,
+    };
+    match tokio::time::timeout_at(deadline, call.run(None)).await {
+        Ok(Reply::Json(v)) => Ok(v),
+        // Not asked for (sse: false); a reply always comes as JSON then.
+        Ok(Reply::Stream(_)) => Err(format!("{method}: an unexpected stream")),
+        Err(_) => Err(format!("the upstream did not answer {method} in time")),
+    }
+}
+
+/// `tool` dependency checks over the readiness session's child
+/// ([`crate::checks::ToolSession`]): no session, no child of their own per run. They share the
+/// child with readiness, each request on its own id. Weak: the checks do not keep the
+/// upstream alive.
+pub struct ReadinessTools(pub std::sync::Weak<StdioUpstream>);
+
+impl ReadinessTools {
+    /// The readiness child's worker and its era, once its handshake is done.
+    fn session(&self) -> Result<(Arc<Worker>, mcpulse_wire::version::Era), String> {
+        let up = self.0.upgrade().ok_or("the gateway is stopping")?;
+        let worker = lock(&up.readiness)
+            .clone()
+            .ok_or("the readiness session is not running")?;
+        let era = (*lock(&up.readiness_era))
+            .ok_or("the readiness session has not completed its handshake yet")?;
+        Ok((worker, era))
+    }
+}
+
+/// A list result's `nextCursor` (`None`: the last page).
+fn next_cursor(result: Option<&Value>) -> Option<String> {
+    result
+        .and_then(|r| r.get("nextCursor"))
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
+fn check_client() -> mcpulse_wire::message::ClientInfo {
+    mcpulse_wire::message::ClientInfo {
+        name: "mcpulse-gateway-check".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+    }
+}
+
+impl crate::checks::ToolSession for ReadinessTools {
+    fn find_tool<'a>(
+        &'a self,
+        tool: &'a str,
+        deadline: Instant,
+    ) -> crate::checks::tool::BoxFuture<'a, Result<Option<Value>, String>> {
+        Box::pin(async move {
+            use mcpulse_wire::message::{ListKind, list};
+            let (worker, era) = self.session()?;
+            let client = check_client();
+            let mut cursor: Option<String> = None;
+            for page in 0..MAX_PAGES {
+                let msg = list(
+                    page as i64,
+                    ListKind::Tools,
+                    cursor.as_deref(),
+                    era,
+                    &client,
+                );
+                let reply = ask(worker.clone(), msg, deadline).await?;
+                if let Some((_, why)) = error_of(&reply) {
+                    return Err(format!("tools/list: {why}"));
+                }
+                let result = reply.get("result");
+                let found = result
+                    .and_then(|r| r.get("tools"))
+                    .and_then(Value::as_array)
+                    .and_then(|tools| {
+                        tools
+                            .iter()
+                            .find(|t| t.get("name").and_then(Value::as_str) == Some(tool))
+                    });
+                if let Some(t) = found {
+                    return Ok(Some(t.clone()));
+                }
+                cursor = next_cursor(result);
+                if cursor.is_none() {
+                    break;
+                }
+            }
+            Ok(None)
+        })
+    }
+
+    fn call_tool<'a>(
+        &'a self,
+        tool: &'a str,
+        deadline: Instant,
+    ) -> crate::checks::tool::BoxFuture<'a, Result<Value, String>> {
+        Box::pin(async move {
+            let (worker, era) = self.session()?;
+            let msg = mcpulse_wire::message::tools_call(
+                1,
+                tool,
+                &serde_json::Map::new(),
+                era,
+                &check_client(),
+            );
+            ask(worker, msg, deadline).await
+        })
     }
 }
 
@@ -1058,6 +1244,9 @@ struct Call {
     message: serde_json::Map<String, Value>,
     id: Value,
     sse: bool,
+    /// With `sse`: the reply not there after this long turns the response into a stream, so
+    /// that the wait carries keep-alives.
+    keepalive: Option<Duration>,
 }
 
 /// How a request is answered: one JSON reply, or an SSE stream (the server sent messages
@@ -1075,6 +1264,7 @@ pub(crate) struct Stream {
     reply: oneshot::Receiver<Value>,
     id: Value,
     health_tool: Option<String>,
+    keepalive: Option<Duration>,
 }
 
 impl Call {
@@ -1084,6 +1274,7 @@ impl Call {
             mut message,
             id,
             sse,
+            keepalive,
         } = self;
         let (reply_tx, mut reply_rx) = oneshot::channel();
         let (events_tx, mut events_rx) = mpsc::channel(EVENTS);
@@ -1127,23 +1318,21 @@ impl Call {
         // The events' sender goes with the waiter, as the reply is delivered: from then on
         // only the reply branch is live.
         let mut events_open = true;
+        let late = keepalive.filter(|_| sse);
+        let late_at = late.map(|k| Instant::now() + k);
+        let turn = super::sleep_until_opt(late_at);
+        tokio::pin!(turn);
         loop {
-            tokio::select! {
+            let first = tokio::select! {
                 biased;
                 event = events_rx.recv(), if events_open => match event {
-                    Some(first) if sse => {
-                        return Reply::Stream(Stream {
-                            first,
-                            guard,
-                            events: events_rx,
-                            reply: reply_rx,
-                            id,
-                            health_tool: health,
-                        });
-                    }
+                    Some(first) if sse => first,
                     // The client takes JSON only: what comes before the reply has no way to it.
-                    Some(_) => {}
-                    None => events_open = false,
+                    Some(_) => continue,
+                    None => {
+                        events_open = false;
+                        continue;
+                    }
                 },
                 reply = &mut reply_rx => {
                     drop(guard);
@@ -1153,7 +1342,19 @@ impl Call {
                     }
                     return Reply::Json(reply);
                 }
-            }
+                // The reply is late: the response turns into a stream now, its first bytes
+                // a keep-alive comment, so that a proxy does not cut the wait.
+                () = &mut turn => Bytes::from_static(mcpulse_policy::keepalive::COMMENT),
+            };
+            return Reply::Stream(Stream {
+                first,
+                guard,
+                events: events_rx,
+                reply: reply_rx,
+                id,
+                health_tool: health,
+                keepalive,
+            });
         }
     }
 }
@@ -1166,7 +1367,8 @@ impl Stream {
         session: Option<&str>,
         finish: impl FnOnce(&Value) + Send + 'static,
     ) -> Response {
-        let (tx, rx) = mpsc::channel(EVENTS);
+        // The waiter's queue (EVENTS) is the buffer; this hand-over to hyper holds a few.
+        let (tx, rx) = mpsc::channel(HANDOVER);
         let Stream {
             first,
             guard,
@@ -1174,6 +1376,7 @@ impl Stream {
             mut reply,
             id,
             health_tool,
+            keepalive,
         } = self;
         tokio::spawn(async move {
             let _guard = guard;
@@ -1216,12 +1419,16 @@ impl Stream {
                 .send(sse_frame(&serde_json::to_vec(&reply).unwrap_or_default()))
                 .await;
         });
-        sse_response(rx, session)
+        sse_response(rx, session, keepalive)
     }
 }
 
 /// A `text/event-stream` response fed by `rx`; it ends when every sender is gone.
-pub(crate) fn sse_response(rx: mpsc::Receiver<Bytes>, session: Option<&str>) -> Response {
+pub(crate) fn sse_response(
+    rx: mpsc::Receiver<Bytes>,
+    session: Option<&str>,
+    keepalive: Option<Duration>,
+) -> Response {
     let mut headers = HeaderMap::new();
     headers.insert(
         axum::http::header::CONTENT_TYPE,
@@ -1238,7 +1445,7 @@ pub(crate) fn sse_response(rx: mpsc::Receiver<Bytes>, session: Option<&str>) -> 
     (
         StatusCode::OK,
         headers,
-        axum::body::Body::new(super::ChannelBody(rx)),
+        axum::body::Body::new(super::ChannelBody::new(rx, keepalive)),
     )
         .into_response()
 }

@@ -276,6 +276,20 @@ fn text_document(result: &Value) -> Option<Value> {
         })
 }
 
+/// What a health tool's reply (`result`) says, read as the probe reads it: the status it
+/// reports (None: no health document), the findings, and the components it lists. For a
+/// caller that called the tool itself (the gateway's `tool` checks over a session it holds).
+pub fn health_tool_reply(
+    result: &Value,
+    tool: &str,
+) -> (Option<Status>, Vec<Finding>, Vec<Component>) {
+    let name = text::field(tool).into_owned();
+    let is_error = result.get("isError").and_then(Value::as_bool) == Some(true);
+    let (mut out, mut found) = (Vec::new(), Vec::new());
+    let reported = health_document(result, &name, is_error, &mut out, &mut found);
+    (reported, out, found)
+}
+
 /// A health tool's result as a health document: its status and failing components as
 /// findings, and the status it reports.
 fn health_document(

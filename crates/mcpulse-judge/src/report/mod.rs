@@ -27,7 +27,7 @@ use serde_json::Value;
 use stdio::{phases, stderr_tail};
 
 pub use crate::evidence::{describe, rfc3339};
-pub use calls::CallResult;
+pub use calls::{CallResult, health_tool_reply};
 pub use endpoint::{Component, MAX_COMPONENTS};
 pub use stdio::SLOW_STARTUP_MS;
 

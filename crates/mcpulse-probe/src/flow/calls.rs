@@ -78,17 +78,7 @@ fn health_tool(
             fit.then(|| (CallSpec::new(*name), Ok(())))
         }),
         HealthToolMode::Named(name) => {
-            let admitted = match find(tools, name) {
-                None => Err(Refusal::NotListed),
-                Some(t) if call::has_required_arguments(t) => Err(Refusal::RequiredArguments),
-                Some(t) if call::is_destructive(t) && !allow_side_effects => {
-                    Err(Refusal::Destructive)
-                }
-                Some(t) if !HEALTH_TOOL_NAMES.contains(&name.as_str()) => {
-                    call::admit(Some(t), allow_side_effects)
-                }
-                Some(_) => Ok(()),
-            };
+            let admitted = call::admit_health_tool(name, find(tools, name), allow_side_effects);
             Some((CallSpec::new(name.clone()), admitted))
         }
     }

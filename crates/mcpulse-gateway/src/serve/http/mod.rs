@@ -65,6 +65,9 @@ pub struct HttpSettings {
     /// upstream never hangs a client. A client's GET stream has no reply pending and no
     /// timeout. (Per-tool timeouts are #20's.)
     pub reply_timeout: Duration,
+    /// An SSE comment on each relayed stream silent this long (`None`: none). The upstream's
+    /// own comments are not relayed, so the cadence is the gateway's alone.
+    pub keepalive: Option<Duration>,
 }
 
 impl HttpSettings {
@@ -80,6 +83,7 @@ impl HttpSettings {
             reconnect: Backoff::default(),
             extra_roots: Vec::new(),
             reply_timeout: DEFAULT_REPLY_TIMEOUT,
+            keepalive: Some(mcpulse_policy::keepalive::DEFAULT_INTERVAL),
         }
     }
 }
@@ -94,6 +98,7 @@ impl std::fmt::Debug for HttpSettings {
             .field("reconnect", &self.reconnect)
             .field("extra_roots", &self.extra_roots.len())
             .field("reply_timeout", &self.reply_timeout)
+            .field("keepalive", &self.keepalive)
             .finish()
     }
 }
@@ -512,13 +517,14 @@ impl Record {
 
     fn done(&self, outcome: Outcome) {
         let Some(method) = self.method else { return };
-        let took = self.started.elapsed();
         // The gateway's own probes, every few seconds, are neither counted nor logged.
-        if !self.own_probe {
-            self.shared
-                .metrics
-                .request(method, self.tool.as_deref(), took, outcome);
-            crate::metrics::log_request(method, self.tool.as_deref(), took, outcome);
-        }
+        crate::serve::record(
+            &self.shared,
+            method,
+            self.tool.as_deref(),
+            self.started,
+            outcome,
+            self.own_probe,
+        );
     }
 }

@@ -17,7 +17,8 @@
 //!   clients' requests still go through.
 //!
 //! Events are re-framed (`id`, `event`, `retry`, `data`); SSE comments (keep-alives) are not
-//! relayed.
+//! relayed: the client's body ([`crate::serve::ChannelBody`]) writes the gateway's own, on its
+//! own cadence, so an upstream's comments can neither double it nor stand in for it.
 
 use super::link::Link;
 use super::{Call, FORWARDED_RESPONSE_HEADERS, HttpUpstream, Record, Target};
@@ -28,15 +29,13 @@ use axum::response::Response;
 use bytes::Bytes;
 use http::{HeaderValue, StatusCode};
 use http_body_util::{BodyExt, Full};
-use hyper::body::{Frame, Incoming};
+use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use mcpulse_relay::supervise::envelope::{Envelope, Kind, canonical_id};
 use mcpulse_transport::http::{BodyEnd, read_body};
 use mcpulse_wire::sse::{Decoder, Event, Item};
 use serde_json::{Value, json};
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -157,8 +156,9 @@ pub async fn respond(
             record: Record::new(x.upstream, &x.call, x.started),
         };
         tokio::spawn(stream.run(body, sender, pending));
+        let body = crate::serve::ChannelBody::new(rx, x.upstream.settings.keepalive);
         return out
-            .body(Body::new(ChannelBody { rx }))
+            .body(Body::new(body))
             .unwrap_or_else(|_| plain(StatusCode::BAD_GATEWAY, ""));
     }
     let max = x.upstream.settings.max_message_size;
@@ -276,7 +276,7 @@ impl Stream {
                     tracing::debug!(upstream = %self.label, "client left the stream; closing the upstream's");
                     return;
                 }
-                () = sleep_until_opt(due) => {
+                () = crate::serve::sleep_until_opt(due) => {
                     self.fail(&mut pending, codes::REQUEST_TIMEOUT, &self.timed_out).await;
                     return;
                 }
@@ -376,14 +376,6 @@ impl Stream {
     }
 }
 
-/// Sleeps until `at`, or for ever.
-async fn sleep_until_opt(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
 /// An event framed for the wire. The decoder split fields at line ends, so no value holds one.
 fn encode(e: &Event) -> Bytes {
     let mut s = String::with_capacity(e.data.len() + 32);
@@ -410,25 +402,6 @@ fn encode(e: &Event) -> Bytes {
     }
     s.push('\n');
     Bytes::from(s)
-}
-
-/// The client's side of a relayed stream: the events the relay task hands over.
-struct ChannelBody {
-    rx: mpsc::Receiver<Bytes>,
-}
-
-impl hyper::body::Body for ChannelBody {
-    type Data = Bytes;
-    type Error = std::convert::Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        self.rx
-            .poll_recv(cx)
-            .map(|event| event.map(|b| Ok(Frame::data(b))))
-    }
 }
 
 /// A JSON-RPC error as a body: `id` is the request's raw id (`null` when unknown), `upstream`
