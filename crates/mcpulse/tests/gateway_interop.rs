@@ -209,13 +209,32 @@ fn side_by_side(direct: &Conformance, through: &Conformance) -> String {
 /// Whatever passes direct passes through the bridge (more may: the gateway adds Host and
 /// Origin validation).
 fn assert_passes_what_direct_passes(direct: &Conformance, through: &Conformance) {
-    let lost: Vec<&String> = direct.passed.difference(&through.passed).collect();
+    let lost: Vec<&String> = direct
+        .passed
+        .difference(&through.passed)
+        .filter(|check| !optional_info(through, check))
+        .collect();
     assert!(
         lost.is_empty(),
         "{} lost {lost:?}\n{}",
         through.label,
         side_by_side(direct, through)
     );
+}
+
+/// The one check the suite itself calls optional: `server-sse-streams-functional` passes when
+/// one of three concurrent `tools/list` POSTs is answered as an SSE stream, and reports `INFO`
+/// ("SSE streams optional") when all three are plain JSON, which the spec allows. server-
+/// everything answers with SSE always; through a bridge, a POST becomes a stream only when a
+/// server message arrives while it waits (server-everything's `list_changed` after `initialize`
+/// lands on whichever POST is waiting, else on the GET stream), so the result depends on timing.
+/// `INFO` is accepted for it; a `FAILURE` is not.
+fn optional_info(through: &Conformance, check: &str) -> bool {
+    check == "server-sse-multiple-streams/server-sse-streams-functional"
+        && through
+            .failed
+            .iter()
+            .any(|(c, why)| c == check && why.starts_with("INFO:"))
 }
 
 /// The gateway's bar: what passes direct, and the DNS-rebinding check that server-everything
