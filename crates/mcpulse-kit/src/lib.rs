@@ -1,0 +1,35 @@
+//! `mcpulse-kit`: mcpulse's server-side health, in-process, for Rust MCP servers built on
+//! [`rmcp`]: what `mcpulse gateway` gives any server from outside, without a sidecar.
+//!
+//! - [`Health`]: named, cached dependency checks ([`Check`]: TCP, HTTP GET, a closure, a
+//!   self-check over MCP, or your own [`check::Probe`]) and a readiness latch on the tool
+//!   registry;
+//! - [`endpoints::router`]: `/livez`, `/readyz` (`application/health+json`, the gateway's
+//!   shape) and `/metrics` (the gateway's metric names), an axum `Router` to merge beside
+//!   rmcp's `StreamableHttpService`;
+//! - [`Kit::wrap`]: per-tool policies on an rmcp `ToolRouter` (timeout, circuit breaker,
+//!   concurrency limit), and the opt-in `health_check` tool;
+//! - [`progress`]: progress notifications for long tools.
+//!
+//! The state machines and the health+json rendering are mcpulse-policy's, shared with the
+//! gateway and the supervisor. docs/kit.md has the walk-through and a Kubernetes probe snippet.
+
+pub mod check;
+pub mod health;
+mod metrics;
+
+pub use check::Check;
+pub use health::{Health, Running};
+pub use metrics::{OPENMETRICS, PREFIX as METRICS_PREFIX};
+
+/// What the kit's constructors refuse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A check's URL is not an http(s) URL with a host.
+    #[error("invalid URL: {0}")]
+    Url(String),
+    /// A policy setting is out of range.
+    #[error("tool {tool}: {why}")]
+    Policy { tool: String, why: String },
+}
