@@ -15,11 +15,15 @@
 //! gateway and the supervisor. docs/kit.md has the walk-through and a Kubernetes probe snippet.
 
 pub mod check;
+pub mod endpoints;
 pub mod health;
+pub mod kit;
 mod metrics;
+pub mod progress;
 
 pub use check::Check;
 pub use health::{Health, Running};
+pub use kit::{Kit, ToolPolicy};
 pub use metrics::{OPENMETRICS, PREFIX as METRICS_PREFIX};
 
 /// What the kit's constructors refuse.

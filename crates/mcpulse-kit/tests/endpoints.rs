@@ -1,0 +1,91 @@
+//! `/livez` and `/readyz` beside rmcp's service on one listener: health+json, 200/503, the
+//! readiness latch opened by `Kit::wrap`, a dependency breaking and mending.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::{Session, get, serve};
+use mcpulse_kit::check::Outcome;
+use mcpulse_kit::{Check, Health, Kit};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+async fn until(mut f: impl AsyncFnMut() -> bool) {
+    for _ in 0..200 {
+        if f().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("condition not met within 5 s");
+}
+
+#[tokio::test]
+async fn readyz_and_livez_beside_the_mcp_service() {
+    let broken = Arc::new(AtomicBool::new(false));
+    let b = broken.clone();
+    let health = Health::new("kit-test", "9.9.9").with_check(
+        Check::from_fn("db", move || {
+            let down = b.load(Ordering::SeqCst);
+            async move {
+                if down {
+                    Outcome::down("db refused")
+                } else {
+                    Outcome::ok("db answered")
+                }
+            }
+        })
+        .interval(Duration::from_millis(100))
+        .failure_threshold(1),
+    );
+    // Before the registry loads: not ready, and it says why.
+    let unwrapped = health.readiness();
+    assert_eq!(unwrapped.status().http_status(), 503);
+    let served = serve(Some(Kit::new(health))).await;
+    until(async || served.health.runs("db") > 0).await;
+    let r = get(served.addr, "/readyz").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.header("content-type"), Some("application/health+json"));
+    assert_eq!(r.header("cache-control"), Some("no-store"));
+    let doc = r.json();
+    assert_eq!(doc["status"], "pass");
+    assert_eq!(doc["serviceId"], "kit-test");
+    assert_eq!(doc["version"], "9.9.9");
+    assert_eq!(doc["checks"]["tools:count"][0]["observedValue"], 4);
+    assert_eq!(doc["checks"]["db:responseTime"][0]["output"], "db answered");
+    // The MCP service on the same listener.
+    let mut s = Session::open(&served.url()).await;
+    assert_eq!(s.list().await.len(), 4);
+
+    broken.store(true, Ordering::SeqCst);
+    until(async || get(served.addr, "/readyz").await.status == 503).await;
+    let doc = get(served.addr, "/readyz").await.json();
+    assert_eq!(doc["status"], "fail");
+    assert_eq!(doc["output"], "db refused");
+    let v = get(served.addr, "/readyz?verbose").await;
+    assert!(
+        v.body
+            .contains("[-]db failed: db refused\nreadyz check failed"),
+        "{}",
+        v.body
+    );
+    assert_eq!(get(served.addr, "/readyz?exclude=db").await.status, 200);
+    // Liveness never looks at dependencies.
+    let l = get(served.addr, "/livez").await;
+    assert_eq!(l.status, 200);
+    assert_eq!(l.json()["status"], "pass");
+
+    broken.store(false, Ordering::SeqCst);
+    until(async || get(served.addr, "/readyz").await.status == 200).await;
+}
+
+#[tokio::test]
+async fn a_plain_router_never_opens_the_latch() {
+    // Without Kit::wrap nobody reports the tool registry: not ready.
+    let served = serve(None).await;
+    let r = get(served.addr, "/readyz").await;
+    assert_eq!(r.status, 503);
+    assert_eq!(r.json()["output"], "the tool registry has not loaded yet");
+}
