@@ -226,6 +226,17 @@ impl Session {
         s
     }
 
+    /// The same session on a connection of its own, its ids far from this one's (to send a
+    /// notification while a call is in flight).
+    pub fn twin(&self) -> Session {
+        Session {
+            client: HttpClient::new(Clock::start()),
+            uri: self.uri.clone(),
+            headers: self.headers.clone(),
+            next: self.next + 1000,
+        }
+    }
+
     pub fn id(&self) -> i64 {
         self.next
     }
@@ -300,7 +311,7 @@ impl Session {
         reply(&ex)["result"]["tools"].as_array().unwrap().clone()
     }
 
-    /// A session on the same server for a call in parallel (sessions are cheap).
+    /// The text of a result's first content block.
     pub fn text(result: &Value) -> String {
         result["content"][0]["text"]
             .as_str()
