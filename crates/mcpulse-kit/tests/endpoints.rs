@@ -89,3 +89,47 @@ async fn a_plain_router_never_opens_the_latch() {
     assert_eq!(r.status, 503);
     assert_eq!(r.json()["output"], "the tool registry has not loaded yet");
 }
+
+#[tokio::test]
+async fn metrics_have_the_gateways_names() {
+    use mcpulse_kit::ToolPolicy;
+    let health = Health::new("kit-test", "1").with_check(
+        Check::from_fn("db", || async { Outcome::ok("fine") }).interval(Duration::from_millis(100)),
+    );
+    let kit = Kit::new(health).tool(
+        "sleep",
+        ToolPolicy::new()
+            .timeout(Duration::from_millis(100))
+            .breaker(Default::default())
+            .max_concurrent(2),
+    );
+    let served = serve(Some(kit)).await;
+    until(async || served.health.runs("db") > 0).await;
+    let mut s = Session::open(&served.url()).await;
+    s.call("hello", serde_json::json!({})).await;
+    s.call("fail", serde_json::json!({})).await;
+    s.call("sleep", serde_json::json!({"ms": 5000})).await;
+    let m = get(served.addr, "/metrics").await;
+    assert_eq!(m.status, 200);
+    assert!(
+        m.header("content-type")
+            .unwrap()
+            .starts_with("application/openmetrics-text")
+    );
+    let body = m.body;
+    for line in [
+        r#"mcpulse_gateway_requests_total{method="tools/call",tool="hello",outcome="ok"} 1"#,
+        r#"mcpulse_gateway_requests_total{method="tools/call",tool="fail",outcome="tool_error"} 1"#,
+        r#"mcpulse_gateway_requests_total{method="tools/call",tool="sleep",outcome="gateway_error"} 1"#,
+        r#"mcpulse_gateway_request_duration_seconds_count{method="tools/call",tool="hello"} 1"#,
+        r#"mcpulse_gateway_check_status{check="db",status="pass"} 1"#,
+        r#"mcpulse_gateway_readiness_status{status="pass"} 1"#,
+        r#"mcpulse_gateway_liveness_status{status="pass"} 1"#,
+        r#"mcpulse_gateway_breaker_state{tool="sleep",state="closed"} 1"#,
+        r#"mcpulse_gateway_timeouts_total{tool="sleep"} 1"#,
+    ] {
+        assert!(body.contains(line), "{line} missing in:\n{body}");
+    }
+    assert!(body.contains("mcpulse_gateway_check_duration_seconds{check=\"db\"}"));
+    assert!(body.ends_with("# EOF\n"));
+}
