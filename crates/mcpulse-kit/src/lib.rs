@@ -26,6 +26,22 @@ pub use health::{Health, Running};
 pub use kit::{Kit, ToolPolicy};
 pub use metrics::{OPENMETRICS, PREFIX as METRICS_PREFIX};
 
+/// rmcp's Streamable HTTP settings with the SSE keep-alive set explicitly to mcpulse's
+/// ([`mcpulse_policy::keepalive::DEFAULT_INTERVAL`], 15 s, the gateway's): a comment on every
+/// response stream that has been quiet that long, so that a proxy (nginx's
+/// `proxy_read_timeout` is 60 s) does not cut a long tool call. rmcp 3.11 defaults to the same
+/// 15 s; setting it here keeps it so if that default moves. Everything else is rmcp's
+/// default (sessions on, loopback `Host`s only: set `allowed_hosts` for a public name).
+///
+/// ```
+/// let config = mcpulse_kit::server_config();
+/// assert_eq!(config.sse_keep_alive, Some(std::time::Duration::from_secs(15)));
+/// ```
+pub fn server_config() -> rmcp::transport::streamable_http_server::StreamableHttpServerConfig {
+    rmcp::transport::streamable_http_server::StreamableHttpServerConfig::default()
+        .with_sse_keep_alive(Some(mcpulse_policy::keepalive::DEFAULT_INTERVAL))
+}
+
 /// What the kit's constructors refuse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]

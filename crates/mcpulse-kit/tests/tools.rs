@@ -224,3 +224,34 @@ async fn progress_goes_out_only_for_a_progress_token_and_only_increasing() {
     let ex = s.call_ex("steps", json!({}), None).await;
     assert_eq!(reply(&ex)["result"]["content"][0]["text"], "sent 0");
 }
+
+/// The keep-alive setting reaches the wire: a quiet tool call's SSE stream carries comments
+/// (here every 200 ms instead of 15 s, to keep the test short), read raw off the socket.
+#[tokio::test]
+async fn a_quiet_tool_calls_stream_carries_keep_alive_comments() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let config = mcpulse_kit::server_config().with_sse_keep_alive(Some(Duration::from_millis(200)));
+    let served = common::serve_with(Some(Kit::new(health())), config).await;
+    let s = Session::open(&served.url()).await;
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "sleep", "arguments": {"ms": 1000}}}).to_string();
+    let mut head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    for (k, v) in s.headers() {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    let mut sock = tokio::net::TcpStream::connect(served.addr).await.unwrap();
+    sock.write_all(format!("{head}\r\n{body}").as_bytes())
+        .await
+        .unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), sock.read_to_end(&mut raw))
+        .await
+        .unwrap()
+        .unwrap();
+    let raw = String::from_utf8_lossy(&raw);
+    let comments = raw.lines().filter(|l| l.starts_with(':')).count();
+    assert!(comments >= 3, "{comments} keep-alive comments in:\n{raw}");
+    assert!(raw.contains("slept 1000 ms"), "{raw}");
+}

@@ -134,6 +134,10 @@ impl Served {
 
 /// Serves [`TestServer`] with `kit` wrapping its router (or a plain one with `None`).
 pub async fn serve(kit: Option<Kit>) -> Served {
+    serve_with(kit, mcpulse_kit::server_config()).await
+}
+
+pub async fn serve_with(kit: Option<Kit>, config: StreamableHttpServerConfig) -> Served {
     let counters = Arc::new(Counters::default());
     let health = kit
         .as_ref()
@@ -151,7 +155,7 @@ pub async fn serve(kit: Option<Kit>) -> Served {
             })
         },
         Arc::new(LocalSessionManager::default()),
-        StreamableHttpServerConfig::default(),
+        config,
     );
     let app = axum::Router::new()
         .nest_service("/mcp", mcp)
@@ -235,6 +239,11 @@ impl Session {
             headers: self.headers.clone(),
             next: self.next + 1000,
         }
+    }
+
+    /// The session's headers (`mcp-protocol-version`, `mcp-session-id`).
+    pub fn headers(&self) -> &[(String, String)] {
+        &self.headers
     }
 
     pub fn id(&self) -> i64 {
