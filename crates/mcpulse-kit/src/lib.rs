@@ -30,8 +30,16 @@ pub use metrics::{OPENMETRICS, PREFIX as METRICS_PREFIX};
 /// ([`mcpulse_policy::keepalive::DEFAULT_INTERVAL`], 15 s, the gateway's): a comment on every
 /// response stream that has been quiet that long, so that a proxy (nginx's
 /// `proxy_read_timeout` is 60 s) does not cut a long tool call. rmcp 3.11 defaults to the same
-/// 15 s; setting it here keeps it so if that default moves. Everything else is rmcp's
-/// default (sessions on, loopback `Host`s only: set `allowed_hosts` for a public name).
+/// 15 s; setting it here keeps it so if that default moves.
+///
+/// It also turns on `Origin` validation, which rmcp leaves off by default: a request carrying
+/// an `Origin` other than a loopback one (`http://localhost`, `127.0.0.1`, `[::1]`, any port:
+/// the same machine, as rmcp's default `allowed_hosts`) gets 403, the spec's DNS-rebinding
+/// defence (`mcpulse probe` grades a server without it F). A browser client elsewhere needs
+/// its origin listed (`.with_allowed_origins([...])` replaces the list); agents send no
+/// `Origin`.
+/// Everything else is rmcp's default (sessions on, loopback `Host`s only: set
+/// `allowed_hosts` for a public name).
 ///
 /// ```
 /// let config = mcpulse_kit::server_config();
@@ -40,7 +48,19 @@ pub use metrics::{OPENMETRICS, PREFIX as METRICS_PREFIX};
 pub fn server_config() -> rmcp::transport::streamable_http_server::StreamableHttpServerConfig {
     rmcp::transport::streamable_http_server::StreamableHttpServerConfig::default()
         .with_sse_keep_alive(Some(mcpulse_policy::keepalive::DEFAULT_INTERVAL))
+        .with_allowed_origins(LOOPBACK_ORIGINS)
+        .enforce_origin_validation()
 }
+
+/// The origins [`server_config`] allows: this machine's, any port.
+pub const LOOPBACK_ORIGINS: [&str; 6] = [
+    "http://localhost:*",
+    "http://127.0.0.1:*",
+    "http://[::1]:*",
+    "https://localhost:*",
+    "https://127.0.0.1:*",
+    "https://[::1]:*",
+];
 
 /// What the kit's constructors refuse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
