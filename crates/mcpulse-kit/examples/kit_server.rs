@@ -133,54 +133,68 @@ impl Running {
     }
 }
 
+/// The example's tool router, wrapped in the kit's policies with its health registry (none
+/// with `plain`).
+pub fn build(o: &Options) -> std::io::Result<(ToolRouter<Example>, Option<Health>)> {
+    let router = Example::tool_router();
+    if o.plain {
+        return Ok((router, None));
+    }
+    let flag = Arc::new(o.broken_flag.clone());
+    let h = Health::new("kit-example", env!("CARGO_PKG_VERSION"))
+        .with_check(
+            Check::tcp("inventory-db", o.db.ip().to_string(), o.db.port())
+                .interval(o.check_every)
+                .timeout(Duration::from_secs(2))
+                .failure_threshold(1),
+        )
+        .with_check(
+            Check::from_fn("feature-flags", move || {
+                let broken = flag.exists();
+                async move {
+                    if broken {
+                        Outcome::down("the flag file says broken")
+                    } else {
+                        Outcome::ok("flags loaded")
+                    }
+                }
+            })
+            .critical(false)
+            .interval(o.check_every)
+            .failure_threshold(1),
+        );
+    // Every tool: a timeout, a concurrency limit and a circuit breaker; `report` its own.
+    let everyday = ToolPolicy::new()
+        .timeout(Duration::from_secs(10))
+        .max_concurrent(32)
+        .breaker(Default::default());
+    let kit = Kit::new(h.clone())
+        .default_policy(everyday)
+        .tool(
+            "report",
+            ToolPolicy::new()
+                .timeout(Duration::from_secs(15))
+                .max_concurrent(4),
+        )
+        .health_tool(mcpulse_kit::kit::HEALTH_TOOL);
+    let router = kit
+        .wrap(router)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
+    Ok((router, Some(h)))
+}
+
+impl Example {
+    /// A server over `router` (what [`build`] returns), for any rmcp transport.
+    pub fn new(tool_router: ToolRouter<Example>) -> Example {
+        Example { tool_router }
+    }
+}
+
 /// Binds, starts the checks and serves on the current runtime.
 pub async fn serve(o: Options) -> std::io::Result<Running> {
     let listener = tokio::net::TcpListener::bind(o.listen).await?;
     let addr = listener.local_addr()?;
-    let mut router = Example::tool_router();
-    let mut health = None;
-    if !o.plain {
-        let flag = Arc::new(o.broken_flag.clone());
-        let h = Health::new("kit-example", env!("CARGO_PKG_VERSION"))
-            .with_check(
-                Check::tcp("inventory-db", o.db.ip().to_string(), o.db.port())
-                    .interval(o.check_every)
-                    .timeout(Duration::from_secs(2))
-                    .failure_threshold(1),
-            )
-            .with_check(
-                Check::from_fn("feature-flags", move || {
-                    let broken = flag.exists();
-                    async move {
-                        if broken {
-                            Outcome::down("the flag file says broken")
-                        } else {
-                            Outcome::ok("flags loaded")
-                        }
-                    }
-                })
-                .critical(false)
-                .interval(o.check_every)
-                .failure_threshold(1),
-            );
-        let everyday = ToolPolicy::new()
-            .timeout(Duration::from_secs(10))
-            .max_concurrent(32)
-            .breaker(Default::default());
-        let kit = Kit::new(h.clone())
-            .default_policy(everyday)
-            .tool(
-                "report",
-                ToolPolicy::new()
-                    .timeout(Duration::from_secs(15))
-                    .max_concurrent(4),
-            )
-            .health_tool(mcpulse_kit::kit::HEALTH_TOOL);
-        router = kit
-            .wrap(router)
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
-        health = Some(h);
-    }
+    let (router, health) = build(&o)?;
     let config = if o.plain {
         Default::default()
     } else {
