@@ -133,3 +133,19 @@ async fn metrics_have_the_gateways_names() {
     assert!(body.contains("mcpulse_gateway_check_duration_seconds{check=\"db\"}"));
     assert!(body.ends_with("# EOF\n"));
 }
+
+#[tokio::test]
+async fn the_self_check_runs_tools_list_against_the_server_itself() {
+    use mcpulse_kit::check::{Probe, SelfCheck, Status};
+    let served = serve(Some(Kit::new(Health::new("kit-test", "1")))).await;
+    let probe = SelfCheck::new(&served.url()).unwrap();
+    assert_eq!(probe.kind(), "self");
+    let o = probe.run().await;
+    assert_eq!(o.status, Status::Ok, "{o:?}");
+    assert_eq!(o.detail.as_deref(), Some("tools/list returned 4 tools"));
+    // Its /readyz is no MCP endpoint: down, saying why.
+    let wrong = SelfCheck::new(&format!("http://{}/readyz", served.addr)).unwrap();
+    let o = wrong.run().await;
+    assert_eq!(o.status, Status::Down, "{o:?}");
+    assert!(o.detail.unwrap().starts_with("initialize got no reply"));
+}
