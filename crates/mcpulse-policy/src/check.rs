@@ -189,6 +189,86 @@ pub fn readiness(confirmed: Option<CheckStatus>, critical: bool) -> CheckStatus 
     }
 }
 
+/// One dependency check as a readiness document shows it (the gateway's `[[checks]]`, the
+/// kit's registry): what [`item`] needs to render it.
+#[derive(Debug, Clone, Copy)]
+pub struct Dependency<'a> {
+    /// The check's name (`?exclude=` takes it; its key is `NAME:responseTime`).
+    pub name: &'a str,
+    /// What kind of check it is (`tcp`, `http`, `command`, `tool`, `fn`...), an extra member.
+    pub kind: &'a str,
+    /// The draft's `componentId`: what it checks (`host:port`, a URL, redacted).
+    pub component_id: &'a str,
+    /// `component`, `datastore` or `system`.
+    pub component_type: &'static str,
+    /// Whether its failure fails readiness (else it only warns).
+    pub critical: bool,
+    pub thresholds: &'a Thresholds,
+    pub state: &'a State,
+}
+
+/// A dependency check's entry in `/readyz` (the same shape for the gateway and the kit): its
+/// readiness status ([`readiness`]), `kind`, `critical`, the confirmed level and since when,
+/// the last run's level when it disagrees, its latency in ms, and an output that says why
+/// (a failing non-critical check says that it only warns; a slow one names `degraded_latency`).
+pub fn item(d: &Dependency<'_>) -> crate::health::Check {
+    use crate::health::Check as Item;
+    use mcpulse_wire::units::{format_rfc3339, human_duration};
+    let status = readiness(d.state.confirmed, d.critical);
+    let mut c = Item::new(
+        format!("{}:responseTime", d.name),
+        d.name.to_owned(),
+        d.component_type,
+    )
+    .id(d.component_id.to_owned())
+    .status(status)
+    .with("kind", d.kind)
+    .with("critical", d.critical);
+    match (&d.state.confirmed, &d.state.last) {
+        (None, _) | (_, None) => {
+            c = c.output(if d.critical {
+                "not checked yet (critical: readiness waits for it)"
+            } else {
+                "not checked yet"
+            });
+        }
+        (Some(confirmed), Some((raw, last, at))) => {
+            c = c
+                .at(*at)
+                .with("confirmed", confirmed.as_str())
+                .with("since", format_rfc3339(d.state.since_ms));
+            if last != confirmed {
+                // The last run disagrees, but not (yet) enough times in a row.
+                c = c.with("last", last.as_str());
+            }
+            if let Some(l) = raw.latency {
+                c = c.observed(crate::health::ms(l), "ms");
+            }
+            let out = match (confirmed, raw.output.as_deref()) {
+                (CheckStatus::Fail, Some(o)) if !d.critical => {
+                    Some(format!("{o} (not critical: readiness only warns)"))
+                }
+                (CheckStatus::Warn, Some(o))
+                    if *last == CheckStatus::Pass || *last == CheckStatus::Warn =>
+                {
+                    Some(match (raw.latency, d.thresholds.degraded_latency) {
+                        (Some(l), Some(limit)) if l > limit => format!(
+                            "{o}; slower than {} (degraded_latency)",
+                            human_duration(limit.as_millis())
+                        ),
+                        _ => o.to_owned(),
+                    })
+                }
+                (_, o) => o.map(str::to_owned),
+            };
+            if let Some(o) = out {
+                c = c.output(o);
+            }
+        }
+    }
+    c
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]

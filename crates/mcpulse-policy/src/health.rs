@@ -300,6 +300,46 @@ impl Health {
     }
 }
 
+/// A duration in milliseconds with microsecond precision (health+json's `observedValue` for
+/// `ms`).
+pub fn ms(d: std::time::Duration) -> f64 {
+    (d.as_secs_f64() * 1_000_000.0).round() / 1000.0
+}
+
+/// The health tool's word for a health+json status (what mcpulse-judge and most health tools
+/// read: ok / degraded / down).
+pub fn tool_word(s: CheckStatus) -> &'static str {
+    match s {
+        CheckStatus::Pass => "ok",
+        CheckStatus::Warn => "degraded",
+        CheckStatus::Fail => "down",
+    }
+}
+
+/// A `health_check` tool's answer (the gateway's and the kit's): `status` ok/degraded/down,
+/// `checks` keyed by name, each its health+json check object, and the document's `output`
+/// when it has one. The caller puts it in `structuredContent` and, as JSON, in a text block.
+pub fn tool_content(h: &Health) -> Value {
+    let doc = h.to_json();
+    let mut checks = Map::new();
+    if let Some(all) = doc.get("checks").and_then(Value::as_object) {
+        for c in &h.checks {
+            let Some(obj) = all.get(c.key.as_ref()).and_then(|a| a.get(0)) else {
+                continue;
+            };
+            checks.insert(c.name.to_string(), obj.clone());
+        }
+    }
+    let mut content = json!({
+        "status": tool_word(h.status()),
+        "checks": checks,
+    });
+    if let (Some(out), Some(o)) = (doc.get("output"), content.as_object_mut()) {
+        o.insert("output".into(), out.clone());
+    }
+    content
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]

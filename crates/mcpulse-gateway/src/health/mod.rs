@@ -45,7 +45,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use mcpulse_policy::check::{self as policy, Raw, Thresholds, Transition};
 use mcpulse_policy::health::{self as model, Check as Item, CheckStatus, Health};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 // tokio's clock, so that a test under paused time can age the ticker's last tick.
@@ -320,9 +320,7 @@ pub fn observe_protocol(shared: &Shared, p: Protocol) {
     shared.update_upstream(|u| u.protocol = Some(p));
 }
 
-fn ms(d: Duration) -> f64 {
-    (d.as_secs_f64() * 1_000_000.0).round() / 1000.0
-}
+use model::ms;
 
 fn process_word(p: ProcessState) -> &'static str {
     match p {
@@ -451,58 +449,15 @@ pub fn readiness(shared: &Shared) -> Health {
     checks.push(protocol);
     checks.push(tools);
     for e in &i.checks {
-        let status = policy::readiness(e.state.confirmed, e.critical);
-        let mut c = Item::new(
-            format!("{}:responseTime", e.name),
-            e.name.clone(),
-            e.component_type,
-        )
-        .id(e.component_id.clone())
-        .status(status)
-        .with("kind", e.kind.as_str())
-        .with("critical", e.critical);
-        match (&e.state.confirmed, &e.state.last) {
-            (None, _) | (_, None) => {
-                c = c.output(if e.critical {
-                    "not checked yet (critical: readiness waits for it)"
-                } else {
-                    "not checked yet"
-                });
-            }
-            (Some(confirmed), Some((raw, last, at))) => {
-                c = c.at(*at).with("confirmed", confirmed.as_str()).with(
-                    "since",
-                    mcpulse_wire::units::format_rfc3339(e.state.since_ms),
-                );
-                if last != confirmed {
-                    // The last run disagrees, but not (yet) enough times in a row.
-                    c = c.with("last", last.as_str());
-                }
-                if let Some(l) = raw.latency {
-                    c = c.observed(ms(l), "ms");
-                }
-                let out = match (confirmed, raw.output.as_deref()) {
-                    (CheckStatus::Fail, Some(o)) if !e.critical => {
-                        Some(format!("{o} (not critical: readiness only warns)"))
-                    }
-                    (CheckStatus::Warn, Some(o))
-                        if *last == CheckStatus::Pass || *last == CheckStatus::Warn =>
-                    {
-                        Some(match (raw.latency, e.thresholds.degraded_latency) {
-                            (Some(l), Some(d)) if l > d => format!(
-                                "{o}; slower than {} (degraded_latency)",
-                                mcpulse_wire::units::human_duration(d.as_millis())
-                            ),
-                            _ => o.to_owned(),
-                        })
-                    }
-                    (_, o) => o.map(str::to_owned),
-                };
-                if let Some(o) = out {
-                    c = c.output(o);
-                }
-            }
-        }
+        let c = policy::item(&policy::Dependency {
+            name: &e.name,
+            kind: e.kind.as_str(),
+            component_id: &e.component_id,
+            component_type: e.component_type,
+            critical: e.critical,
+            thresholds: &e.thresholds,
+            state: &e.state,
+        });
         checks.push(c);
     }
     drop(i);
@@ -632,40 +587,13 @@ pub fn tool_descriptor(name: &str) -> Value {
     })
 }
 
-/// The health tool's word for a health+json status (what mcpulse-judge and most health tools
-/// read: ok / degraded / down).
-fn tool_word(s: CheckStatus) -> &'static str {
-    match s {
-        CheckStatus::Pass => "ok",
-        CheckStatus::Warn => "degraded",
-        CheckStatus::Fail => "down",
-    }
-}
-
 /// The `tools/call` result for the `health_check` tool: `/readyz`'s status as
 /// `structuredContent` (`status` ok/degraded/down, `checks` keyed by name, each with its
 /// health+json `status`, observed value, time and output), with the same JSON as a text
 /// fallback for clients that do not read `structuredContent`. Never `isError`: the tool
 /// worked; the status is its answer.
 pub fn tool_result(shared: &Shared) -> Value {
-    let h = readiness(shared);
-    let doc = h.to_json();
-    let mut checks = Map::new();
-    if let Some(all) = doc.get("checks").and_then(Value::as_object) {
-        for c in &h.checks {
-            let Some(obj) = all.get(c.key.as_ref()).and_then(|a| a.get(0)) else {
-                continue;
-            };
-            checks.insert(c.name.to_string(), obj.clone());
-        }
-    }
-    let mut content = json!({
-        "status": tool_word(h.status()),
-        "checks": checks,
-    });
-    if let (Some(out), Some(o)) = (doc.get("output"), content.as_object_mut()) {
-        o.insert("output".into(), out.clone());
-    }
+    let content = model::tool_content(&readiness(shared));
     json!({
         "content": [{"type": "text", "text": content.to_string()}],
         "structuredContent": content,

@@ -1,0 +1,151 @@
+//! `/livez` and `/readyz` beside rmcp's service on one listener: health+json, 200/503, the
+//! readiness latch opened by `Kit::wrap`, a dependency breaking and mending.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::{Session, get, serve};
+use mcpulse_kit::check::Outcome;
+use mcpulse_kit::{Check, Health, Kit};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+async fn until(mut f: impl AsyncFnMut() -> bool) {
+    for _ in 0..200 {
+        if f().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("condition not met within 5 s");
+}
+
+#[tokio::test]
+async fn readyz_and_livez_beside_the_mcp_service() {
+    let broken = Arc::new(AtomicBool::new(false));
+    let b = broken.clone();
+    let health = Health::new("kit-test", "9.9.9").with_check(
+        Check::from_fn("db", move || {
+            let down = b.load(Ordering::SeqCst);
+            async move {
+                if down {
+                    Outcome::down("db refused")
+                } else {
+                    Outcome::ok("db answered")
+                }
+            }
+        })
+        .interval(Duration::from_millis(100))
+        .failure_threshold(1),
+    );
+    // Before the registry loads: not ready, and it says why.
+    let unwrapped = health.readiness();
+    assert_eq!(unwrapped.status().http_status(), 503);
+    let served = serve(Some(Kit::new(health))).await;
+    until(async || served.health.runs("db") > 0).await;
+    let r = get(served.addr, "/readyz").await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.header("content-type"), Some("application/health+json"));
+    assert_eq!(r.header("cache-control"), Some("no-store"));
+    let doc = r.json();
+    assert_eq!(doc["status"], "pass");
+    assert_eq!(doc["serviceId"], "kit-test");
+    assert_eq!(doc["version"], "9.9.9");
+    assert_eq!(doc["checks"]["tools:count"][0]["observedValue"], 4);
+    assert_eq!(doc["checks"]["db:responseTime"][0]["output"], "db answered");
+    // The MCP service on the same listener.
+    let mut s = Session::open(&served.url()).await;
+    assert_eq!(s.list().await.len(), 4);
+
+    broken.store(true, Ordering::SeqCst);
+    until(async || get(served.addr, "/readyz").await.status == 503).await;
+    let doc = get(served.addr, "/readyz").await.json();
+    assert_eq!(doc["status"], "fail");
+    assert_eq!(doc["output"], "db refused");
+    let v = get(served.addr, "/readyz?verbose").await;
+    assert!(
+        v.body
+            .contains("[-]db failed: db refused\nreadyz check failed"),
+        "{}",
+        v.body
+    );
+    assert_eq!(get(served.addr, "/readyz?exclude=db").await.status, 200);
+    // Liveness never looks at dependencies.
+    let l = get(served.addr, "/livez").await;
+    assert_eq!(l.status, 200);
+    assert_eq!(l.json()["status"], "pass");
+
+    broken.store(false, Ordering::SeqCst);
+    until(async || get(served.addr, "/readyz").await.status == 200).await;
+}
+
+#[tokio::test]
+async fn a_plain_router_never_opens_the_latch() {
+    // Without Kit::wrap nobody reports the tool registry: not ready.
+    let served = serve(None).await;
+    let r = get(served.addr, "/readyz").await;
+    assert_eq!(r.status, 503);
+    assert_eq!(r.json()["output"], "the tool registry has not loaded yet");
+}
+
+#[tokio::test]
+async fn metrics_have_the_gateways_names() {
+    use mcpulse_kit::ToolPolicy;
+    let health = Health::new("kit-test", "1").with_check(
+        Check::from_fn("db", || async { Outcome::ok("fine") }).interval(Duration::from_millis(100)),
+    );
+    let kit = Kit::new(health).tool(
+        "sleep",
+        ToolPolicy::new()
+            .timeout(Duration::from_millis(100))
+            .breaker(Default::default())
+            .max_concurrent(2),
+    );
+    let served = serve(Some(kit)).await;
+    until(async || served.health.runs("db") > 0).await;
+    let mut s = Session::open(&served.url()).await;
+    s.call("hello", serde_json::json!({})).await;
+    s.call("fail", serde_json::json!({})).await;
+    s.call("sleep", serde_json::json!({"ms": 5000})).await;
+    let m = get(served.addr, "/metrics").await;
+    assert_eq!(m.status, 200);
+    assert!(
+        m.header("content-type")
+            .unwrap()
+            .starts_with("application/openmetrics-text")
+    );
+    let body = m.body;
+    for line in [
+        r#"mcpulse_gateway_requests_total{method="tools/call",tool="hello",outcome="ok"} 1"#,
+        r#"mcpulse_gateway_requests_total{method="tools/call",tool="fail",outcome="tool_error"} 1"#,
+        r#"mcpulse_gateway_requests_total{method="tools/call",tool="sleep",outcome="gateway_error"} 1"#,
+        r#"mcpulse_gateway_request_duration_seconds_count{method="tools/call",tool="hello"} 1"#,
+        r#"mcpulse_gateway_check_status{check="db",status="pass"} 1"#,
+        r#"mcpulse_gateway_readiness_status{status="pass"} 1"#,
+        r#"mcpulse_gateway_liveness_status{status="pass"} 1"#,
+        r#"mcpulse_gateway_breaker_state{tool="sleep",state="closed"} 1"#,
+        r#"mcpulse_gateway_timeouts_total{tool="sleep"} 1"#,
+    ] {
+        assert!(body.contains(line), "{line} missing in:\n{body}");
+    }
+    assert!(body.contains("mcpulse_gateway_check_duration_seconds{check=\"db\"}"));
+    assert!(body.ends_with("# EOF\n"));
+}
+
+#[tokio::test]
+async fn the_self_check_runs_tools_list_against_the_server_itself() {
+    use mcpulse_kit::check::{Probe, SelfCheck, Status};
+    let served = serve(Some(Kit::new(Health::new("kit-test", "1")))).await;
+    let probe = SelfCheck::new(&served.url()).unwrap();
+    assert_eq!(probe.kind(), "self");
+    let o = probe.run().await;
+    assert_eq!(o.status, Status::Ok, "{o:?}");
+    assert_eq!(o.detail.as_deref(), Some("tools/list returned 4 tools"));
+    // Its /readyz is no MCP endpoint: down, saying why.
+    let wrong = SelfCheck::new(&format!("http://{}/readyz", served.addr)).unwrap();
+    let o = wrong.run().await;
+    assert_eq!(o.status, Status::Down, "{o:?}");
+    assert!(o.detail.unwrap().starts_with("initialize got no reply"));
+}
