@@ -565,6 +565,7 @@ pub async fn start(gateway: &Gateway, shared: Arc<Shared>) -> Result<Running, St
         Some(a) => Some(bind(a).await?),
         None => None,
     };
+    shared.set_policies(gateway.policies.clone());
     let upstream = match &gateway.upstream {
         config::Upstream::Stdio(s) => Upstream::Stdio(stdio::StdioUpstream::new(
             (**s).clone(),

@@ -1,0 +1,597 @@
+//! The call pipeline (issue #20): every `tools/call` through the gateway, over either
+//! upstream, passes [`Policies::admit`] before it is sent and [`Permit::finish`] when its
+//! outcome is known. One place holds the per-tool state: a breaker and a limiter per
+//! `[[tools]]` entry, the gateway-wide limiter of `[concurrency]`; the decisions are
+//! `mcpulse-policy`'s pure state machines, fed the time from tokio's clock (so tests under
+//! paused time step it), as milliseconds since the policies were made.
+//!
+//! - **Timeouts** ([`config::Settings::timeout`]) are applied by the upstreams, which own the
+//!   request in flight (stdio: `notifications/cancelled` to the child; HTTP: the upstream
+//!   stream dropped); their answer is [`timeout_result`].
+//! - **Breakers**: an open breaker refuses at once ([`Refusal::BreakerOpen`], answered as an
+//!   `isError` tool result saying when it tries again); transitions are logged (the pattern is
+//!   the config's, so inert) and counted; `/readyz` shows every breaker ([`Policies::breakers`]).
+//! - **Limits**: the entry's limiter, then the gateway's; a request waits in a bounded queue at
+//!   most its `queue_timeout`, then is refused ([`Refusal::Saturated`], HTTP 503 with
+//!   `Retry-After`: the gateway admits before it opens any stream, so a refusal is always at
+//!   the door).
+//!
+//! Cost on the hot path: one scan of the `[[tools]]` patterns (no allocation), one short lock
+//! per limiter and breaker taken; a queued request adds one map entry and a oneshot channel.
+//! Memory is bounded by the config: state exists per entry, never per name a client sends.
+
+pub mod config;
+
+use crate::metrics::Metrics;
+use mcpulse_policy::breaker::{
+    self, Admission, Breaker, BreakerState, FailureKind, Outcome, Transition,
+};
+use mcpulse_policy::limit::{Admit, LimitPolicy, Limiter, Ticket, Wake};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Whole seconds, rounded up, at least 1 (what `Retry-After` carries).
+pub fn whole_secs(d: Duration) -> u64 {
+    d.as_secs()
+        .saturating_add(u64::from(d.subsec_nanos() > 0))
+        .max(1)
+}
+
+/// The gateway-wide limiter's name in metrics and messages.
+pub const GATEWAY: &str = "gateway";
+
+/// A limiter and the queued requests' wake-ups.
+struct Limit {
+    name: String,
+    inner: Mutex<LimitInner>,
+}
+
+struct LimitInner {
+    limiter: Limiter,
+    waiters: HashMap<u64, oneshot::Sender<()>>,
+}
+
+impl Limit {
+    fn new(name: String, policy: LimitPolicy) -> Limit {
+        Limit {
+            name,
+            inner: Mutex::new(LimitInner {
+                limiter: Limiter::new(policy),
+                waiters: HashMap::new(),
+            }),
+        }
+    }
+
+    /// A slot, at once or after a wait of at most the queue timeout.
+    async fn acquire(&self, p: &Policies, metrics: &Metrics) -> Result<(), Refusal> {
+        let (mut rx, ticket, deadline_ms, timeout) = {
+            let mut i = lock(&self.inner);
+            let timeout = i.limiter.policy().queue_timeout;
+            match i.limiter.acquire(p.now_ms()) {
+                Admit::Now => return Ok(()),
+                Admit::Rejected { retry_after } => {
+                    drop(i);
+                    metrics.limit_refused(&self.name, "full");
+                    return Err(self.refusal(retry_after, None));
+                }
+                Admit::Queued {
+                    ticket,
+                    deadline_ms,
+                } => {
+                    let (tx, rx) = oneshot::channel();
+                    i.waiters.insert(ticket.0, tx);
+                    (rx, ticket, deadline_ms, timeout)
+                }
+            }
+        };
+        let at = p.at(deadline_ms);
+        let woke = match tokio::time::timeout_at(at, &mut rx).await {
+            Ok(Ok(())) => true,
+            // The limiter timed it out (its sender dropped).
+            Ok(Err(_)) => false,
+            Err(_) => {
+                let mut i = lock(&self.inner);
+                if i.limiter.cancel(ticket) {
+                    i.waiters.remove(&ticket.0);
+                    false
+                } else {
+                    // Admitted or timed out by a release at the same instant.
+                    i.waiters.remove(&ticket.0);
+                    rx.try_recv().is_ok()
+                }
+            }
+        };
+        if woke {
+            return Ok(());
+        }
+        metrics.limit_refused(&self.name, "queue_timeout");
+        Err(self.refusal(Duration::from_secs(whole_secs(timeout)), Some(timeout)))
+    }
+
+    fn refusal(&self, retry_after: Duration, waited: Option<Duration>) -> Refusal {
+        Refusal::Saturated {
+            scope: self.name.clone(),
+            retry_after,
+            waited,
+        }
+    }
+
+    /// A slot given back: the queue's head gets it, waiters past their deadline are told.
+    fn release(&self, now_ms: u64) {
+        let mut i = lock(&self.inner);
+        i.limiter.release();
+        while let Some(wake) = i.limiter.next_wake(now_ms) {
+            match wake {
+                Wake::Admitted(Ticket(t)) => {
+                    let given = i.waiters.remove(&t).is_some_and(|tx| tx.send(()).is_ok());
+                    if !given {
+                        // Its request went away while queued: the slot is free again.
+                        i.limiter.release();
+                    }
+                }
+                Wake::TimedOut(Ticket(t)) => {
+                    i.waiters.remove(&t);
+                }
+            }
+        }
+    }
+}
+
+/// One `[[tools]]` entry's state.
+struct Rule {
+    limit: Option<Limit>,
+    breaker: Option<Mutex<Breaker>>,
+}
+
+/// Every call policy's state (one per gateway, in [`crate::state::Shared`]).
+pub struct Policies {
+    settings: config::Settings,
+    epoch: Instant,
+    gateway: Option<Limit>,
+    rules: Vec<Rule>,
+}
+
+impl std::fmt::Debug for Policies {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Policies")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a call was not let through.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Refusal {
+    /// The entry's breaker is open (or half-open with every trial in flight).
+    BreakerOpen {
+        breaker: String,
+        state: BreakerState,
+        /// When it lets a trial through (`None`: as soon as the trials in flight end).
+        retry_in: Option<Duration>,
+    },
+    /// A limiter is full, or the request waited its whole queue timeout.
+    Saturated {
+        /// [`GATEWAY`] or the entry's pattern.
+        scope: String,
+        retry_after: Duration,
+        /// `Some(queue_timeout)` when it waited in the queue.
+        waited: Option<Duration>,
+    },
+}
+
+impl Refusal {
+    /// The message for the client.
+    pub fn message(&self, tool: &str) -> String {
+        let tool = mcpulse_wire::text::field(tool);
+        match self {
+            Refusal::BreakerOpen {
+                breaker,
+                retry_in,
+                state,
+            } => {
+                let when = match retry_in {
+                    Some(d) => format!(
+                        "it lets a trial call through in {}",
+                        mcpulse_wire::units::human_duration(d.as_millis())
+                    ),
+                    None => "its trial calls are in flight; try again shortly".to_owned(),
+                };
+                format!(
+                    "mcpulse gateway: the circuit breaker {breaker:?} for tool {tool:?} is {}: recent calls failed, so this one was not sent; {when}",
+                    state.as_str()
+                )
+            }
+            Refusal::Saturated {
+                scope,
+                retry_after,
+                waited,
+            } => {
+                let limit = if scope == GATEWAY {
+                    "the gateway's concurrency limit ([concurrency])".to_owned()
+                } else {
+                    format!("the concurrency limit of [[tools]] {scope:?}")
+                };
+                let why = match waited {
+                    Some(w) => format!(
+                        "waited {} in the queue without a free slot",
+                        mcpulse_wire::units::human_duration(w.as_millis())
+                    ),
+                    None => "its queue is full".to_owned(),
+                };
+                format!(
+                    "mcpulse gateway: overloaded: tools/call {tool:?} refused by {limit}: {why}; retry after {} s",
+                    whole_secs(*retry_after)
+                )
+            }
+        }
+    }
+}
+
+/// Leave to make one call. Dropped without [`Permit::finish`] (the client went away), its
+/// slots are given back and its breaker trial freed, not counted.
+pub struct Permit {
+    policies: Arc<Policies>,
+    rule: Option<usize>,
+    tool_slot: bool,
+    gateway_slot: bool,
+    breaker: Option<breaker::Permit>,
+    started: Instant,
+}
+
+impl Permit {
+    /// The call ended with `outcome`: its breaker learns it (a transition is logged and
+    /// counted), then its slots are given back.
+    pub fn finish(mut self, outcome: Outcome, metrics: &Metrics) {
+        let (Some(i), Some(permit)) = (self.rule, self.breaker.take()) else {
+            return;
+        };
+        let p = self.policies.clone();
+        let (Some(rule), Some(pattern)) = (p.rules.get(i), p.pattern(i)) else {
+            return;
+        };
+        if let Some(b) = &rule.breaker {
+            let now = p.now_ms();
+            let t = lock(b).record(now, permit, outcome, self.started.elapsed());
+            if let Some(t) = t {
+                transition(pattern, &t, metrics);
+            }
+        }
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        let p = &self.policies;
+        let now = p.now_ms();
+        if let (Some(i), Some(permit)) = (self.rule, self.breaker.take())
+            && let Some(b) = p.rules.get(i).and_then(|r| r.breaker.as_ref())
+        {
+            lock(b).cancel(permit);
+        }
+        if self.tool_slot
+            && let Some(l) = self.rule.and_then(|i| p.rules.get(i)?.limit.as_ref())
+        {
+            l.release(now);
+        }
+        if self.gateway_slot
+            && let Some(l) = &p.gateway
+        {
+            l.release(now);
+        }
+    }
+}
+
+/// Logs and counts a breaker's change of state.
+fn transition(breaker: &str, t: &Transition, metrics: &Metrics) {
+    let reason = match t.reason {
+        breaker::Reason::FailureRate {
+            rate,
+            threshold,
+            calls,
+        } => format!(
+            "failure rate {:.0}% over {calls} calls reached {:.0}%",
+            rate * 100.0,
+            threshold * 100.0
+        ),
+        breaker::Reason::SlowCallRate {
+            rate,
+            threshold,
+            calls,
+        } => format!(
+            "slow-call rate {:.0}% over {calls} calls reached {:.0}%",
+            rate * 100.0,
+            threshold * 100.0
+        ),
+        breaker::Reason::WaitOver => "the wait in open is over".to_owned(),
+        breaker::Reason::TrialsSucceeded { trials } => format!("{trials} trial calls succeeded"),
+        breaker::Reason::TrialFailed { failure } => match failure {
+            Some(k) => format!("a trial call failed ({})", k.as_str()),
+            None => "a trial call was slow".to_owned(),
+        },
+    };
+    let level_warn = t.to == BreakerState::Open;
+    if level_warn {
+        tracing::warn!(breaker, from = t.from.as_str(), to = t.to.as_str(), reason = %reason, "circuit breaker changed");
+    } else {
+        tracing::info!(breaker, from = t.from.as_str(), to = t.to.as_str(), reason = %reason, "circuit breaker changed");
+    }
+    metrics.breaker_transition(breaker, t.to);
+}
+
+/// A breaker as `/readyz` shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BreakerView {
+    pub name: String,
+    pub state: BreakerState,
+    pub retry_in: Option<Duration>,
+    pub calls: u64,
+    pub failures: u64,
+}
+
+impl Policies {
+    pub fn new(settings: config::Settings, metrics: &Metrics) -> Policies {
+        let gateway = settings
+            .concurrency
+            .map(|l| Limit::new(GATEWAY.to_owned(), l));
+        let rules = settings
+            .tools
+            .iter()
+            .map(|r| Rule {
+                limit: r.limit.map(|l| Limit::new(r.pattern.clone(), l)),
+                breaker: r.breaker.map(|b| Mutex::new(Breaker::new(b))),
+            })
+            .collect();
+        for r in &settings.tools {
+            if r.breaker.is_some() {
+                metrics.breaker_state(&r.pattern, BreakerState::Closed);
+            }
+        }
+        Policies {
+            settings,
+            epoch: Instant::now(),
+            gateway,
+            rules,
+        }
+    }
+
+    pub fn settings(&self) -> &config::Settings {
+        &self.settings
+    }
+
+    fn now_ms(&self) -> u64 {
+        millis(self.epoch.elapsed())
+    }
+
+    fn at(&self, ms: u64) -> Instant {
+        self.epoch + Duration::from_millis(ms)
+    }
+
+    fn pattern(&self, i: usize) -> Option<&str> {
+        self.settings.tools.get(i).map(|r| r.pattern.as_str())
+    }
+
+    /// Lets a `tools/call` of `tool` through, or says why not: the entry's breaker first (an
+    /// open one refuses without taking a slot), then its limiter, then the gateway's.
+    pub async fn admit(self: &Arc<Self>, tool: &str, metrics: &Metrics) -> Result<Permit, Refusal> {
+        let rule = self.settings.rule(tool).map(|(i, _)| i);
+        let mut permit = Permit {
+            policies: self.clone(),
+            rule,
+            tool_slot: false,
+            gateway_slot: false,
+            breaker: None,
+            started: Instant::now(),
+        };
+        if let Some(i) = rule
+            && let Some(b) = self.rules.get(i).and_then(|r| r.breaker.as_ref())
+        {
+            let now = self.now_ms();
+            let (admission, t) = lock(b).try_acquire(now);
+            let name = self.pattern(i).unwrap_or_default();
+            if let Some(t) = t {
+                transition(name, &t, metrics);
+            }
+            match admission {
+                Admission::Permitted(p) => permit.breaker = Some(p),
+                Admission::Rejected { state, retry_at_ms } => {
+                    metrics.breaker_rejected(name);
+                    return Err(Refusal::BreakerOpen {
+                        breaker: name.to_owned(),
+                        state,
+                        retry_in: retry_at_ms
+                            .map(|at| Duration::from_millis(at.saturating_sub(now))),
+                    });
+                }
+            }
+        }
+        if let Some(l) = rule.and_then(|i| self.rules.get(i)?.limit.as_ref()) {
+            l.acquire(self, metrics).await?;
+            permit.tool_slot = true;
+        }
+        if let Some(l) = &self.gateway {
+            l.acquire(self, metrics).await?;
+            permit.gateway_slot = true;
+        }
+        permit.started = Instant::now();
+        Ok(permit)
+    }
+
+    /// Every breaker, its wait in open checked against the clock (so `/readyz` does not show
+    /// a breaker open for ever when no call comes).
+    pub fn breakers(&self, metrics: &Metrics) -> Vec<BreakerView> {
+        let now = self.now_ms();
+        let mut out = Vec::new();
+        for (i, r) in self.rules.iter().enumerate() {
+            let (Some(b), Some(name)) = (&r.breaker, self.pattern(i)) else {
+                continue;
+            };
+            let mut b = lock(b);
+            if let Some(t) = b.poll(now) {
+                transition(name, &t, metrics);
+            }
+            let stats = b.stats(now);
+            out.push(BreakerView {
+                name: name.to_owned(),
+                state: b.state(),
+                retry_in: b
+                    .open_until()
+                    .map(|at| Duration::from_millis(at.saturating_sub(now))),
+                calls: stats.calls,
+                failures: stats.failures,
+            });
+        }
+        out
+    }
+}
+
+/// How a reply ended, for a breaker: the metrics' outcome, a gateway error being the
+/// transport's (the child or the connection failed).
+pub fn outcome_of(o: crate::metrics::Outcome) -> Outcome {
+    match o {
+        crate::metrics::Outcome::Ok => Outcome::Success,
+        crate::metrics::Outcome::ToolError => Outcome::Failure(FailureKind::ToolError),
+        crate::metrics::Outcome::RpcError => Outcome::Failure(FailureKind::JsonRpcError),
+        crate::metrics::Outcome::GatewayError => Outcome::Failure(FailureKind::Transport),
+    }
+}
+
+/// The answer to a `tools/call` past its timeout: a tool result with `isError`, which the
+/// agent reads as text, naming the tool, the timeout and the likely causes.
+pub fn timeout_result(tool: &str, after: Duration, cancelled_by: &str) -> Value {
+    let text = format!(
+        "mcpulse gateway: tool {:?} did not answer within {} (its timeout at the gateway), so the call was cancelled ({cancelled_by}). Likely causes: the server is busy with other calls, or a dependency of the tool is slow or down. Retrying at once is unlikely to help; try later or with a smaller request.",
+        mcpulse_wire::text::field(tool),
+        mcpulse_wire::units::human_duration(after.as_millis()),
+    );
+    json!({"content": [{"type": "text", "text": text}], "isError": true})
+}
+
+/// The answer to a call an open breaker refused: a tool result with `isError`.
+pub fn refusal_result(message: &str) -> Value {
+    json!({"content": [{"type": "text", "text": message}], "isError": true})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use config::{Settings, ToolRule};
+
+    fn rule(pattern: &str) -> ToolRule {
+        ToolRule {
+            pattern: pattern.into(),
+            timeout: None,
+            progress_extends: false,
+            max_timeout: None,
+            limit: None,
+            breaker: None,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_queued_call_waits_at_most_its_queue_timeout_and_a_freed_slot_goes_to_it() {
+        let metrics = Metrics::new();
+        let settings = Settings {
+            concurrency: Some(LimitPolicy {
+                max_concurrent: 1,
+                queue: 1,
+                queue_timeout: Duration::from_secs(2),
+            }),
+            ..Settings::default()
+        };
+        let p = Arc::new(Policies::new(settings, &metrics));
+        let first = p.admit("a", &metrics).await.unwrap();
+        // The queue holds one; the next is refused at once.
+        let q = {
+            let p = p.clone();
+            tokio::spawn(async move {
+                let m = Metrics::new();
+                let started = Instant::now();
+                let r = p.admit("a", &m).await;
+                (r.is_ok(), started.elapsed())
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        match p.admit("b", &metrics).await {
+            Err(Refusal::Saturated { waited: None, .. }) => {}
+            other => panic!("{:?}", other.map(|_| ())),
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        drop(first);
+        let (ok, waited) = q.await.unwrap();
+        assert!(ok);
+        assert_eq!(waited, Duration::from_millis(510));
+        // Now one holds the slot (q's permit was dropped: free again), so a queued one times out.
+        let hold = p.admit("a", &metrics).await.unwrap();
+        let started = Instant::now();
+        let r = p.admit("a", &metrics).await;
+        assert!(matches!(
+            r,
+            Err(Refusal::Saturated {
+                waited: Some(_),
+                ..
+            })
+        ));
+        assert_eq!(started.elapsed(), Duration::from_secs(2));
+        drop(hold);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_open_breaker_refuses_without_taking_a_slot_and_half_opens_after_its_wait() {
+        let metrics = Metrics::new();
+        let mut r = rule("dep_*");
+        r.breaker = Some(mcpulse_policy::breaker::BreakerPolicy {
+            window: mcpulse_policy::window::WindowSpec::Count { calls: 4 },
+            minimum_calls: 2,
+            wait_in_open: Duration::from_secs(5),
+            half_open_trials: 1,
+            ..Default::default()
+        });
+        r.limit = Some(LimitPolicy {
+            max_concurrent: 1,
+            queue: 0,
+            queue_timeout: Duration::ZERO,
+        });
+        let settings = Settings {
+            tools: vec![r],
+            ..Settings::default()
+        };
+        let p = Arc::new(Policies::new(settings, &metrics));
+        for _ in 0..2 {
+            let permit = p.admit("dep_x", &metrics).await.unwrap();
+            permit.finish(Outcome::Failure(FailureKind::Timeout), &metrics);
+        }
+        match p.admit("dep_y", &metrics).await {
+            Err(Refusal::BreakerOpen { retry_in, .. }) => {
+                assert_eq!(retry_in, Some(Duration::from_secs(5)));
+            }
+            other => panic!("{:?}", other.map(|_| ())),
+        }
+        // Another tool is not affected.
+        assert!(p.admit("other", &metrics).await.is_ok());
+        assert_eq!(p.breakers(&metrics)[0].state, BreakerState::Open);
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert_eq!(p.breakers(&metrics)[0].state, BreakerState::HalfOpen);
+        let trial = p.admit("dep_x", &metrics).await.unwrap();
+        trial.finish(Outcome::Success, &metrics);
+        assert_eq!(p.breakers(&metrics)[0].state, BreakerState::Closed);
+        let text = metrics.encode().unwrap();
+        assert!(
+            text.contains(
+                "mcpulse_gateway_breaker_transitions_total{breaker=\"dep_*\",to=\"open\"} 1"
+            ),
+            "{text}"
+        );
+    }
+}
