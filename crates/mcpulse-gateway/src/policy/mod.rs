@@ -483,6 +483,92 @@ pub fn refusal_result(message: &str) -> Value {
     json!({"content": [{"type": "text", "text": message}], "isError": true})
 }
 
+/// The JSON-RPC code of a request refused by a concurrency limit (the supervisor's "too many
+/// requests in flight": the client treats both alike).
+pub const OVERLOADED: i64 = mcpulse_relay::supervise::codes::TOO_MANY_REQUESTS;
+
+/// The HTTP answer to a refused `tools/call` (request id `id`): an open breaker is a tool
+/// result with `isError` (200: the agent reads it and moves on); a limit is 503 with
+/// `Retry-After` and a JSON-RPC error for the id, before any stream is opened.
+pub fn refusal_response(id: &Value, tool: &str, refusal: &Refusal) -> axum::response::Response {
+    use axum::http::{HeaderValue, StatusCode, header};
+    use axum::response::IntoResponse;
+    let message = refusal.message(tool);
+    let (status, body) = match refusal {
+        Refusal::BreakerOpen { .. } => (
+            StatusCode::OK,
+            json!({"jsonrpc": "2.0", "id": id, "result": refusal_result(&message)}),
+        ),
+        Refusal::Saturated { .. } => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({"jsonrpc": "2.0", "id": id, "error": {"code": OVERLOADED, "message": message}}),
+        ),
+    };
+    let mut r = (
+        status,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body.to_string(),
+    )
+        .into_response();
+    if let Refusal::Saturated { retry_after, .. } = refusal {
+        r.headers_mut().insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(whole_secs(*retry_after)),
+        );
+    }
+    r
+}
+
+/// A `tools/call`'s timer: its deadline, pushed back by progress when the entry allows it.
+#[derive(Debug, Clone)]
+pub struct Timer {
+    pub tool: String,
+    pub after: Duration,
+    started: Instant,
+    deadline: Instant,
+    /// The latest deadline progress may push it to (`None`: progress does not extend it).
+    max_at: Option<Instant>,
+}
+
+impl Timer {
+    /// The timer of a `tools/call` of `tool` starting now.
+    pub fn start(settings: &config::Settings, tool: &str) -> Timer {
+        let (after, max) = settings.timeout(tool);
+        let started = Instant::now();
+        Timer {
+            tool: tool.to_owned(),
+            after,
+            started,
+            deadline: started + after,
+            max_at: max.map(|m| started + m),
+        }
+    }
+
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// Whether progress may extend it.
+    pub fn extends(&self) -> bool {
+        self.max_at.is_some()
+    }
+
+    /// Progress came: the timeout starts again from now, up to the maximum.
+    pub fn progressed(&mut self) {
+        if let Some(max) = self.max_at {
+            self.deadline = (Instant::now() + self.after).min(max).max(self.deadline);
+        }
+    }
+
+    /// How long it ran before it timed out.
+    pub fn ran(&self) -> Duration {
+        self.deadline.saturating_duration_since(self.started)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

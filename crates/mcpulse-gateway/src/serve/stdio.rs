@@ -39,7 +39,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -50,6 +50,9 @@ const PIPE: usize = 256 << 10;
 /// The JSON-RPC code when the session's relay ended with the request unanswered (the
 /// supervisor's "server restarted" code: the client treats both the same way).
 const SESSION_ENDED: i64 = mcpulse_relay::supervise::codes::SERVER_RESTARTED;
+/// The answer to a request the client cancelled, on the POST still open for it (LSP's
+/// `RequestCancelled`; MCP leaves it to the implementation).
+const CANCELLED: i64 = -32800;
 
 /// What bounds the stdio side.
 #[derive(Debug, Clone)]
@@ -135,11 +138,19 @@ struct Waiter {
     seq: u64,
     reply: oneshot::Sender<Value>,
     events: mpsc::Sender<Bytes>,
+    /// Told of each progress notification for this request, when its timeout may extend.
+    progressed: Option<Arc<Notify>>,
 }
+
+/// The most keys remembered as abandoned (timed out, or cancelled by the client) to count
+/// their late replies: past it the set starts again (a late reply then goes uncounted).
+const ABANDONED: usize = 1024;
 
 #[derive(Default)]
 struct Routes {
     waiting: HashMap<String, Waiter>,
+    /// Requests answered by the gateway (timed out, cancelled): their replies are late.
+    abandoned: std::collections::HashSet<String>,
     next: u64,
     /// The session's GET stream (SSE frames).
     listen: Option<mpsc::Sender<Bytes>>,
@@ -149,6 +160,7 @@ struct Routes {
 /// One supervised child and the HTTP side of its relay.
 pub(crate) struct Worker {
     key: u64,
+    shared: Arc<Shared>,
     input: Mutex<Option<mpsc::Sender<Vec<u8>>>>,
     routes: Mutex<Routes>,
     last_used: Mutex<Instant>,
@@ -160,6 +172,7 @@ pub(crate) struct Worker {
 impl Worker {
     fn start(
         key: u64,
+        shared: Arc<Shared>,
         settings: Settings,
         observer: Arc<dyn Observer>,
         fatal: Arc<AtomicBool>,
@@ -172,6 +185,7 @@ impl Worker {
         let max = settings.max_message_size;
         let worker = Arc::new(Worker {
             key,
+            shared,
             input: Mutex::new(Some(tx)),
             routes: Mutex::new(Routes::default()),
             last_used: Mutex::new(Instant::now()),
@@ -273,14 +287,30 @@ impl Worker {
             return;
         };
         if !msg.contains_key("method") {
-            let key = msg.get("id").and_then(Value::as_str).map(str::to_owned);
-            let waiter = key.and_then(|k| lock(&self.routes).waiting.remove(&k));
+            let Some(key) = msg.get("id").and_then(Value::as_str) else {
+                return;
+            };
+            let (waiter, late) = {
+                let mut routes = lock(&self.routes);
+                match routes.waiting.remove(key) {
+                    Some(w) => (Some(w), false),
+                    None => (None, routes.abandoned.remove(key)),
+                }
+            };
+            if late {
+                self.shared.metrics.late_reply();
+                tracing::debug!(
+                    worker = self.key,
+                    "a reply after its request timed out or was cancelled, dropped"
+                );
+            }
             if let Some(w) = waiter {
                 msg.insert("id".into(), w.id);
                 let _ = w.reply.send(Value::Object(msg));
             }
             return;
         }
+        let progress = msg.get("method").and_then(Value::as_str) == Some("notifications/progress");
         let is_request = msg.contains_key("id");
         let token = msg
             .get("params")
@@ -288,14 +318,16 @@ impl Worker {
             .cloned();
         let frame = sse_frame(line);
         let mut routes = lock(&self.routes);
-        let target = token
-            .as_ref()
-            .and_then(|t| {
-                routes
-                    .waiting
-                    .values()
-                    .find(|w| w.progress.as_ref() == Some(t))
-            })
+        let owner = token.as_ref().and_then(|t| {
+            routes
+                .waiting
+                .values()
+                .find(|w| w.progress.as_ref() == Some(t))
+        });
+        if progress && let Some(n) = owner.and_then(|w| w.progressed.as_ref()) {
+            n.notify_one();
+        }
+        let target = owner
             .or_else(|| routes.waiting.values().max_by_key(|w| w.seq))
             .map(|w| w.events.clone())
             .or_else(|| routes.listen.clone());
@@ -325,6 +357,58 @@ impl Worker {
             dropped,
             "a server message with no open stream to carry it, dropped"
         );
+    }
+
+    /// Gives up on the request sent as `key` (it timed out): its waiter goes, its reply will
+    /// be dropped as late, and the server is told with `notifications/cancelled` (the relay
+    /// passes it to the child, which should stop the work).
+    async fn abandon(&self, key: &str, reason: &str) {
+        {
+            let mut routes = lock(&self.routes);
+            routes.waiting.remove(key);
+            if routes.abandoned.len() >= ABANDONED {
+                routes.abandoned.clear();
+            }
+            routes.abandoned.insert(key.to_owned());
+        }
+        let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": key, "reason": reason}});
+        self.send(&cancel).await;
+    }
+
+    /// A client's `notifications/cancelled`: its `requestId` is the client's id, which the
+    /// child never saw; it becomes the gateway's key for that request, whose POST is answered
+    /// with a "cancelled" error (the client no longer waits for it) and whose reply will be
+    /// dropped. `false`: no such request is waiting (already answered: nothing to cancel).
+    fn client_cancel(&self, message: &mut serde_json::Map<String, Value>) -> bool {
+        let Some(params) = message.get_mut("params").and_then(Value::as_object_mut) else {
+            return false;
+        };
+        let Some(id) = params.get("requestId").cloned() else {
+            return false;
+        };
+        let mut routes = lock(&self.routes);
+        let Some(key) = routes
+            .waiting
+            .iter()
+            .find(|(_, w)| w.id == id)
+            .map(|(k, _)| k.clone())
+        else {
+            return false;
+        };
+        if let Some(w) = routes.waiting.remove(&key) {
+            let _ = w.reply.send(error(
+                &w.id,
+                CANCELLED,
+                "mcpulse gateway: the request was cancelled by the client",
+            ));
+        }
+        if routes.abandoned.len() >= ABANDONED {
+            routes.abandoned.clear();
+        }
+        routes.abandoned.insert(key.clone());
+        params.insert("requestId".into(), Value::String(key));
+        true
     }
 
     /// The relay ended: every waiter gets an error (dropping its sender does that), streams
@@ -444,6 +528,7 @@ impl StdioUpstream {
         }));
         Worker::start(
             key,
+            self.shared.clone(),
             self.settings.clone(),
             observer,
             fatal,
@@ -530,7 +615,12 @@ impl StdioUpstream {
             };
             if let Some(w) = worker {
                 w.touch();
-                w.send(&Value::Object(message)).await;
+                let mut message = message;
+                let cancel = method.as_deref() == Some("notifications/cancelled");
+                // A cancellation of nothing the child is working on is not passed on.
+                if !cancel || w.client_cancel(&mut message) {
+                    w.send(&Value::Object(message)).await;
+                }
             }
             return StatusCode::ACCEPTED.into_response();
         };
@@ -558,6 +648,30 @@ impl StdioUpstream {
             );
             return json_reply(&reply, None, modern);
         }
+        // The call policies: admitted (or refused at the door, before any stream), and timed.
+        let (permit, timer) = match tool.as_deref() {
+            Some(name) if !own_probe => {
+                let policies = self.shared.policies();
+                match policies.admit(name, &self.shared.metrics).await {
+                    Ok(p) => (
+                        Some(p),
+                        Some(crate::policy::Timer::start(policies.settings(), name)),
+                    ),
+                    Err(refusal) => {
+                        record(
+                            &self.shared,
+                            &method,
+                            tool.as_deref(),
+                            started,
+                            Outcome::GatewayError,
+                            own_probe,
+                        );
+                        return crate::policy::refusal_response(&id, name, &refusal);
+                    }
+                }
+            }
+            _ => (None, None),
+        };
         let (worker, minted) = match (&session, method.as_str()) {
             (Some(s), _) => match lock(&self.sessions).get(s).cloned() {
                 Some(w) => (w, None),
@@ -603,12 +717,26 @@ impl StdioUpstream {
             message,
             id,
             sse,
+            timer,
         }
         .run(health_tool.map(str::to_owned))
         .await;
         let sid_header = minted.clone();
-        let finish = move |reply: &Value| {
+        let finish = move |reply: &Value, timed_out: bool| {
             let outcome = outcome(reply);
+            if let Some(p) = permit {
+                let o = if timed_out {
+                    mcpulse_policy::breaker::Outcome::Failure(
+                        mcpulse_policy::breaker::FailureKind::Timeout,
+                    )
+                } else {
+                    crate::policy::outcome_of(outcome)
+                };
+                p.finish(o, &up.shared.metrics);
+            }
+            if timed_out && let Some(t) = tool.as_deref() {
+                up.shared.metrics.tool_timeout(t);
+            }
             if method == "tools/list" {
                 super::learn_listed_tools(&up.shared, reply);
             }
@@ -630,8 +758,8 @@ impl StdioUpstream {
             }
         };
         match reply {
-            Reply::Json(v) => {
-                finish(&v);
+            Reply::Json(v, timed_out) => {
+                finish(&v, timed_out);
                 // A failed handshake opens no session: no id to hand out.
                 let sid = sid_header.filter(|_| v.get("result").is_some());
                 json_reply(&v, sid.as_deref(), modern)
@@ -852,9 +980,10 @@ impl ReadinessSession {
             message,
             id,
             sse: false,
+            timer: None,
         };
         match tokio::time::timeout_at(deadline, call.run(None)).await {
-            Ok(Reply::Json(v)) => Ok(v),
+            Ok(Reply::Json(v, _)) => Ok(v),
             // Not asked for (sse: false); a reply always comes as JSON then.
             Ok(Reply::Stream(_)) => Err(format!("{method}: an unexpected stream")),
             Err(_) => Err(format!("the upstream did not answer {method} in time")),
@@ -1058,12 +1187,14 @@ struct Call {
     message: serde_json::Map<String, Value>,
     id: Value,
     sse: bool,
+    /// A `tools/call`'s timeout ([`crate::policy::Timer`]).
+    timer: Option<crate::policy::Timer>,
 }
 
-/// How a request is answered: one JSON reply, or an SSE stream (the server sent messages
-/// before its reply).
+/// How a request is answered: one JSON reply (`true`: the gateway's timeout result), or an
+/// SSE stream (the server sent messages before its reply).
 enum Reply {
-    Json(Value),
+    Json(Value, bool),
     Stream(Stream),
 }
 
@@ -1075,6 +1206,38 @@ pub(crate) struct Stream {
     reply: oneshot::Receiver<Value>,
     id: Value,
     health_tool: Option<String>,
+    timer: Option<crate::policy::Timer>,
+    progressed: Option<Arc<Notify>>,
+}
+
+/// Sleeps until the timer's deadline, or for ever without one.
+async fn expiry(timer: Option<&crate::policy::Timer>) {
+    match timer {
+        Some(t) => tokio::time::sleep_until(t.deadline()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Waits for a progress notification, or for ever without a way to be told.
+async fn progress(n: Option<&Arc<Notify>>) {
+    match n {
+        Some(n) => n.notified().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The request behind `guard` timed out: the child is told to cancel it, the client gets
+/// the timeout result for `id`.
+async fn time_out(guard: &WaitGuard, id: &Value, timer: &crate::policy::Timer) -> Value {
+    let after = mcpulse_wire::units::human_duration(timer.ran().as_millis());
+    let reason = format!("mcpulse gateway: the tool call timed out after {after}");
+    guard.worker.abandon(&guard.key, &reason).await;
+    let result = crate::policy::timeout_result(
+        &timer.tool,
+        timer.ran(),
+        "the server was sent notifications/cancelled",
+    );
+    json!({"jsonrpc": "2.0", "id": id, "result": result})
 }
 
 impl Call {
@@ -1084,14 +1247,17 @@ impl Call {
             mut message,
             id,
             sse,
+            mut timer,
         } = self;
         let (reply_tx, mut reply_rx) = oneshot::channel();
         let (events_tx, mut events_rx) = mpsc::channel(EVENTS);
-        let progress = message
+        let progress_token = message
             .get("params")
             .and_then(|p| p.get("_meta"))
             .and_then(|m| m.get("progressToken"))
             .cloned();
+        let progressed = (progress_token.is_some() && timer.as_ref().is_some_and(|t| t.extends()))
+            .then(|| Arc::new(Notify::new()));
         let list_tools = message.get("method").and_then(Value::as_str) == Some("tools/list");
         let key = {
             let mut routes = lock(&worker.routes);
@@ -1102,10 +1268,11 @@ impl Call {
                 key.clone(),
                 Waiter {
                     id: id.clone(),
-                    progress,
+                    progress: progress_token,
                     seq,
                     reply: reply_tx,
                     events: events_tx,
+                    progressed: progressed.clone(),
                 },
             );
             key
@@ -1117,11 +1284,14 @@ impl Call {
         message.insert("id".into(), Value::String(key));
         if !worker.send(&Value::Object(message)).await {
             drop(guard);
-            return Reply::Json(error(
-                &id,
-                SESSION_ENDED,
-                "mcpulse gateway: the server's session has ended",
-            ));
+            return Reply::Json(
+                error(
+                    &id,
+                    SESSION_ENDED,
+                    "mcpulse gateway: the server's session has ended",
+                ),
+                false,
+            );
         }
         let health = health_tool.filter(|_| list_tools);
         // The events' sender goes with the waiter, as the reply is delivered: from then on
@@ -1139,6 +1309,8 @@ impl Call {
                             reply: reply_rx,
                             id,
                             health_tool: health,
+                            timer,
+                            progressed,
                         });
                     }
                     // The client takes JSON only: what comes before the reply has no way to it.
@@ -1151,7 +1323,17 @@ impl Call {
                     if let Some(name) = &health {
                         super::inject_reply(&mut reply, name);
                     }
-                    return Reply::Json(reply);
+                    return Reply::Json(reply, false);
+                }
+                () = progress(progressed.as_ref()) => {
+                    if let Some(t) = &mut timer {
+                        t.progressed();
+                    }
+                }
+                () = expiry(timer.as_ref()) => {
+                    if let Some(t) = &timer {
+                        return Reply::Json(time_out(&guard, &id, t).await, true);
+                    }
                 }
             }
         }
@@ -1160,11 +1342,12 @@ impl Call {
 
 impl Stream {
     /// The SSE response: the messages so far, the rest as they come, the reply last (then the
-    /// stream ends). `finish` sees the reply (or the error standing for it).
+    /// stream ends). `finish` sees the reply (or the error standing for it) and whether it
+    /// is the gateway's timeout result.
     fn into_response(
         self,
         session: Option<&str>,
-        finish: impl FnOnce(&Value) + Send + 'static,
+        finish: impl FnOnce(&Value, bool) + Send + 'static,
     ) -> Response {
         let (tx, rx) = mpsc::channel(EVENTS);
         let Stream {
@@ -1174,9 +1357,10 @@ impl Stream {
             mut reply,
             id,
             health_tool,
+            mut timer,
+            progressed,
         } = self;
         tokio::spawn(async move {
-            let _guard = guard;
             if tx.send(first).await.is_err() {
                 return;
             }
@@ -1193,8 +1377,24 @@ impl Stream {
                         None => events_open = false,
                     },
                     r = &mut reply => break r,
+                    () = progress(progressed.as_ref()) => {
+                        if let Some(t) = &mut timer {
+                            t.progressed();
+                        }
+                    }
+                    () = expiry(timer.as_ref()) => {
+                        if let Some(t) = &timer {
+                            let result = time_out(&guard, &id, t).await;
+                            finish(&result, true);
+                            let _ = tx
+                                .send(sse_frame(&serde_json::to_vec(&result).unwrap_or_default()))
+                                .await;
+                        }
+                        return;
+                    }
                 }
             };
+            drop(guard);
             // Everything the server sent before its reply is in `events` by now.
             while let Ok(frame) = events.try_recv() {
                 if tx.send(frame).await.is_err() {
@@ -1211,7 +1411,7 @@ impl Stream {
             if let Some(name) = &health_tool {
                 super::inject_reply(&mut reply, name);
             }
-            finish(&reply);
+            finish(&reply, false);
             let _ = tx
                 .send(sse_frame(&serde_json::to_vec(&reply).unwrap_or_default()))
                 .await;

@@ -1,0 +1,292 @@
+//! The call policies over a stdio upstream, end to end: a real gateway on loopback port 0,
+//! real children (mcpulse-testkit's scripted servers), a real HTTP client. Timeouts with
+//! `notifications/cancelled`, a client's cancellation, a breaker over a failing dependency,
+//! a flood at ten times the concurrency limit. Every test stops the gateway and checks that
+//! no child is left.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod policies_support;
+
+use mcpulse_gateway::serve::Running;
+use mcpulse_testkit::stdio::{Act, StdioScript, TempDir, kill, read_pids, still_running_after};
+use policies_support::{BOUND, call, eventually, get, metric, open_session, post, start};
+use serde_json::json;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+fn upstream(script: &Path) -> String {
+    format!(
+        "[upstream]\ncommand = [\"sh\", {:?}]\nstop_grace = \"300ms\"\n",
+        script.to_str().unwrap()
+    )
+}
+
+/// Stops the gateway and checks no child recorded in `pids` is left.
+async fn stop_leaving_nothing(running: Running, pids: &Path) {
+    tokio::time::timeout(BOUND, running.shutdown())
+        .await
+        .expect("shutdown in time");
+    let left = still_running_after(&read_pids(pids), Duration::from_secs(3));
+    kill(&left);
+    assert!(left.is_empty(), "left running: {left:?}");
+}
+
+fn ok() -> Act {
+    Act::Result(json!({"content": [{"type": "text", "text": "ok"}]}))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_past_its_timeout_gets_is_error_at_the_timeout_and_the_server_a_cancellation() {
+    let dir = TempDir::new("gw-policy-timeout");
+    let cancels = dir.join("cancels");
+    let script = StdioScript::legacy()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on_tool("slow", vec![Act::Sleep(1500), ok()])
+        .on(
+            "notifications/cancelled",
+            vec![Act::RecordLine(cancels.clone())],
+        )
+        .on("tools/call", vec![ok()])
+        .write(&dir, "server.sh");
+    let toml = format!(
+        "[[tools]]\nname = \"slow\"\ntimeout = \"300ms\"\n\n{}",
+        upstream(&script)
+    );
+    let (running, shared) = start(&toml).await;
+    let addr = running.addr;
+    let sid = open_session(addr).await;
+
+    let started = Instant::now();
+    let r = post(addr, Some(&sid), &call(7, "slow")).await;
+    let took = started.elapsed();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let reply = r.json();
+    assert_eq!(reply["id"], 7);
+    assert_eq!(reply["result"]["isError"], true, "{reply}");
+    let text = r.text();
+    assert!(
+        text.contains("\"slow\"") && text.contains("300ms"),
+        "{text}"
+    );
+    assert!(
+        text.contains("busy") && text.contains("dependency"),
+        "{text}"
+    );
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_millis(1200),
+        "answered after {took:?}, not at the 300ms timeout"
+    );
+    // The server got notifications/cancelled for the request it was sent (the gateway's id).
+    eventually(BOUND, "the server records the cancellation", || {
+        std::fs::read_to_string(&cancels).is_ok_and(|c| c.contains("\"requestId\":\"gw-"))
+    })
+    .await;
+    assert_eq!(
+        metric(
+            &shared,
+            "mcpulse_gateway_tool_timeouts_total{tool=\"_other\"}"
+        ),
+        1.0
+    );
+    // The session goes on: another tool, no timeout of its own, answers.
+    let r = post(addr, Some(&sid), &call(8, "echo")).await;
+    assert_eq!(r.json()["result"]["content"][0]["text"], "ok");
+    stop_leaving_nothing(running, &dir.join("pids")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_cancellation_reaches_the_server_with_the_id_it_knows() {
+    let dir = TempDir::new("gw-policy-cancel");
+    let cancels = dir.join("cancels");
+    let script = StdioScript::legacy()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on_tool("slow", vec![Act::Sleep(800), ok()])
+        .on(
+            "notifications/cancelled",
+            vec![Act::RecordLine(cancels.clone())],
+        )
+        .write(&dir, "server.sh");
+    let (running, _) = start(&upstream(&script)).await;
+    let addr = running.addr;
+    let sid = open_session(addr).await;
+    let pending = {
+        let sid = sid.clone();
+        tokio::spawn(async move { post(addr, Some(&sid), &call(41, "slow")).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = Instant::now();
+    let n = post(
+        addr,
+        Some(&sid),
+        &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": 41, "reason": "the user gave up"}}),
+    )
+    .await;
+    assert_eq!(n.status, 202);
+    let r = pending.await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "the POST ends at once"
+    );
+    assert_eq!(r.json()["id"], 41);
+    assert_eq!(r.json()["error"]["code"], -32800, "{}", r.body);
+    eventually(BOUND, "the server records the cancellation", || {
+        std::fs::read_to_string(&cancels)
+            .is_ok_and(|c| c.contains("\"requestId\":\"gw-") && c.contains("the user gave up"))
+    })
+    .await;
+    stop_leaving_nothing(running, &dir.join("pids")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_dependency_opens_the_breaker_which_fails_fast_half_opens_and_recovers() {
+    let dir = TempDir::new("gw-policy-breaker");
+    let down = dir.join("down");
+    let script = StdioScript::legacy()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on_tool(
+            "query_db",
+            vec![Act::IfExists(
+                down.clone(),
+                Box::new(Act::Result(json!({"content": [{"type": "text",
+                    "text": "connection refused"}], "isError": true}))),
+                Box::new(ok()),
+            )],
+        )
+        .write(&dir, "server.sh");
+    let toml = format!(
+        "readiness_interval = \"1s\"\n\n[[tools]]\nname = \"query_*\"\nbreaker = {{ window_calls = 4, minimum_calls = 2, failure_rate = 0.5, wait_in_open = \"1s\", half_open_trials = 1 }}\n\n{}",
+        upstream(&script)
+    );
+    let (running, shared) = start(&toml).await;
+    let addr = running.addr;
+    let readyz = |want: &'static str| async move {
+        let until = Instant::now() + BOUND;
+        loop {
+            let r = get(addr, "/readyz").await;
+            if r.body.contains(&format!("\"status\":\"{want}\"")) {
+                return r;
+            }
+            assert!(Instant::now() < until, "/readyz never {want}: {}", r.body);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    readyz("pass").await;
+    let sid = open_session(addr).await;
+
+    std::fs::write(&down, "").unwrap();
+    for id in 1..=2 {
+        let r = post(addr, Some(&sid), &call(id, "query_db")).await;
+        assert_eq!(r.text(), "connection refused", "the server's own failure");
+    }
+    // Open: the next call is not sent, and says so at once, with when it tries again.
+    let started = Instant::now();
+    let r = post(addr, Some(&sid), &call(3, "query_db")).await;
+    assert!(started.elapsed() < Duration::from_millis(300));
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["result"]["isError"], true);
+    let text = r.text();
+    assert!(
+        text.contains("circuit breaker \"query_*\"") && text.contains("is open"),
+        "{text}"
+    );
+    assert!(text.contains("trial call through in"), "{text}");
+    let warn = readyz("warn").await;
+    assert_eq!(
+        warn.status, 200,
+        "an open breaker degrades, it does not fail"
+    );
+    assert!(warn.body.contains("query_*"), "{}", warn.body);
+    assert_eq!(
+        metric(
+            &shared,
+            "mcpulse_gateway_breaker_state{breaker=\"query_*\",state=\"open\"}"
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric(
+            &shared,
+            "mcpulse_gateway_breaker_rejected_total{breaker=\"query_*\"}"
+        ),
+        1.0
+    );
+
+    // The dependency is back; after the wait one trial goes through and closes it.
+    std::fs::remove_file(&down).unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let r = post(addr, Some(&sid), &call(4, "query_db")).await;
+    assert_eq!(r.text(), "ok");
+    readyz("pass").await;
+    for to in ["open", "half_open", "closed"] {
+        let series =
+            format!("mcpulse_gateway_breaker_transitions_total{{breaker=\"query_*\",to=\"{to}\"}}");
+        assert_eq!(metric(&shared, &series), 1.0, "{series}");
+    }
+    stop_leaving_nothing(running, &dir.join("pids")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_at_ten_times_the_limit_is_answered_in_full_and_none_waits_past_its_queue_timeout()
+{
+    let dir = TempDir::new("gw-policy-flood");
+    let script = StdioScript::legacy()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on_tool("work", vec![Act::Sleep(100), ok()])
+        .write(&dir, "server.sh");
+    let toml = format!(
+        "[concurrency]\nmax_concurrent = 2\nqueue = 4\nqueue_timeout = \"400ms\"\n\n{}",
+        upstream(&script)
+    );
+    let (running, shared) = start(&toml).await;
+    let addr = running.addr;
+    let sid = open_session(addr).await;
+    let mut calls = tokio::task::JoinSet::new();
+    for id in 0..20 {
+        let sid = sid.clone();
+        calls.spawn(async move {
+            let started = Instant::now();
+            let r = post(addr, Some(&sid), &call(id, "work")).await;
+            (id, r, started.elapsed())
+        });
+    }
+    let (mut ok, mut shed) = (0, 0);
+    while let Some(done) = calls.join_next().await {
+        let (id, r, took) = done.unwrap();
+        // At most the queue timeout, then two calls of 100 ms (the child runs one at a time).
+        assert!(
+            took < Duration::from_millis(1500),
+            "call {id} took {took:?}"
+        );
+        assert_eq!(r.json()["id"], id, "every call is answered for its own id");
+        match r.status {
+            200 => {
+                assert_eq!(r.text(), "ok");
+                ok += 1;
+            }
+            503 => {
+                assert_eq!(r.header("retry-after"), Some("1"), "{}", r.body);
+                let e = &r.json()["error"];
+                assert_eq!(e["code"], -32085);
+                assert!(
+                    e["message"].as_str().unwrap().contains("[concurrency]"),
+                    "{e}"
+                );
+                shed += 1;
+            }
+            s => panic!("call {id}: {s} {}", r.body),
+        }
+    }
+    assert_eq!(ok + shed, 20);
+    assert!(ok >= 2 && shed >= 1, "{ok} answered, {shed} shed");
+    let full = metric(
+        &shared,
+        "mcpulse_gateway_limit_rejected_total{limit=\"gateway\",reason=\"full\"}",
+    );
+    let timed = metric(
+        &shared,
+        "mcpulse_gateway_limit_rejected_total{limit=\"gateway\",reason=\"queue_timeout\"}",
+    );
+    assert_eq!(full + timed, f64::from(shed));
+    stop_leaving_nothing(running, &dir.join("pids")).await;
+}
