@@ -529,10 +529,7 @@ fn breaker_items(shared: &Shared, checks: &mut Vec<Item>) {
             BreakerState::Closed => {}
             BreakerState::Open => {
                 let when = b.retry_in.map_or_else(String::new, |d| {
-                    format!(
-                        "; it tries again in {}",
-                        mcpulse_wire::units::human_duration(d.as_millis())
-                    )
+                    format!("; it tries again in {}", crate::policy::human_ceil(d))
                 });
                 c = c.status(CheckStatus::Warn).output(format!(
                     "the circuit breaker {:?} is open: its tools fail fast{when}",

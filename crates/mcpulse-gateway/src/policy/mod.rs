@@ -49,6 +49,18 @@ pub fn whole_secs(d: Duration) -> u64 {
         .max(1)
 }
 
+/// A wait as people read it, rounded up to whole seconds from 1 s (29.9 s left reads
+/// "30s", never an early "29s").
+pub fn human_ceil(d: Duration) -> String {
+    let ms = d.as_millis();
+    let ms = if ms >= 1000 {
+        ms.div_ceil(1000) * 1000
+    } else {
+        ms
+    };
+    mcpulse_wire::units::human_duration(ms)
+}
+
 /// The gateway-wide limiter's name in metrics and messages.
 pub const GATEWAY: &str = "gateway";
 
@@ -202,10 +214,7 @@ impl Refusal {
                 state,
             } => {
                 let when = match retry_in {
-                    Some(d) => format!(
-                        "it lets a trial call through in {}",
-                        mcpulse_wire::units::human_duration(d.as_millis())
-                    ),
+                    Some(d) => format!("it lets a trial call through in {}", human_ceil(*d)),
                     None => "its trial calls are in flight; try again shortly".to_owned(),
                 };
                 format!(
@@ -248,6 +257,16 @@ pub struct Permit {
     gateway_slot: bool,
     breaker: Option<breaker::Permit>,
     started: Instant,
+}
+
+impl std::fmt::Debug for Permit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Permit")
+            .field("rule", &self.rule)
+            .field("tool_slot", &self.tool_slot)
+            .field("gateway_slot", &self.gateway_slot)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Permit {
@@ -561,6 +580,11 @@ impl Timer {
         if let Some(max) = self.max_at {
             self.deadline = (Instant::now() + self.after).min(max).max(self.deadline);
         }
+    }
+
+    /// Whether it is due before `other` (so that its expiry, not `other`'s, answers).
+    pub fn before(&self, other: Instant) -> bool {
+        self.deadline <= other
     }
 
     /// How long it ran before it timed out.

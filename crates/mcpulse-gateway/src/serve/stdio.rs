@@ -723,7 +723,11 @@ impl StdioUpstream {
         .await;
         let sid_header = minted.clone();
         let finish = move |reply: &Value, timed_out: bool| {
-            let outcome = outcome(reply);
+            let outcome = if timed_out {
+                Outcome::GatewayError
+            } else {
+                outcome(reply)
+            };
             if let Some(p) = permit {
                 let o = if timed_out {
                     mcpulse_policy::breaker::Outcome::Failure(
