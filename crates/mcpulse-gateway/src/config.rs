@@ -248,6 +248,11 @@ pub(crate) struct Source<'a> {
 }
 
 impl Source<'_> {
+    /// The file's text (empty for the command line).
+    pub(crate) fn text(&self) -> &str {
+        self.text
+    }
+
     pub(crate) fn at<T>(&self, v: &At<T>, key: &str, message: impl Into<String>) -> ConfigError {
         self.offset(v.span().start, key, message)
     }
@@ -566,6 +571,7 @@ fn resolve(
         raw.tool_timeout.as_ref(),
         raw.concurrency.as_ref(),
         &raw.tools,
+        &raw.checks,
     )?;
     Ok(Gateway {
         listen,

@@ -152,6 +152,7 @@ struct PolicyMetrics {
     limit_rejected: Family<LimitLabels, Counter>,
     tool_timeouts: Family<ToolLabel, Counter>,
     late_replies: Counter,
+    dependency_refused: Family<CheckLabel, Counter>,
 }
 
 const BREAKER_STATES: [mcpulse_policy::breaker::BreakerState; 3] = [
@@ -305,6 +306,11 @@ impl Metrics {
             "tool_timeouts",
             "tools/call answered with the gateway's timeout result (the upstream was sent a cancellation), by tool",
             policy.tool_timeouts.clone(),
+        );
+        registry.register(
+            "dependency_refused",
+            "tools/call refused at once because the dependency check listing the tool is failing",
+            policy.dependency_refused.clone(),
         );
         registry.register(
             "late_replies",
@@ -493,6 +499,16 @@ impl Metrics {
             .breaker_rejected
             .get_or_create(&BreakerLabel {
                 breaker: breaker.to_owned(),
+            })
+            .inc();
+    }
+
+    /// A call refused because its dependency's check is failing.
+    pub fn dependency_refused(&self, check: &str) {
+        self.policy
+            .dependency_refused
+            .get_or_create(&CheckLabel {
+                check: check.to_owned(),
             })
             .inc();
     }

@@ -290,3 +290,74 @@ async fn a_flood_at_ten_times_the_limit_is_answered_in_full_and_none_waits_past_
     assert_eq!(full + timed, f64::from(shed));
     stop_leaving_nothing(running, &dir.join("pids")).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dependency_failing_its_check_makes_its_tools_fail_fast_until_it_passes() {
+    let dir = TempDir::new("gw-policy-dependency");
+    let down = dir.join("down");
+    let sent = dir.join("sent");
+    let script = StdioScript::legacy()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on_tool("query_db", vec![Act::RecordLine(sent.clone()), ok()])
+        .on("tools/call", vec![ok()])
+        .write(&dir, "server.sh");
+    let toml = format!(
+        "readiness_interval = \"1s\"\n\n[[checks]]\nname = \"db\"\nkind = \"command\"\ncommand = [\"sh\", \"-c\", \"test ! -e {}\"]\ninterval = \"1s\"\ncritical = false\nfailure_threshold = 1\nsuccess_threshold = 1\ntools = [\"query_*\"]\n\n{}",
+        down.display(),
+        upstream(&script)
+    );
+    let (running, shared) = start(&toml).await;
+    let addr = running.addr;
+    let sid = open_session(addr).await;
+    let db = |want: mcpulse_policy::health::CheckStatus| {
+        let shared = shared.clone();
+        move || shared.health.confirmed("db") == Some(want)
+    };
+    eventually(
+        BOUND,
+        "db passes",
+        db(mcpulse_policy::health::CheckStatus::Pass),
+    )
+    .await;
+    let r = post(addr, Some(&sid), &call(1, "query_db")).await;
+    assert_eq!(r.text(), "ok");
+
+    std::fs::write(&down, "").unwrap();
+    eventually(
+        BOUND,
+        "db fails",
+        db(mcpulse_policy::health::CheckStatus::Fail),
+    )
+    .await;
+    let started = Instant::now();
+    let r = post(addr, Some(&sid), &call(2, "query_db")).await;
+    assert!(started.elapsed() < Duration::from_millis(300));
+    assert_eq!(r.json()["result"]["isError"], true);
+    assert!(r.text().contains("depends on \"db\""), "{}", r.text());
+    // Other tools are not held back.
+    let r = post(addr, Some(&sid), &call(3, "echo")).await;
+    assert_eq!(r.json()["id"], 3);
+    assert_eq!(
+        std::fs::read_to_string(&sent).unwrap().lines().count(),
+        1,
+        "the refused call was never sent"
+    );
+    assert_eq!(
+        metric(
+            &shared,
+            "mcpulse_gateway_dependency_refused_total{check=\"db\"}"
+        ),
+        1.0
+    );
+
+    std::fs::remove_file(&down).unwrap();
+    eventually(
+        BOUND,
+        "db passes again",
+        db(mcpulse_policy::health::CheckStatus::Pass),
+    )
+    .await;
+    let r = post(addr, Some(&sid), &call(4, "query_db")).await;
+    assert_eq!(r.text(), "ok");
+    stop_leaving_nothing(running, &dir.join("pids")).await;
+}

@@ -44,7 +44,7 @@ pub struct RawConcurrency {
 }
 
 /// A `breaker = { ... }` table: [`BreakerPolicy`]'s fields.
-#[derive(Debug, Deserialize, Default)]
+#[derive(Debug, Deserialize, Default, Clone, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct RawBreaker {
     /// A count-based window: the last N calls.
@@ -92,6 +92,24 @@ pub struct ToolRule {
     pub breaker: Option<BreakerPolicy>,
 }
 
+/// A dependency's tools (`[[checks]]` with `tools`): they fail fast while the check is
+/// confirmed failing, and share a breaker when one is given.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DependencyRule {
+    /// The check's name.
+    pub check: String,
+    /// Tool names or globs.
+    pub tools: Vec<String>,
+    pub breaker: Option<BreakerPolicy>,
+}
+
+impl DependencyRule {
+    /// The breaker's name in logs, metrics and `/readyz`.
+    pub fn breaker_name(&self) -> String {
+        format!("dependency:{}", self.check)
+    }
+}
+
 /// Every call policy, resolved.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
@@ -101,6 +119,8 @@ pub struct Settings {
     pub concurrency: Option<LimitPolicy>,
     /// `[[tools]]`, in the file's order: the first whose pattern matches wins.
     pub tools: Vec<ToolRule>,
+    /// `[[checks]]` that list tools, in the file's order: the first that matches wins.
+    pub dependencies: Vec<DependencyRule>,
 }
 
 impl Default for Settings {
@@ -109,6 +129,7 @@ impl Default for Settings {
             tool_timeout: Defaults::TOOL_TIMEOUT,
             concurrency: Some(Defaults::CONCURRENCY),
             tools: Vec::new(),
+            dependencies: Vec::new(),
         }
     }
 }
@@ -120,6 +141,14 @@ impl Settings {
             .iter()
             .enumerate()
             .find(|(_, r)| glob(&r.pattern, tool))
+    }
+
+    /// The dependency whose tools include `tool`: the first that lists it.
+    pub fn dependency(&self, tool: &str) -> Option<(usize, &DependencyRule)> {
+        self.dependencies
+            .iter()
+            .enumerate()
+            .find(|(_, d)| d.tools.iter().any(|p| glob(p, tool)))
     }
 
     /// A `tools/call` of `tool`: its timeout, and how far progress may extend it.
@@ -164,6 +193,15 @@ pub fn glob(pattern: &str, name: &str) -> bool {
     }
     p.get(i..)
         .is_some_and(|rest| rest.iter().all(|c| *c == b'*'))
+}
+
+/// A tool name or glob: 1 to 128 of A-Z a-z 0-9 _ - . / and `*` `?`.
+fn name_ok(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 128
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '/' | '*' | '?'))
 }
 
 fn limit(
@@ -289,8 +327,46 @@ pub(crate) fn resolve(
     tool_timeout: Option<&At<String>>,
     concurrency: Option<&At<RawConcurrency>>,
     tools: &[At<RawTool>],
+    checks: &[crate::checks::CheckSpec],
 ) -> Result<Settings, ConfigError> {
     let mut s = Settings::default();
+    for (i, c) in checks.iter().enumerate() {
+        let key = format!("checks[{i}].");
+        // A check's plain keys keep no span: errors point at its `[[checks]]` header.
+        let header = || {
+            src.text()
+                .match_indices("[[checks]]")
+                .nth(i)
+                .map_or(0, |(o, _)| o)
+        };
+        if let Some(bad) = c.tools.iter().find(|t| !name_ok(t)) {
+            return Err(src.offset(
+                header(),
+                &format!("{key}tools"),
+                format!("{bad:?}: a tool name or glob is 1 to 128 of A-Z a-z 0-9 _ - . / and * ?"),
+            ));
+        }
+        if c.tools.is_empty() {
+            if let Some(b) = &c.breaker {
+                return Err(src.at(
+                    b,
+                    &format!("{key}breaker"),
+                    "needs tools = [...]: the tools that share it",
+                ));
+            }
+            continue;
+        }
+        let breaker = c
+            .breaker
+            .as_ref()
+            .map(|b| breaker(src, b, &format!("{key}breaker")))
+            .transpose()?;
+        s.dependencies.push(DependencyRule {
+            check: c.name.clone(),
+            tools: c.tools.clone(),
+            breaker,
+        });
+    }
     if let Some(v) = tool_timeout {
         s.tool_timeout = duration(src, v, "tool_timeout")?;
         if s.tool_timeout < Duration::from_millis(10) {
@@ -467,6 +543,25 @@ breaker = { window_calls = 20, minimum_calls = 5, failure_rate = 0.5, wait_in_op
         assert!(b.counted.contains(FailureKind::Timeout));
         assert!(!b.counted.contains(FailureKind::ToolError));
         assert_eq!(r.limit.map(|l| l.max_concurrent), Some(4));
+    }
+
+    #[test]
+    fn a_check_lists_the_tools_that_depend_on_it() {
+        let s = parse(
+            "[[checks]]\nname = \"db\"\nkind = \"tcp\"\ntarget = \"127.0.0.1:5432\"\ntools = [\"query_*\", \"report\"]\nbreaker = { minimum_calls = 3 }\n",
+        )
+        .unwrap();
+        let (_, d) = s.dependency("query_orders").unwrap();
+        assert_eq!(d.check, "db");
+        assert_eq!(d.breaker_name(), "dependency:db");
+        assert_eq!(d.breaker.map(|b| b.minimum_calls), Some(3));
+        assert!(s.dependency("report").is_some());
+        assert!(s.dependency("echo").is_none());
+        let e = parse(
+            "[[checks]]\nname = \"db\"\nkind = \"tcp\"\ntarget = \"127.0.0.1:5432\"\nbreaker = { minimum_calls = 3 }\n",
+        )
+        .unwrap_err();
+        assert!(e.contains("checks[0].breaker: needs tools"), "{e}");
     }
 
     #[test]

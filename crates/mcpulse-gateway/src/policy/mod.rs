@@ -173,6 +173,8 @@ pub struct Policies {
     epoch: Instant,
     gateway: Option<Limit>,
     rules: Vec<Rule>,
+    /// The dependencies' breakers, by `settings.dependencies`' index, with their names.
+    deps: Vec<(String, Option<Mutex<Breaker>>)>,
 }
 
 impl std::fmt::Debug for Policies {
@@ -186,6 +188,8 @@ impl std::fmt::Debug for Policies {
 /// Why a call was not let through.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Refusal {
+    /// The tool's dependency (`[[checks]]` with `tools`) is confirmed failing its check.
+    DependencyFailing { check: String },
     /// The entry's breaker is open (or half-open with every trial in flight).
     BreakerOpen {
         breaker: String,
@@ -208,6 +212,9 @@ impl Refusal {
     pub fn message(&self, tool: &str) -> String {
         let tool = mcpulse_wire::text::field(tool);
         match self {
+            Refusal::DependencyFailing { check } => format!(
+                "mcpulse gateway: tool {tool:?} depends on {check:?}, whose health check is failing (see /readyz), so the call was not sent; calls go through again as soon as the check passes"
+            ),
             Refusal::BreakerOpen {
                 breaker,
                 retry_in,
@@ -253,6 +260,8 @@ impl Refusal {
 pub struct Permit {
     policies: Arc<Policies>,
     rule: Option<usize>,
+    dep: Option<usize>,
+    dep_breaker: Option<breaker::Permit>,
     tool_slot: bool,
     gateway_slot: bool,
     breaker: Option<breaker::Permit>,
@@ -273,19 +282,23 @@ impl Permit {
     /// The call ended with `outcome`: its breaker learns it (a transition is logged and
     /// counted), then its slots are given back.
     pub fn finish(mut self, outcome: Outcome, metrics: &Metrics) {
-        let (Some(i), Some(permit)) = (self.rule, self.breaker.take()) else {
-            return;
-        };
         let p = self.policies.clone();
-        let (Some(rule), Some(pattern)) = (p.rules.get(i), p.pattern(i)) else {
-            return;
-        };
-        if let Some(b) = &rule.breaker {
-            let now = p.now_ms();
-            let t = lock(b).record(now, permit, outcome, self.started.elapsed());
-            if let Some(t) = t {
-                transition(pattern, &t, metrics);
-            }
+        let now = p.now_ms();
+        let took = self.started.elapsed();
+        if let (Some(i), Some(permit)) = (self.rule, self.breaker.take())
+            && let (Some(b), Some(name)) = (
+                p.rules.get(i).and_then(|r| r.breaker.as_ref()),
+                p.pattern(i),
+            )
+            && let Some(t) = lock(b).record(now, permit, outcome, took)
+        {
+            transition(name, &t, metrics);
+        }
+        if let (Some(i), Some(permit)) = (self.dep, self.dep_breaker.take())
+            && let Some((name, Some(b))) = p.deps.get(i)
+            && let Some(t) = lock(b).record(now, permit, outcome, took)
+        {
+            transition(name, &t, metrics);
         }
     }
 }
@@ -296,6 +309,11 @@ impl Drop for Permit {
         let now = p.now_ms();
         if let (Some(i), Some(permit)) = (self.rule, self.breaker.take())
             && let Some(b) = p.rules.get(i).and_then(|r| r.breaker.as_ref())
+        {
+            lock(b).cancel(permit);
+        }
+        if let (Some(i), Some(permit)) = (self.dep, self.dep_breaker.take())
+            && let Some((_, Some(b))) = p.deps.get(i)
         {
             lock(b).cancel(permit);
         }
@@ -377,11 +395,23 @@ impl Policies {
                 metrics.breaker_state(&r.pattern, BreakerState::Closed);
             }
         }
+        let deps = settings
+            .dependencies
+            .iter()
+            .map(|d| {
+                let name = d.breaker_name();
+                if d.breaker.is_some() {
+                    metrics.breaker_state(&name, BreakerState::Closed);
+                }
+                (name, d.breaker.map(|b| Mutex::new(Breaker::new(b))))
+            })
+            .collect();
         Policies {
             settings,
             epoch: Instant::now(),
             gateway,
             rules,
+            deps,
         }
     }
 
@@ -401,39 +431,44 @@ impl Policies {
         self.settings.tools.get(i).map(|r| r.pattern.as_str())
     }
 
-    /// Lets a `tools/call` of `tool` through, or says why not: the entry's breaker first (an
-    /// open one refuses without taking a slot), then its limiter, then the gateway's.
-    pub async fn admit(self: &Arc<Self>, tool: &str, metrics: &Metrics) -> Result<Permit, Refusal> {
+    /// Lets a `tools/call` of `tool` through, or says why not: its dependency's check and
+    /// breaker, the entry's breaker (an open one refuses without taking a slot), then its
+    /// limiter, then the gateway's.
+    pub async fn admit(
+        self: &Arc<Self>,
+        tool: &str,
+        shared: &crate::state::Shared,
+    ) -> Result<Permit, Refusal> {
+        let metrics = &shared.metrics;
         let rule = self.settings.rule(tool).map(|(i, _)| i);
+        let dep = self.settings.dependency(tool);
         let mut permit = Permit {
             policies: self.clone(),
             rule,
+            dep: dep.map(|(i, _)| i),
+            dep_breaker: None,
             tool_slot: false,
             gateway_slot: false,
             breaker: None,
             started: Instant::now(),
         };
+        if let Some((i, d)) = dep {
+            if shared.health.confirmed(&d.check) == Some(mcpulse_policy::health::CheckStatus::Fail)
+            {
+                metrics.dependency_refused(&d.check);
+                return Err(Refusal::DependencyFailing {
+                    check: d.check.clone(),
+                });
+            }
+            if let Some((name, Some(b))) = self.deps.get(i) {
+                permit.dep_breaker = Some(self.try_breaker(b, name, metrics)?);
+            }
+        }
         if let Some(i) = rule
             && let Some(b) = self.rules.get(i).and_then(|r| r.breaker.as_ref())
         {
-            let now = self.now_ms();
-            let (admission, t) = lock(b).try_acquire(now);
             let name = self.pattern(i).unwrap_or_default();
-            if let Some(t) = t {
-                transition(name, &t, metrics);
-            }
-            match admission {
-                Admission::Permitted(p) => permit.breaker = Some(p),
-                Admission::Rejected { state, retry_at_ms } => {
-                    metrics.breaker_rejected(name);
-                    return Err(Refusal::BreakerOpen {
-                        breaker: name.to_owned(),
-                        state,
-                        retry_in: retry_at_ms
-                            .map(|at| Duration::from_millis(at.saturating_sub(now))),
-                    });
-                }
-            }
+            permit.breaker = Some(self.try_breaker(b, name, metrics)?);
         }
         if let Some(l) = rule.and_then(|i| self.rules.get(i)?.limit.as_ref()) {
             l.acquire(self, metrics).await?;
@@ -447,15 +482,45 @@ impl Policies {
         Ok(permit)
     }
 
+    fn try_breaker(
+        &self,
+        b: &Mutex<Breaker>,
+        name: &str,
+        metrics: &Metrics,
+    ) -> Result<breaker::Permit, Refusal> {
+        let now = self.now_ms();
+        let (admission, t) = lock(b).try_acquire(now);
+        if let Some(t) = t {
+            transition(name, &t, metrics);
+        }
+        match admission {
+            Admission::Permitted(p) => Ok(p),
+            Admission::Rejected { state, retry_at_ms } => {
+                metrics.breaker_rejected(name);
+                Err(Refusal::BreakerOpen {
+                    breaker: name.to_owned(),
+                    state,
+                    retry_in: retry_at_ms.map(|at| Duration::from_millis(at.saturating_sub(now))),
+                })
+            }
+        }
+    }
+
     /// Every breaker, its wait in open checked against the clock (so `/readyz` does not show
     /// a breaker open for ever when no call comes).
     pub fn breakers(&self, metrics: &Metrics) -> Vec<BreakerView> {
         let now = self.now_ms();
         let mut out = Vec::new();
-        for (i, r) in self.rules.iter().enumerate() {
-            let (Some(b), Some(name)) = (&r.breaker, self.pattern(i)) else {
-                continue;
-            };
+        let rules = self
+            .rules
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| Some((self.pattern(i)?, r.breaker.as_ref()?)));
+        let deps = self
+            .deps
+            .iter()
+            .filter_map(|(name, b)| Some((name.as_str(), b.as_ref()?)));
+        for (name, b) in rules.chain(deps) {
             let mut b = lock(b);
             if let Some(t) = b.poll(now) {
                 transition(name, &t, metrics);
@@ -514,7 +579,7 @@ pub fn refusal_response(id: &Value, tool: &str, refusal: &Refusal) -> axum::resp
     use axum::response::IntoResponse;
     let message = refusal.message(tool);
     let (status, body) = match refusal {
-        Refusal::BreakerOpen { .. } => (
+        Refusal::BreakerOpen { .. } | Refusal::DependencyFailing { .. } => (
             StatusCode::OK,
             json!({"jsonrpc": "2.0", "id": id, "result": refusal_result(&message)}),
         ),
@@ -611,7 +676,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_queued_call_waits_at_most_its_queue_timeout_and_a_freed_slot_goes_to_it() {
-        let metrics = Metrics::new();
+        let shared = crate::state::Shared::default();
+        let metrics = &shared.metrics;
         let settings = Settings {
             concurrency: Some(LimitPolicy {
                 max_concurrent: 1,
@@ -620,20 +686,20 @@ mod tests {
             }),
             ..Settings::default()
         };
-        let p = Arc::new(Policies::new(settings, &metrics));
-        let first = p.admit("a", &metrics).await.unwrap();
+        let p = Arc::new(Policies::new(settings, metrics));
+        let first = p.admit("a", &shared).await.unwrap();
         // The queue holds one; the next is refused at once.
         let q = {
             let p = p.clone();
             tokio::spawn(async move {
-                let m = Metrics::new();
+                let shared = crate::state::Shared::default();
                 let started = Instant::now();
-                let r = p.admit("a", &m).await;
+                let r = p.admit("a", &shared).await;
                 (r.is_ok(), started.elapsed())
             })
         };
         tokio::time::sleep(Duration::from_millis(10)).await;
-        match p.admit("b", &metrics).await {
+        match p.admit("b", &shared).await {
             Err(Refusal::Saturated { waited: None, .. }) => {}
             other => panic!("{:?}", other.map(|_| ())),
         }
@@ -643,9 +709,9 @@ mod tests {
         assert!(ok);
         assert_eq!(waited, Duration::from_millis(510));
         // Now one holds the slot (q's permit was dropped: free again), so a queued one times out.
-        let hold = p.admit("a", &metrics).await.unwrap();
+        let hold = p.admit("a", &shared).await.unwrap();
         let started = Instant::now();
-        let r = p.admit("a", &metrics).await;
+        let r = p.admit("a", &shared).await;
         assert!(matches!(
             r,
             Err(Refusal::Saturated {
@@ -659,7 +725,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_open_breaker_refuses_without_taking_a_slot_and_half_opens_after_its_wait() {
-        let metrics = Metrics::new();
+        let shared = crate::state::Shared::default();
+        let metrics = &shared.metrics;
         let mut r = rule("dep_*");
         r.breaker = Some(mcpulse_policy::breaker::BreakerPolicy {
             window: mcpulse_policy::window::WindowSpec::Count { calls: 4 },
@@ -677,25 +744,25 @@ mod tests {
             tools: vec![r],
             ..Settings::default()
         };
-        let p = Arc::new(Policies::new(settings, &metrics));
+        let p = Arc::new(Policies::new(settings, metrics));
         for _ in 0..2 {
-            let permit = p.admit("dep_x", &metrics).await.unwrap();
-            permit.finish(Outcome::Failure(FailureKind::Timeout), &metrics);
+            let permit = p.admit("dep_x", &shared).await.unwrap();
+            permit.finish(Outcome::Failure(FailureKind::Timeout), metrics);
         }
-        match p.admit("dep_y", &metrics).await {
+        match p.admit("dep_y", &shared).await {
             Err(Refusal::BreakerOpen { retry_in, .. }) => {
                 assert_eq!(retry_in, Some(Duration::from_secs(5)));
             }
             other => panic!("{:?}", other.map(|_| ())),
         }
         // Another tool is not affected.
-        assert!(p.admit("other", &metrics).await.is_ok());
-        assert_eq!(p.breakers(&metrics)[0].state, BreakerState::Open);
+        assert!(p.admit("other", &shared).await.is_ok());
+        assert_eq!(p.breakers(metrics)[0].state, BreakerState::Open);
         tokio::time::advance(Duration::from_secs(5)).await;
-        assert_eq!(p.breakers(&metrics)[0].state, BreakerState::HalfOpen);
-        let trial = p.admit("dep_x", &metrics).await.unwrap();
-        trial.finish(Outcome::Success, &metrics);
-        assert_eq!(p.breakers(&metrics)[0].state, BreakerState::Closed);
+        assert_eq!(p.breakers(metrics)[0].state, BreakerState::HalfOpen);
+        let trial = p.admit("dep_x", &shared).await.unwrap();
+        trial.finish(Outcome::Success, metrics);
+        assert_eq!(p.breakers(metrics)[0].state, BreakerState::Closed);
         let text = metrics.encode().unwrap();
         assert!(
             text.contains(

@@ -652,7 +652,7 @@ impl StdioUpstream {
         let (permit, timer) = match tool.as_deref() {
             Some(name) if !own_probe => {
                 let policies = self.shared.policies();
-                match policies.admit(name, &self.shared.metrics).await {
+                match policies.admit(name, &self.shared).await {
                     Ok(p) => (
                         Some(p),
                         Some(crate::policy::Timer::start(policies.settings(), name)),

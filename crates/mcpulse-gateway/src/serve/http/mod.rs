@@ -260,7 +260,7 @@ impl HttpUpstream {
             (call.method, call.tool_name.clone(), call.own_probe)
         {
             let policies = self.shared.policies().clone();
-            match policies.admit(&tool, &self.shared.metrics).await {
+            match policies.admit(&tool, &self.shared).await {
                 Ok(p) => {
                     call.timer = Some(crate::policy::Timer::start(policies.settings(), &tool));
                     call.permit = std::sync::Mutex::new(Some(p));
