@@ -126,6 +126,10 @@ impl Observer for WorkerObserver {
         self.shared.update_upstream(|u| u.restarts += 1);
         self.shared.metrics.upstream_restart(reason.label());
     }
+
+    fn late_reply(&self) {
+        self.shared.metrics.late_reply();
+    }
 }
 
 /// A POST waiting for its reply.
@@ -142,15 +146,9 @@ struct Waiter {
     progressed: Option<Arc<Notify>>,
 }
 
-/// The most keys remembered as abandoned (timed out, or cancelled by the client) to count
-/// their late replies: past it the set starts again (a late reply then goes uncounted).
-const ABANDONED: usize = 1024;
-
 #[derive(Default)]
 struct Routes {
     waiting: HashMap<String, Waiter>,
-    /// Requests answered by the gateway (timed out, cancelled): their replies are late.
-    abandoned: std::collections::HashSet<String>,
     next: u64,
     /// The session's GET stream (SSE frames).
     listen: Option<mpsc::Sender<Bytes>>,
@@ -160,7 +158,6 @@ struct Routes {
 /// One supervised child and the HTTP side of its relay.
 pub(crate) struct Worker {
     key: u64,
-    shared: Arc<Shared>,
     input: Mutex<Option<mpsc::Sender<Vec<u8>>>>,
     routes: Mutex<Routes>,
     last_used: Mutex<Instant>,
@@ -172,7 +169,6 @@ pub(crate) struct Worker {
 impl Worker {
     fn start(
         key: u64,
-        shared: Arc<Shared>,
         settings: Settings,
         observer: Arc<dyn Observer>,
         fatal: Arc<AtomicBool>,
@@ -185,7 +181,6 @@ impl Worker {
         let max = settings.max_message_size;
         let worker = Arc::new(Worker {
             key,
-            shared,
             input: Mutex::new(Some(tx)),
             routes: Mutex::new(Routes::default()),
             last_used: Mutex::new(Instant::now()),
@@ -290,20 +285,10 @@ impl Worker {
             let Some(key) = msg.get("id").and_then(Value::as_str) else {
                 return;
             };
-            let (waiter, late) = {
-                let mut routes = lock(&self.routes);
-                match routes.waiting.remove(key) {
-                    Some(w) => (Some(w), false),
-                    None => (None, routes.abandoned.remove(key)),
-                }
-            };
-            if late {
-                self.shared.metrics.late_reply();
-                tracing::debug!(
-                    worker = self.key,
-                    "a reply after its request timed out or was cancelled, dropped"
-                );
-            }
+            // A late reply (its request timed out or was cancelled) never gets here: the
+            // relay stopped tracking the id when it passed the cancellation on; it drops the
+            // reply and tells the observer (counted in `late_replies`).
+            let waiter = lock(&self.routes).waiting.remove(key);
             if let Some(w) = waiter {
                 msg.insert("id".into(), w.id);
                 let _ = w.reply.send(Value::Object(msg));
@@ -359,18 +344,11 @@ impl Worker {
         );
     }
 
-    /// Gives up on the request sent as `key` (it timed out): its waiter goes, its reply will
-    /// be dropped as late, and the server is told with `notifications/cancelled` (the relay
-    /// passes it to the child, which should stop the work).
+    /// Gives up on the request sent as `key` (it timed out): its waiter goes, and the server
+    /// is told with `notifications/cancelled` (the relay passes it to the child, which should
+    /// stop the work, and drops the reply if it still comes).
     async fn abandon(&self, key: &str, reason: &str) {
-        {
-            let mut routes = lock(&self.routes);
-            routes.waiting.remove(key);
-            if routes.abandoned.len() >= ABANDONED {
-                routes.abandoned.clear();
-            }
-            routes.abandoned.insert(key.to_owned());
-        }
+        lock(&self.routes).waiting.remove(key);
         let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
             "params": {"requestId": key, "reason": reason}});
         self.send(&cancel).await;
@@ -403,10 +381,6 @@ impl Worker {
                 "mcpulse gateway: the request was cancelled by the client",
             ));
         }
-        if routes.abandoned.len() >= ABANDONED {
-            routes.abandoned.clear();
-        }
-        routes.abandoned.insert(key.clone());
         params.insert("requestId".into(), Value::String(key));
         true
     }
@@ -528,7 +502,6 @@ impl StdioUpstream {
         }));
         Worker::start(
             key,
-            self.shared.clone(),
             self.settings.clone(),
             observer,
             fatal,
