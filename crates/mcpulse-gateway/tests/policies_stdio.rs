@@ -361,3 +361,53 @@ async fn a_dependency_failing_its_check_makes_its_tools_fail_fast_until_it_passe
     assert_eq!(r.text(), "ok");
     stop_leaving_nothing(running, &dir.join("pids")).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_with_the_calls_token_extends_its_timeout_up_to_the_maximum() {
+    let dir = TempDir::new("gw-policy-progress");
+    let progress = json!({"jsonrpc": "2.0", "method": "notifications/progress",
+        "params": {"progressToken": "tok-1", "progress": 1}})
+    .to_string();
+    let mut acts = Vec::new();
+    for _ in 0..5 {
+        acts.push(Act::Stdout(progress.clone()));
+        acts.push(Act::Sleep(200));
+    }
+    acts.push(ok());
+    let script = StdioScript::legacy()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on_tool("report", acts)
+        .write(&dir, "server.sh");
+    let toml = format!(
+        "[[tools]]\nname = \"report\"\ntimeout = \"400ms\"\nprogress_extends = true\nmax_timeout = \"3s\"\n\n{}",
+        upstream(&script)
+    );
+    let (running, _) = start(&toml).await;
+    let addr = running.addr;
+    let sid = open_session(addr).await;
+    let with_token = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "report", "arguments": {}, "_meta": {"progressToken": "tok-1"}}});
+    let started = Instant::now();
+    let r = post(addr, Some(&sid), &with_token).await;
+    assert!(started.elapsed() >= Duration::from_millis(900));
+    assert!(
+        r.body.contains("notifications/progress"),
+        "progress passes through: {}",
+        r.body
+    );
+    assert_eq!(
+        r.text(),
+        "ok",
+        "reporting progress kept it alive: {}",
+        r.body
+    );
+    // The same call with another token: the progress is not its own, so 400 ms is all it gets.
+    let other = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "report", "arguments": {}, "_meta": {"progressToken": "tok-2"}}});
+    let started = Instant::now();
+    let r = post(addr, Some(&sid), &other).await;
+    assert!(started.elapsed() < Duration::from_millis(900));
+    assert_eq!(r.json()["result"]["isError"], true, "{}", r.body);
+    assert!(r.text().contains("400ms"), "{}", r.text());
+    stop_leaving_nothing(running, &dir.join("pids")).await;
+}
