@@ -1,4 +1,4 @@
-//! What the `policies_*` tests share: a gateway from TOML, a plain HTTP client (one
+//! What the `policies_*` tests (and stdio_upstream.rs) share: a gateway from TOML, a plain HTTP client (one
 //! connection per request), the health endpoints and `/metrics`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, dead_code)]
 
@@ -67,9 +67,11 @@ pub async fn request(
     let mut req = http::Request::builder()
         .method(method)
         .uri(path)
-        .header("host", addr.to_string())
         .header("accept", "application/json, text/event-stream")
         .header("content-type", "application/json");
+    if !headers.iter().any(|(k, _)| *k == "host") {
+        req = req.header("host", addr.to_string());
+    }
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
