@@ -153,6 +153,13 @@ struct PolicyMetrics {
     tool_timeouts: Family<ToolLabel, Counter>,
     late_replies: Counter,
     dependency_refused: Family<CheckLabel, Counter>,
+    retries: Family<RetryLabels, Counter>,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RetryLabels {
+    tool: String,
+    result: &'static str,
 }
 
 const BREAKER_STATES: [mcpulse_policy::breaker::BreakerState; 3] = [
@@ -311,6 +318,11 @@ impl Metrics {
             "dependency_refused",
             "tools/call refused at once because the dependency check listing the tool is failing",
             policy.dependency_refused.clone(),
+        );
+        registry.register(
+            "retries",
+            "tools/call retries by tool, and result: retried (sent again), budget (not sent again: the retry budget was spent)",
+            policy.retries.clone(),
         );
         registry.register(
             "late_replies",
@@ -510,6 +522,15 @@ impl Metrics {
             .get_or_create(&CheckLabel {
                 check: check.to_owned(),
             })
+            .inc();
+    }
+
+    /// A retry decision (`result`: `retried` or `budget`).
+    pub fn retry(&self, tool: &str, result: &'static str) {
+        let tool = self.tool_label(tool);
+        self.policy
+            .retries
+            .get_or_create(&RetryLabels { tool, result })
             .inc();
     }
 

@@ -411,3 +411,70 @@ async fn progress_with_the_calls_token_extends_its_timeout_up_to_the_maximum() {
     assert!(r.text().contains("400ms"), "{}", r.text());
     stop_leaving_nothing(running, &dir.join("pids")).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_tool_annotated_read_only_is_retried_after_a_crash_lost_its_call() {
+    let dir = TempDir::new("gw-policy-retry");
+    let tool = |name: &str, annotations: serde_json::Value| json!({"name": name, "inputSchema": {"type": "object"}, "annotations": annotations});
+    let tools = json!({"tools": [
+        tool("read_doc", json!({"readOnlyHint": true})),
+        tool("write_doc", json!({"readOnlyHint": false})),
+    ]});
+    // Each tool's first call crashes the server (the call is lost); later ones answer.
+    let crash_once = |marker: &str| {
+        vec![Act::FirstTimeElse(
+            dir.join(marker),
+            Box::new(Act::Exit(1)),
+            Box::new(ok()),
+        )]
+    };
+    let mut init = mcpulse_testkit::mcp::initialize_result(mcpulse_testkit::mcp::LEGACY);
+    init["capabilities"] = json!({"tools": {}});
+    let script = StdioScript::new()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on("initialize", vec![Act::Result(init)])
+        .on("tools/list", vec![Act::Result(tools)])
+        .on_tool("read_doc", crash_once("read-crashed"))
+        .on_tool("write_doc", crash_once("write-crashed"))
+        .write(&dir, "server.sh");
+    let toml = format!(
+        "[[tools]]\nname = \"*_doc\"\nretry = {{ max_attempts = 3, backoff_initial = \"50ms\", backoff_max = \"200ms\", on = [\"transport\", \"timeout\"] }}\n\n{}backoff_initial = \"50ms\"\nbackoff_max = \"100ms\"\n",
+        upstream(&script)
+    );
+    let (running, shared) = start(&toml).await;
+    let addr = running.addr;
+    let sid = open_session(addr).await;
+    let listed = post(
+        addr,
+        Some(&sid),
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+    )
+    .await;
+    assert_eq!(listed.json()["result"]["tools"][0]["name"], "read_doc");
+
+    let r = post(addr, Some(&sid), &call(2, "read_doc")).await;
+    assert_eq!(
+        r.text(),
+        "ok",
+        "retried on the restarted server: {}",
+        r.body
+    );
+    assert_eq!(
+        metric(
+            &shared,
+            "mcpulse_gateway_retries_total{tool=\"read_doc\",result=\"retried\"}"
+        ),
+        1.0
+    );
+    // Not annotated: the lost call is reported, never sent again.
+    let r = post(addr, Some(&sid), &call(3, "write_doc")).await;
+    assert_eq!(r.json()["error"]["code"], -32080, "{}", r.body);
+    assert_eq!(
+        metric(
+            &shared,
+            "mcpulse_gateway_retries_total{tool=\"write_doc\",result=\"retried\"}"
+        ),
+        0.0
+    );
+    stop_leaving_nothing(running, &dir.join("pids")).await;
+}

@@ -7,6 +7,7 @@
 use crate::config::{At, ConfigError, Source, duration, number};
 use mcpulse_policy::breaker::{BreakerPolicy, FailureKind, FailureSet};
 use mcpulse_policy::limit::{LimitPolicy, MAX_QUEUE};
+use mcpulse_policy::retry::RetryPolicy;
 use mcpulse_policy::window::{MAX_BUCKETS, MAX_COUNT, WindowSpec};
 use serde::Deserialize;
 use std::time::Duration;
@@ -74,6 +75,18 @@ pub struct RawTool {
     pub queue: Option<At<i64>>,
     pub queue_timeout: Option<At<String>>,
     pub breaker: Option<At<RawBreaker>>,
+    pub retry: Option<At<RawRetry>>,
+}
+
+/// A `retry = { ... }` table: [`RetryPolicy`]'s fields (its presence is the opt-in).
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RawRetry {
+    pub max_attempts: Option<At<i64>>,
+    pub backoff_initial: Option<At<String>>,
+    pub backoff_max: Option<At<String>>,
+    /// Which failures are retried (`timeout`, `transport`, ...).
+    pub on: Option<At<Vec<String>>>,
 }
 
 /// One resolved `[[tools]]` entry: the policy unit. The tools it matches share its limiter
@@ -90,6 +103,8 @@ pub struct ToolRule {
     pub max_timeout: Option<Duration>,
     pub limit: Option<LimitPolicy>,
     pub breaker: Option<BreakerPolicy>,
+    /// Opt-in; applied only to tools the server annotates `readOnlyHint` or `idempotentHint`.
+    pub retry: Option<RetryPolicy>,
 }
 
 /// A dependency's tools (`[[checks]]` with `tools`): they fail fast while the check is
@@ -230,6 +245,50 @@ fn limit(
     Ok(l)
 }
 
+fn failure_set(
+    src: &Source<'_>,
+    v: &At<Vec<String>>,
+    key: &str,
+) -> Result<FailureSet, ConfigError> {
+    let mut set = FailureSet::NONE;
+    for name in v.get_ref() {
+        let Some(kind) = FailureKind::parse(name) else {
+            return Err(src.at(
+                v,
+                key,
+                format!(
+                    "{name:?} is not a failure kind: give any of \"jsonrpc_error\", \"tool_error\", \"timeout\", \"transport\""
+                ),
+            ));
+        };
+        set = set.with(kind);
+    }
+    Ok(set)
+}
+
+fn retry(src: &Source<'_>, raw: &At<RawRetry>, key: &str) -> Result<RetryPolicy, ConfigError> {
+    let r = raw.get_ref();
+    let mut p = RetryPolicy::default();
+    let k = |name: &str| format!("{key}.{name}");
+    if let Some(v) = &r.max_attempts {
+        p.max_attempts = number(src, v, &k("max_attempts"), (1, 10))?
+            .try_into()
+            .unwrap_or(1);
+    }
+    if let Some(v) = &r.backoff_initial {
+        p.backoff.initial = duration(src, v, &k("backoff_initial"))?;
+    }
+    if let Some(v) = &r.backoff_max {
+        p.backoff.max = duration(src, v, &k("backoff_max"))?;
+    }
+    if let Some(v) = &r.on {
+        p.retry_on = failure_set(src, v, &k("on"))?;
+    }
+    p.validate()
+        .map_err(|e| src.at(raw, &k(e.setting), e.rule))?;
+    Ok(p)
+}
+
 fn rate(src: &Source<'_>, v: &At<f64>, key: &str) -> Result<f64, ConfigError> {
     let r = *v.get_ref();
     if r > 0.0 && r <= 1.0 {
@@ -301,20 +360,7 @@ fn breaker(
             .unwrap_or(u32::MAX);
     }
     if let Some(v) = &b.count {
-        let mut set = FailureSet::NONE;
-        for name in v.get_ref() {
-            let Some(kind) = FailureKind::parse(name) else {
-                return Err(src.at(
-                    v,
-                    &k("count"),
-                    format!(
-                        "{name:?} is not a failure kind: give any of \"jsonrpc_error\", \"tool_error\", \"timeout\", \"transport\""
-                    ),
-                ));
-            };
-            set = set.with(kind);
-        }
-        p.counted = set;
+        p.counted = failure_set(src, v, &k("count"))?;
     }
     p.validate()
         .map_err(|e| src.at(raw, &k(e.setting), e.rule))?;
@@ -466,6 +512,11 @@ pub(crate) fn resolve(
             .as_ref()
             .map(|b| breaker(src, b, &format!("{key}breaker")))
             .transpose()?;
+        let retry = r
+            .retry
+            .as_ref()
+            .map(|v| retry(src, v, &format!("{key}retry")))
+            .transpose()?;
         s.tools.push(ToolRule {
             pattern: name.clone(),
             timeout,
@@ -473,6 +524,7 @@ pub(crate) fn resolve(
             max_timeout,
             limit,
             breaker,
+            retry,
         });
     }
     Ok(s)

@@ -27,6 +27,7 @@ use mcpulse_policy::breaker::{
     self, Admission, Breaker, BreakerState, FailureKind, Outcome, Transition,
 };
 use mcpulse_policy::limit::{Admit, LimitPolicy, Limiter, Ticket, Wake};
+use mcpulse_policy::retry::{BudgetPolicy, RetryBudget, RetryDecision, ToolHints};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -175,7 +176,15 @@ pub struct Policies {
     rules: Vec<Rule>,
     /// The dependencies' breakers, by `settings.dependencies`' index, with their names.
     deps: Vec<(String, Option<Mutex<Breaker>>)>,
+    /// Retries (opt-in per entry): one budget for the gateway, and what the server said of
+    /// its tools in `tools/list` (at most [`MAX_HINTS`] names).
+    budget: Mutex<RetryBudget>,
+    hints: Mutex<HashMap<String, ToolHints>>,
 }
+
+/// The most tools whose annotations are remembered (a server listing more: the rest are
+/// taken as not repeatable, so never retried).
+pub const MAX_HINTS: usize = 1024;
 
 impl std::fmt::Debug for Policies {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -412,6 +421,8 @@ impl Policies {
             gateway,
             rules,
             deps,
+            budget: Mutex::new(RetryBudget::new(BudgetPolicy::default())),
+            hints: Mutex::new(HashMap::new()),
         }
     }
 
@@ -479,7 +490,111 @@ impl Policies {
             permit.gateway_slot = true;
         }
         permit.started = Instant::now();
+        if permit
+            .rule
+            .and_then(|i| self.settings.tools.get(i)?.retry)
+            .is_some()
+        {
+            lock(&self.budget).deposit(self.now_ms());
+        }
         Ok(permit)
+    }
+
+    /// Learns the tools' `readOnlyHint` / `idempotentHint` from a `tools/list` reply (only
+    /// when some entry has a retry: otherwise nothing reads them).
+    pub fn learn_hints(&self, reply: &Value) {
+        if !self.settings.tools.iter().any(|r| r.retry.is_some()) {
+            return;
+        }
+        let Some(tools) = reply
+            .get("result")
+            .and_then(|r| r.get("tools"))
+            .and_then(Value::as_array)
+        else {
+            return;
+        };
+        let mut hints = lock(&self.hints);
+        for t in tools {
+            let Some(name) = t.get("name").and_then(Value::as_str) else {
+                continue;
+            };
+            let a = t.get("annotations");
+            let flag = |k: &str| a.and_then(|a| a.get(k)).and_then(Value::as_bool) == Some(true);
+            let h = ToolHints {
+                read_only: flag("readOnlyHint"),
+                idempotent: flag("idempotentHint"),
+            };
+            if hints.len() < MAX_HINTS || hints.contains_key(name) {
+                hints.insert(name.to_owned(), h);
+            }
+        }
+    }
+
+    /// [`Policies::learn_hints`] on a reply's bytes (parsed only when some entry retries).
+    pub fn learn_hints_in(&self, reply: &[u8]) {
+        if self.settings.tools.iter().any(|r| r.retry.is_some())
+            && let Ok(v) = serde_json::from_slice::<Value>(reply)
+        {
+            self.learn_hints(&v);
+        }
+    }
+
+    /// Whether a call admitted with `permit` may ever be retried (its entry has a retry):
+    /// the caller then keeps a copy of the request.
+    pub fn may_retry(&self, permit: &Permit) -> bool {
+        permit
+            .rule
+            .and_then(|i| self.settings.tools.get(i)?.retry)
+            .is_some()
+    }
+
+    /// After attempt `made` of a `tools/call` of `tool` failed with `failure`: the delay
+    /// before the next attempt, or `None` (the reason logged). Retried only when the entry
+    /// opts in, the server annotated the tool read-only or idempotent, the failure is one
+    /// the entry retries, attempts are left, and the gateway's retry budget allows it.
+    pub fn retry_after(
+        &self,
+        permit: &Permit,
+        tool: &str,
+        made: u32,
+        failure: FailureKind,
+        metrics: &Metrics,
+    ) -> Option<Duration> {
+        let policy = permit
+            .rule
+            .and_then(|i| self.settings.tools.get(i)?.retry)?;
+        let hints = lock(&self.hints).get(tool).copied().unwrap_or_default();
+        let draw = {
+            use std::hash::{BuildHasher, Hasher};
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u32(made);
+            h.finish()
+        };
+        let now = self.now_ms();
+        let decision = policy.decide(
+            &mut lock(&self.budget),
+            hints,
+            made,
+            failure,
+            now,
+            None,
+            draw,
+        );
+        let tool = mcpulse_wire::text::field(tool);
+        match decision {
+            RetryDecision::Retry { delay, attempt } => {
+                tracing::info!(tool = %tool, attempt, delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX), failure = failure.as_str(), "retrying a tool call");
+                metrics.retry(&tool, "retried");
+                Some(delay)
+            }
+            RetryDecision::Stop(stop) => {
+                tracing::debug!(tool = %tool, why = stop.as_str(), "not retrying a tool call");
+                if matches!(stop, mcpulse_policy::retry::Stop::Budget) {
+                    metrics.retry(&tool, "budget");
+                }
+                None
+            }
+        }
     }
 
     fn try_breaker(
@@ -542,6 +657,14 @@ impl Policies {
 
 /// How a reply ended, for a breaker: the metrics' outcome, a gateway error being the
 /// transport's (the child or the connection failed).
+/// The failure a reply's outcome stands for (`None`: a success).
+pub fn failure_of(o: crate::metrics::Outcome) -> Option<FailureKind> {
+    match outcome_of(o) {
+        Outcome::Success => None,
+        Outcome::Failure(k) => Some(k),
+    }
+}
+
 pub fn outcome_of(o: crate::metrics::Outcome) -> Outcome {
     match o {
         crate::metrics::Outcome::Ok => Outcome::Success,
@@ -671,6 +794,7 @@ mod tests {
             max_timeout: None,
             limit: None,
             breaker: None,
+            retry: None,
         }
     }
 

@@ -685,8 +685,13 @@ impl StdioUpstream {
         };
         worker.touch();
         let up = self.clone();
-        let reply = Call {
-            worker,
+        // A copy of the request only when its entry opts in to retries.
+        let again = permit
+            .as_ref()
+            .filter(|p| up.shared.policies().may_retry(p))
+            .map(|_| (message.clone(), id.clone()));
+        let mut reply = Call {
+            worker: worker.clone(),
             message,
             id,
             sse,
@@ -694,6 +699,11 @@ impl StdioUpstream {
         }
         .run(health_tool.map(str::to_owned))
         .await;
+        if let (Some((message, id)), Some(p), Some(name)) = (&again, &permit, tool.as_deref()) {
+            reply = up
+                .retry(&worker, p, name, (message, id, sse), reply, health_tool)
+                .await;
+        }
         let sid_header = minted.clone();
         let finish = move |reply: &Value, timed_out: bool| {
             let outcome = if timed_out {
@@ -716,6 +726,7 @@ impl StdioUpstream {
             }
             if method == "tools/list" {
                 super::learn_listed_tools(&up.shared, reply);
+                up.shared.policies().learn_hints(reply);
             }
             record(
                 &up.shared,
@@ -742,6 +753,48 @@ impl StdioUpstream {
                 json_reply(&v, sid.as_deref(), modern)
             }
             Reply::Stream(stream) => stream.into_response(sid_header.as_deref(), finish),
+        }
+    }
+
+    /// Sends a failed `tools/call` again while its retry policy says so (crate::policy:
+    /// opt-in, annotated tools only, backoff with jitter, the budget). A reply that has
+    /// started streaming is never sent again. Returns the last reply.
+    async fn retry(
+        &self,
+        worker: &Arc<Worker>,
+        permit: &crate::policy::Permit,
+        tool: &str,
+        (message, id, sse): (&serde_json::Map<String, Value>, &Value, bool),
+        mut reply: Reply,
+        health_tool: Option<&str>,
+    ) -> Reply {
+        let policies = self.shared.policies();
+        let mut made = 1;
+        loop {
+            let failure = match &reply {
+                Reply::Json(_, true) => Some(mcpulse_policy::breaker::FailureKind::Timeout),
+                Reply::Json(v, false) => crate::policy::failure_of(outcome(v)),
+                Reply::Stream(_) => None,
+            };
+            let Some(failure) = failure else {
+                return reply;
+            };
+            let Some(delay) =
+                policies.retry_after(permit, tool, made, failure, &self.shared.metrics)
+            else {
+                return reply;
+            };
+            tokio::time::sleep(delay).await;
+            made += 1;
+            reply = Call {
+                worker: worker.clone(),
+                message: message.clone(),
+                id: id.clone(),
+                sse,
+                timer: Some(crate::policy::Timer::start(policies.settings(), tool)),
+            }
+            .run(health_tool.map(str::to_owned))
+            .await;
         }
     }
 

@@ -209,6 +209,7 @@ pub async fn respond(
         let outcome = reply.as_ref().map_or(Outcome::RpcError, outcome_of);
         if x.call.method == Some("tools/list") {
             x.upstream.shared.metrics.learn_tools_in(&bytes);
+            x.upstream.shared.policies().learn_hints_in(&bytes);
         }
         if x.call.method == Some("tools/list")
             && let Some(name) = &x.upstream.settings.health_tool
@@ -362,6 +363,7 @@ impl Stream {
             let outcome = outcome_of(&reply);
             if pending.tools_list {
                 self.shared.metrics.learn_tools_in(event.data.as_bytes());
+                self.shared.policies().learn_hints_in(event.data.as_bytes());
             }
             if pending.tools_list
                 && let Some(name) = &self.health_tool
