@@ -5,8 +5,8 @@
 //! policies add. Run: `cargo run --release -p mcpulse-gateway --example policy_overhead`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
-use mcpulse_gateway::policy::config::{DependencyRule, Settings, ToolRule};
 use mcpulse_gateway::policy::Policies;
+use mcpulse_gateway::policy::config::{DependencyRule, Settings, ToolRule};
 use mcpulse_gateway::state::Shared;
 use mcpulse_policy::breaker::{BreakerPolicy, Outcome};
 use mcpulse_policy::limit::LimitPolicy;

@@ -28,6 +28,7 @@ use mcpulse_policy::breaker::{
 };
 use mcpulse_policy::limit::{Admit, LimitPolicy, Limiter, Ticket, Wake};
 use mcpulse_policy::retry::{BudgetPolicy, RetryBudget, RetryDecision, ToolHints};
+use mcpulse_policy::timeout::Deadline;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -729,55 +730,50 @@ pub fn refusal_response(id: &Value, tool: &str, refusal: &Refusal) -> axum::resp
     r
 }
 
-/// A `tools/call`'s timer: its deadline, pushed back by progress when the entry allows it.
+/// A `tools/call`'s timer: [`mcpulse_policy::timeout::Deadline`] on tokio's clock (from the
+/// call's start), pushed back by progress when the entry allows it.
 #[derive(Debug, Clone)]
 pub struct Timer {
     pub tool: String,
     pub after: Duration,
     started: Instant,
-    deadline: Instant,
-    /// The latest deadline progress may push it to (`None`: progress does not extend it).
-    max_at: Option<Instant>,
+    deadline: Deadline,
 }
 
 impl Timer {
     /// The timer of a `tools/call` of `tool` starting now.
     pub fn start(settings: &config::Settings, tool: &str) -> Timer {
         let (after, max) = settings.timeout(tool);
-        let started = Instant::now();
         Timer {
             tool: tool.to_owned(),
             after,
-            started,
-            deadline: started + after,
-            max_at: max.map(|m| started + m),
+            started: Instant::now(),
+            deadline: Deadline::new(0, after, max),
         }
     }
 
     pub fn deadline(&self) -> Instant {
-        self.deadline
+        self.started + Duration::from_millis(self.deadline.at_ms())
     }
 
     /// Whether progress may extend it.
     pub fn extends(&self) -> bool {
-        self.max_at.is_some()
+        self.deadline.extends()
     }
 
     /// Progress came: the timeout starts again from now, up to the maximum.
     pub fn progressed(&mut self) {
-        if let Some(max) = self.max_at {
-            self.deadline = (Instant::now() + self.after).min(max).max(self.deadline);
-        }
+        self.deadline.progressed(millis(self.started.elapsed()));
     }
 
     /// Whether it is due before `other` (so that its expiry, not `other`'s, answers).
     pub fn before(&self, other: Instant) -> bool {
-        self.deadline <= other
+        self.deadline() <= other
     }
 
     /// How long it ran before it timed out.
     pub fn ran(&self) -> Duration {
-        self.deadline.saturating_duration_since(self.started)
+        Duration::from_millis(self.deadline.at_ms())
     }
 }
 
