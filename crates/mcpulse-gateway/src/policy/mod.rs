@@ -507,11 +507,7 @@ impl Policies {
         if !self.settings.tools.iter().any(|r| r.retry.is_some()) {
             return;
         }
-        let Some(tools) = reply
-            .get("result")
-            .and_then(|r| r.get("tools"))
-            .and_then(Value::as_array)
-        else {
+        let Some(tools) = crate::serve::listed(reply) else {
             return;
         };
         let mut hints = lock(&self.hints);

@@ -82,13 +82,17 @@ pub fn record(
     crate::metrics::log_request(method, tool, took, outcome);
 }
 
-/// Gives the tools a `tools/list` reply lists their own metric labels.
-pub fn learn_listed_tools(shared: &Shared, reply: &Value) {
-    let Some(tools) = reply
+/// The tools a `tools/list` reply lists.
+pub(crate) fn listed(reply: &Value) -> Option<&Vec<Value>> {
+    reply
         .get("result")
         .and_then(|r| r.get("tools"))
         .and_then(Value::as_array)
-    else {
+}
+
+/// Gives the tools a `tools/list` reply lists their own metric labels.
+pub fn learn_listed_tools(shared: &Shared, reply: &Value) {
+    let Some(tools) = listed(reply) else {
         return;
     };
     let names: Vec<&str> = tools
