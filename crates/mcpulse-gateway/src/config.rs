@@ -77,6 +77,8 @@ pub struct Gateway {
     pub secrets: Secrets,
     /// Keep-alives, health thresholds, connection limits ([`Streams`]).
     pub streams: Streams,
+    /// Tool timeouts, breakers and load limits (`tool_timeout`, `[concurrency]`, `[[tools]]`).
+    pub policies: crate::policy::config::Settings,
 }
 
 /// What the gateway serves.
@@ -168,6 +170,11 @@ pub struct Raw {
     pub keepalive: Option<At<String>>,
     pub thresholds: Option<At<crate::thresholds::RawThresholds>>,
     pub max_connections: Option<At<i64>>,
+    /// The call policies (crate::policy::config).
+    pub tool_timeout: Option<At<String>>,
+    pub concurrency: Option<At<crate::policy::config::RawConcurrency>>,
+    #[serde(default)]
+    pub tools: Vec<At<crate::policy::config::RawTool>>,
 }
 
 /// `[upstream]`: `command` (stdio) or `url` (HTTP), and how the stdio child is supervised
@@ -241,19 +248,29 @@ impl Raw {
 }
 
 /// Where errors point: the file's text, or the command line.
-struct Source<'a> {
+pub(crate) struct Source<'a> {
     file: Option<&'a str>,
     text: &'a str,
 }
 
 impl Source<'_> {
-    fn at<T>(&self, v: &At<T>, key: &str, message: impl Into<String>) -> ConfigError {
+    /// The file's text (empty for the command line).
+    pub(crate) fn text(&self) -> &str {
+        self.text
+    }
+
+    pub(crate) fn at<T>(&self, v: &At<T>, key: &str, message: impl Into<String>) -> ConfigError {
         self.offset(v.span().start, key, message)
     }
 
     /// The error at byte `offset` of the file (line and column counted only here, for the one
     /// error returned).
-    fn offset(&self, offset: usize, key: &str, message: impl Into<String>) -> ConfigError {
+    pub(crate) fn offset(
+        &self,
+        offset: usize,
+        key: &str,
+        message: impl Into<String>,
+    ) -> ConfigError {
         let (line, column) = match self.file {
             Some(_) => {
                 let mut offset = offset.min(self.text.len());
@@ -356,7 +373,11 @@ fn address(src: &Source<'_>, v: &At<String>, key: &str) -> Result<SocketAddr, Co
     })
 }
 
-fn duration(src: &Source<'_>, v: &At<String>, key: &str) -> Result<Duration, ConfigError> {
+pub(crate) fn duration(
+    src: &Source<'_>,
+    v: &At<String>,
+    key: &str,
+) -> Result<Duration, ConfigError> {
     let d =
         mcpulse_wire::units::duration(v.get_ref()).map_err(|e| src.at(v, key, e.to_string()))?;
     if d > Duration::from_secs(86_400) {
@@ -378,7 +399,7 @@ fn size(src: &Source<'_>, v: &At<String>, key: &str) -> Result<usize, ConfigErro
 }
 
 /// A count in `min..=max`.
-fn number(
+pub(crate) fn number(
     src: &Source<'_>,
     v: &At<i64>,
     key: &str,
@@ -553,6 +574,13 @@ fn resolve(
             .unwrap_or(0);
         src.offset(at, &format!("checks[{i}]"), e.to_string())
     })?;
+    let policies = crate::policy::config::resolve(
+        src,
+        raw.tool_timeout.as_ref(),
+        raw.concurrency.as_ref(),
+        &raw.tools,
+        &raw.checks,
+    )?;
     Ok(Gateway {
         listen,
         health_listen,
@@ -572,6 +600,7 @@ fn resolve(
         checks,
         secrets,
         streams,
+        policies,
     })
 }
 

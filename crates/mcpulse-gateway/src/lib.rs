@@ -26,6 +26,7 @@ pub mod checks;
 pub mod config;
 pub mod health;
 pub mod metrics;
+pub mod policy;
 pub mod serve;
 pub mod state;
 pub mod thresholds;

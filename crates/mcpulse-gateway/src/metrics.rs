@@ -115,6 +115,60 @@ struct CheckStatusLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BreakerStateLabels {
+    breaker: String,
+    state: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BreakerToLabels {
+    breaker: String,
+    to: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BreakerLabel {
+    breaker: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LimitLabels {
+    limit: String,
+    reason: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ToolLabel {
+    tool: String,
+}
+
+/// The call policies' series (crate::policy). `breaker` and `limit` are `[[tools]]` patterns
+/// from the config (or `gateway`): a closed set; `tool` is bounded as the requests' is.
+#[derive(Default)]
+struct PolicyMetrics {
+    breaker_state: Family<BreakerStateLabels, Gauge>,
+    breaker_transitions: Family<BreakerToLabels, Counter>,
+    breaker_rejected: Family<BreakerLabel, Counter>,
+    limit_rejected: Family<LimitLabels, Counter>,
+    tool_timeouts: Family<ToolLabel, Counter>,
+    late_replies: Counter,
+    dependency_refused: Family<CheckLabel, Counter>,
+    retries: Family<RetryLabels, Counter>,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RetryLabels {
+    tool: String,
+    result: &'static str,
+}
+
+const BREAKER_STATES: [mcpulse_policy::breaker::BreakerState; 3] = [
+    mcpulse_policy::breaker::BreakerState::Closed,
+    mcpulse_policy::breaker::BreakerState::Open,
+    mcpulse_policy::breaker::BreakerState::HalfOpen,
+];
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CheckLabel {
     check: String,
 }
@@ -138,6 +192,7 @@ pub struct Metrics {
     readiness: Family<StatusLabel, Gauge>,
     liveness: Family<StatusLabel, Gauge>,
     tools: ToolLabels,
+    policy: PolicyMetrics,
     /// The tool names the upstream listed (inert, cut), at most [`MAX_KNOWN_TOOLS`].
     known: Mutex<HashSet<String>>,
     /// Connections refused past `max_connections`.
@@ -235,6 +290,47 @@ impl Metrics {
             "/livez's status: 1 for the current one (pass, fail), 0 for the others",
             liveness.clone(),
         );
+        let policy = PolicyMetrics::default();
+        registry.register(
+            "breaker_state",
+            "Circuit breakers' state (a [[tools]] entry's breaker, by its pattern): 1 for the current one (closed, open, half_open), 0 for the others",
+            policy.breaker_state.clone(),
+        );
+        registry.register(
+            "breaker_transitions",
+            "Circuit breaker changes of state, by breaker and the state entered",
+            policy.breaker_transitions.clone(),
+        );
+        registry.register(
+            "breaker_rejected",
+            "tools/call refused at once by an open (or busy half-open) circuit breaker",
+            policy.breaker_rejected.clone(),
+        );
+        registry.register(
+            "limit_rejected",
+            "tools/call refused by a concurrency limit (gateway or a [[tools]] pattern), by reason (full: the queue was full; queue_timeout: it waited its whole queue_timeout)",
+            policy.limit_rejected.clone(),
+        );
+        registry.register(
+            "tool_timeouts",
+            "tools/call answered with the gateway's timeout result (the upstream was sent a cancellation), by tool",
+            policy.tool_timeouts.clone(),
+        );
+        registry.register(
+            "dependency_refused",
+            "tools/call refused at once because the dependency check listing the tool is failing",
+            policy.dependency_refused.clone(),
+        );
+        registry.register(
+            "retries",
+            "tools/call retries by tool, and result: retried (sent again), budget (not sent again: the retry budget was spent)",
+            policy.retries.clone(),
+        );
+        registry.register(
+            "late_replies",
+            "Replies that came from the upstream after their request had timed out at the gateway: dropped",
+            policy.late_replies.clone(),
+        );
         // Closed-set series exist from the start, so a rate() or an alert on them does not
         // wait for the first event.
         for reason in RESTART_REASONS {
@@ -260,6 +356,7 @@ impl Metrics {
             readiness,
             liveness,
             tools: ToolLabels::default(),
+            policy,
             known: Mutex::new(HashSet::new()),
         };
         m.set_readiness(CheckStatus::Fail);
@@ -395,6 +492,85 @@ impl Metrics {
             &[CheckStatus::Pass, CheckStatus::Fail],
             status,
         );
+    }
+
+    /// A breaker's state now (one series per state, 1 for the current one).
+    pub fn breaker_state(&self, breaker: &str, current: mcpulse_policy::breaker::BreakerState) {
+        for s in BREAKER_STATES {
+            self.policy
+                .breaker_state
+                .get_or_create(&BreakerStateLabels {
+                    breaker: breaker.to_owned(),
+                    state: s.as_str(),
+                })
+                .set(i64::from(s == current));
+        }
+    }
+
+    /// A breaker changed state.
+    pub fn breaker_transition(&self, breaker: &str, to: mcpulse_policy::breaker::BreakerState) {
+        self.policy
+            .breaker_transitions
+            .get_or_create(&BreakerToLabels {
+                breaker: breaker.to_owned(),
+                to: to.as_str(),
+            })
+            .inc();
+        self.breaker_state(breaker, to);
+    }
+
+    /// A call refused by an open breaker.
+    pub fn breaker_rejected(&self, breaker: &str) {
+        self.policy
+            .breaker_rejected
+            .get_or_create(&BreakerLabel {
+                breaker: breaker.to_owned(),
+            })
+            .inc();
+    }
+
+    /// A call refused because its dependency's check is failing.
+    pub fn dependency_refused(&self, check: &str) {
+        self.policy
+            .dependency_refused
+            .get_or_create(&CheckLabel {
+                check: check.to_owned(),
+            })
+            .inc();
+    }
+
+    /// A retry decision (`result`: `retried` or `budget`).
+    pub fn retry(&self, tool: &str, result: &'static str) {
+        let tool = self.tool_label(tool);
+        self.policy
+            .retries
+            .get_or_create(&RetryLabels { tool, result })
+            .inc();
+    }
+
+    /// A call refused by a limiter (`reason`: `full` or `queue_timeout`).
+    pub fn limit_refused(&self, limit: &str, reason: &'static str) {
+        self.policy
+            .limit_rejected
+            .get_or_create(&LimitLabels {
+                limit: limit.to_owned(),
+                reason,
+            })
+            .inc();
+    }
+
+    /// A `tools/call` of `tool` timed out at the gateway.
+    pub fn tool_timeout(&self, tool: &str) {
+        let tool = self.tool_label(tool);
+        self.policy
+            .tool_timeouts
+            .get_or_create(&ToolLabel { tool })
+            .inc();
+    }
+
+    /// A reply came after its request timed out, and was dropped.
+    pub fn late_reply(&self) {
+        self.policy.late_replies.inc();
     }
 
     /// The exposition (OpenMetrics text, ending in `# EOF`).

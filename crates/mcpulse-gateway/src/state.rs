@@ -55,9 +55,31 @@ pub struct Shared {
     pub metrics: crate::metrics::Metrics,
     /// Relayed calls' error rate and latency, judged for `/readyz`.
     pub thresholds: crate::thresholds::Live,
+    /// The call policies (timeouts, breakers, limits), set once when serving starts
+    /// ([`Shared::policies`]); `/readyz` reads the breakers.
+    policies: std::sync::OnceLock<std::sync::Arc<crate::policy::Policies>>,
 }
 
 impl Shared {
+    /// The call policies: the ones set by [`Shared::set_policies`], else the defaults.
+    pub fn policies(&self) -> &std::sync::Arc<crate::policy::Policies> {
+        self.policies.get_or_init(|| {
+            std::sync::Arc::new(crate::policy::Policies::new(
+                crate::policy::config::Settings::default(),
+                &self.metrics,
+            ))
+        })
+    }
+
+    /// Sets the call policies (once: a second call, or one after [`Shared::policies`] was
+    /// read, is ignored and logged).
+    pub fn set_policies(&self, settings: crate::policy::config::Settings) {
+        let p = std::sync::Arc::new(crate::policy::Policies::new(settings, &self.metrics));
+        if self.policies.set(p).is_err() {
+            tracing::warn!("the call policies were set already; keeping the first");
+        }
+    }
+
     pub fn upstream(&self) -> Upstream {
         match self.upstream.lock() {
             Ok(u) => u.clone(),

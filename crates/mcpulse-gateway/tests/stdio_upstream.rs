@@ -3,6 +3,8 @@
 //! the gateway and checks that no child (or grandchild) is left.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod policies_support;
+
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
@@ -41,45 +43,18 @@ impl Reply {
     }
 }
 
-/// One HTTP request on a connection of its own.
+/// One HTTP request on a connection of its own (policies_support's, to `/mcp`).
 async fn request(
     addr: SocketAddr,
     method: &str,
     headers: &[(&str, &str)],
     body: Option<Value>,
 ) -> Reply {
-    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    let mut req = http::Request::builder()
-        .method(method)
-        .uri("/mcp")
-        .header("accept", "application/json, text/event-stream")
-        .header("content-type", "application/json");
-    if !headers.iter().any(|(k, _)| *k == "host") {
-        req = req.header("host", addr.to_string());
-    }
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let body = body.map(|b| b.to_string()).unwrap_or_default();
-    let req = req.body(Full::new(Bytes::from(body))).unwrap();
-    let resp = tokio::time::timeout(BOUND, sender.send_request(req))
-        .await
-        .expect("no answer in time")
-        .unwrap();
-    let (parts, body) = resp.into_parts();
-    let body = tokio::time::timeout(BOUND, body.collect())
-        .await
-        .expect("the body did not end in time")
-        .unwrap()
-        .to_bytes();
+    let r = policies_support::request(addr, method, "/mcp", headers, body.as_ref()).await;
     Reply {
-        status: parts.status.as_u16(),
-        headers: parts.headers,
-        body: String::from_utf8_lossy(&body).into_owned(),
+        status: r.status,
+        headers: r.headers,
+        body: r.body,
     }
 }
 

@@ -140,6 +140,9 @@ pub trait Observer: Send + Sync + 'static {
     /// A line on the child's stdout that was not a JSON-RPC message was kept off the client's
     /// stream (`line` is a bounded prefix, unsanitised).
     fn junk_line(&self, _line: &str) {}
+    /// A reply from the child for a request no longer in flight (it timed out, or was
+    /// cancelled) was dropped.
+    fn late_reply(&self) {}
 }
 
 /// An observer that ignores everything.
@@ -205,6 +208,10 @@ impl<O: Observer> Observer for Logs<O> {
     fn tool_call(&self, tool: &str, outcome: CallOutcome, latency: Duration) {
         tracing::debug!(tool, outcome = ?outcome, latency = ?latency, "tools/call");
         self.inner.tool_call(tool, outcome, latency);
+    }
+
+    fn late_reply(&self) {
+        self.inner.late_reply();
     }
 
     fn junk_line(&self, line: &str) {

@@ -93,6 +93,9 @@ pub enum Act {
     SpawnSessionLeader(PathBuf),
     /// Append the message being handled (the whole line) to `file`.
     RecordLine(PathBuf),
+    /// The first act while a file exists at the path, the second otherwise: a dependency the
+    /// test takes down (creates the file) and brings back (removes it).
+    IfExists(PathBuf, Box<Act>, Box<Act>),
     /// Ignore SIGTERM from here on, and so do the processes the script starts after it (an
     /// ignored signal stays ignored across fork and exec).
     IgnoreSigterm,
@@ -272,6 +275,12 @@ fn render_act(act: &Act) -> String {
         Act::SpawnSessionLeader(file) => format!(
             "setsid sh -c 'echo $$ >> \"$1\"; exec sleep 100000' sh {} </dev/null >/dev/null 2>&1 &\n",
             quote(&file.to_string_lossy())
+        ),
+        Act::IfExists(file, then, otherwise) => format!(
+            "if [ -e {} ]; then\n{}else\n{}fi\n",
+            quote(&file.to_string_lossy()),
+            render_act(then),
+            render_act(otherwise)
         ),
         Act::RecordLine(file) => format!(
             "printf '%s\\n' \"$line\" >> {}\n",

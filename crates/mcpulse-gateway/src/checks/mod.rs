@@ -118,6 +118,13 @@ pub struct CheckSpec {
     pub failure_threshold: Option<u32>,
     #[serde(default)]
     pub success_threshold: Option<u32>,
+    /// The upstream's tools that depend on this (names or globs): while this check is
+    /// confirmed failing they fail fast (crate::policy; docs/gateway.md `### Dependencies`).
+    #[serde(default)]
+    pub tools: Vec<String>,
+    /// A circuit breaker those tools share, fed by their own outcomes.
+    #[serde(default)]
+    pub breaker: Option<crate::config::At<crate::policy::config::RawBreaker>>,
 }
 
 /// Why a `[[checks]]` entry was refused (the config adds where it is).

@@ -91,13 +91,17 @@ pub fn record(
     }
 }
 
-/// Gives the tools a `tools/list` reply lists their own metric labels.
-pub fn learn_listed_tools(shared: &Shared, reply: &Value) {
-    let Some(tools) = reply
+/// The tools a `tools/list` reply lists.
+pub(crate) fn listed(reply: &Value) -> Option<&Vec<Value>> {
+    reply
         .get("result")
         .and_then(|r| r.get("tools"))
         .and_then(Value::as_array)
-    else {
+}
+
+/// Gives the tools a `tools/list` reply lists their own metric labels.
+pub fn learn_listed_tools(shared: &Shared, reply: &Value) {
+    let Some(tools) = listed(reply) else {
         return;
     };
     let names: Vec<&str> = tools
@@ -708,6 +712,7 @@ pub async fn start(gateway: &Gateway, shared: Arc<Shared>) -> Result<Running, St
         Some(a) => Some(bind(a).await?),
         None => None,
     };
+    shared.set_policies(gateway.policies.clone());
     let upstream = match &gateway.upstream {
         config::Upstream::Stdio(s) => Upstream::Stdio(stdio::StdioUpstream::new(
             (**s).clone(),

@@ -40,7 +40,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -53,6 +53,9 @@ const PIPE: usize = 256 << 10;
 /// The JSON-RPC code when the session's relay ended with the request unanswered (the
 /// supervisor's "server restarted" code: the client treats both the same way).
 const SESSION_ENDED: i64 = mcpulse_relay::supervise::codes::SERVER_RESTARTED;
+/// The answer to a request the client cancelled, on the POST still open for it (LSP's
+/// `RequestCancelled`; MCP leaves it to the implementation).
+const CANCELLED: i64 = -32800;
 
 /// What bounds the stdio side.
 #[derive(Debug, Clone)]
@@ -130,6 +133,10 @@ impl Observer for WorkerObserver {
         self.shared.update_upstream(|u| u.restarts += 1);
         self.shared.metrics.upstream_restart(reason.label());
     }
+
+    fn late_reply(&self) {
+        self.shared.metrics.late_reply();
+    }
 }
 
 /// A POST waiting for its reply.
@@ -142,6 +149,8 @@ struct Waiter {
     seq: u64,
     reply: oneshot::Sender<Value>,
     events: mpsc::Sender<Bytes>,
+    /// Told of each progress notification for this request, when its timeout may extend.
+    progressed: Option<Arc<Notify>>,
 }
 
 #[derive(Default)]
@@ -280,14 +289,20 @@ impl Worker {
             return;
         };
         if !msg.contains_key("method") {
-            let key = msg.get("id").and_then(Value::as_str).map(str::to_owned);
-            let waiter = key.and_then(|k| lock(&self.routes).waiting.remove(&k));
+            let Some(key) = msg.get("id").and_then(Value::as_str) else {
+                return;
+            };
+            // A late reply (its request timed out or was cancelled) never gets here: the
+            // relay stopped tracking the id when it passed the cancellation on; it drops the
+            // reply and tells the observer (counted in `late_replies`).
+            let waiter = lock(&self.routes).waiting.remove(key);
             if let Some(w) = waiter {
                 msg.insert("id".into(), w.id);
                 let _ = w.reply.send(Value::Object(msg));
             }
             return;
         }
+        let progress = msg.get("method").and_then(Value::as_str) == Some("notifications/progress");
         let is_request = msg.contains_key("id");
         let token = msg
             .get("params")
@@ -295,14 +310,16 @@ impl Worker {
             .cloned();
         let frame = sse_frame(line);
         let mut routes = lock(&self.routes);
-        let target = token
-            .as_ref()
-            .and_then(|t| {
-                routes
-                    .waiting
-                    .values()
-                    .find(|w| w.progress.as_ref() == Some(t))
-            })
+        let owner = token.as_ref().and_then(|t| {
+            routes
+                .waiting
+                .values()
+                .find(|w| w.progress.as_ref() == Some(t))
+        });
+        if progress && let Some(n) = owner.and_then(|w| w.progressed.as_ref()) {
+            n.notify_one();
+        }
+        let target = owner
             .or_else(|| routes.waiting.values().max_by_key(|w| w.seq))
             .map(|w| w.events.clone())
             .or_else(|| routes.listen.clone());
@@ -332,6 +349,47 @@ impl Worker {
             dropped,
             "a server message with no open stream to carry it, dropped"
         );
+    }
+
+    /// Gives up on the request sent as `key` (it timed out): its waiter goes, and the server
+    /// is told with `notifications/cancelled` (the relay passes it to the child, which should
+    /// stop the work, and drops the reply if it still comes).
+    async fn abandon(&self, key: &str, reason: &str) {
+        lock(&self.routes).waiting.remove(key);
+        let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": key, "reason": reason}});
+        self.send(&cancel).await;
+    }
+
+    /// A client's `notifications/cancelled`: its `requestId` is the client's id, which the
+    /// child never saw; it becomes the gateway's key for that request, whose POST is answered
+    /// with a "cancelled" error (the client no longer waits for it) and whose reply will be
+    /// dropped. `false`: no such request is waiting (already answered: nothing to cancel).
+    fn client_cancel(&self, message: &mut serde_json::Map<String, Value>) -> bool {
+        let Some(params) = message.get_mut("params").and_then(Value::as_object_mut) else {
+            return false;
+        };
+        let Some(id) = params.get("requestId").cloned() else {
+            return false;
+        };
+        let mut routes = lock(&self.routes);
+        let Some(key) = routes
+            .waiting
+            .iter()
+            .find(|(_, w)| w.id == id)
+            .map(|(k, _)| k.clone())
+        else {
+            return false;
+        };
+        if let Some(w) = routes.waiting.remove(&key) {
+            let _ = w.reply.send(error(
+                &w.id,
+                CANCELLED,
+                "mcpulse gateway: the request was cancelled by the client",
+            ));
+        }
+        params.insert("requestId".into(), Value::String(key));
+        true
     }
 
     /// The relay ended: every waiter gets an error (dropping its sender does that), streams
@@ -540,7 +598,12 @@ impl StdioUpstream {
             };
             if let Some(w) = worker {
                 w.touch();
-                w.send(&Value::Object(message)).await;
+                let mut message = message;
+                let cancel = method.as_deref() == Some("notifications/cancelled");
+                // A cancellation of nothing the child is working on is not passed on.
+                if !cancel || w.client_cancel(&mut message) {
+                    w.send(&Value::Object(message)).await;
+                }
             }
             return StatusCode::ACCEPTED.into_response();
         };
@@ -568,6 +631,30 @@ impl StdioUpstream {
             );
             return json_reply(&reply, None, modern);
         }
+        // The call policies: admitted (or refused at the door, before any stream), and timed.
+        let (permit, timer) = match tool.as_deref() {
+            Some(name) if !own_probe => {
+                let policies = self.shared.policies();
+                match policies.admit(name, &self.shared).await {
+                    Ok(p) => (
+                        Some(p),
+                        Some(crate::policy::Timer::start(policies.settings(), name)),
+                    ),
+                    Err(refusal) => {
+                        record(
+                            &self.shared,
+                            &method,
+                            tool.as_deref(),
+                            started,
+                            Outcome::GatewayError,
+                            own_probe,
+                        );
+                        return crate::policy::refusal_response(&id, name, &refusal);
+                    }
+                }
+            }
+            _ => (None, None),
+        };
         let (worker, minted) = match (&session, method.as_str()) {
             (Some(s), _) => match lock(&self.sessions).get(s).cloned() {
                 Some(w) => (w, None),
@@ -608,20 +695,49 @@ impl StdioUpstream {
         };
         worker.touch();
         let up = self.clone();
-        let reply = Call {
-            worker,
+        // A copy of the request only when its entry opts in to retries.
+        let again = permit
+            .as_ref()
+            .filter(|p| up.shared.policies().may_retry(p))
+            .map(|_| (message.clone(), id.clone()));
+        let mut reply = Call {
+            worker: worker.clone(),
             message,
             id,
             sse,
             keepalive: self.limits.keepalive,
+            timer,
         }
         .run(health_tool.map(str::to_owned))
         .await;
+        if let (Some((message, id)), Some(p), Some(name)) = (&again, &permit, tool.as_deref()) {
+            reply = up
+                .retry(&worker, p, name, (message, id, sse), reply, health_tool)
+                .await;
+        }
         let sid_header = minted.clone();
-        let finish = move |reply: &Value| {
-            let outcome = outcome(reply);
+        let finish = move |reply: &Value, timed_out: bool| {
+            let outcome = if timed_out {
+                Outcome::GatewayError
+            } else {
+                outcome(reply)
+            };
+            if let Some(p) = permit {
+                let o = if timed_out {
+                    mcpulse_policy::breaker::Outcome::Failure(
+                        mcpulse_policy::breaker::FailureKind::Timeout,
+                    )
+                } else {
+                    crate::policy::outcome_of(outcome)
+                };
+                p.finish(o, &up.shared.metrics);
+            }
+            if timed_out && let Some(t) = tool.as_deref() {
+                up.shared.metrics.tool_timeout(t);
+            }
             if method == "tools/list" {
                 super::learn_listed_tools(&up.shared, reply);
+                up.shared.policies().learn_hints(reply);
             }
             record(
                 &up.shared,
@@ -641,13 +757,56 @@ impl StdioUpstream {
             }
         };
         match reply {
-            Reply::Json(v) => {
-                finish(&v);
+            Reply::Json(v, timed_out) => {
+                finish(&v, timed_out);
                 // A failed handshake opens no session: no id to hand out.
                 let sid = sid_header.filter(|_| v.get("result").is_some());
                 json_reply(&v, sid.as_deref(), modern)
             }
             Reply::Stream(stream) => stream.into_response(sid_header.as_deref(), finish),
+        }
+    }
+
+    /// Sends a failed `tools/call` again while its retry policy says so (crate::policy:
+    /// opt-in, annotated tools only, backoff with jitter, the budget). A reply that has
+    /// started streaming is never sent again. Returns the last reply.
+    async fn retry(
+        &self,
+        worker: &Arc<Worker>,
+        permit: &crate::policy::Permit,
+        tool: &str,
+        (message, id, sse): (&serde_json::Map<String, Value>, &Value, bool),
+        mut reply: Reply,
+        health_tool: Option<&str>,
+    ) -> Reply {
+        let policies = self.shared.policies();
+        let mut made = 1;
+        loop {
+            let failure = match &reply {
+                Reply::Json(_, true) => Some(mcpulse_policy::breaker::FailureKind::Timeout),
+                Reply::Json(v, false) => crate::policy::failure_of(outcome(v)),
+                Reply::Stream(_) => None,
+            };
+            let Some(failure) = failure else {
+                return reply;
+            };
+            let Some(delay) =
+                policies.retry_after(permit, tool, made, failure, &self.shared.metrics)
+            else {
+                return reply;
+            };
+            tokio::time::sleep(delay).await;
+            made += 1;
+            reply = Call {
+                worker: worker.clone(),
+                message: message.clone(),
+                id: id.clone(),
+                sse,
+                keepalive: self.limits.keepalive,
+                timer: Some(crate::policy::Timer::start(policies.settings(), tool)),
+            }
+            .run(health_tool.map(str::to_owned))
+            .await;
         }
     }
 
@@ -1057,9 +1216,10 @@ async fn ask(worker: Arc<Worker>, message: Value, deadline: Instant) -> Result<V
         id,
         sse: false,
         keepalive: None,
+        timer: None,
     };
     match tokio::time::timeout_at(deadline, call.run(None)).await {
-        Ok(Reply::Json(v)) => Ok(v),
+        Ok(Reply::Json(v, _)) => Ok(v),
         // Not asked for (sse: false); a reply always comes as JSON then.
         Ok(Reply::Stream(_)) => Err(format!("{method}: an unexpected stream")),
         Err(_) => Err(format!("the upstream did not answer {method} in time")),
@@ -1247,12 +1407,14 @@ struct Call {
     /// With `sse`: the reply not there after this long turns the response into a stream, so
     /// that the wait carries keep-alives.
     keepalive: Option<Duration>,
+    /// A `tools/call`'s timeout ([`crate::policy::Timer`]).
+    timer: Option<crate::policy::Timer>,
 }
 
-/// How a request is answered: one JSON reply, or an SSE stream (the server sent messages
-/// before its reply).
+/// How a request is answered: one JSON reply (`true`: the gateway's timeout result), or an
+/// SSE stream (the server sent messages before its reply).
 enum Reply {
-    Json(Value),
+    Json(Value, bool),
     Stream(Stream),
 }
 
@@ -1265,6 +1427,38 @@ pub(crate) struct Stream {
     id: Value,
     health_tool: Option<String>,
     keepalive: Option<Duration>,
+    timer: Option<crate::policy::Timer>,
+    progressed: Option<Arc<Notify>>,
+}
+
+/// Sleeps until the timer's deadline, or for ever without one.
+async fn expiry(timer: Option<&crate::policy::Timer>) {
+    match timer {
+        Some(t) => tokio::time::sleep_until(t.deadline()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Waits for a progress notification, or for ever without a way to be told.
+async fn progress(n: Option<&Arc<Notify>>) {
+    match n {
+        Some(n) => n.notified().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The request behind `guard` timed out: the child is told to cancel it, the client gets
+/// the timeout result for `id`.
+async fn time_out(guard: &WaitGuard, id: &Value, timer: &crate::policy::Timer) -> Value {
+    let after = mcpulse_wire::units::human_duration(timer.ran().as_millis());
+    let reason = format!("mcpulse gateway: the tool call timed out after {after}");
+    guard.worker.abandon(&guard.key, &reason).await;
+    let result = crate::policy::timeout_result(
+        &timer.tool,
+        timer.ran(),
+        "the server was sent notifications/cancelled",
+    );
+    json!({"jsonrpc": "2.0", "id": id, "result": result})
 }
 
 impl Call {
@@ -1275,14 +1469,17 @@ impl Call {
             id,
             sse,
             keepalive,
+            mut timer,
         } = self;
         let (reply_tx, mut reply_rx) = oneshot::channel();
         let (events_tx, mut events_rx) = mpsc::channel(EVENTS);
-        let progress = message
+        let progress_token = message
             .get("params")
             .and_then(|p| p.get("_meta"))
             .and_then(|m| m.get("progressToken"))
             .cloned();
+        let progressed = (progress_token.is_some() && timer.as_ref().is_some_and(|t| t.extends()))
+            .then(|| Arc::new(Notify::new()));
         let list_tools = message.get("method").and_then(Value::as_str) == Some("tools/list");
         let key = {
             let mut routes = lock(&worker.routes);
@@ -1293,10 +1490,11 @@ impl Call {
                 key.clone(),
                 Waiter {
                     id: id.clone(),
-                    progress,
+                    progress: progress_token,
                     seq,
                     reply: reply_tx,
                     events: events_tx,
+                    progressed: progressed.clone(),
                 },
             );
             key
@@ -1308,11 +1506,14 @@ impl Call {
         message.insert("id".into(), Value::String(key));
         if !worker.send(&Value::Object(message)).await {
             drop(guard);
-            return Reply::Json(error(
-                &id,
-                SESSION_ENDED,
-                "mcpulse gateway: the server's session has ended",
-            ));
+            return Reply::Json(
+                error(
+                    &id,
+                    SESSION_ENDED,
+                    "mcpulse gateway: the server's session has ended",
+                ),
+                false,
+            );
         }
         let health = health_tool.filter(|_| list_tools);
         // The events' sender goes with the waiter, as the reply is delivered: from then on
@@ -1340,7 +1541,19 @@ impl Call {
                     if let Some(name) = &health {
                         super::inject_reply(&mut reply, name);
                     }
-                    return Reply::Json(reply);
+                    return Reply::Json(reply, false);
+                }
+                () = progress(progressed.as_ref()) => {
+                    if let Some(t) = &mut timer {
+                        t.progressed();
+                    }
+                    continue;
+                }
+                () = expiry(timer.as_ref()) => {
+                    if let Some(t) = &timer {
+                        return Reply::Json(time_out(&guard, &id, t).await, true);
+                    }
+                    continue;
                 }
                 // The reply is late: the response turns into a stream now, its first bytes
                 // a keep-alive comment, so that a proxy does not cut the wait.
@@ -1354,6 +1567,8 @@ impl Call {
                 id,
                 health_tool: health,
                 keepalive,
+                timer,
+                progressed,
             });
         }
     }
@@ -1361,11 +1576,12 @@ impl Call {
 
 impl Stream {
     /// The SSE response: the messages so far, the rest as they come, the reply last (then the
-    /// stream ends). `finish` sees the reply (or the error standing for it).
+    /// stream ends). `finish` sees the reply (or the error standing for it) and whether it
+    /// is the gateway's timeout result.
     fn into_response(
         self,
         session: Option<&str>,
-        finish: impl FnOnce(&Value) + Send + 'static,
+        finish: impl FnOnce(&Value, bool) + Send + 'static,
     ) -> Response {
         // The waiter's queue (EVENTS) is the buffer; this hand-over to hyper holds a few.
         let (tx, rx) = mpsc::channel(HANDOVER);
@@ -1377,9 +1593,10 @@ impl Stream {
             id,
             health_tool,
             keepalive,
+            mut timer,
+            progressed,
         } = self;
         tokio::spawn(async move {
-            let _guard = guard;
             if tx.send(first).await.is_err() {
                 return;
             }
@@ -1396,8 +1613,24 @@ impl Stream {
                         None => events_open = false,
                     },
                     r = &mut reply => break r,
+                    () = progress(progressed.as_ref()) => {
+                        if let Some(t) = &mut timer {
+                            t.progressed();
+                        }
+                    }
+                    () = expiry(timer.as_ref()) => {
+                        if let Some(t) = &timer {
+                            let result = time_out(&guard, &id, t).await;
+                            finish(&result, true);
+                            let _ = tx
+                                .send(sse_frame(&serde_json::to_vec(&result).unwrap_or_default()))
+                                .await;
+                        }
+                        return;
+                    }
                 }
             };
+            drop(guard);
             // Everything the server sent before its reply is in `events` by now.
             while let Ok(frame) = events.try_recv() {
                 if tx.send(frame).await.is_err() {
@@ -1414,7 +1647,7 @@ impl Stream {
             if let Some(name) = &health_tool {
                 super::inject_reply(&mut reply, name);
             }
-            finish(&reply);
+            finish(&reply, false);
             let _ = tx
                 .send(sse_frame(&serde_json::to_vec(&reply).unwrap_or_default()))
                 .await;

@@ -1268,6 +1268,7 @@ impl Session {
                             self.handshake.negotiated.as_ref().map(|(v, _)| v.clone());
                     }
                     tracing::debug!(id = %text::field(id), "supervise: a reply to no request in flight (late or unknown), dropped");
+                    self.observer.late_reply();
                     return;
                 };
                 if f.tool.is_some() {

@@ -260,6 +260,26 @@ impl HttpUpstream {
                 .insert(http::header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
             return resp;
         }
+        // The call policies: admitted (or refused here, before anything is sent), and timed.
+        if let (Some("tools/call"), Some(tool), false) =
+            (call.method, call.tool_name.clone(), call.own_probe)
+        {
+            let policies = self.shared.policies().clone();
+            match policies.admit(&tool, &self.shared).await {
+                Ok(p) => {
+                    call.timer = Some(crate::policy::Timer::start(policies.settings(), &tool));
+                    call.permit = std::sync::Mutex::new(Some(p));
+                }
+                Err(refusal) => {
+                    call.record(self, started, Outcome::GatewayError);
+                    let id = call
+                        .id()
+                        .and_then(|i| serde_json::from_str(i).ok())
+                        .unwrap_or(serde_json::Value::Null);
+                    return crate::policy::refusal_response(&id, &tool, &refusal);
+                }
+            }
+        }
         let mut out = http::Request::builder()
             .method(parts.method.clone())
             .uri(target.path.as_str())
@@ -283,10 +303,17 @@ impl HttpUpstream {
             }
         };
         // A GET stream has no reply pending: it waits as long as the client stays.
-        let deadline = (parts.method != Method::GET).then(|| started + self.settings.reply_timeout);
+        let reply_due = started + self.settings.reply_timeout;
+        let deadline = (parts.method != Method::GET).then(|| match &call.timer {
+            Some(t) => t.deadline().min(reply_due),
+            None => reply_due,
+        });
         let sent = match deadline {
             Some(at) => match tokio::time::timeout_at(at, target.link.send(out)).await {
                 Ok(sent) => sent,
+                Err(_) if call.tool_timed_out(reply_due) => {
+                    return call.time_out(self, started);
+                }
                 Err(_) => {
                     let message = format!("upstream {} {}", target.label, self.timed_out());
                     return call.refuse(
@@ -442,6 +469,10 @@ struct Call {
     tool_name: Option<String>,
     /// The gateway's own probe ([`crate::checks::is_own_probe`]): kept out of the metrics.
     own_probe: bool,
+    /// A `tools/call`'s admission (crate::policy), taken by the [`Record`] of its outcome.
+    permit: std::sync::Mutex<Option<crate::policy::Permit>>,
+    /// A `tools/call`'s timeout.
+    timer: Option<crate::policy::Timer>,
 }
 
 impl Call {
@@ -461,11 +492,33 @@ impl Call {
             method,
             tool_name: env.tool().map(str::to_owned),
             own_probe: false,
+            permit: std::sync::Mutex::new(None),
+            timer: None,
         }
     }
 
     fn id(&self) -> Option<&str> {
         self.id.as_deref()
+    }
+
+    /// Whether the tool's timeout, not the reply timeout due at `reply_due`, is what expired.
+    fn tool_timed_out(&self, reply_due: Instant) -> bool {
+        self.timer.as_ref().is_some_and(|t| t.before(reply_due))
+    }
+
+    /// The tool's timeout result for this request (the upstream exchange is dropped by the
+    /// caller, which closes its connection: how an HTTP client cancels).
+    fn time_out(&self, upstream: &HttpUpstream, started: Instant) -> Response {
+        let (Some(timer), Some(id)) = (&self.timer, self.id()) else {
+            return relay::plain(StatusCode::GATEWAY_TIMEOUT, "");
+        };
+        Record::new(upstream, self, started).timed_out(&timer.tool);
+        let result = crate::policy::timeout_result(
+            &timer.tool,
+            timer.ran(),
+            "its upstream request was closed",
+        );
+        relay::rpc_result(id, &result)
     }
 
     /// The gateway's own error answer to this request, recorded as a gateway error.
@@ -497,6 +550,8 @@ struct Record {
     tool: Option<String>,
     started: Instant,
     own_probe: bool,
+    /// The call's admission: its outcome goes to the breaker.
+    permit: std::sync::Mutex<Option<crate::policy::Permit>>,
 }
 
 impl Record {
@@ -506,16 +561,37 @@ impl Record {
             (Some("tools/call"), Some(t)) => Some(t.clone()),
             _ => None,
         };
+        let permit = call.permit.lock().unwrap_or_else(|p| p.into_inner()).take();
         Record {
             shared: upstream.shared.clone(),
             method: call.method,
             tool,
             started,
             own_probe: call.own_probe,
+            permit: std::sync::Mutex::new(permit),
         }
     }
 
+    /// The call timed out at the gateway: counted, and a timeout for its breaker.
+    fn timed_out(&self, tool: &str) {
+        self.shared.metrics.tool_timeout(tool);
+        self.end(
+            Outcome::GatewayError,
+            mcpulse_policy::breaker::Outcome::Failure(
+                mcpulse_policy::breaker::FailureKind::Timeout,
+            ),
+        );
+    }
+
     fn done(&self, outcome: Outcome) {
+        self.end(outcome, crate::policy::outcome_of(outcome));
+    }
+
+    fn end(&self, outcome: Outcome, breaker: mcpulse_policy::breaker::Outcome) {
+        let permit = self.permit.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(p) = permit {
+            p.finish(breaker, &self.shared.metrics);
+        }
         let Some(method) = self.method else { return };
         // The gateway's own probes, every few seconds, are neither counted nor logged.
         crate::serve::record(

@@ -149,11 +149,16 @@ pub async fn respond(
             deadline: x.deadline,
             timed_out: x.upstream.timed_out(),
         };
+        let tool_timer = x.call.timer.clone().filter(|_| {
+            x.call
+                .tool_timed_out(x.started + x.upstream.settings.reply_timeout)
+        });
         let pending = Pending {
             key: x.call.key.clone(),
             id: x.call.id.clone(),
             tools_list: x.call.method == Some("tools/list"),
             record: Record::new(x.upstream, &x.call, x.started),
+            tool_timer,
         };
         tokio::spawn(stream.run(body, sender, pending));
         let body = crate::serve::ChannelBody::new(rx, x.upstream.settings.keepalive);
@@ -170,6 +175,13 @@ pub async fn respond(
             codes::MESSAGE_TOO_LARGE,
             format!("its reply is larger than the gateway's max_message_size ({max} bytes)"),
         )),
+        BodyEnd::Timeout
+            if x.call
+                .tool_timed_out(x.started + x.upstream.settings.reply_timeout) =>
+        {
+            // Returning drops the body and the connection: the upstream sees its stream closed.
+            return x.call.time_out(x.upstream, x.started);
+        }
         BodyEnd::Timeout => Some((codes::REQUEST_TIMEOUT, x.upstream.timed_out())),
         BodyEnd::Error(e) => Some((
             codes::SERVER_RESTARTED,
@@ -197,6 +209,7 @@ pub async fn respond(
         let outcome = reply.as_ref().map_or(Outcome::RpcError, outcome_of);
         if x.call.method == Some("tools/list") {
             x.upstream.shared.metrics.learn_tools_in(&bytes);
+            x.upstream.shared.policies().learn_hints_in(&bytes);
         }
         if x.call.method == Some("tools/list")
             && let Some(name) = &x.upstream.settings.health_tool
@@ -243,6 +256,9 @@ struct Pending {
     id: Option<String>,
     tools_list: bool,
     record: Record,
+    /// A `tools/call`'s timer, when it is due before the reply timeout: its expiry is
+    /// answered with the tool timeout result.
+    tool_timer: Option<crate::policy::Timer>,
 }
 
 struct Stream {
@@ -277,7 +293,11 @@ impl Stream {
                     return;
                 }
                 () = crate::serve::sleep_until_opt(due) => {
-                    self.fail(&mut pending, codes::REQUEST_TIMEOUT, &self.timed_out).await;
+                    match pending.tool_timer.take() {
+                        Some(t) => self.time_out(&mut pending, &t).await,
+                        None => self.fail(&mut pending, codes::REQUEST_TIMEOUT, &self.timed_out).await,
+                    }
+                    // Returning drops the upstream body: its stream is closed (the cancellation).
                     return;
                 }
                 next = body.frame() => next,
@@ -343,6 +363,7 @@ impl Stream {
             let outcome = outcome_of(&reply);
             if pending.tools_list {
                 self.shared.metrics.learn_tools_in(event.data.as_bytes());
+                self.shared.policies().learn_hints_in(event.data.as_bytes());
             }
             if pending.tools_list
                 && let Some(name) = &self.health_tool
@@ -355,6 +376,32 @@ impl Stream {
             pending.key = None;
         }
         self.tx.send(encode(&event)).await.is_ok()
+    }
+
+    /// The pending `tools/call` outlived its timeout: the tool timeout result as a last event.
+    async fn time_out(&self, pending: &mut Pending, timer: &crate::policy::Timer) {
+        if pending.key.take().is_none() {
+            return;
+        }
+        pending.record.timed_out(&timer.tool);
+        let result = crate::policy::timeout_result(
+            &timer.tool,
+            timer.ran(),
+            "its upstream stream was closed",
+        );
+        let id: Value = pending
+            .id
+            .as_deref()
+            .and_then(|i| serde_json::from_str(i).ok())
+            .unwrap_or(Value::Null);
+        let body = json!({"jsonrpc": "2.0", "id": id, "result": result});
+        let event = Event {
+            event: Some("message".to_owned()),
+            data: body.to_string(),
+            id: None,
+            retry_ms: None,
+        };
+        let _ = self.tx.send(encode(&event)).await;
     }
 
     /// The stream broke: the pending request, if any, gets a JSON-RPC error as a last event.

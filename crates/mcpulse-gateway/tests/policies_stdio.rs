@@ -1,0 +1,480 @@
+//! The call policies over a stdio upstream, end to end: a real gateway on loopback port 0,
+//! real children (mcpulse-testkit's scripted servers), a real HTTP client. Timeouts with
+//! `notifications/cancelled`, a client's cancellation, a breaker over a failing dependency,
+//! a flood at ten times the concurrency limit. Every test stops the gateway and checks that
+//! no child is left.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod policies_support;
+
+use mcpulse_gateway::serve::Running;
+use mcpulse_testkit::stdio::{Act, StdioScript, TempDir, kill, read_pids, still_running_after};
+use policies_support::{BOUND, call, eventually, get, metric, open_session, post, start};
+use serde_json::json;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+fn upstream(script: &Path) -> String {
+    format!(
+        "[upstream]\ncommand = [\"sh\", {:?}]\nstop_grace = \"300ms\"\n",
+        script.to_str().unwrap()
+    )
+}
+
+/// Stops the gateway and checks no child recorded in `pids` is left.
+async fn stop_leaving_nothing(running: Running, pids: &Path) {
+    tokio::time::timeout(BOUND, running.shutdown())
+        .await
+        .expect("shutdown in time");
+    let left = still_running_after(&read_pids(pids), Duration::from_secs(3));
+    kill(&left);
+    assert!(left.is_empty(), "left running: {left:?}");
+}
+
+fn ok() -> Act {
+    Act::Result(json!({"content": [{"type": "text", "text": "ok"}]}))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_past_its_timeout_gets_is_error_at_the_timeout_and_the_server_a_cancellation() {
+    let dir = TempDir::new("gw-policy-timeout");
+    let cancels = dir.join("cancels");
+    let script = StdioScript::legacy()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on_tool("slow", vec![Act::Sleep(1500), ok()])
+        .on(
+            "notifications/cancelled",
+            vec![Act::RecordLine(cancels.clone())],
+        )
+        .on("tools/call", vec![ok()])
+        .write(&dir, "server.sh");
+    let toml = format!(
+        "[[tools]]\nname = \"slow\"\ntimeout = \"300ms\"\n\n{}",
+        upstream(&script)
+    );
+    let (running, shared) = start(&toml).await;
+    let addr = running.addr;
+    let sid = open_session(addr).await;
+
+    let started = Instant::now();
+    let r = post(addr, Some(&sid), &call(7, "slow")).await;
+    let took = started.elapsed();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let reply = r.json();
+    assert_eq!(reply["id"], 7);
+    assert_eq!(reply["result"]["isError"], true, "{reply}");
+    let text = r.text();
+    assert!(
+        text.contains("\"slow\"") && text.contains("300ms"),
+        "{text}"
+    );
+    assert!(
+        text.contains("busy") && text.contains("dependency"),
+        "{text}"
+    );
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_millis(1200),
+        "answered after {took:?}, not at the 300ms timeout"
+    );
+    // The server got notifications/cancelled for the request it was sent (the gateway's id).
+    eventually(BOUND, "the server records the cancellation", || {
+        std::fs::read_to_string(&cancels).is_ok_and(|c| c.contains("\"requestId\":\"gw-"))
+    })
+    .await;
+    assert_eq!(
+        metric(
+            &shared,
+            "mcpulse_gateway_tool_timeouts_total{tool=\"_other\"}"
+        ),
+        1.0
+    );
+    // The session goes on: another tool, no timeout of its own, answers.
+    let r = post(addr, Some(&sid), &call(8, "echo")).await;
+    assert_eq!(r.json()["result"]["content"][0]["text"], "ok");
+    stop_leaving_nothing(running, &dir.join("pids")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_cancellation_reaches_the_server_with_the_id_it_knows() {
+    let dir = TempDir::new("gw-policy-cancel");
+    let cancels = dir.join("cancels");
+    let script = StdioScript::legacy()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on_tool("slow", vec![Act::Sleep(800), ok()])
+        .on(
+            "notifications/cancelled",
+            vec![Act::RecordLine(cancels.clone())],
+        )
+        .write(&dir, "server.sh");
+    let (running, _) = start(&upstream(&script)).await;
+    let addr = running.addr;
+    let sid = open_session(addr).await;
+    let pending = {
+        let sid = sid.clone();
+        tokio::spawn(async move { post(addr, Some(&sid), &call(41, "slow")).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = Instant::now();
+    let n = post(
+        addr,
+        Some(&sid),
+        &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": 41, "reason": "the user gave up"}}),
+    )
+    .await;
+    assert_eq!(n.status, 202);
+    let r = pending.await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "the POST ends at once"
+    );
+    assert_eq!(r.json()["id"], 41);
+    assert_eq!(r.json()["error"]["code"], -32800, "{}", r.body);
+    eventually(BOUND, "the server records the cancellation", || {
+        std::fs::read_to_string(&cancels)
+            .is_ok_and(|c| c.contains("\"requestId\":\"gw-") && c.contains("the user gave up"))
+    })
+    .await;
+    stop_leaving_nothing(running, &dir.join("pids")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_dependency_opens_the_breaker_which_fails_fast_half_opens_and_recovers() {
+    let dir = TempDir::new("gw-policy-breaker");
+    let down = dir.join("down");
+    let script = StdioScript::legacy()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on_tool(
+            "query_db",
+            vec![Act::IfExists(
+                down.clone(),
+                Box::new(Act::Result(json!({"content": [{"type": "text",
+                    "text": "connection refused"}], "isError": true}))),
+                Box::new(ok()),
+            )],
+        )
+        .write(&dir, "server.sh");
+    let toml = format!(
+        "readiness_interval = \"1s\"\n\n[[tools]]\nname = \"query_*\"\nbreaker = {{ window_calls = 4, minimum_calls = 2, failure_rate = 0.5, wait_in_open = \"1s\", half_open_trials = 1 }}\n\n{}",
+        upstream(&script)
+    );
+    let (running, shared) = start(&toml).await;
+    let addr = running.addr;
+    let readyz = |want: &'static str| async move {
+        let until = Instant::now() + BOUND;
+        loop {
+            let r = get(addr, "/readyz").await;
+            if r.body.contains(&format!("\"status\":\"{want}\"")) {
+                return r;
+            }
+            assert!(Instant::now() < until, "/readyz never {want}: {}", r.body);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    readyz("pass").await;
+    let sid = open_session(addr).await;
+
+    std::fs::write(&down, "").unwrap();
+    for id in 1..=2 {
+        let r = post(addr, Some(&sid), &call(id, "query_db")).await;
+        assert_eq!(r.text(), "connection refused", "the server's own failure");
+    }
+    // Open: the next call is not sent, and says so at once, with when it tries again.
+    let started = Instant::now();
+    let r = post(addr, Some(&sid), &call(3, "query_db")).await;
+    assert!(started.elapsed() < Duration::from_millis(300));
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["result"]["isError"], true);
+    let text = r.text();
+    assert!(
+        text.contains("circuit breaker \"query_*\"") && text.contains("is open"),
+        "{text}"
+    );
+    assert!(text.contains("trial call through in"), "{text}");
+    let warn = readyz("warn").await;
+    assert_eq!(
+        warn.status, 200,
+        "an open breaker degrades, it does not fail"
+    );
+    assert!(warn.body.contains("query_*"), "{}", warn.body);
+    assert_eq!(
+        metric(
+            &shared,
+            "mcpulse_gateway_breaker_state{breaker=\"query_*\",state=\"open\"}"
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric(
+            &shared,
+            "mcpulse_gateway_breaker_rejected_total{breaker=\"query_*\"}"
+        ),
+        1.0
+    );
+
+    // The dependency is back; after the wait one trial goes through and closes it.
+    std::fs::remove_file(&down).unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let r = post(addr, Some(&sid), &call(4, "query_db")).await;
+    assert_eq!(r.text(), "ok");
+    readyz("pass").await;
+    for to in ["open", "half_open", "closed"] {
+        let series =
+            format!("mcpulse_gateway_breaker_transitions_total{{breaker=\"query_*\",to=\"{to}\"}}");
+        assert_eq!(metric(&shared, &series), 1.0, "{series}");
+    }
+    stop_leaving_nothing(running, &dir.join("pids")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_at_ten_times_the_limit_is_answered_in_full_and_none_waits_past_its_queue_timeout()
+{
+    let dir = TempDir::new("gw-policy-flood");
+    let script = StdioScript::legacy()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on_tool("work", vec![Act::Sleep(100), ok()])
+        .write(&dir, "server.sh");
+    let toml = format!(
+        "[concurrency]\nmax_concurrent = 2\nqueue = 4\nqueue_timeout = \"400ms\"\n\n{}",
+        upstream(&script)
+    );
+    let (running, shared) = start(&toml).await;
+    let addr = running.addr;
+    let sid = open_session(addr).await;
+    let mut calls = tokio::task::JoinSet::new();
+    for id in 0..20 {
+        let sid = sid.clone();
+        calls.spawn(async move {
+            let started = Instant::now();
+            let r = post(addr, Some(&sid), &call(id, "work")).await;
+            (id, r, started.elapsed())
+        });
+    }
+    let (mut ok, mut shed) = (0, 0);
+    while let Some(done) = calls.join_next().await {
+        let (id, r, took) = done.unwrap();
+        // At most the queue timeout, then two calls of 100 ms (the child runs one at a time).
+        assert!(
+            took < Duration::from_millis(1500),
+            "call {id} took {took:?}"
+        );
+        assert_eq!(r.json()["id"], id, "every call is answered for its own id");
+        match r.status {
+            200 => {
+                assert_eq!(r.text(), "ok");
+                ok += 1;
+            }
+            503 => {
+                assert_eq!(r.header("retry-after"), Some("1"), "{}", r.body);
+                let e = &r.json()["error"];
+                assert_eq!(e["code"], -32085);
+                assert!(
+                    e["message"].as_str().unwrap().contains("[concurrency]"),
+                    "{e}"
+                );
+                shed += 1;
+            }
+            s => panic!("call {id}: {s} {}", r.body),
+        }
+    }
+    assert_eq!(ok + shed, 20);
+    assert!(ok >= 2 && shed >= 1, "{ok} answered, {shed} shed");
+    let full = metric(
+        &shared,
+        "mcpulse_gateway_limit_rejected_total{limit=\"gateway\",reason=\"full\"}",
+    );
+    let timed = metric(
+        &shared,
+        "mcpulse_gateway_limit_rejected_total{limit=\"gateway\",reason=\"queue_timeout\"}",
+    );
+    assert_eq!(full + timed, f64::from(shed));
+    stop_leaving_nothing(running, &dir.join("pids")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dependency_failing_its_check_makes_its_tools_fail_fast_until_it_passes() {
+    let dir = TempDir::new("gw-policy-dependency");
+    let down = dir.join("down");
+    let sent = dir.join("sent");
+    let script = StdioScript::legacy()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on_tool("query_db", vec![Act::RecordLine(sent.clone()), ok()])
+        .on("tools/call", vec![ok()])
+        .write(&dir, "server.sh");
+    let toml = format!(
+        "readiness_interval = \"1s\"\n\n[[checks]]\nname = \"db\"\nkind = \"command\"\ncommand = [\"sh\", \"-c\", \"test ! -e {}\"]\ninterval = \"1s\"\ncritical = false\nfailure_threshold = 1\nsuccess_threshold = 1\ntools = [\"query_*\"]\n\n{}",
+        down.display(),
+        upstream(&script)
+    );
+    let (running, shared) = start(&toml).await;
+    let addr = running.addr;
+    let sid = open_session(addr).await;
+    let db = |want: mcpulse_policy::health::CheckStatus| {
+        let shared = shared.clone();
+        move || shared.health.confirmed("db") == Some(want)
+    };
+    eventually(
+        BOUND,
+        "db passes",
+        db(mcpulse_policy::health::CheckStatus::Pass),
+    )
+    .await;
+    let r = post(addr, Some(&sid), &call(1, "query_db")).await;
+    assert_eq!(r.text(), "ok");
+
+    std::fs::write(&down, "").unwrap();
+    eventually(
+        BOUND,
+        "db fails",
+        db(mcpulse_policy::health::CheckStatus::Fail),
+    )
+    .await;
+    let started = Instant::now();
+    let r = post(addr, Some(&sid), &call(2, "query_db")).await;
+    assert!(started.elapsed() < Duration::from_millis(300));
+    assert_eq!(r.json()["result"]["isError"], true);
+    assert!(r.text().contains("depends on \"db\""), "{}", r.text());
+    // Other tools are not held back.
+    let r = post(addr, Some(&sid), &call(3, "echo")).await;
+    assert_eq!(r.json()["id"], 3);
+    assert_eq!(
+        std::fs::read_to_string(&sent).unwrap().lines().count(),
+        1,
+        "the refused call was never sent"
+    );
+    assert_eq!(
+        metric(
+            &shared,
+            "mcpulse_gateway_dependency_refused_total{check=\"db\"}"
+        ),
+        1.0
+    );
+
+    std::fs::remove_file(&down).unwrap();
+    eventually(
+        BOUND,
+        "db passes again",
+        db(mcpulse_policy::health::CheckStatus::Pass),
+    )
+    .await;
+    let r = post(addr, Some(&sid), &call(4, "query_db")).await;
+    assert_eq!(r.text(), "ok");
+    stop_leaving_nothing(running, &dir.join("pids")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_with_the_calls_token_extends_its_timeout_up_to_the_maximum() {
+    let dir = TempDir::new("gw-policy-progress");
+    let progress = json!({"jsonrpc": "2.0", "method": "notifications/progress",
+        "params": {"progressToken": "tok-1", "progress": 1}})
+    .to_string();
+    let mut acts = Vec::new();
+    for _ in 0..5 {
+        acts.push(Act::Stdout(progress.clone()));
+        acts.push(Act::Sleep(200));
+    }
+    acts.push(ok());
+    let script = StdioScript::legacy()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on_tool("report", acts)
+        .write(&dir, "server.sh");
+    let toml = format!(
+        "[[tools]]\nname = \"report\"\ntimeout = \"400ms\"\nprogress_extends = true\nmax_timeout = \"3s\"\n\n{}",
+        upstream(&script)
+    );
+    let (running, _) = start(&toml).await;
+    let addr = running.addr;
+    let sid = open_session(addr).await;
+    let with_token = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "report", "arguments": {}, "_meta": {"progressToken": "tok-1"}}});
+    let started = Instant::now();
+    let r = post(addr, Some(&sid), &with_token).await;
+    assert!(started.elapsed() >= Duration::from_millis(900));
+    assert!(
+        r.body.contains("notifications/progress"),
+        "progress passes through: {}",
+        r.body
+    );
+    assert_eq!(
+        r.text(),
+        "ok",
+        "reporting progress kept it alive: {}",
+        r.body
+    );
+    // The same call with another token: the progress is not its own, so 400 ms is all it gets.
+    let other = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "report", "arguments": {}, "_meta": {"progressToken": "tok-2"}}});
+    let started = Instant::now();
+    let r = post(addr, Some(&sid), &other).await;
+    assert!(started.elapsed() < Duration::from_millis(900));
+    assert_eq!(r.json()["result"]["isError"], true, "{}", r.body);
+    assert!(r.text().contains("400ms"), "{}", r.text());
+    stop_leaving_nothing(running, &dir.join("pids")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_tool_annotated_read_only_is_retried_after_a_crash_lost_its_call() {
+    let dir = TempDir::new("gw-policy-retry");
+    let tool = |name: &str, annotations: serde_json::Value| json!({"name": name, "inputSchema": {"type": "object"}, "annotations": annotations});
+    let tools = json!({"tools": [
+        tool("read_doc", json!({"readOnlyHint": true})),
+        tool("write_doc", json!({"readOnlyHint": false})),
+    ]});
+    // Each tool's first call crashes the server (the call is lost); later ones answer.
+    let crash_once = |marker: &str| {
+        vec![Act::FirstTimeElse(
+            dir.join(marker),
+            Box::new(Act::Exit(1)),
+            Box::new(ok()),
+        )]
+    };
+    let mut init = mcpulse_testkit::mcp::initialize_result(mcpulse_testkit::mcp::LEGACY);
+    init["capabilities"] = json!({"tools": {}});
+    let script = StdioScript::new()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on("initialize", vec![Act::Result(init)])
+        .on("tools/list", vec![Act::Result(tools)])
+        .on_tool("read_doc", crash_once("read-crashed"))
+        .on_tool("write_doc", crash_once("write-crashed"))
+        .write(&dir, "server.sh");
+    let toml = format!(
+        "[[tools]]\nname = \"*_doc\"\nretry = {{ max_attempts = 3, backoff_initial = \"50ms\", backoff_max = \"200ms\", on = [\"transport\", \"timeout\"] }}\n\n{}backoff_initial = \"50ms\"\nbackoff_max = \"100ms\"\n",
+        upstream(&script)
+    );
+    let (running, shared) = start(&toml).await;
+    let addr = running.addr;
+    let sid = open_session(addr).await;
+    let listed = post(
+        addr,
+        Some(&sid),
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+    )
+    .await;
+    assert_eq!(listed.json()["result"]["tools"][0]["name"], "read_doc");
+
+    let r = post(addr, Some(&sid), &call(2, "read_doc")).await;
+    assert_eq!(
+        r.text(),
+        "ok",
+        "retried on the restarted server: {}",
+        r.body
+    );
+    assert_eq!(
+        metric(
+            &shared,
+            "mcpulse_gateway_retries_total{tool=\"read_doc\",result=\"retried\"}"
+        ),
+        1.0
+    );
+    // Not annotated: the lost call is reported, never sent again.
+    let r = post(addr, Some(&sid), &call(3, "write_doc")).await;
+    assert_eq!(r.json()["error"]["code"], -32080, "{}", r.body);
+    assert_eq!(
+        metric(
+            &shared,
+            "mcpulse_gateway_retries_total{tool=\"write_doc\",result=\"retried\"}"
+        ),
+        0.0
+    );
+    stop_leaving_nothing(running, &dir.join("pids")).await;
+}
