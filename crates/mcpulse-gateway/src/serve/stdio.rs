@@ -1415,7 +1415,8 @@ struct Call {
 /// SSE stream (the server sent messages before its reply).
 enum Reply {
     Json(Value, bool),
-    Stream(Stream),
+    /// Boxed: the stream's state is large beside a reply.
+    Stream(Box<Stream>),
 }
 
 /// A request turned SSE: what was received so far, and the rest to come.
@@ -1559,7 +1560,7 @@ impl Call {
                 // a keep-alive comment, so that a proxy does not cut the wait.
                 () = &mut turn => Bytes::from_static(mcpulse_policy::keepalive::COMMENT),
             };
-            return Reply::Stream(Stream {
+            return Reply::Stream(Box::new(Stream {
                 first,
                 guard,
                 events: events_rx,
@@ -1569,7 +1570,7 @@ impl Call {
                 keepalive,
                 timer,
                 progressed,
-            });
+            }));
         }
     }
 }
