@@ -927,16 +927,64 @@ fn a_second_monitor_on_the_same_file_is_refused_while_the_first_runs() {
     let first = Store::open(&path).unwrap();
     let started = std::time::Instant::now();
     let err = Store::open(&path).err().unwrap();
-    assert!(matches!(err, StoreError::Locked { .. }), "{err:?}");
-    assert!(
-        err.to_string()
-            .contains("is locked by another mcpulse monitor"),
-        "{err}"
-    );
-    // It waited for the busy timeout, not forever.
-    assert!(started.elapsed().as_secs() < 30);
+    // The sidecar lock answers at once: no busy timeout is waited.
+    assert!(started.elapsed().as_secs() < 2);
+    let lock = mcpulse_monitor::store::lock_path(&path);
+    match &err {
+        StoreError::AnotherMonitor { lock: l, pid, .. } => {
+            assert_eq!(l, &lock.display().to_string());
+            assert_eq!(
+                *pid,
+                Some(std::process::id()),
+                "the holder's pid, from the lock file"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let msg = err.to_string();
+    for part in [
+        "another mcpulse monitor (pid ",
+        &path.display().to_string(),
+        "another storage.path",
+        "docs/history.md",
+    ] {
+        assert!(msg.contains(part), "{part:?} not in {msg}");
+    }
     drop(first);
+    // Released with the store; the file stays and is taken again.
+    assert!(lock.exists());
     drop(Store::open(&path).unwrap());
+}
+
+#[test]
+fn readers_read_while_the_store_writes() {
+    let dir = TempDir::new("readers");
+    let path = dir.db();
+    let mut store = Store::open(&path).unwrap();
+    store
+        .record(&[check("svc", 1_000, Health::Healthy, 10.0)], &[])
+        .unwrap();
+    // Another connection, as sqlite3 or a backup opens the file: not blocked, sees the commit.
+    let reader = Connection::open_with_flags(
+        &path,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .unwrap();
+    assert_eq!(count(&reader, "SELECT count(*) FROM checks"), 1);
+    // A read transaction left open does not stop the writer.
+    reader
+        .execute_batch("BEGIN; SELECT count(*) FROM checks;")
+        .unwrap();
+    store
+        .record(&[check("svc", 2_000, Health::Down, 10.0)], &[])
+        .unwrap();
+    assert_eq!(
+        count(&reader, "SELECT count(*) FROM checks"),
+        1,
+        "its snapshot"
+    );
+    reader.execute_batch("COMMIT").unwrap();
+    assert_eq!(count(&reader, "SELECT count(*) FROM checks"), 2);
 }
 
 #[test]

@@ -33,8 +33,12 @@
 //! writing in `examples/store_bench.rs` (the benchmark: `cargo run --release -p
 //! mcpulse-monitor --example store_bench`).
 //!
-//! The file is opened with `locking_mode=EXCLUSIVE`: one monitor owns it while it runs (a
-//! second one would double every alert), and the WAL needs no shared-memory file.
+//! ## One writer, many readers
+//!
+//! The file is opened with SQLite's normal locking, so other programs can read it while the
+//! monitor writes (`sqlite3 -readonly`, `.backup`, `VACUUM INTO`, Litestream; docs/history.md).
+//! A second monitor on the same file would double every alert: it is refused by an advisory
+//! lock on a sidecar file, `<database>.lock`, held for the store's life ([`lock`]).
 //!
 //! ## Schema (version 4)
 //!
@@ -68,6 +72,9 @@
 //! mcpulse's. Each migration runs in its own transaction together with the version bump.
 
 pub mod adapters;
+mod lock;
+
+pub use lock::lock_path;
 
 use crate::alert::{Alert, Incidents};
 use crate::check::{CallStats, CheckRecord, HistoryRow, Removal, Stats, ToolStats};
@@ -241,8 +248,19 @@ pub enum StoreError {
     )]
     CannotOpen { path: String, detail: String },
     #[error(
-        "the database file {path} is locked by another mcpulse monitor (or another program \
-         has it open); stop it, or set storage.path to another file"
+        "another mcpulse monitor{} is writing the history database {path} (it holds the lock \
+         {lock}); stop it, or give this monitor another storage.path. Reading the file while \
+         it runs needs no lock (docs/history.md)",
+        pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
+    )]
+    AnotherMonitor {
+        path: String,
+        lock: String,
+        pid: Option<u32>,
+    },
+    #[error(
+        "the database file {path} is locked by another program writing it; stop that \
+         program, or set storage.path to another file"
     )]
     Locked { path: String },
     #[error(
@@ -342,8 +360,11 @@ pub struct SentAlert {
 
 /// The history database. One per monitor; see the module docs.
 pub struct Store {
+    // Declared before the lock: dropped (closed, the WAL checkpointed) before it is released.
     conn: Connection,
     path: String,
+    /// The single-writer lock of a file database; `None` in memory.
+    _lock: Option<lock::WriterLock>,
 }
 
 /// Errors inside the store, before they are given their path and their advice.
@@ -460,18 +481,39 @@ impl Store {
                 detail: format!("creating {}: {e}", dir.display()),
             })?;
         }
+        // The lock before the database: a second monitor is refused before it reads a page.
+        let held = lock::WriterLock::acquire(path).map_err(|e| match e {
+            lock::LockFail::Held { lock, pid } => StoreError::AnotherMonitor {
+                path: shown.clone(),
+                lock: lock.display().to_string(),
+                pid,
+            },
+            lock::LockFail::Io { lock, error } => StoreError::CannotOpen {
+                path: shown.clone(),
+                detail: format!("locking {}: {error}", lock.display()),
+            },
+        })?;
         let conn = Connection::open(path).map_err(|e| classify(&shown, Fail::Sql(e)))?;
-        Store::setup(conn, shown, durability)
+        Store::setup(conn, shown, durability, Some(held))
     }
 
     /// A private database in memory, for tests.
     pub fn open_in_memory() -> Result<Store, StoreError> {
         let conn = Connection::open_in_memory().map_err(|e| classify(":memory:", Fail::Sql(e)))?;
-        Store::setup(conn, ":memory:".to_owned(), Durability::default())
+        Store::setup(conn, ":memory:".to_owned(), Durability::default(), None)
     }
 
-    fn setup(conn: Connection, path: String, durability: Durability) -> Result<Store, StoreError> {
-        let mut store = Store { conn, path };
+    fn setup(
+        conn: Connection,
+        path: String,
+        durability: Durability,
+        lock: Option<lock::WriterLock>,
+    ) -> Result<Store, StoreError> {
+        let mut store = Store {
+            conn,
+            path,
+            _lock: lock,
+        };
         store
             .configure(durability)
             .map_err(|e| classify(&store.path, e))?;
@@ -480,14 +522,13 @@ impl Store {
     }
 
     /// Connection settings. Order matters: the page size only applies to a file not written
-    /// yet, and the exclusive locking mode must be set before the first WAL access so that no
-    /// shared-memory index is ever created. The first read of the file happens here, so a
-    /// file that is not a database, or one locked by another monitor, is refused at open.
+    /// yet. Normal locking (not `EXCLUSIVE`): readers share the WAL's index in `<db>-shm`.
+    /// The first read of the file happens here, so a file that is not a database is refused
+    /// at open.
     fn configure(&mut self, durability: Durability) -> Result<(), Fail> {
         let c = &self.conn;
         c.busy_timeout(BUSY_TIMEOUT)?;
         c.pragma_update(None, "page_size", 4096)?;
-        c.pragma_update(None, "locking_mode", "EXCLUSIVE")?;
         let mode: String = c.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
         if !mode.eq_ignore_ascii_case("wal") && !mode.eq_ignore_ascii_case("memory") {
             return Err(Fail::Decode(
@@ -511,7 +552,8 @@ impl Store {
         c.pragma_update(None, "wal_autocheckpoint", 10_000)?;
         c.pragma_update(None, "journal_size_limit", 64 * 1024 * 1024)?;
         c.set_prepared_statement_cache_capacity(32);
-        // Take the write lock now, so a second monitor fails at open, not at its first write.
+        // Take SQLite's write lock once now, so a file another program is writing (not a
+        // monitor: the sidecar lock refused those) fails at open, not at the first check.
         c.execute_batch("BEGIN IMMEDIATE; COMMIT;")?;
         Ok(())
     }
