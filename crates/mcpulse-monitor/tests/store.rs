@@ -1284,3 +1284,149 @@ fn a_removal_written_after_the_target_was_checked_again_keeps_the_new_state() {
     let events = store.transitions("x", 10).unwrap();
     assert!(events.iter().any(|e| e["event"] == "removed"), "{events:?}");
 }
+
+/// The read interface of docs/history.md: every view exists with its documented columns, in
+/// order, and returns the rows written through the store, with names and RFC 3339 times.
+#[test]
+fn the_documented_views_exist_and_return_the_history() {
+    let dir = TempDir::new("views");
+    let path = dir.db();
+    let mut store = Store::open(&path).unwrap();
+    let mut first = down("svc", 3_600_000);
+    first.calls = vec![CallSample {
+        tool: "ping_db".into(),
+        ok: false,
+        ms: Some(12.5),
+    }];
+    store
+        .record(&[first, recovered("svc", 3_660_000)], &sinks(1))
+        .unwrap();
+    let reader = raw(&path);
+    let columns = |view: &str| -> Vec<String> {
+        let stmt = reader.prepare(&format!("SELECT * FROM {view}")).unwrap();
+        stmt.column_names().map(str::to_owned).collect()
+    };
+    let documented: [(&str, &[&str]); 6] = [
+        (
+            "v_checks",
+            &[
+                "check_id",
+                "target",
+                "at_ms",
+                "at",
+                "status",
+                "duration_ms",
+                "grade",
+                "timings",
+                "findings",
+            ],
+        ),
+        (
+            "v_events",
+            &["event_id", "target", "check_id", "at_ms", "at", "kind", "event"],
+        ),
+        (
+            "v_transitions",
+            &[
+                "event_id",
+                "target",
+                "check_id",
+                "at_ms",
+                "at",
+                "from_status",
+                "to_status",
+                "reason",
+                "quiet",
+            ],
+        ),
+        (
+            "v_alerts",
+            &[
+                "alert_id",
+                "target",
+                "check_id",
+                "dedup_key",
+                "sink",
+                "action",
+                "kind",
+                "severity",
+                "summary",
+                "created_ms",
+                "created",
+                "done_ms",
+                "done",
+                "delivered",
+                "attempts",
+                "last_error",
+            ],
+        ),
+        (
+            "v_calls",
+            &["call_id", "target", "check_id", "at_ms", "at", "tool", "ok", "ms"],
+        ),
+        (
+            "v_uptime_hourly",
+            &["target", "hour_ms", "hour", "checks", "up", "healthy"],
+        ),
+    ];
+    for (view, cols) in documented {
+        assert_eq!(columns(view), *cols, "{view}");
+        assert!(count(&reader, &format!("SELECT count(*) FROM {view}")) > 0, "{view} is empty");
+    }
+    let checks: Vec<(String, String, String)> = reader
+        .prepare("SELECT target, at, status FROM v_checks ORDER BY at_ms")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        checks,
+        [
+            ("svc".into(), "1970-01-01T01:00:00.000Z".into(), "down".into()),
+            ("svc".into(), "1970-01-01T01:01:00.000Z".into(), "healthy".into()),
+        ]
+    );
+    let moves: Vec<(String, String, String)> = reader
+        .prepare("SELECT from_status, to_status, reason FROM v_transitions ORDER BY at_ms")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        moves,
+        [
+            ("healthy".into(), "down".into(), "connect refused".into()),
+            ("down".into(), "healthy".into(), String::new()),
+        ]
+    );
+    let alerts: Vec<(String, String, String)> = reader
+        .prepare("SELECT action, kind, sink FROM v_alerts ORDER BY alert_id")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        alerts,
+        [
+            ("trigger".into(), "down".into(), "s0".into()),
+            ("resolve".into(), "recovered".into(), "s0".into()),
+        ]
+    );
+    let hour: (String, i64, i64, i64) = reader
+        .query_row(
+            "SELECT hour, checks, up, healthy FROM v_uptime_hourly WHERE target = 'svc'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )
+        .unwrap();
+    assert_eq!(hour, ("1970-01-01T01:00:00Z".into(), 2, 1, 1));
+    let call: (String, i64, f64) = reader
+        .query_row("SELECT tool, ok, ms FROM v_calls", [], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+        .unwrap();
+    assert_eq!(call, ("ping_db".into(), 0, 12.5));
+}

@@ -40,7 +40,7 @@
 //! A second monitor on the same file would double every alert: it is refused by an advisory
 //! lock on a sidecar file, `<database>.lock`, held for the store's life ([`lock`]).
 //!
-//! ## Schema (version 4)
+//! ## Schema (version 5)
 //!
 //! ```text
 //! targets  id, name UNIQUE, state JSON, incidents JSON, updated_ms, contract, contract_ms
@@ -60,6 +60,8 @@
 //!          check_id NULL: not caused by a check (the resolves of a removed target)
 //!          partial indexes of the pending rows (done_ms IS NULL): (sink, dedup_key, id) for
 //!          the per-incident order, (due_ms) for what is due
+//! views    v_checks, v_events, v_transitions, v_alerts, v_calls, v_uptime_hourly: the
+//!          stable read interface (docs/history.md); the tables above may change
 //! ```
 //!
 //! Version 1 named the sink by its index in `[[alerts]]`, which a reordered config sent to
@@ -73,6 +75,7 @@
 
 pub mod adapters;
 mod lock;
+pub mod read;
 
 pub use lock::lock_path;
 
@@ -206,6 +209,53 @@ const MIGRATIONS: &[&str] = &[
                sum(status = 'healthy')
         FROM checks GROUP BY 1, 2;
     ",
+    // 5: the read interface (docs/history.md): views with target names instead of ids and
+    // RFC 3339 times beside the milliseconds, for `sqlite3`, dashboards and `mcpulse history
+    // export`. Their names and columns are stable across schema versions (columns may be
+    // added at the end; none is renamed or removed): the tables under them are not.
+    "
+    CREATE VIEW v_checks AS
+        SELECT c.id AS check_id, t.name AS target, c.at_ms,
+               strftime('%Y-%m-%dT%H:%M:%fZ', c.at_ms / 1000.0, 'unixepoch') AS at,
+               c.status, c.duration_ms, c.grade, c.timings, c.findings
+        FROM checks c JOIN targets t ON t.id = c.target_id;
+    CREATE VIEW v_events AS
+        SELECT e.id AS event_id, t.name AS target, e.check_id, e.at_ms,
+               strftime('%Y-%m-%dT%H:%M:%fZ', e.at_ms / 1000.0, 'unixepoch') AS at,
+               e.kind, e.event
+        FROM events e JOIN targets t ON t.id = e.target_id;
+    CREATE VIEW v_transitions AS
+        SELECT e.id AS event_id, t.name AS target, e.check_id, e.at_ms,
+               strftime('%Y-%m-%dT%H:%M:%fZ', e.at_ms / 1000.0, 'unixepoch') AS at,
+               json_extract(e.event, '$.from') AS from_status,
+               json_extract(e.event, '$.to') AS to_status,
+               json_extract(e.event, '$.reason') AS reason,
+               json_extract(e.event, '$.quiet') AS quiet
+        FROM events e JOIN targets t ON t.id = e.target_id
+        WHERE e.kind = 'transition';
+    CREATE VIEW v_alerts AS
+        SELECT o.id AS alert_id, t.name AS target, o.check_id, o.dedup_key, o.sink,
+               json_extract(o.alert, '$.action') AS action,
+               json_extract(o.alert, '$.kind') AS kind,
+               json_extract(o.alert, '$.severity') AS severity,
+               json_extract(o.alert, '$.summary') AS summary,
+               o.created_ms,
+               strftime('%Y-%m-%dT%H:%M:%fZ', o.created_ms / 1000.0, 'unixepoch') AS created,
+               o.done_ms,
+               strftime('%Y-%m-%dT%H:%M:%fZ', o.done_ms / 1000.0, 'unixepoch') AS done,
+               o.delivered, o.attempts, o.last_error
+        FROM outbox o JOIN targets t ON t.id = o.target_id;
+    CREATE VIEW v_calls AS
+        SELECT c.id AS call_id, t.name AS target, c.check_id, c.at_ms,
+               strftime('%Y-%m-%dT%H:%M:%fZ', c.at_ms / 1000.0, 'unixepoch') AS at,
+               c.tool, c.ok, c.ms
+        FROM calls c JOIN targets t ON t.id = c.target_id;
+    CREATE VIEW v_uptime_hourly AS
+        SELECT t.name AS target, u.hour * 3600000 AS hour_ms,
+               strftime('%Y-%m-%dT%H:%M:%SZ', u.hour * 3600, 'unixepoch') AS hour,
+               u.checks, u.up, u.healthy
+        FROM uptime_hourly u JOIN targets t ON t.id = u.target_id;
+    ",
 ];
 
 /// The length of one rollup bucket ([`Store::uptime_hours`]).
@@ -281,6 +331,15 @@ pub enum StoreError {
         path: String,
         found: i64,
         supported: i64,
+    },
+    #[error(
+        "{path} has schema version {found}, older than the read interface (version \
+         {needed}); start this mcpulse's monitor on it once to upgrade it"
+    )]
+    TooOld {
+        path: String,
+        found: i64,
+        needed: i64,
     },
     #[error(
         "could not upgrade the history database {path} to schema version {version}: \
