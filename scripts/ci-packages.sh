@@ -25,9 +25,11 @@ set -euo pipefail
 PINS=(
   "prometheus 2.42.0+ds-5"
   "prometheus-alertmanager 0.25.0-1"
+  # The sqlite3 CLI reads the monitor's history while it runs (crates/mcpulse/tests/history.rs).
+  "sqlite3 3.40.1-2"
 )
-BINARIES=(/usr/bin/prometheus /usr/bin/prometheus-alertmanager)
-BINARY_PACKAGES=(prometheus prometheus-alertmanager)
+BINARIES=(/usr/bin/prometheus /usr/bin/prometheus-alertmanager /usr/bin/sqlite3)
+BINARY_PACKAGES=(prometheus prometheus-alertmanager sqlite3)
 
 say() { echo "ci-packages: $*" >&2; }
 

@@ -3,7 +3,7 @@
 #   1. scripts/interop-setup.sh installs the pinned third-party MCP servers that the interop
 #      tests (crates/mcpulse/tests/interop.rs) run against, into target/interop/ (idempotent:
 #      quick when they are already there);
-#   2. scripts/ci-packages.sh installs the Debian packages prometheus and prometheus-alertmanager
+#   2. scripts/ci-packages.sh installs the Debian packages prometheus, prometheus-alertmanager and sqlite3
 #      that crates/mcpulse/tests/prometheus.rs runs (a quick dpkg check when they are there;
 #      installing them needs root: run this as root, or run `sudo scripts/ci-packages.sh` once);
 #   3. every test of the workspace, with Cargo.lock as committed.
