@@ -1323,7 +1323,9 @@ fn the_documented_views_exist_and_return_the_history() {
         ),
         (
             "v_events",
-            &["event_id", "target", "check_id", "at_ms", "at", "kind", "event"],
+            &[
+                "event_id", "target", "check_id", "at_ms", "at", "kind", "event",
+            ],
         ),
         (
             "v_transitions",
@@ -1362,7 +1364,9 @@ fn the_documented_views_exist_and_return_the_history() {
         ),
         (
             "v_calls",
-            &["call_id", "target", "check_id", "at_ms", "at", "tool", "ok", "ms"],
+            &[
+                "call_id", "target", "check_id", "at_ms", "at", "tool", "ok", "ms",
+            ],
         ),
         (
             "v_uptime_hourly",
@@ -1371,7 +1375,10 @@ fn the_documented_views_exist_and_return_the_history() {
     ];
     for (view, cols) in documented {
         assert_eq!(columns(view), *cols, "{view}");
-        assert!(count(&reader, &format!("SELECT count(*) FROM {view}")) > 0, "{view} is empty");
+        assert!(
+            count(&reader, &format!("SELECT count(*) FROM {view}")) > 0,
+            "{view} is empty"
+        );
     }
     let checks: Vec<(String, String, String)> = reader
         .prepare("SELECT target, at, status FROM v_checks ORDER BY at_ms")
@@ -1383,8 +1390,16 @@ fn the_documented_views_exist_and_return_the_history() {
     assert_eq!(
         checks,
         [
-            ("svc".into(), "1970-01-01T01:00:00.000Z".into(), "down".into()),
-            ("svc".into(), "1970-01-01T01:01:00.000Z".into(), "healthy".into()),
+            (
+                "svc".into(),
+                "1970-01-01T01:00:00.000Z".into(),
+                "down".into()
+            ),
+            (
+                "svc".into(),
+                "1970-01-01T01:01:00.000Z".into(),
+                "healthy".into()
+            ),
         ]
     );
     let moves: Vec<(String, String, String)> = reader

@@ -116,7 +116,11 @@ fn wait_count(m: &mut Monitor, db: &Path, sql: &str, n: i64) -> i64 {
                 return c;
             }
         }
-        assert!(Instant::now() < until, "{sql} never reached {n}:\n{}", m.log());
+        assert!(
+            Instant::now() < until,
+            "{sql} never reached {n}:\n{}",
+            m.log()
+        );
         assert!(
             m.child.try_wait().unwrap().is_none(),
             "the monitor exited:\n{}",
@@ -156,8 +160,7 @@ fn fleet(dir: &TempDir) -> (PathBuf, PathBuf) {
 }
 
 #[test]
-fn sqlite3_reads_and_copies_the_history_while_the_monitor_writes_and_a_second_monitor_is_refused()
-{
+fn sqlite3_reads_and_copies_the_history_while_the_monitor_writes_and_a_second_monitor_is_refused() {
     let dir = TempDir::new("history-live");
     let (config, db) = fleet(&dir);
     let mut first = Monitor::start(&dir, &config, "first");
@@ -177,10 +180,7 @@ fn sqlite3_reads_and_copies_the_history_while_the_monitor_writes_and_a_second_mo
     for line in rows.lines() {
         let cells: Vec<&str> = line.split('|').collect();
         assert_eq!(cells[..2], ["svc", "healthy"], "{rows}");
-        assert!(
-            cells[2].len() == 24 && cells[2].ends_with('Z'),
-            "{rows}"
-        );
+        assert!(cells[2].len() == 24 && cells[2].ends_with('Z'), "{rows}");
     }
     assert_eq!(query(&db, "PRAGMA journal_mode").trim(), "wal");
 
@@ -199,7 +199,10 @@ fn sqlite3_reads_and_copies_the_history_while_the_monitor_writes_and_a_second_mo
     );
     assert_eq!(query(&copy, "PRAGMA integrity_check").trim(), "ok");
     let copied = count(&copy, "SELECT count(*) FROM v_checks");
-    assert!(copied >= before, "the copy has {copied} checks, {before} before it was made");
+    assert!(
+        copied >= before,
+        "the copy has {copied} checks, {before} before it was made"
+    );
     assert_eq!(
         count(
             &copy,
@@ -284,7 +287,11 @@ fn history_export_streams_csv_and_json_by_target_and_time_while_the_monitor_runs
 
     // CSV, every target: a header, then rows by target then time.
     let (out, csv) = export(&["--config", config_s]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let mut lines = csv.lines();
     assert_eq!(
         lines.next(),
@@ -307,8 +314,19 @@ fn history_export_streams_csv_and_json_by_target_and_time_while_the_monitor_runs
     assert!(targets.windows(2).all(|w| w[0] <= w[1]), "{csv}");
 
     // JSON, one target: an array of objects with exact names and numbers.
-    let (out, json) = export(&["--db", db.to_str().unwrap(), "--format", "json", "--target", FORMULA]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (out, json) = export(&[
+        "--db",
+        db.to_str().unwrap(),
+        "--format",
+        "json",
+        "--target",
+        FORMULA,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     let items = v.as_array().unwrap();
     assert!(!items.is_empty(), "{json}");
@@ -329,13 +347,27 @@ fn history_export_streams_csv_and_json_by_target_and_time_while_the_monitor_runs
     assert_eq!(ahead.lines().count(), 1, "{ahead}");
     let (_, hour) = export(&["--config", config_s, "--since", "1h", "--target", "svc"]);
     let svc = hour.lines().skip(1).collect::<Vec<_>>();
-    assert!(!svc.is_empty() && svc.iter().all(|r| r.contains(",svc,")), "{hour}");
+    assert!(
+        !svc.is_empty() && svc.iter().all(|r| r.contains(",svc,")),
+        "{hour}"
+    );
     let (_, early) = export(&["--config", config_s, "--until", "2000-01-01T00:00:00Z"]);
     assert_eq!(early.lines().count(), 1, "{early}");
 
     // Transitions: unknown → healthy of each target.
-    let (out, moves) = export(&["--config", config_s, "--table", "transitions", "--format", "json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (out, moves) = export(&[
+        "--config",
+        config_s,
+        "--table",
+        "transitions",
+        "--format",
+        "json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_str(&moves).unwrap();
     let svc_moves: Vec<_> = v
         .as_array()
@@ -354,7 +386,67 @@ fn history_export_streams_csv_and_json_by_target_and_time_while_the_monitor_runs
     let (out, _) = export(&["--db", dir.join("nope.db").to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&out.stderr).contains("nope.db"));
-    assert!(!dir.join("nope.db").exists(), "a read must not create the file");
+    assert!(
+        !dir.join("nope.db").exists(),
+        "a read must not create the file"
+    );
+    drop(m);
+    assert_no_server_left(&dir);
+}
+
+/// Every command in the ```sh blocks of docs/history.md, run as written (`sh -c`, in the
+/// config's directory, `mcpulse` on the PATH) against a monitor that is writing: each exits 0
+/// with nothing on stderr.
+#[test]
+fn the_commands_of_docs_history_md_work() {
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/history.md"
+    ))
+    .unwrap();
+    let mut commands = Vec::new();
+    let mut in_sh = false;
+    for line in doc.lines() {
+        match line.trim() {
+            "```sh" => in_sh = true,
+            "```" => in_sh = false,
+            l if in_sh && !l.is_empty() && !l.starts_with('#') => commands.push(l.to_owned()),
+            _ => {}
+        }
+    }
+    assert!(commands.len() >= 10, "{commands:?}");
+    let dir = TempDir::new("history-docs");
+    let (config, db) = fleet(&dir);
+    let mut m = Monitor::start(&dir, &config, "monitor");
+    wait_count(&mut m, &db, "SELECT count(*) FROM v_transitions", 2);
+    let bin_dir = Path::new(BIN).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    for command in &commands {
+        let out = Command::new("sh")
+            .args(["-c", command])
+            .current_dir(dir.path())
+            .env("PATH", &path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success() && out.stderr.is_empty(),
+            "{command}: {}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // What the backups made is whole and holds the history.
+    for copy in ["backup.db", "backup-vacuum.db"] {
+        let copy = dir.join(copy);
+        assert_eq!(query(&copy, "PRAGMA integrity_check").trim(), "ok");
+        assert!(count(&copy, "SELECT count(*) FROM v_checks") > 0);
+    }
+    let csv = std::fs::read_to_string(dir.join("last-day.csv")).unwrap();
+    assert!(csv.lines().count() > 1, "{csv}");
     drop(m);
     assert_no_server_left(&dir);
 }

@@ -132,10 +132,11 @@ impl HistoryReader {
         let shown = path.display().to_string();
         // Read-only and never created: a mistyped path is an error, not a new empty file.
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn = Connection::open_with_flags(path, flags).map_err(|e| StoreError::CannotOpen {
-            path: shown.clone(),
-            detail: e.to_string(),
-        })?;
+        let conn =
+            Connection::open_with_flags(path, flags).map_err(|e| StoreError::CannotOpen {
+                path: shown.clone(),
+                detail: e.to_string(),
+            })?;
         let fail = |e: rusqlite::Error| super::classify(&shown, super::Fail::Sql(e));
         conn.busy_timeout(super::BUSY_TIMEOUT).map_err(fail)?;
         let app: i32 = conn
@@ -173,7 +174,9 @@ impl HistoryReader {
             q.table.view()
         );
         if !q.targets.is_empty() {
-            let marks: Vec<String> = (0..q.targets.len()).map(|i| format!("?{}", i + 3)).collect();
+            let marks: Vec<String> = (0..q.targets.len())
+                .map(|i| format!("?{}", i + 3))
+                .collect();
             sql.push_str(&format!(" AND target IN ({})", marks.join(", ")));
         }
         sql.push_str(&format!(" ORDER BY target, {time}"));

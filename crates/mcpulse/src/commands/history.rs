@@ -184,7 +184,9 @@ mod tests {
             1_796_083_200_000
         );
         assert_eq!(time_arg("--since", "24h", now).unwrap(), now - 86_400_000);
-        let err = time_arg("--until", "yesterday", now).unwrap_err().to_string();
+        let err = time_arg("--until", "yesterday", now)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("--until \"yesterday\": not a time"), "{err}");
     }
 }
