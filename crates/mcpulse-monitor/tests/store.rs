@@ -1380,55 +1380,34 @@ fn the_documented_views_exist_and_return_the_history() {
             "{view} is empty"
         );
     }
-    let checks: Vec<(String, String, String)> = reader
-        .prepare("SELECT target, at, status FROM v_checks ORDER BY at_ms")
-        .unwrap()
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    // Three text columns of every row.
+    let triples = |sql: &str| -> Vec<(String, String, String)> {
+        reader
+            .prepare(sql)
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    };
+    let s = |a: &str, b: &str, c: &str| (a.to_owned(), b.to_owned(), c.to_owned());
     assert_eq!(
-        checks,
+        triples("SELECT target, at, status FROM v_checks ORDER BY at_ms"),
         [
-            (
-                "svc".into(),
-                "1970-01-01T01:00:00.000Z".into(),
-                "down".into()
-            ),
-            (
-                "svc".into(),
-                "1970-01-01T01:01:00.000Z".into(),
-                "healthy".into()
-            ),
+            s("svc", "1970-01-01T01:00:00.000Z", "down"),
+            s("svc", "1970-01-01T01:01:00.000Z", "healthy"),
         ]
     );
-    let moves: Vec<(String, String, String)> = reader
-        .prepare("SELECT from_status, to_status, reason FROM v_transitions ORDER BY at_ms")
-        .unwrap()
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
     assert_eq!(
-        moves,
+        triples("SELECT from_status, to_status, reason FROM v_transitions ORDER BY at_ms"),
         [
-            ("healthy".into(), "down".into(), "connect refused".into()),
-            ("down".into(), "healthy".into(), String::new()),
+            s("healthy", "down", "connect refused"),
+            s("down", "healthy", ""),
         ]
     );
-    let alerts: Vec<(String, String, String)> = reader
-        .prepare("SELECT action, kind, sink FROM v_alerts ORDER BY alert_id")
-        .unwrap()
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
     assert_eq!(
-        alerts,
-        [
-            ("trigger".into(), "down".into(), "s0".into()),
-            ("resolve".into(), "recovered".into(), "s0".into()),
-        ]
+        triples("SELECT action, kind, sink FROM v_alerts ORDER BY alert_id"),
+        [s("trigger", "down", "s0"), s("resolve", "recovered", "s0"),]
     );
     let hour: (String, i64, i64, i64) = reader
         .query_row(

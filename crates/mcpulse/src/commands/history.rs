@@ -81,7 +81,10 @@ pub fn export(args: HistoryExportArgs) -> Result<u8> {
                 first = false;
                 serde_json::to_writer(&mut out, &row).map_err(std::io::Error::other)
             });
-            out.write_all(b"\n]\n")?;
+            // Closed only when complete: an export cut short by an error is not valid JSON.
+            if r.is_ok() {
+                out.write_all(b"\n]\n")?;
+            }
             r
         }
     };
