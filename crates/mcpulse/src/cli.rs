@@ -756,7 +756,7 @@ mod tests {
                     quote = Some(c);
                     any = true;
                 }
-                (None, '#' | '|') => break,
+                (None, '#' | '|' | '>') => break,
                 (None, c) if c.is_whitespace() => {
                     if any || !cur.is_empty() {
                         out.push(std::mem::take(&mut cur));

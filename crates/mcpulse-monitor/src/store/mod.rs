@@ -212,8 +212,15 @@ const MIGRATIONS: &[&str] = &[
     // 5: the read interface (docs/history.md): views with target names instead of ids and
     // RFC 3339 times beside the milliseconds, for `sqlite3`, dashboards and `mcpulse history
     // export`. Their names and columns are stable across schema versions (columns may be
-    // added at the end; none is renamed or removed): the tables under them are not.
+    // added at the end; none is renamed or removed): the tables under them are not. Each is
+    // dropped first, so the step also mends a file whose version was set back by hand.
     "
+    DROP VIEW IF EXISTS v_checks;
+    DROP VIEW IF EXISTS v_events;
+    DROP VIEW IF EXISTS v_transitions;
+    DROP VIEW IF EXISTS v_alerts;
+    DROP VIEW IF EXISTS v_calls;
+    DROP VIEW IF EXISTS v_uptime_hourly;
     CREATE VIEW v_checks AS
         SELECT c.id AS check_id, t.name AS target, c.at_ms,
                strftime('%Y-%m-%dT%H:%M:%fZ', c.at_ms / 1000.0, 'unixepoch') AS at,
