@@ -31,9 +31,11 @@ PINS=(
   "groff-base 1.22.4-10"
   "systemd 252.38-1~deb12u1"
   "python3-yaml 6.0-3"
+  # The sqlite3 CLI reads the monitor's history while it runs (crates/mcpulse/tests/history.rs).
+  "sqlite3 3.40.1-2"
 )
-BINARIES=(/usr/bin/prometheus /usr/bin/prometheus-alertmanager)
-BINARY_PACKAGES=(prometheus prometheus-alertmanager)
+BINARIES=(/usr/bin/prometheus /usr/bin/prometheus-alertmanager /usr/bin/sqlite3)
+BINARY_PACKAGES=(prometheus prometheus-alertmanager sqlite3)
 # crates/mcpulse/tests/packaging.rs: the completions run in zsh and fish, the man pages in
 # groff, the systemd units through systemd-analyze verify (systemd is not started), the CI
 # workflow example is read with python3-yaml.

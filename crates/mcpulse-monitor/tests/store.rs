@@ -927,16 +927,64 @@ fn a_second_monitor_on_the_same_file_is_refused_while_the_first_runs() {
     let first = Store::open(&path).unwrap();
     let started = std::time::Instant::now();
     let err = Store::open(&path).err().unwrap();
-    assert!(matches!(err, StoreError::Locked { .. }), "{err:?}");
-    assert!(
-        err.to_string()
-            .contains("is locked by another mcpulse monitor"),
-        "{err}"
-    );
-    // It waited for the busy timeout, not forever.
-    assert!(started.elapsed().as_secs() < 30);
+    // The sidecar lock answers at once: no busy timeout is waited.
+    assert!(started.elapsed().as_secs() < 2);
+    let lock = mcpulse_monitor::store::lock_path(&path);
+    match &err {
+        StoreError::AnotherMonitor { lock: l, pid, .. } => {
+            assert_eq!(l, &lock.display().to_string());
+            assert_eq!(
+                *pid,
+                Some(std::process::id()),
+                "the holder's pid, from the lock file"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let msg = err.to_string();
+    for part in [
+        "another mcpulse monitor (pid ",
+        &path.display().to_string(),
+        "another storage.path",
+        "docs/history.md",
+    ] {
+        assert!(msg.contains(part), "{part:?} not in {msg}");
+    }
     drop(first);
+    // Released with the store; the file stays and is taken again.
+    assert!(lock.exists());
     drop(Store::open(&path).unwrap());
+}
+
+#[test]
+fn readers_read_while_the_store_writes() {
+    let dir = TempDir::new("readers");
+    let path = dir.db();
+    let mut store = Store::open(&path).unwrap();
+    store
+        .record(&[check("svc", 1_000, Health::Healthy, 10.0)], &[])
+        .unwrap();
+    // Another connection, as sqlite3 or a backup opens the file: not blocked, sees the commit.
+    let reader = Connection::open_with_flags(
+        &path,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .unwrap();
+    assert_eq!(count(&reader, "SELECT count(*) FROM checks"), 1);
+    // A read transaction left open does not stop the writer.
+    reader
+        .execute_batch("BEGIN; SELECT count(*) FROM checks;")
+        .unwrap();
+    store
+        .record(&[check("svc", 2_000, Health::Down, 10.0)], &[])
+        .unwrap();
+    assert_eq!(
+        count(&reader, "SELECT count(*) FROM checks"),
+        1,
+        "its snapshot"
+    );
+    reader.execute_batch("COMMIT").unwrap();
+    assert_eq!(count(&reader, "SELECT count(*) FROM checks"), 2);
 }
 
 #[test]
@@ -1235,4 +1283,144 @@ fn a_removal_written_after_the_target_was_checked_again_keeps_the_new_state() {
     assert_eq!(open["status"].opened_ms, 12_000);
     let events = store.transitions("x", 10).unwrap();
     assert!(events.iter().any(|e| e["event"] == "removed"), "{events:?}");
+}
+
+/// The read interface of docs/history.md: every view exists with its documented columns, in
+/// order, and returns the rows written through the store, with names and RFC 3339 times.
+#[test]
+fn the_documented_views_exist_and_return_the_history() {
+    let dir = TempDir::new("views");
+    let path = dir.db();
+    let mut store = Store::open(&path).unwrap();
+    let mut first = down("svc", 3_600_000);
+    first.calls = vec![CallSample {
+        tool: "ping_db".into(),
+        ok: false,
+        ms: Some(12.5),
+    }];
+    store
+        .record(&[first, recovered("svc", 3_660_000)], &sinks(1))
+        .unwrap();
+    let reader = raw(&path);
+    let columns = |view: &str| -> Vec<String> {
+        let stmt = reader.prepare(&format!("SELECT * FROM {view}")).unwrap();
+        stmt.column_names().map(str::to_owned).collect()
+    };
+    let documented: [(&str, &[&str]); 6] = [
+        (
+            "v_checks",
+            &[
+                "check_id",
+                "target",
+                "at_ms",
+                "at",
+                "status",
+                "duration_ms",
+                "grade",
+                "timings",
+                "findings",
+            ],
+        ),
+        (
+            "v_events",
+            &[
+                "event_id", "target", "check_id", "at_ms", "at", "kind", "event",
+            ],
+        ),
+        (
+            "v_transitions",
+            &[
+                "event_id",
+                "target",
+                "check_id",
+                "at_ms",
+                "at",
+                "from_status",
+                "to_status",
+                "reason",
+                "quiet",
+            ],
+        ),
+        (
+            "v_alerts",
+            &[
+                "alert_id",
+                "target",
+                "check_id",
+                "dedup_key",
+                "sink",
+                "action",
+                "kind",
+                "severity",
+                "summary",
+                "created_ms",
+                "created",
+                "done_ms",
+                "done",
+                "delivered",
+                "attempts",
+                "last_error",
+            ],
+        ),
+        (
+            "v_calls",
+            &[
+                "call_id", "target", "check_id", "at_ms", "at", "tool", "ok", "ms",
+            ],
+        ),
+        (
+            "v_uptime_hourly",
+            &["target", "hour_ms", "hour", "checks", "up", "healthy"],
+        ),
+    ];
+    for (view, cols) in documented {
+        assert_eq!(columns(view), *cols, "{view}");
+        assert!(
+            count(&reader, &format!("SELECT count(*) FROM {view}")) > 0,
+            "{view} is empty"
+        );
+    }
+    // Three text columns of every row.
+    let triples = |sql: &str| -> Vec<(String, String, String)> {
+        reader
+            .prepare(sql)
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    };
+    let s = |a: &str, b: &str, c: &str| (a.to_owned(), b.to_owned(), c.to_owned());
+    assert_eq!(
+        triples("SELECT target, at, status FROM v_checks ORDER BY at_ms"),
+        [
+            s("svc", "1970-01-01T01:00:00.000Z", "down"),
+            s("svc", "1970-01-01T01:01:00.000Z", "healthy"),
+        ]
+    );
+    assert_eq!(
+        triples("SELECT from_status, to_status, reason FROM v_transitions ORDER BY at_ms"),
+        [
+            s("healthy", "down", "connect refused"),
+            s("down", "healthy", ""),
+        ]
+    );
+    assert_eq!(
+        triples("SELECT action, kind, sink FROM v_alerts ORDER BY alert_id"),
+        [s("trigger", "down", "s0"), s("resolve", "recovered", "s0"),]
+    );
+    let hour: (String, i64, i64, i64) = reader
+        .query_row(
+            "SELECT hour, checks, up, healthy FROM v_uptime_hourly WHERE target = 'svc'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )
+        .unwrap();
+    assert_eq!(hour, ("1970-01-01T01:00:00Z".into(), 2, 1, 1));
+    let call: (String, i64, f64) = reader
+        .query_row("SELECT tool, ok, ms FROM v_calls", [], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+        .unwrap();
+    assert_eq!(call, ("ping_db".into(), 0, 12.5));
 }

@@ -43,6 +43,10 @@ pub enum Command {
     /// /livez, /readyz (three layers: process, protocol, dependencies) and /metrics.
     #[command(after_help = GATEWAY_HELP)]
     Gateway(Box<GatewayArgs>),
+    /// Read the monitor's history file (while the monitor runs, too): export checks,
+    /// transitions or alerts as CSV or JSON.
+    #[command(subcommand)]
+    History(HistoryCommand),
     /// Print generated documentation (used to keep docs/ in step with the code).
     #[command(hide = true)]
     Docs { which: DocKind },
@@ -77,6 +81,64 @@ const MAN_HELP: &str = "\
 Examples:
   mcpulse man | man -l -
   mcpulse man --out-dir /usr/local/share/man/man1";
+#[derive(Debug, Subcommand)]
+pub enum HistoryCommand {
+    /// Stream history rows as CSV or JSON, by target and time range, through the stable views
+    /// (docs/history.md). Reads only: runs beside the monitor.
+    #[command(after_help = HISTORY_EXPORT_HELP)]
+    Export(HistoryExportArgs),
+}
+
+const HISTORY_EXPORT_HELP: &str = "\
+Examples:
+  mcpulse history export --config mcpulse.toml --since 24h > last-day.csv
+  mcpulse history export --db mcpulse.db --target api --target search --format json
+  mcpulse history export --db mcpulse.db --table transitions --since 2026-12-01T00:00:00Z
+
+Rows are ordered by target, then time. CSV cells that a spreadsheet would run as a formula
+(starting with = + - @, tab or carriage return) are prefixed with '. See docs/history.md.";
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["db", "config"])))]
+pub struct HistoryExportArgs {
+    /// The history database file.
+    #[arg(long, value_name = "FILE")]
+    pub db: Option<std::path::PathBuf>,
+    /// A monitor config: its `[storage] path` is read.
+    #[arg(long, short = 'c', value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
+    /// Only this target (repeatable; default: every target).
+    #[arg(long, value_name = "NAME")]
+    pub target: Vec<String>,
+    /// From this time on (inclusive): RFC 3339 (2026-12-01T00:00:00Z) or an age (24h, 7d).
+    #[arg(long, value_name = "TIME")]
+    pub since: Option<String>,
+    /// Before this time (exclusive): RFC 3339 or an age.
+    #[arg(long, value_name = "TIME")]
+    pub until: Option<String>,
+    #[arg(long, value_enum, default_value_t = ExportFormat::Csv)]
+    pub format: ExportFormat,
+    /// What to export.
+    #[arg(long, value_enum, default_value_t = ExportTable::Checks)]
+    pub table: ExportTable,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ExportFormat {
+    Csv,
+    /// One JSON array, one object per line.
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ExportTable {
+    /// One row a check (v_checks).
+    Checks,
+    /// One row a confirmed status change (v_transitions).
+    Transitions,
+    /// One row an alert for one sink (v_alerts).
+    Alerts,
+}
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum DemoServerKind {
@@ -717,7 +779,7 @@ mod tests {
                     quote = Some(c);
                     any = true;
                 }
-                (None, '#' | '|') => break,
+                (None, '#' | '|' | '>') => break,
                 (None, c) if c.is_whitespace() => {
                     if any || !cur.is_empty() {
                         out.push(std::mem::take(&mut cur));

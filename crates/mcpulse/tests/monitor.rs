@@ -584,7 +584,7 @@ struct DbState {
 fn inspect_db(path: &Path, target: &str) -> DbState {
     {
         let conn = rusqlite::Connection::open(path).unwrap();
-        // As the monitor opens it: exclusive, so no shared-memory file is made.
+        // Exclusive: this look after the crash makes no shared-memory file of its own.
         conn.pragma_update(None, "locking_mode", "EXCLUSIVE")
             .unwrap();
         let ok: String = conn
@@ -948,8 +948,8 @@ async fn a_dependency_down_behind_a_healthy_server_pages_once_for_the_component_
     ] {
         assert!(metrics.contains(series), "no {series} in\n{metrics}");
     }
-    // The history: the component's two transitions as events (the monitor holds the file
-    // exclusively while it runs: read once it has stopped).
+    // The history: the component's two transitions as events (read once the monitor has
+    // stopped, so that every check it made is written).
     m.sigterm(Duration::from_secs(10)).await;
     let store = Store::open(&dir.join("mcpulse.db")).unwrap();
     let moves: Vec<(String, String)> = store

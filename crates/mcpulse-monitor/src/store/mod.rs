@@ -33,10 +33,14 @@
 //! writing in `examples/store_bench.rs` (the benchmark: `cargo run --release -p
 //! mcpulse-monitor --example store_bench`).
 //!
-//! The file is opened with `locking_mode=EXCLUSIVE`: one monitor owns it while it runs (a
-//! second one would double every alert), and the WAL needs no shared-memory file.
+//! ## One writer, many readers
 //!
-//! ## Schema (version 4)
+//! The file is opened with SQLite's normal locking, so other programs can read it while the
+//! monitor writes (`sqlite3 -readonly`, `.backup`, `VACUUM INTO`, Litestream; docs/history.md).
+//! A second monitor on the same file would double every alert: it is refused by an advisory
+//! lock on a sidecar file, `<database>.lock`, held for the store's life ([`lock`]).
+//!
+//! ## Schema (version 5)
 //!
 //! ```text
 //! targets  id, name UNIQUE, state JSON, incidents JSON, updated_ms, contract, contract_ms
@@ -56,6 +60,8 @@
 //!          check_id NULL: not caused by a check (the resolves of a removed target)
 //!          partial indexes of the pending rows (done_ms IS NULL): (sink, dedup_key, id) for
 //!          the per-incident order, (due_ms) for what is due
+//! views    v_checks, v_events, v_transitions, v_alerts, v_calls, v_uptime_hourly: the
+//!          stable read interface (docs/history.md); the tables above may change
 //! ```
 //!
 //! Version 1 named the sink by its index in `[[alerts]]`, which a reordered config sent to
@@ -68,6 +74,10 @@
 //! mcpulse's. Each migration runs in its own transaction together with the version bump.
 
 pub mod adapters;
+mod lock;
+pub mod read;
+
+pub use lock::lock_path;
 
 use crate::alert::{Alert, Incidents};
 use crate::check::{CallStats, CheckRecord, HistoryRow, Removal, Stats, ToolStats};
@@ -199,6 +209,60 @@ const MIGRATIONS: &[&str] = &[
                sum(status = 'healthy')
         FROM checks GROUP BY 1, 2;
     ",
+    // 5: the read interface (docs/history.md): views with target names instead of ids and
+    // RFC 3339 times beside the milliseconds, for `sqlite3`, dashboards and `mcpulse history
+    // export`. Their names and columns are stable across schema versions (columns may be
+    // added at the end; none is renamed or removed): the tables under them are not. Each is
+    // dropped first, so the step also mends a file whose version was set back by hand.
+    "
+    DROP VIEW IF EXISTS v_checks;
+    DROP VIEW IF EXISTS v_events;
+    DROP VIEW IF EXISTS v_transitions;
+    DROP VIEW IF EXISTS v_alerts;
+    DROP VIEW IF EXISTS v_calls;
+    DROP VIEW IF EXISTS v_uptime_hourly;
+    CREATE VIEW v_checks AS
+        SELECT c.id AS check_id, t.name AS target, c.at_ms,
+               strftime('%Y-%m-%dT%H:%M:%fZ', c.at_ms / 1000.0, 'unixepoch') AS at,
+               c.status, c.duration_ms, c.grade, c.timings, c.findings
+        FROM checks c JOIN targets t ON t.id = c.target_id;
+    CREATE VIEW v_events AS
+        SELECT e.id AS event_id, t.name AS target, e.check_id, e.at_ms,
+               strftime('%Y-%m-%dT%H:%M:%fZ', e.at_ms / 1000.0, 'unixepoch') AS at,
+               e.kind, e.event
+        FROM events e JOIN targets t ON t.id = e.target_id;
+    CREATE VIEW v_transitions AS
+        SELECT e.id AS event_id, t.name AS target, e.check_id, e.at_ms,
+               strftime('%Y-%m-%dT%H:%M:%fZ', e.at_ms / 1000.0, 'unixepoch') AS at,
+               json_extract(e.event, '$.from') AS from_status,
+               json_extract(e.event, '$.to') AS to_status,
+               json_extract(e.event, '$.reason') AS reason,
+               json_extract(e.event, '$.quiet') AS quiet
+        FROM events e JOIN targets t ON t.id = e.target_id
+        WHERE e.kind = 'transition';
+    CREATE VIEW v_alerts AS
+        SELECT o.id AS alert_id, t.name AS target, o.check_id, o.dedup_key, o.sink,
+               json_extract(o.alert, '$.action') AS action,
+               json_extract(o.alert, '$.kind') AS kind,
+               json_extract(o.alert, '$.severity') AS severity,
+               json_extract(o.alert, '$.summary') AS summary,
+               o.created_ms,
+               strftime('%Y-%m-%dT%H:%M:%fZ', o.created_ms / 1000.0, 'unixepoch') AS created,
+               o.done_ms,
+               strftime('%Y-%m-%dT%H:%M:%fZ', o.done_ms / 1000.0, 'unixepoch') AS done,
+               o.delivered, o.attempts, o.last_error
+        FROM outbox o JOIN targets t ON t.id = o.target_id;
+    CREATE VIEW v_calls AS
+        SELECT c.id AS call_id, t.name AS target, c.check_id, c.at_ms,
+               strftime('%Y-%m-%dT%H:%M:%fZ', c.at_ms / 1000.0, 'unixepoch') AS at,
+               c.tool, c.ok, c.ms
+        FROM calls c JOIN targets t ON t.id = c.target_id;
+    CREATE VIEW v_uptime_hourly AS
+        SELECT t.name AS target, u.hour * 3600000 AS hour_ms,
+               strftime('%Y-%m-%dT%H:%M:%SZ', u.hour * 3600, 'unixepoch') AS hour,
+               u.checks, u.up, u.healthy
+        FROM uptime_hourly u JOIN targets t ON t.id = u.target_id;
+    ",
 ];
 
 /// The length of one rollup bucket ([`Store::uptime_hours`]).
@@ -241,8 +305,19 @@ pub enum StoreError {
     )]
     CannotOpen { path: String, detail: String },
     #[error(
-        "the database file {path} is locked by another mcpulse monitor (or another program \
-         has it open); stop it, or set storage.path to another file"
+        "another mcpulse monitor{} is writing the history database {path} (it holds the lock \
+         {lock}); stop it, or give this monitor another storage.path. Reading the file while \
+         it runs needs no lock (docs/history.md)",
+        pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
+    )]
+    AnotherMonitor {
+        path: String,
+        lock: String,
+        pid: Option<u32>,
+    },
+    #[error(
+        "the database file {path} is locked by another program writing it; stop that \
+         program, or set storage.path to another file"
     )]
     Locked { path: String },
     #[error(
@@ -263,6 +338,15 @@ pub enum StoreError {
         path: String,
         found: i64,
         supported: i64,
+    },
+    #[error(
+        "{path} has schema version {found}, older than the read interface (version \
+         {needed}); start this mcpulse's monitor on it once to upgrade it"
+    )]
+    TooOld {
+        path: String,
+        found: i64,
+        needed: i64,
     },
     #[error(
         "could not upgrade the history database {path} to schema version {version}: \
@@ -342,8 +426,11 @@ pub struct SentAlert {
 
 /// The history database. One per monitor; see the module docs.
 pub struct Store {
+    // Declared before the lock: dropped (closed, the WAL checkpointed) before it is released.
     conn: Connection,
     path: String,
+    /// The single-writer lock of a file database; `None` in memory.
+    _lock: Option<lock::WriterLock>,
 }
 
 /// Errors inside the store, before they are given their path and their advice.
@@ -460,18 +547,39 @@ impl Store {
                 detail: format!("creating {}: {e}", dir.display()),
             })?;
         }
+        // The lock before the database: a second monitor is refused before it reads a page.
+        let held = lock::WriterLock::acquire(path).map_err(|e| match e {
+            lock::LockFail::Held { lock, pid } => StoreError::AnotherMonitor {
+                path: shown.clone(),
+                lock: lock.display().to_string(),
+                pid,
+            },
+            lock::LockFail::Io { lock, error } => StoreError::CannotOpen {
+                path: shown.clone(),
+                detail: format!("locking {}: {error}", lock.display()),
+            },
+        })?;
         let conn = Connection::open(path).map_err(|e| classify(&shown, Fail::Sql(e)))?;
-        Store::setup(conn, shown, durability)
+        Store::setup(conn, shown, durability, Some(held))
     }
 
     /// A private database in memory, for tests.
     pub fn open_in_memory() -> Result<Store, StoreError> {
         let conn = Connection::open_in_memory().map_err(|e| classify(":memory:", Fail::Sql(e)))?;
-        Store::setup(conn, ":memory:".to_owned(), Durability::default())
+        Store::setup(conn, ":memory:".to_owned(), Durability::default(), None)
     }
 
-    fn setup(conn: Connection, path: String, durability: Durability) -> Result<Store, StoreError> {
-        let mut store = Store { conn, path };
+    fn setup(
+        conn: Connection,
+        path: String,
+        durability: Durability,
+        lock: Option<lock::WriterLock>,
+    ) -> Result<Store, StoreError> {
+        let mut store = Store {
+            conn,
+            path,
+            _lock: lock,
+        };
         store
             .configure(durability)
             .map_err(|e| classify(&store.path, e))?;
@@ -480,14 +588,13 @@ impl Store {
     }
 
     /// Connection settings. Order matters: the page size only applies to a file not written
-    /// yet, and the exclusive locking mode must be set before the first WAL access so that no
-    /// shared-memory index is ever created. The first read of the file happens here, so a
-    /// file that is not a database, or one locked by another monitor, is refused at open.
+    /// yet. Normal locking (not `EXCLUSIVE`): readers share the WAL's index in `<db>-shm`.
+    /// The first read of the file happens here, so a file that is not a database is refused
+    /// at open.
     fn configure(&mut self, durability: Durability) -> Result<(), Fail> {
         let c = &self.conn;
         c.busy_timeout(BUSY_TIMEOUT)?;
         c.pragma_update(None, "page_size", 4096)?;
-        c.pragma_update(None, "locking_mode", "EXCLUSIVE")?;
         let mode: String = c.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
         if !mode.eq_ignore_ascii_case("wal") && !mode.eq_ignore_ascii_case("memory") {
             return Err(Fail::Decode(
@@ -511,7 +618,8 @@ impl Store {
         c.pragma_update(None, "wal_autocheckpoint", 10_000)?;
         c.pragma_update(None, "journal_size_limit", 64 * 1024 * 1024)?;
         c.set_prepared_statement_cache_capacity(32);
-        // Take the write lock now, so a second monitor fails at open, not at its first write.
+        // Take SQLite's write lock once now, so a file another program is writing (not a
+        // monitor: the sidecar lock refused those) fails at open, not at the first check.
         c.execute_batch("BEGIN IMMEDIATE; COMMIT;")?;
         Ok(())
     }

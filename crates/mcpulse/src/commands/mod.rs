@@ -4,6 +4,7 @@ mod completions;
 mod demo;
 mod diff;
 mod gateway;
+mod history;
 mod monitor;
 mod probe;
 mod snapshot;
@@ -22,6 +23,7 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Demo(args) => demo::run(args),
         Command::Supervise(args) => supervise::run(*args),
         Command::Gateway(args) => gateway::run(*args),
+        Command::History(crate::cli::HistoryCommand::Export(args)) => history::export(args),
         Command::SuperviseWatchdog { lineage_prefix } => supervise::watchdog(&lineage_prefix),
         Command::DemoServer {
             which: crate::cli::DemoServerKind::Stdio,
