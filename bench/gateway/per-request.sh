@@ -51,7 +51,11 @@ run() {
     [ -n "$url" ] && break
     sleep 0.05
   done
-  [ -n "$url" ] || { echo "the gateway did not start: $(tail -3 "$work/gw.log")" >&2; exit 1; }
+  if [ -z "$url" ]; then
+    echo "the gateway did not start: $(tail -3 "$work/gw.log")" >&2
+    kill -TERM "$gw" ${up:+"$up"} 2>/dev/null || true
+    exit 1
+  fi
   # The gateway's own pid: under strace, strace's child.
   local pid="$gw"
   [ "$trace" = 1 ] && pid="$(pgrep -P "$gw" | head -1)"
@@ -69,6 +73,7 @@ run() {
 
 read -r ca sa < <(run 1000 0)
 read -r cb sb < <(run "$n" 0)
+[ -n "${ca:-}" ] && [ -n "${cb:-}" ] || { echo "a run failed (see above)" >&2; exit 1; }
 run 1000 1 >/dev/null; cp "$work/strace" "$work/a"
 run "$n" 1 >/dev/null; cp "$work/strace" "$work/b"
 python3 - "$work/a" "$work/b" "$((n - 1000))" "$mode" "$ca" "$cb" "$sa" "$sb" <<'PY'
