@@ -32,6 +32,10 @@
 #                       value, say -10, so that other work on a shared machine disturbs the
 #                       paths less (all paths alike); unset: not changed
 #   BENCH_NOTE          a line for the report (for example, which build MCPULSE is)
+#   BENCH_MODES         only these paths, comma-separated (say "direct,gateway (http),gateway
+#                       (stdio)" for a quick run of the gateway against direct); default: all
+#   BENCH_OUT           where the report goes (default docs/benchmarks-gateway.md, replaced;
+#                       another file keeps that page's tables, to be added to it by hand)
 #
 # Needs scripts/interop-setup.sh's installs (supergateway, mcpproxy), node, python3.
 set -euo pipefail
@@ -75,6 +79,14 @@ else
   fi
 fi
 modes+=(supergateway mcp-proxy)
+if [ -n "${BENCH_MODES:-}" ]; then
+  wanted=()
+  for mode in "${modes[@]}"; do
+    [[ ",$BENCH_MODES," == *",$mode,"* ]] && wanted+=("$mode")
+  done
+  [ "${#wanted[@]}" -gt 0 ] || { echo "BENCH_MODES=$BENCH_MODES names no path of: ${modes[*]}" >&2; exit 1; }
+  modes=("${wanted[@]}")
+fi
 
 results="$cache/results.jsonl"
 : > "$results"
@@ -210,7 +222,7 @@ for round in $(seq 1 "$rounds"); do
   done
 done
 
-out="$root/docs/benchmarks-gateway.md"
+out="${BENCH_OUT:-$root/docs/benchmarks-gateway.md}"
 {
   echo "# mcpulse gateway: benchmark"
   echo
