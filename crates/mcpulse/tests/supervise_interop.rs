@@ -192,7 +192,14 @@ fn server_pid(client: u32, supervised: bool) -> u32 {
         } else {
             Some(client)
         };
-        let found = parent.and_then(|p| children(p).into_iter().find(|c| !is_watchdog(*c)));
+        // A child between fork and exec still has the supervisor's name and command line
+        // (it may be the watchdog about to be): only a child that has become something else is
+        // the server. Every server here is node, python3 or env, never mcpulse.
+        let found = parent.and_then(|p| {
+            children(p)
+                .into_iter()
+                .find(|c| !is_watchdog(*c) && (!supervised || comm(*c) != "mcpulse"))
+        });
         if let Some(pid) = found {
             return pid;
         }
