@@ -194,6 +194,53 @@ fn man_pages_render_without_warnings() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// scripts/ci-packages.sh
+
+/// A Debian 12.12 machine as ci-packages.sh sees it through dpkg-query and apt-cache (stand-ins
+/// on PATH): libsystemd0 252.39-1~deb12u2 is installed (apt depends on it), the archive offers
+/// that systemd and, in bookworm-security, the older 252.38-1~deb12u1. systemd must be taken at
+/// libsystemd0's version: the older one cannot be installed beside it.
+#[test]
+fn ci_packages_takes_systemd_at_the_installed_libsystemd0_version() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = installs::scratch("ci-packages");
+    std::fs::create_dir_all(&dir).unwrap();
+    let fake = |name: &str, body: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    };
+    fake(
+        "dpkg-query",
+        r#"for a; do pkg="$a"; done
+case "$pkg" in libsystemd0) printf 'install ok installed 252.39-1~deb12u2' ;; *) exit 1 ;; esac"#,
+    );
+    fake(
+        "apt-cache",
+        r#"pkg="$2"
+case "$1:$pkg" in
+  policy:systemd) echo "  Candidate: 252.39-1~deb12u2" ;;
+  madison:systemd) echo " systemd | 252.39-1~deb12u2 | x"; echo " systemd | 252.38-1~deb12u1 | y" ;;
+  policy:*) echo "  Candidate: 0-0" ;;
+  madison:*) ;;
+esac"#,
+    );
+    let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap());
+    let out = Command::new("bash")
+        .arg(repo().join("scripts/ci-packages.sh"))
+        .arg("--plan")
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    let plan = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        plan.lines().any(|l| l == "systemd=252.39-1~deb12u2"),
+        "plan:\n{plan}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
 // systemd units (deploy/systemd/)
 
 fn repo() -> PathBuf {
