@@ -34,6 +34,25 @@ use std::time::Duration;
 /// 0.0.4 text format, which Prometheus 2.42 never asks for when OpenMetrics is offered.
 const PROMTOOL: &str = "/usr/bin/promtool";
 
+/// The alert rules' unit tests (deploy/prometheus/rules_test.yml, `promtool test rules`): among
+/// them, MCPServerDown holds, with no false "resolved", when every monitor dies while the
+/// server is down.
+#[test]
+fn alert_rules_pass_their_promtool_unit_tests() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/prometheus");
+    let out = Command::new(PROMTOOL)
+        .args(["test", "rules", "rules_test.yml"])
+        .current_dir(&dir)
+        .output()
+        .unwrap_or_else(|e| panic!("starting {PROMTOOL}: {e}; run scripts/ci-packages.sh"));
+    assert!(
+        out.status.success(),
+        "promtool test rules:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// `promtool check metrics` over the monitor's `path` in the 0.0.4 text format: the exposition
 /// parses, and passes Prometheus' naming lints.
 async fn promtool_check(monitor: u16, path: &str) {
