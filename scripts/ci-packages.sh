@@ -3,7 +3,7 @@
 # /metrics and /probe) and Alertmanager (receives the monitor's alerts), used by
 # crates/mcpulse/tests/prometheus.rs and scaleout.rs, which start their own instances on loopback
 # ports chosen at run time and fail when /usr/bin/prometheus or /usr/bin/prometheus-alertmanager
-# is missing.
+# is missing; and zsh, fish, groff-base, systemd and python3-yaml for packaging.rs (below).
 #
 # Idempotent: when the pinned versions are already installed it only asks dpkg and exits
 # (no root needed, no network). Otherwise it needs root (apt-get): run it as root, or give the
