@@ -367,7 +367,12 @@ const AUDIT_ARCH: u32 = 0xC000_00B7;
 /// asking for executable memory, fail with EPERM. Other architectures are let through.
 fn mdwe_seccomp_filter() -> Vec<libc::sock_filter> {
     use libc::{BPF_ABS, BPF_ALU, BPF_AND, BPF_JEQ, BPF_JMP, BPF_K, BPF_LD, BPF_RET, BPF_W};
-    let stmt = |code: u32, k: u32| libc::sock_filter { code: code as u16, jt: 0, jf: 0, k };
+    let stmt = |code: u32, k: u32| libc::sock_filter {
+        code: code as u16,
+        jt: 0,
+        jf: 0,
+        k,
+    };
     let jeq = |k: u32, jt: u8, jf: u8| libc::sock_filter {
         code: (BPF_JMP | BPF_JEQ | BPF_K) as u16,
         jt,
@@ -376,10 +381,16 @@ fn mdwe_seccomp_filter() -> Vec<libc::sock_filter> {
     };
     let ld = |offset: u32| stmt(BPF_LD | BPF_W | BPF_ABS, offset);
     let allow = stmt(BPF_RET | BPF_K, libc::SECCOMP_RET_ALLOW);
-    let deny = stmt(BPF_RET | BPF_K, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32);
+    let deny = stmt(
+        BPF_RET | BPF_K,
+        libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
+    );
     // struct seccomp_data: nr at 0, arch at 4, args[] (u64 each) from 16; prot is args[2], whose
     // low half (little endian) is at 32.
-    let (wx, x) = ((libc::PROT_WRITE | libc::PROT_EXEC) as u32, libc::PROT_EXEC as u32);
+    let (wx, x) = (
+        (libc::PROT_WRITE | libc::PROT_EXEC) as u32,
+        libc::PROT_EXEC as u32,
+    );
     vec![
         /* 0 */ ld(4),
         /* 1 */ jeq(AUDIT_ARCH, 0, 11), // other arch -> 13 allow
