@@ -754,6 +754,17 @@ async fn grafana_dashboard_queries_only_series_mcpulse_exposes() {
         }
     }
 
+    // The /probe panels aggregate the probers away (deploy/prometheus/prometheus-shard.yml
+    // scrapes every server through two monitors, label `prober`): one line per server.
+    for (at, e) in &exprs {
+        if e.contains("probe_") && !e.contains("mcpulse_") && !at.starts_with("variable") {
+            assert!(
+                e.contains("without (prober)"),
+                "{at}: a /probe query that shows each server once per prober: {e}"
+            );
+        }
+    }
+
     // Every expression is valid PromQL, to Prometheus's own parser (promtool, Debian's
     // prometheus package): each is checked as a recording rule.
     let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
