@@ -755,11 +755,12 @@ async fn grafana_dashboard_queries_only_series_mcpulse_exposes() {
     }
 
     // The /probe panels aggregate the probers away (deploy/prometheus/prometheus-shard.yml
-    // scrapes every server through two monitors, label `prober`): one line per server.
+    // scrapes every server through two monitors, labels `prober` and `monitor`): one line per
+    // server.
     for (at, e) in &exprs {
         if e.contains("probe_") && !e.contains("mcpulse_") && !at.starts_with("variable") {
             assert!(
-                e.contains("without (prober)"),
+                e.contains("without (prober, monitor)"),
                 "{at}: a /probe query that shows each server once per prober: {e}"
             );
         }
