@@ -3,7 +3,7 @@
 # /metrics and /probe) and Alertmanager (receives the monitor's alerts), used by
 # crates/mcpulse/tests/prometheus.rs and scaleout.rs, which start their own instances on loopback
 # ports chosen at run time and fail when /usr/bin/prometheus or /usr/bin/prometheus-alertmanager
-# is missing.
+# is missing; and zsh, fish, groff-base, systemd and python3-yaml for packaging.rs (below).
 #
 # Idempotent: when the pinned versions are already installed it only asks dpkg and exits
 # (no root needed, no network). Otherwise it needs root (apt-get): run it as root, or give the
@@ -20,16 +20,30 @@
 # replace one another there, so any build of the pinned revision is accepted: the exact one
 # installed is whatever bookworm lists (`apt-cache policy prometheus prometheus-alertmanager`);
 # at the time of writing 2.42.0+ds-5+deb12u1 and 0.25.0-1+b4.
+#
+# systemd is pinned to its upstream series only (252.*): the tests need nothing but
+# systemd-analyze, and systemd must be at exactly the version of libsystemd0, which apt itself
+# depends on and every Debian 12 point release moves (12.12 ships 252.39-1~deb12u2). The
+# version taken is the installed libsystemd0's when the archive offers it, so nothing is ever
+# downgraded.
+#
+# `scripts/ci-packages.sh --plan` prints the package=version list an install would ask for,
+# one a line, without root, `apt-get update` or any change (crates/mcpulse/tests/packaging.rs
+# runs it against a simulated point release).
 set -euo pipefail
 
-# package  version (a Debian version: this, or this plus a +bN / +deb12uN suffix)
+plan=0
+if [ "${1:-}" = --plan ]; then plan=1; fi
+
+# package  version (a Debian version: this, or this plus a +bN / +deb12uN suffix; a version
+# ending in ".*" is a series: any version starting with what comes before the "*")
 PINS=(
   "prometheus 2.42.0+ds-5"
   "prometheus-alertmanager 0.25.0-1"
   "zsh 5.9-4"
   "fish 3.6.0-3.1"
   "groff-base 1.22.4-10"
-  "systemd 252.38-1~deb12u1"
+  "systemd 252.*"
   "python3-yaml 6.0-3"
   # The sqlite3 CLI reads the monitor's history while it runs (crates/mcpulse/tests/history.rs).
   "sqlite3 3.40.1-2"
@@ -45,6 +59,7 @@ BINARY_PACKAGES+=(zsh fish groff-base systemd)
 say() { echo "ci-packages: $*" >&2; }
 
 pinned() { # version pin -> 0 when the version is the pin or a rebuild/update of it
+  case "$2" in *.\*) case "$1" in "${2%\*}"*) return 0 ;; *) return 1 ;; esac ;; esac
   case "$1" in "$2" | "$2"+b[0-9]* | "$2"+deb[0-9]*) return 0 ;; *) return 1 ;; esac
 }
 
@@ -60,7 +75,13 @@ for pin in "${PINS[@]}"; do
   installed "$pkg" "$version" || missing+=("$pkg")
 done
 reinstall=()
-if [ "${#missing[@]}" -eq 0 ]; then
+if [ "$plan" = 1 ]; then
+  missing=()
+  for pin in "${PINS[@]}"; do
+    read -r pkg version <<<"$pin"
+    missing+=("$pkg")
+  done
+elif [ "${#missing[@]}" -eq 0 ]; then
   for b in "${BINARIES[@]}"; do
     [ -x "$b" ] || reinstall=(--reinstall)
   done
@@ -69,6 +90,42 @@ if [ "${#missing[@]}" -eq 0 ]; then
     exit 0
   fi
   missing=("${BINARY_PACKAGES[@]}") # installed, but a binary was removed by hand
+fi
+
+choose() { # package pin -> the version to install, or nothing
+  local pkg="$1" version="$2" candidate offered v
+  if [ "$pkg" = systemd ]; then
+    # systemd Depends on libsystemd0 (= its own version): take the installed one's.
+    v="$(dpkg-query -W -f='${Status} ${Version}' libsystemd0 2>/dev/null || true)"
+    case "$v" in "install ok installed "*)
+      v="${v#install ok installed }"
+      if pinned "$v" "$version" &&
+        apt-cache madison "$pkg" | awk -F'|' '{gsub(/ /, "", $2); print $2}' | grep -qxF "$v"; then
+        echo "$v"
+        return 0
+      fi ;;
+    esac
+  fi
+  candidate="$(apt-cache policy "$pkg" | sed -n 's/^ *Candidate: *//p')"
+  if [ -n "$candidate" ] && [ "$candidate" != "(none)" ] && pinned "$candidate" "$version"; then
+    echo "$candidate"
+    return 0
+  fi
+  # The newest build may be past the pin while the archive (bookworm-security, say) still
+  # holds the pinned one: take that.
+  while read -r v; do
+    if pinned "$v" "$version"; then echo "$v"; return 0; fi
+  done < <(apt-cache madison "$pkg" | awk -F'|' '{gsub(/ /, "", $2); print $2}')
+  say "$pkg: the package lists offer ${candidate:-nothing}, not $version (Debian 12 bookworm is expected)"
+  return 1
+}
+
+if [ "$plan" = 1 ]; then
+  for pin in "${PINS[@]}"; do
+    read -r pkg version <<<"$pin"
+    echo "$pkg=$(choose "$pkg" "$version")"
+  done
+  exit 0
 fi
 
 if ! command -v apt-get >/dev/null 2>&1; then
@@ -113,20 +170,7 @@ wanted=()
 for pin in "${PINS[@]}"; do
   read -r pkg version <<<"$pin"
   [[ " ${missing[*]} " == *" $pkg "* ]] || continue
-  candidate="$(apt-cache policy "$pkg" | sed -n 's/^ *Candidate: *//p')"
-  if [ -z "$candidate" ] || [ "$candidate" = "(none)" ] || ! pinned "$candidate" "$version"; then
-    # The newest build may be a point release past the pin (systemd moves in most of them)
-    # while the archive (bookworm-security, say) still holds the pinned one: take that.
-    offered="$candidate"
-    candidate=""
-    while read -r v; do
-      if pinned "$v" "$version"; then candidate="$v"; break; fi
-    done < <(apt-cache madison "$pkg" | awk -F'|' '{gsub(/ /, "", $2); print $2}')
-    if [ -z "$candidate" ]; then
-      say "$pkg: the package lists offer ${offered:-nothing}, not $version (Debian 12 bookworm is expected)"
-      exit 1
-    fi
-  fi
+  candidate="$(choose "$pkg" "$version")" || exit 1
   wanted+=("$pkg=$candidate")
 done
 say "installing ${wanted[*]}"

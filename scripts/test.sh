@@ -3,10 +3,11 @@
 #   1. scripts/interop-setup.sh installs the pinned third-party MCP servers that the interop
 #      tests (crates/mcpulse/tests/interop.rs) run against, into target/interop/ (idempotent:
 #      quick when they are already there);
-#   2. scripts/ci-packages.sh installs the Debian packages the tests run for real (Prometheus,
-#      Alertmanager, sqlite3, the shells and tools of the packaging tests; see its PINS) (a quick
-#      dpkg check when they are there;
-#      installing them needs root: run this as root, or run `sudo scripts/ci-packages.sh` once);
+#   2. scripts/ci-packages.sh installs the Debian packages the tests run: prometheus and
+#      prometheus-alertmanager (crates/mcpulse/tests/prometheus.rs, scaleout.rs), sqlite3
+#      (history.rs), zsh, fish, groff-base, systemd (systemd-analyze) and python3-yaml
+#      (packaging.rs) (a quick dpkg check when they are there; installing them needs root: run
+#      this as root, or run `sudo scripts/ci-packages.sh` once);
 #   3. every test of the workspace, with Cargo.lock as committed.
 # Extra arguments go to `cargo test` (e.g. scripts/test.sh -p mcpulse --test interop).
 set -euo pipefail

@@ -170,6 +170,7 @@ pub async fn run(
         sinks.clone(),
         wake_outbox.clone(),
         stop_all.clone(),
+        fleet.clone(),
     ));
     let retention = tokio::spawn(retention_loop(
         store.clone(),

@@ -302,6 +302,12 @@ pub struct MonitorHealth {
     pub probes: u64,
     /// `/probe` probes running now.
     pub probes_in_flight: u64,
+    /// Alert delivery attempts since start, by (sink identity, outcome) as
+    /// [`Fleet::alert_delivery`] counts them: `mcpulse_alert_deliveries_total`. Bounded by the
+    /// sinks the outbox holds rows for (the configured ones, and removed ones until their
+    /// rows are done) times three outcomes.
+    #[serde(skip)]
+    pub deliveries: BTreeMap<(String, &'static str), u64>,
 }
 
 /// A failed store write.
@@ -455,6 +461,18 @@ impl Fleet {
         let mut g = self.write();
         g.monitor.store_last_ok_ms = Some(at_ms);
         g.monitor.store_error = None;
+    }
+
+    /// One alert delivery attempt to `sink` (its [`crate::sink::SinkId`]) ended: `delivered`,
+    /// `failed` (to be retried) or `dropped` (given up: rejected for good, or expired).
+    pub fn alert_delivery(&self, sink: &str, outcome: &'static str) {
+        let mut g = self.write();
+        let n = g
+            .monitor
+            .deliveries
+            .entry((sink.to_owned(), outcome))
+            .or_insert(0);
+        *n = n.saturating_add(1);
     }
 
     /// A store write failed.

@@ -479,6 +479,17 @@ impl Collector for FleetCollector {
             m.store_write_errors,
         )?;
         tool_calls(&mut out, &snap.targets)?;
+        let mut deliveries = out.enc.encode_descriptor(
+            "mcpulse_alert_deliveries",
+            "Alert delivery attempts since the monitor started, by sink (its identity: kind and a digest of the destination) and outcome (delivered; failed, to be retried; dropped, given up).",
+            None,
+            MetricType::Counter,
+        )?;
+        for ((sink, outcome), n) in &m.deliveries {
+            deliveries
+                .encode_family(&[("sink", sink.as_str()), ("outcome", outcome)])?
+                .encode_counter::<NoLabelSet, u64, u64>(n, None)?;
+        }
         out.single(
             "mcpulse_store_last_write_timestamp",
             "When the history store last took a write, in Unix seconds.",

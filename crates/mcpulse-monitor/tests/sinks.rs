@@ -1222,6 +1222,15 @@ struct Running {
 }
 
 fn start(memory: &Memory, behaviour: Vec<Behaviour>, poll: Duration) -> Running {
+    start_counting(memory, behaviour, poll, None)
+}
+
+fn start_counting(
+    memory: &Memory,
+    behaviour: Vec<Behaviour>,
+    poll: Duration,
+    fleet: Option<mcpulse_monitor::fleet::Fleet>,
+) -> Running {
     let clock = Timebase::starting_at(T0);
     let calls = Arc::new(Mutex::new(Vec::new()));
     let wake = Arc::new(Notify::new());
@@ -1232,6 +1241,7 @@ fn start(memory: &Memory, behaviour: Vec<Behaviour>, poll: Duration) -> Running 
         timeout: Duration::from_secs(10),
         expire: Duration::from_secs(24 * 3600),
         clock,
+        fleet,
     };
     let script = Script {
         behaviour,
@@ -1263,6 +1273,53 @@ impl Running {
             .unwrap();
         self.calls.lock().unwrap().clone()
     }
+}
+
+/// `mcpulse_alert_deliveries_total{sink,outcome}` on /metrics counts every attempt where the
+/// outbox records it: five failures (retried) then one delivery; a rejected alert is dropped.
+#[tokio::test(start_paused = true)]
+async fn outbox_counts_deliveries_by_sink_and_outcome_for_metrics() {
+    use mcpulse_monitor::metrics::{Format, fleet as render};
+    let fleet = mcpulse_monitor::fleet::Fleet::new();
+    let memory = Memory::default();
+    memory.add(0, down());
+    let run = start_counting(
+        &memory,
+        vec![Behaviour::FailFirst(5)],
+        Duration::from_millis(100),
+        Some(fleet.clone()),
+    );
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    run.stop().await;
+    let text = render(fleet.snapshot(), Format::Prometheus).unwrap();
+    let series: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("mcpulse_alert_deliveries_total{"))
+        .collect();
+    let sink = script_id(0);
+    assert_eq!(
+        series,
+        [
+            format!("mcpulse_alert_deliveries_total{{sink=\"{sink}\",outcome=\"delivered\"}} 1"),
+            format!("mcpulse_alert_deliveries_total{{sink=\"{sink}\",outcome=\"failed\"}} 5"),
+        ],
+        "{text}"
+    );
+
+    let fleet = mcpulse_monitor::fleet::Fleet::new();
+    let memory = Memory::default();
+    memory.add(0, down());
+    let run = start_counting(
+        &memory,
+        vec![Behaviour::Reject],
+        Duration::from_millis(100),
+        Some(fleet.clone()),
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    run.stop().await;
+    let got = &fleet.monitor().deliveries;
+    assert_eq!(got.get(&(sink.to_string(), "dropped")), Some(&1), "{got:?}");
+    assert_eq!(got.len(), 1, "{got:?}");
 }
 
 #[tokio::test(start_paused = true)]
@@ -1564,6 +1621,7 @@ async fn the_configured_sinks_apply_filters_and_know_their_indexes() {
         sinks,
         Arc::new(Notify::new()),
         stop_rx,
+        mcpulse_monitor::fleet::Fleet::new(),
     ));
     tokio::time::sleep(Duration::from_secs(2)).await;
     stop.send(true).unwrap();
@@ -1623,6 +1681,7 @@ async fn outbox_over_loopback_retries_and_isolates_a_hanging_sink() {
         sinks,
         Arc::new(Notify::new()),
         stop_rx,
+        mcpulse_monitor::fleet::Fleet::new(),
     ));
     let deadline = std::time::Instant::now() + Duration::from_secs(8);
     while memory.row(retried).delivered.is_none() && std::time::Instant::now() < deadline {

@@ -194,6 +194,53 @@ fn man_pages_render_without_warnings() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// scripts/ci-packages.sh
+
+/// A Debian 12.12 machine as ci-packages.sh sees it through dpkg-query and apt-cache (stand-ins
+/// on PATH): libsystemd0 252.39-1~deb12u2 is installed (apt depends on it), the archive offers
+/// that systemd and, in bookworm-security, the older 252.38-1~deb12u1. systemd must be taken at
+/// libsystemd0's version: the older one cannot be installed beside it.
+#[test]
+fn ci_packages_takes_systemd_at_the_installed_libsystemd0_version() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = installs::scratch("ci-packages");
+    std::fs::create_dir_all(&dir).unwrap();
+    let fake = |name: &str, body: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    };
+    fake(
+        "dpkg-query",
+        r#"for a; do pkg="$a"; done
+case "$pkg" in libsystemd0) printf 'install ok installed 252.39-1~deb12u2' ;; *) exit 1 ;; esac"#,
+    );
+    fake(
+        "apt-cache",
+        r#"pkg="$2"
+case "$1:$pkg" in
+  policy:systemd) echo "  Candidate: 252.39-1~deb12u2" ;;
+  madison:systemd) echo " systemd | 252.39-1~deb12u2 | x"; echo " systemd | 252.38-1~deb12u1 | y" ;;
+  policy:*) echo "  Candidate: 0-0" ;;
+  madison:*) ;;
+esac"#,
+    );
+    let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap());
+    let out = Command::new("bash")
+        .arg(repo().join("scripts/ci-packages.sh"))
+        .arg("--plan")
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    let plan = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        plan.lines().any(|l| l == "systemd=252.39-1~deb12u2"),
+        "plan:\n{plan}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
 // systemd units (deploy/systemd/)
 
 fn repo() -> PathBuf {
@@ -309,46 +356,154 @@ fn systemd_units_verify_cleanly_and_are_hardened() {
     assert!(said.contains("stirct"), "a broken unit passed: {said}");
 }
 
-/// MemoryDenyWriteExecute=yes is left out of the units because of this: under the kernel's
-/// equivalent (prctl PR_SET_MDWE, refusing memory that turns executable, inherited across
-/// exec) node aborts as soon as V8 compiles, while mcpulse itself and Python run.
+/// The audit architecture of this build, for the seccomp filter's first check.
+#[cfg(target_arch = "x86_64")]
+const AUDIT_ARCH: u32 = 0xC000_003E;
+#[cfg(target_arch = "aarch64")]
+const AUDIT_ARCH: u32 = 0xC000_00B7;
+
+/// The seccomp filter systemd 252 installs for MemoryDenyWriteExecute=yes (on every kernel):
+/// mmap asking for writable and executable memory at once, and mprotect / pkey_mprotect
+/// asking for executable memory, fail with EPERM. Other architectures are let through.
+fn mdwe_seccomp_filter() -> Vec<libc::sock_filter> {
+    use libc::{BPF_ABS, BPF_ALU, BPF_AND, BPF_JEQ, BPF_JMP, BPF_K, BPF_LD, BPF_RET, BPF_W};
+    let stmt = |code: u32, k: u32| libc::sock_filter {
+        code: code as u16,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    let jeq = |k: u32, jt: u8, jf: u8| libc::sock_filter {
+        code: (BPF_JMP | BPF_JEQ | BPF_K) as u16,
+        jt,
+        jf,
+        k,
+    };
+    let ld = |offset: u32| stmt(BPF_LD | BPF_W | BPF_ABS, offset);
+    let allow = stmt(BPF_RET | BPF_K, libc::SECCOMP_RET_ALLOW);
+    let deny = stmt(
+        BPF_RET | BPF_K,
+        libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
+    );
+    // struct seccomp_data: nr at 0, arch at 4, args[] (u64 each) from 16; prot is args[2], whose
+    // low half (little endian) is at 32.
+    let (wx, x) = (
+        (libc::PROT_WRITE | libc::PROT_EXEC) as u32,
+        libc::PROT_EXEC as u32,
+    );
+    vec![
+        /* 0 */ ld(4),
+        /* 1 */ jeq(AUDIT_ARCH, 0, 11), // other arch -> 13 allow
+        /* 2 */ ld(0),
+        /* 3 */ jeq(libc::SYS_mmap as u32, 3, 0), // -> 7
+        /* 4 */ jeq(libc::SYS_mprotect as u32, 5, 0), // -> 10
+        /* 5 */ jeq(libc::SYS_pkey_mprotect as u32, 4, 0), // -> 10
+        /* 6 */ allow,
+        /* 7 */ ld(32),
+        /* 8 */ stmt(BPF_ALU | BPF_AND | BPF_K, wx),
+        /* 9 */ jeq(wx, 4, 3), // -> 14 deny, 13 allow
+        /* 10 */ ld(32),
+        /* 11 */ stmt(BPF_ALU | BPF_AND | BPF_K, x),
+        /* 12 */ jeq(x, 1, 0), // -> 14 deny, 13 allow
+        /* 13 */ allow,
+        /* 14 */ deny,
+    ]
+}
+
+/// How a child is kept from making memory executable.
+#[derive(Clone, Copy, Debug)]
+enum Mdwe {
+    /// systemd 252's seccomp filter (what the units would get on Debian 12).
+    Seccomp,
+    /// The kernel's prctl PR_SET_MDWE (Linux 6.3 and later; newer systemd uses it).
+    Prctl,
+}
+
+const PR_SET_MDWE: libc::c_int = 65;
+const PR_MDWE_REFUSE_EXEC_GAIN: libc::c_ulong = 1;
+
+/// Whether this kernel has PR_SET_MDWE: PR_GET_MDWE (66) answers EINVAL before Linux 6.3.
+fn kernel_has_prctl_mdwe() -> bool {
+    // SAFETY: PR_GET_MDWE only reads this process's flags; the unused arguments must be 0.
+    #[allow(unsafe_code)]
+    let got = unsafe { libc::prctl(66, 0, 0, 0, 0) };
+    got >= 0
+}
+
+/// MemoryDenyWriteExecute=yes is left out of the units because of this: under it (systemd 252's
+/// seccomp filter, and the kernel's prctl PR_SET_MDWE where the kernel has it; both inherited
+/// across exec) node aborts as soon as V8 compiles, while mcpulse itself and Python run.
 #[test]
 fn mdwe_stops_node_but_not_mcpulse() {
-    fn under_mdwe(program: &str, args: &[&str]) -> std::process::ExitStatus {
+    fn under(mdwe: Mdwe, program: &str, args: &[&str]) -> std::process::ExitStatus {
         use std::os::unix::process::CommandExt;
         let mut cmd = Command::new(program);
         cmd.args(args)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null());
-        // SAFETY: prctl(2) in the forked child before exec: no allocation, no lock, and only
-        // this process's own MDWE flag is set.
+        let filter = mdwe_seccomp_filter();
+        // The closure must be Send + Sync: it carries the filter's address, not a pointer.
+        let (len, addr) = (filter.len() as u16, filter.as_ptr() as usize);
+        // SAFETY: prctl(2) in the forked child before exec: no allocation, no lock; `prog`
+        // points into `filter`, alive until `status()` returns, and the kernel copies it.
         #[allow(unsafe_code)]
         unsafe {
-            cmd.pre_exec(|| {
-                const PR_SET_MDWE: libc::c_int = 65;
-                const PR_MDWE_REFUSE_EXEC_GAIN: libc::c_ulong = 1;
-                if libc::prctl(PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN, 0, 0, 0) != 0 {
+            cmd.pre_exec(move || {
+                let done = match mdwe {
+                    Mdwe::Prctl => libc::prctl(PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN, 0, 0, 0),
+                    Mdwe::Seccomp => {
+                        let prog = libc::sock_fprog {
+                            len,
+                            filter: addr as *mut libc::sock_filter,
+                        };
+                        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                        libc::prctl(
+                            libc::PR_SET_SECCOMP,
+                            libc::SECCOMP_MODE_FILTER,
+                            &raw const prog,
+                        )
+                    }
+                };
+                if done != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
                 Ok(())
             });
         }
-        cmd.status()
-            .unwrap_or_else(|e| panic!("could not run {program} under MDWE: {e}"))
+        let status = cmd
+            .status()
+            .unwrap_or_else(|e| panic!("could not run {program} under {mdwe:?}: {e}"));
+        drop(filter);
+        status
     }
-    assert!(under_mdwe(BIN, &["--version"]).success());
-    assert!(under_mdwe("python3", &["-c", "print(sum(range(10**6)))"]).success());
-    let node = under_mdwe(
-        "node",
-        &[
-            "-e",
-            "let s = 0; for (let i = 0; i < 1e7; i++) s += i; console.log(s)",
-        ],
-    );
-    assert!(
-        !node.success(),
-        "node ran under MDWE: the units could set MemoryDenyWriteExecute"
-    );
+    let mut kinds = vec![Mdwe::Seccomp];
+    if kernel_has_prctl_mdwe() {
+        kinds.push(Mdwe::Prctl);
+    } else {
+        eprintln!(
+            "NOTE: this kernel lacks prctl PR_SET_MDWE (Linux < 6.3, e.g. Debian 12's 6.1): \
+             MDWE is checked with systemd 252's seccomp filter only"
+        );
+    }
+    for mdwe in kinds {
+        assert!(under(mdwe, BIN, &["--version"]).success(), "{mdwe:?}");
+        let python = under(mdwe, "python3", &["-c", "print(sum(range(10**6)))"]);
+        assert!(python.success(), "{mdwe:?}");
+        let node = under(
+            mdwe,
+            "node",
+            &[
+                "-e",
+                "let s = 0; for (let i = 0; i < 1e7; i++) s += i; console.log(s)",
+            ],
+        );
+        assert!(
+            !node.success(),
+            "node ran under {mdwe:?}: the units could set MemoryDenyWriteExecute"
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -596,6 +751,18 @@ async fn grafana_dashboard_queries_only_series_mcpulse_exposes() {
         assert!(x + w <= 24, "{} is off the grid", p["title"]);
         for cell in (y..y + h).flat_map(|r| (x..x + w).map(move |c| (r, c))) {
             assert!(cells.insert(cell), "{} overlaps another panel", p["title"]);
+        }
+    }
+
+    // The /probe panels aggregate the probers away (deploy/prometheus/prometheus-shard.yml
+    // scrapes every server through two monitors, labels `prober` and `monitor`): one line per
+    // server.
+    for (at, e) in &exprs {
+        if e.contains("probe_") && !e.contains("mcpulse_") && !at.starts_with("variable") {
+            assert!(
+                e.contains("without (prober, monitor)"),
+                "{at}: a /probe query that shows each server once per prober: {e}"
+            );
         }
     }
 

@@ -34,6 +34,63 @@ use std::time::Duration;
 /// 0.0.4 text format, which Prometheus 2.42 never asks for when OpenMetrics is offered.
 const PROMTOOL: &str = "/usr/bin/promtool";
 
+/// A [`Proc`] whose Drop never runs (the test binary SIGKILLed) is still killed: by the kernel,
+/// when the thread that started it goes (PR_SET_PDEATHSIG). Here that thread ends after
+/// forgetting it.
+#[test]
+fn a_proc_dies_with_the_thread_that_started_it() {
+    let dir = TempDir::new("pdeathsig");
+    let pid = std::thread::scope(|s| {
+        s.spawn(|| {
+            let p = Proc::spawn("sleep", "sleep", &["60".to_owned()], &dir);
+            let pid = p.child.id();
+            std::mem::forget(p);
+            pid
+        })
+        .join()
+        .unwrap()
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        // Killed and reparented to init (or a subreaper), it is a zombie or gone.
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat.rsplit(") ").next().and_then(|r| r.chars().next());
+        if matches!(state, None | Some('Z') | Some('X')) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the child {pid} outlived the thread that started it: {stat}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Reap it if it is still ours (it is: its parent is this process).
+    // SAFETY: waitpid on a pid this process spawned; no memory is shared.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::waitpid(pid as libc::pid_t, std::ptr::null_mut(), 0);
+    }
+}
+
+/// The alert rules' unit tests (deploy/prometheus/rules_test.yml, `promtool test rules`): among
+/// them, MCPServerDown holds, with no false "resolved", when every monitor dies while the
+/// server is down.
+#[test]
+fn alert_rules_pass_their_promtool_unit_tests() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/prometheus");
+    let out = Command::new(PROMTOOL)
+        .args(["test", "rules", "rules_test.yml"])
+        .current_dir(&dir)
+        .output()
+        .unwrap_or_else(|e| panic!("starting {PROMTOOL}: {e}; run scripts/ci-packages.sh"));
+    assert!(
+        out.status.success(),
+        "promtool test rules:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// `promtool check metrics` over the monitor's `path` in the 0.0.4 text format: the exposition
 /// parses, and passes Prometheus' naming lints.
 async fn promtool_check(monitor: u16, path: &str) {

@@ -433,6 +433,9 @@ async fn sharded_ha_prometheus_and_alertmanager_cluster_notify_once() {
     }
     drop(monitors.remove(0)); // SIGKILL
     let shard1 = proms[2].port;
+    // The alert names the dead monitor by address (label `monitor`, relabelled from the
+    // scrape address in prometheus-shard.yml).
+    let monitor_0 = format!("127.0.0.1:{}", mon_ports[0]);
     let mut all: Vec<&mut Proc> = proms.iter_mut().map(|p| &mut p.proc_).collect();
     all.extend(peers.iter_mut().map(|p| &mut p.proc_));
     all.extend(monitors.iter_mut());
@@ -454,7 +457,10 @@ async fn sharded_ha_prometheus_and_alertmanager_cluster_notify_once() {
         || async {
             let a = query(shard1, "ALERTS{alertname=\"MCPulseProberDown\"}").await?;
             match a.as_slice() {
-                [x] if x["metric"]["prober"] == "0" && x["metric"]["alertstate"] == "pending" => {
+                [x] if x["metric"]["prober"] == "0"
+                    && x["metric"]["monitor"] == monitor_0.as_str()
+                    && x["metric"]["alertstate"] == "pending" =>
+                {
                     Ok(())
                 }
                 _ => Err(format!("{a:?}")),

@@ -318,7 +318,7 @@ fn parse_listening(
     })?;
 
     let server = server(&raw.server, &src, env, listen)?;
-    let storage = storage(&raw.storage, &src, dir)?;
+    let storage = storage(&raw.storage, &src, dir, env)?;
     let defaults = apply(&Defaults::default(), &raw.defaults, &src, "defaults")?;
     let (mut targets, mut names) = targets(&raw.targets, &defaults, &src, env)?;
     let warnings = imports(
@@ -345,9 +345,25 @@ fn parse_listening(
 }
 
 /// `[storage]`: the database path (relative to the config's directory) and the retention.
-fn storage(raw: &RawStorage, src: &Source<'_>, dir: &Path) -> Result<StorageConfig, ConfigError> {
+/// Without a path, the history goes to `$STATE_DIRECTORY` (its first entry) when set, as
+/// systemd sets it for `StateDirectory=`: the config's own directory (/etc/mcpulse) is
+/// read-only under ProtectSystem=strict, so the unit works with a plain config.
+fn storage(
+    raw: &RawStorage,
+    src: &Source<'_>,
+    dir: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<StorageConfig, ConfigError> {
+    let state = env("STATE_DIRECTORY")
+        .and_then(|s| s.split(':').next().map(str::to_owned))
+        .filter(|s| !s.is_empty());
+    let path = match (&raw.path, state) {
+        (Some(p), _) => dir.join(p),
+        (None, Some(state)) => Path::new(&state).join("mcpulse.db"),
+        (None, None) => dir.join("mcpulse.db"),
+    };
     Ok(StorageConfig {
-        path: dir.join(raw.path.as_deref().unwrap_or("mcpulse.db")),
+        path,
         retention: match &raw.retention {
             None => Duration::from_secs(30 * 86_400),
             Some(r) => duration(r.get_ref())
@@ -1362,6 +1378,21 @@ mod tests {
             e.to_string().contains("resend: \"soon\" is not a duration"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn without_a_storage_path_the_history_goes_to_systemds_state_directory() {
+        let state = |k: &str| match k {
+            "STATE_DIRECTORY" => Some("/var/lib/mcpulse:/var/lib/other".to_owned()),
+            _ => None,
+        };
+        let dir = Path::new("/etc/mcpulse");
+        let c = parse("", "mcpulse.toml", dir, &state).unwrap();
+        assert_eq!(c.storage.path, Path::new("/var/lib/mcpulse/mcpulse.db"));
+        let c = parse("[storage]\npath = \"h.db\"\n", "mcpulse.toml", dir, &state).unwrap();
+        assert_eq!(c.storage.path, Path::new("/etc/mcpulse/h.db"));
+        let c = parse("", "mcpulse.toml", dir, &env).unwrap();
+        assert_eq!(c.storage.path, Path::new("/etc/mcpulse/mcpulse.db"));
     }
 
     #[test]

@@ -64,6 +64,16 @@ pub struct OutboxOptions {
     /// retried for as long as it takes.
     pub expire: Duration,
     pub clock: Timebase,
+    /// Where each attempt's outcome is counted (`mcpulse_alert_deliveries_total`); none in
+    /// tests that do not look.
+    pub fleet: Option<crate::fleet::Fleet>,
+}
+
+/// Counts one attempt's outcome for `/metrics`.
+fn count(opts: &OutboxOptions, sink: &SinkId, outcome: &'static str) {
+    if let Some(fleet) = &opts.fleet {
+        fleet.alert_delivery(sink.as_str(), outcome);
+    }
 }
 
 impl Default for OutboxOptions {
@@ -74,26 +84,26 @@ impl Default for OutboxOptions {
             timeout: DEFAULT_TIMEOUT,
             expire: Duration::from_secs(24 * 3600),
             clock: Timebase::system(),
+            fleet: None,
         }
     }
 }
 
 /// Delivers the outbox to the configured sinks until `shutdown` turns true (or its sender
-/// goes). `wake` is notified when new alerts are stored. Returns the outbox.
+/// goes). `wake` is notified when new alerts are stored; outcomes are counted in `fleet`.
+/// Returns the outbox.
 pub async fn run_outbox<O: Outbox>(
     outbox: O,
     sinks: Arc<RwLock<Vec<AlertConfig>>>,
     wake: Arc<Notify>,
     shutdown: watch::Receiver<bool>,
+    fleet: crate::fleet::Fleet,
 ) -> O {
-    run_outbox_with(
-        outbox,
-        Sinks(sinks),
-        wake,
-        shutdown,
-        OutboxOptions::default(),
-    )
-    .await
+    let opts = OutboxOptions {
+        fleet: Some(fleet),
+        ..OutboxOptions::default()
+    };
+    run_outbox_with(outbox, Sinks(sinks), wake, shutdown, opts).await
 }
 
 /// [`run_outbox`] with any [`Deliver`] and explicit options.
@@ -156,6 +166,7 @@ pub async fn run_outbox_with<O: Outbox, D: Deliver>(
             }
             if let Some(error) = expired(&alert, attempts, now, opts.expire) {
                 tracing::error!(sink = %deliverer.describe(&sink), dedup_key = %alert.dedup_key, %error, "alert not delivered");
+                count(&opts, &sink, "dropped");
                 outbox.failed(id, &error, now, true).await;
                 continue;
             }
@@ -205,6 +216,12 @@ async fn record<O: Outbox, D: Deliver>(
     in_flight.remove(&done.id);
     let now = opts.clock.now_ms();
     let sink = deliverer.describe(&done.sink);
+    let outcome = match &done.result {
+        Ok(()) => "delivered",
+        Err(e) if e.is_permanent() => "dropped",
+        Err(_) => "failed",
+    };
+    count(opts, &done.sink, outcome);
     match done.result {
         Ok(()) => {
             tracing::debug!(%sink, dedup_key = %done.alert.dedup_key, attempts = done.attempts, "alert delivered");

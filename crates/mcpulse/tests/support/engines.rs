@@ -1,5 +1,6 @@
 //! Real Prometheus and Alertmanager processes, `mcpulse monitor` and scripted MCP servers on
-//! loopback, shared by prometheus.rs and scaleout.rs: processes killed when dropped, a small
+//! loopback, shared by prometheus.rs and scaleout.rs: processes killed when dropped (and by
+//! the kernel when the test thread that started them dies: PR_SET_PDEATHSIG), a small
 //! HTTP client, bounded polling ([`until`]), and the yaml blocks of docs/prometheus.md.
 #![allow(dead_code)] // each test file uses a part
 
@@ -36,13 +37,34 @@ impl Proc {
         let log = dir.join(&format!("{name}.log"));
         let out = std::fs::File::create(&log).unwrap();
         let err = out.try_clone().unwrap();
-        let child = Command::new(program)
-            .args(args)
+        let mut cmd = Command::new(program);
+        cmd.args(args)
             .current_dir(dir.path())
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(out)
-            .stderr(err)
+            .stderr(err);
+        // Drop kills the child, but not when the test binary itself is SIGKILLed (a CI
+        // timeout): then the kernel sends SIGKILL when the thread that spawned it (the test's,
+        // which outlives its Procs) goes. The parent may already be gone by the time prctl
+        // runs: checked with getppid against the pid taken before the fork.
+        let parent = std::process::id();
+        // SAFETY: prctl(2), getppid(2) and _exit(2) in the forked child before exec: no
+        // allocation, no lock; only this child's own death signal is set.
+        #[allow(unsafe_code)]
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::getppid() as u32 != parent {
+                    libc::_exit(1);
+                }
+                Ok(())
+            });
+        }
+        let child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("starting {name} ({program}): {e}"));
         Proc { name, child, log }
@@ -61,10 +83,17 @@ impl Proc {
         )
     }
 
-    /// Fails the test if the process has exited.
+    /// Fails the test if the process has exited (saying so when a port was taken after all:
+    /// see [`free_port`]).
     pub fn assert_running(&mut self) {
         if let Ok(Some(status)) = self.child.try_wait() {
-            panic!("{} exited ({status}):\n{}", self.name, self.tail());
+            let tail = self.tail();
+            let taken = if tail.contains("address already in use") {
+                "; a port handed to it was taken by another process in between (free_port)"
+            } else {
+                ""
+            };
+            panic!("{} exited ({status}){taken}:\n{tail}", self.name);
         }
     }
 }
@@ -87,11 +116,37 @@ pub fn require(binary: &str, package: &str) {
     }
 }
 
-/// A loopback port that was free a moment ago (bound at port 0, then released for a child
-/// process to bind).
+/// A loopback port for a child process to bind, free for both TCP and UDP (Alertmanager's
+/// gossip uses both) a moment ago.
+///
+/// It is taken below Linux's ephemeral range (32768–60999 by default): port 0 binds and
+/// outgoing connections (Prometheus's scrapes, the tests' own requests) draw from that range,
+/// so they can never take the port between this check and the child's bind, which they could
+/// when it came from a port-0 bind. Within one test binary no port is handed out twice; a
+/// port another program binds in between still makes the child fail, and
+/// [`Proc::assert_running`] then says so.
 pub fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
+    use std::sync::Mutex;
+    static HANDED: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    const FROM: u16 = 20_000;
+    const SPAN: u16 = 12_000; // 20000..32000, below the ephemeral range
+    let mut handed = HANDED.lock().unwrap();
+    // A different start per process (the pid), so parallel test binaries rarely probe the
+    // same ports.
+    let start = std::process::id() % u32::from(SPAN);
+    for i in 0..u32::from(SPAN) {
+        let port = FROM + ((start + i * 7) % u32::from(SPAN)) as u16;
+        if handed.contains(&port) {
+            continue;
+        }
+        let tcp = std::net::TcpListener::bind(("127.0.0.1", port));
+        let udp = std::net::UdpSocket::bind(("127.0.0.1", port));
+        if tcp.is_ok() && udp.is_ok() {
+            handed.push(port);
+            return port;
+        }
+    }
+    panic!("no free loopback port in {FROM}..{}", FROM + SPAN)
 }
 
 // ---- a small HTTP client --------------------------------------------------------------------
