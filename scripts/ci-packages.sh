@@ -3,6 +3,8 @@
 # /metrics and /probe) and Alertmanager (receives the monitor's alerts), used by
 # crates/mcpulse/tests/prometheus.rs, which starts its own instances on loopback ports chosen at
 # run time and fails when /usr/bin/prometheus or /usr/bin/prometheus-alertmanager is missing.
+# Also Chromium, which crates/mcpulse/tests/browser.rs drives headless (the status page in a real
+# browser, over the DevTools protocol; chromium-common and its libraries come with it).
 #
 # Idempotent: when the pinned versions are already installed it only asks dpkg and exits
 # (no root needed, no network). Otherwise it needs root (apt-get): run it as root, or give the
@@ -25,9 +27,10 @@ set -euo pipefail
 PINS=(
   "prometheus 2.42.0+ds-5"
   "prometheus-alertmanager 0.25.0-1"
+  "chromium 156.0.8078.114-1~deb12u1"
 )
-BINARIES=(/usr/bin/prometheus /usr/bin/prometheus-alertmanager)
-BINARY_PACKAGES=(prometheus prometheus-alertmanager)
+BINARIES=(/usr/bin/prometheus /usr/bin/prometheus-alertmanager /usr/bin/chromium)
+BINARY_PACKAGES=(prometheus prometheus-alertmanager chromium)
 
 say() { echo "ci-packages: $*" >&2; }
 

@@ -1,6 +1,6 @@
 //! The status page over plain HTTP: the real router on 127.0.0.1:0, a real SQLite store file
-//! behind it, and assertions on the HTML. (Browser tests in headless Chromium are separate and
-//! not here yet.)
+//! behind it, and assertions on the HTML. The same page in headless Chromium:
+//! crates/mcpulse/tests/browser.rs.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -513,7 +513,7 @@ async fn the_target_view_shows_verdict_chart_timeline_drift_contract_and_compone
     let html = &r.body;
     // Verdict and findings, with the rule's explanation and its docs link.
     assert!(
-        html.contains("data-live-target=\"charlie\">degraded<"),
+        html.contains("data-live-target=\"charlie\" data-live-every=\"10000\">degraded<"),
         "{html}"
     );
     assert!(html.contains("docs/findings.md#tool-call-failed"), "{html}");

@@ -107,23 +107,32 @@ pub(super) fn render(series: &[Series], range_label: &str) -> String {
     for se in series {
         for (class, vals) in [("p50", &se.p50), ("p95", &se.p95)] {
             // A gap in the data breaks the line.
-            let mut runs: Vec<String> = vec![String::new()];
+            let mut runs: Vec<Vec<(f64, f64)>> = vec![Vec::new()];
             for (i, v) in vals.iter().enumerate() {
                 match v {
                     Some(v) => {
                         if let Some(r) = runs.last_mut() {
-                            let _ = write!(r, "{:.1},{:.1} ", x(i), y(*v));
+                            r.push((x(i), y(*v)));
                         }
                     }
-                    None => runs.push(String::new()),
+                    None => runs.push(Vec::new()),
                 }
             }
-            for r in runs.iter().filter(|r| !r.is_empty()) {
+            for r in runs.iter_mut().filter(|r| !r.is_empty()) {
+                // A lone bucket (a new target, or one between gaps) would be a line of no
+                // length, which draws nothing: make it a short dash.
+                if let [(px, py)] = r[..] {
+                    *r = vec![(px - 3.0, py), (px + 3.0, py)];
+                }
+                let points: Vec<String> = r
+                    .iter()
+                    .map(|(px, py)| format!("{px:.1},{py:.1}"))
+                    .collect();
                 let _ = writeln!(
                     s,
                     "<polyline class=\"s{} {class}\" points=\"{}\"/>",
                     se.phase,
-                    r.trim_end()
+                    points.join(" ")
                 );
             }
         }
@@ -186,6 +195,12 @@ mod tests {
         let svg = render(&s, "24h");
         assert!(svg.contains("<polyline class=\"s0 p50\""));
         assert!(svg.contains("<polyline class=\"s3 p95\""));
+        // Handshake has one bucket: still drawn, as a short dash (two points), not a dot of
+        // no length.
+        for line in svg.lines().filter(|l| l.starts_with("<polyline")) {
+            let points = line.split("points=\"").nth(1).unwrap_or("");
+            assert!(points.split(' ').count() >= 2, "{line}");
+        }
         assert_eq!(
             render(&[], "24h"),
             "<p>No answered checks in this range.</p>\n"

@@ -117,13 +117,21 @@ pub(super) fn millis(ms: Option<f64>) -> String {
     }
 }
 
+/// How often the script polls the API, in milliseconds: the shortest check interval of the
+/// targets shown, so that a change shows within one check interval, but at least once a second
+/// and at most every 10 seconds (a fleet of hourly checks still sees its counts move).
+pub(super) fn live_every(intervals: impl Iterator<Item = i64>) -> i64 {
+    intervals.min().unwrap_or(10_000).clamp(1_000, 10_000)
+}
+
 /// Percent-encodes a path segment or a query value.
 pub(super) fn encode(s: &str) -> String {
     use mcpulse_transport::reference::{UNRESERVED, percent_encode};
     percent_encode(s, UNRESERVED)
 }
 
-/// The document around `body`: head, header with the theme toggle, and the script.
+/// The document around `body`: head, header with the theme toggle, and the script. The empty
+/// icon keeps browsers from asking for `/favicon.ico` (a 404 on every page view).
 pub(super) fn frame(title: &str, body: &str) -> String {
     let mut out = String::with_capacity(body.len() + 1024);
     let _ = write!(
@@ -131,6 +139,7 @@ pub(super) fn frame(title: &str, body: &str) -> String {
         "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
          <title>{title} · mcpulse</title>\n\
+         <link rel=\"icon\" href=\"data:,\">\n\
          <link rel=\"stylesheet\" href=\"/assets/status.css\">\n\
          <script src=\"/assets/status.js\" defer></script>\n</head>\n<body>\n\
          <a class=\"skip\" href=\"#main\">Skip to content</a>\n\
@@ -220,6 +229,14 @@ mod tests {
             block("{\n  \"<x>\": 1\n}", 2),
             "{\n  &quot;&lt;x&gt;&quot;: 1\n…"
         );
+    }
+
+    #[test]
+    fn the_script_polls_once_per_shortest_interval_within_bounds() {
+        assert_eq!(live_every([30_000, 2_000, 60_000].into_iter()), 2_000);
+        assert_eq!(live_every([500].into_iter()), 1_000);
+        assert_eq!(live_every([3_600_000].into_iter()), 10_000);
+        assert_eq!(live_every(std::iter::empty()), 10_000);
     }
 
     #[test]

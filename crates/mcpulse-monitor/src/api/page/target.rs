@@ -125,9 +125,10 @@ fn head(b: &mut String, v: &TargetView, maint: bool, now: i64) {
     let _ = write!(
         b,
         "<p><a href=\"/\">← Fleet</a></p>\n<h1>{}</h1>\n<dl class=\"facts\">\
-         <dt>State</dt><dd><span class=\"pill {state}\" data-live-target=\"{}\">{state}</span>",
+         <dt>State</dt><dd><span class=\"pill {state}\" data-live-target=\"{}\" data-live-every=\"{}\">{state}</span>",
         field(&v.name),
         field(&v.name),
+        super::live_every(std::iter::once(v.interval_ms)),
     );
     if v.flapping {
         b.push_str(" <span class=\"pill flapping\">flapping</span>");

@@ -1,0 +1,210 @@
+// The status page in headless Chromium (Debian's `chromium`), driven over the DevTools protocol
+// by playwright-core (npm, pinned in scripts/interop-setup.sh). Run by crates/mcpulse/tests/
+// browser.rs, which starts the monitor over the demo fleet and a hostile server, and reads this
+// script's stdout: one line per scenario, `ok NAME {json}`, or `fail NAME: why` (exit 1).
+// For the live scenario it prints `want live up` and waits for `up` on stdin (the server is
+// healthy), opens the page, then prints `ready live` and waits for `go` (the server is going
+// down).
+//
+// One browser for every scenario; each step bounded in time. Screenshots go to cfg.artifacts.
+//
+// argv[2] is a JSON object: { base, playwright, chromium, artifacts, hostile, live, drifting,
+// interval_ms, states: [...] }.
+"use strict";
+const path = require("path");
+const readline = require("readline");
+
+const cfg = JSON.parse(process.argv[2]);
+const { chromium } = require(cfg.playwright);
+
+const lines = readline.createInterface({ input: process.stdin });
+const waiting = [];
+lines.on("line", (l) => { const w = waiting.shift(); if (w) w(l.trim()); });
+const nextLine = () => new Promise((r) => waiting.push(r));
+
+function ok(name, facts) { console.log(`ok ${name} ${JSON.stringify(facts || {})}`); }
+class Fail extends Error {}
+function check(cond, msg) { if (!cond) throw new Fail(msg); }
+
+// Records anything a script from the page could do to show itself, and every CSP violation.
+// An init script comes in over the DevTools protocol, so the page's CSP does not stop it.
+function hooks() {
+  window.__fired = [];
+  const note = (what) => function () { window.__fired.push(what + ": " + Array.from(arguments).join(" ")); };
+  window.alert = note("alert");
+  window.confirm = note("confirm");
+  window.prompt = note("prompt");
+  document.addEventListener("securitypolicyviolation", (e) =>
+    window.__fired.push("csp: " + e.violatedDirective + " " + e.blockedURI + " " + (e.sample || "")));
+}
+
+async function shot(page, name) {
+  const file = path.join(cfg.artifacts, name + ".png");
+  await page.screenshot({ path: file, fullPage: true });
+  return file;
+}
+
+// The page's own record of what fired, plus what the browser reported.
+async function fired(page, seen) {
+  const inPage = await page.evaluate(() => window.__fired);
+  check(Array.isArray(inPage), "the hooks did not install (window.__fired is missing)");
+  return inPage.concat(seen);
+}
+
+async function open(ctx, url) {
+  const page = await ctx.newPage();
+  const seen = [];
+  page.on("dialog", (d) => { seen.push("dialog: " + d.message()); d.dismiss().catch(() => {}); });
+  page.on("pageerror", (e) => seen.push("pageerror: " + e.message));
+  page.on("console", (m) => { if (m.type() === "error" || m.type() === "warning") seen.push("console " + m.type() + ": " + m.text()); });
+  page.on("response", (r) => { if (r.status() >= 400) seen.push(`HTTP ${r.status()} for ${r.url()}`); });
+  page.setDefaultTimeout(10000);
+  const resp = await page.goto(url, { waitUntil: "domcontentloaded" });
+  check(resp && resp.status() === 200, `${url}: HTTP ${resp && resp.status()}`);
+  // The script ran (theme toggle shown, times localised): the page is as a viewer sees it.
+  await page.waitForSelector("#theme:not([hidden])");
+  return { page, seen };
+}
+
+async function everyState(ctx) {
+  const { page, seen } = await open(ctx, cfg.base + "/");
+  const counts = await page.$$eval("[data-count]", (els) =>
+    Object.fromEntries(els.map((e) => [e.getAttribute("data-count"), Number(e.textContent)])));
+  const pills = await page.$$eval("#fleet tbody .pill", (els) => [...new Set(els.map((e) => e.classList[1]))]);
+  for (const s of cfg.states) {
+    check(counts[s] > 0, `the summary counts no ${s} target: ${JSON.stringify(counts)}`);
+    check(pills.includes(s), `no row shows a ${s} pill: ${JSON.stringify(pills)}`);
+  }
+  const rows = await page.$$eval("#fleet tbody tr[data-target]", (r) => r.length);
+  const bad = await fired(page, seen);
+  check(bad.length === 0, "the fleet page reported: " + bad.join("; "));
+  const light = await shot(page, "fleet-light");
+  await page.click("#theme");
+  const dark = await page.evaluate(() => document.documentElement.getAttribute("data-theme"));
+  check(dark === "dark", `the toggle set theme ${dark}`);
+  const darkShot = await shot(page, "fleet-dark");
+  ok("every-state", { counts, pills, rows, screenshots: [light, darkShot] });
+  await page.close();
+}
+
+async function driftAndChart(ctx) {
+  const { page, seen } = await open(ctx, cfg.base + "/targets/" + encodeURIComponent(cfg.drifting));
+  const drift = await page.$eval("h2:text-is('Drift') ~ p .pill.drifted", (e) => e.textContent);
+  const changes = await page.$$eval("h2:text-is('Drift') + p + table tbody tr", (rows) =>
+    rows.map((r) => Array.from(r.cells).map((c) => c.textContent.trim())));
+  check(changes.length > 0, "the drift section lists no classified change");
+  const chart = await page.$("svg.chart[role=img]");
+  check(chart, "no latency chart");
+  const lines = await page.$$eval("svg.chart polyline", (ps) => ps.map((p) => p.getAttribute("points").trim().split(/\s+/).length));
+  check(lines.length >= 2 && lines.some((n) => n >= 2), `the chart draws no line: ${JSON.stringify(lines)}`);
+  const box = await chart.boundingBox();
+  check(box && box.width > 200 && box.height > 80, `the chart is not visible: ${JSON.stringify(box)}`);
+  const bad = await fired(page, seen);
+  check(bad.length === 0, "the target page reported: " + bad.join("; "));
+  ok("drift-and-chart", { drift, changes, polylines: lines.length, screenshot: await shot(page, "target-drifting") });
+  await page.close();
+}
+
+async function hostile(ctx) {
+  const { page, seen } = await open(ctx, cfg.base + "/targets/" + encodeURIComponent(cfg.hostile.target));
+  // Give anything that would run a moment to run (an onerror fires when the image fails).
+  await page.waitForTimeout(300);
+  const text = await page.evaluate(() => document.body.innerText);
+  for (const needle of cfg.hostile.shown) {
+    check(text.includes(needle), `the page does not show ${JSON.stringify(needle)} as text`);
+  }
+  const dom = await page.evaluate(() => ({
+    scripts: Array.from(document.scripts).map((s) => s.getAttribute("src")),
+    handlers: Array.from(document.querySelectorAll("*")).flatMap((e) =>
+      Array.from(e.attributes).filter((a) => /^on/i.test(a.name)).map((a) => e.tagName + "[" + a.name + "]")),
+    images: Array.from(document.images).map((i) => i.getAttribute("src")),
+    iframes: document.querySelectorAll("iframe, object, embed").length,
+    marker: window.__pwned === undefined,
+  }));
+  check(JSON.stringify(dom.scripts) === JSON.stringify(["/assets/status.js"]), "scripts on the page: " + JSON.stringify(dom.scripts));
+  check(dom.handlers.length === 0, "event-handler attributes on the page: " + dom.handlers.join(", "));
+  check(dom.images.length === 0 && dom.iframes === 0, `images or frames from the server: ${JSON.stringify(dom)}`);
+  check(dom.marker, "window.__pwned was set: a script from the server ran");
+  const bad = await fired(page, seen);
+  check(bad.length === 0, "a script ran or the CSP was violated: " + bad.join("; "));
+  ok("hostile-inert", { dom, screenshot: await shot(page, "target-hostile") });
+  await page.close();
+}
+
+async function keyboard(ctx) {
+  const { page } = await open(ctx, cfg.base + "/");
+  const names = await page.$$eval("#fleet tbody tr[data-target]", (rs) => rs.map((r) => r.getAttribute("data-target")));
+  check(names.length > 0, "no rows");
+  const reached = new Set();
+  const order = [];
+  for (let i = 0; i < 400 && reached.size < names.length; i++) {
+    await page.keyboard.press("Tab");
+    const at = await page.evaluate(() => {
+      const a = document.activeElement;
+      const tr = a && a.closest("tr[data-target]");
+      const style = a && getComputedStyle(a);
+      return { row: tr && tr.getAttribute("data-target"), tag: a && a.tagName, outline: style && style.outlineStyle };
+    });
+    if (at.row) { reached.add(at.row); order.push(at); }
+  }
+  const missing = names.filter((n) => !reached.has(n));
+  check(missing.length === 0, "Tab never reached the rows of " + JSON.stringify(missing));
+  const visible = order.every((o) => o.outline && o.outline !== "none");
+  check(visible, "a focused row link shows no focus outline: " + JSON.stringify(order));
+  ok("keyboard", { rows: names.length });
+  await page.close();
+}
+
+async function live(ctx) {
+  // The test brings the server up (it is down after flapping), then takes it down on `go`.
+  console.log("want live up");
+  const up = await nextLine();
+  check(up === "up", `expected up, got ${up}`);
+  const { page, seen } = await open(ctx, cfg.base + "/");
+  const cell = `tr[data-target="${cfg.live}"] [data-field=status]`;
+  const before = await page.$eval(cell, (e) => e.textContent);
+  check(before !== "down", `${cfg.live} is already down`);
+  await page.evaluate(() => { window.__sameDocument = true; });
+  console.log("ready live");
+  const go = await nextLine();
+  check(go === "go", `expected go, got ${go}`);
+  await page.waitForFunction((sel) => document.querySelector(sel).textContent === "down", cell, { timeout: 20000, polling: 50 });
+  const seenAt = Date.now();
+  const same = await page.evaluate(() => window.__sameDocument === true);
+  check(same, "the page was reloaded");
+  const fleet = await page.evaluate(() => fetch("/api/v1/fleet").then((r) => r.json()));
+  const t = fleet.targets.find((x) => x.name === cfg.live);
+  check(t && t.status === "down" && t.since_ms, `the API says ${JSON.stringify(t)}`);
+  const lag = seenAt - t.since_ms;
+  // The page polls once per check interval: the change shows within one interval of the
+  // transition's timestamp (allowing 1 s for the failing check itself and the fetch).
+  check(lag <= cfg.interval_ms + 1000, `the page showed ${cfg.live} down ${lag} ms after the transition`);
+  const counted = await page.$eval("[data-count=down]", (e) => Number(e.textContent));
+  check(counted === fleet.down, `the down count shows ${counted}, the API ${fleet.down}`);
+  const bad = await fired(page, seen);
+  check(bad.length === 0, "the fleet page reported: " + bad.join("; "));
+  ok("live", { before, lag_ms: lag, interval_ms: cfg.interval_ms, screenshot: await shot(page, "fleet-live-down") });
+  await page.close();
+}
+
+(async () => {
+  let browser;
+  let name = "launch";
+  try {
+    const started = Date.now();
+    browser = await chromium.launch({ executablePath: cfg.chromium, timeout: 20000, args: ["--no-sandbox"] });
+    const ctx = await browser.newContext({ viewport: { width: 1280, height: 900 }, colorScheme: "light" });
+    await ctx.addInitScript(hooks);
+    ok("launch", { ms: Date.now() - started, version: browser.version() });
+    for (const [n, f] of [["every-state", everyState], ["drift-and-chart", driftAndChart], ["hostile-inert", hostile], ["keyboard", keyboard], ["live", live]]) {
+      name = n;
+      await f(ctx);
+    }
+    await browser.close();
+    process.exit(0);
+  } catch (e) {
+    console.log(`fail ${name}: ${e instanceof Fail ? e.message : e.stack || e}`);
+    if (browser) await browser.close().catch(() => {});
+    process.exit(1);
+  }
+})();
