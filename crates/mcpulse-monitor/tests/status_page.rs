@@ -381,7 +381,7 @@ async fn the_page_is_under_the_api_token() {
 use mcpulse_monitor::alert::{Action, Alert, Kind, dedup_key};
 use mcpulse_monitor::fleet::ComponentView;
 use mcpulse_monitor::sink::SinkId;
-use mcpulse_monitor::state::{DriftChange, Event};
+use mcpulse_monitor::state::{DriftChange, DriftDiffLine, Event};
 
 fn alert(target: &str, kind: Kind, summary: &str, at_ms: i64) -> Alert {
     Alert {
@@ -453,6 +453,23 @@ fn populate(s: &Server, name: &str, server_name: &str, description: &str, error:
             NOW - 3 * HOUR,
         )];
         batch.push(down);
+        // A past drift with its classified diff (the server's words in it).
+        let mut drifted = check(name, NOW - 2 * HOUR, Health::Healthy, 21.0);
+        drifted.events = vec![Event::Drift {
+            at_ms: NOW - 2 * HOUR,
+            class: "breaking".into(),
+            digest: Some("0123456789abcdef0123".into()),
+            changes: vec![DriftDiffLine {
+                class: "breaking".into(),
+                code: "required-parameter-added".into(),
+                path: "tools[search].inputSchema.required".into(),
+                message: format!("{description} now requires region"),
+                old: Some("[]".into()),
+                new: Some(format!("[\"region\",{:?}]", description)),
+            }],
+            more: 3,
+        }];
+        batch.push(drifted);
         st.record(
             &batch,
             &[SinkId::new("webhook:aaaa"), SinkId::new("slack:bbbb")],
@@ -544,6 +561,18 @@ async fn the_target_view_shows_verdict_chart_timeline_drift_contract_and_compone
     // Maintenance, drift, contract, grade, component.
     assert!(html.contains("(now)"), "the maintenance window: {html}");
     assert!(html.contains("tool-removed") && html.contains(">breaking<"));
+    // The drift history: each past drift with its classified diff, old → new.
+    let history = &html[html
+        .find("<h3>Drift history</h3>")
+        .expect("a drift history")..];
+    assert!(
+        history.contains("<code>required-parameter-added</code>")
+            && history.contains("<code>tools[search].inputSchema.required</code>")
+            && history.contains("<code>[]</code> → <code>[&quot;region&quot;,")
+            && history.contains("and 3 more changes")
+            && history.contains("contract 0123456789ab<"),
+        "{history}"
+    );
     assert!(html.contains("files-server") && html.contains("<code>search</code>"));
     assert!(html.contains("readOnlyHint"));
     assert!(html.contains("&quot;query&quot;"), "the schema");
@@ -760,10 +789,10 @@ fn assert_inert(r: &Resp, what: &str) {
     assert_eq!(r.header("content-security-policy"), CSP, "{what}");
     const TAGS: &[&str] = &[
         "!doctype", "html", "head", "meta", "title", "link", "script", "body", "a", "header",
-        "button", "main", "h1", "h2", "h3", "section", "ul", "li", "span", "p", "form", "label",
-        "select", "option", "input", "div", "table", "caption", "thead", "tbody", "tr", "th", "td",
-        "small", "br", "time", "svg", "rect", "title", "nav", "dl", "dt", "dd", "code", "strong",
-        "details", "summary", "pre", "line", "text", "polyline", "path",
+        "button", "main", "h1", "h2", "h3", "h4", "section", "ul", "li", "span", "p", "form",
+        "label", "select", "option", "input", "div", "table", "caption", "thead", "tbody", "tr",
+        "th", "td", "small", "br", "time", "svg", "rect", "title", "nav", "dl", "dt", "dd", "code",
+        "strong", "details", "summary", "pre", "line", "text", "polyline", "path",
     ];
     let all = tags(&r.body);
     assert!(all.len() > 20, "{what}: too few tags to be the page");

@@ -93,6 +93,11 @@ async function driftAndChart(ctx) {
   const changes = await page.$$eval("h2:text-is('Drift') + p + table tbody tr", (rows) =>
     rows.map((r) => Array.from(r.cells).map((c) => c.textContent.trim())));
   check(changes.length > 0, "the drift section lists no classified change");
+  // The drift history: the drift event with its whole classified diff, old → new.
+  const history = await page.$$eval("table.diff tbody tr", (rows) =>
+    rows.map((r) => Array.from(r.cells).map((c) => c.textContent.trim())));
+  check(history.some((r) => r[1] === "required-parameter-added" && r[4].includes("→")),
+    "the drift history shows no classified diff: " + JSON.stringify(history));
   const chart = await page.$("svg.chart[role=img]");
   check(chart, "no latency chart");
   const lines = await page.$$eval("svg.chart polyline", (ps) => ps.map((p) => p.getAttribute("points").trim().split(/\s+/).length));
@@ -101,7 +106,7 @@ async function driftAndChart(ctx) {
   check(box && box.width > 200 && box.height > 80, `the chart is not visible: ${JSON.stringify(box)}`);
   const bad = await fired(page, seen);
   check(bad.length === 0, "the target page reported: " + bad.join("; "));
-  ok("drift-and-chart", { drift, changes, polylines: lines.length, screenshot: await shot(page, "target-drifting") });
+  ok("drift-and-chart", { drift, changes, history, polylines: lines.length, screenshot: await shot(page, "target-drifting") });
   await page.close();
 }
 

@@ -39,6 +39,8 @@ const TOOLS_SHOWN: usize = 500;
 
 /// Where a finding's rule is documented: the workspace's `repository`, one place to change.
 const FINDINGS_DOC: &str = concat!(env!("CARGO_PKG_REPOSITORY"), "/blob/main/docs/findings.md");
+/// Where the drift codes are explained (one table of every code and its class).
+const DRIFT_DOC: &str = concat!(env!("CARGO_PKG_REPOSITORY"), "/blob/main/docs/drift.md");
 
 /// What the store said for one target.
 struct Stored {
@@ -406,7 +408,7 @@ fn drift(b: &mut String, v: &TargetView, st: Option<&Stored>) {
                 for c in &v.drift_changes {
                     let _ = writeln!(
                         b,
-                        "<tr><td>{}</td><td><a href=\"{FINDINGS_DOC}#{0}\"><code>{}</code></a></td><td><code>{}</code></td></tr>",
+                        "<tr><td>{}</td><td><a href=\"{DRIFT_DOC}\"><code>{}</code></a></td><td><code>{}</code></td></tr>",
                         field(&c.class),
                         field(&c.code),
                         field(&c.path)
@@ -426,12 +428,64 @@ fn drift(b: &mut String, v: &TargetView, st: Option<&Stored>) {
         .filter(|e| e.get("event").and_then(serde_json::Value::as_str) == Some("drift"))
         .collect();
     if !past.is_empty() {
-        b.push_str("<h3>Drift history</h3>\n<ul>");
+        b.push_str("<h3>Drift history</h3>\n");
         for e in past {
-            let (at, _, rest) = event_line(e);
-            let _ = write!(b, "<li>{} {}</li>", time(at), message(&rest));
+            drift_event(b, e);
         }
-        b.push_str("</ul>\n");
+    }
+}
+
+/// One past drift: when, its class, and its classified diff as `mcpulse diff` shows it (one
+/// row per change: class, code, where, what, old → new), newest event first.
+fn drift_event(b: &mut String, e: &serde_json::Value) {
+    use serde_json::Value;
+    let at = e.get("at_ms").and_then(Value::as_i64).unwrap_or(0);
+    let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+    let digest = s(e, "digest");
+    let _ = writeln!(
+        b,
+        "<h4>{} <span class=\"pill drifted\">{}</span> <small>contract {}</small></h4>",
+        time(at),
+        field(&s(e, "class")),
+        field(digest.get(..12).unwrap_or(&digest))
+    );
+    let changes = e
+        .get("changes")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    if changes.is_empty() {
+        b.push_str(
+            "<p>The changes were not recorded (an outline contract, or an older monitor).</p>\n",
+        );
+        return;
+    }
+    b.push_str(
+        "<div class=\"scroll\"><table class=\"diff\"><thead><tr><th scope=\"col\">Class</th><th scope=\"col\">Change</th>\
+         <th scope=\"col\">Where</th><th scope=\"col\">What</th><th scope=\"col\">Old → new</th></tr></thead><tbody>\n",
+    );
+    for c in changes {
+        let code = s(c, "code");
+        let value = |k: &str| c.get(k).and_then(Value::as_str).map(message);
+        let old_new = match (value("old"), value("new")) {
+            (Some(o), Some(n)) => format!("<code>{o}</code> → <code>{n}</code>"),
+            (Some(o), None) => format!("<code>{o}</code> → (removed)"),
+            (None, Some(n)) => format!("(added) → <code>{n}</code>"),
+            (None, None) => String::new(),
+        };
+        let _ = writeln!(
+            b,
+            "<tr><td>{}</td><td><a href=\"{DRIFT_DOC}\"><code>{}</code></a></td><td><code>{}</code></td><td>{}</td><td>{old_new}</td></tr>",
+            field(&s(c, "class")),
+            field(&code),
+            message(&s(c, "path")),
+            message(&s(c, "message")),
+        );
+    }
+    b.push_str("</tbody></table></div>\n");
+    let more = e.get("more").and_then(Value::as_u64).unwrap_or(0);
+    if more > 0 {
+        let _ = writeln!(b, "<p>and {more} more changes.</p>");
     }
 }
 
