@@ -566,6 +566,10 @@ pub fn check_once(
             .unwrap_or_else(|| HEALTHY_SUMMARY.to_owned()),
         by_components: explained_by_components(report, &seen),
         server_answered: crate::fleet::server_answered(report),
+        // The evidence of the grade recorded: none where no grade is.
+        security: crate::fleet::recorded_grade(report, cfg.security)
+            .map(|_| crate::state::SecurityEvidence::of(&report.security))
+            .unwrap_or_default(),
         components: seen,
     };
     let thresholds = Thresholds {

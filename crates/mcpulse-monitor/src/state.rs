@@ -85,6 +85,51 @@ pub struct Observation {
     /// then read as before: a down check did not answer.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub server_answered: bool,
+    /// The security findings behind the grade, with their evidence (bounded: see
+    /// [`SecurityEvidence::of`]). Kept here so that the grade's evidence survives a restart
+    /// with the rest of the state (the `targets.state` column; no migration: old rows read
+    /// as none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub security: Vec<SecurityEvidence>,
+}
+
+/// How many security findings an observation keeps, and how many evidence lines each.
+pub const SECURITY_KEPT: usize = 20;
+pub const EVIDENCE_LINES: usize = 5;
+
+/// One security finding of a check, as the status page shows it under the grade: the rule,
+/// its level, the message and the requests and responses that showed it. Every string is
+/// inert and bounded (`mcpulse_wire::text`): it comes from the server's answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SecurityEvidence {
+    pub code: String,
+    pub severity: String,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<String>,
+}
+
+impl SecurityEvidence {
+    /// The first [`SECURITY_KEPT`] findings of a report's security section, each with its first
+    /// [`EVIDENCE_LINES`] evidence lines.
+    pub fn of(sec: &mcpulse_judge::security::Security) -> Vec<SecurityEvidence> {
+        use mcpulse_wire::text;
+        sec.findings
+            .iter()
+            .take(SECURITY_KEPT)
+            .map(|f| SecurityEvidence {
+                code: f.code.code().to_owned(),
+                severity: f.severity.as_str().to_owned(),
+                message: text::message(&f.message).into_owned(),
+                evidence: f
+                    .evidence
+                    .iter()
+                    .take(EVIDENCE_LINES)
+                    .map(|e| text::message(e).into_owned())
+                    .collect(),
+            })
+            .collect()
+    }
 }
 
 impl Observation {
@@ -265,6 +310,7 @@ impl Observation {
             components: BTreeMap::new(),
             by_components: false,
             server_answered: false,
+            security: Vec::new(),
         }
     }
 }
@@ -752,6 +798,7 @@ mod tests {
             components: BTreeMap::new(),
             by_components: false,
             server_answered: false,
+            security: Vec::new(),
         }
     }
 

@@ -128,6 +128,7 @@ fn obs(status: Health, at_ms: i64) -> Observation {
         components: BTreeMap::new(),
         by_components: false,
         server_answered: status != Health::Down,
+        security: Vec::new(),
     }
 }
 
@@ -190,6 +191,7 @@ fn last_check(status: Health, grade: &str, tools: usize) -> LastCheck {
         auth: "none".into(),
         tool_count: Some(tools),
         contract_digest: None,
+        security: Vec::new(),
     }
 }
 
@@ -381,7 +383,7 @@ async fn the_page_is_under_the_api_token() {
 use mcpulse_monitor::alert::{Action, Alert, Kind, dedup_key};
 use mcpulse_monitor::fleet::ComponentView;
 use mcpulse_monitor::sink::SinkId;
-use mcpulse_monitor::state::{DriftChange, DriftDiffLine, Event};
+use mcpulse_monitor::state::{DriftChange, DriftDiffLine, Event, SecurityEvidence};
 
 fn alert(target: &str, kind: Kind, summary: &str, at_ms: i64) -> Alert {
     Alert {
@@ -498,6 +500,15 @@ fn populate(s: &Server, name: &str, server_name: &str, description: &str, error:
     let mut last = last_check(Health::Degraded, "B", 1);
     last.findings = vec![finding];
     last.protocol_version = Some(server_name.into());
+    // The grade's evidence, in the server's words.
+    last.security = vec![SecurityEvidence {
+        code: "origin-not-validated".into(),
+        severity: "high".into(),
+        message: format!("{server_name} accepted a foreign Origin"),
+        evidence: vec![format!(
+            "POST /mcp with Origin: http://evil.example → HTTP 200 {description}"
+        )],
+    }];
     publish(s, name, Health::Degraded, NOW - HOUR, Some(last));
     let mut v = s.fleet.get(name).unwrap();
     v.drift = Some("breaking".into());
@@ -577,6 +588,14 @@ async fn the_target_view_shows_verdict_chart_timeline_drift_contract_and_compone
     assert!(html.contains("readOnlyHint"));
     assert!(html.contains("&quot;query&quot;"), "the schema");
     assert!(html.contains("Grade <strong class=\"grade\">B</strong>"));
+    // The grade's evidence: each finding, its rule (linked) and the exchange that showed it.
+    let security = &html[html.find("<h2>Security</h2>").expect("a security section")..];
+    assert!(
+        security.contains("docs/checks.md#origin-not-validated")
+            && security.contains("files-server accepted a foreign Origin")
+            && security.contains("<li><code>POST /mcp with Origin: http://evil.example → HTTP 200 Search the index</code></li>"),
+        "{security}"
+    );
     assert!(html.contains("db files-server"));
     // Unknown targets are a page, not JSON.
     let missing = get(s.addr, "/targets/nope", &[]).await;

@@ -7,7 +7,7 @@
 //! sections it feeds saying so, and the rest of the page stands.
 
 use super::fleet::in_maintenance;
-use super::{ago, block, chart, encode, field, frame, html, message, millis, percent, time};
+use super::{ago, block, chart, encode, esc, field, frame, html, message, millis, percent, time};
 use crate::api::ApiState;
 use crate::check::Stats;
 use crate::fleet::TargetView;
@@ -39,6 +39,8 @@ const TOOLS_SHOWN: usize = 500;
 
 /// Where a finding's rule is documented: the workspace's `repository`, one place to change.
 const FINDINGS_DOC: &str = concat!(env!("CARGO_PKG_REPOSITORY"), "/blob/main/docs/findings.md");
+/// Where the security rules and the grade's formula are explained.
+const CHECKS_DOC: &str = concat!(env!("CARGO_PKG_REPOSITORY"), "/blob/main/docs/checks.md");
 /// Where the drift codes are explained (one table of every code and its class).
 const DRIFT_DOC: &str = concat!(env!("CARGO_PKG_REPOSITORY"), "/blob/main/docs/drift.md");
 
@@ -548,25 +550,38 @@ fn security(b: &mut String, v: &TargetView) {
                     .map(|s| format!(" (score {s}/100)"))
                     .unwrap_or_default()
             );
-            let evidence: Vec<_> = l
-                .findings
-                .iter()
-                .filter(|f| rule(f.code.code()).is_some_and(|r| r.family() == "security"))
-                .collect();
-            if evidence.is_empty() {
+            if l.security.is_empty() {
                 b.push_str("<p>No security findings in the last check.</p>\n");
-            } else {
-                b.push_str("<ul>");
-                for f in evidence {
-                    let _ = write!(
-                        b,
-                        "<li><code>{}</code>: {}</li>",
-                        f.code.code(),
-                        message(&f.message)
-                    );
-                }
-                b.push_str("</ul>\n");
+                return;
             }
+            // Each finding with the requests and responses that showed it.
+            b.push_str(
+                "<table class=\"evidence\"><thead><tr><th scope=\"col\">Level</th><th scope=\"col\">Rule</th>\
+                 <th scope=\"col\">Finding</th><th scope=\"col\">Evidence</th></tr></thead><tbody>\n",
+            );
+            for f in &l.security {
+                let code = field(&f.code);
+                let sev = field(&f.severity);
+                let why = rule(&f.code)
+                    .map(|r| format!("<br><small>{}</small>", esc(r.title())))
+                    .unwrap_or_default();
+                let _ = write!(
+                    b,
+                    "<tr><td><span class=\"pill {sev}\">{sev}</span></td><td><a href=\"{CHECKS_DOC}#{code}\"><code>{code}</code></a>{why}</td><td>{}</td><td>",
+                    message(&f.message)
+                );
+                if f.evidence.is_empty() {
+                    b.push_str("—");
+                } else {
+                    b.push_str("<ul>");
+                    for e in &f.evidence {
+                        let _ = write!(b, "<li><code>{}</code></li>", message(e));
+                    }
+                    b.push_str("</ul>");
+                }
+                b.push_str("</td></tr>\n");
+            }
+            b.push_str("</tbody></table>\n");
         }
     }
 }
