@@ -376,6 +376,89 @@ async fn the_page_is_under_the_api_token() {
     assert_eq!(ok.status, 200);
     // The assets hold no data and stay open.
     assert_eq!(get(s.addr, "/assets/status.css", &[]).await.status, 200);
+
+    // A browser: the page without the token is the sign-in form (401, a password field
+    // posting to /login), and the JSON API stays JSON.
+    let form = get(s.addr, "/targets/alpha", &[]).await;
+    assert_eq!(form.status, 401);
+    assert!(form.header("content-type").starts_with("text/html"));
+    assert_eq!(form.header("content-security-policy"), CSP);
+    assert!(
+        form.body
+            .contains("<form class=\"login\" method=\"post\" action=\"/login\">")
+            && form.body.contains("type=\"password\" name=\"token\""),
+        "{}",
+        form.body
+    );
+    let api = get(s.addr, "/api/v1/fleet", &[]).await;
+    assert_eq!(api.status, 401);
+    assert!(api.header("content-type").starts_with("application/json"));
+    // A wrong token: the form again, no cookie.
+    let wrong = post_form(s.addr, "/login", "token=nope").await;
+    assert_eq!(wrong.status, 401);
+    assert!(wrong.body.contains("The token is not valid"));
+    assert_eq!(wrong.header("set-cookie"), "");
+    // The right one: a cookie that holds a digest, not the token, scoped and hidden from
+    // script, and back to the fleet.
+    let right = post_form(s.addr, "/login", "token=s3cret").await;
+    assert_eq!(right.status, 303, "{}", right.body);
+    assert_eq!(right.header("location"), "/");
+    let set = right.header("set-cookie").to_owned();
+    assert!(
+        set.starts_with("mcpulse_page=")
+            && set.contains("; HttpOnly")
+            && set.contains("; SameSite=Strict")
+            && set.contains("; Path=/")
+            && !set.contains("s3cret"),
+        "{set}"
+    );
+    let cookie = set.split(';').next().unwrap().to_owned();
+    for path in [
+        "/",
+        "/targets/alpha",
+        "/api/v1/fleet",
+        "/badges/alpha/status.svg",
+    ] {
+        let r = get(s.addr, path, &[("cookie", &cookie)]).await;
+        assert_eq!(r.status, 200, "{path} with the cookie: {}", r.body);
+    }
+    // A cookie of another token, and the cookie on anything but a read, are refused.
+    let forged = get(s.addr, "/", &[("cookie", "mcpulse_page=00ff")]).await;
+    assert_eq!(forged.status, 401);
+    let write = post_form(s.addr, "/api/v1/fleet", "").await;
+    assert!(
+        write.status == 401 || write.status == 405,
+        "{}",
+        write.status
+    );
+    // The sign-in form is the only form that posts; the pages it opens have none.
+    let page = get(s.addr, "/", &[("cookie", &cookie)]).await;
+    assert!(!page.body.contains("method=\"post\""), "{}", page.body);
+}
+
+/// One form POST (`application/x-www-form-urlencoded`).
+async fn post_form(addr: SocketAddr, path: &str, body: &str) -> Resp {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let req = http::Request::builder()
+        .method("POST")
+        .uri(path)
+        .header("host", addr.to_string())
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(http_body_util::Full::new(Bytes::from(body.to_owned())))
+        .unwrap();
+    let resp = sender.send_request(req).await.unwrap();
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    Resp {
+        status,
+        headers,
+        body: String::from_utf8(body.to_vec()).unwrap(),
+    }
 }
 
 // ---- the target view ------------------------------------------------------------------------

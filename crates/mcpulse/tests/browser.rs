@@ -6,7 +6,8 @@
 //! The monitor runs over the demo fleet (the demo's own config, its timers and check interval
 //! scaled down to one check a second, its switches forced so that every state shows quickly),
 //! plus a hostile stdio server whose server name and tool description carry markup and script,
-//! and a maintenance window. Screenshots are written under target/tmp/browser/ (the path is
+//! and a maintenance window; a second monitor has a `[server] token`, for the sign-in form and
+//! its cookie. Screenshots are written under target/tmp/browser/ (the path is
 //! printed). A missing Chromium or playwright-core fails the test with the setup hint.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -14,7 +15,7 @@
 #[path = "support/installs.rs"]
 mod installs;
 
-use mcpulse_demo::{DriftStage, FleetOptions, demo_config, start_fleet_with};
+use mcpulse_demo::{DriftStage, FleetOptions, Kind, demo_config, start_fleet_with};
 use mcpulse_monitor::daemon::{self, Options};
 use mcpulse_testkit::stdio::{Act, StdioScript, TempDir, read_pids, still_running_after};
 use serde_json::{Value, json};
@@ -25,6 +26,8 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
+/// The second monitor's `[server] token`.
+const TOKEN: &str = "browser-s3cret";
 const BIN: &str = env!("CARGO_BIN_EXE_mcpulse");
 /// The states the fleet page must show (each as a count and as a pill in a row).
 const STATES: [&str; 6] = [
@@ -160,13 +163,40 @@ async fn the_status_page_in_headless_chromium() {
         },
     ));
 
-    let listening = Instant::now();
-    while tokio::net::TcpStream::connect(addr).await.is_err() {
-        assert!(
-            listening.elapsed() < Duration::from_secs(10) && !monitor.is_finished(),
-            "the monitor never listened on {addr}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    // A second monitor, with a token, over one of the demo's servers: the sign-in flow.
+    let token_addr = free_addr();
+    let token_config = dir.join("token.toml");
+    std::fs::write(
+        &token_config,
+        format!(
+            "[server]\nlisten = \"{token_addr}\"\ntoken = \"{TOKEN}\"\n\n[storage]\npath = {:?}\n\n\
+             [[targets]]\nname = \"healthy-modern\"\nurl = {:?}\ninterval = \"1s\"\ntimeout = \"600ms\"\n",
+            dir.join("token.db").to_str().unwrap(),
+            fleet.url(Kind::HealthyModern).unwrap(),
+        ),
+    )
+    .unwrap();
+    let (stop_token, token_stopped) = tokio::sync::oneshot::channel::<()>();
+    let token_monitor = tokio::spawn(daemon::run(
+        token_config,
+        Options {
+            listen: Some(token_addr),
+            ..Options::default()
+        },
+        async move {
+            let _ = token_stopped.await;
+        },
+    ));
+    for (a, m) in [(addr, &monitor), (token_addr, &token_monitor)] {
+        let listening = Instant::now();
+        while tokio::net::TcpStream::connect(a).await.is_err() {
+            assert!(!m.is_finished(), "the monitor on {a} stopped at start");
+            assert!(
+                listening.elapsed() < Duration::from_secs(10),
+                "a monitor never listened on {a}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     // Every state: the contract accepted, then drifting changes it (breaking); flaky goes down
@@ -215,6 +245,7 @@ async fn the_status_page_in_headless_chromium() {
         "drifting": "drifting",
         "interval_ms": 1000,
         "states": STATES,
+        "token": { "base": format!("http://{token_addr}"), "token": TOKEN },
     });
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/status_page.cjs");
     let mut node = tokio::process::Command::new("node")
@@ -262,7 +293,9 @@ async fn the_status_page_in_headless_chromium() {
     let browse_time = browsing.elapsed();
 
     let _ = stop.send(());
+    let _ = stop_token.send(());
     let _ = tokio::time::timeout(Duration::from_secs(10), monitor).await;
+    let _ = tokio::time::timeout(Duration::from_secs(10), token_monitor).await;
     fleet.shutdown().await;
     let left = still_running_after(&read_pids(&pids), Duration::from_secs(5));
     mcpulse_testkit::stdio::kill(&left);
@@ -280,6 +313,7 @@ async fn the_status_page_in_headless_chromium() {
         "hostile-inert",
         "keyboard",
         "live",
+        "token",
     ] {
         assert!(
             report

@@ -192,6 +192,47 @@ async function live(ctx) {
   await page.close();
 }
 
+// A monitor with `[server] token`: the page asks for it once, keeps a cookie script cannot
+// read, and from then on only reads (every request the page makes is a GET but the sign-in).
+async function token(browser) {
+  const ctx = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  await ctx.addInitScript(hooks);
+  const page = await ctx.newPage();
+  page.setDefaultTimeout(10000);
+  const requests = [];
+  page.on("request", (r) => requests.push(r.method() + " " + new URL(r.url()).pathname));
+  let resp = await page.goto(cfg.token.base + "/", { waitUntil: "domcontentloaded" });
+  check(resp.status() === 401, `without the token: HTTP ${resp.status()}`);
+  const api = await page.evaluate(() => fetch("/api/v1/fleet").then((r) => r.status));
+  check(api === 401, `the API without the token: HTTP ${api}`);
+  await page.fill("input[name=token]", "not-it");
+  await Promise.all([page.waitForNavigation(), page.click("form.login button")]);
+  check(/not valid/.test(await page.textContent("main")), "a wrong token is not refused");
+  await page.fill("input[name=token]", cfg.token.token);
+  [resp] = await Promise.all([page.waitForNavigation(), page.click("form.login button")]);
+  check(resp.status() === 200 && new URL(page.url()).pathname === "/", `after signing in: HTTP ${resp.status()} at ${page.url()}`);
+  const rows = await page.$$eval("#fleet tbody tr[data-target]", (r) => r.length);
+  check(rows > 0, "no rows after signing in");
+  const cookies = await ctx.cookies();
+  const c = cookies.find((x) => x.name === "mcpulse_page");
+  check(c && c.httpOnly && c.sameSite === "Strict" && c.path === "/" && !c.value.includes(cfg.token.token),
+    "the cookie: " + JSON.stringify(cookies));
+  const visible = await page.evaluate(() => document.cookie);
+  check(!visible.includes("mcpulse_page"), "script can read the cookie: " + visible);
+  // The live script reads the API with the cookie.
+  await page.waitForFunction(() => /updated/.test(document.getElementById("live").textContent), null, { timeout: 15000 });
+  await page.click("tr[data-target] th a");
+  await page.waitForSelector("h2#latency");
+  const forms = await page.$$eval("form", (fs) => fs.map((f) => (f.getAttribute("method") || "get").toLowerCase()));
+  check(!forms.includes("post"), "a page with the data has a form that posts: " + JSON.stringify(forms));
+  const writes = requests.filter((r) => !r.startsWith("GET ") && r !== "POST /login");
+  check(writes.length === 0, "the page sent: " + writes.join(", "));
+  const bad = await fired(page, []);
+  check(bad.length === 0, "the page reported: " + bad.join("; "));
+  ok("token", { requests: requests.length, posts: requests.filter((r) => r.startsWith("POST")).length, cookie: { httpOnly: c.httpOnly, sameSite: c.sameSite, path: c.path } });
+  await ctx.close();
+}
+
 (async () => {
   let browser;
   let name = "launch";
@@ -205,6 +246,8 @@ async function live(ctx) {
       name = n;
       await f(ctx);
     }
+    name = "token";
+    await token(browser);
     await browser.close();
     process.exit(0);
   } catch (e) {

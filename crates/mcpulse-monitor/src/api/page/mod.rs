@@ -181,6 +181,38 @@ pub(in crate::api) fn security_headers(h: &mut axum::http::HeaderMap) {
     );
 }
 
+/// `GET /login`: the form (with no token configured, there is nothing to enter).
+pub(super) async fn login() -> Response {
+    login_page("")
+}
+
+/// The token form, answered `401` (with the bearer challenge, as the API answers). It posts to
+/// `/login` (same origin, as the CSP's `form-action 'self'` requires); the field is a password
+/// field, so the token is not shown or kept in the form history.
+pub(in crate::api) fn login_page(error: &str) -> Response {
+    let mut b = String::from("<h1>Sign in</h1>\n");
+    if !error.is_empty() {
+        let _ = writeln!(
+            b,
+            "<p class=\"error\" role=\"alert\">{}</p>",
+            message(error)
+        );
+    }
+    b.push_str(
+        "<p>This monitor's page needs its API token (<code>[server] token</code>). It is kept in \
+         this browser for the session, as a cookie only the monitor can read.</p>\n\
+         <form class=\"login\" method=\"post\" action=\"/login\">\
+         <label>Token <input type=\"password\" name=\"token\" autocomplete=\"current-password\" required autofocus></label> \
+         <button type=\"submit\">Sign in</button></form>\n",
+    );
+    let mut r = html(StatusCode::UNAUTHORIZED, frame("Sign in", &b));
+    r.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"mcpulse\""),
+    );
+    r
+}
+
 /// An error as a page (a browser asked for HTML).
 pub(super) fn error_page(status: StatusCode, msg: &str) -> Response {
     let body = format!(
