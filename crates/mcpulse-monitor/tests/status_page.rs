@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 use mcpulse_monitor::alert::Incidents;
@@ -87,19 +87,31 @@ impl Resp {
 }
 
 async fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Resp {
+    send(addr, "GET", path, headers, "").await
+}
+
+/// One request over a fresh connection, read to the end.
+async fn send(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Resp {
     let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .unwrap();
     tokio::spawn(conn);
     let mut req = http::Request::builder()
+        .method(method)
         .uri(path)
         .header("host", addr.to_string());
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
     let resp = sender
-        .send_request(req.body(Empty::<Bytes>::new()).unwrap())
+        .send_request(req.body(Full::new(Bytes::from(body.to_owned()))).unwrap())
         .await
         .unwrap();
     let status = resp.status().as_u16();
@@ -438,27 +450,8 @@ async fn the_page_is_under_the_api_token() {
 
 /// One form POST (`application/x-www-form-urlencoded`).
 async fn post_form(addr: SocketAddr, path: &str, body: &str) -> Resp {
-    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    let req = http::Request::builder()
-        .method("POST")
-        .uri(path)
-        .header("host", addr.to_string())
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(http_body_util::Full::new(Bytes::from(body.to_owned())))
-        .unwrap();
-    let resp = sender.send_request(req).await.unwrap();
-    let status = resp.status().as_u16();
-    let headers = resp.headers().clone();
-    let body = resp.into_body().collect().await.unwrap().to_bytes();
-    Resp {
-        status,
-        headers,
-        body: String::from_utf8(body.to_vec()).unwrap(),
-    }
+    let form = [("content-type", "application/x-www-form-urlencoded")];
+    send(addr, "POST", path, &form, body).await
 }
 
 // ---- the target view ------------------------------------------------------------------------

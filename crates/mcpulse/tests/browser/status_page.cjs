@@ -233,7 +233,31 @@ async function token(browser) {
   await ctx.close();
 }
 
+// `{"mode": "readme", "base": …, "playwright": …, "chromium": …, "out": "docs/img"}`: the
+// README's two screenshots of a running `mcpulse demo` (docs/status-page.md says how).
+async function readme() {
+  const browser = await chromium.launch({ executablePath: cfg.chromium, timeout: 20000, args: ["--no-sandbox"] });
+  const ctx = await browser.newContext({ viewport: { width: 1280, height: 820 }, colorScheme: "light" });
+  const page = await ctx.newPage();
+  const shots = [];
+  for (const [path, file] of [["/", "status-fleet.png"], ["/targets/" + encodeURIComponent(cfg.target || "drifting") + "?range=1h", "status-target.png"]]) {
+    const resp = await page.goto(cfg.base + path, { waitUntil: "domcontentloaded" });
+    check(resp && resp.status() === 200, `${path}: HTTP ${resp && resp.status()}`);
+    await page.waitForSelector("#theme:not([hidden])");
+    // The target view down to its latency chart.
+    await page.setViewportSize({ width: 1280, height: path === "/" ? 820 : 1260 });
+    const out = require("path").join(cfg.out, file);
+    await page.screenshot({ path: out });
+    shots.push(out);
+  }
+  await browser.close();
+  ok("readme", { screenshots: shots });
+}
+
 (async () => {
+  if (cfg.mode === "readme") {
+    try { await readme(); process.exit(0); } catch (e) { console.log(`fail readme: ${e.stack || e}`); process.exit(1); }
+  }
   let browser;
   let name = "launch";
   try {

@@ -571,7 +571,7 @@ fn security(b: &mut String, v: &TargetView) {
                     message(&f.message)
                 );
                 if f.evidence.is_empty() {
-                    b.push_str("—");
+                    b.push('—');
                 } else {
                     b.push_str("<ul>");
                     for e in &f.evidence {
