@@ -1141,6 +1141,51 @@ async fn status_page_at_10000_targets() {
         );
         results.push((p, first));
     }
+    // In Chromium: navigation start to usable (DOMContentLoaded and the first rows painted).
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let measured = std::process::Command::new("node")
+        .arg(root.join("crates/mcpulse/tests/browser/status_page.cjs"))
+        .arg(
+            json!({
+                "mode": "measure",
+                "base": format!("http://{}", s.addr),
+                "paths": ["/", "/?per_page=500", format!("/targets/{viewed}"), format!("/targets/{viewed}?range=30d")],
+                "runs": 11,
+                "playwright": root.join("target/interop/browser/node_modules/playwright-core"),
+                "chromium": "/usr/bin/chromium",
+            })
+            .to_string(),
+        )
+        .output()
+        .expect("node runs");
+    let out = String::from_utf8_lossy(&measured.stdout);
+    println!(
+        "| page in Chromium | usable, median | usable, worst | DOMContentLoaded, median | first paint, median |"
+    );
+    println!("|---|---|---|---|---|");
+    let mut usable = Vec::new();
+    for line in out.lines() {
+        let Some(m) = line.strip_prefix("ok measure ") else {
+            panic!("the browser measurement: {out}");
+        };
+        let m: serde_json::Value = serde_json::from_str(m).unwrap();
+        let f = |k: &str, q: &str| m[k][q].as_f64().unwrap_or(f64::NAN);
+        println!(
+            "| `{}` | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms |",
+            m["path"].as_str().unwrap_or(""),
+            f("usable", "median"),
+            f("usable", "worst"),
+            f("dcl", "median"),
+            f("fcp", "median")
+        );
+        usable.push(f("usable", "median"));
+    }
+    assert!(measured.status.success(), "{out}");
+    assert!(
+        usable[0] < 1000.0,
+        "the fleet view usable after {:.0} ms",
+        usable[0]
+    );
     assert!(
         results[0].1 < 100.0,
         "the fleet view's first byte: {:.1} ms",

@@ -106,7 +106,10 @@ pub trait HistorySource: Send + Sync {
         _from_ms: i64,
         _to_ms: i64,
         _limit: usize,
-    ) -> Result<Vec<(i64, crate::state::Health, serde_json::Value)>, crate::store::StoreError> {
+    ) -> Result<
+        Vec<(i64, crate::state::Health, crate::check::PhaseTimings)>,
+        crate::store::StoreError,
+    > {
         Ok(Vec::new())
     }
     /// A target's recorded events, newest first. None by default.

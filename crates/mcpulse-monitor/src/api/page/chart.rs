@@ -38,7 +38,7 @@ pub(super) struct Series {
 /// and p95 per phase and bucket. Down checks are left out by the caller: their durations say
 /// how long failing took, not how fast the server is.
 pub(super) fn series(
-    checks: &[(i64, &serde_json::Value)],
+    checks: &[(i64, &crate::check::PhaseTimings)],
     from_ms: i64,
     to_ms: i64,
 ) -> Vec<Series> {
@@ -48,8 +48,8 @@ pub(super) fn series(
         let b = usize::try_from((at - from_ms - 1).max(0) * BUCKETS as i64 / span)
             .unwrap_or(0)
             .min(BUCKETS - 1);
-        for (p, (key, _)) in PHASES.iter().enumerate() {
-            if let Some(v) = timings.get(key).and_then(serde_json::Value::as_f64)
+        for (p, v) in timings.phases().into_iter().enumerate() {
+            if let Some(v) = v
                 && v.is_finite()
                 && v >= 0.0
                 && let Some(slot) = values.get_mut(p).and_then(|s| s.get_mut(b))
@@ -181,9 +181,12 @@ mod tests {
 
     #[test]
     fn buckets_and_percentiles() {
-        let a = json!({"total": 10.0, "handshake": 4.0});
-        let b = json!({"total": 30.0, "handshake": 6.0});
-        let c = json!({"total": 20.0});
+        let t = |v: serde_json::Value| -> crate::check::PhaseTimings {
+            serde_json::from_value(v).unwrap()
+        };
+        let a = t(json!({"total": 10.0, "handshake": 4.0, "dns": null, "other": {"x": 1}}));
+        let b = t(json!({"total": 30.0, "handshake": 6.0, "connect": "n/a"}));
+        let c = t(json!({"total": 20.0, "connect": null}));
         let checks = [(1, &a), (2, &b), (3, &c), (60_000, &a)];
         let s = series(&checks, 0, 60_000);
         assert_eq!(s.len(), 2, "total and handshake only");

@@ -47,7 +47,7 @@ const DRIFT_DOC: &str = concat!(env!("CARGO_PKG_REPOSITORY"), "/blob/main/docs/d
 /// What the store said for one target.
 struct Stored {
     stats: Vec<Stats>,
-    checks: Vec<(i64, Health, serde_json::Value)>,
+    checks: Vec<(i64, Health, crate::check::PhaseTimings)>,
     events: Vec<serde_json::Value>,
     alerts: Vec<SentAlert>,
     contract: Option<String>,
@@ -260,7 +260,7 @@ fn latency(b: &mut String, name: &str, st: &Stored, range: (&str, i64), now: i64
         );
     }
     b.push_str("</nav>\n");
-    let answered: Vec<(i64, &serde_json::Value)> = st
+    let answered: Vec<(i64, &crate::check::PhaseTimings)> = st
         .checks
         .iter()
         .filter(|(_, h, _)| *h != Health::Down)
