@@ -1143,7 +1143,8 @@ async fn status_page_at_10000_targets() {
     }
     // In Chromium: navigation start to usable (DOMContentLoaded and the first rows painted).
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let measured = std::process::Command::new("node")
+    // Async: the server runs on this test's runtime and must go on serving meanwhile.
+    let measured = tokio::process::Command::new("node")
         .arg(root.join("crates/mcpulse/tests/browser/status_page.cjs"))
         .arg(
             json!({
@@ -1156,7 +1157,9 @@ async fn status_page_at_10000_targets() {
             })
             .to_string(),
         )
+        .kill_on_drop(true)
         .output()
+        .await
         .expect("node runs");
     let out = String::from_utf8_lossy(&measured.stdout);
     println!(

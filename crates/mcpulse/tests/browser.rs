@@ -107,6 +107,25 @@ async fn until(addr: SocketAddr, bound: Duration, what: &str, want: impl Fn(&[Va
     }
 }
 
+/// The monitor daemon in this process on `addr`, until the sender is used (or dropped).
+fn spawn_monitor(
+    config: PathBuf,
+    addr: SocketAddr,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<Result<(), daemon::MonitorError>>,
+) {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let options = Options {
+        listen: Some(addr),
+        ..Options::default()
+    };
+    let task = tokio::spawn(daemon::run(config, options, async move {
+        let _ = stopped.await;
+    }));
+    (stop, task)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_status_page_in_headless_chromium() {
     assert!(
@@ -151,17 +170,7 @@ async fn the_status_page_in_headless_chromium() {
     ));
     let config_path = dir.join("mcpulse.toml");
     std::fs::write(&config_path, config).unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let monitor = tokio::spawn(daemon::run(
-        config_path,
-        Options {
-            listen: Some(addr),
-            ..Options::default()
-        },
-        async move {
-            let _ = stopped.await;
-        },
-    ));
+    let (stop, monitor) = spawn_monitor(config_path, addr);
 
     // A second monitor, with a token, over one of the demo's servers: the sign-in flow.
     let token_addr = free_addr();
@@ -176,17 +185,7 @@ async fn the_status_page_in_headless_chromium() {
         ),
     )
     .unwrap();
-    let (stop_token, token_stopped) = tokio::sync::oneshot::channel::<()>();
-    let token_monitor = tokio::spawn(daemon::run(
-        token_config,
-        Options {
-            listen: Some(token_addr),
-            ..Options::default()
-        },
-        async move {
-            let _ = token_stopped.await;
-        },
-    ));
+    let (stop_token, token_monitor) = spawn_monitor(token_config, token_addr);
     for (a, m) in [(addr, &monitor), (token_addr, &token_monitor)] {
         let listening = Instant::now();
         while tokio::net::TcpStream::connect(a).await.is_err() {
