@@ -3,7 +3,10 @@
 # /metrics and /probe) and Alertmanager (receives the monitor's alerts), used by
 # crates/mcpulse/tests/prometheus.rs and scaleout.rs, which start their own instances on loopback
 # ports chosen at run time and fail when /usr/bin/prometheus or /usr/bin/prometheus-alertmanager
-# is missing; and zsh, fish, groff-base, systemd and python3-yaml for packaging.rs (below).
+# is missing; zsh, fish, groff-base, systemd and python3-yaml for packaging.rs (below); sqlite3
+# for history.rs; and Chromium, which crates/mcpulse/tests/browser.rs drives headless (the
+# status page in a real browser, over the DevTools protocol; chromium-common and its libraries
+# come with it).
 #
 # Idempotent: when the pinned versions are already installed it only asks dpkg and exits
 # (no root needed, no network). Otherwise it needs root (apt-get): run it as root, or give the
@@ -47,9 +50,16 @@ PINS=(
   "python3-yaml 6.0-3"
   # The sqlite3 CLI reads the monitor's history while it runs (crates/mcpulse/tests/history.rs).
   "sqlite3 3.40.1-2"
+  # Chromium for crates/mcpulse/tests/browser.rs: a soft pin (SOFT, below).
+  "chromium 156.*"
 )
-BINARIES=(/usr/bin/prometheus /usr/bin/prometheus-alertmanager /usr/bin/sqlite3)
-BINARY_PACKAGES=(prometheus prometheus-alertmanager sqlite3)
+BINARIES=(/usr/bin/prometheus /usr/bin/prometheus-alertmanager /usr/bin/sqlite3 /usr/bin/chromium)
+BINARY_PACKAGES=(prometheus prometheus-alertmanager sqlite3 chromium)
+# Debian 12 ships Chromium only through bookworm-security, which keeps the newest build alone:
+# the series the browser tests were written against (156) is asked for, and when the archive has
+# moved past it the newest build is installed with a warning instead of failing the whole run
+# (the tests drive it through the pinned playwright-core and the stable DevTools protocol).
+SOFT=(chromium)
 # crates/mcpulse/tests/packaging.rs: the completions run in zsh and fish, the man pages in
 # groff, the systemd units through systemd-analyze verify (systemd is not started), the CI
 # workflow example is read with python3-yaml.
@@ -63,10 +73,17 @@ pinned() { # version pin -> 0 when the version is the pin or a rebuild/update of
   case "$1" in "$2" | "$2"+b[0-9]* | "$2"+deb[0-9]*) return 0 ;; *) return 1 ;; esac
 }
 
-installed() { # package pin -> 0 when a version matching the pin is installed
+soft() { # package -> 0 when its pin is soft (SOFT, above)
+  [[ " ${SOFT[*]} " == *" $1 "* ]]
+}
+
+installed() { # package pin -> 0 when a version matching the pin (any, for a soft pin) is installed
   local got
   got="$(dpkg-query -W -f='${Status} ${Version}' "$1" 2>/dev/null || true)"
-  case "$got" in "install ok installed "*) pinned "${got#install ok installed }" "$2" ;; *) return 1 ;; esac
+  case "$got" in
+    "install ok installed "*) soft "$1" || pinned "${got#install ok installed }" "$2" ;;
+    *) return 1 ;;
+  esac
 }
 
 missing=()
@@ -116,6 +133,11 @@ choose() { # package pin -> the version to install, or nothing
   while read -r v; do
     if pinned "$v" "$version"; then echo "$v"; return 0; fi
   done < <(apt-cache madison "$pkg" | awk -F'|' '{gsub(/ /, "", $2); print $2}')
+  if soft "$pkg" && [ -n "$candidate" ] && [ "$candidate" != "(none)" ]; then
+    say "WARNING: $pkg: the archive has moved past $version; installing its newest build, $candidate"
+    echo "$candidate"
+    return 0
+  fi
   say "$pkg: the package lists offer ${candidate:-nothing}, not $version (Debian 12 bookworm is expected)"
   return 1
 }

@@ -45,6 +45,10 @@ CONFORMANCE=(@modelcontextprotocol/conformance@0.1.16 node@22.23.3)
 # bench/gateway/run.sh; mcp-proxy in its own folder so that its SDK cannot move the pins above.
 SUPERGATEWAY=supergateway@4.0.0
 PY_MCP_PROXY=(mcp-proxy==0.13.0)
+# npm: the driver of the status page's browser tests (crates/mcpulse/tests/browser.rs):
+# playwright-core alone (no dependencies, no browser download: it drives Debian's chromium,
+# which scripts/ci-packages.sh installs, over the DevTools protocol).
+PLAYWRIGHT=playwright-core@1.65.1
 
 need() { command -v "$1" >/dev/null 2>&1 || { echo "interop-setup: $1 is required but not on PATH" >&2; exit 1; }; }
 need node
@@ -93,6 +97,7 @@ install_sarifnpm() { install_npm "$@"; }
 install_conformance() { install_npm "$@"; }
 install_supergateway() { install_npm "$@"; }
 install_mcpproxy() { install_py "$@"; }
+install_browser() { install_npm "$@"; }
 
 install npm "$EVERYTHING" "$INSPECTOR" "$TS_SDK"
 install py2 "${PY_MCP2[@]}"
@@ -103,6 +108,7 @@ install sarifnpm "$NPM_SARIF"
 install conformance "${CONFORMANCE[@]}"
 install supergateway "$SUPERGATEWAY"
 install mcpproxy "${PY_MCP_PROXY[@]}"
+install browser "$PLAYWRIGHT"
 
 # A last check that each install answers, so that a broken one fails here and not in a test.
 PYTHONPATH="$dir/py2" python3 -c 'import mcp.server.mcpserver, uvicorn'
@@ -119,4 +125,5 @@ case "$("$dir/conformance/node_modules/node/bin/node" --version)" in v22.*) ;; *
   "$dir/conformance/node_modules/@modelcontextprotocol/conformance/dist/index.js" --version >/dev/null
 [ -e "$dir/supergateway/node_modules/.bin/supergateway" ]
 PYTHONPATH="$dir/mcpproxy" python3 -c 'import mcp_proxy'
+node -e 'require(process.argv[1])' "$dir/browser/node_modules/playwright-core"
 echo "$dir"

@@ -49,7 +49,10 @@
     var rows = document.querySelectorAll("tr[data-target]");
     var one = document.querySelector("[data-live-target]");
     if (!rows.length && !one) return;
-    var period = 10000;
+    // The page says how often (its targets' shortest check interval, 1-10 s).
+    var every = document.querySelector("[data-live-every]");
+    var period = every ? Number(every.getAttribute("data-live-every")) : 10000;
+    if (!(period >= 1000 && period <= 10000)) period = 10000;
     function tick() {
       fetch("/api/v1/fleet", { credentials: "same-origin", headers: { Accept: "application/json" } })
         .then(function (r) { if (!r.ok) throw new Error(r.status); return r.json(); })

@@ -123,6 +123,7 @@ fn observation(status: Health, at_ms: i64) -> Observation {
         components: BTreeMap::new(),
         by_components: false,
         server_answered: false,
+        security: Vec::new(),
     }
 }
 

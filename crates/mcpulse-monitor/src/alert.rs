@@ -1147,6 +1147,8 @@ mod tests {
                 at_ms: 0,
                 class: "breaking".into(),
                 digest: None,
+                changes: Vec::new(),
+                more: 0,
             },
             Event::FlappingStarted {
                 at_ms: 0,

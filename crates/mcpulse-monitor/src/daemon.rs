@@ -308,6 +308,8 @@ fn resume(
         drift_checked_ms: 0,
         drift,
         drift_changes,
+        // Recomputed at the first check (drift_checked_ms is 0): not kept across restarts.
+        drift_diff: Default::default(),
     }
 }
 

@@ -158,6 +158,9 @@ pub struct LastCheck {
     pub tool_count: Option<usize>,
     /// `sha256:…` of the server's contract.
     pub contract_digest: Option<String>,
+    /// The security findings behind the grade, with their evidence.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub security: Vec<crate::state::SecurityEvidence>,
 }
 
 /// The grade the monitor records for a check: none without the security checks, and none for
@@ -199,6 +202,11 @@ impl LastCheck {
             auth: report.auth.as_str().to_owned(),
             tool_count: report.tool_count,
             contract_digest: report.digests.as_ref().map(|d| d.contract.clone()),
+            security: if with_grade {
+                crate::state::SecurityEvidence::of(&report.security)
+            } else {
+                Vec::new()
+            },
         }
     }
 
@@ -218,6 +226,7 @@ impl LastCheck {
             auth: o.auth.clone(),
             tool_count: None,
             contract_digest: o.contract_digest.clone(),
+            security: o.security.clone(),
         }
     }
 }

@@ -96,6 +96,8 @@ pub struct Memory {
     pub drift: Option<String>,
     /// The first changes of that drift, and how many more there are.
     pub drift_changes: (Vec<crate::state::DriftChange>, usize),
+    /// The whole classified diff of that drift (bounded), for its drift event.
+    pub drift_diff: (Vec<crate::state::DriftDiffLine>, usize),
 }
 
 /// The accepted contract (the drift baseline), kept as its compact JSON text and digest.
@@ -510,22 +512,33 @@ pub fn check_once(
                 memory.accepted = Some(accepted);
                 memory.drift = None;
                 memory.drift_changes = Default::default();
+                memory.drift_diff = Default::default();
             }
             Some(base) if at - memory.drift_checked_ms >= ttl_ms(transcript) => {
                 if base.digest() == current.digest {
                     memory.drift = None; // the same contract: nothing to compare
                     memory.drift_changes = Default::default();
+                    memory.drift_diff = Default::default();
                 } else if let Some(base) = base.contract() {
                     // Against an outline (a contract too large to keep whole) only the class
                     // is known, not the changes.
-                    let (class, changes) = if base.is_outline() {
-                        (outline_drift(&base, current), Default::default())
+                    let (class, changes, diff) = if base.is_outline() {
+                        (
+                            outline_drift(&base, current),
+                            Default::default(),
+                            Default::default(),
+                        )
                     } else {
                         let d = drift::diff(&base, current);
-                        (d.class, crate::state::DriftChange::first_of(&d))
+                        (
+                            d.class,
+                            crate::state::DriftChange::first_of(&d),
+                            crate::state::DriftDiffLine::all_of(&d),
+                        )
                     };
                     memory.drift = class.map(|c| c.as_str().to_owned()).filter(|c| c != "info");
                     memory.drift_changes = changes;
+                    memory.drift_diff = diff;
                 }
                 memory.drift_checked_ms = at;
             }
@@ -553,6 +566,10 @@ pub fn check_once(
             .unwrap_or_else(|| HEALTHY_SUMMARY.to_owned()),
         by_components: explained_by_components(report, &seen),
         server_answered: crate::fleet::server_answered(report),
+        // The evidence of the grade recorded: none where no grade is.
+        security: crate::fleet::recorded_grade(report, cfg.security)
+            .map(|_| crate::state::SecurityEvidence::of(&report.security))
+            .unwrap_or_default(),
         components: seen,
     };
     let thresholds = Thresholds {
@@ -567,7 +584,13 @@ pub fn check_once(
         .as_ref()
         .and_then(|o| o.drift.clone())
         .is_some();
-    let (next, events) = state::observe(&memory.state, &obs, thresholds, at);
+    let (next, mut events) = state::observe(&memory.state, &obs, thresholds, at);
+    // The state machine knows the drift's class; the diff behind it was computed here.
+    for e in &mut events {
+        if let state::Event::Drift { changes, more, .. } = e {
+            (*changes, *more) = memory.drift_diff.clone();
+        }
+    }
     let silenced = shared
         .maintenance
         .read()

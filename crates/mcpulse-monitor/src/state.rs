@@ -85,6 +85,51 @@ pub struct Observation {
     /// then read as before: a down check did not answer.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub server_answered: bool,
+    /// The security findings behind the grade, with their evidence (bounded: see
+    /// [`SecurityEvidence::of`]). Kept here so that the grade's evidence survives a restart
+    /// with the rest of the state (the `targets.state` column; no migration: old rows read
+    /// as none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub security: Vec<SecurityEvidence>,
+}
+
+/// How many security findings an observation keeps, and how many evidence lines each.
+pub const SECURITY_KEPT: usize = 20;
+pub const EVIDENCE_LINES: usize = 5;
+
+/// One security finding of a check, as the status page shows it under the grade: the rule,
+/// its level, the message and the requests and responses that showed it. Every string is
+/// inert and bounded (`mcpulse_wire::text`): it comes from the server's answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SecurityEvidence {
+    pub code: String,
+    pub severity: String,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<String>,
+}
+
+impl SecurityEvidence {
+    /// The first [`SECURITY_KEPT`] findings of a report's security section, each with its first
+    /// [`EVIDENCE_LINES`] evidence lines.
+    pub fn of(sec: &mcpulse_judge::security::Security) -> Vec<SecurityEvidence> {
+        use mcpulse_wire::text;
+        sec.findings
+            .iter()
+            .take(SECURITY_KEPT)
+            .map(|f| SecurityEvidence {
+                code: f.code.code().to_owned(),
+                severity: f.severity.as_str().to_owned(),
+                message: text::message(&f.message).into_owned(),
+                evidence: f
+                    .evidence
+                    .iter()
+                    .take(EVIDENCE_LINES)
+                    .map(|e| text::message(e).into_owned())
+                    .collect(),
+            })
+            .collect()
+    }
 }
 
 impl Observation {
@@ -157,6 +202,56 @@ pub struct DriftChange {
     pub class: String,
 }
 
+/// How many changes a drift event keeps (the rest are counted): a contract rewritten from
+/// scratch must not make one event row unbounded.
+pub const DRIFT_DIFF_KEPT: usize = 50;
+/// How many characters of a change's old or new value (compact JSON) are kept.
+pub const DRIFT_VALUE_CHARS: usize = 300;
+
+/// One change of a drift as `mcpulse diff` shows it: its class and code, where, what, and the
+/// old and new values (compact JSON, cut to [`DRIFT_VALUE_CHARS`]). Kept in the drift event so
+/// that the status page can show each past drift's classified diff.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DriftDiffLine {
+    pub class: String,
+    pub code: String,
+    pub path: String,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub old: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new: Option<String>,
+}
+
+impl DriftDiffLine {
+    /// Every change of a drift, breaking first (in the diff's order within a class), the
+    /// first [`DRIFT_DIFF_KEPT`] of them, and how many more there are. Values and messages
+    /// are bounded and made inert here (`mcpulse_wire::text`), as the server chose them.
+    pub fn all_of(d: &mcpulse_judge::drift::Drift) -> (Vec<DriftDiffLine>, usize) {
+        let mut all: Vec<&mcpulse_judge::drift::Change> = d.changes.iter().collect();
+        all.sort_by_key(|c| std::cmp::Reverse(c.class));
+        let more = all.len().saturating_sub(DRIFT_DIFF_KEPT);
+        use mcpulse_wire::text;
+        let value = |v: &Option<serde_json::Value>| {
+            v.as_ref()
+                .map(|v| text::inert(&v.to_string(), DRIFT_VALUE_CHARS).into_owned())
+        };
+        let kept = all
+            .into_iter()
+            .take(DRIFT_DIFF_KEPT)
+            .map(|c| DriftDiffLine {
+                class: c.class.as_str().to_owned(),
+                code: c.code.code().to_owned(),
+                path: text::message(&c.path).into_owned(),
+                message: text::message(&c.message).into_owned(),
+                old: value(&c.old),
+                new: value(&c.new),
+            })
+            .collect();
+        (kept, more)
+    }
+}
+
 impl DriftChange {
     /// The risky and breaking changes of a drift, breaking first, the first
     /// [`DRIFT_CHANGES_SHOWN`] of them, and how many more there are.
@@ -215,6 +310,7 @@ impl Observation {
             components: BTreeMap::new(),
             by_components: false,
             server_answered: false,
+            security: Vec::new(),
         }
     }
 }
@@ -325,6 +421,13 @@ pub enum Event {
         at_ms: i64,
         class: String,
         digest: Option<String>,
+        /// The classified diff against the accepted contract (filled in by the runner, which
+        /// computed it; empty for an outline, whose changes are not known).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        changes: Vec<DriftDiffLine>,
+        /// How many changes the diff had beyond `changes`.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        more: usize,
     },
     AuthChanged {
         at_ms: i64,
@@ -417,6 +520,8 @@ pub fn observe(
                     at_ms: now_ms,
                     class,
                     digest: obs.contract_digest.clone(),
+                    changes: Vec::new(),
+                    more: 0,
                 });
             }
         }
@@ -427,6 +532,8 @@ pub fn observe(
             at_ms: now_ms,
             class: class.to_owned(),
             digest: obs.contract_digest.clone(),
+            changes: Vec::new(),
+            more: 0,
         });
     }
 
@@ -691,6 +798,7 @@ mod tests {
             components: BTreeMap::new(),
             by_components: false,
             server_answered: false,
+            security: Vec::new(),
         }
     }
 

@@ -1,10 +1,10 @@
 //! The status page over plain HTTP: the real router on 127.0.0.1:0, a real SQLite store file
-//! behind it, and assertions on the HTML. (Browser tests in headless Chromium are separate and
-//! not here yet.)
+//! behind it, and assertions on the HTML. The same page in headless Chromium:
+//! crates/mcpulse/tests/browser.rs.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 use mcpulse_monitor::alert::Incidents;
@@ -87,19 +87,31 @@ impl Resp {
 }
 
 async fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Resp {
+    send(addr, "GET", path, headers, "").await
+}
+
+/// One request over a fresh connection, read to the end.
+async fn send(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Resp {
     let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .unwrap();
     tokio::spawn(conn);
     let mut req = http::Request::builder()
+        .method(method)
         .uri(path)
         .header("host", addr.to_string());
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
     let resp = sender
-        .send_request(req.body(Empty::<Bytes>::new()).unwrap())
+        .send_request(req.body(Full::new(Bytes::from(body.to_owned()))).unwrap())
         .await
         .unwrap();
     let status = resp.status().as_u16();
@@ -128,6 +140,7 @@ fn obs(status: Health, at_ms: i64) -> Observation {
         components: BTreeMap::new(),
         by_components: false,
         server_answered: status != Health::Down,
+        security: Vec::new(),
     }
 }
 
@@ -190,6 +203,7 @@ fn last_check(status: Health, grade: &str, tools: usize) -> LastCheck {
         auth: "none".into(),
         tool_count: Some(tools),
         contract_digest: None,
+        security: Vec::new(),
     }
 }
 
@@ -374,6 +388,70 @@ async fn the_page_is_under_the_api_token() {
     assert_eq!(ok.status, 200);
     // The assets hold no data and stay open.
     assert_eq!(get(s.addr, "/assets/status.css", &[]).await.status, 200);
+
+    // A browser: the page without the token is the sign-in form (401, a password field
+    // posting to /login), and the JSON API stays JSON.
+    let form = get(s.addr, "/targets/alpha", &[]).await;
+    assert_eq!(form.status, 401);
+    assert!(form.header("content-type").starts_with("text/html"));
+    assert_eq!(form.header("content-security-policy"), CSP);
+    assert!(
+        form.body
+            .contains("<form class=\"login\" method=\"post\" action=\"/login\">")
+            && form.body.contains("type=\"password\" name=\"token\""),
+        "{}",
+        form.body
+    );
+    let api = get(s.addr, "/api/v1/fleet", &[]).await;
+    assert_eq!(api.status, 401);
+    assert!(api.header("content-type").starts_with("application/json"));
+    // A wrong token: the form again, no cookie.
+    let wrong = post_form(s.addr, "/login", "token=nope").await;
+    assert_eq!(wrong.status, 401);
+    assert!(wrong.body.contains("The token is not valid"));
+    assert_eq!(wrong.header("set-cookie"), "");
+    // The right one: a cookie that holds a digest, not the token, scoped and hidden from
+    // script, and back to the fleet.
+    let right = post_form(s.addr, "/login", "token=s3cret").await;
+    assert_eq!(right.status, 303, "{}", right.body);
+    assert_eq!(right.header("location"), "/");
+    let set = right.header("set-cookie").to_owned();
+    assert!(
+        set.starts_with("mcpulse_page=")
+            && set.contains("; HttpOnly")
+            && set.contains("; SameSite=Strict")
+            && set.contains("; Path=/")
+            && !set.contains("s3cret"),
+        "{set}"
+    );
+    let cookie = set.split(';').next().unwrap().to_owned();
+    for path in [
+        "/",
+        "/targets/alpha",
+        "/api/v1/fleet",
+        "/badges/alpha/status.svg",
+    ] {
+        let r = get(s.addr, path, &[("cookie", &cookie)]).await;
+        assert_eq!(r.status, 200, "{path} with the cookie: {}", r.body);
+    }
+    // A cookie of another token, and the cookie on anything but a read, are refused.
+    let forged = get(s.addr, "/", &[("cookie", "mcpulse_page=00ff")]).await;
+    assert_eq!(forged.status, 401);
+    let write = post_form(s.addr, "/api/v1/fleet", "").await;
+    assert!(
+        write.status == 401 || write.status == 405,
+        "{}",
+        write.status
+    );
+    // The sign-in form is the only form that posts; the pages it opens have none.
+    let page = get(s.addr, "/", &[("cookie", &cookie)]).await;
+    assert!(!page.body.contains("method=\"post\""), "{}", page.body);
+}
+
+/// One form POST (`application/x-www-form-urlencoded`).
+async fn post_form(addr: SocketAddr, path: &str, body: &str) -> Resp {
+    let form = [("content-type", "application/x-www-form-urlencoded")];
+    send(addr, "POST", path, &form, body).await
 }
 
 // ---- the target view ------------------------------------------------------------------------
@@ -381,7 +459,7 @@ async fn the_page_is_under_the_api_token() {
 use mcpulse_monitor::alert::{Action, Alert, Kind, dedup_key};
 use mcpulse_monitor::fleet::ComponentView;
 use mcpulse_monitor::sink::SinkId;
-use mcpulse_monitor::state::{DriftChange, Event};
+use mcpulse_monitor::state::{DriftChange, DriftDiffLine, Event, SecurityEvidence};
 
 fn alert(target: &str, kind: Kind, summary: &str, at_ms: i64) -> Alert {
     Alert {
@@ -453,6 +531,23 @@ fn populate(s: &Server, name: &str, server_name: &str, description: &str, error:
             NOW - 3 * HOUR,
         )];
         batch.push(down);
+        // A past drift with its classified diff (the server's words in it).
+        let mut drifted = check(name, NOW - 2 * HOUR, Health::Healthy, 21.0);
+        drifted.events = vec![Event::Drift {
+            at_ms: NOW - 2 * HOUR,
+            class: "breaking".into(),
+            digest: Some("0123456789abcdef0123".into()),
+            changes: vec![DriftDiffLine {
+                class: "breaking".into(),
+                code: "required-parameter-added".into(),
+                path: "tools[search].inputSchema.required".into(),
+                message: format!("{description} now requires region"),
+                old: Some("[]".into()),
+                new: Some(format!("[\"region\",{:?}]", description)),
+            }],
+            more: 3,
+        }];
+        batch.push(drifted);
         st.record(
             &batch,
             &[SinkId::new("webhook:aaaa"), SinkId::new("slack:bbbb")],
@@ -481,6 +576,15 @@ fn populate(s: &Server, name: &str, server_name: &str, description: &str, error:
     let mut last = last_check(Health::Degraded, "B", 1);
     last.findings = vec![finding];
     last.protocol_version = Some(server_name.into());
+    // The grade's evidence, in the server's words.
+    last.security = vec![SecurityEvidence {
+        code: "origin-not-validated".into(),
+        severity: "high".into(),
+        message: format!("{server_name} accepted a foreign Origin"),
+        evidence: vec![format!(
+            "POST /mcp with Origin: http://evil.example → HTTP 200 {description}"
+        )],
+    }];
     publish(s, name, Health::Degraded, NOW - HOUR, Some(last));
     let mut v = s.fleet.get(name).unwrap();
     v.drift = Some("breaking".into());
@@ -513,7 +617,7 @@ async fn the_target_view_shows_verdict_chart_timeline_drift_contract_and_compone
     let html = &r.body;
     // Verdict and findings, with the rule's explanation and its docs link.
     assert!(
-        html.contains("data-live-target=\"charlie\">degraded<"),
+        html.contains("data-live-target=\"charlie\" data-live-every=\"10000\">degraded<"),
         "{html}"
     );
     assert!(html.contains("docs/findings.md#tool-call-failed"), "{html}");
@@ -544,10 +648,30 @@ async fn the_target_view_shows_verdict_chart_timeline_drift_contract_and_compone
     // Maintenance, drift, contract, grade, component.
     assert!(html.contains("(now)"), "the maintenance window: {html}");
     assert!(html.contains("tool-removed") && html.contains(">breaking<"));
+    // The drift history: each past drift with its classified diff, old → new.
+    let history = &html[html
+        .find("<h3>Drift history</h3>")
+        .expect("a drift history")..];
+    assert!(
+        history.contains("<code>required-parameter-added</code>")
+            && history.contains("<code>tools[search].inputSchema.required</code>")
+            && history.contains("<code>[]</code> → <code>[&quot;region&quot;,")
+            && history.contains("and 3 more changes")
+            && history.contains("contract 0123456789ab<"),
+        "{history}"
+    );
     assert!(html.contains("files-server") && html.contains("<code>search</code>"));
     assert!(html.contains("readOnlyHint"));
     assert!(html.contains("&quot;query&quot;"), "the schema");
     assert!(html.contains("Grade <strong class=\"grade\">B</strong>"));
+    // The grade's evidence: each finding, its rule (linked) and the exchange that showed it.
+    let security = &html[html.find("<h2>Security</h2>").expect("a security section")..];
+    assert!(
+        security.contains("docs/checks.md#origin-not-validated")
+            && security.contains("files-server accepted a foreign Origin")
+            && security.contains("<li><code>POST /mcp with Origin: http://evil.example → HTTP 200 Search the index</code></li>"),
+        "{security}"
+    );
     assert!(html.contains("db files-server"));
     // Unknown targets are a page, not JSON.
     let missing = get(s.addr, "/targets/nope", &[]).await;
@@ -760,10 +884,10 @@ fn assert_inert(r: &Resp, what: &str) {
     assert_eq!(r.header("content-security-policy"), CSP, "{what}");
     const TAGS: &[&str] = &[
         "!doctype", "html", "head", "meta", "title", "link", "script", "body", "a", "header",
-        "button", "main", "h1", "h2", "h3", "section", "ul", "li", "span", "p", "form", "label",
-        "select", "option", "input", "div", "table", "caption", "thead", "tbody", "tr", "th", "td",
-        "small", "br", "time", "svg", "rect", "title", "nav", "dl", "dt", "dd", "code", "strong",
-        "details", "summary", "pre", "line", "text", "polyline", "path",
+        "button", "main", "h1", "h2", "h3", "h4", "section", "ul", "li", "span", "p", "form",
+        "label", "select", "option", "input", "div", "table", "caption", "thead", "tbody", "tr",
+        "th", "td", "small", "br", "time", "svg", "rect", "title", "nav", "dl", "dt", "dd", "code",
+        "strong", "details", "summary", "pre", "line", "text", "polyline", "path",
     ];
     let all = tags(&r.body);
     assert!(all.len() > 20, "{what}: too few tags to be the page");
@@ -1017,6 +1141,54 @@ async fn status_page_at_10000_targets() {
         );
         results.push((p, first));
     }
+    // In Chromium: navigation start to usable (DOMContentLoaded and the first rows painted).
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    // Async: the server runs on this test's runtime and must go on serving meanwhile.
+    let measured = tokio::process::Command::new("node")
+        .arg(root.join("crates/mcpulse/tests/browser/status_page.cjs"))
+        .arg(
+            json!({
+                "mode": "measure",
+                "base": format!("http://{}", s.addr),
+                "paths": ["/", "/?per_page=500", format!("/targets/{viewed}"), format!("/targets/{viewed}?range=30d")],
+                "runs": 11,
+                "playwright": root.join("target/interop/browser/node_modules/playwright-core"),
+                "chromium": "/usr/bin/chromium",
+            })
+            .to_string(),
+        )
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("node runs");
+    let out = String::from_utf8_lossy(&measured.stdout);
+    println!(
+        "| page in Chromium | usable, median | usable, worst | DOMContentLoaded, median | first paint, median |"
+    );
+    println!("|---|---|---|---|---|");
+    let mut usable = Vec::new();
+    for line in out.lines() {
+        let Some(m) = line.strip_prefix("ok measure ") else {
+            panic!("the browser measurement: {out}");
+        };
+        let m: serde_json::Value = serde_json::from_str(m).unwrap();
+        let f = |k: &str, q: &str| m[k][q].as_f64().unwrap_or(f64::NAN);
+        println!(
+            "| `{}` | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms |",
+            m["path"].as_str().unwrap_or(""),
+            f("usable", "median"),
+            f("usable", "worst"),
+            f("dcl", "median"),
+            f("fcp", "median")
+        );
+        usable.push(f("usable", "median"));
+    }
+    assert!(measured.status.success(), "{out}");
+    assert!(
+        usable[0] < 1000.0,
+        "the fleet view usable after {:.0} ms",
+        usable[0]
+    );
     assert!(
         results[0].1 < 100.0,
         "the fleet view's first byte: {:.1} ms",

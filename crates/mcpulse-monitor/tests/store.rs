@@ -55,6 +55,7 @@ fn obs(status: Health, at_ms: i64) -> Observation {
         components: BTreeMap::new(),
         by_components: false,
         server_answered: false,
+        security: Vec::new(),
     }
 }
 

@@ -143,6 +143,7 @@ fn observation(t: u64, tick: u64) -> (Observation, f64) {
         components: BTreeMap::new(),
         by_components: false,
         server_answered: false,
+        security: Vec::new(),
     };
     (obs, duration)
 }

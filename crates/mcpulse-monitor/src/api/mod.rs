@@ -106,7 +106,10 @@ pub trait HistorySource: Send + Sync {
         _from_ms: i64,
         _to_ms: i64,
         _limit: usize,
-    ) -> Result<Vec<(i64, crate::state::Health, serde_json::Value)>, crate::store::StoreError> {
+    ) -> Result<
+        Vec<(i64, crate::state::Health, crate::check::PhaseTimings)>,
+        crate::store::StoreError,
+    > {
         Ok(Vec::new())
     }
     /// A target's recorded events, newest first. None by default.
@@ -237,6 +240,11 @@ pub fn router(state: ApiState) -> Router {
     let page = Router::new()
         .route("/", get(page::fleet_page))
         .route("/targets/{name}", get(page::target_page))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_token_page,
+        ));
+    let badges = Router::new()
         .route("/badges/{name}/{badge}", get(badges::badge_handler))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
@@ -247,6 +255,9 @@ pub fn router(state: ApiState) -> Router {
         .route("/assets/status.css", get(page::css))
         .route("/assets/status.js", get(page::js))
         .merge(page)
+        .merge(badges)
+        // The token typed once for a browser (see `auth`): sets the page's cookie.
+        .route("/login", get(page::login).post(auth::login))
         .route("/readyz", get(health::readyz))
         .merge(protected)
         .fallback(not_found)

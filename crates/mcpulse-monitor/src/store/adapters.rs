@@ -143,7 +143,8 @@ impl crate::api::HistorySource for StoreHistory {
         from_ms: i64,
         to_ms: i64,
         limit: usize,
-    ) -> Result<Vec<(i64, crate::state::Health, serde_json::Value)>, super::StoreError> {
+    ) -> Result<Vec<(i64, crate::state::Health, crate::check::PhaseTimings)>, super::StoreError>
+    {
         self.lock().checks_between(target, from_ms, to_ms, limit)
     }
     fn events(

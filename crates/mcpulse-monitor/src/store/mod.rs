@@ -1103,7 +1103,7 @@ impl Store {
         from_ms: i64,
         to_ms: i64,
         limit: usize,
-    ) -> Result<Vec<(i64, Health, serde_json::Value)>, StoreError> {
+    ) -> Result<Vec<(i64, Health, crate::check::PhaseTimings)>, StoreError> {
         let run = || -> Result<_, Fail> {
             let Some(tid) = target_id(&self.conn, target)? else {
                 return Ok(Vec::new());
@@ -1118,11 +1118,12 @@ impl Store {
             while let Some(row) = q.next()? {
                 let id: i64 = row.get(0)?;
                 let status: String = row.get(2)?;
-                let timings: String = row.get(3)?;
+                // Borrowed from the row: no copy of the text, no JSON tree (typed, lenient).
+                let timings = row.get_ref(3)?.as_str().map_err(rusqlite::Error::from)?;
                 out.push((
                     row.get(1)?,
                     health(&status)?,
-                    decode(|| format!("check {id}"), &timings)?,
+                    decode(|| format!("check {id}"), timings)?,
                 ));
             }
             out.reverse();

@@ -38,7 +38,7 @@ pub(super) struct Series {
 /// and p95 per phase and bucket. Down checks are left out by the caller: their durations say
 /// how long failing took, not how fast the server is.
 pub(super) fn series(
-    checks: &[(i64, &serde_json::Value)],
+    checks: &[(i64, &crate::check::PhaseTimings)],
     from_ms: i64,
     to_ms: i64,
 ) -> Vec<Series> {
@@ -48,8 +48,8 @@ pub(super) fn series(
         let b = usize::try_from((at - from_ms - 1).max(0) * BUCKETS as i64 / span)
             .unwrap_or(0)
             .min(BUCKETS - 1);
-        for (p, (key, _)) in PHASES.iter().enumerate() {
-            if let Some(v) = timings.get(key).and_then(serde_json::Value::as_f64)
+        for (p, v) in timings.phases().into_iter().enumerate() {
+            if let Some(v) = v
                 && v.is_finite()
                 && v >= 0.0
                 && let Some(slot) = values.get_mut(p).and_then(|s| s.get_mut(b))
@@ -107,23 +107,32 @@ pub(super) fn render(series: &[Series], range_label: &str) -> String {
     for se in series {
         for (class, vals) in [("p50", &se.p50), ("p95", &se.p95)] {
             // A gap in the data breaks the line.
-            let mut runs: Vec<String> = vec![String::new()];
+            let mut runs: Vec<Vec<(f64, f64)>> = vec![Vec::new()];
             for (i, v) in vals.iter().enumerate() {
                 match v {
                     Some(v) => {
                         if let Some(r) = runs.last_mut() {
-                            let _ = write!(r, "{:.1},{:.1} ", x(i), y(*v));
+                            r.push((x(i), y(*v)));
                         }
                     }
-                    None => runs.push(String::new()),
+                    None => runs.push(Vec::new()),
                 }
             }
-            for r in runs.iter().filter(|r| !r.is_empty()) {
+            for r in runs.iter_mut().filter(|r| !r.is_empty()) {
+                // A lone bucket (a new target, or one between gaps) would be a line of no
+                // length, which draws nothing: make it a short dash.
+                if let [(px, py)] = r[..] {
+                    *r = vec![(px - 3.0, py), (px + 3.0, py)];
+                }
+                let points: Vec<String> = r
+                    .iter()
+                    .map(|(px, py)| format!("{px:.1},{py:.1}"))
+                    .collect();
                 let _ = writeln!(
                     s,
                     "<polyline class=\"s{} {class}\" points=\"{}\"/>",
                     se.phase,
-                    r.trim_end()
+                    points.join(" ")
                 );
             }
         }
@@ -172,9 +181,12 @@ mod tests {
 
     #[test]
     fn buckets_and_percentiles() {
-        let a = json!({"total": 10.0, "handshake": 4.0});
-        let b = json!({"total": 30.0, "handshake": 6.0});
-        let c = json!({"total": 20.0});
+        let t = |v: serde_json::Value| -> crate::check::PhaseTimings {
+            serde_json::from_value(v).unwrap()
+        };
+        let a = t(json!({"total": 10.0, "handshake": 4.0, "dns": null, "other": {"x": 1}}));
+        let b = t(json!({"total": 30.0, "handshake": 6.0, "connect": "n/a"}));
+        let c = t(json!({"total": 20.0, "connect": null}));
         let checks = [(1, &a), (2, &b), (3, &c), (60_000, &a)];
         let s = series(&checks, 0, 60_000);
         assert_eq!(s.len(), 2, "total and handshake only");
@@ -186,6 +198,12 @@ mod tests {
         let svg = render(&s, "24h");
         assert!(svg.contains("<polyline class=\"s0 p50\""));
         assert!(svg.contains("<polyline class=\"s3 p95\""));
+        // Handshake has one bucket: still drawn, as a short dash (two points), not a dot of
+        // no length.
+        for line in svg.lines().filter(|l| l.starts_with("<polyline")) {
+            let points = line.split("points=\"").nth(1).unwrap_or("");
+            assert!(points.split(' ').count() >= 2, "{line}");
+        }
         assert_eq!(
             render(&[], "24h"),
             "<p>No answered checks in this range.</p>\n"

@@ -366,9 +366,10 @@ pub(in crate::api) async fn fleet_page(
     let _ = writeln!(
         b,
         "<p class=\"count\">{matched} of {} targets · page {page} of {pages} · generated {} \
-         <span id=\"live\" aria-live=\"polite\"></span></p>",
+         <span id=\"live\" aria-live=\"polite\" data-live-every=\"{}\"></span></p>",
         summary.total,
-        time(now)
+        time(now),
+        super::live_every(snap.targets.iter().map(|t| t.interval_ms))
     );
     b.push_str(
         "<div class=\"scroll\"><table class=\"fleet\" id=\"fleet\">\n<caption class=\"visually-hidden\">Targets</caption>\n<thead><tr>\

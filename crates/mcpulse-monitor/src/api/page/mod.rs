@@ -117,13 +117,21 @@ pub(super) fn millis(ms: Option<f64>) -> String {
     }
 }
 
+/// How often the script polls the API, in milliseconds: the shortest check interval of the
+/// targets shown, so that a change shows within one check interval, but at least once a second
+/// and at most every 10 seconds (a fleet of hourly checks still sees its counts move).
+pub(super) fn live_every(intervals: impl Iterator<Item = i64>) -> i64 {
+    intervals.min().unwrap_or(10_000).clamp(1_000, 10_000)
+}
+
 /// Percent-encodes a path segment or a query value.
 pub(super) fn encode(s: &str) -> String {
     use mcpulse_transport::reference::{UNRESERVED, percent_encode};
     percent_encode(s, UNRESERVED)
 }
 
-/// The document around `body`: head, header with the theme toggle, and the script.
+/// The document around `body`: head, header with the theme toggle, and the script. The empty
+/// icon keeps browsers from asking for `/favicon.ico` (a 404 on every page view).
 pub(super) fn frame(title: &str, body: &str) -> String {
     let mut out = String::with_capacity(body.len() + 1024);
     let _ = write!(
@@ -131,6 +139,7 @@ pub(super) fn frame(title: &str, body: &str) -> String {
         "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
          <title>{title} · mcpulse</title>\n\
+         <link rel=\"icon\" href=\"data:,\">\n\
          <link rel=\"stylesheet\" href=\"/assets/status.css\">\n\
          <script src=\"/assets/status.js\" defer></script>\n</head>\n<body>\n\
          <a class=\"skip\" href=\"#main\">Skip to content</a>\n\
@@ -170,6 +179,38 @@ pub(in crate::api) fn security_headers(h: &mut axum::http::HeaderMap) {
         header::REFERRER_POLICY,
         HeaderValue::from_static("no-referrer"),
     );
+}
+
+/// `GET /login`: the form (with no token configured, there is nothing to enter).
+pub(super) async fn login() -> Response {
+    login_page("")
+}
+
+/// The token form, answered `401` (with the bearer challenge, as the API answers). It posts to
+/// `/login` (same origin, as the CSP's `form-action 'self'` requires); the field is a password
+/// field, so the token is not shown or kept in the form history.
+pub(in crate::api) fn login_page(error: &str) -> Response {
+    let mut b = String::from("<h1>Sign in</h1>\n");
+    if !error.is_empty() {
+        let _ = writeln!(
+            b,
+            "<p class=\"error\" role=\"alert\">{}</p>",
+            message(error)
+        );
+    }
+    b.push_str(
+        "<p>This monitor's page needs its API token (<code>[server] token</code>). It is kept in \
+         this browser for the session, as a cookie only the monitor can read.</p>\n\
+         <form class=\"login\" method=\"post\" action=\"/login\">\
+         <label>Token <input type=\"password\" name=\"token\" autocomplete=\"current-password\" required autofocus></label> \
+         <button type=\"submit\">Sign in</button></form>\n",
+    );
+    let mut r = html(StatusCode::UNAUTHORIZED, frame("Sign in", &b));
+    r.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"mcpulse\""),
+    );
+    r
 }
 
 /// An error as a page (a browser asked for HTML).
@@ -220,6 +261,14 @@ mod tests {
             block("{\n  \"<x>\": 1\n}", 2),
             "{\n  &quot;&lt;x&gt;&quot;: 1\n…"
         );
+    }
+
+    #[test]
+    fn the_script_polls_once_per_shortest_interval_within_bounds() {
+        assert_eq!(live_every([30_000, 2_000, 60_000].into_iter()), 2_000);
+        assert_eq!(live_every([500].into_iter()), 1_000);
+        assert_eq!(live_every([3_600_000].into_iter()), 10_000);
+        assert_eq!(live_every(std::iter::empty()), 10_000);
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! sections it feeds saying so, and the rest of the page stands.
 
 use super::fleet::in_maintenance;
-use super::{ago, block, chart, encode, field, frame, html, message, millis, percent, time};
+use super::{ago, block, chart, encode, esc, field, frame, html, message, millis, percent, time};
 use crate::api::ApiState;
 use crate::check::Stats;
 use crate::fleet::TargetView;
@@ -39,11 +39,15 @@ const TOOLS_SHOWN: usize = 500;
 
 /// Where a finding's rule is documented: the workspace's `repository`, one place to change.
 const FINDINGS_DOC: &str = concat!(env!("CARGO_PKG_REPOSITORY"), "/blob/main/docs/findings.md");
+/// Where the security rules and the grade's formula are explained.
+const CHECKS_DOC: &str = concat!(env!("CARGO_PKG_REPOSITORY"), "/blob/main/docs/checks.md");
+/// Where the drift codes are explained (one table of every code and its class).
+const DRIFT_DOC: &str = concat!(env!("CARGO_PKG_REPOSITORY"), "/blob/main/docs/drift.md");
 
 /// What the store said for one target.
 struct Stored {
     stats: Vec<Stats>,
-    checks: Vec<(i64, Health, serde_json::Value)>,
+    checks: Vec<(i64, Health, crate::check::PhaseTimings)>,
     events: Vec<serde_json::Value>,
     alerts: Vec<SentAlert>,
     contract: Option<String>,
@@ -125,9 +129,10 @@ fn head(b: &mut String, v: &TargetView, maint: bool, now: i64) {
     let _ = write!(
         b,
         "<p><a href=\"/\">← Fleet</a></p>\n<h1>{}</h1>\n<dl class=\"facts\">\
-         <dt>State</dt><dd><span class=\"pill {state}\" data-live-target=\"{}\">{state}</span>",
+         <dt>State</dt><dd><span class=\"pill {state}\" data-live-target=\"{}\" data-live-every=\"{}\">{state}</span>",
         field(&v.name),
         field(&v.name),
+        super::live_every(std::iter::once(v.interval_ms)),
     );
     if v.flapping {
         b.push_str(" <span class=\"pill flapping\">flapping</span>");
@@ -255,7 +260,7 @@ fn latency(b: &mut String, name: &str, st: &Stored, range: (&str, i64), now: i64
         );
     }
     b.push_str("</nav>\n");
-    let answered: Vec<(i64, &serde_json::Value)> = st
+    let answered: Vec<(i64, &crate::check::PhaseTimings)> = st
         .checks
         .iter()
         .filter(|(_, h, _)| *h != Health::Down)
@@ -405,7 +410,7 @@ fn drift(b: &mut String, v: &TargetView, st: Option<&Stored>) {
                 for c in &v.drift_changes {
                     let _ = writeln!(
                         b,
-                        "<tr><td>{}</td><td><a href=\"{FINDINGS_DOC}#{0}\"><code>{}</code></a></td><td><code>{}</code></td></tr>",
+                        "<tr><td>{}</td><td><a href=\"{DRIFT_DOC}\"><code>{}</code></a></td><td><code>{}</code></td></tr>",
                         field(&c.class),
                         field(&c.code),
                         field(&c.path)
@@ -425,12 +430,64 @@ fn drift(b: &mut String, v: &TargetView, st: Option<&Stored>) {
         .filter(|e| e.get("event").and_then(serde_json::Value::as_str) == Some("drift"))
         .collect();
     if !past.is_empty() {
-        b.push_str("<h3>Drift history</h3>\n<ul>");
+        b.push_str("<h3>Drift history</h3>\n");
         for e in past {
-            let (at, _, rest) = event_line(e);
-            let _ = write!(b, "<li>{} {}</li>", time(at), message(&rest));
+            drift_event(b, e);
         }
-        b.push_str("</ul>\n");
+    }
+}
+
+/// One past drift: when, its class, and its classified diff as `mcpulse diff` shows it (one
+/// row per change: class, code, where, what, old → new), newest event first.
+fn drift_event(b: &mut String, e: &serde_json::Value) {
+    use serde_json::Value;
+    let at = e.get("at_ms").and_then(Value::as_i64).unwrap_or(0);
+    let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+    let digest = s(e, "digest");
+    let _ = writeln!(
+        b,
+        "<h4>{} <span class=\"pill drifted\">{}</span> <small>contract {}</small></h4>",
+        time(at),
+        field(&s(e, "class")),
+        field(digest.get(..12).unwrap_or(&digest))
+    );
+    let changes = e
+        .get("changes")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    if changes.is_empty() {
+        b.push_str(
+            "<p>The changes were not recorded (an outline contract, or an older monitor).</p>\n",
+        );
+        return;
+    }
+    b.push_str(
+        "<div class=\"scroll\"><table class=\"diff\"><thead><tr><th scope=\"col\">Class</th><th scope=\"col\">Change</th>\
+         <th scope=\"col\">Where</th><th scope=\"col\">What</th><th scope=\"col\">Old → new</th></tr></thead><tbody>\n",
+    );
+    for c in changes {
+        let code = s(c, "code");
+        let value = |k: &str| c.get(k).and_then(Value::as_str).map(message);
+        let old_new = match (value("old"), value("new")) {
+            (Some(o), Some(n)) => format!("<code>{o}</code> → <code>{n}</code>"),
+            (Some(o), None) => format!("<code>{o}</code> → (removed)"),
+            (None, Some(n)) => format!("(added) → <code>{n}</code>"),
+            (None, None) => String::new(),
+        };
+        let _ = writeln!(
+            b,
+            "<tr><td>{}</td><td><a href=\"{DRIFT_DOC}\"><code>{}</code></a></td><td><code>{}</code></td><td>{}</td><td>{old_new}</td></tr>",
+            field(&s(c, "class")),
+            field(&code),
+            message(&s(c, "path")),
+            message(&s(c, "message")),
+        );
+    }
+    b.push_str("</tbody></table></div>\n");
+    let more = e.get("more").and_then(Value::as_u64).unwrap_or(0);
+    if more > 0 {
+        let _ = writeln!(b, "<p>and {more} more changes.</p>");
     }
 }
 
@@ -493,25 +550,38 @@ fn security(b: &mut String, v: &TargetView) {
                     .map(|s| format!(" (score {s}/100)"))
                     .unwrap_or_default()
             );
-            let evidence: Vec<_> = l
-                .findings
-                .iter()
-                .filter(|f| rule(f.code.code()).is_some_and(|r| r.family() == "security"))
-                .collect();
-            if evidence.is_empty() {
+            if l.security.is_empty() {
                 b.push_str("<p>No security findings in the last check.</p>\n");
-            } else {
-                b.push_str("<ul>");
-                for f in evidence {
-                    let _ = write!(
-                        b,
-                        "<li><code>{}</code>: {}</li>",
-                        f.code.code(),
-                        message(&f.message)
-                    );
-                }
-                b.push_str("</ul>\n");
+                return;
             }
+            // Each finding with the requests and responses that showed it.
+            b.push_str(
+                "<table class=\"evidence\"><thead><tr><th scope=\"col\">Level</th><th scope=\"col\">Rule</th>\
+                 <th scope=\"col\">Finding</th><th scope=\"col\">Evidence</th></tr></thead><tbody>\n",
+            );
+            for f in &l.security {
+                let code = field(&f.code);
+                let sev = field(&f.severity);
+                let why = rule(&f.code)
+                    .map(|r| format!("<br><small>{}</small>", esc(r.title())))
+                    .unwrap_or_default();
+                let _ = write!(
+                    b,
+                    "<tr><td><span class=\"pill {sev}\">{sev}</span></td><td><a href=\"{CHECKS_DOC}#{code}\"><code>{code}</code></a>{why}</td><td>{}</td><td>",
+                    message(&f.message)
+                );
+                if f.evidence.is_empty() {
+                    b.push('—');
+                } else {
+                    b.push_str("<ul>");
+                    for e in &f.evidence {
+                        let _ = write!(b, "<li><code>{}</code></li>", message(e));
+                    }
+                    b.push_str("</ul>");
+                }
+                b.push_str("</td></tr>\n");
+            }
+            b.push_str("</tbody></table>\n");
         }
     }
 }
