@@ -68,8 +68,11 @@ pub struct Exchange<'a> {
     pub target: &'a Target,
     pub call: Call,
     pub started: Instant,
-    /// When the reply is due (`reply_timeout` after the request arrived); `None` for a GET.
+    /// When the reply is due: the tool's timeout or the reply timeout, whichever is first;
+    /// `None` for a GET.
     pub deadline: Option<Instant>,
+    /// When the reply timeout (`reply_timeout` after this attempt was sent) runs out.
+    pub reply_due: Instant,
 }
 
 impl Exchange<'_> {
@@ -147,12 +150,14 @@ pub async fn respond(
             tx,
             shared: x.upstream.shared.clone(),
             deadline: x.deadline,
+            reply_due: x.reply_due,
             timed_out: x.upstream.timed_out(),
         };
-        let tool_timer = x.call.timer.clone().filter(|_| {
-            x.call
-                .tool_timed_out(x.started + x.upstream.settings.reply_timeout)
-        });
+        let tool_timer = x
+            .call
+            .timer
+            .clone()
+            .filter(|_| x.call.tool_timed_out(x.reply_due));
         let pending = Pending {
             key: x.call.key.clone(),
             id: x.call.id.clone(),
@@ -175,10 +180,7 @@ pub async fn respond(
             codes::MESSAGE_TOO_LARGE,
             format!("its reply is larger than the gateway's max_message_size ({max} bytes)"),
         )),
-        BodyEnd::Timeout
-            if x.call
-                .tool_timed_out(x.started + x.upstream.settings.reply_timeout) =>
-        {
+        BodyEnd::Timeout if x.call.tool_timed_out(x.reply_due) => {
             // Returning drops the body and the connection: the upstream sees its stream closed.
             return x.call.time_out(x.upstream, x.started);
         }
@@ -269,8 +271,11 @@ struct Stream {
     tx: mpsc::Sender<Bytes>,
     /// Where the tools a relayed `tools/list` lists are learnt (its metrics).
     shared: Arc<Shared>,
-    /// When the pending request's reply is due (`None`: a GET stream, never).
+    /// When the pending request's reply is due (`None`: a GET stream, never), unless its
+    /// tool timer was pushed back by progress.
     deadline: Option<Instant>,
+    /// When the reply timeout runs out (what progress cannot push back).
+    reply_due: Instant,
     /// The error's cause when it is not.
     timed_out: String,
 }
@@ -285,7 +290,11 @@ impl Stream {
             // The client's departure is watched beside the upstream: a quiet stream (nothing
             // but keep-alive comments, which are not relayed, or silence) would otherwise never
             // try a send and so never notice, and keep the upstream stream open for good.
-            let due = self.deadline.filter(|_| pending.key.is_some());
+            let due = match &pending.tool_timer {
+                Some(t) => Some(t.deadline().min(self.reply_due)),
+                None => self.deadline,
+            }
+            .filter(|_| pending.key.is_some());
             let next = tokio::select! {
                 biased;
                 () = self.tx.closed() => {
@@ -294,8 +303,8 @@ impl Stream {
                 }
                 () = crate::serve::sleep_until_opt(due) => {
                     match pending.tool_timer.take() {
-                        Some(t) => self.time_out(&mut pending, &t).await,
-                        None => self.fail(&mut pending, codes::REQUEST_TIMEOUT, &self.timed_out).await,
+                        Some(t) if t.before(self.reply_due) => self.time_out(&mut pending, &t).await,
+                        _ => self.fail(&mut pending, codes::REQUEST_TIMEOUT, &self.timed_out).await,
                     }
                     // Returning drops the upstream body: its stream is closed (the cancellation).
                     return;
