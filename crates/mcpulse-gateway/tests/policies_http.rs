@@ -241,3 +241,97 @@ async fn over_http_only_a_tool_annotated_read_only_is_sent_again_after_its_first
         .await
         .unwrap();
 }
+
+/// `report` answers an event stream: a progress notification for the call's token every
+/// 100 ms, five times, then the reply (at about 500 ms); `report_forever` reports progress and
+/// never replies.
+async fn reporting() -> FakeHttp {
+    FakeHttp::start(|req: &Request| {
+        let body = req.json().unwrap_or_default();
+        let token = body["params"]["_meta"]["progressToken"].clone();
+        let progress = |n: u64| {
+            mcp::sse_event(
+                Some("message"),
+                None,
+                &json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": token, "progress": n}}).to_string(),
+            )
+            .into_bytes()
+        };
+        match (req.rpc_method().as_deref(), body["params"]["name"].as_str()) {
+            (Some("tools/call"), Some("report")) => {
+                let mut pieces = Vec::new();
+                for n in 1..=5 {
+                    pieces.push(Piece::Pause(Duration::from_millis(100)));
+                    pieces.push(Piece::Data(progress(n)));
+                }
+                let reply = json!({"jsonrpc": "2.0", "id": req.rpc_id(), "result": {"content": [{"type": "text", "text": "done"}]}});
+                pieces.push(Piece::Data(
+                    mcp::sse_event(Some("message"), None, &reply.to_string()).into_bytes(),
+                ));
+                Answer::chunked(200, "text/event-stream", pieces)
+            }
+            (Some("tools/call"), Some("report_forever")) => Answer::chunked(
+                200,
+                "text/event-stream",
+                vec![Piece::Repeat {
+                    data: progress(1),
+                    every: Duration::from_millis(100),
+                }],
+            ),
+            (Some("initialize"), _) => rpc(req, mcp::initialize_result(mcp::LEGACY)),
+            _ => Answer::accepted(),
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http_progress_on_the_upstream_stream_extends_a_timeout_up_to_its_maximum() {
+    let up = reporting().await;
+    let toml = format!(
+        "[[tools]]\nname = \"report*\"\ntimeout = \"300ms\"\nprogress_extends = true\nmax_timeout = \"1s\"\n\n[upstream]\nurl = \"{}\"\n",
+        up.url("/mcp")
+    );
+    let (running, _shared) = start(&toml).await;
+    let addr = running.addr;
+    let with_token = |id: i64, tool: &str| {
+        let mut c = call(id, tool);
+        c["params"]["_meta"] = json!({"progressToken": format!("t{id}")});
+        c
+    };
+    // Progress every 100 ms keeps a 300 ms timeout from running out: the reply at 500 ms passes.
+    let r = post(addr, None, &with_token(1, "report")).await;
+    assert_eq!(r.json()["result"]["isError"], Value::Null, "{}", r.body);
+    assert_eq!(r.text(), "done", "{}", r.body);
+    assert_eq!(
+        r.body.matches("notifications/progress").count(),
+        5,
+        "{}",
+        r.body
+    );
+
+    // Without a token, the same call's progress is nobody's: it times out at 300 ms, before
+    // the reply.
+    let r = post(addr, None, &call(2, "report")).await;
+    assert_eq!(r.json()["result"]["isError"], true, "{}", r.body);
+
+    // Progress for ever: cut at max_timeout (1 s from the start), not later.
+    let started = Instant::now();
+    let r = post(addr, None, &with_token(3, "report_forever")).await;
+    let took = started.elapsed();
+    assert_eq!(r.json()["result"]["isError"], true, "{}", r.body);
+    assert!(r.text().contains("1s"), "{}", r.text());
+    assert!(
+        took >= Duration::from_millis(1000) && took < Duration::from_millis(1800),
+        "answered after {took:?}"
+    );
+    eventually(BOUND, "the upstream sees its stream closed", || {
+        up.abandoned()
+            .iter()
+            .any(|a| a.request.rpc_id() == Some(json!(3)))
+    })
+    .await;
+    tokio::time::timeout(BOUND, running.shutdown())
+        .await
+        .unwrap();
+}

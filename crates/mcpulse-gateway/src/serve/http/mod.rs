@@ -271,6 +271,10 @@ impl HttpUpstream {
             match policies.admit(&tool, &self.shared).await {
                 Ok(p) => {
                     let timer = crate::policy::Timer::start(policies.settings(), &tool);
+                    // Its progress may push the timeout back: the token it reports it under.
+                    if timer.extends() {
+                        call.progress = progress_token(&body);
+                    }
                     call.timer = Some(timer);
                     call.permit = std::sync::Mutex::new(Some(p));
                 }
@@ -540,6 +544,20 @@ struct Call {
     permit: std::sync::Mutex<Option<crate::policy::Permit>>,
     /// A `tools/call`'s timeout.
     timer: Option<crate::policy::Timer>,
+    /// Its `progressToken`, when its timeout may be extended by progress.
+    progress: Option<serde_json::Value>,
+}
+
+/// A request's `params._meta.progressToken` (the body is parsed again: only for a
+/// `tools/call` whose entry has `progress_extends`).
+fn progress_token(body: &[u8]) -> Option<serde_json::Value> {
+    let mut v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let t = v
+        .get_mut("params")?
+        .get_mut("_meta")?
+        .get_mut("progressToken")?
+        .take();
+    (t.is_string() || t.is_number()).then_some(t)
 }
 
 impl Call {
@@ -561,6 +579,7 @@ impl Call {
             own_probe: false,
             permit: std::sync::Mutex::new(None),
             timer: None,
+            progress: None,
         }
     }
 

@@ -163,6 +163,7 @@ pub async fn respond(
             id: x.call.id.clone(),
             tools_list: x.call.method == Some("tools/list"),
             record: Record::new(x.upstream, &x.call, x.started),
+            progress: x.call.progress.clone().filter(|_| tool_timer.is_some()),
             tool_timer,
         };
         tokio::spawn(stream.run(body, sender, pending));
@@ -261,6 +262,10 @@ struct Pending {
     /// A `tools/call`'s timer, when it is due before the reply timeout: its expiry is
     /// answered with the tool timeout result.
     tool_timer: Option<crate::policy::Timer>,
+    /// The call's `progressToken` when its entry has `progress_extends`: a progress
+    /// notification on the stream with it pushes `tool_timer` back (up to `max_timeout`, and
+    /// never past the reply timeout).
+    progress: Option<Value>,
 }
 
 struct Stream {
@@ -362,6 +367,11 @@ impl Stream {
 
     /// Sends one event on; false when the client is gone.
     async fn relay(&self, mut event: Event, pending: &mut Pending) -> bool {
+        if let (Some(token), Some(timer)) = (&pending.progress, &mut pending.tool_timer)
+            && is_progress_for(event.data.as_bytes(), token)
+        {
+            timer.progressed();
+        }
         if let Some(key) = &pending.key
             && let Some(reply) = Envelope::parse(event.data.as_bytes())
             && reply.kind() == Kind::Response
@@ -430,6 +440,20 @@ impl Stream {
         };
         let _ = self.tx.send(encode(&event)).await;
     }
+}
+
+/// Whether an event's data is a `notifications/progress` with this `progressToken`. Parsed
+/// only for a call whose timeout progress may extend; an event that does not name the method
+/// is not parsed.
+fn is_progress_for(data: &[u8], token: &Value) -> bool {
+    const METHOD: &[u8] = b"notifications/progress";
+    if !data.windows(METHOD.len()).any(|w| w == METHOD) {
+        return false;
+    }
+    serde_json::from_slice::<Value>(data).is_ok_and(|v| {
+        v.get("method").and_then(Value::as_str) == Some("notifications/progress")
+            && v.get("params").and_then(|p| p.get("progressToken")) == Some(token)
+    })
 }
 
 /// An event framed for the wire. The decoder split fields at line ends, so no value holds one.
