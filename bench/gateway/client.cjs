@@ -5,6 +5,12 @@
 //                                        not counted); per-call p50/p99/mean in µs
 //   node client.cjs throughput S C URL   C sessions at once (C clients), each calling
 //                                        `tools/call echo` back to back for S seconds; calls/s
+//   node client.cjs open S RATE URL      open loop (saturation.sh): RATE `tools/call work` a
+//                                        second, on a fixed schedule whatever the answers, for S
+//                                        seconds, round robin over 8 sessions; then waits for
+//                                        every answer. Accepted calls (200 and a result), shed
+//                                        ones (503) and errors counted apart, with the accepted
+//                                        calls' p50/p95/p99/max and the shed ones' p50 in µs
 //   node client.cjs idle N URL           opens N sessions (initialize, initialized, tools/list),
 //                                        prints READY, holds them until stdin ends, then ends
 //                                        them (DELETE)
@@ -173,6 +179,78 @@ async function throughput(seconds, c, url) {
   return out;
 }
 
+// An open-loop load: the calls go out on a fixed schedule (RATE a second), not when earlier
+// ones are answered, so that a path that slows down meets the same offered load (a closed-loop
+// client would slow down with it and hide the queue). Each call's latency is from its
+// scheduled start.
+async function open(seconds, rate, url) {
+  const sessions = await Promise.all(Array.from({ length: 8 }, () => new Session(url).open()));
+  const total = Math.round(seconds * rate);
+  const accepted = [];
+  const shed = [];
+  let errors = 0;
+  let firstError = null;
+  let inFlight = 0;
+  let maxInFlight = 0;
+  const t0 = process.hrtime.bigint();
+  const calls = [];
+  const one = async (i) => {
+    const s = sessions[i % sessions.length];
+    const start = t0 + BigInt(Math.round((i * 1e9) / rate));
+    const id = ++s.id;
+    inFlight++;
+    maxInFlight = Math.max(maxInFlight, inFlight);
+    try {
+      const body = JSON.stringify({ jsonrpc: "2.0", id, method: "tools/call", params: { name: "work", arguments: {} } });
+      const res = await post(s.url, s.headers, body, "POST", id);
+      const us = Number(process.hrtime.bigint() - start) / 1000;
+      const reply = res.messages.find((m) => m && m.id === id);
+      if (res.status === 200 && reply && reply.result && !reply.result.isError) accepted.push(us);
+      else if (res.status === 503) shed.push(us);
+      else {
+        errors++;
+        firstError = firstError || `HTTP ${res.status} ${JSON.stringify(res.messages).slice(0, 160)}`;
+      }
+    } catch (e) {
+      errors++;
+      firstError = firstError || e.message;
+    }
+    inFlight--;
+  };
+  for (let i = 0; i < total; i++) {
+    const due = t0 + BigInt(Math.round((i * 1e9) / rate));
+    const wait = Number(due - process.hrtime.bigint()) / 1e6;
+    if (wait > 1) await new Promise((r) => setTimeout(r, wait));
+    calls.push(one(i));
+  }
+  const sent = Number(process.hrtime.bigint() - t0) / 1e9;
+  await Promise.all(calls);
+  const elapsed = Number(process.hrtime.bigint() - t0) / 1e9;
+  await Promise.all(sessions.map((s) => s.close()));
+  accepted.sort((a, b) => a - b);
+  shed.sort((a, b) => a - b);
+  const at = (xs, q) => (xs.length ? round(xs[Math.min(xs.length - 1, Math.floor(xs.length * q))]) : null);
+  const out = {
+    kind: "open",
+    rate,
+    seconds: round(sent),
+    elapsed: round(elapsed),
+    calls: total,
+    accepted: accepted.length,
+    shed: shed.length,
+    errors,
+    accepted_per_s: round(accepted.length / elapsed),
+    p50_us: at(accepted, 0.5),
+    p95_us: at(accepted, 0.95),
+    p99_us: at(accepted, 0.99),
+    max_us: at(accepted, 1),
+    shed_p50_us: at(shed, 0.5),
+    max_in_flight: maxInFlight,
+  };
+  if (firstError) out.first_error = firstError.slice(0, 200);
+  return out;
+}
+
 async function idle(n, url) {
   const sessions = [];
   for (let i = 0; i < n; i++) {
@@ -196,8 +274,9 @@ async function main() {
   let r;
   if (what === "latency") r = await latency(Number(args[0]), args[1]);
   else if (what === "throughput") r = await throughput(Number(args[0]), Number(args[1]), args[2]);
+  else if (what === "open") r = await open(Number(args[0]), Number(args[1]), args[2]);
   else if (what === "idle") r = await idle(Number(args[0]), args[1]);
-  else throw new Error("usage: client.cjs latency N URL | throughput S C URL | idle N URL");
+  else throw new Error("usage: client.cjs latency N URL | throughput S C URL | open S RATE URL | idle N URL");
   process.stdout.write(JSON.stringify(r) + "\n");
   agent.destroy();
 }

@@ -7,6 +7,11 @@
 //   node echo_server.cjs stdio
 //   node echo_server.cjs http PORT       # http://127.0.0.1:PORT/mcp
 //
+// With BENCH_SERVICE_MS set (the saturation benchmark, saturation.sh), a second tool, `work`,
+// answers after holding one of BENCH_SERVICE_SLOTS (default 4) slots for BENCH_SERVICE_MS ms:
+// a server with a fixed service time and a fixed capacity (SLOTS * 1000 / MS calls/s), whose
+// excess waits in its own queue, in arrival order, as a thread pool's would.
+//
 // Over HTTP it behaves as a stateful legacy (2025-11-25) server: `initialize` issues an
 // Mcp-Session-Id, later requests must carry it (404 for an unknown one, 400 without), replies
 // are application/json, notifications get 202, DELETE ends the session, GET is 405 (no
@@ -25,6 +30,36 @@ const TOOLS = {
   ],
 };
 const MAX_BODY = 16 << 20;
+const SERVICE_MS = Number(process.env.BENCH_SERVICE_MS || 0);
+const SERVICE_SLOTS = Number(process.env.BENCH_SERVICE_SLOTS || 4);
+if (SERVICE_MS > 0) {
+  TOOLS.tools.push({
+    name: "work",
+    description: `Answers after ${SERVICE_MS} ms of work; ${SERVICE_SLOTS} at a time`,
+    inputSchema: { type: "object", properties: {} },
+  });
+}
+
+// The `work` tool's slots: `busy` calls hold one; the others wait in `waiting`, FIFO.
+let busy = 0;
+const waiting = [];
+function work(done) {
+  if (busy >= SERVICE_SLOTS) return waiting.push(done);
+  busy++;
+  setTimeout(() => {
+    busy--;
+    done();
+    if (waiting.length) work(waiting.shift());
+  }, SERVICE_MS);
+}
+
+// Like answer(), but `tools/call work` answers through `reply` once its work is done.
+function respond(msg, reply) {
+  if (SERVICE_MS > 0 && msg && msg.method === "tools/call" && msg.params && msg.params.name === "work" && msg.id !== undefined) {
+    return work(() => reply({ jsonrpc: "2.0", id: msg.id, result: { content: [{ type: "text", text: "done" }] } }));
+  }
+  reply(answer(msg));
+}
 
 // The reply to one request, or null for a notification or a reply.
 function answer(msg) {
@@ -73,8 +108,9 @@ function stdio() {
       } catch {
         continue;
       }
-      const reply = answer(msg);
-      if (reply) process.stdout.write(JSON.stringify(reply) + "\n");
+      respond(msg, (reply) => {
+        if (reply) process.stdout.write(JSON.stringify(reply) + "\n");
+      });
     }
   });
   process.stdin.on("end", () => process.exit(0));
@@ -119,12 +155,13 @@ function serve(port) {
       }
       if (!sid) return send(res, 400, { jsonrpc: "2.0", id: null, error: { code: -32000, message: "no session" } });
       if (!sessions.has(sid)) return send(res, 404, { jsonrpc: "2.0", id: null, error: { code: -32001, message: "no such session" } });
-      const reply = answer(msg);
-      if (!reply) {
-        res.writeHead(202);
-        return res.end();
-      }
-      send(res, 200, reply);
+      respond(msg, (reply) => {
+        if (!reply) {
+          res.writeHead(202);
+          return res.end();
+        }
+        send(res, 200, reply);
+      });
     });
   });
   server.keepAliveTimeout = 60000;

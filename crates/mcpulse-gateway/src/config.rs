@@ -173,6 +173,7 @@ pub struct Raw {
     /// The call policies (crate::policy::config).
     pub tool_timeout: Option<At<String>>,
     pub concurrency: Option<At<crate::policy::config::RawConcurrency>>,
+    pub retry_budget: Option<At<crate::policy::config::RawBudget>>,
     #[serde(default)]
     pub tools: Vec<At<crate::policy::config::RawTool>>,
 }
@@ -578,6 +579,7 @@ fn resolve(
         src,
         raw.tool_timeout.as_ref(),
         raw.concurrency.as_ref(),
+        raw.retry_budget.as_ref(),
         &raw.tools,
         &raw.checks,
     )?;

@@ -11,6 +11,8 @@ use mcpulse_testkit::http::{FakeHttp, Piece, Reply as Answer, Request};
 use mcpulse_testkit::mcp;
 use policies_support::{BOUND, call, eventually, metric, post, start};
 use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 fn rpc(req: &Request, result: Value) -> Answer {
@@ -141,6 +143,194 @@ async fn an_upstream_tool_failing_with_5xx_opens_its_breaker_and_then_fails_fast
         ),
         1.0
     );
+    tokio::time::timeout(BOUND, running.shutdown())
+        .await
+        .unwrap();
+}
+
+/// An upstream whose `read_doc` (annotated read-only) and `write_doc` (not annotated) fail
+/// their first call each, `read_doc` with a 503 and `write_doc` with the connection closed
+/// before any response; later calls answer.
+async fn failing_once() -> FakeHttp {
+    let calls: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+    FakeHttp::start(move |req: &Request| {
+        let tool = req
+            .json()
+            .and_then(|v| v["params"]["name"].as_str().map(str::to_owned));
+        match (req.rpc_method().as_deref(), tool) {
+            (Some("initialize"), _) => rpc(req, mcp::initialize_result(mcp::LEGACY)),
+            (Some("tools/list"), _) => {
+                let tool = |name: &str, annotations: Value| json!({"name": name, "inputSchema": {"type": "object"}, "annotations": annotations});
+                rpc(
+                    req,
+                    json!({"tools": [
+                        tool("read_doc", json!({"readOnlyHint": true})),
+                        tool("write_doc", json!({"readOnlyHint": false})),
+                    ]}),
+                )
+            }
+            (Some("tools/call"), Some(tool)) => {
+                let n = {
+                    let mut calls = calls.lock().unwrap();
+                    let n = calls.entry(tool.clone()).or_default();
+                    *n += 1;
+                    *n
+                };
+                match (n, tool.as_str()) {
+                    (1, "write_doc") => Answer::silence().hanging_up(),
+                    (1, _) => Answer::json(503, &json!({"busy": true})),
+                    _ => rpc(req, json!({"content": [{"type": "text", "text": "ok"}]})),
+                }
+            }
+            _ => Answer::accepted(),
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http_only_a_tool_annotated_read_only_is_sent_again_after_its_first_attempt_failed() {
+    let up = failing_once().await;
+    let toml = format!(
+        "[[tools]]\nname = \"*_doc\"\nretry = {{ max_attempts = 3, backoff_initial = \"50ms\", backoff_max = \"200ms\", on = [\"transport\", \"timeout\"] }}\n\n[upstream]\nurl = \"{}\"\n",
+        up.url("/mcp")
+    );
+    let (running, shared) = start(&toml).await;
+    let addr = running.addr;
+    let listed = post(
+        addr,
+        None,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+    )
+    .await;
+    assert_eq!(listed.json()["result"]["tools"][0]["name"], "read_doc");
+    let sent = |tool: &str| {
+        up.requests()
+            .iter()
+            .filter(|r| {
+                r.json()
+                    .is_some_and(|v| v["method"] == "tools/call" && v["params"]["name"] == tool)
+            })
+            .count()
+    };
+
+    let r = post(addr, None, &call(2, "read_doc")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.text(), "ok", "retried after the 503: {}", r.body);
+    assert_eq!(sent("read_doc"), 2);
+    assert_eq!(
+        metric(
+            &shared,
+            "mcpulse_gateway_retries_total{tool=\"read_doc\",result=\"retried\"}"
+        ),
+        1.0
+    );
+
+    // Not annotated: the lost call is not sent again (it may have run), the client is told.
+    let r = post(addr, None, &call(3, "write_doc")).await;
+    assert_eq!(r.status, 502, "{}", r.body);
+    assert_eq!(sent("write_doc"), 1);
+    assert_eq!(
+        metric(
+            &shared,
+            "mcpulse_gateway_retries_total{tool=\"write_doc\",result=\"retried\"}"
+        ),
+        0.0
+    );
+    tokio::time::timeout(BOUND, running.shutdown())
+        .await
+        .unwrap();
+}
+
+/// `report` answers an event stream: a progress notification for the call's token every
+/// 100 ms, five times, then the reply (at about 500 ms); `report_forever` reports progress and
+/// never replies.
+async fn reporting() -> FakeHttp {
+    FakeHttp::start(|req: &Request| {
+        let body = req.json().unwrap_or_default();
+        let token = body["params"]["_meta"]["progressToken"].clone();
+        let progress = |n: u64| {
+            mcp::sse_event(
+                Some("message"),
+                None,
+                &json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": token, "progress": n}}).to_string(),
+            )
+            .into_bytes()
+        };
+        match (req.rpc_method().as_deref(), body["params"]["name"].as_str()) {
+            (Some("tools/call"), Some("report")) => {
+                let mut pieces = Vec::new();
+                for n in 1..=5 {
+                    pieces.push(Piece::Pause(Duration::from_millis(100)));
+                    pieces.push(Piece::Data(progress(n)));
+                }
+                let reply = json!({"jsonrpc": "2.0", "id": req.rpc_id(), "result": {"content": [{"type": "text", "text": "done"}]}});
+                pieces.push(Piece::Data(
+                    mcp::sse_event(Some("message"), None, &reply.to_string()).into_bytes(),
+                ));
+                Answer::chunked(200, "text/event-stream", pieces)
+            }
+            (Some("tools/call"), Some("report_forever")) => Answer::chunked(
+                200,
+                "text/event-stream",
+                vec![Piece::Repeat {
+                    data: progress(1),
+                    every: Duration::from_millis(100),
+                }],
+            ),
+            (Some("initialize"), _) => rpc(req, mcp::initialize_result(mcp::LEGACY)),
+            _ => Answer::accepted(),
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http_progress_on_the_upstream_stream_extends_a_timeout_up_to_its_maximum() {
+    let up = reporting().await;
+    let toml = format!(
+        "[[tools]]\nname = \"report*\"\ntimeout = \"300ms\"\nprogress_extends = true\nmax_timeout = \"1s\"\n\n[upstream]\nurl = \"{}\"\n",
+        up.url("/mcp")
+    );
+    let (running, _shared) = start(&toml).await;
+    let addr = running.addr;
+    let with_token = |id: i64, tool: &str| {
+        let mut c = call(id, tool);
+        c["params"]["_meta"] = json!({"progressToken": format!("t{id}")});
+        c
+    };
+    // Progress every 100 ms keeps a 300 ms timeout from running out: the reply at 500 ms passes.
+    let r = post(addr, None, &with_token(1, "report")).await;
+    assert_eq!(r.json()["result"]["isError"], Value::Null, "{}", r.body);
+    assert_eq!(r.text(), "done", "{}", r.body);
+    assert_eq!(
+        r.body.matches("notifications/progress").count(),
+        5,
+        "{}",
+        r.body
+    );
+
+    // Without a token, the same call's progress is nobody's: it times out at 300 ms, before
+    // the reply.
+    let r = post(addr, None, &call(2, "report")).await;
+    assert_eq!(r.json()["result"]["isError"], true, "{}", r.body);
+
+    // Progress for ever: cut at max_timeout (1 s from the start), not later.
+    let started = Instant::now();
+    let r = post(addr, None, &with_token(3, "report_forever")).await;
+    let took = started.elapsed();
+    assert_eq!(r.json()["result"]["isError"], true, "{}", r.body);
+    assert!(r.text().contains("1s"), "{}", r.text());
+    assert!(
+        took >= Duration::from_millis(1000) && took < Duration::from_millis(1800),
+        "answered after {took:?}"
+    );
+    eventually(BOUND, "the upstream sees its stream closed", || {
+        up.abandoned()
+            .iter()
+            .any(|a| a.request.rpc_id() == Some(json!(3)))
+    })
+    .await;
     tokio::time::timeout(BOUND, running.shutdown())
         .await
         .unwrap();

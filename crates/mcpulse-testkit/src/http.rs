@@ -201,7 +201,8 @@ impl Reply {
     }
 
     /// Closes the connection after this reply without saying so. With an explicit
-    /// `content-length` header larger than the body, this makes a truncated response.
+    /// `content-length` header larger than the body, this makes a truncated response; on
+    /// [`Reply::silence`], a connection closed once the request is read, with no response.
     pub fn hanging_up(mut self) -> Reply {
         self.then = Then::HangUp;
         self
@@ -439,6 +440,10 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
             request,
             after: received.elapsed(),
         };
+        if matches!(reply.body, Body::Silence) && reply.then == Then::HangUp {
+            // No response at all: the connection is closed once the request is read.
+            return;
+        }
         if matches!(reply.body, Body::Silence) {
             // Nothing is ever written: wait for the client to close the connection, which is
             // how it gives up the request.

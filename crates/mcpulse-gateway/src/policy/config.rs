@@ -7,7 +7,7 @@
 use crate::config::{At, ConfigError, Source, duration, number};
 use mcpulse_policy::breaker::{BreakerPolicy, FailureKind, FailureSet};
 use mcpulse_policy::limit::{LimitPolicy, MAX_QUEUE};
-use mcpulse_policy::retry::RetryPolicy;
+use mcpulse_policy::retry::{BudgetPolicy, RetryPolicy};
 use mcpulse_policy::window::{MAX_BUCKETS, MAX_COUNT, WindowSpec};
 use serde::Deserialize;
 use std::time::Duration;
@@ -89,6 +89,18 @@ pub struct RawRetry {
     pub on: Option<At<Vec<String>>>,
 }
 
+/// `[retry_budget]`: the gateway-wide budget every retry draws on ([`BudgetPolicy`]).
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RawBudget {
+    /// The window requests and retries are counted over (`ttl`).
+    pub window: Option<At<String>>,
+    /// Retries a second allowed whatever the traffic.
+    pub min_per_second: Option<At<i64>>,
+    /// Retries allowed per request, 0 to 1.
+    pub ratio: Option<At<f64>>,
+}
+
 /// One resolved `[[tools]]` entry: the policy unit. The tools it matches share its limiter
 /// and its breaker (a tool that needs its own gets an entry of its own, before the glob).
 #[derive(Debug, Clone, PartialEq)]
@@ -136,6 +148,8 @@ pub struct Settings {
     pub tools: Vec<ToolRule>,
     /// `[[checks]]` that list tools, in the file's order: the first that matches wins.
     pub dependencies: Vec<DependencyRule>,
+    /// `[retry_budget]`: what all the entries' retries share.
+    pub budget: BudgetPolicy,
 }
 
 impl Default for Settings {
@@ -145,6 +159,7 @@ impl Default for Settings {
             concurrency: Some(Defaults::CONCURRENCY),
             tools: Vec::new(),
             dependencies: Vec::new(),
+            budget: BudgetPolicy::default(),
         }
     }
 }
@@ -289,6 +304,30 @@ fn retry(src: &Source<'_>, raw: &At<RawRetry>, key: &str) -> Result<RetryPolicy,
     Ok(p)
 }
 
+fn budget(src: &Source<'_>, raw: &At<RawBudget>) -> Result<BudgetPolicy, ConfigError> {
+    let r = raw.get_ref();
+    let mut p = BudgetPolicy::default();
+    if let Some(v) = &r.window {
+        p.ttl = duration(src, v, "retry_budget.window")?;
+    }
+    if let Some(v) = &r.min_per_second {
+        p.min_per_sec = number(src, v, "retry_budget.min_per_second", (0, 10_000))?
+            .try_into()
+            .unwrap_or(0);
+    }
+    if let Some(v) = &r.ratio {
+        p.ratio = *v.get_ref();
+    }
+    p.validate().map_err(|e| {
+        let key = match e.setting {
+            "budget.ttl" => "retry_budget.window",
+            _ => "retry_budget.ratio",
+        };
+        src.at(raw, key, e.rule)
+    })?;
+    Ok(p)
+}
+
 fn rate(src: &Source<'_>, v: &At<f64>, key: &str) -> Result<f64, ConfigError> {
     let r = *v.get_ref();
     if r > 0.0 && r <= 1.0 {
@@ -372,10 +411,14 @@ pub(crate) fn resolve(
     src: &Source<'_>,
     tool_timeout: Option<&At<String>>,
     concurrency: Option<&At<RawConcurrency>>,
+    retry_budget: Option<&At<RawBudget>>,
     tools: &[At<RawTool>],
     checks: &[crate::checks::CheckSpec],
 ) -> Result<Settings, ConfigError> {
     let mut s = Settings::default();
+    if let Some(b) = retry_budget {
+        s.budget = budget(src, b)?;
+    }
     for (i, c) in checks.iter().enumerate() {
         let key = format!("checks[{i}].");
         // A check's plain keys keep no span: errors point at its `[[checks]]` header.
@@ -539,6 +582,24 @@ mod tests {
         crate::config::parse(&text, "gateway.toml", &|_| None)
             .map(|g| g.policies)
             .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_retry_budget_is_configurable_and_checked() {
+        let s =
+            parse("[retry_budget]\nwindow = \"30s\"\nmin_per_second = 2\nratio = 0.1\n").unwrap();
+        assert_eq!(
+            s.budget,
+            BudgetPolicy {
+                ttl: Duration::from_secs(30),
+                min_per_sec: 2,
+                ratio: 0.1
+            }
+        );
+        let e = parse("[retry_budget]\nratio = 1.5\n").unwrap_err();
+        assert!(e.contains("retry_budget.ratio"), "{e}");
+        let e = parse("[retry_budget]\nwindow = \"100ms\"\n").unwrap_err();
+        assert!(e.contains("retry_budget.window"), "{e}");
     }
 
     #[test]

@@ -27,7 +27,7 @@ use mcpulse_policy::breaker::{
     self, Admission, Breaker, BreakerState, FailureKind, Outcome, Transition,
 };
 use mcpulse_policy::limit::{Admit, LimitPolicy, Limiter, Ticket, Wake};
-use mcpulse_policy::retry::{BudgetPolicy, RetryBudget, RetryDecision, ToolHints};
+use mcpulse_policy::retry::{RetryBudget, RetryDecision, ToolHints};
 use mcpulse_policy::timeout::Deadline;
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -416,13 +416,14 @@ impl Policies {
                 (name, d.breaker.map(|b| Mutex::new(Breaker::new(b))))
             })
             .collect();
+        let budget = settings.budget;
         Policies {
             settings,
             epoch: Instant::now(),
             gateway,
             rules,
             deps,
-            budget: Mutex::new(RetryBudget::new(BudgetPolicy::default())),
+            budget: Mutex::new(RetryBudget::new(budget)),
             hints: Mutex::new(HashMap::new()),
         }
     }

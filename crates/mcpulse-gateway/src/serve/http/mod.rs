@@ -20,7 +20,10 @@
 //! Sessions are the upstream's own: `Mcp-Session-Id` passes both ways untouched, `DELETE`
 //! is relayed. Nothing is retried once it may have reached the upstream (tools are not
 //! idempotent), so replies are never duplicated; one request is one upstream exchange, so they
-//! are never reordered.
+//! are never reordered. The one exception is opt-in: a `tools/call` whose `[[tools]]` entry
+//! has a `retry` and whose tool the server annotated read-only or idempotent is sent again
+//! after a failure before any reply began (no head in time, a broken connection, a 5xx),
+//! under the same rules as over stdio ([`crate::policy`]).
 
 mod link;
 mod relay;
@@ -267,7 +270,12 @@ impl HttpUpstream {
             let policies = self.shared.policies().clone();
             match policies.admit(&tool, &self.shared).await {
                 Ok(p) => {
-                    call.timer = Some(crate::policy::Timer::start(policies.settings(), &tool));
+                    let timer = crate::policy::Timer::start(policies.settings(), &tool);
+                    // Its progress may push the timeout back: the token it reports it under.
+                    if timer.extends() {
+                        call.progress = progress_token(&body);
+                    }
+                    call.timer = Some(timer);
                     call.permit = std::sync::Mutex::new(Some(p));
                 }
                 Err(refusal) => {
@@ -280,41 +288,65 @@ impl HttpUpstream {
                 }
             }
         }
-        let mut out = http::Request::builder()
-            .method(parts.method.clone())
-            .uri(target.path.as_str())
-            .header(http::header::HOST, target.host.clone());
-        for name in FORWARDED_REQUEST_HEADERS {
-            for value in parts.headers.get_all(name) {
-                out = out.header(name, value);
-            }
-        }
-        let out = match out.body(Full::new(body)) {
-            Ok(r) => r,
-            Err(e) => {
-                return call.refuse(
-                    self,
-                    started,
-                    StatusCode::BAD_REQUEST,
-                    codes::INVALID_REQUEST,
-                    &e.to_string(),
-                    None,
-                );
-            }
-        };
-        // A GET stream has no reply pending: it waits as long as the client stays.
-        let reply_due = started + self.settings.reply_timeout;
-        let deadline = (parts.method != Method::GET).then(|| match &call.timer {
-            Some(t) => t.deadline().min(reply_due),
-            None => reply_due,
-        });
-        let sent = match deadline {
-            Some(at) => match tokio::time::timeout_at(at, target.link.send(out)).await {
-                Ok(sent) => sent,
-                Err(_) if call.tool_timed_out(reply_due) => {
-                    return call.time_out(self, started);
+        // A copy of the request is kept only when its entry opts in to retries (crate::policy:
+        // annotated tools only, backoff with jitter, the budget); `Bytes` is shared, not copied.
+        let mut made = 1;
+        let (sent, deadline, reply_due) = loop {
+            let out = match self.upstream_request(target, &parts, body.clone()) {
+                Ok(r) => r,
+                Err(e) => {
+                    return call.refuse(
+                        self,
+                        started,
+                        StatusCode::BAD_REQUEST,
+                        codes::INVALID_REQUEST,
+                        &e.to_string(),
+                        None,
+                    );
                 }
-                Err(_) => {
+            };
+            // Each attempt has its own reply timeout and tool timeout.
+            let reply_due =
+                if made == 1 { started } else { Instant::now() } + self.settings.reply_timeout;
+            // A GET stream has no reply pending: it waits as long as the client stays.
+            let deadline = (parts.method != Method::GET).then(|| match &call.timer {
+                Some(t) => t.deadline().min(reply_due),
+                None => reply_due,
+            });
+            let sent = match deadline {
+                Some(at) => match tokio::time::timeout_at(at, target.link.send(out)).await {
+                    Ok(sent) => Ok(sent),
+                    Err(_) if call.tool_timed_out(reply_due) => Err(true),
+                    Err(_) => Err(false),
+                },
+                None => Ok(target.link.send(out).await),
+            };
+            // Only a failure before any reply began is retried: no head (a timeout, a broken
+            // connection) or a 5xx head, whose body is dropped unread.
+            let failure = match &sent {
+                Err(true) => Some(mcpulse_policy::breaker::FailureKind::Timeout),
+                Ok(Err(_)) => Some(mcpulse_policy::breaker::FailureKind::Transport),
+                Ok(Ok((resp, _))) if resp.status().is_server_error() => {
+                    Some(mcpulse_policy::breaker::FailureKind::Transport)
+                }
+                _ => None,
+            };
+            if let (Some(failure), Some(tool)) = (failure, call.tool_name.as_deref())
+                && let Some(delay) = self.retry_delay(&call, tool, made, failure)
+            {
+                drop(sent);
+                tokio::time::sleep(delay).await;
+                made += 1;
+                call.timer = Some(crate::policy::Timer::start(
+                    self.shared.policies().settings(),
+                    tool,
+                ));
+                continue;
+            }
+            match sent {
+                Ok(sent) => break (sent, deadline, reply_due),
+                Err(true) => return call.time_out(self, started),
+                Err(false) => {
                     let message = format!("upstream {} {}", target.label, self.timed_out());
                     return call.refuse(
                         self,
@@ -325,8 +357,7 @@ impl HttpUpstream {
                         Some(&target.label),
                     );
                 }
-            },
-            None => target.link.send(out).await,
+            }
         };
         match sent {
             Ok((resp, sender)) => {
@@ -339,6 +370,7 @@ impl HttpUpstream {
                         call,
                         started,
                         deadline,
+                        reply_due,
                     },
                     resp,
                     sender,
@@ -372,6 +404,45 @@ impl HttpUpstream {
                 call.refuse(self, started, status, code, &message, Some(&target.label))
             }
         }
+    }
+
+    /// The request to the upstream: the client's method and body, the upstream's path and
+    /// host, the forwarded headers.
+    fn upstream_request(
+        &self,
+        target: &Target,
+        parts: &http::request::Parts,
+        body: bytes::Bytes,
+    ) -> Result<http::Request<Full<bytes::Bytes>>, http::Error> {
+        let mut out = http::Request::builder()
+            .method(parts.method.clone())
+            .uri(target.path.as_str())
+            .header(http::header::HOST, target.host.clone());
+        for name in FORWARDED_REQUEST_HEADERS {
+            for value in parts.headers.get_all(name) {
+                out = out.header(name, value);
+            }
+        }
+        out.body(Full::new(body))
+    }
+
+    /// The delay before attempt `made + 1` of a `tools/call` whose attempt `made` failed
+    /// before any reply began, or `None`: the same rules as over stdio
+    /// ([`crate::policy::Policies::retry_after`]).
+    fn retry_delay(
+        &self,
+        call: &Call,
+        tool: &str,
+        made: u32,
+        failure: mcpulse_policy::breaker::FailureKind,
+    ) -> Option<Duration> {
+        let permit = call.permit.lock().unwrap_or_else(|p| p.into_inner());
+        let permit = permit.as_ref()?;
+        let policies = self.shared.policies();
+        if !policies.may_retry(permit) {
+            return None;
+        }
+        policies.retry_after(permit, tool, made, failure, &self.shared.metrics)
     }
 
     /// Folds an exchange into the session count (see [`sessions`]).
@@ -473,6 +544,20 @@ struct Call {
     permit: std::sync::Mutex<Option<crate::policy::Permit>>,
     /// A `tools/call`'s timeout.
     timer: Option<crate::policy::Timer>,
+    /// Its `progressToken`, when its timeout may be extended by progress.
+    progress: Option<serde_json::Value>,
+}
+
+/// A request's `params._meta.progressToken` (the body is parsed again: only for a
+/// `tools/call` whose entry has `progress_extends`).
+fn progress_token(body: &[u8]) -> Option<serde_json::Value> {
+    let mut v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let t = v
+        .get_mut("params")?
+        .get_mut("_meta")?
+        .get_mut("progressToken")?
+        .take();
+    (t.is_string() || t.is_number()).then_some(t)
 }
 
 impl Call {
@@ -494,6 +579,7 @@ impl Call {
             own_probe: false,
             permit: std::sync::Mutex::new(None),
             timer: None,
+            progress: None,
         }
     }
 

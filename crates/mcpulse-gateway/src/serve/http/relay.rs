@@ -68,8 +68,11 @@ pub struct Exchange<'a> {
     pub target: &'a Target,
     pub call: Call,
     pub started: Instant,
-    /// When the reply is due (`reply_timeout` after the request arrived); `None` for a GET.
+    /// When the reply is due: the tool's timeout or the reply timeout, whichever is first;
+    /// `None` for a GET.
     pub deadline: Option<Instant>,
+    /// When the reply timeout (`reply_timeout` after this attempt was sent) runs out.
+    pub reply_due: Instant,
 }
 
 impl Exchange<'_> {
@@ -147,17 +150,20 @@ pub async fn respond(
             tx,
             shared: x.upstream.shared.clone(),
             deadline: x.deadline,
+            reply_due: x.reply_due,
             timed_out: x.upstream.timed_out(),
         };
-        let tool_timer = x.call.timer.clone().filter(|_| {
-            x.call
-                .tool_timed_out(x.started + x.upstream.settings.reply_timeout)
-        });
+        let tool_timer = x
+            .call
+            .timer
+            .clone()
+            .filter(|_| x.call.tool_timed_out(x.reply_due));
         let pending = Pending {
             key: x.call.key.clone(),
             id: x.call.id.clone(),
             tools_list: x.call.method == Some("tools/list"),
             record: Record::new(x.upstream, &x.call, x.started),
+            progress: x.call.progress.clone().filter(|_| tool_timer.is_some()),
             tool_timer,
         };
         tokio::spawn(stream.run(body, sender, pending));
@@ -175,10 +181,7 @@ pub async fn respond(
             codes::MESSAGE_TOO_LARGE,
             format!("its reply is larger than the gateway's max_message_size ({max} bytes)"),
         )),
-        BodyEnd::Timeout
-            if x.call
-                .tool_timed_out(x.started + x.upstream.settings.reply_timeout) =>
-        {
+        BodyEnd::Timeout if x.call.tool_timed_out(x.reply_due) => {
             // Returning drops the body and the connection: the upstream sees its stream closed.
             return x.call.time_out(x.upstream, x.started);
         }
@@ -259,6 +262,10 @@ struct Pending {
     /// A `tools/call`'s timer, when it is due before the reply timeout: its expiry is
     /// answered with the tool timeout result.
     tool_timer: Option<crate::policy::Timer>,
+    /// The call's `progressToken` when its entry has `progress_extends`: a progress
+    /// notification on the stream with it pushes `tool_timer` back (up to `max_timeout`, and
+    /// never past the reply timeout).
+    progress: Option<Value>,
 }
 
 struct Stream {
@@ -269,8 +276,11 @@ struct Stream {
     tx: mpsc::Sender<Bytes>,
     /// Where the tools a relayed `tools/list` lists are learnt (its metrics).
     shared: Arc<Shared>,
-    /// When the pending request's reply is due (`None`: a GET stream, never).
+    /// When the pending request's reply is due (`None`: a GET stream, never), unless its
+    /// tool timer was pushed back by progress.
     deadline: Option<Instant>,
+    /// When the reply timeout runs out (what progress cannot push back).
+    reply_due: Instant,
     /// The error's cause when it is not.
     timed_out: String,
 }
@@ -285,7 +295,11 @@ impl Stream {
             // The client's departure is watched beside the upstream: a quiet stream (nothing
             // but keep-alive comments, which are not relayed, or silence) would otherwise never
             // try a send and so never notice, and keep the upstream stream open for good.
-            let due = self.deadline.filter(|_| pending.key.is_some());
+            let due = match &pending.tool_timer {
+                Some(t) => Some(t.deadline().min(self.reply_due)),
+                None => self.deadline,
+            }
+            .filter(|_| pending.key.is_some());
             let next = tokio::select! {
                 biased;
                 () = self.tx.closed() => {
@@ -294,8 +308,8 @@ impl Stream {
                 }
                 () = crate::serve::sleep_until_opt(due) => {
                     match pending.tool_timer.take() {
-                        Some(t) => self.time_out(&mut pending, &t).await,
-                        None => self.fail(&mut pending, codes::REQUEST_TIMEOUT, &self.timed_out).await,
+                        Some(t) if t.before(self.reply_due) => self.time_out(&mut pending, &t).await,
+                        _ => self.fail(&mut pending, codes::REQUEST_TIMEOUT, &self.timed_out).await,
                     }
                     // Returning drops the upstream body: its stream is closed (the cancellation).
                     return;
@@ -353,6 +367,11 @@ impl Stream {
 
     /// Sends one event on; false when the client is gone.
     async fn relay(&self, mut event: Event, pending: &mut Pending) -> bool {
+        if let (Some(token), Some(timer)) = (&pending.progress, &mut pending.tool_timer)
+            && is_progress_for(event.data.as_bytes(), token)
+        {
+            timer.progressed();
+        }
         if let Some(key) = &pending.key
             && let Some(reply) = Envelope::parse(event.data.as_bytes())
             && reply.kind() == Kind::Response
@@ -421,6 +440,20 @@ impl Stream {
         };
         let _ = self.tx.send(encode(&event)).await;
     }
+}
+
+/// Whether an event's data is a `notifications/progress` with this `progressToken`. Parsed
+/// only for a call whose timeout progress may extend; an event that does not name the method
+/// is not parsed.
+fn is_progress_for(data: &[u8], token: &Value) -> bool {
+    const METHOD: &[u8] = b"notifications/progress";
+    if !data.windows(METHOD.len()).any(|w| w == METHOD) {
+        return false;
+    }
+    serde_json::from_slice::<Value>(data).is_ok_and(|v| {
+        v.get("method").and_then(Value::as_str) == Some("notifications/progress")
+            && v.get("params").and_then(|p| p.get("progressToken")) == Some(token)
+    })
 }
 
 /// An event framed for the wire. The decoder split fields at line ends, so no value holds one.
