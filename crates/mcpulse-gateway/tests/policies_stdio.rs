@@ -497,3 +497,113 @@ async fn only_a_tool_annotated_read_only_is_retried_after_a_crash_lost_its_call(
     );
     stop_leaving_nothing(running, &dir.join("pids")).await;
 }
+
+/// Sends the client's `notifications/cancelled` for its request `id`.
+async fn cancel(addr: std::net::SocketAddr, sid: &str, id: i64) {
+    let n = post(
+        addr,
+        Some(sid),
+        &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": id, "reason": "the user gave up"}}),
+    )
+    .await;
+    assert_eq!(n.status, 202);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_cancellations_do_not_open_the_tools_breaker() {
+    let dir = TempDir::new("gw-policy-cancel-breaker");
+    let script = StdioScript::legacy()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on_tool("slow", vec![Act::Sleep(400), ok()])
+        .write(&dir, "server.sh");
+    let toml = format!(
+        "[[tools]]\nname = \"slow\"\nbreaker = {{ window_calls = 4, minimum_calls = 2, wait_in_open = \"30s\" }}\n\n{}",
+        upstream(&script)
+    );
+    let (running, shared) = start(&toml).await;
+    let addr = running.addr;
+    let sid = open_session(addr).await;
+    for id in [1, 2] {
+        let pending = {
+            let sid = sid.clone();
+            tokio::spawn(async move { post(addr, Some(&sid), &call(id, "slow")).await })
+        };
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        cancel(addr, &sid, id).await;
+        let r = pending.await.unwrap();
+        assert_eq!(r.json()["error"]["code"], -32800, "{}", r.body);
+    }
+    // Two cancelled calls of two: a breaker that counted them would be open now.
+    let r = post(addr, Some(&sid), &call(3, "slow")).await;
+    assert_eq!(r.text(), "ok", "{}", r.body);
+    assert_eq!(
+        metric(
+            &shared,
+            "mcpulse_gateway_breaker_transitions_total{breaker=\"slow\",to=\"open\"}"
+        ),
+        0.0
+    );
+    stop_leaving_nothing(running, &dir.join("pids")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_cancelled_while_it_waits_to_be_retried_is_not_sent_again() {
+    let dir = TempDir::new("gw-policy-cancel-retry");
+    let runs = dir.join("runs");
+    let crashed = dir.join("crashed");
+    let tools = json!({"tools": [{"name": "read_doc", "inputSchema": {"type": "object"},
+        "annotations": {"readOnlyHint": true}}]});
+    let mut init = mcpulse_testkit::mcp::initialize_result(mcpulse_testkit::mcp::LEGACY);
+    init["capabilities"] = json!({"tools": {}});
+    // The first call crashes the server (lost: retried after a backoff); later ones answer.
+    let script = StdioScript::new()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on("initialize", vec![Act::Result(init)])
+        .on("tools/list", vec![Act::Result(tools)])
+        .on_tool(
+            "read_doc",
+            vec![
+                Act::RecordLine(runs.clone()),
+                Act::FirstTimeElse(crashed.clone(), Box::new(Act::Exit(1)), Box::new(ok())),
+            ],
+        )
+        .write(&dir, "server.sh");
+    // A long backoff (full jitter up to 60 s): the cancellation comes while it waits.
+    let toml = format!(
+        "[[tools]]\nname = \"read_doc\"\nretry = {{ max_attempts = 3, backoff_initial = \"60s\", backoff_max = \"60s\", on = [\"transport\"] }}\n\n{}backoff_initial = \"50ms\"\nbackoff_max = \"100ms\"\n",
+        upstream(&script)
+    );
+    let (running, _) = start(&toml).await;
+    let addr = running.addr;
+    let sid = open_session(addr).await;
+    let listed = post(
+        addr,
+        Some(&sid),
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+    )
+    .await;
+    assert_eq!(listed.json()["result"]["tools"][0]["name"], "read_doc");
+    let pending = {
+        let sid = sid.clone();
+        tokio::spawn(async move { post(addr, Some(&sid), &call(2, "read_doc")).await })
+    };
+    eventually(BOUND, "the first attempt crashes the server", || {
+        crashed.exists()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = Instant::now();
+    cancel(addr, &sid, 2).await;
+    let r = tokio::time::timeout(Duration::from_secs(5), pending)
+        .await
+        .expect("the cancelled call is answered at once")
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!(r.json()["id"], 2);
+    assert_eq!(r.json()["error"]["code"], -32800, "{}", r.body);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let ran = std::fs::read_to_string(&runs).unwrap_or_default();
+    assert_eq!(ran.lines().count(), 1, "the child ran it once: {ran}");
+    stop_leaving_nothing(running, &dir.join("pids")).await;
+}

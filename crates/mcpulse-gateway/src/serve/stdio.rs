@@ -160,6 +160,35 @@ struct Routes {
     /// The session's GET stream (SSE frames).
     listen: Option<mpsc::Sender<Bytes>>,
     dropped: u64,
+    /// Calls waiting out a retry's backoff (no request in flight, so not in `waiting`): the
+    /// client's id and what tells the retry loop that the client cancelled it. One entry per
+    /// `tools/call` being retried, gone when its wait ends ([`Backoff`]).
+    backing_off: Vec<(Value, Arc<Notify>)>,
+}
+
+/// A retry's backoff registered in [`Routes::backing_off`], taken out when dropped (the wait
+/// ended, or the client went away).
+struct Backoff<'a> {
+    worker: &'a Worker,
+    cancelled: Arc<Notify>,
+}
+
+impl<'a> Backoff<'a> {
+    fn new(worker: &'a Worker, id: &Value) -> Backoff<'a> {
+        let cancelled = Arc::new(Notify::new());
+        lock(&worker.routes)
+            .backing_off
+            .push((id.clone(), cancelled.clone()));
+        Backoff { worker, cancelled }
+    }
+}
+
+impl Drop for Backoff<'_> {
+    fn drop(&mut self) {
+        lock(&self.worker.routes)
+            .backing_off
+            .retain(|(_, n)| !Arc::ptr_eq(n, &self.cancelled));
+    }
 }
 
 /// One supervised child and the HTTP side of its relay.
@@ -379,6 +408,10 @@ impl Worker {
             .find(|(_, w)| w.id == id)
             .map(|(k, _)| k.clone())
         else {
+            // Between two attempts of a retried call: the retry is not sent.
+            if let Some(i) = routes.backing_off.iter().position(|(b, _)| *b == id) {
+                routes.backing_off.swap_remove(i).1.notify_one();
+            }
             return false;
         };
         if let Some(w) = routes.waiting.remove(&key) {
@@ -722,7 +755,12 @@ impl StdioUpstream {
             } else {
                 outcome(reply)
             };
-            if let Some(p) = permit {
+            let cancelled = !timed_out && is_cancelled(reply);
+            if cancelled {
+                // Not the tool's failure: its breaker trial is handed back unjudged (dropping
+                // the permit does that) and its slots freed.
+                drop(permit);
+            } else if let Some(p) = permit {
                 let o = if timed_out {
                     mcpulse_policy::breaker::Outcome::Failure(
                         mcpulse_policy::breaker::FailureKind::Timeout,
@@ -739,14 +777,18 @@ impl StdioUpstream {
                 super::learn_listed_tools(&up.shared, reply);
                 up.shared.policies().learn_hints(reply);
             }
-            record(
-                &up.shared,
-                &method,
-                tool.as_deref(),
-                started,
-                outcome,
-                own_probe,
-            );
+            if cancelled && !own_probe {
+                super::record_cancelled(&up.shared, &method, tool.as_deref(), started);
+            } else {
+                record(
+                    &up.shared,
+                    &method,
+                    tool.as_deref(),
+                    started,
+                    outcome,
+                    own_probe,
+                );
+            }
             if let Some(sid) = &minted
                 && reply.get("result").is_none()
             {
@@ -784,6 +826,8 @@ impl StdioUpstream {
         loop {
             let failure = match &reply {
                 Reply::Json(_, true) => Some(mcpulse_policy::breaker::FailureKind::Timeout),
+                // The client cancelled it: never sent again.
+                Reply::Json(v, false) if is_cancelled(v) => None,
                 Reply::Json(v, false) => crate::policy::failure_of(outcome(v)),
                 Reply::Stream(_) => None,
             };
@@ -795,7 +839,19 @@ impl StdioUpstream {
             else {
                 return reply;
             };
-            tokio::time::sleep(delay).await;
+            {
+                // The client may cancel the call while it waits: then it is not sent again.
+                let backoff = Backoff::new(worker, id);
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    () = backoff.cancelled.notified() => {
+                        return Reply::Json(
+                            error(id, CANCELLED, "mcpulse gateway: the request was cancelled by the client"),
+                            false,
+                        );
+                    }
+                }
+            }
             made += 1;
             reply = Call {
                 worker: worker.clone(),
@@ -1341,6 +1397,17 @@ async fn expire_idle(up: std::sync::Weak<StdioUpstream>) {
 }
 
 /// How a reply ended, for the metrics and the log line.
+/// Whether a reply says the request was cancelled (`-32800`: the gateway's answer to a
+/// client's `notifications/cancelled`, or the server's own word that it was cancelled):
+/// neither a success nor a failure of the tool.
+fn is_cancelled(reply: &Value) -> bool {
+    reply
+        .get("error")
+        .and_then(|e| e.get("code"))
+        .and_then(Value::as_i64)
+        == Some(CANCELLED)
+}
+
 fn outcome(reply: &Value) -> Outcome {
     if let Some(code) = reply
         .get("error")
