@@ -607,3 +607,60 @@ async fn a_call_cancelled_while_it_waits_to_be_retried_is_not_sent_again() {
     assert_eq!(ran.lines().count(), 1, "the child ran it once: {ran}");
     stop_leaving_nothing(running, &dir.join("pids")).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_a_chatty_stream_does_not_stop_the_timeout() {
+    use tokio::io::AsyncWriteExt;
+    let dir = TempDir::new("gw-policy-unread");
+    let cancels = dir.join("cancels");
+    // About 8 MB of log notifications, far past the socket buffers, then a long wait.
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/message",
+        "params": {"level": "info", "data": "x".repeat(8000)}})
+    .to_string();
+    let script = StdioScript::legacy()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on_tool(
+            "chatty",
+            vec![Act::Repeat(Box::new(Act::Stdout(note)), 1000), Act::Sleep(2500)],
+        )
+        .on(
+            "notifications/cancelled",
+            vec![Act::RecordLine(cancels.clone())],
+        )
+        .write(&dir, "server.sh");
+    let toml = format!(
+        "[concurrency]\nmax_concurrent = 2\nqueue = 0\n\n[[tools]]\nname = \"chatty\"\ntimeout = \"1s\"\n\n{}",
+        upstream(&script)
+    );
+    let (running, shared) = start(&toml).await;
+    let addr = running.addr;
+    let sid = open_session(addr).await;
+    // A client with a small receive buffer that sends the call and never reads.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut client = socket.connect(addr).await.unwrap();
+    let body = call(9, "chatty").to_string();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {addr}\r\naccept: application/json, text/event-stream\r\ncontent-type: application/json\r\nmcp-session-id: {sid}\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    client.write_all(head.as_bytes()).await.unwrap();
+    // The timeout still fires: the server is told, the slot given back, the timeout counted.
+    eventually(BOUND, "the server records the cancellation", || {
+        std::fs::read_to_string(&cancels).is_ok_and(|c| c.contains("\"requestId\":\"gw-"))
+    })
+    .await;
+    eventually(BOUND, "the call's slot is given back", || {
+        shared.policies().in_flight() == vec![("gateway".to_owned(), 0)]
+    })
+    .await;
+    assert_eq!(
+        metric(
+            &shared,
+            "mcpulse_gateway_tool_timeouts_total{tool=\"_other\"}"
+        ),
+        1.0
+    );
+    drop(client);
+    stop_leaving_nothing(running, &dir.join("pids")).await;
+}

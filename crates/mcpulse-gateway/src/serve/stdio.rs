@@ -1669,42 +1669,48 @@ impl Stream {
                 return;
             }
             let mut events_open = true;
+            // `None`: the timer expired.
             let reply = loop {
                 tokio::select! {
                     biased;
                     event = events.recv(), if events_open => match event {
                         Some(frame) => {
-                            if tx.send(frame).await.is_err() {
-                                return;
+                            // A client that stops reading blocks this send: it races the
+                            // timer, so the call still times out (the server told, the slots
+                            // and the breaker trial given back) while the client stays.
+                            let sent = tokio::select! {
+                                biased;
+                                sent = tx.send(frame) => Some(sent.is_ok()),
+                                () = expiry(timer.as_ref()) => None,
+                            };
+                            match sent {
+                                Some(true) => {}
+                                Some(false) => return,
+                                None => break None,
                             }
                         }
                         None => events_open = false,
                     },
-                    r = &mut reply => break r,
+                    r = &mut reply => break Some(r),
                     () = progress(progressed.as_ref()) => {
                         if let Some(t) = &mut timer {
                             t.progressed();
                         }
                     }
-                    () = expiry(timer.as_ref()) => {
-                        if let Some(t) = &timer {
-                            let result = time_out(&guard, &id, t).await;
-                            finish(&result, true);
-                            let _ = tx
-                                .send(sse_frame(&serde_json::to_vec(&result).unwrap_or_default()))
-                                .await;
-                        }
-                        return;
-                    }
+                    () = expiry(timer.as_ref()) => break None,
                 }
             };
-            drop(guard);
-            // Everything the server sent before its reply is in `events` by now.
-            while let Ok(frame) = events.try_recv() {
-                if tx.send(frame).await.is_err() {
-                    return;
+            let Some(reply) = reply else {
+                if let Some(t) = &timer {
+                    let result = time_out(&guard, &id, t).await;
+                    finish(&result, true);
+                    let _ = tx
+                        .send(sse_frame(&serde_json::to_vec(&result).unwrap_or_default()))
+                        .await;
                 }
-            }
+                return;
+            };
+            drop(guard);
             let mut reply = reply.unwrap_or_else(|_| {
                 error(
                     &id,
@@ -1715,7 +1721,15 @@ impl Stream {
             if let Some(name) = &health_tool {
                 super::inject_reply(&mut reply, name);
             }
+            // Judged and its slots freed before the last frames go out (a client that does
+            // not read them holds nothing).
             finish(&reply, false);
+            // Everything the server sent before its reply is in `events` by now.
+            while let Ok(frame) = events.try_recv() {
+                if tx.send(frame).await.is_err() {
+                    return;
+                }
+            }
             let _ = tx
                 .send(sse_frame(&serde_json::to_vec(&reply).unwrap_or_default()))
                 .await;
