@@ -145,3 +145,63 @@ async fn an_upstream_tool_failing_with_5xx_opens_its_breaker_and_then_fails_fast
         .await
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_a_chatty_stream_does_not_stop_the_timeout() {
+    use tokio::io::AsyncWriteExt;
+    // A tool whose stream brings 8 KB log notifications every millisecond, never the reply.
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/message",
+        "params": {"level": "info", "data": "x".repeat(8000)}});
+    let event = format!("event: message\ndata: {note}\n\n").into_bytes();
+    let up = FakeHttp::start(move |req: &Request| match req.rpc_method().as_deref() {
+        Some("tools/call") => Answer::chunked(
+            200,
+            "text/event-stream",
+            vec![Piece::Repeat {
+                data: event.clone(),
+                every: Duration::from_millis(1),
+            }],
+        ),
+        Some("initialize") => rpc(req, mcp::initialize_result(mcp::LEGACY)),
+        _ => Answer::accepted(),
+    })
+    .await;
+    let toml = format!(
+        "[concurrency]\nmax_concurrent = 2\nqueue = 0\n\n[[tools]]\nname = \"chatty\"\ntimeout = \"1s\"\n\n[upstream]\nurl = \"{}\"\n",
+        up.url("/mcp")
+    );
+    let (running, shared) = start(&toml).await;
+    let addr = running.addr;
+    // A client with a small receive buffer that sends the call and never reads.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut client = socket.connect(addr).await.unwrap();
+    let body = call(9, "chatty").to_string();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {addr}\r\naccept: application/json, text/event-stream\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    client.write_all(head.as_bytes()).await.unwrap();
+    // The timeout still fires: the upstream stream closed, the slot given back, counted.
+    eventually(BOUND, "the upstream sees the request abandoned", || {
+        up.abandoned()
+            .iter()
+            .any(|a| a.request.rpc_id() == Some(json!(9)))
+    })
+    .await;
+    eventually(BOUND, "the call's slot is given back", || {
+        shared.policies().in_flight() == vec![("gateway".to_owned(), 0)]
+    })
+    .await;
+    assert_eq!(
+        metric(
+            &shared,
+            "mcpulse_gateway_tool_timeouts_total{tool=\"_other\"}"
+        ),
+        1.0
+    );
+    drop(client);
+    tokio::time::timeout(BOUND, running.shutdown())
+        .await
+        .unwrap();
+}

@@ -621,7 +621,10 @@ async fn a_client_that_stops_reading_a_chatty_stream_does_not_stop_the_timeout()
         .at_start(Act::RecordPid(dir.join("pids")))
         .on_tool(
             "chatty",
-            vec![Act::Repeat(Box::new(Act::Stdout(note)), 1000), Act::Sleep(2500)],
+            vec![
+                Act::Repeat(Box::new(Act::Stdout(note)), 1000),
+                Act::Sleep(2500),
+            ],
         )
         .on(
             "notifications/cancelled",
