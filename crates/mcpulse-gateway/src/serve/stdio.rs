@@ -160,6 +160,8 @@ struct Routes {
     /// The session's GET stream (SSE frames).
     listen: Option<mpsc::Sender<Bytes>>,
     dropped: u64,
+    /// Timed-out calls' cancellations the child's full input could not take.
+    cancels_dropped: u64,
     /// Calls waiting out a retry's backoff (no request in flight, so not in `waiting`): the
     /// client's id and what tells the retry loop that the client cancelled it. One entry per
     /// `tools/call` being retried, gone when its wait ends ([`Backoff`]).
@@ -383,11 +385,31 @@ impl Worker {
     /// Gives up on the request sent as `key` (it timed out): its waiter goes, and the server
     /// is told with `notifications/cancelled` (the relay passes it to the child, which should
     /// stop the work, and drops the reply if it still comes).
-    async fn abandon(&self, key: &str, reason: &str) {
+    ///
+    /// Never waits: a wedged child (it stopped reading, its input queue is full) must not
+    /// hold the timeout's answer; the cancellation is then dropped, and counted in the log.
+    fn abandon(&self, key: &str, reason: &str) {
         lock(&self.routes).waiting.remove(key);
         let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
             "params": {"requestId": key, "reason": reason}});
-        self.send(&cancel).await;
+        let sent = self.sender().is_some_and(|tx| {
+            serde_json::to_vec(&cancel).is_ok_and(|mut line| {
+                line.push(b'\n');
+                tx.try_send(line).is_ok()
+            })
+        });
+        if !sent {
+            let dropped = {
+                let mut routes = lock(&self.routes);
+                routes.cancels_dropped += 1;
+                routes.cancels_dropped
+            };
+            tracing::warn!(
+                worker = self.key,
+                dropped,
+                "the server's input is full (it stopped reading?): a timed-out call's notifications/cancelled was dropped"
+            );
+        }
     }
 
     /// A client's `notifications/cancelled`: its `requestId` is the client's id, which the
@@ -1520,7 +1542,7 @@ async fn progress(n: Option<&Arc<Notify>>) {
 async fn time_out(guard: &WaitGuard, id: &Value, timer: &crate::policy::Timer) -> Value {
     let after = mcpulse_wire::units::human_duration(timer.ran().as_millis());
     let reason = format!("mcpulse gateway: the tool call timed out after {after}");
-    guard.worker.abandon(&guard.key, &reason).await;
+    guard.worker.abandon(&guard.key, &reason);
     let result = crate::policy::timeout_result(
         &timer.tool,
         timer.ran(),
@@ -1572,7 +1594,19 @@ impl Call {
             key: key.clone(),
         };
         message.insert("id".into(), Value::String(key));
-        if !worker.send(&Value::Object(message)).await {
+        // A wedged child (its input full) blocks the send: it races the timer.
+        let message = Value::Object(message);
+        let sent = tokio::select! {
+            biased;
+            sent = worker.send(&message) => sent,
+            () = expiry(timer.as_ref()) => {
+                if let Some(t) = &timer {
+                    return Reply::Json(time_out(&guard, &id, t).await, true);
+                }
+                false
+            }
+        };
+        if !sent {
             drop(guard);
             return Reply::Json(
                 error(
