@@ -667,3 +667,37 @@ async fn a_client_that_stops_reading_a_chatty_stream_does_not_stop_the_timeout()
     drop(client);
     stop_leaving_nothing(running, &dir.join("pids")).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_session_gets_404_at_once_and_a_nameless_call_is_still_limited() {
+    let dir = TempDir::new("gw-policy-door");
+    let script = StdioScript::legacy()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on_tool("slow", vec![Act::Sleep(1500), ok()])
+        .write(&dir, "server.sh");
+    let toml = format!(
+        "[concurrency]\nmax_concurrent = 1\nqueue = 1\nqueue_timeout = \"500ms\"\n\n{}",
+        upstream(&script)
+    );
+    let (running, _) = start(&toml).await;
+    let addr = running.addr;
+    let sid = open_session(addr).await;
+    let hold = {
+        let sid = sid.clone();
+        tokio::spawn(async move { post(addr, Some(&sid), &call(1, "slow")).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The only slot is taken: a bogus session is told at once, without queueing for it.
+    let started = Instant::now();
+    let r = post(addr, Some("bogus-session"), &call(2, "slow")).await;
+    assert_eq!(r.status, 404, "{}", r.body);
+    assert!(started.elapsed() < Duration::from_millis(400));
+    // A tools/call whose name is not a string still takes a slot of [concurrency].
+    let nameless =
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": 7}});
+    let r = post(addr, Some(&sid), &nameless).await;
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert_eq!(r.json()["error"]["code"], -32085, "{}", r.body);
+    assert_eq!(hold.await.unwrap().text(), "ok");
+    stop_leaving_nothing(running, &dir.join("pids")).await;
+}

@@ -629,17 +629,20 @@ impl Policies {
             None,
             draw,
         );
+        // The metrics take the raw name (their label is bounded and made inert there: an
+        // escaped name would not match a listed tool); the log takes the inert one.
+        let raw = tool;
         let tool = mcpulse_wire::text::field(tool);
         match decision {
             RetryDecision::Retry { delay, attempt } => {
                 tracing::info!(tool = %tool, attempt, delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX), failure = failure.as_str(), "retrying a tool call");
-                metrics.retry(&tool, "retried");
+                metrics.retry(raw, "retried");
                 Some(delay)
             }
             RetryDecision::Stop(stop) => {
                 tracing::debug!(tool = %tool, why = stop.as_str(), "not retrying a tool call");
                 if matches!(stop, mcpulse_policy::retry::Stop::Budget) {
-                    metrics.retry(&tool, "budget");
+                    metrics.retry(raw, "budget");
                 }
                 None
             }

@@ -686,8 +686,17 @@ impl StdioUpstream {
             );
             return json_reply(&reply, None, modern);
         }
+        // A stale session is told so before it can queue for (and hold) a slot.
+        if let Some(s) = &session
+            && !lock(&self.sessions).contains_key(s)
+        {
+            return super::unknown_session();
+        }
         // The call policies: admitted (or refused at the door, before any stream), and timed.
-        let (permit, timer) = match tool.as_deref() {
+        // A `tools/call` without a string name gets the gateway-wide limit and the default
+        // timeout (as the name "", which no listed tool has).
+        let policed = tool.as_deref().or((method == "tools/call").then_some(""));
+        let (permit, timer) = match policed {
             Some(name) if !own_probe => {
                 let policies = self.shared.policies();
                 match policies.admit(name, &self.shared).await {
