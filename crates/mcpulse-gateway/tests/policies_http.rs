@@ -9,7 +9,7 @@ mod policies_support;
 
 use mcpulse_testkit::http::{FakeHttp, Piece, Reply as Answer, Request};
 use mcpulse_testkit::mcp;
-use policies_support::{BOUND, call, eventually, metric, post, start};
+use policies_support::{BOUND, call, eventually, metric, post, post_unread, slots_all_free, start};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
@@ -148,7 +148,6 @@ async fn an_upstream_tool_failing_with_5xx_opens_its_breaker_and_then_fails_fast
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_stops_reading_a_chatty_stream_does_not_stop_the_timeout() {
-    use tokio::io::AsyncWriteExt;
     // A tool whose stream brings 8 KB log notifications every millisecond, never the reply.
     let note = json!({"jsonrpc": "2.0", "method": "notifications/message",
         "params": {"level": "info", "data": "x".repeat(8000)}});
@@ -172,16 +171,8 @@ async fn a_client_that_stops_reading_a_chatty_stream_does_not_stop_the_timeout()
     );
     let (running, shared) = start(&toml).await;
     let addr = running.addr;
-    // A client with a small receive buffer that sends the call and never reads.
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket.set_recv_buffer_size(4096).unwrap();
-    let mut client = socket.connect(addr).await.unwrap();
-    let body = call(9, "chatty").to_string();
-    let head = format!(
-        "POST /mcp HTTP/1.1\r\nhost: {addr}\r\naccept: application/json, text/event-stream\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    client.write_all(head.as_bytes()).await.unwrap();
+    // A client that sends the call and never reads.
+    let client = post_unread(addr, None, &call(9, "chatty")).await;
     // The timeout still fires: the upstream stream closed, the slot given back, counted.
     eventually(BOUND, "the upstream sees the request abandoned", || {
         up.abandoned()
@@ -189,10 +180,7 @@ async fn a_client_that_stops_reading_a_chatty_stream_does_not_stop_the_timeout()
             .any(|a| a.request.rpc_id() == Some(json!(9)))
     })
     .await;
-    eventually(BOUND, "the call's slot is given back", || {
-        shared.policies().in_flight() == vec![("gateway".to_owned(), 0)]
-    })
-    .await;
+    slots_all_free(&shared).await;
     assert_eq!(
         metric(
             &shared,

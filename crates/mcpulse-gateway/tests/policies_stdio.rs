@@ -9,7 +9,9 @@ mod policies_support;
 
 use mcpulse_gateway::serve::Running;
 use mcpulse_testkit::stdio::{Act, StdioScript, TempDir, kill, read_pids, still_running_after};
-use policies_support::{BOUND, call, eventually, get, metric, open_session, post, start};
+use policies_support::{
+    BOUND, call, eventually, get, metric, open_session, post, post_unread, slots_all_free, start,
+};
 use serde_json::json;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -19,6 +21,48 @@ fn upstream(script: &Path) -> String {
         "[upstream]\ncommand = [\"sh\", {:?}]\nstop_grace = \"300ms\"\n",
         script.to_str().unwrap()
     )
+}
+
+/// A server listing `tools` (with their annotations), whose pid goes to `pids`, each
+/// `(tool, acts)` its answer; then a gateway retrying `*_doc` as `retry` says, the server's
+/// restarts quick. Returns the gateway, its state, its address and a session whose
+/// `tools/list` taught the gateway the annotations.
+async fn retrying_gateway(
+    dir: &TempDir,
+    tools: serde_json::Value,
+    acts: Vec<(&str, Vec<Act>)>,
+    retry: &str,
+) -> (
+    Running,
+    std::sync::Arc<mcpulse_gateway::state::Shared>,
+    std::net::SocketAddr,
+    String,
+) {
+    let mut init = mcpulse_testkit::mcp::initialize_result(mcpulse_testkit::mcp::LEGACY);
+    init["capabilities"] = json!({"tools": {}});
+    let mut script = StdioScript::new()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on("initialize", vec![Act::Result(init)])
+        .on("tools/list", vec![Act::Result(tools)]);
+    for (tool, a) in acts {
+        script = script.on_tool(tool, a);
+    }
+    let script = script.write(dir, "server.sh");
+    let toml = format!(
+        "[[tools]]\nname = \"*_doc\"\nretry = {retry}\n\n{}backoff_initial = \"50ms\"\nbackoff_max = \"100ms\"\n",
+        upstream(&script)
+    );
+    let (running, shared) = start(&toml).await;
+    let addr = running.addr;
+    let sid = open_session(addr).await;
+    let listed = post(
+        addr,
+        Some(&sid),
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+    )
+    .await;
+    assert_eq!(listed.json()["result"]["tools"][0]["name"], "read_doc");
+    (running, shared, addr, sid)
 }
 
 /// Stops the gateway and checks no child recorded in `pids` is left.
@@ -301,10 +345,7 @@ async fn a_flood_at_ten_times_the_limit_is_answered_in_full_and_none_waits_past_
     );
     assert!(full + timed >= f64::from(shed));
     // Every slot is free again, the quitters' included.
-    eventually(BOUND, "every slot is given back", || {
-        shared.policies().in_flight() == vec![("gateway".to_owned(), 0)]
-    })
-    .await;
+    slots_all_free(&shared).await;
     let r = post(addr, Some(&sid), &call(200, "work")).await;
     assert_eq!(r.status, 200, "{}", r.body);
     stop_leaving_nothing(running, &dir.join("pids")).await;
@@ -447,29 +488,16 @@ async fn only_a_tool_annotated_read_only_is_retried_after_a_crash_lost_its_call(
             Box::new(ok()),
         )]
     };
-    let mut init = mcpulse_testkit::mcp::initialize_result(mcpulse_testkit::mcp::LEGACY);
-    init["capabilities"] = json!({"tools": {}});
-    let script = StdioScript::new()
-        .at_start(Act::RecordPid(dir.join("pids")))
-        .on("initialize", vec![Act::Result(init)])
-        .on("tools/list", vec![Act::Result(tools)])
-        .on_tool("read_doc", crash_once("read-crashed"))
-        .on_tool("write_doc", crash_once("write-crashed"))
-        .write(&dir, "server.sh");
-    let toml = format!(
-        "[[tools]]\nname = \"*_doc\"\nretry = {{ max_attempts = 3, backoff_initial = \"50ms\", backoff_max = \"200ms\", on = [\"transport\", \"timeout\"] }}\n\n{}backoff_initial = \"50ms\"\nbackoff_max = \"100ms\"\n",
-        upstream(&script)
-    );
-    let (running, shared) = start(&toml).await;
-    let addr = running.addr;
-    let sid = open_session(addr).await;
-    let listed = post(
-        addr,
-        Some(&sid),
-        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+    let (running, shared, addr, sid) = retrying_gateway(
+        &dir,
+        tools,
+        vec![
+            ("read_doc", crash_once("read-crashed")),
+            ("write_doc", crash_once("write-crashed")),
+        ],
+        "{ max_attempts = 3, backoff_initial = \"50ms\", backoff_max = \"200ms\", on = [\"transport\", \"timeout\"] }",
     )
     .await;
-    assert_eq!(listed.json()["result"]["tools"][0]["name"], "read_doc");
 
     let r = post(addr, Some(&sid), &call(2, "read_doc")).await;
     assert_eq!(
@@ -554,36 +582,21 @@ async fn a_call_cancelled_while_it_waits_to_be_retried_is_not_sent_again() {
     let crashed = dir.join("crashed");
     let tools = json!({"tools": [{"name": "read_doc", "inputSchema": {"type": "object"},
         "annotations": {"readOnlyHint": true}}]});
-    let mut init = mcpulse_testkit::mcp::initialize_result(mcpulse_testkit::mcp::LEGACY);
-    init["capabilities"] = json!({"tools": {}});
     // The first call crashes the server (lost: retried after a backoff); later ones answer.
-    let script = StdioScript::new()
-        .at_start(Act::RecordPid(dir.join("pids")))
-        .on("initialize", vec![Act::Result(init)])
-        .on("tools/list", vec![Act::Result(tools)])
-        .on_tool(
+    // A long backoff (full jitter up to 60 s): the cancellation comes while it waits.
+    let (running, _, addr, sid) = retrying_gateway(
+        &dir,
+        tools,
+        vec![(
             "read_doc",
             vec![
                 Act::RecordLine(runs.clone()),
                 Act::FirstTimeElse(crashed.clone(), Box::new(Act::Exit(1)), Box::new(ok())),
             ],
-        )
-        .write(&dir, "server.sh");
-    // A long backoff (full jitter up to 60 s): the cancellation comes while it waits.
-    let toml = format!(
-        "[[tools]]\nname = \"read_doc\"\nretry = {{ max_attempts = 3, backoff_initial = \"60s\", backoff_max = \"60s\", on = [\"transport\"] }}\n\n{}backoff_initial = \"50ms\"\nbackoff_max = \"100ms\"\n",
-        upstream(&script)
-    );
-    let (running, _) = start(&toml).await;
-    let addr = running.addr;
-    let sid = open_session(addr).await;
-    let listed = post(
-        addr,
-        Some(&sid),
-        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+        )],
+        "{ max_attempts = 3, backoff_initial = \"60s\", backoff_max = \"60s\", on = [\"transport\"] }",
     )
     .await;
-    assert_eq!(listed.json()["result"]["tools"][0]["name"], "read_doc");
     let pending = {
         let sid = sid.clone();
         tokio::spawn(async move { post(addr, Some(&sid), &call(2, "read_doc")).await })
@@ -610,7 +623,6 @@ async fn a_call_cancelled_while_it_waits_to_be_retried_is_not_sent_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_stops_reading_a_chatty_stream_does_not_stop_the_timeout() {
-    use tokio::io::AsyncWriteExt;
     let dir = TempDir::new("gw-policy-unread");
     let cancels = dir.join("cancels");
     // About 8 MB of log notifications, far past the socket buffers, then a long wait.
@@ -638,25 +650,14 @@ async fn a_client_that_stops_reading_a_chatty_stream_does_not_stop_the_timeout()
     let (running, shared) = start(&toml).await;
     let addr = running.addr;
     let sid = open_session(addr).await;
-    // A client with a small receive buffer that sends the call and never reads.
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket.set_recv_buffer_size(4096).unwrap();
-    let mut client = socket.connect(addr).await.unwrap();
-    let body = call(9, "chatty").to_string();
-    let head = format!(
-        "POST /mcp HTTP/1.1\r\nhost: {addr}\r\naccept: application/json, text/event-stream\r\ncontent-type: application/json\r\nmcp-session-id: {sid}\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    client.write_all(head.as_bytes()).await.unwrap();
+    // A client that sends the call and never reads.
+    let client = post_unread(addr, Some(&sid), &call(9, "chatty")).await;
     // The timeout still fires: the server is told, the slot given back, the timeout counted.
     eventually(BOUND, "the server records the cancellation", || {
         std::fs::read_to_string(&cancels).is_ok_and(|c| c.contains("\"requestId\":\"gw-"))
     })
     .await;
-    eventually(BOUND, "the call's slot is given back", || {
-        shared.policies().in_flight() == vec![("gateway".to_owned(), 0)]
-    })
-    .await;
+    slots_all_free(&shared).await;
     assert_eq!(
         metric(
             &shared,
