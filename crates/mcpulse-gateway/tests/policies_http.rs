@@ -9,7 +9,7 @@ mod policies_support;
 
 use mcpulse_testkit::http::{FakeHttp, Piece, Reply as Answer, Request};
 use mcpulse_testkit::mcp;
-use policies_support::{BOUND, call, eventually, metric, post, start};
+use policies_support::{BOUND, call, eventually, metric, post, post_unread, slots_all_free, start};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -331,6 +331,54 @@ async fn over_http_progress_on_the_upstream_stream_extends_a_timeout_up_to_its_m
             .any(|a| a.request.rpc_id() == Some(json!(3)))
     })
     .await;
+    tokio::time::timeout(BOUND, running.shutdown())
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_a_chatty_stream_does_not_stop_the_timeout() {
+    // A tool whose stream brings 8 KB log notifications every millisecond, never the reply.
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/message",
+        "params": {"level": "info", "data": "x".repeat(8000)}});
+    let event = format!("event: message\ndata: {note}\n\n").into_bytes();
+    let up = FakeHttp::start(move |req: &Request| match req.rpc_method().as_deref() {
+        Some("tools/call") => Answer::chunked(
+            200,
+            "text/event-stream",
+            vec![Piece::Repeat {
+                data: event.clone(),
+                every: Duration::from_millis(1),
+            }],
+        ),
+        Some("initialize") => rpc(req, mcp::initialize_result(mcp::LEGACY)),
+        _ => Answer::accepted(),
+    })
+    .await;
+    let toml = format!(
+        "[concurrency]\nmax_concurrent = 2\nqueue = 0\n\n[[tools]]\nname = \"chatty\"\ntimeout = \"1s\"\n\n[upstream]\nurl = \"{}\"\n",
+        up.url("/mcp")
+    );
+    let (running, shared) = start(&toml).await;
+    let addr = running.addr;
+    // A client that sends the call and never reads.
+    let client = post_unread(addr, None, &call(9, "chatty")).await;
+    // The timeout still fires: the upstream stream closed, the slot given back, counted.
+    eventually(BOUND, "the upstream sees the request abandoned", || {
+        up.abandoned()
+            .iter()
+            .any(|a| a.request.rpc_id() == Some(json!(9)))
+    })
+    .await;
+    slots_all_free(&shared).await;
+    assert_eq!(
+        metric(
+            &shared,
+            "mcpulse_gateway_tool_timeouts_total{tool=\"_other\"}"
+        ),
+        1.0
+    );
+    drop(client);
     tokio::time::timeout(BOUND, running.shutdown())
         .await
         .unwrap();

@@ -9,7 +9,9 @@ mod policies_support;
 
 use mcpulse_gateway::serve::Running;
 use mcpulse_testkit::stdio::{Act, StdioScript, TempDir, kill, read_pids, still_running_after};
-use policies_support::{BOUND, call, eventually, get, metric, open_session, post, start};
+use policies_support::{
+    BOUND, call, eventually, get, metric, open_session, post, post_unread, slots_all_free, start,
+};
 use serde_json::json;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -19,6 +21,48 @@ fn upstream(script: &Path) -> String {
         "[upstream]\ncommand = [\"sh\", {:?}]\nstop_grace = \"300ms\"\n",
         script.to_str().unwrap()
     )
+}
+
+/// A server listing `tools` (with their annotations), whose pid goes to `pids`, each
+/// `(tool, acts)` its answer; then a gateway retrying `*_doc` as `retry` says, the server's
+/// restarts quick. Returns the gateway, its state, its address and a session whose
+/// `tools/list` taught the gateway the annotations.
+async fn retrying_gateway(
+    dir: &TempDir,
+    tools: serde_json::Value,
+    acts: Vec<(&str, Vec<Act>)>,
+    retry: &str,
+) -> (
+    Running,
+    std::sync::Arc<mcpulse_gateway::state::Shared>,
+    std::net::SocketAddr,
+    String,
+) {
+    let mut init = mcpulse_testkit::mcp::initialize_result(mcpulse_testkit::mcp::LEGACY);
+    init["capabilities"] = json!({"tools": {}});
+    let mut script = StdioScript::new()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on("initialize", vec![Act::Result(init)])
+        .on("tools/list", vec![Act::Result(tools)]);
+    for (tool, a) in acts {
+        script = script.on_tool(tool, a);
+    }
+    let script = script.write(dir, "server.sh");
+    let toml = format!(
+        "[[tools]]\nname = \"*_doc\"\nretry = {retry}\n\n{}backoff_initial = \"50ms\"\nbackoff_max = \"100ms\"\n",
+        upstream(&script)
+    );
+    let (running, shared) = start(&toml).await;
+    let addr = running.addr;
+    let sid = open_session(addr).await;
+    let listed = post(
+        addr,
+        Some(&sid),
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+    )
+    .await;
+    assert_eq!(listed.json()["result"]["tools"][0]["name"], "read_doc");
+    (running, shared, addr, sid)
 }
 
 /// Stops the gateway and checks no child recorded in `pids` is left.
@@ -250,6 +294,18 @@ async fn a_flood_at_ten_times_the_limit_is_answered_in_full_and_none_waits_past_
             (id, r, started.elapsed())
         });
     }
+    // Some clients give up while queued: their connections close mid-wait.
+    let mut quitters = Vec::new();
+    for id in 100..106 {
+        let sid = sid.clone();
+        quitters.push(tokio::spawn(async move {
+            post(addr, Some(&sid), &call(id, "work")).await
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    for q in &quitters {
+        q.abort();
+    }
     let (mut ok, mut shed) = (0, 0);
     while let Some(done) = calls.join_next().await {
         let (id, r, took) = done.unwrap();
@@ -287,7 +343,11 @@ async fn a_flood_at_ten_times_the_limit_is_answered_in_full_and_none_waits_past_
         &shared,
         "mcpulse_gateway_limit_rejected_total{limit=\"gateway\",reason=\"queue_timeout\"}",
     );
-    assert_eq!(full + timed, f64::from(shed));
+    assert!(full + timed >= f64::from(shed));
+    // Every slot is free again, the quitters' included.
+    slots_all_free(&shared).await;
+    let r = post(addr, Some(&sid), &call(200, "work")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
     stop_leaving_nothing(running, &dir.join("pids")).await;
 }
 
@@ -428,29 +488,16 @@ async fn only_a_tool_annotated_read_only_is_retried_after_a_crash_lost_its_call(
             Box::new(ok()),
         )]
     };
-    let mut init = mcpulse_testkit::mcp::initialize_result(mcpulse_testkit::mcp::LEGACY);
-    init["capabilities"] = json!({"tools": {}});
-    let script = StdioScript::new()
-        .at_start(Act::RecordPid(dir.join("pids")))
-        .on("initialize", vec![Act::Result(init)])
-        .on("tools/list", vec![Act::Result(tools)])
-        .on_tool("read_doc", crash_once("read-crashed"))
-        .on_tool("write_doc", crash_once("write-crashed"))
-        .write(&dir, "server.sh");
-    let toml = format!(
-        "[[tools]]\nname = \"*_doc\"\nretry = {{ max_attempts = 3, backoff_initial = \"50ms\", backoff_max = \"200ms\", on = [\"transport\", \"timeout\"] }}\n\n{}backoff_initial = \"50ms\"\nbackoff_max = \"100ms\"\n",
-        upstream(&script)
-    );
-    let (running, shared) = start(&toml).await;
-    let addr = running.addr;
-    let sid = open_session(addr).await;
-    let listed = post(
-        addr,
-        Some(&sid),
-        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+    let (running, shared, addr, sid) = retrying_gateway(
+        &dir,
+        tools,
+        vec![
+            ("read_doc", crash_once("read-crashed")),
+            ("write_doc", crash_once("write-crashed")),
+        ],
+        "{ max_attempts = 3, backoff_initial = \"50ms\", backoff_max = \"200ms\", on = [\"transport\", \"timeout\"] }",
     )
     .await;
-    assert_eq!(listed.json()["result"]["tools"][0]["name"], "read_doc");
 
     let r = post(addr, Some(&sid), &call(2, "read_doc")).await;
     assert_eq!(
@@ -476,5 +523,182 @@ async fn only_a_tool_annotated_read_only_is_retried_after_a_crash_lost_its_call(
         ),
         0.0
     );
+    stop_leaving_nothing(running, &dir.join("pids")).await;
+}
+
+/// Sends the client's `notifications/cancelled` for its request `id`.
+async fn cancel(addr: std::net::SocketAddr, sid: &str, id: i64) {
+    let n = post(
+        addr,
+        Some(sid),
+        &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": id, "reason": "the user gave up"}}),
+    )
+    .await;
+    assert_eq!(n.status, 202);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_cancellations_do_not_open_the_tools_breaker() {
+    let dir = TempDir::new("gw-policy-cancel-breaker");
+    let script = StdioScript::legacy()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on_tool("slow", vec![Act::Sleep(400), ok()])
+        .write(&dir, "server.sh");
+    let toml = format!(
+        "[[tools]]\nname = \"slow\"\nbreaker = {{ window_calls = 4, minimum_calls = 2, wait_in_open = \"30s\" }}\n\n{}",
+        upstream(&script)
+    );
+    let (running, shared) = start(&toml).await;
+    let addr = running.addr;
+    let sid = open_session(addr).await;
+    for id in [1, 2] {
+        let pending = {
+            let sid = sid.clone();
+            tokio::spawn(async move { post(addr, Some(&sid), &call(id, "slow")).await })
+        };
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        cancel(addr, &sid, id).await;
+        let r = pending.await.unwrap();
+        assert_eq!(r.json()["error"]["code"], -32800, "{}", r.body);
+    }
+    // Two cancelled calls of two: a breaker that counted them would be open now.
+    let r = post(addr, Some(&sid), &call(3, "slow")).await;
+    assert_eq!(r.text(), "ok", "{}", r.body);
+    assert_eq!(
+        metric(
+            &shared,
+            "mcpulse_gateway_breaker_transitions_total{breaker=\"slow\",to=\"open\"}"
+        ),
+        0.0
+    );
+    stop_leaving_nothing(running, &dir.join("pids")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_cancelled_while_it_waits_to_be_retried_is_not_sent_again() {
+    let dir = TempDir::new("gw-policy-cancel-retry");
+    let runs = dir.join("runs");
+    let crashed = dir.join("crashed");
+    let tools = json!({"tools": [{"name": "read_doc", "inputSchema": {"type": "object"},
+        "annotations": {"readOnlyHint": true}}]});
+    // The first call crashes the server (lost: retried after a backoff); later ones answer.
+    // A long backoff (full jitter up to 60 s): the cancellation comes while it waits.
+    let (running, _, addr, sid) = retrying_gateway(
+        &dir,
+        tools,
+        vec![(
+            "read_doc",
+            vec![
+                Act::RecordLine(runs.clone()),
+                Act::FirstTimeElse(crashed.clone(), Box::new(Act::Exit(1)), Box::new(ok())),
+            ],
+        )],
+        "{ max_attempts = 3, backoff_initial = \"60s\", backoff_max = \"60s\", on = [\"transport\"] }",
+    )
+    .await;
+    let pending = {
+        let sid = sid.clone();
+        tokio::spawn(async move { post(addr, Some(&sid), &call(2, "read_doc")).await })
+    };
+    eventually(BOUND, "the first attempt crashes the server", || {
+        crashed.exists()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = Instant::now();
+    cancel(addr, &sid, 2).await;
+    let r = tokio::time::timeout(Duration::from_secs(5), pending)
+        .await
+        .expect("the cancelled call is answered at once")
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!(r.json()["id"], 2);
+    assert_eq!(r.json()["error"]["code"], -32800, "{}", r.body);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let ran = std::fs::read_to_string(&runs).unwrap_or_default();
+    assert_eq!(ran.lines().count(), 1, "the child ran it once: {ran}");
+    stop_leaving_nothing(running, &dir.join("pids")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_a_chatty_stream_does_not_stop_the_timeout() {
+    let dir = TempDir::new("gw-policy-unread");
+    let cancels = dir.join("cancels");
+    // About 8 MB of log notifications, far past the socket buffers, then a long wait.
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/message",
+        "params": {"level": "info", "data": "x".repeat(8000)}})
+    .to_string();
+    let script = StdioScript::legacy()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on_tool(
+            "chatty",
+            vec![
+                Act::Repeat(Box::new(Act::Stdout(note)), 1000),
+                Act::Sleep(2500),
+            ],
+        )
+        .on(
+            "notifications/cancelled",
+            vec![Act::RecordLine(cancels.clone())],
+        )
+        .write(&dir, "server.sh");
+    let toml = format!(
+        "[concurrency]\nmax_concurrent = 2\nqueue = 0\n\n[[tools]]\nname = \"chatty\"\ntimeout = \"1s\"\n\n{}",
+        upstream(&script)
+    );
+    let (running, shared) = start(&toml).await;
+    let addr = running.addr;
+    let sid = open_session(addr).await;
+    // A client that sends the call and never reads.
+    let client = post_unread(addr, Some(&sid), &call(9, "chatty")).await;
+    // The timeout still fires: the server is told, the slot given back, the timeout counted.
+    eventually(BOUND, "the server records the cancellation", || {
+        std::fs::read_to_string(&cancels).is_ok_and(|c| c.contains("\"requestId\":\"gw-"))
+    })
+    .await;
+    slots_all_free(&shared).await;
+    assert_eq!(
+        metric(
+            &shared,
+            "mcpulse_gateway_tool_timeouts_total{tool=\"_other\"}"
+        ),
+        1.0
+    );
+    drop(client);
+    stop_leaving_nothing(running, &dir.join("pids")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_session_gets_404_at_once_and_a_nameless_call_is_still_limited() {
+    let dir = TempDir::new("gw-policy-door");
+    let script = StdioScript::legacy()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on_tool("slow", vec![Act::Sleep(1500), ok()])
+        .write(&dir, "server.sh");
+    let toml = format!(
+        "[concurrency]\nmax_concurrent = 1\nqueue = 1\nqueue_timeout = \"500ms\"\n\n{}",
+        upstream(&script)
+    );
+    let (running, _) = start(&toml).await;
+    let addr = running.addr;
+    let sid = open_session(addr).await;
+    let hold = {
+        let sid = sid.clone();
+        tokio::spawn(async move { post(addr, Some(&sid), &call(1, "slow")).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The only slot is taken: a bogus session is told at once, without queueing for it.
+    let started = Instant::now();
+    let r = post(addr, Some("bogus-session"), &call(2, "slow")).await;
+    assert_eq!(r.status, 404, "{}", r.body);
+    assert!(started.elapsed() < Duration::from_millis(400));
+    // A tools/call whose name is not a string still takes a slot of [concurrency].
+    let nameless =
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": 7}});
+    let r = post(addr, Some(&sid), &nameless).await;
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert_eq!(r.json()["error"]["code"], -32085, "{}", r.body);
+    assert_eq!(hold.await.unwrap().text(), "ok");
     stop_leaving_nothing(running, &dir.join("pids")).await;
 }

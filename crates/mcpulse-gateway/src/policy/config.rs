@@ -298,6 +298,17 @@ fn retry(src: &Source<'_>, raw: &At<RawRetry>, key: &str) -> Result<RetryPolicy,
     }
     if let Some(v) = &r.on {
         p.retry_on = failure_set(src, v, &k("on"))?;
+        // A JSON-RPC error or an `isError` result is the server's answer (and a cancelled
+        // call's -32800 is a JSON-RPC error): sending it again could do the work twice.
+        if p.retry_on.contains(FailureKind::JsonRpcError)
+            || p.retry_on.contains(FailureKind::ToolError)
+        {
+            return Err(src.at(
+                v,
+                &k("on"),
+                "only \"timeout\" and \"transport\" can be retried: a JSON-RPC error or an isError result is the server's answer, and the call may have run",
+            ));
+        }
     }
     p.validate()
         .map_err(|e| src.at(raw, &k(e.setting), e.rule))?;
@@ -600,6 +611,25 @@ mod tests {
         assert!(e.contains("retry_budget.ratio"), "{e}");
         let e = parse("[retry_budget]\nwindow = \"100ms\"\n").unwrap_err();
         assert!(e.contains("retry_budget.window"), "{e}");
+    }
+
+    #[test]
+    fn only_timeouts_and_transport_failures_can_be_retried() {
+        for kind in ["jsonrpc_error", "tool_error"] {
+            let e = parse(&format!(
+                "[[tools]]\nname = \"read_*\"\nretry = {{ on = [\"timeout\", \"{kind}\"] }}\n"
+            ))
+            .unwrap_err();
+            assert!(
+                e.contains("tools[0].retry.on") || e.contains("retry.on"),
+                "{e}"
+            );
+            assert!(e.contains("only \"timeout\" and \"transport\""), "{e}");
+        }
+        let s =
+            parse("[[tools]]\nname = \"read_*\"\nretry = { on = [\"timeout\", \"transport\"] }\n")
+                .unwrap();
+        assert!(s.tools[0].retry.is_some());
     }
 
     #[test]

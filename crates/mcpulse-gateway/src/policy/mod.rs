@@ -90,7 +90,7 @@ impl Limit {
 
     /// A slot, at once or after a wait of at most the queue timeout.
     async fn acquire(&self, p: &Policies, metrics: &Metrics) -> Result<(), Refusal> {
-        let (mut rx, ticket, deadline_ms, timeout) = {
+        let (rx, ticket, deadline_ms, timeout) = {
             let mut i = lock(&self.inner);
             let timeout = i.limiter.policy().queue_timeout;
             match i.limiter.acquire(p.now_ms()) {
@@ -111,11 +111,26 @@ impl Limit {
             }
         };
         let at = p.at(deadline_ms);
-        let woke = match tokio::time::timeout_at(at, &mut rx).await {
-            Ok(Ok(())) => true,
+        // Dropped before it ends (the client went away while queued), the guard gives back
+        // a slot handed over but not yet taken, or leaves the queue.
+        let mut wait = Queued {
+            limit: self,
+            policies: p,
+            ticket,
+            rx: Some(rx),
+        };
+        let woke = match tokio::time::timeout_at(at, wait.rx_mut()).await {
+            Ok(Ok(())) => {
+                wait.rx = None;
+                true
+            }
             // The limiter timed it out (its sender dropped).
-            Ok(Err(_)) => false,
+            Ok(Err(_)) => {
+                wait.rx = None;
+                false
+            }
             Err(_) => {
+                let mut rx = wait.rx.take();
                 let mut i = lock(&self.inner);
                 if i.limiter.cancel(ticket) {
                     i.waiters.remove(&ticket.0);
@@ -123,7 +138,7 @@ impl Limit {
                 } else {
                     // Admitted or timed out by a release at the same instant.
                     i.waiters.remove(&ticket.0);
-                    rx.try_recv().is_ok()
+                    rx.as_mut().is_some_and(|rx| rx.try_recv().is_ok())
                 }
             }
         };
@@ -159,6 +174,43 @@ impl Limit {
                     i.waiters.remove(&t);
                 }
             }
+        }
+    }
+}
+
+/// A request waiting in a limiter's queue. Dropped while still waiting (its future was
+/// dropped: the client disconnected), it leaves the queue; if a release had already handed
+/// it the slot (the oneshot holds the wake-up nobody will read), it gives the slot back, so
+/// that no slot is lost for good.
+struct Queued<'a> {
+    limit: &'a Limit,
+    policies: &'a Policies,
+    ticket: Ticket,
+    /// `None` once the wait has ended (the outcome then belongs to `acquire`).
+    rx: Option<oneshot::Receiver<()>>,
+}
+
+impl Queued<'_> {
+    /// The wake-up to await (a closed one if the wait is over: never awaited then).
+    fn rx_mut(&mut self) -> &mut oneshot::Receiver<()> {
+        self.rx.get_or_insert_with(|| oneshot::channel().1)
+    }
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        let Some(mut rx) = self.rx.take() else {
+            return;
+        };
+        let handed = {
+            let mut i = lock(&self.limit.inner);
+            i.waiters.remove(&self.ticket.0);
+            // Still queued: it just leaves. Otherwise a release admitted it (the slot is
+            // in the oneshot) or timed it out.
+            !i.limiter.cancel(self.ticket) && rx.try_recv().is_ok()
+        };
+        if handed {
+            self.limit.release(self.policies.now_ms());
         }
     }
 }
@@ -578,17 +630,20 @@ impl Policies {
             None,
             draw,
         );
+        // The metrics take the raw name (their label is bounded and made inert there: an
+        // escaped name would not match a listed tool); the log takes the inert one.
+        let raw = tool;
         let tool = mcpulse_wire::text::field(tool);
         match decision {
             RetryDecision::Retry { delay, attempt } => {
                 tracing::info!(tool = %tool, attempt, delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX), failure = failure.as_str(), "retrying a tool call");
-                metrics.retry(&tool, "retried");
+                metrics.retry(raw, "retried");
                 Some(delay)
             }
             RetryDecision::Stop(stop) => {
                 tracing::debug!(tool = %tool, why = stop.as_str(), "not retrying a tool call");
                 if matches!(stop, mcpulse_policy::retry::Stop::Budget) {
-                    metrics.retry(&tool, "budget");
+                    metrics.retry(raw, "budget");
                 }
                 None
             }
@@ -617,6 +672,17 @@ impl Policies {
                 })
             }
         }
+    }
+
+    /// Every limiter's calls holding a slot now, by name ([`GATEWAY`] or the entry's
+    /// pattern): what a drained gateway must show as 0.
+    pub fn in_flight(&self) -> Vec<(String, u32)> {
+        let rules = self.rules.iter().filter_map(|r| r.limit.as_ref());
+        self.gateway
+            .iter()
+            .chain(rules)
+            .map(|l| (l.name.clone(), lock(&l.inner).limiter.in_flight()))
+            .collect()
     }
 
     /// Every breaker, its wait in open checked against the clock (so `/readyz` does not show
@@ -838,6 +904,56 @@ mod tests {
         ));
         assert_eq!(started.elapsed(), Duration::from_secs(2));
         drop(hold);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slot_handed_to_a_queued_call_whose_client_went_away_is_given_back() {
+        let shared = crate::state::Shared::default();
+        let metrics = &shared.metrics;
+        let settings = Settings {
+            concurrency: Some(LimitPolicy {
+                max_concurrent: 1,
+                queue: 4,
+                queue_timeout: Duration::from_secs(2),
+            }),
+            ..Settings::default()
+        };
+        let p = Arc::new(Policies::new(settings, metrics));
+        let first = p.admit("a", &shared).await.unwrap();
+        let queued = {
+            let p = p.clone();
+            tokio::spawn(async move {
+                let shared = crate::state::Shared::default();
+                let _held = p.admit("a", &shared).await;
+                std::future::pending::<()>().await;
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        // The slot goes to the queued call, whose client disconnects before it runs again.
+        drop(first);
+        queued.abort();
+        assert!(queued.await.unwrap_err().is_cancelled());
+        assert_eq!(p.in_flight(), vec![(GATEWAY.to_owned(), 0)]);
+        let again = p.admit("a", &shared).await;
+        assert!(again.is_ok(), "{:?}", again.map(|_| ()));
+        drop(again);
+        // A queued call dropped while still waiting leaves the queue.
+        let hold = p.admit("a", &shared).await.unwrap();
+        let waiting = {
+            let p = p.clone();
+            tokio::spawn(async move {
+                let shared = crate::state::Shared::default();
+                let _ = p.admit("a", &shared).await;
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        waiting.abort();
+        let _ = waiting.await;
+        drop(hold);
+        assert_eq!(p.in_flight(), vec![(GATEWAY.to_owned(), 0)]);
+        let started = Instant::now();
+        assert!(p.admit("a", &shared).await.is_ok());
+        assert_eq!(started.elapsed(), Duration::ZERO);
     }
 
     #[tokio::test(start_paused = true)]

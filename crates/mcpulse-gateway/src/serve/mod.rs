@@ -91,6 +91,22 @@ pub fn record(
     }
 }
 
+/// [`record`] for a call its client cancelled: counted and logged, but it judges nothing,
+/// so it never feeds the error-rate and latency thresholds (a client giving up says nothing
+/// about the tool).
+pub(crate) fn record_cancelled(
+    shared: &Shared,
+    method: &str,
+    tool: Option<&str>,
+    started: tokio::time::Instant,
+) {
+    let took = started.elapsed();
+    shared
+        .metrics
+        .request(method, tool, took, Outcome::RpcError);
+    crate::metrics::log_request(method, tool, took, Outcome::RpcError);
+}
+
 /// The tools a `tools/list` reply lists.
 pub(crate) fn listed(reply: &Value) -> Option<&Vec<Value>> {
     reply

@@ -160,6 +160,37 @@ struct Routes {
     /// The session's GET stream (SSE frames).
     listen: Option<mpsc::Sender<Bytes>>,
     dropped: u64,
+    /// Timed-out calls' cancellations the child's full input could not take.
+    cancels_dropped: u64,
+    /// Calls waiting out a retry's backoff (no request in flight, so not in `waiting`): the
+    /// client's id and what tells the retry loop that the client cancelled it. One entry per
+    /// `tools/call` being retried, gone when its wait ends ([`Backoff`]).
+    backing_off: Vec<(Value, Arc<Notify>)>,
+}
+
+/// A retry's backoff registered in [`Routes::backing_off`], taken out when dropped (the wait
+/// ended, or the client went away).
+struct Backoff<'a> {
+    worker: &'a Worker,
+    cancelled: Arc<Notify>,
+}
+
+impl<'a> Backoff<'a> {
+    fn new(worker: &'a Worker, id: &Value) -> Backoff<'a> {
+        let cancelled = Arc::new(Notify::new());
+        lock(&worker.routes)
+            .backing_off
+            .push((id.clone(), cancelled.clone()));
+        Backoff { worker, cancelled }
+    }
+}
+
+impl Drop for Backoff<'_> {
+    fn drop(&mut self) {
+        lock(&self.worker.routes)
+            .backing_off
+            .retain(|(_, n)| !Arc::ptr_eq(n, &self.cancelled));
+    }
 }
 
 /// One supervised child and the HTTP side of its relay.
@@ -354,11 +385,31 @@ impl Worker {
     /// Gives up on the request sent as `key` (it timed out): its waiter goes, and the server
     /// is told with `notifications/cancelled` (the relay passes it to the child, which should
     /// stop the work, and drops the reply if it still comes).
-    async fn abandon(&self, key: &str, reason: &str) {
+    ///
+    /// Never waits: a wedged child (it stopped reading, its input queue is full) must not
+    /// hold the timeout's answer; the cancellation is then dropped, and counted in the log.
+    fn abandon(&self, key: &str, reason: &str) {
         lock(&self.routes).waiting.remove(key);
         let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
             "params": {"requestId": key, "reason": reason}});
-        self.send(&cancel).await;
+        let sent = self.sender().is_some_and(|tx| {
+            serde_json::to_vec(&cancel).is_ok_and(|mut line| {
+                line.push(b'\n');
+                tx.try_send(line).is_ok()
+            })
+        });
+        if !sent {
+            let dropped = {
+                let mut routes = lock(&self.routes);
+                routes.cancels_dropped += 1;
+                routes.cancels_dropped
+            };
+            tracing::warn!(
+                worker = self.key,
+                dropped,
+                "the server's input is full (it stopped reading?): a timed-out call's notifications/cancelled was dropped"
+            );
+        }
     }
 
     /// A client's `notifications/cancelled`: its `requestId` is the client's id, which the
@@ -379,6 +430,10 @@ impl Worker {
             .find(|(_, w)| w.id == id)
             .map(|(k, _)| k.clone())
         else {
+            // Between two attempts of a retried call: the retry is not sent.
+            if let Some(i) = routes.backing_off.iter().position(|(b, _)| *b == id) {
+                routes.backing_off.swap_remove(i).1.notify_one();
+            }
             return false;
         };
         if let Some(w) = routes.waiting.remove(&key) {
@@ -631,8 +686,17 @@ impl StdioUpstream {
             );
             return json_reply(&reply, None, modern);
         }
+        // A stale session is told so before it can queue for (and hold) a slot.
+        if let Some(s) = &session
+            && !lock(&self.sessions).contains_key(s)
+        {
+            return super::unknown_session();
+        }
         // The call policies: admitted (or refused at the door, before any stream), and timed.
-        let (permit, timer) = match tool.as_deref() {
+        // A `tools/call` without a string name gets the gateway-wide limit and the default
+        // timeout (as the name "", which no listed tool has).
+        let policed = tool.as_deref().or((method == "tools/call").then_some(""));
+        let (permit, timer) = match policed {
             Some(name) if !own_probe => {
                 let policies = self.shared.policies();
                 match policies.admit(name, &self.shared).await {
@@ -722,7 +786,12 @@ impl StdioUpstream {
             } else {
                 outcome(reply)
             };
-            if let Some(p) = permit {
+            let cancelled = !timed_out && is_cancelled(reply);
+            if cancelled {
+                // Not the tool's failure: its breaker trial is handed back unjudged (dropping
+                // the permit does that) and its slots freed.
+                drop(permit);
+            } else if let Some(p) = permit {
                 let o = if timed_out {
                     mcpulse_policy::breaker::Outcome::Failure(
                         mcpulse_policy::breaker::FailureKind::Timeout,
@@ -739,14 +808,18 @@ impl StdioUpstream {
                 super::learn_listed_tools(&up.shared, reply);
                 up.shared.policies().learn_hints(reply);
             }
-            record(
-                &up.shared,
-                &method,
-                tool.as_deref(),
-                started,
-                outcome,
-                own_probe,
-            );
+            if cancelled && !own_probe {
+                super::record_cancelled(&up.shared, &method, tool.as_deref(), started);
+            } else {
+                record(
+                    &up.shared,
+                    &method,
+                    tool.as_deref(),
+                    started,
+                    outcome,
+                    own_probe,
+                );
+            }
             if let Some(sid) = &minted
                 && reply.get("result").is_none()
             {
@@ -784,6 +857,8 @@ impl StdioUpstream {
         loop {
             let failure = match &reply {
                 Reply::Json(_, true) => Some(mcpulse_policy::breaker::FailureKind::Timeout),
+                // The client cancelled it: never sent again.
+                Reply::Json(v, false) if is_cancelled(v) => None,
                 Reply::Json(v, false) => crate::policy::failure_of(outcome(v)),
                 Reply::Stream(_) => None,
             };
@@ -795,7 +870,19 @@ impl StdioUpstream {
             else {
                 return reply;
             };
-            tokio::time::sleep(delay).await;
+            {
+                // The client may cancel the call while it waits: then it is not sent again.
+                let backoff = Backoff::new(worker, id);
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    () = backoff.cancelled.notified() => {
+                        return Reply::Json(
+                            error(id, CANCELLED, "mcpulse gateway: the request was cancelled by the client"),
+                            false,
+                        );
+                    }
+                }
+            }
             made += 1;
             reply = Call {
                 worker: worker.clone(),
@@ -1341,6 +1428,17 @@ async fn expire_idle(up: std::sync::Weak<StdioUpstream>) {
 }
 
 /// How a reply ended, for the metrics and the log line.
+/// Whether a reply says the request was cancelled (`-32800`: the gateway's answer to a
+/// client's `notifications/cancelled`, or the server's own word that it was cancelled):
+/// neither a success nor a failure of the tool.
+fn is_cancelled(reply: &Value) -> bool {
+    reply
+        .get("error")
+        .and_then(|e| e.get("code"))
+        .and_then(Value::as_i64)
+        == Some(CANCELLED)
+}
+
 fn outcome(reply: &Value) -> Outcome {
     if let Some(code) = reply
         .get("error")
@@ -1453,7 +1551,7 @@ async fn progress(n: Option<&Arc<Notify>>) {
 async fn time_out(guard: &WaitGuard, id: &Value, timer: &crate::policy::Timer) -> Value {
     let after = mcpulse_wire::units::human_duration(timer.ran().as_millis());
     let reason = format!("mcpulse gateway: the tool call timed out after {after}");
-    guard.worker.abandon(&guard.key, &reason).await;
+    guard.worker.abandon(&guard.key, &reason);
     let result = crate::policy::timeout_result(
         &timer.tool,
         timer.ran(),
@@ -1505,7 +1603,19 @@ impl Call {
             key: key.clone(),
         };
         message.insert("id".into(), Value::String(key));
-        if !worker.send(&Value::Object(message)).await {
+        // A wedged child (its input full) blocks the send: it races the timer.
+        let message = Value::Object(message);
+        let sent = tokio::select! {
+            biased;
+            sent = worker.send(&message) => sent,
+            () = expiry(timer.as_ref()) => {
+                if let Some(t) = &timer {
+                    return Reply::Json(time_out(&guard, &id, t).await, true);
+                }
+                false
+            }
+        };
+        if !sent {
             drop(guard);
             return Reply::Json(
                 error(
@@ -1602,42 +1712,48 @@ impl Stream {
                 return;
             }
             let mut events_open = true;
+            // `None`: the timer expired.
             let reply = loop {
                 tokio::select! {
                     biased;
                     event = events.recv(), if events_open => match event {
                         Some(frame) => {
-                            if tx.send(frame).await.is_err() {
-                                return;
+                            // A client that stops reading blocks this send: it races the
+                            // timer, so the call still times out (the server told, the slots
+                            // and the breaker trial given back) while the client stays.
+                            let sent = tokio::select! {
+                                biased;
+                                sent = tx.send(frame) => Some(sent.is_ok()),
+                                () = expiry(timer.as_ref()) => None,
+                            };
+                            match sent {
+                                Some(true) => {}
+                                Some(false) => return,
+                                None => break None,
                             }
                         }
                         None => events_open = false,
                     },
-                    r = &mut reply => break r,
+                    r = &mut reply => break Some(r),
                     () = progress(progressed.as_ref()) => {
                         if let Some(t) = &mut timer {
                             t.progressed();
                         }
                     }
-                    () = expiry(timer.as_ref()) => {
-                        if let Some(t) = &timer {
-                            let result = time_out(&guard, &id, t).await;
-                            finish(&result, true);
-                            let _ = tx
-                                .send(sse_frame(&serde_json::to_vec(&result).unwrap_or_default()))
-                                .await;
-                        }
-                        return;
-                    }
+                    () = expiry(timer.as_ref()) => break None,
                 }
             };
-            drop(guard);
-            // Everything the server sent before its reply is in `events` by now.
-            while let Ok(frame) = events.try_recv() {
-                if tx.send(frame).await.is_err() {
-                    return;
+            let Some(reply) = reply else {
+                if let Some(t) = &timer {
+                    let result = time_out(&guard, &id, t).await;
+                    finish(&result, true);
+                    let _ = tx
+                        .send(sse_frame(&serde_json::to_vec(&result).unwrap_or_default()))
+                        .await;
                 }
-            }
+                return;
+            };
+            drop(guard);
             let mut reply = reply.unwrap_or_else(|_| {
                 error(
                     &id,
@@ -1648,7 +1764,15 @@ impl Stream {
             if let Some(name) = &health_tool {
                 super::inject_reply(&mut reply, name);
             }
+            // Judged and its slots freed before the last frames go out (a client that does
+            // not read them holds nothing).
             finish(&reply, false);
+            // Everything the server sent before its reply is in `events` by now.
+            while let Ok(frame) = events.try_recv() {
+                if tx.send(frame).await.is_err() {
+                    return;
+                }
+            }
             let _ = tx
                 .send(sse_frame(&serde_json::to_vec(&reply).unwrap_or_default()))
                 .await;

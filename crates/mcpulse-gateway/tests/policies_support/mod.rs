@@ -151,3 +151,35 @@ pub async fn eventually(bound: Duration, what: &str, mut cond: impl FnMut() -> b
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Sends `message` as a POST (accepting SSE) on a connection with a small receive buffer,
+/// and never reads the answer: a client that stopped reading. Dropping it disconnects.
+pub async fn post_unread(
+    addr: SocketAddr,
+    session: Option<&str>,
+    message: &Value,
+) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut client = socket.connect(addr).await.unwrap();
+    let body = message.to_string();
+    let sid = session
+        .map(|s| format!("mcp-session-id: {s}\r\n"))
+        .unwrap_or_default();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {addr}\r\naccept: application/json, text/event-stream\r\ncontent-type: application/json\r\n{sid}content-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    client.write_all(head.as_bytes()).await.unwrap();
+    client
+}
+
+/// Waits until every slot of `[concurrency]` (the only limiter these tests configure) is
+/// given back.
+pub async fn slots_all_free(shared: &Shared) {
+    eventually(BOUND, "every slot is given back", || {
+        shared.policies().in_flight() == vec![("gateway".to_owned(), 0)]
+    })
+    .await;
+}

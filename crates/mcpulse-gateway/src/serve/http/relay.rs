@@ -268,6 +268,9 @@ struct Pending {
     progress: Option<Value>,
 }
 
+/// How long a timed-out call's last event waits for a client that does not read.
+const LAST_SEND_GRACE: Duration = Duration::from_secs(1);
+
 struct Stream {
     link: Arc<Link>,
     label: String,
@@ -307,10 +310,7 @@ impl Stream {
                     return;
                 }
                 () = crate::serve::sleep_until_opt(due) => {
-                    match pending.tool_timer.take() {
-                        Some(t) if t.before(self.reply_due) => self.time_out(&mut pending, &t).await,
-                        _ => self.fail(&mut pending, codes::REQUEST_TIMEOUT, &self.timed_out).await,
-                    }
+                    self.expire(&mut pending).await;
                     // Returning drops the upstream body: its stream is closed (the cancellation).
                     return;
                 }
@@ -394,7 +394,30 @@ impl Stream {
             pending.record.done(outcome);
             pending.key = None;
         }
-        self.tx.send(encode(&event)).await.is_ok()
+        // A client that stops reading blocks this send: it races the reply's deadline, so the
+        // call still times out (its slots and breaker trial given back, the upstream stream
+        // closed as the caller returns) while the client stays connected.
+        let due = self.deadline.filter(|_| pending.key.is_some());
+        tokio::select! {
+            biased;
+            sent = self.tx.send(encode(&event)) => sent.is_ok(),
+            () = crate::serve::sleep_until_opt(due) => {
+                self.expire(pending).await;
+                false
+            }
+        }
+    }
+
+    /// The pending request's deadline passed: the tool timeout result, or the reply timeout's
+    /// error, as a last event.
+    async fn expire(&self, pending: &mut Pending) {
+        match pending.tool_timer.take() {
+            Some(t) if t.before(self.reply_due) => self.time_out(pending, &t).await,
+            _ => {
+                self.fail(pending, codes::REQUEST_TIMEOUT, &self.timed_out)
+                    .await;
+            }
+        }
     }
 
     /// The pending `tools/call` outlived its timeout: the tool timeout result as a last event.
@@ -420,7 +443,9 @@ impl Stream {
             id: None,
             retry_ms: None,
         };
-        let _ = self.tx.send(encode(&event)).await;
+        // A client that does not read gets LAST_SEND_GRACE, then the stream ends without it
+        // (so the upstream stream is closed, not held for as long as the client stays).
+        let _ = tokio::time::timeout(LAST_SEND_GRACE, self.tx.send(encode(&event))).await;
     }
 
     /// The stream broke: the pending request, if any, gets a JSON-RPC error as a last event.
@@ -438,7 +463,7 @@ impl Stream {
             id: None,
             retry_ms: None,
         };
-        let _ = self.tx.send(encode(&event)).await;
+        let _ = tokio::time::timeout(LAST_SEND_GRACE, self.tx.send(encode(&event))).await;
     }
 }
 
