@@ -316,9 +316,10 @@ impl Health {
         }
         for (tool, breaker) in &mut s.breakers {
             let mut b = lock(breaker);
-            let _ = b.poll(now);
+            if let Some(t) = b.poll(now) {
+                crate::kit::breaker_changed(self, tool, &t);
+            }
             let state = b.state();
-            self.inner.metrics.set_breaker(tool, state);
             if state == BreakerState::Closed {
                 continue;
             }

@@ -255,3 +255,80 @@ async fn a_quiet_tool_calls_stream_carries_keep_alive_comments() {
     assert!(comments >= 3, "{comments} keep-alive comments in:\n{raw}");
     assert!(raw.contains("slept 1000 ms"), "{raw}");
 }
+
+/// A call admitted in half-open whose future is dropped (the handler abandoned, not cancelled
+/// by the client) hands its trial back: the breaker is not left waiting for it for ever. And the
+/// breaker's gauge follows open -> half-open as a call sees it, without a `/readyz` read.
+#[tokio::test(start_paused = true)]
+async fn a_dropped_trial_does_not_wedge_a_half_open_breaker_and_the_gauge_follows() {
+    use rmcp::handler::server::tool::ToolCallContext;
+    use rmcp::model::{CallToolRequestParams, CallToolResponse, NumberOrString};
+    use rmcp::service::RequestContext;
+    let breaker = BreakerPolicy {
+        window: WindowSpec::default(),
+        minimum_calls: 1,
+        failure_rate: 0.5,
+        wait_in_open: Duration::from_secs(10),
+        half_open_trials: 1,
+        ..BreakerPolicy::default()
+    };
+    let health = Health::new("kit-test", "1");
+    let kit = Kit::new(health.clone()).tool(
+        "sleep",
+        ToolPolicy::new()
+            .timeout(Duration::from_secs(1))
+            .breaker(breaker),
+    );
+    let router = kit.wrap(common::TestServer::router()).unwrap();
+    let (server, running, _pipe) = common::in_process(router.clone()).await;
+    let mut id = 0;
+    let mut call = |ms: u64| {
+        id += 1;
+        let params: CallToolRequestParams =
+            serde_json::from_value(json!({"name": "sleep", "arguments": {"ms": ms}})).unwrap();
+        let ctx = RequestContext::new(NumberOrString::Number(id), running.peer().clone());
+        ToolCallContext::new(&server, params, ctx)
+    };
+    let text = |r: Result<CallToolResponse, rmcp::ErrorData>| match r.unwrap() {
+        CallToolResponse::Complete(c) => serde_json::to_value(&c).unwrap()["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .to_owned(),
+        other => panic!("{other:?}"),
+    };
+    // One timeout opens it.
+    let r = text(router.call(call(5000)).await);
+    assert!(r.starts_with("tool sleep timed out after 1s"), "{r}");
+    let r = text(router.call(call(1)).await);
+    assert!(r.contains("circuit breaker is open"), "{r}");
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    // The trial goes in, and is abandoned while it runs.
+    let mut trial = Box::pin(router.call(call(60_000)));
+    tokio::select! {
+        _ = &mut trial => panic!("the trial should still be running"),
+        () = tokio::time::sleep(Duration::from_millis(10)) => {}
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let endpoints = tokio::spawn(async move {
+        let _ = axum::serve(listener, mcpulse_kit::endpoints::router(health)).await;
+    });
+    let m = common::get(addr, "/metrics").await.body;
+    for line in [
+        r#"mcpulse_gateway_breaker_state{breaker="sleep",state="half_open"} 1"#,
+        r#"mcpulse_gateway_breaker_state{breaker="sleep",state="open"} 0"#,
+        r#"mcpulse_gateway_breaker_transitions_total{breaker="sleep",to="half_open"} 1"#,
+    ] {
+        assert!(m.contains(line), "{line} missing in:\n{m}");
+    }
+    drop(trial);
+    // Not wedged: the next call is the trial, it succeeds, the breaker closes.
+    assert_eq!(text(router.call(call(1)).await), "slept 1 ms");
+    let m = common::get(addr, "/metrics").await.body;
+    assert!(
+        m.contains(r#"mcpulse_gateway_breaker_state{breaker="sleep",state="closed"} 1"#),
+        "{m}"
+    );
+    endpoints.abort();
+    let _ = running.cancel().await;
+}
