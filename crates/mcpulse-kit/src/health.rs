@@ -21,7 +21,7 @@
 
 use crate::check::{Check, Outcome, Status, inert};
 use crate::metrics::Metrics;
-use mcpulse_policy::breaker::{Breaker, BreakerState};
+use mcpulse_policy::breaker::Breaker;
 use mcpulse_policy::check::{self as policy, Raw};
 use mcpulse_policy::health::{Check as Item, CheckStatus, Health as Doc};
 use std::borrow::Cow;
@@ -319,29 +319,19 @@ impl Health {
             if let Some(t) = b.poll(now) {
                 crate::kit::breaker_changed(self, tool, &t);
             }
-            let state = b.state();
-            if state == BreakerState::Closed {
-                continue;
-            }
-            let mut c = Item::new(
-                format!("breaker-{tool}:state"),
-                format!("breaker-{tool}"),
-                "component",
-            )
-            .observed(state.as_str(), "state")
-            .status(CheckStatus::Warn);
-            c = c.output(match b.open_until() {
-                Some(until) => format!(
-                    "the circuit breaker of tool {tool} is {}: its calls fail fast for {} more",
-                    state.as_str(),
-                    mcpulse_wire::units::human_duration(u128::from(until.saturating_sub(now)))
-                ),
-                None => format!(
-                    "the circuit breaker of tool {tool} is {}: trial calls are going through",
-                    state.as_str()
-                ),
-            });
-            checks.push(c);
+            let stats = b.stats(now);
+            // The gateway's item (one function for both: a dashboard or a `?exclude=` written
+            // for one works for the other).
+            checks.push(policy::breaker_item(&policy::BreakerReading {
+                name: tool,
+                state: b.state(),
+                retry_in: b
+                    .open_until()
+                    .map(|at| Duration::from_millis(at.saturating_sub(now))),
+                calls: stats.calls,
+                failures: stats.failures,
+                time_ms: wall_ms(),
+            }));
         }
         drop(s);
         let h = Doc {

@@ -177,7 +177,31 @@ async fn an_open_breaker_fails_fast_and_turns_readiness_degraded() {
         Kit::new(Health::new("kit-test", "1")).tool("fail", ToolPolicy::new().breaker(breaker));
     let served = serve(Some(kit)).await;
     let mut s = Session::open(&served.url()).await;
-    assert_eq!(get(served.addr, "/readyz").await.json()["status"], "pass");
+    let doc = get(served.addr, "/readyz").await.json();
+    assert_eq!(doc["status"], "pass");
+    // A closed breaker is listed too, as the gateway lists its own: the same function renders
+    // both (mcpulse_policy::check::breaker_item), so the items match but for the time.
+    let mut closed = doc["checks"]["fail:breaker"][0].clone();
+    let expected = mcpulse_policy::health::Health {
+        service_id: "s".into(),
+        version: "1".into(),
+        description: "d".into(),
+        checks: vec![mcpulse_policy::check::breaker_item(
+            &mcpulse_policy::check::BreakerReading {
+                name: "fail",
+                state: mcpulse_policy::breaker::BreakerState::Closed,
+                retry_in: None,
+                calls: 0,
+                failures: 0,
+                time_ms: 0,
+            },
+        )],
+    }
+    .to_json()["checks"]["fail:breaker"][0]
+        .clone();
+    assert!(closed["time"].is_string(), "{closed}");
+    closed["time"] = expected["time"].clone();
+    assert_eq!(closed, expected);
     for _ in 0..3 {
         let r = s.call("fail", json!({})).await;
         assert_eq!(Session::text(&r), "it broke");
@@ -193,15 +217,18 @@ async fn an_open_breaker_fails_fast_and_turns_readiness_degraded() {
     assert_eq!(ready.status, 200, "degraded, still serving its other tools");
     let doc = ready.json();
     assert_eq!(doc["status"], "warn");
-    assert_eq!(
-        doc["checks"]["breaker-fail:state"][0]["observedValue"],
-        "open"
+    let item = &doc["checks"]["fail:breaker"][0];
+    assert_eq!(item["observedValue"], "open");
+    // The window starts again on opening, as the gateway's does.
+    assert!(
+        item["calls"].is_u64() && item["failures"].is_u64(),
+        "{item}"
     );
     assert!(
-        doc["output"]
-            .as_str()
-            .unwrap()
-            .starts_with("the circuit breaker of tool fail is open")
+        doc["output"].as_str().unwrap().starts_with(
+            "the circuit breaker \"fail\" is open: its tools fail fast; it tries again in "
+        ),
+        "{doc}"
     );
     assert_eq!(Session::text(&s.call("hello", json!({})).await), "hello");
 }
