@@ -319,19 +319,14 @@ impl Health {
             if let Some(t) = b.poll(now) {
                 crate::kit::breaker_changed(self, tool, &t);
             }
-            let stats = b.stats(now);
             // The gateway's item (one function for both: a dashboard or a `?exclude=` written
             // for one works for the other).
-            checks.push(policy::breaker_item(&policy::BreakerReading {
-                name: tool,
-                state: b.state(),
-                retry_in: b
-                    .open_until()
-                    .map(|at| Duration::from_millis(at.saturating_sub(now))),
-                calls: stats.calls,
-                failures: stats.failures,
-                time_ms: wall_ms(),
-            }));
+            checks.push(policy::breaker_item(&policy::BreakerReading::of(
+                tool,
+                &b,
+                now,
+                wall_ms(),
+            )));
         }
         drop(s);
         let h = Doc {

@@ -286,6 +286,30 @@ pub struct BreakerReading<'a> {
     pub time_ms: i64,
 }
 
+impl<'a> BreakerReading<'a> {
+    /// `breaker` read at `now_ms` (its clock), its wait in open included; `time_ms` the wall
+    /// clock's Unix ms for the item's `time`. The caller polls the breaker first (a change of
+    /// state is its to log and count).
+    pub fn of(
+        name: &'a str,
+        breaker: &crate::breaker::Breaker,
+        now_ms: u64,
+        time_ms: i64,
+    ) -> BreakerReading<'a> {
+        let stats = breaker.stats(now_ms);
+        BreakerReading {
+            name,
+            state: breaker.state(),
+            retry_in: breaker
+                .open_until()
+                .map(|at| Duration::from_millis(at.saturating_sub(now_ms))),
+            calls: stats.calls,
+            failures: stats.failures,
+            time_ms,
+        }
+    }
+}
+
 /// A breaker's entry in `/readyz`, the same for the gateway and the kit (one function, so the
 /// two cannot drift): every breaker is listed, closed ones too (`pass`), with its state as
 /// `observedValue` and its window's `calls` and `failures`; open or half-open is `warn`, never
