@@ -161,6 +161,10 @@ async fn a_saturated_tool_refuses_with_a_clear_error() {
         Session::text(&s.call("sleep", json!({"ms": 1})).await),
         "slept 1 ms"
     );
+    // Counted as the gateway counts a full limit.
+    let m = get(served.addr, "/metrics").await.body;
+    let line = r#"mcpulse_gateway_limit_rejected_total{limit="sleep",reason="full"} 1"#;
+    assert!(m.contains(line), "{line} missing in:\n{m}");
 }
 
 #[tokio::test]
@@ -231,6 +235,15 @@ async fn an_open_breaker_fails_fast_and_turns_readiness_degraded() {
         "{doc}"
     );
     assert_eq!(Session::text(&s.call("hello", json!({})).await), "hello");
+    // Counted as the gateway counts its breakers.
+    let m = get(served.addr, "/metrics").await.body;
+    for line in [
+        r#"mcpulse_gateway_breaker_state{breaker="fail",state="open"} 1"#,
+        r#"mcpulse_gateway_breaker_transitions_total{breaker="fail",to="open"} 1"#,
+        r#"mcpulse_gateway_breaker_rejected_total{breaker="fail"} 1"#,
+    ] {
+        assert!(m.contains(line), "{line} missing in:\n{m}");
+    }
 }
 
 #[tokio::test]
