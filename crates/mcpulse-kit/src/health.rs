@@ -21,7 +21,7 @@
 
 use crate::check::{Check, Outcome, Status, inert};
 use crate::metrics::Metrics;
-use mcpulse_policy::breaker::{Breaker, BreakerState};
+use mcpulse_policy::breaker::Breaker;
 use mcpulse_policy::check::{self as policy, Raw};
 use mcpulse_policy::health::{Check as Item, CheckStatus, Health as Doc};
 use std::borrow::Cow;
@@ -316,31 +316,17 @@ impl Health {
         }
         for (tool, breaker) in &mut s.breakers {
             let mut b = lock(breaker);
-            let _ = b.poll(now);
-            let state = b.state();
-            self.inner.metrics.set_breaker(tool, state);
-            if state == BreakerState::Closed {
-                continue;
+            if let Some(t) = b.poll(now) {
+                crate::kit::breaker_changed(self, tool, &t);
             }
-            let mut c = Item::new(
-                format!("breaker-{tool}:state"),
-                format!("breaker-{tool}"),
-                "component",
-            )
-            .observed(state.as_str(), "state")
-            .status(CheckStatus::Warn);
-            c = c.output(match b.open_until() {
-                Some(until) => format!(
-                    "the circuit breaker of tool {tool} is {}: its calls fail fast for {} more",
-                    state.as_str(),
-                    mcpulse_wire::units::human_duration(u128::from(until.saturating_sub(now)))
-                ),
-                None => format!(
-                    "the circuit breaker of tool {tool} is {}: trial calls are going through",
-                    state.as_str()
-                ),
-            });
-            checks.push(c);
+            // The gateway's item (one function for both: a dashboard or a `?exclude=` written
+            // for one works for the other).
+            checks.push(policy::breaker_item(&policy::BreakerReading::of(
+                tool,
+                &b,
+                now,
+                wall_ms(),
+            )));
         }
         drop(s);
         let h = Doc {

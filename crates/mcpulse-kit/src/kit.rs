@@ -22,7 +22,7 @@
 use crate::Health;
 use crate::metrics::Outcome as Counted;
 use mcpulse_policy::breaker::{
-    Admission, Breaker, BreakerPolicy, BreakerState, FailureKind, Outcome,
+    Admission, Breaker, BreakerPolicy, BreakerState, FailureKind, Outcome, Permit, Transition,
 };
 use mcpulse_policy::limit::{Admit, LimitPolicy, Limiter};
 use rmcp::handler::server::router::tool::{ToolRoute, ToolRouter};
@@ -188,6 +188,43 @@ impl Drop for Slot<'_> {
     }
 }
 
+/// A breaker's permit while its call runs: handed back unjudged ([`Breaker::cancel`]) when the
+/// call ends without an outcome, a dropped future included (the client went away, rmcp dropped
+/// the handler): in half-open a trial that is never handed back would hold the breaker there,
+/// refusing every call, for ever.
+struct Trial<'a> {
+    breaker: &'a Mutex<Breaker>,
+    permit: Option<Permit>,
+}
+
+impl Trial<'_> {
+    /// The call's outcome, recorded; the change of state it caused, if any.
+    fn record(mut self, now_ms: u64, outcome: Outcome, took: Duration) -> Option<Transition> {
+        let permit = self.permit.take()?;
+        lock(self.breaker).record(now_ms, permit, outcome, took)
+    }
+}
+
+impl Drop for Trial<'_> {
+    fn drop(&mut self) {
+        if let Some(p) = self.permit.take() {
+            lock(self.breaker).cancel(p);
+        }
+    }
+}
+
+/// A breaker's change of state, wherever it was seen (a call, a refusal, a `/readyz` read):
+/// logged (the tool's name made inert) and counted, and its state gauge moved.
+pub(crate) fn breaker_changed(health: &Health, tool: &str, t: &Transition) {
+    tracing::warn!(
+        tool = %mcpulse_wire::text::field(tool),
+        from = t.from.as_str(),
+        to = t.to.as_str(),
+        "circuit breaker changed"
+    );
+    health.metrics().breaker_transition(tool, t.to);
+}
+
 fn refused(text: String) -> CallToolResponse {
     CallToolResult::error(vec![ContentBlock::text(text)]).into()
 }
@@ -285,8 +322,15 @@ impl Guard {
         let permit = match &self.breaker {
             Some(b) => {
                 let now = self.health.now_ms();
-                match lock(b).try_acquire(now).0 {
-                    Admission::Permitted(p) => Some((b, p)),
+                let (admission, changed) = lock(b).try_acquire(now);
+                if let Some(t) = changed {
+                    breaker_changed(&self.health, tool, &t);
+                }
+                match admission {
+                    Admission::Permitted(p) => Some(Trial {
+                        breaker: b,
+                        permit: Some(p),
+                    }),
                     Admission::Rejected { state, retry_at_ms } => {
                         self.health.metrics().breaker_rejected(tool);
                         let when = match retry_at_ms {
@@ -328,10 +372,9 @@ impl Guard {
         let took = started.elapsed();
         let (answer, outcome, counted) = match ended {
             None => {
-                // Cancelled by the client: no outcome to judge, and no answer is read.
-                if let Some((b, p)) = permit {
-                    lock(b).cancel(p);
-                }
+                // Cancelled by the client: no outcome to judge (the trial, dropped, hands its
+                // permit back), and no answer is read.
+                drop(permit);
                 return (
                     Err(rmcp::ErrorData::internal_error(
                         format!("tool {tool}: the call was cancelled by the client"),
@@ -371,17 +414,8 @@ impl Guard {
                 }
             }
         };
-        if let Some((b, p)) = permit {
-            let mut b = lock(b);
-            if let Some(t) = b.record(self.health.now_ms(), p, outcome, took) {
-                tracing::warn!(
-                    tool = %tool,
-                    from = t.from.as_str(),
-                    to = t.to.as_str(),
-                    "circuit breaker changed"
-                );
-                self.health.metrics().set_breaker(tool, t.to);
-            }
+        if let Some(t) = permit.and_then(|p| p.record(self.health.now_ms(), outcome, took)) {
+            breaker_changed(&self.health, tool, &t);
         }
         (answer, counted)
     }

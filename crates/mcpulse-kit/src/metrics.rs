@@ -5,12 +5,15 @@
 //! own, so it exports the series that mean the same thing in both:
 //! `requests_total{method,tool,outcome}`, `request_duration_seconds{method,tool}` (tool calls),
 //! `check_status{check,status}`, `check_duration_seconds{check}`, `readiness_status{status}`,
-//! `liveness_status{status}`, and the per-tool policies' `breaker_state{tool,state}`,
-//! `breaker_not_permitted_calls_total{tool}`, `limit_rejected_total{tool}` and
-//! `timeouts_total{tool}`.
+//! `liveness_status{status}`, and the per-tool policies' `breaker_state{breaker,state}`,
+//! `breaker_transitions_total{breaker,to}`, `breaker_rejected_total{breaker}`,
+//! `limit_rejected_total{limit,reason}` and `tool_timeouts_total{tool}`: the gateway's names
+//! and label keys exactly (a kit breaker or limit is one tool's, so `breaker` and `limit` are
+//! the tool's name where the gateway puts a `[[tools]]` pattern; `reason` is always `full`,
+//! the kit having no queue).
 //!
-//! Bounds: `tool` is a name the server registered (the wrapper records only routed tools, a
-//! fixed set); `check` a registered check; the other labels closed sets.
+//! Bounds: `tool`, `breaker` and `limit` are names the server registered (the wrapper records
+//! only routed tools, a fixed set); `check` a registered check; the other labels closed sets.
 
 use mcpulse_policy::breaker::BreakerState;
 use mcpulse_policy::health::CheckStatus;
@@ -93,9 +96,26 @@ struct ToolLabel {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ToolStateLabels {
-    tool: String,
+struct BreakerStateLabels {
+    breaker: String,
     state: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BreakerToLabels {
+    breaker: String,
+    to: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BreakerLabel {
+    breaker: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LimitLabels {
+    limit: String,
+    reason: &'static str,
 }
 
 fn request_histogram() -> Histogram {
@@ -111,9 +131,10 @@ pub(crate) struct Metrics {
     check_duration: Family<CheckLabel, Gauge<f64, AtomicU64>>,
     readiness: Family<StatusLabel, Gauge>,
     liveness: Family<StatusLabel, Gauge>,
-    breaker_state: Family<ToolStateLabels, Gauge>,
-    breaker_rejected: Family<ToolLabel, Counter>,
-    limit_rejected: Family<ToolLabel, Counter>,
+    breaker_state: Family<BreakerStateLabels, Gauge>,
+    breaker_transitions: Family<BreakerToLabels, Counter>,
+    breaker_rejected: Family<BreakerLabel, Counter>,
+    limit_rejected: Family<LimitLabels, Counter>,
     timeouts: Family<ToolLabel, Counter>,
 }
 
@@ -135,6 +156,7 @@ impl Metrics {
             readiness: Family::default(),
             liveness: Family::default(),
             breaker_state: Family::default(),
+            breaker_transitions: Family::default(),
             breaker_rejected: Family::default(),
             limit_rejected: Family::default(),
             timeouts: Family::default(),
@@ -178,18 +200,23 @@ impl Metrics {
             m.breaker_state.clone(),
         );
         r.register(
-            "breaker_not_permitted_calls",
-            "Tool calls refused by an open (or saturated half-open) breaker",
+            "breaker_transitions",
+            "Circuit breaker changes of state, by breaker (the tool) and the state entered",
+            m.breaker_transitions.clone(),
+        );
+        r.register(
+            "breaker_rejected",
+            "tools/call refused at once by an open (or busy half-open) circuit breaker",
             m.breaker_rejected.clone(),
         );
         r.register(
             "limit_rejected",
-            "Tool calls refused because the tool's concurrency limit was saturated",
+            "tools/call refused by a tool's concurrency limit, by limit (the tool) and reason (full: no queue)",
             m.limit_rejected.clone(),
         );
         r.register(
-            "timeouts",
-            "Tool calls cut by the tool's timeout",
+            "tool_timeouts",
+            "tools/call cut by the tool's timeout, by tool",
             m.timeouts.clone(),
         );
         let m = Metrics { registry: r, ..m };
@@ -216,16 +243,30 @@ impl Metrics {
 
     pub(crate) fn breaker_rejected(&self, tool: &str) {
         self.breaker_rejected
-            .get_or_create(&ToolLabel {
-                tool: tool.to_owned(),
+            .get_or_create(&BreakerLabel {
+                breaker: tool.to_owned(),
             })
             .inc();
     }
 
+    /// A breaker changed state: counted, and its state gauge moved (by whoever saw the
+    /// change: a call, a refusal, a `/readyz` read).
+    pub(crate) fn breaker_transition(&self, tool: &str, to: BreakerState) {
+        self.breaker_transitions
+            .get_or_create(&BreakerToLabels {
+                breaker: tool.to_owned(),
+                to: to.as_str(),
+            })
+            .inc();
+        self.set_breaker(tool, to);
+    }
+
+    /// A call refused by the tool's limit; always `full`, the kit's limits having no queue.
     pub(crate) fn limit_rejected(&self, tool: &str) {
         self.limit_rejected
-            .get_or_create(&ToolLabel {
-                tool: tool.to_owned(),
+            .get_or_create(&LimitLabels {
+                limit: tool.to_owned(),
+                reason: "full",
             })
             .inc();
     }
@@ -241,8 +282,8 @@ impl Metrics {
     pub(crate) fn set_breaker(&self, tool: &str, now: BreakerState) {
         for s in BREAKER_STATES {
             self.breaker_state
-                .get_or_create(&ToolStateLabels {
-                    tool: tool.to_owned(),
+                .get_or_create(&BreakerStateLabels {
+                    breaker: tool.to_owned(),
                     state: s.as_str(),
                 })
                 .set(i64::from(s == now));

@@ -125,13 +125,72 @@ async fn metrics_have_the_gateways_names() {
         r#"mcpulse_gateway_check_status{check="db",status="pass"} 1"#,
         r#"mcpulse_gateway_readiness_status{status="pass"} 1"#,
         r#"mcpulse_gateway_liveness_status{status="pass"} 1"#,
-        r#"mcpulse_gateway_breaker_state{tool="sleep",state="closed"} 1"#,
-        r#"mcpulse_gateway_timeouts_total{tool="sleep"} 1"#,
+        r#"mcpulse_gateway_breaker_state{breaker="sleep",state="closed"} 1"#,
+        r#"mcpulse_gateway_tool_timeouts_total{tool="sleep"} 1"#,
     ] {
         assert!(body.contains(line), "{line} missing in:\n{body}");
     }
     assert!(body.contains("mcpulse_gateway_check_duration_seconds{check=\"db\"}"));
     assert!(body.ends_with("# EOF\n"));
+    same_as_the_gateways_table(&body);
+}
+
+/// The gateway's documented metrics (docs/gateway.md `## Metrics`): name -> the label keys
+/// its row names in backquotes (a superset: values are backquoted too).
+fn gateway_table() -> std::collections::HashMap<String, String> {
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/gateway.md"
+    ))
+    .unwrap();
+    let section = doc.split("\n## Metrics\n").nth(1).unwrap();
+    section
+        .lines()
+        .take_while(|l| !l.starts_with("## "))
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split(" | ").collect();
+            let name = cells.first()?.strip_prefix("| `")?.strip_suffix('`')?;
+            Some((name.to_owned(), cells.get(2)?.to_string()))
+        })
+        .collect()
+}
+
+/// Every series the kit exports is one of the gateway's, with label keys the gateway's row
+/// names: one dashboard, one alert, serve both.
+fn same_as_the_gateways_table(body: &str) {
+    let table = gateway_table();
+    assert!(table.len() > 10, "{table:?}");
+    let mut seen = 0;
+    for line in body
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let (series, _) = line.rsplit_once(' ').unwrap();
+        let (name, labels) = series.split_once('{').unwrap_or((series, "}"));
+        let base = ["_bucket", "_count", "_sum", "_created"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s).filter(|b| table.contains_key(*b)))
+            .unwrap_or(name);
+        let row = table
+            .get(base)
+            .unwrap_or_else(|| panic!("{base} is not one of the gateway's metrics"));
+        for pair in labels
+            .trim_end_matches('}')
+            .split(',')
+            .filter(|p| !p.is_empty())
+        {
+            let key = pair.split_once('=').unwrap().0;
+            if key == "le" {
+                continue;
+            }
+            assert!(
+                row.contains(&format!("`{key}`")),
+                "{base}'s label {key} is not the gateway's: {row}"
+            );
+        }
+        seen += 1;
+    }
+    assert!(seen > 10, "{body}");
 }
 
 #[tokio::test]

@@ -161,6 +161,10 @@ async fn a_saturated_tool_refuses_with_a_clear_error() {
         Session::text(&s.call("sleep", json!({"ms": 1})).await),
         "slept 1 ms"
     );
+    // Counted as the gateway counts a full limit.
+    let m = get(served.addr, "/metrics").await.body;
+    let line = r#"mcpulse_gateway_limit_rejected_total{limit="sleep",reason="full"} 1"#;
+    assert!(m.contains(line), "{line} missing in:\n{m}");
 }
 
 #[tokio::test]
@@ -177,7 +181,31 @@ async fn an_open_breaker_fails_fast_and_turns_readiness_degraded() {
         Kit::new(Health::new("kit-test", "1")).tool("fail", ToolPolicy::new().breaker(breaker));
     let served = serve(Some(kit)).await;
     let mut s = Session::open(&served.url()).await;
-    assert_eq!(get(served.addr, "/readyz").await.json()["status"], "pass");
+    let doc = get(served.addr, "/readyz").await.json();
+    assert_eq!(doc["status"], "pass");
+    // A closed breaker is listed too, as the gateway lists its own: the same function renders
+    // both (mcpulse_policy::check::breaker_item), so the items match but for the time.
+    let mut closed = doc["checks"]["fail:breaker"][0].clone();
+    let expected = mcpulse_policy::health::Health {
+        service_id: "s".into(),
+        version: "1".into(),
+        description: "d".into(),
+        checks: vec![mcpulse_policy::check::breaker_item(
+            &mcpulse_policy::check::BreakerReading {
+                name: "fail",
+                state: mcpulse_policy::breaker::BreakerState::Closed,
+                retry_in: None,
+                calls: 0,
+                failures: 0,
+                time_ms: 0,
+            },
+        )],
+    }
+    .to_json()["checks"]["fail:breaker"][0]
+        .clone();
+    assert!(closed["time"].is_string(), "{closed}");
+    closed["time"] = expected["time"].clone();
+    assert_eq!(closed, expected);
     for _ in 0..3 {
         let r = s.call("fail", json!({})).await;
         assert_eq!(Session::text(&r), "it broke");
@@ -193,17 +221,29 @@ async fn an_open_breaker_fails_fast_and_turns_readiness_degraded() {
     assert_eq!(ready.status, 200, "degraded, still serving its other tools");
     let doc = ready.json();
     assert_eq!(doc["status"], "warn");
-    assert_eq!(
-        doc["checks"]["breaker-fail:state"][0]["observedValue"],
-        "open"
+    let item = &doc["checks"]["fail:breaker"][0];
+    assert_eq!(item["observedValue"], "open");
+    // The window starts again on opening, as the gateway's does.
+    assert!(
+        item["calls"].is_u64() && item["failures"].is_u64(),
+        "{item}"
     );
     assert!(
-        doc["output"]
-            .as_str()
-            .unwrap()
-            .starts_with("the circuit breaker of tool fail is open")
+        doc["output"].as_str().unwrap().starts_with(
+            "the circuit breaker \"fail\" is open: its tools fail fast; it tries again in "
+        ),
+        "{doc}"
     );
     assert_eq!(Session::text(&s.call("hello", json!({})).await), "hello");
+    // Counted as the gateway counts its breakers.
+    let m = get(served.addr, "/metrics").await.body;
+    for line in [
+        r#"mcpulse_gateway_breaker_state{breaker="fail",state="open"} 1"#,
+        r#"mcpulse_gateway_breaker_transitions_total{breaker="fail",to="open"} 1"#,
+        r#"mcpulse_gateway_breaker_rejected_total{breaker="fail"} 1"#,
+    ] {
+        assert!(m.contains(line), "{line} missing in:\n{m}");
+    }
 }
 
 #[tokio::test]
@@ -254,4 +294,81 @@ async fn a_quiet_tool_calls_stream_carries_keep_alive_comments() {
     let comments = raw.lines().filter(|l| l.starts_with(':')).count();
     assert!(comments >= 3, "{comments} keep-alive comments in:\n{raw}");
     assert!(raw.contains("slept 1000 ms"), "{raw}");
+}
+
+/// A call admitted in half-open whose future is dropped (the handler abandoned, not cancelled
+/// by the client) hands its trial back: the breaker is not left waiting for it for ever. And the
+/// breaker's gauge follows open -> half-open as a call sees it, without a `/readyz` read.
+#[tokio::test(start_paused = true)]
+async fn a_dropped_trial_does_not_wedge_a_half_open_breaker_and_the_gauge_follows() {
+    use rmcp::handler::server::tool::ToolCallContext;
+    use rmcp::model::{CallToolRequestParams, CallToolResponse, NumberOrString};
+    use rmcp::service::RequestContext;
+    let breaker = BreakerPolicy {
+        window: WindowSpec::default(),
+        minimum_calls: 1,
+        failure_rate: 0.5,
+        wait_in_open: Duration::from_secs(10),
+        half_open_trials: 1,
+        ..BreakerPolicy::default()
+    };
+    let health = Health::new("kit-test", "1");
+    let kit = Kit::new(health.clone()).tool(
+        "sleep",
+        ToolPolicy::new()
+            .timeout(Duration::from_secs(1))
+            .breaker(breaker),
+    );
+    let router = kit.wrap(common::TestServer::router()).unwrap();
+    let (server, running, _pipe) = common::in_process(router.clone()).await;
+    let mut id = 0;
+    let mut call = |ms: u64| {
+        id += 1;
+        let params: CallToolRequestParams =
+            serde_json::from_value(json!({"name": "sleep", "arguments": {"ms": ms}})).unwrap();
+        let ctx = RequestContext::new(NumberOrString::Number(id), running.peer().clone());
+        ToolCallContext::new(&server, params, ctx)
+    };
+    let text = |r: Result<CallToolResponse, rmcp::ErrorData>| match r.unwrap() {
+        CallToolResponse::Complete(c) => serde_json::to_value(&c).unwrap()["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .to_owned(),
+        other => panic!("{other:?}"),
+    };
+    // One timeout opens it.
+    let r = text(router.call(call(5000)).await);
+    assert!(r.starts_with("tool sleep timed out after 1s"), "{r}");
+    let r = text(router.call(call(1)).await);
+    assert!(r.contains("circuit breaker is open"), "{r}");
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    // The trial goes in, and is abandoned while it runs.
+    let mut trial = Box::pin(router.call(call(60_000)));
+    tokio::select! {
+        _ = &mut trial => panic!("the trial should still be running"),
+        () = tokio::time::sleep(Duration::from_millis(10)) => {}
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let endpoints = tokio::spawn(async move {
+        let _ = axum::serve(listener, mcpulse_kit::endpoints::router(health)).await;
+    });
+    let m = common::get(addr, "/metrics").await.body;
+    for line in [
+        r#"mcpulse_gateway_breaker_state{breaker="sleep",state="half_open"} 1"#,
+        r#"mcpulse_gateway_breaker_state{breaker="sleep",state="open"} 0"#,
+        r#"mcpulse_gateway_breaker_transitions_total{breaker="sleep",to="half_open"} 1"#,
+    ] {
+        assert!(m.contains(line), "{line} missing in:\n{m}");
+    }
+    drop(trial);
+    // Not wedged: the next call is the trial, it succeeds, the breaker closes.
+    assert_eq!(text(router.call(call(1)).await), "slept 1 ms");
+    let m = common::get(addr, "/metrics").await.body;
+    assert!(
+        m.contains(r#"mcpulse_gateway_breaker_state{breaker="sleep",state="closed"} 1"#),
+        "{m}"
+    );
+    endpoints.abort();
+    let _ = running.cancel().await;
 }

@@ -269,12 +269,140 @@ pub fn item(d: &Dependency<'_>) -> crate::health::Check {
     c
 }
 
+/// One circuit breaker at a moment, as a readiness document shows it (the gateway's `[[tools]]`
+/// and dependency breakers, the kit's per-tool ones): what [`breaker_item`] needs.
+#[derive(Debug, Clone, Copy)]
+pub struct BreakerReading<'a> {
+    /// The breaker's name (a `[[tools]]` pattern, `dependency:NAME`, a kit tool's name): its
+    /// key is `NAME:breaker`, `?exclude=` takes the name.
+    pub name: &'a str,
+    pub state: crate::breaker::BreakerState,
+    /// While open: how long until it lets a trial through.
+    pub retry_in: Option<Duration>,
+    /// The calls and failures in its window now ([`crate::breaker::Breaker::stats`]).
+    pub calls: u64,
+    pub failures: u64,
+    /// Wall-clock Unix ms of the reading, health+json's `time`.
+    pub time_ms: i64,
+}
+
+impl<'a> BreakerReading<'a> {
+    /// `breaker` read at `now_ms` (its clock), its wait in open included; `time_ms` the wall
+    /// clock's Unix ms for the item's `time`. The caller polls the breaker first (a change of
+    /// state is its to log and count).
+    pub fn of(
+        name: &'a str,
+        breaker: &crate::breaker::Breaker,
+        now_ms: u64,
+        time_ms: i64,
+    ) -> BreakerReading<'a> {
+        let stats = breaker.stats(now_ms);
+        BreakerReading {
+            name,
+            state: breaker.state(),
+            retry_in: breaker
+                .open_until()
+                .map(|at| Duration::from_millis(at.saturating_sub(now_ms))),
+            calls: stats.calls,
+            failures: stats.failures,
+            time_ms,
+        }
+    }
+}
+
+/// A breaker's entry in `/readyz`, the same for the gateway and the kit (one function, so the
+/// two cannot drift): every breaker is listed, closed ones too (`pass`), with its state as
+/// `observedValue` and its window's `calls` and `failures`; open or half-open is `warn`, never
+/// `fail`: the server still answers every call (fast) and its other tools work, so it stays in
+/// rotation. The name is shown quoted and escaped (`{:?}`), so that it cannot forge a line.
+pub fn breaker_item(b: &BreakerReading<'_>) -> crate::health::Check {
+    use crate::breaker::BreakerState;
+    let c = crate::health::Check::new(
+        format!("{}:breaker", b.name),
+        b.name.to_owned(),
+        "component",
+    )
+    .observed(b.state.as_str(), "state")
+    .with("calls", b.calls)
+    .with("failures", b.failures)
+    .at(b.time_ms);
+    match b.state {
+        BreakerState::Closed => c,
+        BreakerState::Open => {
+            let when = b.retry_in.map_or_else(String::new, |d| {
+                format!("; it tries again in {}", human_ceil(d))
+            });
+            c.status(CheckStatus::Warn).output(format!(
+                "the circuit breaker {:?} is open: its tools fail fast{when}",
+                b.name
+            ))
+        }
+        BreakerState::HalfOpen => c.status(CheckStatus::Warn).output(format!(
+            "the circuit breaker {:?} is half-open: trial calls decide whether it closes",
+            b.name
+        )),
+    }
+}
+
+/// A wait as people read it, rounded up to whole seconds from 1 s (29.9 s left reads "30s",
+/// never an early "29s").
+pub fn human_ceil(d: Duration) -> String {
+    let ms = d.as_millis();
+    let ms = if ms >= 1000 {
+        ms.div_ceil(1000) * 1000
+    } else {
+        ms
+    };
+    mcpulse_wire::units::human_duration(ms)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
     use super::*;
     use CheckStatus::{Fail, Pass, Warn};
+
+    fn breaker_json(
+        state: crate::breaker::BreakerState,
+        retry_in: Option<Duration>,
+    ) -> serde_json::Value {
+        let doc = crate::health::Health {
+            service_id: "s".into(),
+            version: "1".into(),
+            description: "d".into(),
+            checks: vec![breaker_item(&BreakerReading {
+                name: "search\n[+]forged",
+                state,
+                retry_in,
+                calls: 12,
+                failures: 7,
+                time_ms: 0,
+            })],
+        };
+        doc.to_json()["checks"]["search\n[+]forged:breaker"][0].clone()
+    }
+
+    #[test]
+    fn a_breaker_item_lists_every_state_and_warns_unless_closed() {
+        use crate::breaker::BreakerState::{Closed, HalfOpen, Open};
+        let closed = breaker_json(Closed, None);
+        assert_eq!(
+            closed,
+            serde_json::json!({"componentType": "component", "observedValue": "closed",
+                "observedUnit": "state", "calls": 12, "failures": 7, "status": "pass",
+                "time": "1970-01-01T00:00:00.000Z"})
+        );
+        let open = breaker_json(Open, Some(Duration::from_millis(29_100)));
+        assert_eq!(open["status"], "warn");
+        assert_eq!(
+            open["output"],
+            "the circuit breaker \"search\\n[+]forged\" is open: its tools fail fast; it tries again in 30s"
+        );
+        let half = breaker_json(HalfOpen, None);
+        assert_eq!(half["status"], "warn");
+        assert_eq!(half["observedValue"], "half_open");
+    }
 
     fn raw(status: CheckStatus, ms: u64) -> Raw {
         Raw {

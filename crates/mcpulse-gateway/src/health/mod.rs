@@ -477,35 +477,21 @@ pub fn readiness(shared: &Shared) -> Health {
 }
 
 /// The circuit breakers (crate::policy): one item each, `warn` while open or half-open, with
-/// the breaker named and when it tries again. Never `fail`: the gateway still answers every
-/// call (fast), and the other tools work, so the instance stays in rotation.
+/// the breaker named and when it tries again (mcpulse_policy::check::breaker_item, the kit's
+/// too, so the two cannot drift). Never `fail`: the gateway still answers every call (fast),
+/// and the other tools work, so the instance stays in rotation.
 fn breaker_items(shared: &Shared, checks: &mut Vec<Item>) {
-    use mcpulse_policy::breaker::BreakerState;
     for b in shared.policies().breakers(&shared.metrics) {
-        let mut c = Item::new(format!("{}:breaker", b.name), b.name.clone(), "component")
-            .observed(b.state.as_str(), "state")
-            .with("calls", b.calls)
-            .with("failures", b.failures)
-            .at(checks::now_ms());
-        match b.state {
-            BreakerState::Closed => {}
-            BreakerState::Open => {
-                let when = b.retry_in.map_or_else(String::new, |d| {
-                    format!("; it tries again in {}", crate::policy::human_ceil(d))
-                });
-                c = c.status(CheckStatus::Warn).output(format!(
-                    "the circuit breaker {:?} is open: its tools fail fast{when}",
-                    b.name
-                ));
-            }
-            BreakerState::HalfOpen => {
-                c = c.status(CheckStatus::Warn).output(format!(
-                    "the circuit breaker {:?} is half-open: trial calls decide whether it closes",
-                    b.name
-                ));
-            }
-        }
-        checks.push(c);
+        checks.push(mcpulse_policy::check::breaker_item(
+            &mcpulse_policy::check::BreakerReading {
+                name: &b.name,
+                state: b.state,
+                retry_in: b.retry_in,
+                calls: b.calls,
+                failures: b.failures,
+                time_ms: checks::now_ms(),
+            },
+        ));
     }
 }
 

@@ -333,3 +333,34 @@ impl Session {
 pub async fn get(addr: SocketAddr, path: &str) -> mcpulse_testkit::http::Response {
     mcpulse_testkit::http::get(addr, path).await
 }
+
+/// [`TestServer`] with `router`, served in process over a pipe (no socket, so paused time
+/// runs it), the handshake done by hand: its running service hands out the `Peer` a
+/// [`ToolCallContext`](rmcp::handler::server::tool::ToolCallContext) needs, so a test can
+/// hold (and drop) a tool call's future itself.
+pub async fn in_process(
+    router: ToolRouter<TestServer>,
+) -> (
+    TestServer,
+    rmcp::service::RunningService<RoleServer, TestServer>,
+    tokio::io::DuplexStream,
+) {
+    use tokio::io::AsyncWriteExt;
+    let server = TestServer {
+        tool_router: router,
+        counters: Arc::default(),
+    };
+    let (ours, theirs) = tokio::io::duplex(1 << 16);
+    let (mut client, pipe) = (ours, theirs);
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "kit-test", "version": "1"}}});
+    let done = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    client
+        .write_all(format!("{init}\n{done}\n").as_bytes())
+        .await
+        .unwrap();
+    let (r, w) = tokio::io::split(pipe);
+    let running = rmcp::serve_server(server.clone(), (r, w)).await.unwrap();
+    (server, running, client)
+}
