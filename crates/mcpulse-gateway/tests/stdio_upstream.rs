@@ -639,11 +639,12 @@ async fn readiness_asks_one_child_of_its_own_and_readyz_follows_it() {
 
     // Frozen: tools/list goes unanswered; three rounds in a row (the failure threshold) make
     // the gateway unready. A frozen process still runs: liveness is not readiness.
-    let stop = std::process::Command::new("kill")
-        .args(["-STOP", &child.to_string()])
-        .status()
-        .unwrap();
-    assert!(stop.success());
+    // `kill` spawned as a child the gateway's orphan reaper (in this process) leaves alone:
+    // a plain std spawn lost its exit status to the reaper under load (ECHILD).
+    let mut cmd = tokio::process::Command::new("kill");
+    cmd.args(["-STOP", &child.to_string()]);
+    let (mut stop, _owned) = mcpulse_relay::supervise::child::spawn_owned(&mut cmd).unwrap();
+    assert!(stop.wait().await.unwrap().success());
     let unready = health_becomes(addr, "/readyz", 503, BOUND).await;
     assert!(
         unready.contains("did not answer tools/list in time"),

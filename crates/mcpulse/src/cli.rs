@@ -768,7 +768,8 @@ mod tests {
     }
 
     /// The words of one shell command line: single and double quotes group (and are removed),
-    /// a `#` outside quotes starts a comment, and a `|` ends the command.
+    /// a `#` outside quotes starts a comment, and a `|`, `>` or `&` (a pipe, a redirect, a
+    /// command sent to the background or chained) ends the command.
     fn words(line: &str) -> Vec<String> {
         let (mut out, mut cur, mut quote, mut any) = (Vec::new(), String::new(), None, false);
         for c in line.chars() {
@@ -779,7 +780,7 @@ mod tests {
                     quote = Some(c);
                     any = true;
                 }
-                (None, '#' | '|' | '>') => break,
+                (None, '#' | '|' | '>' | '&') => break,
                 (None, c) if c.is_whitespace() => {
                     if any || !cur.is_empty() {
                         out.push(std::mem::take(&mut cur));

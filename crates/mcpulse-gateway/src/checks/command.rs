@@ -43,7 +43,9 @@ pub(super) async fn run(argv: &[String], pass: &[String], deadline: Instant) -> 
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let mut child = match cmd.spawn() {
+    // Registered with the orphan reaper of the stdio upstream's sessions (same process): it
+    // would otherwise collect this child's exit before `wait` does.
+    let (mut child, _owned) = match mcpulse_relay::supervise::child::spawn_owned(&mut cmd) {
         Ok(c) => c,
         Err(e) => {
             let why = match e.kind() {

@@ -212,6 +212,31 @@ fn leaders() -> std::sync::MutexGuard<'static, Vec<u32>> {
     LEADERS.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// A child that other code in this process spawned and waits for (the gateway's `command`
+/// dependency checks): registered like a supervised child, under the same lock, so that
+/// [`reap_orphans`] never collects the exit status its owner waits for (tokio would then get
+/// ECHILD, "No child processes"). Unregistered when dropped: keep it until the wait is done.
+pub struct Owned(u32);
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        let pid = self.0;
+        leaders().retain(|p| *p != pid);
+    }
+}
+
+/// Spawns `command` as an [`Owned`] child: see there.
+pub fn spawn_owned(
+    command: &mut tokio::process::Command,
+) -> std::io::Result<(tokio::process::Child, Owned)> {
+    let mut registry = leaders();
+    let child = command.spawn()?;
+    let pid = child.id().unwrap_or(0);
+    registry.push(pid);
+    drop(registry);
+    Ok((child, Owned(pid)))
+}
+
 /// Reaps, for as long as the runtime runs, the orphans reparented to us (we are a subreaper)
 /// as they die: without it, a grandchild that exits mid-session (`(sleep 1 &)` in a shell
 /// wrapper) stays a zombie for the supervisor's whole life, and at stop its empty
