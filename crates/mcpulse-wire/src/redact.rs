@@ -105,7 +105,9 @@ impl Secrets {
     }
 
     /// `text` with every occurrence of a secret value replaced by [`REDACTED`]. One pass, so a
-    /// replacement is never searched again, and a `<redacted>` already there is left whole.
+    /// replacement is never searched again, and a `<redacted>` already there is left whole
+    /// (hiding twice changes nothing), even when a secret is a piece of it (`<`, `red`): only
+    /// a secret longer than `<redacted>` that starts there is hidden instead.
     pub fn hide(&self, text: &str) -> String {
         if self.0.is_empty() {
             return text.to_owned();
@@ -113,17 +115,21 @@ impl Secrets {
         let mut out = String::with_capacity(text.len());
         let mut rest = text;
         'scan: while let Some(c) = rest.chars().next() {
+            let hidden_already = rest.starts_with(REDACTED);
+            // Longest first: the first match is the longest secret starting here.
             for s in &self.0 {
+                if hidden_already && s.len() <= REDACTED.len() {
+                    break;
+                }
                 if let Some(after) = rest.strip_prefix(s.as_str()) {
                     out.push_str(REDACTED);
                     rest = after;
                     continue 'scan;
                 }
             }
-            // What is already hidden stays whole (hiding twice changes nothing).
-            if let Some(after) = rest.strip_prefix(REDACTED) {
+            if hidden_already {
                 out.push_str(REDACTED);
-                rest = after;
+                rest = &rest[REDACTED.len()..];
                 continue;
             }
             out.push(c);
@@ -351,6 +357,26 @@ pub fn looks_like_token(a: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::{REDACTED, Secrets};
+
+    #[test]
+    fn hiding_twice_changes_nothing_even_when_a_secret_is_a_piece_of_the_marker() {
+        // Found by the no_panic proptest: the secret "<" turned "<redacted>" into
+        // "<redacted>redacted>" on a second pass.
+        for secret in ["<", "red", ">", "<redacted", "redacted>"] {
+            let mut secrets = Secrets::default();
+            secrets.add(secret);
+            let once = secrets.hide(&format!("a {secret} b"));
+            assert_eq!(once, format!("a {REDACTED} b"), "{secret}");
+            assert_eq!(secrets.hide(&once), once, "{secret}");
+        }
+        // A secret longer than the marker that starts with it is still hidden whole.
+        let mut secrets = Secrets::default();
+        secrets.add("<redacted>tail");
+        assert_eq!(secrets.hide("x <redacted>tail y"), format!("x {REDACTED} y"));
+        assert_eq!(secrets.hide("x <redacted> y"), format!("x {REDACTED} y"));
+    }
+
     #[test]
     fn header_arguments_and_what_the_rule_hides_elsewhere() {
         let argv: Vec<String> = [
