@@ -40,6 +40,11 @@ impl Defaults {
     pub const MAX_BODY: usize = 4 << 20;
     /// `tools/list` must list at least this many tools for `/readyz` to pass.
     pub const MIN_TOOLS: usize = 1;
+    /// Runtime threads: one. A relay's work per request is its wake-ups; one thread keeps a
+    /// request and its upstream exchange on one CPU, with no hand-off between threads (the
+    /// figures: docs/benchmarks-gateway.md). More serve more calls a second on a machine
+    /// with cores to spare.
+    pub const THREADS: usize = 1;
     /// The name of the opt-in health tool when `--health-tool` is given without one.
     pub const HEALTH_TOOL: &'static str = "health_check";
     /// Connecting to an HTTP upstream.
@@ -79,6 +84,9 @@ pub struct Gateway {
     pub streams: Streams,
     /// Tool timeouts, breakers and load limits (`tool_timeout`, `[concurrency]`, `[[tools]]`).
     pub policies: crate::policy::config::Settings,
+    /// The runtime's threads: 1 runs everything on the main thread (a single-threaded
+    /// runtime), more a work-stealing pool of that many (the binary builds the runtime).
+    pub threads: usize,
 }
 
 /// What the gateway serves.
@@ -163,6 +171,7 @@ pub struct Raw {
     pub readiness_interval: Option<At<String>>,
     pub readiness_timeout: Option<At<String>>,
     pub health_tool: Option<At<String>>,
+    pub threads: Option<At<i64>>,
     pub upstream: Option<At<RawUpstream>>,
     #[serde(default)]
     pub checks: Vec<CheckSpec>,
@@ -212,6 +221,7 @@ pub struct Flags {
     pub allowed_hosts: Vec<String>,
     pub min_tools: Option<usize>,
     pub health_tool: Option<String>,
+    pub threads: Option<usize>,
 }
 
 fn flag<T>(v: T) -> At<T> {
@@ -242,6 +252,7 @@ impl Raw {
             allowed_hosts: (!f.allowed_hosts.is_empty()).then(|| flag(f.allowed_hosts.clone())),
             min_tools: f.min_tools.map(|n| flag(count(n))),
             health_tool: f.health_tool.clone().map(flag),
+            threads: f.threads.map(|n| flag(count(n))),
             upstream,
             ..Raw::default()
         }
@@ -449,6 +460,10 @@ fn resolve(
         Some(v) => number(src, v, "max_sessions", (1, 100_000))?,
         None => Defaults::MAX_SESSIONS,
     };
+    let threads = match &raw.threads {
+        Some(v) => number(src, v, "threads", (1, 1024))?,
+        None => Defaults::THREADS,
+    };
     let session_idle_timeout = match &raw.session_idle_timeout {
         Some(v) => {
             let d = duration(src, v, "session_idle_timeout")?;
@@ -603,6 +618,7 @@ fn resolve(
         secrets,
         streams,
         policies,
+        threads,
     })
 }
 
@@ -886,6 +902,7 @@ mod tests {
         assert_eq!(g.session_idle_timeout, Duration::from_secs(600));
         assert_eq!(g.min_tools, 1);
         assert_eq!(g.health_tool, None);
+        assert_eq!(g.threads, 1, "one thread unless asked");
         let Upstream::Stdio(s) = g.upstream else {
             panic!("not stdio")
         };
@@ -904,6 +921,7 @@ allowed_origins = ["https://app.example.com/"]
 allowed_hosts = ["mcp.internal"]
 health_tool = "health"
 min_tools = 3
+threads = 4
 
 [upstream]
 command = ["server", "${TOKEN}"]
@@ -918,6 +936,7 @@ request_timeout = "1m"
         assert_eq!(g.door.allowed_hosts, vec!["mcp.internal"]);
         assert_eq!(g.health_tool.as_deref(), Some("health"));
         assert_eq!(g.min_tools, 3);
+        assert_eq!(g.threads, 4);
         assert_eq!(g.health_listen.map(|a| a.port()), Some(9001));
         let Upstream::Stdio(s) = &g.upstream else {
             panic!("not stdio")
@@ -933,10 +952,12 @@ request_timeout = "1m"
             session_idle_timeout: Some("2m".into()),
             upstream: Some("http://127.0.0.1:1/mcp".into()),
             health_tool: Some("health".into()),
+            threads: Some(4),
             ..Flags::default()
         };
         let f = from_flags(&flags, &no_env).unwrap();
         assert_eq!(f.max_sessions, 7);
+        assert_eq!(f.threads, 4);
         assert_eq!(f.session_idle_timeout, Duration::from_secs(120));
         assert!(matches!(f.upstream, Upstream::Http(ref h) if h.url == "http://127.0.0.1:1/mcp"));
         let Upstream::Http(h) = &f.upstream else {
@@ -979,6 +1000,10 @@ request_timeout = "1m"
             "gateway.toml:1:16: max_sessions: 0 is out of range: give 1 to 100000"
         );
         assert_eq!(
+            err("threads = 0\n[upstream]\ncommand = [\"x\"]\n"),
+            "gateway.toml:1:11: threads: 0 is out of range: give 1 to 1024"
+        );
+        assert_eq!(
             err("[upstream]\ncommand = [\"x\"]\nurl = \"http://a/mcp\"\n"),
             "gateway.toml:3:7: upstream: give either a command or a url, not both"
         );
@@ -1009,6 +1034,13 @@ request_timeout = "1m"
         };
         let e = from_flags(&flags, &no_env).unwrap_err().to_string();
         assert!(e.starts_with("--session-idle-timeout: "), "{e}");
+        let flags = Flags {
+            command: vec!["x".into()],
+            threads: Some(5000),
+            ..Flags::default()
+        };
+        let e = from_flags(&flags, &no_env).unwrap_err().to_string();
+        assert_eq!(e, "--threads: 5000 is out of range: give 1 to 1024");
         let flags = Flags {
             upstream: Some("ftp://x".into()),
             ..Flags::default()

@@ -590,7 +590,8 @@ pub fn log_request(method: &str, tool: Option<&str>, took: Duration, outcome: Ou
     tracing::info!(
         method = %mcpulse_wire::text::field(method),
         tool = %mcpulse_wire::text::field(tool.unwrap_or("")),
-        duration_ms = took.as_secs_f64() * 1000.0,
+        // Whole microseconds: `0.998`, not `0.9981770000000001`.
+        duration_ms = took.as_micros() as f64 / 1000.0,
         outcome = outcome.as_str(),
         "request"
     );

@@ -373,7 +373,10 @@ mod tests {
         // A secret longer than the marker that starts with it is still hidden whole.
         let mut secrets = Secrets::default();
         secrets.add("<redacted>tail");
-        assert_eq!(secrets.hide("x <redacted>tail y"), format!("x {REDACTED} y"));
+        assert_eq!(
+            secrets.hide("x <redacted>tail y"),
+            format!("x {REDACTED} y")
+        );
         assert_eq!(secrets.hide("x <redacted> y"), format!("x {REDACTED} y"));
     }
 

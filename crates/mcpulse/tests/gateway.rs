@@ -72,7 +72,19 @@ impl Gateway {
 
 #[tokio::test]
 async fn probe_through_the_gateway_sees_the_demo_servers_tools_and_grade_a() {
-    let gw = Gateway::spawn(&["--", BIN, "demo-server", "stdio"]).await;
+    probe_through_the_gateway(&[]).await;
+}
+
+/// The same on a pool of threads (`--threads 2`) instead of the default single thread.
+#[tokio::test]
+async fn the_same_on_two_threads() {
+    probe_through_the_gateway(&["--threads", "2"]).await;
+}
+
+async fn probe_through_the_gateway(extra: &[&str]) {
+    let mut args = extra.to_vec();
+    args.extend(["--", BIN, "demo-server", "stdio"]);
+    let gw = Gateway::spawn(&args).await;
     let out = tokio::time::timeout(
         BOUND,
         tokio::process::Command::new(BIN)

@@ -20,6 +20,18 @@
 pub mod http;
 pub mod stdio;
 
+/// The MCP header names the door and the relays read on every request, parsed once.
+pub(crate) mod names {
+    use axum::http::HeaderName;
+    pub const MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
+    pub const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+    pub const MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
+    pub const MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
+    pub const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
+    pub const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+    pub const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+}
+
 use crate::config::{self, Gateway};
 use crate::metrics::Outcome;
 use crate::state::Shared;
@@ -328,7 +340,7 @@ impl Door {
     }
 }
 
-fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+fn header_str(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
@@ -363,7 +375,7 @@ async fn on_mcp(State(door): State<Arc<Door>>, mut req: Request) -> Response {
             .insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
         return r;
     }
-    let version = header_str(headers, "mcp-protocol-version").map(str::to_owned);
+    let version = header_str(headers, names::MCP_PROTOCOL_VERSION).map(str::to_owned);
     if let Some(v) = &version
         && !mcpulse_wire::version::is_known(v)
     {
@@ -383,7 +395,7 @@ async fn on_mcp(State(door): State<Arc<Door>>, mut req: Request) -> Response {
             .into_response();
     }
     let max = door.settings.max_body;
-    let declared = header_str(headers, "content-length").and_then(|l| l.parse::<u64>().ok());
+    let declared = header_str(headers, header::CONTENT_LENGTH).and_then(|l| l.parse::<u64>().ok());
     if declared.is_some_and(|n| n > u64::try_from(max).unwrap_or(u64::MAX)) {
         return too_large(max);
     }
@@ -413,13 +425,13 @@ async fn stdio_request(
     version: Option<String>,
 ) -> Response {
     let (parts, body) = req.into_parts();
-    let session = header_str(&parts.headers, "mcp-session-id").map(str::to_owned);
+    let session = header_str(&parts.headers, names::MCP_SESSION_ID).map(str::to_owned);
     match parts.method {
         Method::GET => return up.listen(session.as_deref()),
         Method::DELETE => return up.delete(session.as_deref()).await,
         _ => {}
     }
-    if let Some(ct) = header_str(&parts.headers, "content-type")
+    if let Some(ct) = header_str(&parts.headers, header::CONTENT_TYPE)
         && !ct.to_ascii_lowercase().starts_with("application/json")
     {
         return refuse(
@@ -464,7 +476,7 @@ async fn stdio_request(
     if modern && let Some(refused) = standard_headers(&parts.headers, &message) {
         return refused;
     }
-    let accept = header_str(&parts.headers, "accept")
+    let accept = header_str(&parts.headers, header::ACCEPT)
         .unwrap_or("")
         .to_ascii_lowercase();
     let sse = accept.contains("text/event-stream") || accept.contains("*/*");
@@ -502,12 +514,12 @@ fn standard_headers(
         ))
     };
     let method = message.get("method").and_then(Value::as_str);
-    if let Some(h) = header_str(headers, "mcp-method")
+    if let Some(h) = header_str(headers, names::MCP_METHOD)
         && method.is_some_and(|m| m != h)
     {
         return mismatch("Mcp-Method");
     }
-    if let Some(h) = header_str(headers, "mcp-name") {
+    if let Some(h) = header_str(headers, names::MCP_NAME) {
         let params = message.get("params");
         let name = params
             .and_then(|p| p.get("name").or_else(|| p.get("uri")))

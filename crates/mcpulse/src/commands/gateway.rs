@@ -2,10 +2,13 @@
 //! (crates/mcpulse-gateway) and run it until SIGTERM or SIGINT, which stop every child
 //! through the graceful sequence before the process exits.
 //!
-//! The runtime is multi-threaded: each stdio child is spawned by its session's task on a
-//! runtime worker thread, which lives as long as the runtime, so the children's parent-death
-//! signal (per thread) fires only when the gateway goes. Nothing is spawned from the blocking
-//! pool, whose threads come and go.
+//! The runtime has `threads` threads (default 1). With one, it is tokio's single-threaded
+//! runtime on the main thread: a relayed request and its upstream exchange never change
+//! threads, which is most of a relay's cost per request (docs/benchmarks-gateway.md). With
+//! more, a work-stealing pool. Either way each stdio child is spawned by its session's task on
+//! a runtime thread (the main thread, or a worker), which lives as long as the runtime, so the
+//! children's parent-death signal (per thread) fires only when the gateway goes. Nothing is
+//! spawned from the blocking pool, whose threads come and go.
 
 use crate::cli::GatewayArgs;
 use anyhow::{Context, Result};
@@ -21,10 +24,16 @@ pub fn run(args: GatewayArgs) -> Result<u8> {
         // kills what the children left (their parent-death signal reaches them alone).
         super::supervise::start_watchdog();
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the runtime")?;
+    let runtime = match gateway.threads {
+        0 | 1 => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+        n => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(n)
+            .enable_all()
+            .build(),
+    }
+    .context("starting the runtime")?;
     let code = runtime.block_on(serve(gateway));
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     code
@@ -47,6 +56,7 @@ fn resolve(args: &GatewayArgs) -> Result<Gateway> {
                 allowed_hosts: args.allowed_host.clone(),
                 min_tools: args.min_tools,
                 health_tool: args.health_tool.clone(),
+                threads: args.threads,
             },
             &env,
         )?,
@@ -81,6 +91,7 @@ async fn serve(gateway: Gateway) -> Result<u8> {
         health = %running.health_addr.unwrap_or(running.addr),
         upstream = %upstream,
         max_sessions = gateway.max_sessions,
+        threads = gateway.threads,
         "mcpulse gateway started"
     );
     // One plain line, whatever the log settings: scripts and tests that bind port 0 read it.

@@ -31,10 +31,12 @@ pub mod sessions;
 
 pub use relay::codes;
 
+use super::names;
 use crate::metrics::Outcome;
 use crate::state::Shared;
 use axum::extract::Request;
 use axum::response::Response;
+use http::header::{self, HeaderName};
 use http::{HeaderValue, Method, StatusCode, Uri};
 use http_body_util::{BodyExt, Full, Limited};
 use link::Link;
@@ -112,29 +114,31 @@ pub const DEFAULT_REPLY_TIMEOUT: Duration = Duration::from_secs(60);
 /// The request headers passed to the upstream (all others are dropped: hop-by-hop headers,
 /// `Origin` (the door validated it), cookies, `Accept-Encoding` (replies are read, so they
 /// must come uncompressed), proxy headers). `Host` is set to the upstream's.
-pub const FORWARDED_REQUEST_HEADERS: [&str; 10] = [
-    "accept",
-    "content-type",
-    "authorization",
-    "mcp-session-id",
-    "mcp-protocol-version",
-    "mcp-method",
-    "mcp-name",
-    "last-event-id",
-    "traceparent",
-    "tracestate",
+/// Header names, not strings: a `&str` name is parsed again on every lookup, and these are
+/// looked up on every relayed request.
+pub const FORWARDED_REQUEST_HEADERS: [HeaderName; 10] = [
+    header::ACCEPT,
+    header::CONTENT_TYPE,
+    header::AUTHORIZATION,
+    names::MCP_SESSION_ID,
+    names::MCP_PROTOCOL_VERSION,
+    names::MCP_METHOD,
+    names::MCP_NAME,
+    names::LAST_EVENT_ID,
+    names::TRACEPARENT,
+    names::TRACESTATE,
 ];
 
 /// The response headers passed back to the client (`Content-Length` is the gateway's own,
 /// as the body may change).
-pub const FORWARDED_RESPONSE_HEADERS: [&str; 7] = [
-    "content-type",
-    "cache-control",
-    "mcp-session-id",
-    "mcp-protocol-version",
-    "www-authenticate",
-    "retry-after",
-    "allow",
+pub const FORWARDED_RESPONSE_HEADERS: [HeaderName; 7] = [
+    header::CONTENT_TYPE,
+    header::CACHE_CONTROL,
+    names::MCP_SESSION_ID,
+    names::MCP_PROTOCOL_VERSION,
+    header::WWW_AUTHENTICATE,
+    header::RETRY_AFTER,
+    header::ALLOW,
 ];
 
 /// The relay to one upstream, shared by every request.
@@ -419,8 +423,8 @@ impl HttpUpstream {
             .uri(target.path.as_str())
             .header(http::header::HOST, target.host.clone());
         for name in FORWARDED_REQUEST_HEADERS {
-            for value in parts.headers.get_all(name) {
-                out = out.header(name, value);
+            for value in parts.headers.get_all(&name) {
+                out = out.header(name.clone(), value);
             }
         }
         out.body(Full::new(body))
@@ -447,7 +451,7 @@ impl HttpUpstream {
 
     /// Folds an exchange into the session count (see [`sessions`]).
     fn count_sessions(&self, req: &http::request::Parts, initialize: bool, resp: &Response) {
-        const SESSION: &str = "mcp-session-id";
+        const SESSION: HeaderName = names::MCP_SESSION_ID;
         let change = self
             .sessions
             .lock()

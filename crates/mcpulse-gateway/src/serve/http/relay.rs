@@ -136,8 +136,8 @@ pub async fn respond(
         .is_some_and(|v| v.trim_start().starts_with("text/event-stream"));
     let mut out = Response::builder().status(status);
     for name in FORWARDED_RESPONSE_HEADERS {
-        for value in parts.headers.get_all(name) {
-            out = out.header(name, value);
+        for value in parts.headers.get_all(&name) {
+            out = out.header(name.clone(), value);
         }
     }
     if sse {
