@@ -11,6 +11,12 @@
 //                                        every answer. Accepted calls (200 and a result), shed
 //                                        ones (503) and errors counted apart, with the accepted
 //                                        calls' p50/p95/p99/max and the shed ones' p50 in µs
+//   node client.cjs paired N URL...      one session per URL; N rounds of one sequential
+//                                        `tools/call echo` per URL (the order rotates each
+//                                        round), so that every path is measured in the same
+//                                        moments of a noisy machine; per URL p50/p99/mean in µs,
+//                                        and the median of each round's difference from the
+//                                        first URL (the paired added latency)
 //   node client.cjs idle N URL           opens N sessions (initialize, initialized, tools/list),
 //                                        prints READY, holds them until stdin ends, then ends
 //                                        them (DELETE)
@@ -151,6 +157,39 @@ async function latency(n, url) {
   return { kind: "latency", n, p50_us: round(at(0.5)), p99_us: round(at(0.99)), mean_us: round(mean) };
 }
 
+async function paired(n, urls) {
+  const sessions = [];
+  for (const url of urls) sessions.push(await new Session(url).open());
+  for (const s of sessions) for (let i = 0; i < 200; i++) await s.echo();
+  const times = sessions.map(() => []);
+  const diffs = sessions.map(() => []);
+  for (let i = 0; i < n; i++) {
+    const t = new Array(sessions.length);
+    for (let k = 0; k < sessions.length; k++) {
+      const j = (i + k) % sessions.length;
+      const t0 = process.hrtime.bigint();
+      await sessions[j].echo();
+      t[j] = Number(process.hrtime.bigint() - t0) / 1000;
+    }
+    for (let j = 0; j < sessions.length; j++) {
+      times[j].push(t[j]);
+      diffs[j].push(t[j] - t[0]);
+    }
+  }
+  await Promise.all(sessions.map((s) => s.close()));
+  const at = (xs, q) => {
+    const v = [...xs].sort((a, b) => a - b);
+    return round(v[Math.min(v.length - 1, Math.floor(v.length * q))]);
+  };
+  const paths = times.map((ts, j) => ({
+    p50_us: at(ts, 0.5),
+    p99_us: at(ts, 0.99),
+    mean_us: round(ts.reduce((a, b) => a + b, 0) / ts.length),
+    added_p50_us: at(diffs[j], 0.5),
+  }));
+  return { kind: "paired", n, paths };
+}
+
 async function throughput(seconds, c, url) {
   const sessions = await Promise.all(Array.from({ length: c }, () => new Session(url).open()));
   await Promise.all(sessions.map(async (s) => { for (let i = 0; i < 20; i++) await s.echo(); }));
@@ -276,7 +315,8 @@ async function main() {
   else if (what === "throughput") r = await throughput(Number(args[0]), Number(args[1]), args[2]);
   else if (what === "open") r = await open(Number(args[0]), Number(args[1]), args[2]);
   else if (what === "idle") r = await idle(Number(args[0]), args[1]);
-  else throw new Error("usage: client.cjs latency N URL | throughput S C URL | open S RATE URL | idle N URL");
+  else if (what === "paired") r = await paired(Number(args[0]), args.slice(1));
+  else throw new Error("usage: client.cjs latency N URL | throughput S C URL | open S RATE URL | idle N URL | paired N URL...");
   process.stdout.write(JSON.stringify(r) + "\n");
   agent.destroy();
 }

@@ -12,7 +12,8 @@
 # child's (strace follows it; its epoll_pwait, read and one write per request are node's);
 # the CPU figures are the gateway's process alone.
 #
-# Environment: MCPULSE (default target/release/mcpulse). Needs strace, node, python3.
+# Environment: MCPULSE (default target/release/mcpulse); GATEWAY_ARGS, more arguments for the
+# gateway (say "--threads 2"). Needs strace, node, python3.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 here="$root/bench/gateway"
@@ -40,9 +41,11 @@ run() {
     node "$here/echo_server.cjs" http "$port" >"$work/up.log" 2>&1 &
     up=$!; pids+=("$up")
     for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.05; done
-    "${prefix[@]}" "$mcpulse" gateway --listen 127.0.0.1:0 --upstream "http://127.0.0.1:$port/mcp" >"$work/gw.log" 2>&1 &
+    # shellcheck disable=SC2086
+    "${prefix[@]}" "$mcpulse" gateway --listen 127.0.0.1:0 ${GATEWAY_ARGS:-} --upstream "http://127.0.0.1:$port/mcp" >"$work/gw.log" 2>&1 &
   else
-    "${prefix[@]}" "$mcpulse" gateway --listen 127.0.0.1:0 -- node "$here/echo_server.cjs" stdio >"$work/gw.log" 2>&1 &
+    # shellcheck disable=SC2086
+    "${prefix[@]}" "$mcpulse" gateway --listen 127.0.0.1:0 ${GATEWAY_ARGS:-} -- node "$here/echo_server.cjs" stdio >"$work/gw.log" 2>&1 &
   fi
   gw=$!; pids+=("$gw")
   url=""

@@ -101,6 +101,39 @@ def report(path):
             add99 = "" if m == "direct" else f"{p99 - base99:+.0f} µs"
             out.append(f"| {m} | {p50:.0f} | {add} | {p99:.0f} | {add99} |")
 
+    pair = [r for r in rows if r["kind"] == "paired"]
+    if pair:
+        runs = len(sel("paired", "direct")) or 1
+        out.append(f"\n**Latency, paired: every path up at once, one session each, {pair[0]['n']:,} rounds of one `tools/call echo` per path in turn** (medians over {runs} runs; *added* is the median of the path's latency minus the first path's ({modes[0]}) in the same round: the figure for the latency target)\n")
+        out.append("| path | p50 (µs) | p99 (µs) | added at p50 (paired) |")
+        out.append("|---|---|---|---|")
+        for m, ms in by_mode("paired"):
+            p50, p99 = med([r["p50_us"] for r in ms]), med([r["p99_us"] for r in ms])
+            add = "" if m == "direct" else f"{med([r['added_p50_us'] for r in ms]):+.0f} µs"
+            out.append(f"| {m} | {p50:.0f} | {p99:.0f} | {add} |")
+
+    burst = [r for r in rows if r["kind"] == "burst"]
+    if burst:
+        first = modes[0]
+        secs = burst[0]["seconds"]
+        # The first path's burst of the same round, rotation and concurrency.
+        base = {(r["round"], r["rotation"], r["concurrency"]): r["calls_per_s"]
+                for r in burst if r["mode"] == first}
+        rots = len({(r["round"], r["rotation"]) for r in burst})
+        out.append(f"\n**Throughput, interleaved: every path up at once; {rots} rotations of a burst of about {secs:.0f} s per path (C = 1, then C = 32), the paths in turn** (medians; *of {first}* is the median of the path's calls/s over {first}'s in the same rotation: the figure for the throughput target)\n")
+        out.append(f"| path | C=1 calls/s | of {first} | C=32 calls/s | of {first} | errors |")
+        out.append("|---|---|---|---|---|---|")
+        for m, ms in by_mode("burst"):
+            cells = []
+            for c in (1, 32):
+                mc = [r for r in ms if r["concurrency"] == c]
+                ratios = [r["calls_per_s"] / base[(r["round"], r["rotation"], c)]
+                          for r in mc if base.get((r["round"], r["rotation"], c))]
+                cells.append(f"{med([r['calls_per_s'] for r in mc]):.0f}")
+                cells.append("" if m == first else f"{100 * med(ratios):.0f}%")
+            errors = sum(r["errors"] for r in ms)
+            out.append(f"| {m} | {' | '.join(cells)} | {errors} |")
+
     thr = [r for r in rows if r["kind"] == "throughput"]
     if thr:
         secs = thr[0]["seconds"]

@@ -8,6 +8,11 @@
 #   supergateway    npm supergateway 4.0.0, stdio -> Streamable HTTP, stateful (a child per
 #                   session, as the gateway; its default stateless mode spawns a child per POST);
 #   mcp-proxy       PyPI mcp-proxy 0.13.0, stdio -> Streamable HTTP (one child for all sessions).
+# And, when installed (Debian: `apt-get install haproxy socat`), two relays that know nothing of
+# MCP, in front of the same HTTP server as the gateway, as this machine's floor for any relay:
+#   haproxy         HAProxy (Debian 12: 2.6), HTTP mode, one thread, kept-alive upstream
+#                   connections (`http-reuse always`);
+#   socat           socat, a plain TCP relay (no HTTP parsing at all), a process per connection.
 # Writes docs/benchmarks-gateway.md.
 #
 #   bench/gateway/run.sh [ROUNDS]          (default 3)
@@ -16,6 +21,12 @@
 # that what is measured is the path, not the server; the client is bench/gateway/client.cjs
 # (Node's http, keep-alive), identical for every path. Figures:
 #   latency     one session, LATENCY_N sequential `tools/call echo` (after 200 uncounted);
+#   paired      every path up at once (the HTTP ones in front of one shared server), one session
+#               each, LATENCY_N rounds of one call per path in turn: each path's latency and
+#               its difference from direct's in the same round, so that the machine's changes
+#               of speed (this is a shared VM) fall on every path alike; then ROTATIONS
+#               rotations of a SHORT_SECONDS throughput burst per path (C = 1 and 32), each
+#               path's calls/s as a share of direct's in the same rotation;
 #   throughput  C client sessions at once (C = 1 and 32), calling back to back for
 #               THROUGHPUT_SECONDS; calls/s;
 #   memory      RSS of the path's process tree (the bridge and its children; for direct, the
@@ -28,6 +39,8 @@
 #                       `cargo build --release -p mcpulse` first). Without a working
 #                       `mcpulse gateway` its rows are left out, with a note, never faked.
 #   LATENCY_N, THROUGHPUT_SECONDS, IDLE_SESSIONS   the loads (3000, 5, 16)
+#   ROTATIONS, SHORT_SECONDS   the paired phase's throughput bursts (5 rotations of 1 s)
+#   BENCH_REFERENCE     0: leave out the haproxy and socat rows even when they are installed
 #   BENCH_NICE          run every measured process (servers, bridges, client) at this nice
 #                       value, say -10, so that other work on a shared machine disturbs the
 #                       paths less (all paths alike); unset: not changed
@@ -79,6 +92,10 @@ else
   fi
 fi
 modes+=(supergateway mcp-proxy)
+if [ "${BENCH_REFERENCE:-1}" != 0 ]; then
+  if command -v haproxy >/dev/null; then modes+=(haproxy); else notes+=("haproxy is not installed (\`apt-get install haproxy\`): no haproxy row."); fi
+  if command -v socat >/dev/null; then modes+=(socat); else notes+=("socat is not installed (\`apt-get install socat\`): no socat row."); fi
+fi
 if [ -n "${BENCH_MODES:-}" ]; then
   wanted=()
   for mode in "${modes[@]}"; do
@@ -113,6 +130,7 @@ trap 'stop_all; rm -rf "$work"' EXIT
 # start LOG CMD...: starts CMD tagged, in its own process group (setsid), output to LOG.
 start() {
   local log="$1"; shift
+  : > "$log"  # emptied now, not by the background job: a reader must never see an old line
   env MCPULSE_BENCH_TAG="$tag" "${nice_cmd[@]}" setsid "$@" >"$log" 2>&1 &
   pids+=("$!")
   last_pid=$!
@@ -138,26 +156,52 @@ wait_gateway_url() {  # wait_gateway_url LOG PID: prints the URL the gateway say
   return 1
 }
 
+# http_upstream: the HTTP server a path fronts: the shared one (shared_port, in the paired
+# phase), or a new one; sets port.
+http_upstream() {
+  if [ -n "${shared_port:-}" ]; then port=$shared_port; return 0; fi
+  port="$(python3 "$helper" free-port)"
+  start "$work/upstream.log" node "$echo_server" http "$port"
+  wait_port "$port" "$last_pid"
+}
+
 # up MODE: starts the path; sets url and tree (the pid whose process tree is the path's memory).
 up() {
-  local port
+  local port up_port
   case "$1" in
     direct)
+      if [ -n "${shared_port:-}" ]; then url="http://127.0.0.1:$shared_port/mcp"; return 0; fi
       port="$(python3 "$helper" free-port)"
       start "$work/direct.log" node "$echo_server" http "$port"
       tree=$last_pid; url="http://127.0.0.1:$port/mcp"
       wait_port "$port" "$tree" ;;
     "gateway (http)")
+      http_upstream || return 1
+      start "$work/gateway-http.log" "$mcpulse" gateway --listen 127.0.0.1:0 --upstream "http://127.0.0.1:$port/mcp"
+      tree=$last_pid
+      url="$(wait_gateway_url "$work/gateway-http.log" "$tree")" ;;
+    haproxy)
+      http_upstream || return 1
+      up_port=$port
       port="$(python3 "$helper" free-port)"
-      start "$work/upstream.log" node "$echo_server" http "$port"
-      wait_port "$port" "$last_pid" || return 1
-      start "$work/gateway.log" "$mcpulse" gateway --listen 127.0.0.1:0 --upstream "http://127.0.0.1:$port/mcp"
-      tree=$last_pid
-      url="$(wait_gateway_url "$work/gateway.log" "$tree")" ;;
+      printf '%s\n' global '  nbthread 1' defaults '  mode http' '  timeout connect 5s' \
+        '  timeout client 60s' '  timeout server 60s' '  http-reuse always' frontend\ f \
+        "  bind 127.0.0.1:$port" '  default_backend b' backend\ b "  server s 127.0.0.1:$up_port" \
+        > "$work/haproxy-$port.cfg"
+      start "$work/haproxy.log" haproxy -db -f "$work/haproxy-$port.cfg"
+      tree=$last_pid; url="http://127.0.0.1:$port/mcp"
+      wait_port "$port" "$tree" ;;
+    socat)
+      http_upstream || return 1
+      up_port=$port
+      port="$(python3 "$helper" free-port)"
+      start "$work/socat.log" socat "TCP-LISTEN:$port,bind=127.0.0.1,fork,reuseaddr,nodelay" "TCP:127.0.0.1:$up_port,nodelay"
+      tree=$last_pid; url="http://127.0.0.1:$port/mcp"
+      wait_port "$port" "$tree" ;;
     "gateway (stdio)")
-      start "$work/gateway.log" "$mcpulse" gateway --listen 127.0.0.1:0 -- node "$echo_server" stdio
+      start "$work/gateway-stdio.log" "$mcpulse" gateway --listen 127.0.0.1:0 -- node "$echo_server" stdio
       tree=$last_pid
-      url="$(wait_gateway_url "$work/gateway.log" "$tree")" ;;
+      url="$(wait_gateway_url "$work/gateway-stdio.log" "$tree")" ;;
     supergateway)
       port="$(python3 "$helper" free-port)"
       start "$work/supergateway.log" node "$sg" --stdio "node $echo_server stdio" \
@@ -212,6 +256,36 @@ measure() {  # measure MODE
   out="$("${nice_cmd[@]}" node "$client" throughput "$SECS" 32 "$url")" && record "$mode" "$out"
 }
 
+# paired: every path up at once, the HTTP ones in front of one shared server; one
+# `client.cjs paired` run over all of them.
+paired() {
+  local urls=() m out
+  port="$(python3 "$helper" free-port)"
+  start "$work/shared.log" node "$echo_server" http "$port"
+  wait_port "$port" "$last_pid" || return 1
+  shared_port=$port
+  for m in "${modes[@]}"; do
+    if ! up "$m"; then echo "  $m: did not start (paired)" >&2; shared_port=""; return 1; fi
+    urls+=("$url")
+  done
+  shared_port=""
+  out="$("${nice_cmd[@]}" node "$client" paired "$N" "${urls[@]}")" || return 1
+  for i in "${!modes[@]}"; do
+    record "${modes[$i]}" "$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); p=r["paths"][int(sys.argv[2])]; p.update(kind="paired", n=r["n"]); print(json.dumps(p))' "$out" "$i")"
+  done
+  # Throughput bursts, rotating over the paths (the starting path moves each rotation).
+  local rot k i c n=${#modes[@]}
+  for rot in $(seq 1 "${ROTATIONS:-5}"); do
+    for k in $(seq 0 $((n - 1))); do
+      i=$(( (k + rot) % n ))
+      for c in 1 32; do
+        out="$("${nice_cmd[@]}" node "$client" throughput "${SHORT_SECONDS:-1}" "$c" "${urls[$i]}")" || continue
+        record "${modes[$i]}" "$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r.update(kind="burst", round=int(sys.argv[2]), rotation=int(sys.argv[3])); print(json.dumps(r))' "$out" "$round" "$rot")"
+      done
+    done
+  done
+}
+
 loads=()
 for round in $(seq 1 "$rounds"); do
   echo "round $round/$rounds (${modes[*]})" >&2
@@ -220,6 +294,9 @@ for round in $(seq 1 "$rounds"); do
     measure "$mode" || echo "  $mode: FAILED this round" >&2
     stop_all
   done
+  echo "round $round/$rounds: paired latency" >&2
+  paired || echo "  paired: FAILED this round" >&2
+  stop_all
 done
 
 out="${BENCH_OUT:-$root/docs/benchmarks-gateway.md}"
@@ -234,8 +311,13 @@ out="${BENCH_OUT:-$root/docs/benchmarks-gateway.md}"
   echo "- **gateway (stdio)**: \`mcpulse gateway --listen 127.0.0.1:0 -- node echo_server.cjs stdio\`;"
   echo "- **supergateway**: npm supergateway $SUPERGATEWAY_PIN, \`--stdio 'node echo_server.cjs stdio' --outputTransport streamableHttp --stateful\` (a child per session; its default, stateless mode, spawns a child per request);"
   echo "- **mcp-proxy**: PyPI mcp-proxy $MCP_PROXY_PIN, \`mcp-proxy --port P -- node echo_server.cjs stdio\` (one child shared by every session)."
+  if [[ " ${modes[*]} " == *" haproxy "* || " ${modes[*]} " == *" socat "* ]]; then
+    echo "- for this machine's floor, relays that know nothing of MCP, in front of the same HTTP server as the gateway (none checks a header, counts a metric or writes a log line):"
+    [[ " ${modes[*]} " == *" haproxy "* ]] && echo "  **haproxy** ($(haproxy -v 2>/dev/null | head -1 | awk '{print $1, $3}'), HTTP mode, \`nbthread 1\`, \`http-reuse always\`: kept-alive upstream connections);"
+    [[ " ${modes[*]} " == *" socat "* ]] && echo "  **socat** ($(socat -V 2>/dev/null | sed -n 's/^socat version \([^ ]*\).*/\1/p' | head -1), a plain TCP relay, no HTTP parsing, a process per connection)."
+  fi
   echo
-  echo "Reproduce: \`scripts/interop-setup.sh\`, \`cargo build --release --locked -p mcpulse\`, then \`BENCH_NICE=-10 bench/gateway/run.sh 3\` (as root, for the negative nice; see the script's header for the loads)."
+  echo "Reproduce: \`scripts/interop-setup.sh\`, \`apt-get install haproxy socat\` (optional: the reference rows), \`cargo build --release --locked -p mcpulse\`, then \`BENCH_NICE=-10 bench/gateway/run.sh 3\` (as root, for the negative nice; see the script's header for the loads)."
   echo
   echo "Every path runs with its default settings, logs to a file. The stdio paths' *added* latency is over the server's own HTTP (direct), as a deployment that could choose either would see it. Targets (issue #19): under 100 µs added at p50 over an HTTP upstream, at least 80% of direct throughput, and ahead of every peer on each figure."
   echo

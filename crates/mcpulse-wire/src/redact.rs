@@ -104,36 +104,30 @@ impl Secrets {
         self.0.is_empty()
     }
 
-    /// `text` with every occurrence of a secret value replaced by [`REDACTED`]. One pass, so a
-    /// replacement is never searched again, and a `<redacted>` already there is left whole
-    /// (hiding twice changes nothing), even when a secret is a piece of it (`<`, `red`): only
-    /// a secret longer than `<redacted>` that starts there is hidden instead.
+    /// `text` with every occurrence of a secret value replaced by [`REDACTED`]: every byte of
+    /// every occurrence, overlapping ones too (secrets `xab` and `abcdef` in `xabcdef` leave
+    /// nothing of either), each run of them one marker. A `<redacted>` already in the text is
+    /// left whole, and a secret is never looked for across one, so hiding twice changes
+    /// nothing. (The one exception, a secret that contains `<redacted>` itself, is hidden
+    /// first, over the whole text.)
     pub fn hide(&self, text: &str) -> String {
         if self.0.is_empty() {
             return text.to_owned();
         }
+        let holding = |s: &&String| s.contains(REDACTED);
+        let whole;
+        let text = if self.0.iter().any(|s| holding(&s)) {
+            whole = cover(text, self.0.iter().filter(holding));
+            whole.as_str()
+        } else {
+            text
+        };
         let mut out = String::with_capacity(text.len());
-        let mut rest = text;
-        'scan: while let Some(c) = rest.chars().next() {
-            let hidden_already = rest.starts_with(REDACTED);
-            // Longest first: the first match is the longest secret starting here.
-            for s in &self.0 {
-                if hidden_already && s.len() <= REDACTED.len() {
-                    break;
-                }
-                if let Some(after) = rest.strip_prefix(s.as_str()) {
-                    out.push_str(REDACTED);
-                    rest = after;
-                    continue 'scan;
-                }
-            }
-            if hidden_already {
+        for (i, piece) in text.split(REDACTED).enumerate() {
+            if i > 0 {
                 out.push_str(REDACTED);
-                rest = &rest[REDACTED.len()..];
-                continue;
             }
-            out.push(c);
-            rest = &rest[c.len_utf8()..];
+            out.push_str(&cover(piece, self.0.iter().filter(|s| !holding(s))));
         }
         out
     }
@@ -144,6 +138,40 @@ impl Secrets {
             *text = self.hide(text);
         }
     }
+}
+
+/// `text` with every byte of every occurrence of `secrets` (overlapping ones too) replaced:
+/// each run of overlapping occurrences by one [`REDACTED`]; occurrences that only touch stay
+/// one marker each.
+fn cover<'a>(text: &str, secrets: impl Iterator<Item = &'a String>) -> String {
+    let mut ranges: Vec<(usize, usize)> = Vec::new();
+    for s in secrets {
+        let mut from = 0;
+        while let Some(at) = text.get(from..).and_then(|rest| rest.find(s.as_str())) {
+            let start = from + at;
+            ranges.push((start, start + s.len()));
+            // On to the next character: occurrences may overlap.
+            from = start + text[start..].chars().next().map_or(1, char::len_utf8);
+        }
+    }
+    if ranges.is_empty() {
+        return text.to_owned();
+    }
+    ranges.sort_unstable();
+    let mut out = String::with_capacity(text.len());
+    let (mut shown, mut i) = (0, 0);
+    while let Some(&(start, mut end)) = ranges.get(i) {
+        i += 1;
+        while let Some(&(_, next_end)) = ranges.get(i).filter(|r| r.0 < end) {
+            end = end.max(next_end);
+            i += 1;
+        }
+        out.push_str(text.get(shown..start).unwrap_or(""));
+        out.push_str(REDACTED);
+        shown = end;
+    }
+    out.push_str(text.get(shown..).unwrap_or(""));
+    out
 }
 
 /// A target URL fit for display: [`url`]'s rule, and every secret value hidden (a token in
@@ -370,7 +398,13 @@ mod tests {
             assert_eq!(once, format!("a {REDACTED} b"), "{secret}");
             assert_eq!(secrets.hide(&once), once, "{secret}");
         }
-        // A secret longer than the marker that starts with it is still hidden whole.
+        // A secret that runs into a marker the first pass wrote (the review's "a<").
+        let mut secrets = Secrets::default();
+        secrets.add("a<");
+        let once = secrets.hide("aa<");
+        assert_eq!(once, format!("a{REDACTED}"));
+        assert_eq!(secrets.hide(&once), once);
+        // A secret that contains the marker is still hidden whole.
         let mut secrets = Secrets::default();
         secrets.add("<redacted>tail");
         assert_eq!(
@@ -378,6 +412,25 @@ mod tests {
             format!("x {REDACTED} y")
         );
         assert_eq!(secrets.hide("x <redacted> y"), format!("x {REDACTED} y"));
+    }
+
+    #[test]
+    fn overlapping_secrets_show_nothing_of_either() {
+        let mut secrets = Secrets::default();
+        secrets.add("xab");
+        secrets.add("abcdef");
+        assert_eq!(secrets.hide("1 xabcdef 2"), format!("1 {REDACTED} 2"));
+        // Touching is not overlapping: one marker each, as before.
+        let mut secrets = Secrets::default();
+        secrets.add("s3cret");
+        assert_eq!(
+            secrets.hide("s3crets3cret"),
+            format!("{REDACTED}{REDACTED}")
+        );
+        // Multi-byte text around and inside secrets.
+        let mut secrets = Secrets::default();
+        secrets.add("ñé");
+        assert_eq!(secrets.hide("añéñéb"), format!("a{REDACTED}{REDACTED}b"));
     }
 
     #[test]

@@ -85,6 +85,24 @@ proptest! {
     }
 
     #[test]
+    fn hiding_is_idempotent_and_leaves_no_secret(
+        text in "[<>redact x]{0,48}",
+        secrets in prop::collection::vec("[<>redact]{1,5}", 1..4),
+    ) {
+        let mut set = redact::Secrets::default();
+        for s in &secrets {
+            set.add(s);
+        }
+        let once = set.hide(&text);
+        prop_assert_eq!(set.hide(&once), once.clone());
+        for piece in once.split("<redacted>") {
+            for s in &secrets {
+                prop_assert!(!piece.contains(s.as_str()), "{s:?} shows in {once:?}");
+            }
+        }
+    }
+
+    #[test]
     fn certificates(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
         let _ = x509::validity(&bytes);
     }

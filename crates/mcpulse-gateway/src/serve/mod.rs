@@ -728,8 +728,10 @@ async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, StartError> {
 }
 
 /// Binds the listeners and starts serving `/mcp` (and the health endpoints, on the same
-/// listener or `health_listen`). Call from a multi-threaded runtime: stdio children are
-/// spawned from its worker threads (see [`stdio`]).
+/// listener or `health_listen`). Call from a runtime whose threads live as long as it: the
+/// main thread of a single-threaded one (block_on), or a multi-threaded one's workers; stdio
+/// children are forked from them, and their parent-death signal is per thread (see
+/// [`stdio`]). Never from a blocking-pool thread, which may exit while its child runs.
 pub async fn start(gateway: &Gateway, shared: Arc<Shared>) -> Result<Running, StartError> {
     let listener = bind(gateway.listen).await?;
     let addr = listener.local_addr().map_err(|source| StartError::Listen {

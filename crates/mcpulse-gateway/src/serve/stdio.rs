@@ -225,8 +225,9 @@ impl Worker {
             fatal,
             tasks: Mutex::new(None),
         });
-        // Spawned (not awaited here) so that the child is forked from a runtime worker thread,
-        // which lives as long as the runtime: the parent-death signal is per thread.
+        // Spawned (not awaited here) so that the child is forked from a runtime thread (the
+        // main thread of the default single-threaded runtime, or a worker), which lives as
+        // long as the runtime: the parent-death signal is per thread.
         let relay = tokio::spawn(async move {
             let stop = async move {
                 let _ = stop.wait_for(|s| *s).await;

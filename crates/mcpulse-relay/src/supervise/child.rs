@@ -243,6 +243,12 @@ pub fn spawn_owned(
 /// `/proc/<pid>/environ` hides it from [`descendants`]. Woken by SIGCHLD; looks at our own
 /// zombie children only, never a child tokio waits for ([`LEADERS`]). Spawn it once, after
 /// [`become_subreaper`] succeeded.
+///
+/// The scan reads `/proc` (a file a process): it runs on the blocking pool, never on a
+/// runtime thread, which in the gateway's default single-threaded runtime would hold every
+/// request meanwhile. And a process running many sessions (the gateway: a reaper each) scans
+/// about twice per SIGCHLD, not once per session ([`reap_once`]): the woken reapers' scans
+/// overlap on the pool, and all but one give theirs to the one scanning.
 pub async fn reap_orphans() {
     use tokio::signal::unix::{SignalKind, signal};
     let Ok(mut sigchld) = signal(SignalKind::child()) else {
@@ -250,7 +256,8 @@ pub async fn reap_orphans() {
     };
     let me = std::process::id();
     loop {
-        reap_once(me);
+        // A failed join (the runtime shutting down) ends nothing: the next signal scans again.
+        let _ = tokio::task::spawn_blocking(move || reap_once(me)).await;
         if sigchld.recv().await.is_none() {
             return;
         }
@@ -529,21 +536,31 @@ impl Child {
         // left it. SIGKILL, then reap our own zombies among them. Once the leader is reaped its
         // pid may be reused: the group is signalled only while a member remains (which keeps
         // the id from being reused), and the walk no longer goes through the leader's pid.
+        // The `/proc` walks run on the blocking pool: on a runtime thread they would hold
+        // every other session's requests (the gateway runs one thread by default), and a
+        // gateway stopping many sessions at once would walk `/proc` for each in turn.
         let leader_alive = !self.has_exited();
-        if leader_alive || group_has_members(self.pid) {
-            kill_group(pgid, libc::SIGKILL);
-        }
-        let leftovers = descendants(self.pid, &self.lineage, leader_alive);
-        for pid in &leftovers {
-            kill_pid(*pid);
-        }
+        let (pid, lineage) = (self.pid, self.lineage.clone());
+        let leftovers = tokio::task::spawn_blocking(move || {
+            if leader_alive || group_has_members(pid) {
+                kill_group(pgid, libc::SIGKILL);
+            }
+            let leftovers = descendants(pid, &lineage, leader_alive);
+            for pid in &leftovers {
+                kill_pid(*pid);
+            }
+            leftovers
+        })
+        .await
+        .unwrap_or_default();
         let _ = self
             .wait_exit(Instant::now() + Duration::from_secs(1))
             .await;
         reap(&leftovers, self.pid).await;
         // Descendants that died with the group and were reparented to us as zombies (their
         // empty environ hid them from the walk): reaped now, the supervisor may exit next.
-        reap_zombies(std::process::id());
+        let me = std::process::id();
+        let _ = tokio::task::spawn_blocking(move || reap_zombies(me)).await;
         self.stopped = true;
         super::watchdog::group_stopped(self.pid);
     }
