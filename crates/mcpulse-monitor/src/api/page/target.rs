@@ -163,10 +163,22 @@ fn head(b: &mut String, v: &TargetView, maint: bool, now: i64) {
     }
     let _ = writeln!(
         b,
-        "<dt>Interval</dt><dd>{} s (timeout {} s)</dd></dl>",
-        v.interval_ms / 1000,
-        v.timeout_ms / 1000
+        "<dt>Interval</dt><dd>{} (timeout {})</dd></dl>",
+        span(u128::try_from(v.interval_ms).unwrap_or(0)),
+        span(u128::try_from(v.timeout_ms).unwrap_or(0))
     );
+}
+
+/// A configured interval or timeout as written, never rounded away: `600 ms`, `1.5 s`, `30 s`.
+fn span(ms: u128) -> String {
+    if ms < 1000 {
+        format!("{ms} ms")
+    } else if ms.is_multiple_of(1000) {
+        format!("{} s", ms / 1000)
+    } else {
+        // Whole milliseconds over 1000: the shortest decimal is exact (`1.25 s`).
+        format!("{} s", ms as f64 / 1000.0)
+    }
 }
 
 /// The rule behind a finding's code, from the judge's registry.
@@ -604,4 +616,16 @@ fn components(b: &mut String, v: &TargetView, now: i64) {
         );
     }
     b.push_str("</tbody></table>\n");
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn spans_keep_what_was_configured() {
+        assert_eq!(super::span(600), "600 ms");
+        assert_eq!(super::span(1500), "1.5 s");
+        assert_eq!(super::span(1250), "1.25 s");
+        assert_eq!(super::span(30_000), "30 s");
+        assert_eq!(super::span(0), "0 ms");
+    }
 }
