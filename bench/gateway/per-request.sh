@@ -62,13 +62,20 @@ run() {
   # The gateway's own pid: under strace, strace's child.
   local pid="$gw"
   [ "$trace" = 1 ] && pid="$(pgrep -P "$gw" | head -1)"
-  cpu() { cat /proc/"$pid"/task/*/schedstat | awk '{c += $1; s += $3} END {print c, s}'; }
+  cpu() { cat /proc/"$pid"/task/*/schedstat | awk '{c += $1; s += $3} END {printf "%.0f %.0f\n", c, s}'; }
   local c0 s0 c1 s1
   read -r c0 s0 < <(cpu)
   node "$here/client.cjs" latency "$calls" "$url" >/dev/null
   read -r c1 s1 < <(cpu)
   echo "$((c1 - c0)) $((s1 - s0))"
   kill -TERM "$pid"
+  # Bounded: a benchmark never hangs on a gateway that does not stop.
+  local waited=0
+  while kill -0 "$pid" 2>/dev/null && [ "$waited" -lt 50 ]; do sleep 0.1; waited=$((waited + 1)); done
+  if kill -0 "$pid" 2>/dev/null; then
+    echo "the gateway ($pid) was still running 5 s after SIGTERM: SIGKILL" >&2
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
   wait "$gw" 2>/dev/null || true
   [ -n "$up" ] && { kill -TERM "$up"; wait "$up" 2>/dev/null || true; }
   pids=()
