@@ -244,11 +244,11 @@ pub fn spawn_owned(
 /// zombie children only, never a child tokio waits for ([`LEADERS`]). Spawn it once, after
 /// [`become_subreaper`] succeeded.
 ///
-/// The scan reads `/proc` (a file a process): it runs on the blocking pool, never on a
-/// runtime thread, which in the gateway's default single-threaded runtime would hold every
-/// request meanwhile. And a process running many sessions (the gateway: a reaper each) scans
-/// about twice per SIGCHLD, not once per session ([`reap_once`]): the woken reapers' scans
-/// overlap on the pool, and all but one give theirs to the one scanning.
+/// On one runtime thread (the gateway's default) the woken reapers run one after another, so
+/// [`reap_once`]'s lock never sees two at once: there the first one woken marks a scan
+/// wanted ([`SCAN_WANTED`]) and yields, the others find it marked and go back to sleep, and
+/// the one scan that follows covers every exit signalled before it began. So a SIGCHLD costs
+/// one `/proc` scan, not one per session.
 pub async fn reap_orphans() {
     use tokio::signal::unix::{SignalKind, signal};
     let Ok(mut sigchld) = signal(SignalKind::child()) else {
@@ -256,13 +256,21 @@ pub async fn reap_orphans() {
     };
     let me = std::process::id();
     loop {
-        // A failed join (the runtime shutting down) ends nothing: the next signal scans again.
-        let _ = tokio::task::spawn_blocking(move || reap_once(me)).await;
+        if !SCAN_WANTED.swap(true, Ordering::SeqCst) {
+            // Let the other reapers woken by the same signal run first (and find the mark).
+            tokio::task::yield_now().await;
+            SCAN_WANTED.store(false, Ordering::SeqCst);
+            reap_once(me);
+        }
         if sigchld.recv().await.is_none() {
             return;
         }
     }
 }
+
+/// A reaper has marked a scan that has not begun yet: a reaper woken meanwhile leaves it
+/// to that scan (see [`reap_orphans`]).
+static SCAN_WANTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// A scan is wanted (some reaper was woken since the last scan began).
 static REAP_PENDING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -275,6 +283,8 @@ static REAP_SCAN: Mutex<()> = Mutex::new(());
 /// scan to it; the scanner looks again after letting go, so no wake-up is lost.
 fn reap_once(me: u32) {
     REAP_PENDING.store(true, Ordering::SeqCst);
+    // The store above and the lock's state below must not be reordered (a lost scan).
+    std::sync::atomic::fence(Ordering::SeqCst);
     loop {
         let guard = match REAP_SCAN.try_lock() {
             Ok(g) => g,
@@ -285,6 +295,7 @@ fn reap_once(me: u32) {
             reap_zombies(me);
         }
         drop(guard);
+        std::sync::atomic::fence(Ordering::SeqCst);
         if !REAP_PENDING.load(Ordering::SeqCst) {
             return;
         }
@@ -300,7 +311,11 @@ fn reap_zombies(me: u32) {
         let Some((state, parent)) = state_and_parent(pid) else {
             continue;
         };
-        if parent != me || state != "Z" || leaders().contains(&pid) {
+        // The registry stays locked through the waitpid: a child is registered under this
+        // lock before it is forked, so no child tokio waits for can take a reaped orphan's pid
+        // between the check and the wait.
+        let registry = leaders();
+        if parent != me || state != "Z" || registry.contains(&pid) {
             continue;
         }
         if let Ok(raw) = i32::try_from(pid) {
@@ -536,31 +551,21 @@ impl Child {
         // left it. SIGKILL, then reap our own zombies among them. Once the leader is reaped its
         // pid may be reused: the group is signalled only while a member remains (which keeps
         // the id from being reused), and the walk no longer goes through the leader's pid.
-        // The `/proc` walks run on the blocking pool: on a runtime thread they would hold
-        // every other session's requests (the gateway runs one thread by default), and a
-        // gateway stopping many sessions at once would walk `/proc` for each in turn.
         let leader_alive = !self.has_exited();
-        let (pid, lineage) = (self.pid, self.lineage.clone());
-        let leftovers = tokio::task::spawn_blocking(move || {
-            if leader_alive || group_has_members(pid) {
-                kill_group(pgid, libc::SIGKILL);
-            }
-            let leftovers = descendants(pid, &lineage, leader_alive);
-            for pid in &leftovers {
-                kill_pid(*pid);
-            }
-            leftovers
-        })
-        .await
-        .unwrap_or_default();
+        if leader_alive || group_has_members(self.pid) {
+            kill_group(pgid, libc::SIGKILL);
+        }
+        let leftovers = descendants(self.pid, &self.lineage, leader_alive);
+        for pid in &leftovers {
+            kill_pid(*pid);
+        }
         let _ = self
             .wait_exit(Instant::now() + Duration::from_secs(1))
             .await;
         reap(&leftovers, self.pid).await;
         // Descendants that died with the group and were reparented to us as zombies (their
         // empty environ hid them from the walk): reaped now, the supervisor may exit next.
-        let me = std::process::id();
-        let _ = tokio::task::spawn_blocking(move || reap_zombies(me)).await;
+        reap_zombies(std::process::id());
         self.stopped = true;
         super::watchdog::group_stopped(self.pid);
     }
@@ -612,6 +617,12 @@ async fn reap(pids: &[u32], leader: u32) {
             let Ok(raw) = i32::try_from(*pid) else {
                 return false;
             };
+            // Locked through the waitpid, as in reap_zombies: once another reaper took this
+            // one, its pid may be a new child that tokio waits for.
+            let registry = leaders();
+            if registry.contains(pid) {
+                return false;
+            }
             // SAFETY: waitpid on one pid with WNOHANG; the status pointer is a valid local.
             #[allow(unsafe_code)]
             let rc = unsafe {
