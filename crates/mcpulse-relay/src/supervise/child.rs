@@ -257,10 +257,10 @@ pub async fn reap_orphans() {
     let me = std::process::id();
     loop {
         if !SCAN_WANTED.swap(true, Ordering::SeqCst) {
+            let marked = Marked(me);
             // Let the other reapers woken by the same signal run first (and find the mark).
             tokio::task::yield_now().await;
-            SCAN_WANTED.store(false, Ordering::SeqCst);
-            reap_once(me);
+            drop(marked);
         }
         if sigchld.recv().await.is_none() {
             return;
@@ -271,6 +271,18 @@ pub async fn reap_orphans() {
 /// A reaper has marked a scan that has not begun yet: a reaper woken meanwhile leaves it
 /// to that scan (see [`reap_orphans`]).
 static SCAN_WANTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The mark of [`SCAN_WANTED`], held by the reaper that set it: dropping it clears the mark
+/// and scans. Also when that reaper's task is dropped at its yield (its session ended): the
+/// reapers that left the scan to it lose nothing, and the mark is never left set.
+struct Marked(u32);
+
+impl Drop for Marked {
+    fn drop(&mut self) {
+        SCAN_WANTED.store(false, Ordering::SeqCst);
+        reap_once(self.0);
+    }
+}
 
 /// A scan is wanted (some reaper was woken since the last scan began).
 static REAP_PENDING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
