@@ -142,33 +142,37 @@ impl Secrets {
 
 /// `text` with every byte of every occurrence of `secrets` (overlapping ones too) replaced:
 /// each run of overlapping occurrences by one [`REDACTED`]; occurrences that only touch stay
-/// one marker each.
-fn cover<'a>(text: &str, secrets: impl Iterator<Item = &'a String>) -> String {
-    let mut ranges: Vec<(usize, usize)> = Vec::new();
-    for s in secrets {
-        let mut from = 0;
-        while let Some(at) = text.get(from..).and_then(|rest| rest.find(s.as_str())) {
-            let start = from + at;
-            ranges.push((start, start + s.len()));
-            // On to the next character: occurrences may overlap.
-            from = start + text[start..].chars().next().map_or(1, char::len_utf8);
-        }
-    }
-    if ranges.is_empty() {
-        return text.to_owned();
-    }
-    ranges.sort_unstable();
+/// one marker each. One pass over the text, with nothing kept but the output (at most
+/// `REDACTED.len()` bytes for each byte of `text`, a one-character secret repeated), whatever
+/// the number of occurrences.
+fn cover<'a>(text: &str, secrets: impl Iterator<Item = &'a String> + Clone) -> String {
     let mut out = String::with_capacity(text.len());
-    let (mut shown, mut i) = (0, 0);
-    while let Some(&(start, mut end)) = ranges.get(i) {
-        i += 1;
-        while let Some(&(_, next_end)) = ranges.get(i).filter(|r| r.0 < end) {
-            end = end.max(next_end);
-            i += 1;
+    // The text before `shown` is in `out`; a run of occurrences is open while `run` is set,
+    // up to `until`.
+    let (mut shown, mut until, mut run) = (0, 0, false);
+    for (i, _) in text.char_indices() {
+        if run && i >= until {
+            out.push_str(REDACTED);
+            shown = until;
+            run = false;
         }
-        out.push_str(text.get(shown..start).unwrap_or(""));
+        let rest = &text[i..];
+        let end = secrets
+            .clone()
+            .filter(|s| rest.starts_with(s.as_str()))
+            .map(|s| i + s.len())
+            .max();
+        if let Some(end) = end {
+            if !run {
+                out.push_str(text.get(shown..i).unwrap_or(""));
+                run = true;
+            }
+            until = until.max(end);
+        }
+    }
+    if run {
         out.push_str(REDACTED);
-        shown = end;
+        shown = until;
     }
     out.push_str(text.get(shown..).unwrap_or(""));
     out
