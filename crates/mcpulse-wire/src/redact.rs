@@ -109,7 +109,8 @@ impl Secrets {
     /// nothing of either), each run of them one marker. A `<redacted>` already in the text is
     /// left whole, and a secret is never looked for across one, so hiding twice changes
     /// nothing. (The one exception, a secret that contains `<redacted>` itself, is hidden
-    /// first, over the whole text.)
+    /// first, over the whole text.) The price: a secret that runs into a `<redacted>` already
+    /// in the text (`hunter2<` before one) is not hidden there.
     pub fn hide(&self, text: &str) -> String {
         if self.0.is_empty() {
             return text.to_owned();
