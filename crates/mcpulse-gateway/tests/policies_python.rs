@@ -7,6 +7,7 @@
 mod policies_support;
 
 use mcpulse_testkit::mcp;
+use mcpulse_testkit::run::run_spawned;
 use mcpulse_testkit::stdio::{Act, StdioScript, TempDir, kill, read_pids, still_running_after};
 use policies_support::{BOUND, start};
 use serde_json::json;
@@ -62,29 +63,14 @@ async fn the_python_sdk_client_gets_fast_explicit_errors_during_a_dependency_out
     let agent = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/outage_agent.py");
     // Registered with the in-process gateway's orphan reaper (spawn_owned), which would
     // otherwise collect the client's exit before tokio does (ECHILD).
-    let mut cmd = tokio::process::Command::new("python3");
-    cmd.args([agent.to_str().unwrap(), &url])
-        .envs([
-            ("PYTHONPATH", py2.as_str()),
-            ("PYTHONDONTWRITEBYTECODE", "1"),
-        ])
-        .env("NO_COLOR", "1")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true);
-    let started = std::time::Instant::now();
-    let (child, _owned) = mcpulse_relay::supervise::child::spawn_owned(&mut cmd).unwrap();
-    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
-        .await
-        .expect("the client finished in time")
-        .unwrap();
-    let r = mcpulse_testkit::run::Run {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        elapsed: started.elapsed(),
-    };
+    let r = run_spawned(
+        "python3",
+        &[agent.to_str().unwrap(), &url],
+        &[("PYTHONPATH", &py2), ("PYTHONDONTWRITEBYTECODE", "1")],
+        Duration::from_secs(60),
+        mcpulse_relay::supervise::child::spawn_owned,
+    )
+    .await;
     let out = format!("exit {:?}\n{}\n{}", r.code, r.stdout, r.stderr);
     let calls: Vec<Vec<&str>> = r
         .stdout

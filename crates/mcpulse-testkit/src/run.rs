@@ -53,6 +53,23 @@ pub fn finding_message(report: &Value, code: &str) -> String {
 /// Runs `bin` with `args`, the extra environment `env` and `NO_COLOR=1`, stdin closed; the
 /// test fails if it has not finished within `bound`.
 pub async fn run(bin: &str, args: &[&str], env: &[(&str, &str)], bound: Duration) -> Run {
+    run_spawned(bin, args, env, bound, |cmd| {
+        cmd.spawn().map(|child| (child, ()))
+    })
+    .await
+}
+
+/// [`run`], the child spawned by `spawn`, which may return a guard kept until the child has
+/// been waited for: a test running a gateway in process spawns through
+/// `mcpulse_relay::supervise::child::spawn_owned`, so that the gateway's orphan reaper never
+/// collects the child's exit status first.
+pub async fn run_spawned<G>(
+    bin: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+    bound: Duration,
+    spawn: impl FnOnce(&mut tokio::process::Command) -> std::io::Result<(tokio::process::Child, G)>,
+) -> Run {
     let mut cmd = tokio::process::Command::new(bin);
     cmd.args(args)
         .envs(env.iter().copied())
@@ -62,13 +79,12 @@ pub async fn run(bin: &str, args: &[&str], env: &[(&str, &str)], bound: Duration
         .stderr(Stdio::piped())
         .kill_on_drop(true);
     let started = Instant::now();
-    let child = cmd
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawning {bin}: {e}"));
+    let (child, guard) = spawn(&mut cmd).unwrap_or_else(|e| panic!("spawning {bin}: {e}"));
     let out = match tokio::time::timeout(bound, child.wait_with_output()).await {
         Ok(out) => out.unwrap_or_else(|e| panic!("waiting for {bin}: {e}")),
         Err(_) => panic!("{bin} {args:?} did not finish within {bound:?}"),
     };
+    drop(guard);
     Run {
         code: out.status.code(),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
