@@ -588,8 +588,10 @@ impl Metrics {
 /// name cannot forge a log line or flood it.
 pub fn log_request(method: &str, tool: Option<&str>, took: Duration, outcome: Outcome) {
     tracing::info!(
-        method = %mcpulse_wire::text::field(method),
-        tool = %mcpulse_wire::text::field(tool.unwrap_or("")),
+        // `&str`, not `%`: a string field is recorded as it is, where a `Display` one is
+        // formatted into a new string first (the log's formatter makes every value inert).
+        method = &*mcpulse_wire::text::field(method),
+        tool = &*mcpulse_wire::text::field(tool.unwrap_or("")),
         // Whole microseconds: `0.998`, not `0.9981770000000001`.
         duration_ms = took.as_micros() as f64 / 1000.0,
         outcome = outcome.as_str(),
@@ -690,7 +692,7 @@ mod tests {
         assert_eq!(lines.len(), 1);
         let line = &lines[0];
         assert!(line.starts_with("INFO "), "{line}");
-        assert!(line.contains("method=tools/call"), "{line}");
+        assert!(line.contains("method=\"tools/call\""), "{line}");
         assert!(line.contains("duration_ms=1.5"), "{line}");
         assert!(line.contains("outcome=\"tool_error\""), "{line}");
         assert!(!line.contains('\n') && !line.contains('\u{1b}'), "{line:?}");

@@ -813,20 +813,31 @@ async fn a_frozen_upstream_answers_each_request_with_a_timeout_error() {
         data: b": ka\n\n".to_vec(),
         every: Duration::from_millis(50),
     };
-    let fake = FakeHttp::start(move |req| match req.rpc_id().and_then(|i| i.as_i64()) {
-        Some(1) => Reply::silence(),
-        Some(2) => Reply::chunked(200, "application/json", vec![Piece::Pending]),
-        _ => Reply::chunked(200, "text/event-stream", vec![keep_alive()]),
+    let fake = FakeHttp::start(move |req| {
+        if req.rpc_method().as_deref() == Some("notifications/cancelled") {
+            return Reply::accepted();
+        }
+        match req.rpc_id().and_then(|i| i.as_i64()) {
+            Some(1) => Reply::silence(),
+            Some(2) => Reply::chunked(200, "application/json", vec![Piece::Pending]),
+            _ => Reply::chunked(200, "text/event-stream", vec![keep_alive()]),
+        }
     })
     .await;
     let mut s = settings(fake.url("/mcp"));
     s.reply_timeout = Duration::from_millis(300);
     let gw = gateway(s).await;
+    // A legacy session's requests (2025-11-25): a closed stream is no cancellation there.
+    let session = [
+        ("mcp-session-id", "s-77"),
+        ("mcp-protocol-version", "2025-11-25"),
+        ("authorization", "Bearer tok"),
+    ];
     for (id, what) in [(1, "no head"), (2, "a JSON head"), (3, "an SSE stream")] {
         let t = Instant::now();
         let a = post(
             &gw,
-            &[],
+            &session,
             &request(id, "tools/call", json!({"name": "slow"})),
         )
         .await;
@@ -856,6 +867,24 @@ async fn a_frozen_upstream_answers_each_request_with_a_timeout_error() {
             r#"mcpulse_gateway_requests_total{method="tools/call",tool="_other",outcome="gateway_error"} 3"#
         ]
     );
+    // The upstream was told, for each, in the request's session and with its credentials.
+    let cancels = cancellations(&fake, 3).await;
+    let mut ids: Vec<i64> = cancels
+        .iter()
+        .map(|c| c.json().unwrap()["params"]["requestId"].as_i64().unwrap())
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(ids, [1, 2, 3]);
+    for c in &cancels {
+        assert_eq!(
+            c.json().unwrap()["params"]["reason"],
+            "no reply within the gateway's reply_timeout"
+        );
+        assert_eq!(c.header("mcp-session-id"), Some("s-77"));
+        assert_eq!(c.header("mcp-protocol-version"), Some("2025-11-25"));
+        assert_eq!(c.header("authorization"), Some("Bearer tok"));
+        assert_eq!(c.header("content-type"), Some("application/json"));
+    }
     // A frozen reply is no sign the upstream is down.
     assert_eq!(gw.shared.upstream().process, ProcessState::Up);
     let resp = open(&gw, Method::GET, &[("accept", "text/event-stream")], None).await;
@@ -866,6 +895,56 @@ async fn a_frozen_upstream_answers_each_request_with_a_timeout_error() {
         matches!(next, Chunk::Timeout),
         "the GET stream was cut or relayed something"
     );
+}
+
+/// The `notifications/cancelled` the fake received, once there are `n` (bounded wait: the
+/// gateway sends them in the background).
+async fn cancellations(fake: &FakeHttp, n: usize) -> Vec<mcpulse_testkit::http::Request> {
+    let until = Instant::now() + BOUND;
+    loop {
+        let got: Vec<_> = fake
+            .requests()
+            .into_iter()
+            .filter(|r| r.rpc_method().as_deref() == Some("notifications/cancelled"))
+            .collect();
+        if got.len() >= n || Instant::now() > until {
+            assert_eq!(got.len(), n, "notifications/cancelled received");
+            return got;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_timed_out_modern_request_or_initialize_is_not_cancelled_by_notification() {
+    let fake = FakeHttp::start(move |req| {
+        if req.rpc_method().as_deref() == Some("notifications/cancelled") {
+            return Reply::accepted();
+        }
+        Reply::silence()
+    })
+    .await;
+    let mut s = settings(fake.url("/mcp"));
+    s.reply_timeout = Duration::from_millis(200);
+    let gw = gateway(s).await;
+    // 2026-07-28: the closed stream is the cancellation. `initialize` must not be cancelled.
+    let modern = [("mcp-protocol-version", "2026-07-28")];
+    let a = post(
+        &gw,
+        &modern,
+        &request(1, "tools/call", json!({"name": "x"})),
+    )
+    .await;
+    assert_eq!(a.reply(1)["error"]["code"], codes::REQUEST_TIMEOUT);
+    let a = post(&gw, &[], &initialize(2)).await;
+    assert_eq!(a.reply(2)["error"]["code"], codes::REQUEST_TIMEOUT);
+    // A legacy request after them is: its cancellation is the only one.
+    let a = post(&gw, &[], &request(3, "tools/call", json!({"name": "x"}))).await;
+    assert_eq!(a.reply(3)["error"]["code"], codes::REQUEST_TIMEOUT);
+    let cancels = cancellations(&fake, 1).await;
+    assert_eq!(cancels[0].json().unwrap()["params"]["requestId"], 3);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    cancellations(&fake, 1).await;
 }
 
 /// The `mcpulse_gateway_requests_total` lines of the exposition.

@@ -1,8 +1,8 @@
 //! The call policies over an HTTP upstream, end to end: a real gateway on loopback port 0
 //! in front of mcpulse-testkit's scripted HTTP server, which records the requests whose
 //! client (the gateway) walked away. A tool past its timeout gets the client an `isError`
-//! result at the timeout and the upstream its request closed (JSON and SSE answers alike); a
-//! failing upstream tool opens its breaker.
+//! result at the timeout and the upstream its request closed (JSON and SSE answers alike) and
+//! `notifications/cancelled` (a legacy upstream); a failing upstream tool opens its breaker.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod policies_support;
@@ -81,12 +81,28 @@ async fn a_call_past_its_timeout_gets_is_error_and_the_upstream_its_request_clos
             took >= Duration::from_millis(300) && took < Duration::from_millis(1200),
             "{tool}: answered after {took:?}"
         );
-        // The upstream saw its request closed, soon after the timeout.
+        // The upstream saw its request closed, soon after the timeout, and, a legacy server
+        // (for which a closed stream is no cancellation), got `notifications/cancelled`.
         eventually(BOUND, "the upstream sees the request abandoned", || {
             up.abandoned().iter().any(|a| {
                 a.request.rpc_id() == Some(json!(id)) && a.after < Duration::from_millis(1500)
             })
         })
+        .await;
+        eventually(
+            BOUND,
+            "the upstream is sent notifications/cancelled",
+            || {
+                up.requests().iter().any(|r| {
+                    r.json().is_some_and(|m| {
+                        m["method"] == "notifications/cancelled"
+                            && m["params"]["requestId"] == id
+                            && m["params"]["reason"]
+                                == "the gateway's timeout for this tool ran out"
+                    })
+                })
+            },
+        )
         .await;
     }
     assert_eq!(

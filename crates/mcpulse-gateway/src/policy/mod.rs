@@ -7,7 +7,8 @@
 //!
 //! - **Timeouts** ([`config::Settings::timeout`]) are applied by the upstreams, which own the
 //!   request in flight (stdio: `notifications/cancelled` to the child; HTTP: the upstream
-//!   stream dropped); their answer is [`timeout_result`].
+//!   stream dropped, and a legacy upstream sent `notifications/cancelled` too); their answer
+//!   is [`timeout_result`].
 //! - **Breakers**: an open breaker refuses at once ([`Refusal::BreakerOpen`], answered as an
 //!   `isError` tool result saying when it tries again); transitions are logged (the pattern is
 //!   the config's, so inert) and counted; `/readyz` shows every breaker ([`Policies::breakers`]).

@@ -156,9 +156,88 @@ struct Target {
     link: Arc<Link>,
     /// `Host` for the upstream: host[:port], never userinfo.
     host: HeaderValue,
-    path: String,
+    /// The upstream's path and query, the request target of every request.
+    path: Uri,
     /// The URL as messages and logs show it (userinfo and query values redacted).
     label: String,
+}
+
+/// A `notifications/cancelled` for a request the gateway stopped waiting for (its tool timeout
+/// or the reply timeout), to POST to a legacy upstream ([`HttpUpstream::cancel_for`]).
+///
+/// Up to 2025-11-25 a closed stream is not a cancellation: "the server SHOULD NOT interpret
+/// disconnection as cancellation", and a client that gives up "SHOULD send
+/// `notifications/cancelled`". Dropping the upstream request alone would leave the server at
+/// work on a call nobody waits for. In 2026-07-28 the closed stream is the cancellation, and
+/// nothing more is sent.
+pub(super) struct Cancel {
+    link: Arc<Link>,
+    label: String,
+    /// How long the POST may take, its answer read (the connect timeout).
+    wait: Duration,
+    path: Uri,
+    /// `Host`, the content headers, and the request's session, version and credentials.
+    headers: http::HeaderMap,
+    /// The request's id as it was sent.
+    id: serde_json::Value,
+}
+
+/// The `reason` of a cancellation when the tool's timeout ran out.
+pub(super) const TOOL_TIMEOUT_REASON: &str = "the gateway's timeout for this tool ran out";
+/// The `reason` of a cancellation when the reply timeout ran out.
+pub(super) const REPLY_TIMEOUT_REASON: &str = "no reply within the gateway's reply_timeout";
+
+/// The request headers a cancellation carries over from the request it cancels.
+const CANCEL_HEADERS: [HeaderName; 5] = [
+    header::AUTHORIZATION,
+    names::MCP_SESSION_ID,
+    names::MCP_PROTOCOL_VERSION,
+    names::TRACEPARENT,
+    names::TRACESTATE,
+];
+
+impl Cancel {
+    /// POSTs it in the background; its outcome is logged (`debug` delivered, `warn` not).
+    pub(super) fn send(self, reason: &str) {
+        let body = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": self.id, "reason": reason}});
+        let mut req = http::Request::new(Full::new(bytes::Bytes::from(body.to_string())));
+        *req.method_mut() = Method::POST;
+        *req.uri_mut() = self.path;
+        *req.headers_mut() = self.headers;
+        let Cancel {
+            link, label, wait, ..
+        } = self;
+        tokio::spawn(async move {
+            let sent = tokio::time::timeout(wait, async {
+                let (resp, sender) = link.send(req).await.map_err(|f| f.cause(wait))?;
+                let status = resp.status();
+                let mut body = resp.into_body();
+                let (_, end) =
+                    mcpulse_transport::http::read_body(&mut body, 4096, Instant::now() + wait)
+                        .await;
+                if matches!(end, mcpulse_transport::http::BodyEnd::Complete) {
+                    link.release(sender);
+                }
+                Ok::<_, String>(status)
+            })
+            .await;
+            match sent {
+                Ok(Ok(status)) if status.is_success() => {
+                    tracing::debug!(upstream = %label, "notifications/cancelled sent for a request the gateway stopped waiting for");
+                }
+                Ok(Ok(status)) => {
+                    tracing::warn!(upstream = %label, status = status.as_u16(), "the upstream refused the notifications/cancelled for a timed-out request; it may still be working on it");
+                }
+                Ok(Err(cause)) => {
+                    tracing::warn!(upstream = %label, cause = %mcpulse_wire::text::message(&cause), "the notifications/cancelled for a timed-out request was not delivered; the upstream may still be working on it");
+                }
+                Err(_) => {
+                    tracing::warn!(upstream = %label, "the notifications/cancelled for a timed-out request had no answer in time; the upstream may still be working on it");
+                }
+            }
+        });
+    }
 }
 
 impl HttpUpstream {
@@ -296,19 +375,7 @@ impl HttpUpstream {
         // annotated tools only, backoff with jitter, the budget); `Bytes` is shared, not copied.
         let mut made = 1;
         let (sent, deadline, reply_due) = loop {
-            let out = match self.upstream_request(target, &parts, body.clone()) {
-                Ok(r) => r,
-                Err(e) => {
-                    return call.refuse(
-                        self,
-                        started,
-                        StatusCode::BAD_REQUEST,
-                        codes::INVALID_REQUEST,
-                        &e.to_string(),
-                        None,
-                    );
-                }
-            };
+            let out = self.upstream_request(target, &parts, body.clone());
             // Each attempt has its own reply timeout and tool timeout.
             let reply_due =
                 if made == 1 { started } else { Instant::now() } + self.settings.reply_timeout;
@@ -349,8 +416,16 @@ impl HttpUpstream {
             }
             match sent {
                 Ok(sent) => break (sent, deadline, reply_due),
-                Err(true) => return call.time_out(self, started),
+                Err(true) => {
+                    if let Some(cancel) = self.cancel_for(target, &parts.headers, &call) {
+                        cancel.send(TOOL_TIMEOUT_REASON);
+                    }
+                    return call.time_out(self, started);
+                }
                 Err(false) => {
+                    if let Some(cancel) = self.cancel_for(target, &parts.headers, &call) {
+                        cancel.send(REPLY_TIMEOUT_REASON);
+                    }
                     let message = format!("upstream {} {}", target.label, self.timed_out());
                     return call.refuse(
                         self,
@@ -371,6 +446,7 @@ impl HttpUpstream {
                     relay::Exchange {
                         upstream: self,
                         target,
+                        request: &parts.headers,
                         call,
                         started,
                         deadline,
@@ -410,6 +486,52 @@ impl HttpUpstream {
         }
     }
 
+    /// The cancellation to send if the gateway stops waiting for `call` (see [`Cancel`]):
+    /// `None` for a notification, `initialize` (which must not be cancelled), a GET, or a
+    /// 2026-07-28 request (its closed stream is the cancellation).
+    fn cancel_for(
+        &self,
+        target: &Target,
+        request: &http::HeaderMap,
+        call: &Call,
+    ) -> Option<Cancel> {
+        let id = serde_json::from_str(call.id()?).ok()?;
+        if call.method == Some("initialize") {
+            return None;
+        }
+        let version = request
+            .get(names::MCP_PROTOCOL_VERSION)
+            .and_then(|v| v.to_str().ok());
+        if version.and_then(mcpulse_wire::version::era_of)
+            == Some(mcpulse_wire::version::Era::Modern)
+        {
+            return None;
+        }
+        let mut headers = http::HeaderMap::new();
+        headers.insert(header::HOST, target.host.clone());
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        headers.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("application/json, text/event-stream"),
+        );
+        for name in CANCEL_HEADERS {
+            if let Some(v) = request.get(&name) {
+                headers.insert(name, v.clone());
+            }
+        }
+        Some(Cancel {
+            link: target.link.clone(),
+            label: target.label.clone(),
+            wait: self.settings.connect_timeout,
+            path: target.path.clone(),
+            headers,
+            id,
+        })
+    }
+
     /// The request to the upstream: the client's method and body, the upstream's path and
     /// host, the forwarded headers.
     fn upstream_request(
@@ -417,17 +539,19 @@ impl HttpUpstream {
         target: &Target,
         parts: &http::request::Parts,
         body: bytes::Bytes,
-    ) -> Result<http::Request<Full<bytes::Bytes>>, http::Error> {
-        let mut out = http::Request::builder()
-            .method(parts.method.clone())
-            .uri(target.path.as_str())
-            .header(http::header::HOST, target.host.clone());
-        for name in FORWARDED_REQUEST_HEADERS {
-            for value in parts.headers.get_all(&name) {
-                out = out.header(name.clone(), value);
+    ) -> http::Request<Full<bytes::Bytes>> {
+        let mut out = http::Request::new(Full::new(body));
+        *out.method_mut() = parts.method.clone();
+        *out.uri_mut() = target.path.clone();
+        let headers = out.headers_mut();
+        headers.insert(http::header::HOST, target.host.clone());
+        // One pass over the client's few headers, not a hashed lookup per forwarded name.
+        for (name, value) in &parts.headers {
+            if FORWARDED_REQUEST_HEADERS.contains(name) {
+                headers.append(name.clone(), value.clone());
             }
         }
-        out.body(Full::new(body))
+        out
     }
 
     /// The delay before attempt `made + 1` of a `tools/call` whose attempt `made` failed
@@ -518,9 +642,10 @@ fn target(settings: &HttpSettings, shared: &Arc<Shared>) -> Result<Target, Strin
     let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
     let host = HeaderValue::from_str(host)
         .map_err(|e| format!("the upstream URL {label} has an invalid host: {e}"))?;
+    // Parsed once: a `Uri` is cloned (shared bytes) for each request, not parsed again.
     let path = uri
         .path_and_query()
-        .map_or("/".to_owned(), |p| p.as_str().to_owned());
+        .map_or_else(|| Uri::from_static("/"), |p| Uri::from(p.clone()));
     let link = Arc::new(Link::new(uri, settings, shared.clone()));
     Ok(Target {
         link,
@@ -597,7 +722,7 @@ impl Call {
     }
 
     /// The tool's timeout result for this request (the upstream exchange is dropped by the
-    /// caller, which closes its connection: how an HTTP client cancels).
+    /// caller, which closes its connection; a legacy upstream is also sent a [`Cancel`]).
     fn time_out(&self, upstream: &HttpUpstream, started: Instant) -> Response {
         let (Some(timer), Some(id)) = (&self.timer, self.id()) else {
             return relay::plain(StatusCode::GATEWAY_TIMEOUT, "");

@@ -66,6 +66,8 @@ const NO_DEADLINE: Duration = Duration::from_secs(365 * 24 * 3600);
 pub struct Exchange<'a> {
     pub upstream: &'a HttpUpstream,
     pub target: &'a Target,
+    /// The client's request headers (a cancellation carries its session and credentials).
+    pub request: &'a http::HeaderMap,
     pub call: Call,
     pub started: Instant,
     /// When the reply is due: the tool's timeout or the reply timeout, whichever is first;
@@ -134,12 +136,20 @@ pub async fn respond(
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.trim_start().starts_with("text/event-stream"));
-    let mut out = Response::builder().status(status);
-    for name in FORWARDED_RESPONSE_HEADERS {
-        for value in parts.headers.get_all(&name) {
-            out = out.header(name.clone(), value);
+    // The answer's status and forwarded headers, one pass over the upstream's headers; the
+    // body is set once known (`answer`).
+    let mut head = http::HeaderMap::new();
+    for (name, value) in &parts.headers {
+        if FORWARDED_RESPONSE_HEADERS.contains(name) {
+            head.append(name.clone(), value.clone());
         }
     }
+    let answer = move |body: Body| {
+        let mut out = Response::new(body);
+        *out.status_mut() = status;
+        *out.headers_mut() = head;
+        out
+    };
     if sse {
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
         let stream = Stream {
@@ -165,12 +175,11 @@ pub async fn respond(
             record: Record::new(x.upstream, &x.call, x.started),
             progress: x.call.progress.clone().filter(|_| tool_timer.is_some()),
             tool_timer,
+            cancel: x.upstream.cancel_for(x.target, x.request, &x.call),
         };
         tokio::spawn(stream.run(body, sender, pending));
         let body = crate::serve::ChannelBody::new(rx, x.upstream.settings.keepalive);
-        return out
-            .body(Body::new(body))
-            .unwrap_or_else(|_| plain(StatusCode::BAD_GATEWAY, ""));
+        return answer(Body::new(body));
     }
     let max = x.upstream.settings.max_message_size;
     let deadline = x.deadline.unwrap_or_else(|| Instant::now() + NO_DEADLINE);
@@ -182,10 +191,19 @@ pub async fn respond(
             format!("its reply is larger than the gateway's max_message_size ({max} bytes)"),
         )),
         BodyEnd::Timeout if x.call.tool_timed_out(x.reply_due) => {
-            // Returning drops the body and the connection: the upstream sees its stream closed.
+            // Returning drops the body and the connection: the upstream sees its stream closed
+            // (a 2026-07-28 upstream's cancellation; a legacy one is told, super::Cancel).
+            if let Some(cancel) = x.upstream.cancel_for(x.target, x.request, &x.call) {
+                cancel.send(super::TOOL_TIMEOUT_REASON);
+            }
             return x.call.time_out(x.upstream, x.started);
         }
-        BodyEnd::Timeout => Some((codes::REQUEST_TIMEOUT, x.upstream.timed_out())),
+        BodyEnd::Timeout => {
+            if let Some(cancel) = x.upstream.cancel_for(x.target, x.request, &x.call) {
+                cancel.send(super::REPLY_TIMEOUT_REASON);
+            }
+            Some((codes::REQUEST_TIMEOUT, x.upstream.timed_out()))
+        }
         BodyEnd::Error(e) => Some((
             codes::SERVER_RESTARTED,
             format!("the connection broke during its reply: {e}"),
@@ -222,8 +240,7 @@ pub async fn respond(
         }
         x.call.record(x.upstream, x.started, outcome);
     }
-    out.body(Body::from(bytes))
-        .unwrap_or_else(|_| plain(StatusCode::BAD_GATEWAY, ""))
+    answer(Body::from(bytes))
 }
 
 fn outcome_of(reply: &Envelope<'_>) -> Outcome {
@@ -266,6 +283,8 @@ struct Pending {
     /// notification on the stream with it pushes `tool_timer` back (up to `max_timeout`, and
     /// never past the reply timeout).
     progress: Option<Value>,
+    /// What a legacy upstream is sent when the reply's deadline passes (super::Cancel).
+    cancel: Option<super::Cancel>,
 }
 
 /// How long a timed-out call's last event waits for a client that does not read.
@@ -290,8 +309,7 @@ struct Stream {
 
 impl Stream {
     /// Reads the upstream stream to its end, or until the client goes away (the channel
-    /// closes: dropping the upstream body closes the upstream stream, which is how an HTTP
-    /// client cancels).
+    /// closes: dropping the upstream body closes the upstream stream).
     async fn run(self, mut body: Incoming, sender: SendRequest<Full<Bytes>>, mut pending: Pending) {
         let mut decoder = Decoder::new(self.max);
         loop {
@@ -311,7 +329,8 @@ impl Stream {
                 }
                 () = crate::serve::sleep_until_opt(due) => {
                     self.expire(&mut pending).await;
-                    // Returning drops the upstream body: its stream is closed (the cancellation).
+                    // Returning drops the upstream body: its stream is closed (a 2026-07-28
+                    // upstream's cancellation; `expire` told a legacy one).
                     return;
                 }
                 next = body.frame() => next,
@@ -411,6 +430,17 @@ impl Stream {
     /// The pending request's deadline passed: the tool timeout result, or the reply timeout's
     /// error, as a last event.
     async fn expire(&self, pending: &mut Pending) {
+        let tool = pending
+            .tool_timer
+            .as_ref()
+            .is_some_and(|t| t.before(self.reply_due));
+        if let Some(cancel) = pending.cancel.take().filter(|_| pending.key.is_some()) {
+            cancel.send(if tool {
+                super::TOOL_TIMEOUT_REASON
+            } else {
+                super::REPLY_TIMEOUT_REASON
+            });
+        }
         match pending.tool_timer.take() {
             Some(t) if t.before(self.reply_due) => self.time_out(pending, &t).await,
             _ => {
