@@ -21,21 +21,8 @@ n="${1:-3000}"
 mcpulse="${MCPULSE:-$root/target/release/mcpulse}"
 [ "$n" -gt 1000 ] || { echo "N must be over 1000" >&2; exit 1; }
 command -v valgrind >/dev/null || { echo "needs valgrind (apt-get install valgrind)" >&2; exit 1; }
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  local p
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-wait_port() {
-  for _ in $(seq 300); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done
-  echo "nothing listens on port $1" >&2
-  exit 1
-}
+# shellcheck source=bench/gateway/common.sh
+. "$here/common.sh"
 
 # The instructions callgrind counted since the last zeroing, in the newest dump of PID.
 counted() {

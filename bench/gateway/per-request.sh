@@ -21,15 +21,8 @@ mode="${1:-http}"
 n="${2:-3000}"
 mcpulse="${MCPULSE:-$root/target/release/mcpulse}"
 [ "$n" -gt 1000 ] || { echo "N must be over 1000" >&2; exit 1; }
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  local p
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=bench/gateway/common.sh
+. "$here/common.sh"
 
 # run CALLS TRACE: starts upstream and gateway (under strace when TRACE=1), runs CALLS calls;
 # prints "CPU_NS SLICES" of the gateway over the calls; strace's table goes to $work/strace.
@@ -40,7 +33,7 @@ run() {
     port="$(python3 "$here/report.py" free-port)"
     node "$here/echo_server.cjs" http "$port" >"$work/up.log" 2>&1 &
     up=$!; pids+=("$up")
-    for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.05; done
+    wait_port "$port"
     # shellcheck disable=SC2086
     "${prefix[@]}" "$mcpulse" gateway --listen 127.0.0.1:0 ${GATEWAY_ARGS:-} --upstream "http://127.0.0.1:$port/mcp" >"$work/gw.log" 2>&1 &
   else

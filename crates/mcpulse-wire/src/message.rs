@@ -126,8 +126,9 @@ pub fn tools_call(
     request(id, "tools/call", Value::Object(params))
 }
 
-/// `notifications/cancelled` for request `id`, given up.
-pub fn cancelled(id: i64, reason: &str) -> Value {
+/// `notifications/cancelled` for request `id` (as it was sent: a number or a string), given up.
+pub fn cancelled(id: impl Into<Value>, reason: &str) -> Value {
+    let id: Value = id.into();
     json!({
         "jsonrpc": "2.0",
         "method": "notifications/cancelled",

@@ -298,6 +298,21 @@ mod tests {
         }
     }
 
+    /// What `log` writes as text lines, without the time: every field through [`InertFields`].
+    fn text_lines(log: impl FnOnce()) -> String {
+        let buf = Buf::default();
+        let out = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || out.clone())
+            .with_ansi(false)
+            .without_time()
+            .with_target(false)
+            .fmt_fields(InertFields)
+            .finish();
+        tracing::subscriber::with_default(subscriber, log);
+        String::from_utf8(buf.0.lock().unwrap().clone()).unwrap()
+    }
+
     #[test]
     fn json_lines_are_inert_and_one_object_each() {
         let buf = Buf::default();
@@ -337,20 +352,10 @@ mod tests {
 
     #[test]
     fn every_field_is_inert_and_quoted_by_one_rule() {
-        let buf = Buf::default();
-        let out = buf.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || out.clone())
-            .with_ansi(false)
-            .without_time()
-            .with_target(false)
-            .fmt_fields(InertFields)
-            .finish();
         let summary = "initialize was rejected: -32000 \x1b]0;owned\x07\x1b[2J\nFAKE 2026-12-01T00:00:00Z  INFO alert target=prod kind=\"recovered\"\u{9b}31m";
-        tracing::subscriber::with_default(subscriber, || {
+        let log = text_lines(|| {
             tracing::info!(target = %"prod\u{202e}", kind = "degraded", action = ?Some(1), summary = %summary, "alert");
         });
-        let log = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
         assert_eq!(log.lines().count(), 1, "{log}");
         assert!(
             !log.trim_end_matches('\n')
@@ -397,16 +402,7 @@ mod tests {
 
     #[test]
     fn numbers_are_written_as_their_debug() {
-        let buf = Buf::default();
-        let out = buf.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || out.clone())
-            .with_ansi(false)
-            .without_time()
-            .with_target(false)
-            .fmt_fields(InertFields)
-            .finish();
-        tracing::subscriber::with_default(subscriber, || {
+        let log = text_lines(|| {
             tracing::info!(
                 duration_ms = 0.998,
                 n = 3u64,
@@ -417,7 +413,6 @@ mod tests {
                 "request"
             );
         });
-        let log = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
         assert!(
             log.ends_with(
                 "INFO request duration_ms=0.998 n=3 d=-2 type=1e300 nan=NaN method=tools/call\n"

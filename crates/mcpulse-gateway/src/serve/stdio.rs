@@ -391,8 +391,7 @@ impl Worker {
     /// hold the timeout's answer; the cancellation is then dropped, and counted in the log.
     fn abandon(&self, key: &str, reason: &str) {
         lock(&self.routes).waiting.remove(key);
-        let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
-            "params": {"requestId": key, "reason": reason}});
+        let cancel = mcpulse_wire::message::cancelled(key, reason);
         let sent = self.sender().is_some_and(|tx| {
             serde_json::to_vec(&cancel).is_ok_and(|mut line| {
                 line.push(b'\n');

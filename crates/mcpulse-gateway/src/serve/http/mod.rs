@@ -199,8 +199,7 @@ const CANCEL_HEADERS: [HeaderName; 5] = [
 impl Cancel {
     /// POSTs it in the background; its outcome is logged (`debug` delivered, `warn` not).
     pub(super) fn send(self, reason: &str) {
-        let body = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
-            "params": {"requestId": self.id, "reason": reason}});
+        let body = mcpulse_wire::message::cancelled(self.id, reason);
         let mut req = http::Request::new(Full::new(bytes::Bytes::from(body.to_string())));
         *req.method_mut() = Method::POST;
         *req.uri_mut() = self.path;
