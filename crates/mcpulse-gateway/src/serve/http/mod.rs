@@ -416,15 +416,11 @@ impl HttpUpstream {
             match sent {
                 Ok(sent) => break (sent, deadline, reply_due),
                 Err(true) => {
-                    if let Some(cancel) = self.cancel_for(target, &parts.headers, &call) {
-                        cancel.send(TOOL_TIMEOUT_REASON);
-                    }
+                    self.cancel(target, &parts.headers, &call, TOOL_TIMEOUT_REASON);
                     return call.time_out(self, started);
                 }
                 Err(false) => {
-                    if let Some(cancel) = self.cancel_for(target, &parts.headers, &call) {
-                        cancel.send(REPLY_TIMEOUT_REASON);
-                    }
+                    self.cancel(target, &parts.headers, &call, REPLY_TIMEOUT_REASON);
                     let message = format!("upstream {} {}", target.label, self.timed_out());
                     return call.refuse(
                         self,
@@ -482,6 +478,14 @@ impl HttpUpstream {
                 };
                 call.refuse(self, started, status, code, &message, Some(&target.label))
             }
+        }
+    }
+
+    /// Tells a legacy upstream that the gateway stopped waiting for `call`, for `reason`
+    /// ([`HttpUpstream::cancel_for`], sent now).
+    fn cancel(&self, target: &Target, request: &http::HeaderMap, call: &Call, reason: &str) {
+        if let Some(cancel) = self.cancel_for(target, request, call) {
+            cancel.send(reason);
         }
     }
 

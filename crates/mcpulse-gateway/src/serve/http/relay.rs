@@ -193,15 +193,13 @@ pub async fn respond(
         BodyEnd::Timeout if x.call.tool_timed_out(x.reply_due) => {
             // Returning drops the body and the connection: the upstream sees its stream closed
             // (a 2026-07-28 upstream's cancellation; a legacy one is told, super::Cancel).
-            if let Some(cancel) = x.upstream.cancel_for(x.target, x.request, &x.call) {
-                cancel.send(super::TOOL_TIMEOUT_REASON);
-            }
+            x.upstream
+                .cancel(x.target, x.request, &x.call, super::TOOL_TIMEOUT_REASON);
             return x.call.time_out(x.upstream, x.started);
         }
         BodyEnd::Timeout => {
-            if let Some(cancel) = x.upstream.cancel_for(x.target, x.request, &x.call) {
-                cancel.send(super::REPLY_TIMEOUT_REASON);
-            }
+            x.upstream
+                .cancel(x.target, x.request, &x.call, super::REPLY_TIMEOUT_REASON);
             Some((codes::REQUEST_TIMEOUT, x.upstream.timed_out()))
         }
         BodyEnd::Error(e) => Some((
