@@ -166,7 +166,7 @@ async fn an_upstream_tool_failing_with_5xx_opens_its_breaker_and_then_fails_fast
 
 /// An upstream whose `read_doc` (annotated read-only) and `write_doc` (not annotated) fail
 /// their first call each, `read_doc` with a 503 and `write_doc` with the connection closed
-/// before any response; later calls answer.
+/// before any response; later calls answer. `stuck_doc` (read-only) never answers.
 async fn failing_once() -> FakeHttp {
     let calls: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
     FakeHttp::start(move |req: &Request| {
@@ -182,9 +182,11 @@ async fn failing_once() -> FakeHttp {
                     json!({"tools": [
                         tool("read_doc", json!({"readOnlyHint": true})),
                         tool("write_doc", json!({"readOnlyHint": false})),
+                        tool("stuck_doc", json!({"readOnlyHint": true})),
                     ]}),
                 )
             }
+            (Some("tools/call"), Some(tool)) if tool == "stuck_doc" => Answer::silence(),
             (Some("tools/call"), Some(tool)) => {
                 let n = {
                     let mut calls = calls.lock().unwrap();
@@ -253,6 +255,69 @@ async fn over_http_only_a_tool_annotated_read_only_is_sent_again_after_its_first
         ),
         0.0
     );
+    tokio::time::timeout(BOUND, running.shutdown())
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_stop_at_the_calls_deadline_which_cuts_the_last_attempts_timeout() {
+    let up = failing_once().await;
+    // Without the deadline: up to 10 attempts of 300 ms. With it: the first attempt times out
+    // at 300 ms, the retry (after at most 1 ms) is cut at 500 ms from the call's start, and
+    // no third attempt is made: none could end before the deadline.
+    let toml = format!(
+        "[[tools]]\nname = \"stuck_doc\"\ntimeout = \"300ms\"\nretry = {{ max_attempts = 10, backoff_initial = \"1ms\", backoff_max = \"1ms\", deadline = \"500ms\" }}\n\n[upstream]\nurl = \"{}\"\n",
+        up.url("/mcp")
+    );
+    let (running, shared) = start(&toml).await;
+    let addr = running.addr;
+    post(
+        addr,
+        None,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+    )
+    .await;
+    let began = Instant::now();
+    let r = post(addr, None, &call(2, "stuck_doc")).await;
+    let took = began.elapsed();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["result"]["isError"], true, "{}", r.body);
+    let text = r.text();
+    assert!(
+        text.contains("tool \"stuck_doc\" did not answer within")
+            && text.contains("what was left of the 500ms its attempts may take together (retry.deadline at the gateway)"),
+        "{text}"
+    );
+    assert!(took >= Duration::from_millis(500), "{took:?}");
+    let sent = up
+        .requests()
+        .iter()
+        .filter(|r| {
+            r.json()
+                .is_some_and(|v| v["method"] == "tools/call" && v["params"]["name"] == "stuck_doc")
+        })
+        .count();
+    assert_eq!(sent, 2);
+    assert_eq!(
+        metric(
+            &shared,
+            "mcpulse_gateway_retries_total{tool=\"stuck_doc\",result=\"retried\"}"
+        ),
+        1.0
+    );
+    // Both attempts were told to stop (legacy upstream: notifications/cancelled each).
+    eventually(BOUND, "a notifications/cancelled for each attempt", || {
+        up.requests()
+            .iter()
+            .filter(|r| {
+                r.json()
+                    .is_some_and(|v| v["method"] == "notifications/cancelled")
+            })
+            .count()
+            == 2
+    })
+    .await;
     tokio::time::timeout(BOUND, running.shutdown())
         .await
         .unwrap();

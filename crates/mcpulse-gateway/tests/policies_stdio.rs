@@ -526,6 +526,41 @@ async fn only_a_tool_annotated_read_only_is_retried_after_a_crash_lost_its_call(
     stop_leaving_nothing(running, &dir.join("pids")).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_stdio_retries_stop_at_the_calls_deadline() {
+    let dir = TempDir::new("gw-policy-retry-deadline");
+    let tools = json!({"tools": [
+        {"name": "read_doc", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": true}},
+    ]});
+    // Every call takes 1.5 s: each attempt times out at 300 ms. The retry (after at most
+    // 1 ms) is cut at 500 ms from the call's start; no third attempt could end in time.
+    let (running, shared, addr, sid) = retrying_gateway(
+        &dir,
+        tools,
+        vec![("read_doc", vec![Act::Sleep(1500), ok()])],
+        "{ max_attempts = 10, backoff_initial = \"1ms\", backoff_max = \"1ms\", deadline = \"500ms\" }\ntimeout = \"300ms\"",
+    )
+    .await;
+    let began = std::time::Instant::now();
+    let r = post(addr, Some(&sid), &call(2, "read_doc")).await;
+    assert!(began.elapsed() >= Duration::from_millis(500));
+    assert_eq!(r.json()["result"]["isError"], true, "{}", r.body);
+    assert!(
+        r.text()
+            .contains("what was left of the 500ms its attempts may take together (retry.deadline at the gateway)"),
+        "{}",
+        r.text()
+    );
+    assert_eq!(
+        metric(
+            &shared,
+            "mcpulse_gateway_retries_total{tool=\"read_doc\",result=\"retried\"}"
+        ),
+        1.0
+    );
+    stop_leaving_nothing(running, &dir.join("pids")).await;
+}
+
 /// Sends the client's `notifications/cancelled` for its request `id`.
 async fn cancel(addr: std::net::SocketAddr, sid: &str, id: i64) {
     let n = post(

@@ -9,8 +9,9 @@
 //! - a failure kind the policy retries (by default a timeout or a transport error: the call may
 //!   not have run at all; a JSON-RPC error or an `isError` result is an answer, and the same
 //!   arguments will most likely get it again);
-//! - attempts left (`max_attempts` counts the first call) and, when the request has a
-//!   deadline, time for the backoff delay before it;
+//! - attempts left (`max_attempts` counts the first call) and, when the call has a deadline
+//!   (the policy's own `deadline` for the whole call, or the request's), time for the backoff
+//!   delay before it;
 //! - the **retry budget** (Envoy's and linkerd's, tower's `TpsBudget`): over the last `ttl`,
 //!   retries may be at most `min_per_sec × ttl` plus `ratio` of the requests. When a dependency
 //!   is down every call fails; without a budget every call would be tried `max_attempts` times,
@@ -60,6 +61,11 @@ pub struct RetryPolicy {
     pub backoff: Backoff,
     /// Which failures are retried.
     pub retry_on: FailureSet,
+    /// The whole call, from its first attempt to its last answer, backoffs included: no retry
+    /// is started whose backoff ends at or after it ([`RetryPolicy::call_deadline_ms`] gives it
+    /// to [`RetryPolicy::decide`]), and the caller cuts each attempt's own timeout to it.
+    /// `None`: at most `max_attempts` times the attempt's timeout, plus the backoffs.
+    pub deadline: Option<Duration>,
 }
 
 impl Default for RetryPolicy {
@@ -73,6 +79,7 @@ impl Default for RetryPolicy {
                 max: Duration::from_secs(2),
             },
             retry_on: FailureSet::of(&[FailureKind::Timeout, FailureKind::Transport]),
+            deadline: None,
         }
     }
 }
@@ -85,7 +92,18 @@ impl RetryPolicy {
             self.backoff.initial <= self.backoff.max,
             "backoff.initial",
             "must be at most backoff.max",
+        )?;
+        require(
+            self.deadline.is_none_or(|d| !d.is_zero()),
+            "deadline",
+            "must be above 0",
         )
+    }
+
+    /// The deadline (ms on the caller's clock) of a call whose first attempt started at
+    /// `started_ms`, when the policy sets one.
+    pub fn call_deadline_ms(&self, started_ms: u64) -> Option<u64> {
+        self.deadline.map(|d| started_ms.saturating_add(millis(d)))
     }
 }
 
@@ -256,7 +274,8 @@ impl Default for RetryBudget {
 
 impl RetryPolicy {
     /// After attempt number `made` (1 for the first call) failed with `failure` at `now_ms`:
-    /// retry or stop. `deadline_ms` is the request's own deadline, if it has one; `draw` is a
+    /// retry or stop. `deadline_ms` is the call's deadline, if it has one (the policy's own,
+    /// [`RetryPolicy::call_deadline_ms`], or the request's, whichever is first); `draw` is a
     /// random `u64` for the jitter. Takes a retry from `budget` only when the answer is
     /// [`RetryDecision::Retry`].
     #[allow(clippy::too_many_arguments)]
@@ -389,6 +408,44 @@ mod tests {
         assert!(matches!(retry(&mut b, 1_101), RetryDecision::Retry { .. }));
         // A refusal took nothing from the budget; the retry took one.
         assert_eq!(b.remaining(1_000), 99);
+    }
+
+    #[test]
+    fn the_policys_own_deadline_counts_from_the_calls_start() {
+        let p = RetryPolicy {
+            deadline: Some(Duration::from_millis(1_500)),
+            ..RetryPolicy::default()
+        };
+        assert_eq!(RetryPolicy::default().call_deadline_ms(400), None);
+        assert_eq!(p.call_deadline_ms(400), Some(1_900));
+        assert_eq!(p.call_deadline_ms(u64::MAX), Some(u64::MAX));
+        let mut b = RetryBudget::default();
+        // Started at 400, failed at 1 700: a backoff of up to 200 ms would end at 1 900.
+        let at = |b: &mut RetryBudget, now, draw| {
+            p.decide(
+                b,
+                READ_ONLY,
+                2,
+                FailureKind::Timeout,
+                now,
+                p.call_deadline_ms(400),
+                draw,
+            )
+        };
+        assert_eq!(at(&mut b, 1_700, TOP), RetryDecision::Stop(Stop::Deadline));
+        assert_eq!(
+            at(&mut b, 1_700, 0),
+            RetryDecision::Retry {
+                delay: Duration::ZERO,
+                attempt: 3
+            }
+        );
+        assert_eq!(at(&mut b, 1_900, 0), RetryDecision::Stop(Stop::Deadline));
+        let zero = RetryPolicy {
+            deadline: Some(Duration::ZERO),
+            ..RetryPolicy::default()
+        };
+        assert_eq!(zero.validate().map_err(|e| e.setting), Err("deadline"));
     }
 
     #[test]

@@ -87,6 +87,8 @@ pub struct RawRetry {
     pub backoff_max: Option<At<String>>,
     /// Which failures are retried (`timeout`, `transport`, ...).
     pub on: Option<At<Vec<String>>>,
+    /// The whole call, all attempts and backoffs together.
+    pub deadline: Option<At<String>>,
 }
 
 /// `[retry_budget]`: the gateway-wide budget every retry draws on ([`BudgetPolicy`]).
@@ -295,6 +297,9 @@ fn retry(src: &Source<'_>, raw: &At<RawRetry>, key: &str) -> Result<RetryPolicy,
     }
     if let Some(v) = &r.backoff_max {
         p.backoff.max = duration(src, v, &k("backoff_max"))?;
+    }
+    if let Some(v) = &r.deadline {
+        p.deadline = Some(duration(src, v, &k("deadline"))?);
     }
     if let Some(v) = &r.on {
         p.retry_on = failure_set(src, v, &k("on"))?;
@@ -611,6 +616,25 @@ mod tests {
         assert!(e.contains("retry_budget.ratio"), "{e}");
         let e = parse("[retry_budget]\nwindow = \"100ms\"\n").unwrap_err();
         assert!(e.contains("retry_budget.window"), "{e}");
+    }
+
+    #[test]
+    fn a_retry_deadline_bounds_the_whole_call() {
+        let s = parse("[[tools]]\nname = \"read_*\"\nretry = { deadline = \"8s\" }\n").unwrap();
+        assert_eq!(
+            s.tools[0].retry.map(|r| r.deadline),
+            Some(Some(Duration::from_secs(8)))
+        );
+        let s = parse("[[tools]]\nname = \"read_*\"\nretry = {}\n").unwrap();
+        assert_eq!(s.tools[0].retry.map(|r| r.deadline), Some(None));
+        let e = parse("[[tools]]\nname = \"read_*\"\nretry = { deadline = \"0s\" }\n").unwrap_err();
+        assert!(
+            e.contains("retry.deadline") && e.contains("must be more than zero"),
+            "{e}"
+        );
+        let e =
+            parse("[[tools]]\nname = \"read_*\"\nretry = { deadline = \"soon\" }\n").unwrap_err();
+        assert!(e.contains("retry.deadline"), "{e}");
     }
 
     #[test]

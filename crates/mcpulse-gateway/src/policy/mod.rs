@@ -599,10 +599,24 @@ impl Policies {
             .is_some()
     }
 
+    /// The first attempt's timer of a call admitted with `permit`: the tool's timeout, and
+    /// the call's deadline (its entry's `retry.deadline`, from the admission) when it has one.
+    pub fn timer(&self, permit: &Permit, tool: &str) -> Timer {
+        let cutoff = permit
+            .rule
+            .and_then(|i| self.settings.tools.get(i)?.retry?.deadline)
+            .map(|d| (permit.started + d, d));
+        Timer {
+            cutoff,
+            ..Timer::start(&self.settings, tool)
+        }
+    }
+
     /// After attempt `made` of a `tools/call` of `tool` failed with `failure`: the delay
     /// before the next attempt, or `None` (the reason logged). Retried only when the entry
     /// opts in, the server annotated the tool read-only or idempotent, the failure is one
-    /// the entry retries, attempts are left, and the gateway's retry budget allows it.
+    /// the entry retries, attempts are left, the backoff ends before the call's deadline
+    /// (`retry.deadline`, when set), and the gateway's retry budget allows it.
     pub fn retry_after(
         &self,
         permit: &Permit,
@@ -622,13 +636,14 @@ impl Policies {
             h.finish()
         };
         let now = self.now_ms();
+        let started = millis(permit.started.saturating_duration_since(self.epoch));
         let decision = policy.decide(
             &mut lock(&self.budget),
             hints,
             made,
             failure,
             now,
-            None,
+            policy.call_deadline_ms(started),
             draw,
         );
         // The metrics take the raw name (their label is bounded and made inert there: an
@@ -740,13 +755,20 @@ pub fn outcome_of(o: crate::metrics::Outcome) -> Outcome {
 }
 
 /// The answer to a `tools/call` past its timeout: a tool result with `isError`, which the
-/// agent reads as text, naming the tool, the timeout and the likely causes.
-pub fn timeout_result(tool: &str, after: Duration, cancelled_by: &str) -> Value {
-    let text = format!(
-        "mcpulse gateway: tool {:?} did not answer within {} (its timeout at the gateway), so the call was cancelled ({cancelled_by}). Likely causes: the server is busy with other calls, or a dependency of the tool is slow or down. Retrying at once is unlikely to help; try later or with a smaller request.",
-        mcpulse_wire::text::field(tool),
-        mcpulse_wire::units::human_duration(after.as_millis()),
-    );
+/// agent reads as text, naming the tool, the timeout (or the call's deadline, when that was
+/// what ran out) and the likely causes.
+pub fn timeout_result(timer: &Timer, cancelled_by: &str) -> Value {
+    let tool = mcpulse_wire::text::field(&timer.tool);
+    let within = mcpulse_wire::units::human_duration(timer.ran().as_millis());
+    let text = match timer.cut_by() {
+        Some(total) => format!(
+            "mcpulse gateway: tool {tool:?} did not answer within {within}, what was left of the {} its attempts may take together (retry.deadline at the gateway), so the call was cancelled ({cancelled_by}). Likely causes: the server is busy with other calls, or a dependency of the tool is slow or down. Retrying at once is unlikely to help; try later or with a smaller request.",
+            mcpulse_wire::units::human_duration(total.as_millis()),
+        ),
+        None => format!(
+            "mcpulse gateway: tool {tool:?} did not answer within {within} (its timeout at the gateway), so the call was cancelled ({cancelled_by}). Likely causes: the server is busy with other calls, or a dependency of the tool is slow or down. Retrying at once is unlikely to help; try later or with a smaller request.",
+        ),
+    };
     json!({"content": [{"type": "text", "text": text}], "isError": true})
 }
 
@@ -795,17 +817,21 @@ pub fn refusal_response(id: &Value, tool: &str, refusal: &Refusal) -> axum::resp
 }
 
 /// A `tools/call`'s timer: [`mcpulse_policy::timeout::Deadline`] on tokio's clock (from the
-/// call's start), pushed back by progress when the entry allows it.
+/// attempt's start), pushed back by progress when the entry allows it, and never past the
+/// call's own deadline (`retry.deadline`, for all its attempts), when the entry sets one.
 #[derive(Debug, Clone)]
 pub struct Timer {
     pub tool: String,
     pub after: Duration,
     started: Instant,
     deadline: Deadline,
+    /// The call's deadline and the length it was given ([`Policies::timer`]).
+    cutoff: Option<(Instant, Duration)>,
 }
 
 impl Timer {
-    /// The timer of a `tools/call` of `tool` starting now.
+    /// The timer of a `tools/call` of `tool` starting now, with no call deadline (see
+    /// [`Policies::timer`] for a call the policies admitted).
     pub fn start(settings: &config::Settings, tool: &str) -> Timer {
         let (after, max) = settings.timeout(tool);
         Timer {
@@ -813,11 +839,28 @@ impl Timer {
             after,
             started: Instant::now(),
             deadline: Deadline::new(0, after, max),
+            cutoff: None,
         }
     }
 
-    pub fn deadline(&self) -> Instant {
+    /// The next attempt's timer (a retry): its own timeout from now, the same call deadline.
+    pub fn again(&self, settings: &config::Settings) -> Timer {
+        Timer {
+            cutoff: self.cutoff,
+            ..Timer::start(settings, &self.tool)
+        }
+    }
+
+    fn own(&self) -> Instant {
         self.started + Duration::from_millis(self.deadline.at_ms())
+    }
+
+    /// When the attempt times out: its own timeout, or the call's deadline if that is first.
+    pub fn deadline(&self) -> Instant {
+        match self.cutoff {
+            Some((at, _)) => self.own().min(at),
+            None => self.own(),
+        }
     }
 
     /// Whether progress may extend it.
@@ -835,9 +878,16 @@ impl Timer {
         self.deadline() <= other
     }
 
-    /// How long it ran before it timed out.
+    /// How long the attempt ran before it timed out.
     pub fn ran(&self) -> Duration {
-        Duration::from_millis(self.deadline.at_ms())
+        self.deadline().saturating_duration_since(self.started)
+    }
+
+    /// The call's deadline's length, when it (not the attempt's own timeout) is what expires.
+    pub fn cut_by(&self) -> Option<Duration> {
+        self.cutoff
+            .filter(|(at, _)| *at < self.own())
+            .map(|(_, total)| total)
     }
 }
 

@@ -700,10 +700,10 @@ impl StdioUpstream {
             Some(name) if !own_probe => {
                 let policies = self.shared.policies();
                 match policies.admit(name, &self.shared).await {
-                    Ok(p) => (
-                        Some(p),
-                        Some(crate::policy::Timer::start(policies.settings(), name)),
-                    ),
+                    Ok(p) => {
+                        let timer = policies.timer(&p, name);
+                        (Some(p), Some(timer))
+                    }
                     Err(refusal) => {
                         record(
                             &self.shared,
@@ -890,7 +890,7 @@ impl StdioUpstream {
                 id: id.clone(),
                 sse,
                 keepalive: self.limits.keepalive,
-                timer: Some(crate::policy::Timer::start(policies.settings(), tool)),
+                timer: Some(policies.timer(permit, tool)),
             }
             .run(health_tool.map(str::to_owned))
             .await;
@@ -1552,11 +1552,8 @@ async fn time_out(guard: &WaitGuard, id: &Value, timer: &crate::policy::Timer) -
     let after = mcpulse_wire::units::human_duration(timer.ran().as_millis());
     let reason = format!("mcpulse gateway: the tool call timed out after {after}");
     guard.worker.abandon(&guard.key, &reason);
-    let result = crate::policy::timeout_result(
-        &timer.tool,
-        timer.ran(),
-        "the server was sent notifications/cancelled",
-    );
+    let result =
+        crate::policy::timeout_result(timer, "the server was sent notifications/cancelled");
     json!({"jsonrpc": "2.0", "id": id, "result": result})
 }
 

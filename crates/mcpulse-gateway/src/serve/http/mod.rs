@@ -199,6 +199,13 @@ const CANCEL_HEADERS: [HeaderName; 5] = [
 impl Cancel {
     /// POSTs it in the background; its outcome is logged (`debug` delivered, `warn` not).
     pub(super) fn send(self, reason: &str) {
+        tokio::spawn(self.deliver(reason));
+    }
+
+    /// POSTs it and waits for the answer, at most the connect timeout; the outcome is logged
+    /// (`debug` delivered, `warn` not). A retry awaits it, so that the cancellation of an
+    /// attempt reaches the upstream before the next attempt, which has the same id.
+    pub(super) fn deliver(self, reason: &str) -> impl Future<Output = ()> + Send + 'static {
         let body = mcpulse_wire::message::cancelled(self.id, reason);
         let mut req = http::Request::new(Full::new(bytes::Bytes::from(body.to_string())));
         *req.method_mut() = Method::POST;
@@ -207,7 +214,7 @@ impl Cancel {
         let Cancel {
             link, label, wait, ..
         } = self;
-        tokio::spawn(async move {
+        async move {
             let sent = tokio::time::timeout(wait, async {
                 let (resp, sender) = link.send(req).await.map_err(|f| f.cause(wait))?;
                 let status = resp.status();
@@ -235,7 +242,7 @@ impl Cancel {
                     tracing::warn!(upstream = %label, "the notifications/cancelled for a timed-out request had no answer in time; the upstream may still be working on it");
                 }
             }
-        });
+        }
     }
 }
 
@@ -352,7 +359,7 @@ impl HttpUpstream {
             let policies = self.shared.policies().clone();
             match policies.admit(&tool, &self.shared).await {
                 Ok(p) => {
-                    let timer = crate::policy::Timer::start(policies.settings(), &tool);
+                    let timer = policies.timer(&p, &tool);
                     // Its progress may push the timeout back: the token it reports it under.
                     if timer.extends() {
                         call.progress = progress_token(&body);
@@ -404,13 +411,21 @@ impl HttpUpstream {
             if let (Some(failure), Some(tool)) = (failure, call.tool_name.as_deref())
                 && let Some(delay) = self.retry_delay(&call, tool, made, failure)
             {
+                let until = Instant::now() + delay;
+                let timed_out = sent.is_err();
                 drop(sent);
-                tokio::time::sleep(delay).await;
+                // A timed-out attempt is cancelled before the next is sent (same id), within
+                // the backoff when the upstream answers in time.
+                if timed_out && let Some(cancel) = self.cancel_for(target, &parts.headers, &call) {
+                    cancel.deliver(TOOL_TIMEOUT_REASON).await;
+                }
+                tokio::time::sleep_until(until).await;
                 made += 1;
-                call.timer = Some(crate::policy::Timer::start(
-                    self.shared.policies().settings(),
-                    tool,
-                ));
+                let settings = self.shared.policies().settings();
+                call.timer = Some(match &call.timer {
+                    Some(t) => t.again(settings),
+                    None => crate::policy::Timer::start(settings, tool),
+                });
                 continue;
             }
             match sent {
@@ -731,11 +746,7 @@ impl Call {
             return relay::plain(StatusCode::GATEWAY_TIMEOUT, "");
         };
         Record::new(upstream, self, started).timed_out(&timer.tool);
-        let result = crate::policy::timeout_result(
-            &timer.tool,
-            timer.ran(),
-            "its upstream request was closed",
-        );
+        let result = crate::policy::timeout_result(timer, "its upstream request was closed");
         relay::rpc_result(id, &result)
     }
 

@@ -454,11 +454,7 @@ impl Stream {
             return;
         }
         pending.record.timed_out(&timer.tool);
-        let result = crate::policy::timeout_result(
-            &timer.tool,
-            timer.ran(),
-            "its upstream stream was closed",
-        );
+        let result = crate::policy::timeout_result(timer, "its upstream stream was closed");
         let id: Value = pending
             .id
             .as_deref()
