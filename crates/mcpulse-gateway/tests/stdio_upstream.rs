@@ -375,6 +375,37 @@ async fn messages_before_the_reply_turn_the_response_into_an_sse_stream() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_tool_named_as_the_health_tool_is_listed_as_the_gateways() {
+    let dir = TempDir::new("gw-health-name");
+    // The server lists `echo`; the gateway's health tool takes that name: the gateway answers
+    // it, so the listing must describe the gateway's tool, once.
+    let (running, _) = gateway(&script(&dir), "health_tool = \"echo\"", "").await;
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {}});
+    let list =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": meta}});
+    let r = request(
+        running.addr,
+        "POST",
+        &[("mcp-protocol-version", "2026-07-28")],
+        Some(list),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let tools = r.json()["result"]["tools"].clone();
+    assert_eq!(tools.as_array().map(Vec::len), Some(1), "{tools}");
+    assert_eq!(tools[0]["name"], "echo");
+    assert!(
+        tools[0]["description"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("The gateway's health")),
+        "{tools}"
+    );
+    let (_, all) = clients(&running, &dir.join("pids"), 1).await;
+    stop_leaving_nothing(running, &all).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stateless_requests_use_the_pool_and_the_health_tool_is_the_gateways() {
     let dir = TempDir::new("gw-pool");
     let (running, _) = gateway(&script(&dir), "health_tool = \"health_check\"", "").await;

@@ -140,26 +140,26 @@ pub fn learn_listed_tools(shared: &Shared, reply: &Value) {
 }
 
 /// Adds the `health_check` tool (`name`) to a `tools/list` result, on its last page only (a
-/// paginated list lists it once). A result that is not a tools list is left alone. For the
-/// HTTP upstream's relay to call on the replies it passes on.
-pub fn inject_health_tool(result: &mut Value, name: &str) {
+/// paginated list lists it once), in place of an upstream tool of the same name (the gateway
+/// answers that name, so the upstream's description would be wrong). A result that is not a
+/// tools list is left alone. Whether it changed the result.
+pub fn inject_health_tool(result: &mut Value, name: &str) -> bool {
     if result.get("nextCursor").is_some_and(|c| !c.is_null()) {
-        return;
+        return false;
     }
-    if let Some(tools) = result.get_mut("tools").and_then(Value::as_array_mut)
-        && !tools
-            .iter()
-            .any(|t| t.get("name").and_then(Value::as_str) == Some(name))
-    {
-        tools.push(crate::health::tool_descriptor(name));
-    }
+    let Some(tools) = result.get_mut("tools").and_then(Value::as_array_mut) else {
+        return false;
+    };
+    tools.retain(|t| t.get("name").and_then(Value::as_str) != Some(name));
+    tools.push(crate::health::tool_descriptor(name));
+    true
 }
 
 /// [`inject_health_tool`] on a whole JSON-RPC reply.
-pub(crate) fn inject_reply(reply: &mut Value, name: &str) {
-    if let Some(result) = reply.get_mut("result") {
-        inject_health_tool(result, name);
-    }
+pub(crate) fn inject_reply(reply: &mut Value, name: &str) -> bool {
+    reply
+        .get_mut("result")
+        .is_some_and(|result| inject_health_tool(result, name))
 }
 
 /// A refusal: `status` with a JSON-RPC error without an id.
@@ -897,10 +897,19 @@ mod tests {
         inject_health_tool(&mut page, "health_check");
         assert_eq!(page["tools"].as_array().map(Vec::len), Some(1));
         let mut last = json!({"tools": [{"name": "a"}]});
-        inject_health_tool(&mut last, "health_check");
-        inject_health_tool(&mut last, "health_check");
+        assert!(inject_health_tool(&mut last, "health_check"));
+        assert!(inject_health_tool(&mut last, "health_check"));
         assert_eq!(last["tools"].as_array().map(Vec::len), Some(2));
         assert_eq!(last["tools"][1]["name"], "health_check");
+        // An upstream tool of the same name is replaced: the gateway answers that name.
+        let mut same = json!({"tools": [{"name": "health_check", "description": "the upstream's"}, {"name": "a"}]});
+        assert!(inject_health_tool(&mut same, "health_check"));
+        assert_eq!(same["tools"].as_array().map(Vec::len), Some(2));
+        assert_eq!(same["tools"][0]["name"], "a");
+        assert_ne!(same["tools"][1]["description"], "the upstream's");
+        let mut not_a_list = json!({"content": []});
+        assert!(!inject_health_tool(&mut not_a_list, "health_check"));
+        assert_eq!(not_a_list, json!({"content": []}));
     }
 
     /// The next frame of `body` and when it came (paused time: the clock jumps to each timer).

@@ -251,18 +251,14 @@ fn outcome_of(reply: &Envelope<'_>) -> Outcome {
     }
 }
 
-/// A `tools/list` reply with the health tool added: to the last page only (no `nextCursor`),
-/// replacing an upstream tool of the same name (the gateway answers that name). `None` when the
-/// reply is not a `tools/list` result.
+/// A `tools/list` reply's bytes with the health tool added ([`crate::serve::inject_health_tool`]:
+/// to the last page, in place of an upstream tool of the same name). `None` when the reply is
+/// not a `tools/list` result, or not the last page.
 fn with_health_tool(reply: &[u8], name: &str) -> Option<Vec<u8>> {
     let mut v: Value = serde_json::from_slice(reply).ok()?;
-    let result = v.get_mut("result")?.as_object_mut()?;
-    if result.get("nextCursor").is_some_and(|c| !c.is_null()) {
+    if !crate::serve::inject_reply(&mut v, name) {
         return None;
     }
-    let tools = result.get_mut("tools")?.as_array_mut()?;
-    tools.retain(|t| t.get("name").and_then(Value::as_str) != Some(name));
-    tools.push(crate::health::tool_descriptor(name));
     serde_json::to_vec(&v).ok()
 }
 
