@@ -321,6 +321,14 @@ impl Live {
         i.judge.record(now, Some(tool), failed, latency);
     }
 
+    /// The tools given a window of their own so far, longest first (for tests).
+    #[cfg(test)]
+    pub(crate) fn placed(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.lock().placed.iter().cloned().collect();
+        v.sort_by_key(|t| std::cmp::Reverse(t.len()));
+        v
+    }
+
     /// The `/readyz` checks: `calls:errorRate` always, a tool's only when it is not `pass`.
     /// Without `on_unhealthy = "fail"`, an unhealthy scope is shown as `warn`.
     pub fn checks(&self, time_ms: i64) -> Vec<Check> {

@@ -190,7 +190,21 @@ async fn command_exit_status_output_and_a_clean_environment() {
         "name = \"env\"\nkind = \"command\"\n{argv}\nenv = [\"CARGO_MANIFEST_DIR\"]"
     )))
     .await;
-    assert_eq!(out, format!("home-{}", env!("CARGO_MANIFEST_DIR")));
+    // Passed (not "unset"), and hidden: a value the command was given may be a credential.
+    assert_eq!(out, "home-<redacted>");
+    // So is what the command line holds as secret, when the command echoes it.
+    let (_, out, _) = run(&command_check(
+        &[
+            "sh",
+            "-c",
+            "echo \"login failed for $1\"",
+            "sh",
+            "--password=hunter22",
+        ],
+        "2s",
+    ))
+    .await;
+    assert_eq!(out, "login failed for --password=<redacted>");
 }
 
 #[tokio::test]

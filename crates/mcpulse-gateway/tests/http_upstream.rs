@@ -230,6 +230,12 @@ async fn a_session_runs_through_the_relay_with_json_and_sse_replies() {
         let init = post(&gw, &[], &initialize(1)).await;
         assert_eq!(init.status, 200, "{kind:?}: {init:?}");
         assert_eq!(init.is_sse(), sse, "{kind:?}");
+        // A stream is marked unbufferable for a reverse proxy in front, as over stdio.
+        assert_eq!(
+            init.header("x-accel-buffering"),
+            sse.then_some("no"),
+            "{kind:?}"
+        );
         assert!(init.reply(1)["result"]["serverInfo"]["name"].is_string());
         let session = init.header("mcp-session-id").unwrap().to_owned();
         let with = [

@@ -464,3 +464,76 @@ async fn a_client_that_stops_reading_a_chatty_stream_does_not_stop_the_timeout()
         .await
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_over_max_body_without_content_length_gets_413_over_http_too() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let up = upstream().await;
+    let toml = format!(
+        "max_body = \"2KiB\"\n\n[upstream]\nurl = \"{}\"\n",
+        up.url("/mcp")
+    );
+    let (running, _shared) = start(&toml).await;
+    let addr = running.addr;
+    // Chunked, no Content-Length: the cap can only be seen while reading.
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    let chunk = "x".repeat(1024);
+    for _ in 0..4 {
+        let _ = s
+            .write_all(format!("{:x}\r\n{chunk}\r\n", chunk.len()).as_bytes())
+            .await;
+    }
+    let _ = s.write_all(b"0\r\n\r\n").await;
+    let mut answer = Vec::new();
+    tokio::time::timeout(BOUND, s.read_to_end(&mut answer))
+        .await
+        .unwrap()
+        .ok();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(answer.contains("max_body"), "{answer}");
+    // Nothing reached the upstream.
+    assert!(
+        up.requests().iter().all(|r| r.body.len() < 2048),
+        "the big body was relayed"
+    );
+    tokio::time::timeout(BOUND, running.shutdown())
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http_a_tools_call_without_a_string_name_is_still_timed() {
+    let up = FakeHttp::start(|req: &Request| match req.rpc_method().as_deref() {
+        Some("initialize") => rpc(req, mcp::initialize_result(mcp::LEGACY)),
+        Some("tools/list") => rpc(req, mcp::tools_list_result(mcp::tools(&["x"]), None, false)),
+        Some("tools/call") => Answer::silence(),
+        _ => Answer::accepted(),
+    })
+    .await;
+    let toml = format!(
+        "tool_timeout = \"300ms\"\n\n[upstream]\nurl = \"{}\"\n",
+        up.url("/mcp")
+    );
+    let (running, _shared) = start(&toml).await;
+    let odd = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": 5, "arguments": {}}});
+    let r = tokio::time::timeout(BOUND, post(running.addr, None, &odd))
+        .await
+        .unwrap();
+    // The default tool timeout (300 ms here), not the 60 s reply timeout.
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["result"]["isError"], true, "{}", r.body);
+    assert!(
+        r.text().contains("did not answer within 300ms"),
+        "{}",
+        r.text()
+    );
+    tokio::time::timeout(BOUND, running.shutdown())
+        .await
+        .unwrap();
+}

@@ -34,6 +34,20 @@ fn first_line(bytes: &[u8]) -> String {
         .to_owned()
 }
 
+/// The values a command's output must not show: those [`mcpulse_wire::redact::argv_secrets`]
+/// finds in its command line, and the values of the variables passed to it (`env`) of at
+/// least [`mcpulse_wire::redact::ARGV_SECRET_MIN_LEN`] characters (a port or a flag is not a
+/// secret, and hiding it would hide half the output).
+fn secrets(argv: &[String], pass: &[String]) -> mcpulse_wire::redact::Secrets {
+    let mut secrets = mcpulse_wire::redact::argv_secrets(argv);
+    for value in pass.iter().filter_map(|k| std::env::var(k).ok()) {
+        if value.chars().count() >= mcpulse_wire::redact::ARGV_SECRET_MIN_LEN {
+            secrets.add(&value);
+        }
+    }
+    secrets
+}
+
 pub(super) async fn run(argv: &[String], pass: &[String], deadline: Instant) -> Raw {
     let start = Instant::now();
     let Some((program, args)) = argv.split_first() else {
@@ -89,6 +103,9 @@ pub(super) async fn run(argv: &[String], pass: &[String], deadline: Instant) -> 
     let line = Some(first_line(&out))
         .filter(|l| !l.is_empty())
         .unwrap_or_else(|| first_line(&err));
+    // What the command echoes of its credentials stays out of /readyz: the values of the
+    // variables passed to it, and what its command line holds as secret.
+    let line = secrets(argv, pass).hide(&line);
     if status.success() {
         return passed(took, if line.is_empty() { "exit 0" } else { &line });
     }

@@ -240,6 +240,9 @@ pub struct Policies {
 /// taken as not repeatable, so never retried).
 pub const MAX_HINTS: usize = 1024;
 
+/// The longest tool name (bytes) whose annotations are remembered.
+pub const MAX_HINT_NAME: usize = 256;
+
 impl std::fmt::Debug for Policies {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Policies")
@@ -566,7 +569,13 @@ impl Policies {
         };
         let mut hints = lock(&self.hints);
         for t in tools {
-            let Some(name) = t.get("name").and_then(Value::as_str) else {
+            // A name past MAX_HINT_NAME is not remembered (never retried): the spec's names
+            // are at most 128 characters, and memory stays bounded whatever a server lists.
+            let Some(name) = t
+                .get("name")
+                .and_then(Value::as_str)
+                .filter(|n| n.len() <= MAX_HINT_NAME)
+            else {
                 continue;
             };
             let a = t.get("annotations");
@@ -1054,5 +1063,28 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    #[test]
+    fn hints_are_bounded_in_count_and_name_length() {
+        let shared = crate::state::Shared::default();
+        let settings = Settings {
+            tools: vec![ToolRule {
+                retry: Some(mcpulse_policy::retry::RetryPolicy::default()),
+                ..rule("*")
+            }],
+            ..Settings::default()
+        };
+        let p = Policies::new(settings, &shared.metrics);
+        let long = "x".repeat(MAX_HINT_NAME + 1);
+        let edge = "y".repeat(MAX_HINT_NAME);
+        let tool = |n: &str| json!({"name": n, "annotations": {"readOnlyHint": true}});
+        let mut tools: Vec<Value> = vec![tool(&long), tool(&edge)];
+        tools.extend((0..MAX_HINTS + 10).map(|i| tool(&format!("t{i}"))));
+        p.learn_hints(&json!({"result": {"tools": tools}}));
+        let hints = lock(&p.hints);
+        assert_eq!(hints.len(), MAX_HINTS);
+        assert!(!hints.contains_key(&long));
+        assert!(hints.get(&edge).is_some_and(|h| h.read_only));
     }
 }

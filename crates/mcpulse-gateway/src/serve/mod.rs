@@ -97,9 +97,14 @@ pub fn record(
         && let Some(tool) = tool
     {
         let listed = shared.metrics.knows_tool(tool);
-        shared
-            .thresholds
-            .record(tool, listed, outcome != Outcome::Ok, took);
+        // Keyed as the metrics know it (inert, cut): a client's long variants of a listed
+        // name share one window, whatever their length.
+        shared.thresholds.record(
+            &mcpulse_wire::text::field(tool),
+            listed,
+            outcome != Outcome::Ok,
+            took,
+        );
     }
 }
 
@@ -401,10 +406,18 @@ async fn on_mcp(State(door): State<Arc<Door>>, mut req: Request) -> Response {
     }
     match &door.upstream {
         Upstream::Http(up) => {
-            // The cap holds for a body without Content-Length too: the relay's read fails past it.
+            // The cap holds for a body without Content-Length too: read here, whole (the relay
+            // reads it whole anyway), so that past the cap the answer is the same 413.
             let (parts, body) = req.into_parts();
-            let body = axum::body::Body::new(http_body_util::Limited::new(body, max));
-            up.handle(Request::from_parts(parts, body)).await
+            if parts.method != Method::POST {
+                return up.handle(Request::from_parts(parts, body)).await;
+            }
+            let bytes = match read_body(body, max).await {
+                Ok(b) => b,
+                Err(resp) => return resp,
+            };
+            up.handle(Request::from_parts(parts, axum::body::Body::from(bytes)))
+                .await
         }
         Upstream::Stdio(up) => stdio_request(&door, up, req, version).await,
     }
@@ -416,6 +429,25 @@ fn too_large(max: usize) -> Response {
         -32000,
         &format!("Payload too large: the body is over {max} bytes (max_body)"),
     )
+}
+
+/// A request's body, at most `max` bytes: past it `413` ([`too_large`]), with or without a
+/// `Content-Length`; a body that breaks off (the client went away) `400`.
+async fn read_body(body: axum::body::Body, max: usize) -> Result<bytes::Bytes, Response> {
+    axum::body::to_bytes(body, max).await.map_err(|e| {
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+        while let Some(c) = cause {
+            if c.is::<http_body_util::LengthLimitError>() {
+                return too_large(max);
+            }
+            cause = c.source();
+        }
+        refuse(
+            StatusCode::BAD_REQUEST,
+            -32600,
+            "Invalid Request: the request body could not be read",
+        )
+    })
 }
 
 async fn stdio_request(
@@ -440,9 +472,9 @@ async fn stdio_request(
             "Unsupported Media Type: Content-Type must be application/json",
         );
     }
-    let bytes = match axum::body::to_bytes(body, door.settings.max_body).await {
+    let bytes = match read_body(body, door.settings.max_body).await {
         Ok(b) => b,
-        Err(_) => return too_large(door.settings.max_body),
+        Err(resp) => return resp,
     };
     let message = match serde_json::from_slice::<Value>(&bytes) {
         Ok(Value::Object(m)) => m,
@@ -890,6 +922,27 @@ impl Running {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_variants_of_a_listed_name_share_one_threshold_window() {
+        let shared = Shared::default();
+        let listed = "t".repeat(300);
+        shared.metrics.learn_tools(&[&listed]);
+        for suffix in ["a", "b", &"c".repeat(100_000)] {
+            let name = format!("{listed}{suffix}");
+            record(
+                &shared,
+                "tools/call",
+                Some(&name),
+                tokio::time::Instant::now(),
+                Outcome::Ok,
+                false,
+            );
+        }
+        let placed = shared.thresholds.placed();
+        assert_eq!(placed.len(), 1, "{placed:?}");
+        assert!(placed[0].chars().count() <= 200, "{}", placed[0].len());
+    }
 
     #[test]
     fn the_health_tool_is_added_once_on_the_last_page() {

@@ -353,9 +353,14 @@ impl HttpUpstream {
             return resp;
         }
         // The call policies: admitted (or refused here, before anything is sent), and timed.
-        if let (Some("tools/call"), Some(tool), false) =
-            (call.method, call.tool_name.clone(), call.own_probe)
-        {
+        // A `tools/call` without a string name gets the gateway-wide limit and the default
+        // timeout (as the name "", which no listed tool has), as over stdio.
+        let policed = match (call.method, &call.tool_name) {
+            (Some("tools/call"), Some(tool)) => Some(tool.clone()),
+            (Some("tools/call"), None) => Some(String::new()),
+            _ => None,
+        };
+        if let (Some(tool), false) = (policed, call.own_probe) {
             let policies = self.shared.policies().clone();
             match policies.admit(&tool, &self.shared).await {
                 Ok(p) => {

@@ -144,6 +144,13 @@ pub async fn respond(
             head.append(name.clone(), value.clone());
         }
     }
+    if sse {
+        // As over stdio: a reverse proxy in front (nginx) must not buffer the stream.
+        head.insert(
+            http::HeaderName::from_static("x-accel-buffering"),
+            http::HeaderValue::from_static("no"),
+        );
+    }
     let answer = move |body: Body| {
         let mut out = Response::new(body);
         *out.status_mut() = status;
