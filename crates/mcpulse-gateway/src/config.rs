@@ -682,6 +682,7 @@ fn upstream(
                 }
             }
             let mut http = HttpSettings::new(value);
+            http.secrets = secrets.clone();
             http.connect_timeout = match &up.connect_timeout {
                 Some(v) => duration(src, v, "upstream.connect_timeout")?,
                 None => Defaults::CONNECT_TIMEOUT,

@@ -537,3 +537,38 @@ async fn over_http_a_tools_call_without_a_string_name_is_still_timed() {
         .await
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_in_the_upstream_urls_path_is_never_shown_to_clients() {
+    // A port nothing listens on: the upstream is down, and every answer names it.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let text = format!(
+        "listen = \"127.0.0.1:0\"\n[upstream]\nurl = \"http://127.0.0.1:{port}/s/${{ZAP_KEY}}/mcp\"\nconnect_timeout = \"1s\"\n"
+    );
+    let secret = "sk_live_9f8e7d6c5b";
+    let env = |k: &str| (k == "ZAP_KEY").then(|| secret.to_owned());
+    let g = mcpulse_gateway::config::parse(&text, "test.toml", &env).unwrap();
+    let shared = Arc::new(mcpulse_gateway::state::Shared::default());
+    let running = mcpulse_gateway::serve::start(&g, shared.clone())
+        .await
+        .unwrap();
+    for id in 1..=2 {
+        let r = post(
+            running.addr,
+            None,
+            &json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"}),
+        )
+        .await;
+        assert_eq!(r.status, 503, "{}", r.body);
+        assert!(!r.body.contains(secret), "{}", r.body);
+        assert!(r.body.contains("/s/<redacted>/mcp"), "{}", r.body);
+    }
+    let m = shared.metrics.encode().unwrap();
+    assert!(!m.contains(secret));
+    tokio::time::timeout(BOUND, running.shutdown())
+        .await
+        .unwrap();
+}

@@ -83,6 +83,8 @@ struct State {
 
 pub struct Link {
     uri: Uri,
+    /// The URL as shown ([`super::HttpSettings::label`]).
+    label: String,
     connect_timeout: Duration,
     backoff: Backoff,
     shared: Arc<Shared>,
@@ -99,7 +101,7 @@ pub struct Link {
 impl std::fmt::Debug for Link {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Link")
-            .field("uri", &mcpulse_wire::redact::url(&self.uri.to_string()))
+            .field("uri", &self.label)
             .field("state", &*lock(&self.state))
             .finish_non_exhaustive()
     }
@@ -119,6 +121,7 @@ impl Link {
             .collect();
         Link {
             uri,
+            label: settings.label(),
             connect_timeout: settings.connect_timeout,
             backoff: settings.reconnect,
             shared,
@@ -295,7 +298,7 @@ impl Link {
         if was_up {
             self.shared.metrics.upstream_reconnect();
         }
-        tracing::info!(upstream = %mcpulse_wire::redact::url(&self.uri.to_string()), "upstream reachable again");
+        tracing::info!(upstream = %self.label, "upstream reachable again");
     }
 }
 

@@ -73,6 +73,9 @@ pub struct HttpSettings {
     /// An SSE comment on each relayed stream silent this long (`None`: none). The upstream's
     /// own comments are not relayed, so the cadence is the gateway's alone.
     pub keepalive: Option<Duration>,
+    /// The values the config's `${VAR}`s put in `url`: hidden wherever the URL is shown (a
+    /// token in a path has no name to go by), [`HttpSettings::label`].
+    pub secrets: mcpulse_wire::redact::Secrets,
 }
 
 impl HttpSettings {
@@ -89,14 +92,21 @@ impl HttpSettings {
             extra_roots: Vec::new(),
             reply_timeout: DEFAULT_REPLY_TIMEOUT,
             keepalive: Some(mcpulse_policy::keepalive::DEFAULT_INTERVAL),
+            secrets: mcpulse_wire::redact::Secrets::default(),
         }
+    }
+
+    /// The upstream's URL as every message, log line and error shows it: userinfo and query
+    /// values redacted, and the config's secrets hidden wherever they stand.
+    pub fn label(&self) -> String {
+        mcpulse_wire::redact::target_url(&self.url, &self.secrets)
     }
 }
 
 impl std::fmt::Debug for HttpSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HttpSettings")
-            .field("url", &mcpulse_wire::redact::url(&self.url))
+            .field("url", &self.label())
             .field("connect_timeout", &self.connect_timeout)
             .field("max_message_size", &self.max_message_size)
             .field("health_tool", &self.health_tool)
@@ -651,7 +661,7 @@ impl std::fmt::Debug for Target {
 }
 
 fn target(settings: &HttpSettings, shared: &Arc<Shared>) -> Result<Target, String> {
-    let label = mcpulse_wire::redact::url(&settings.url);
+    let label = settings.label();
     let uri: Uri = settings
         .url
         .parse()

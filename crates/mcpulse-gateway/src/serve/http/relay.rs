@@ -118,10 +118,12 @@ pub async fn respond(
     if status.is_redirection() {
         // Not followed (the client would be sent to the upstream's own address, past the
         // gateway), not relayed: the configured URL is wrong, and the answer says where to.
-        let to = parts
-            .headers
-            .get(http::header::LOCATION)
-            .map(|l| mcpulse_wire::redact::url(&String::from_utf8_lossy(l.as_bytes())));
+        let to = parts.headers.get(http::header::LOCATION).map(|l| {
+            mcpulse_wire::redact::target_url(
+                &String::from_utf8_lossy(l.as_bytes()),
+                &x.upstream.settings.secrets,
+            )
+        });
         let to = to.as_deref().map_or("", |l| l);
         let message = format!(
             "upstream {} redirects (HTTP {}) to {}; the gateway does not follow redirects: configure the URL it points to",
