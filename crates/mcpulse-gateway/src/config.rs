@@ -717,6 +717,11 @@ fn upstream(
                 args: args.to_vec(),
             });
             s.max_message_size = max_message_size;
+            // The gateway's clients are remote: a child's stderr is for the operator's log
+            // (line by line, inert, secrets hidden), never in an error a client gets.
+            s.stderr_in_errors = false;
+            s.stderr_as_log_lines = true;
+            s.secrets.extend(secrets);
             supervision(up, src, &mut s)?;
             Ok(Upstream::Stdio(Box::new(s)))
         }

@@ -339,6 +339,39 @@ async fn a_child_killed_mid_request_answers_an_error_and_the_next_request_works(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_childs_stderr_is_not_in_the_error_a_remote_client_gets() {
+    let dir = TempDir::new("gw-crash-stderr");
+    // The server says something it was given on stderr, then dies with the call in flight.
+    let script = StdioScript::legacy()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on_tool(
+            "leak",
+            vec![
+                Act::Stderr(
+                    "login failed: connection string postgres://app:hunter2hunter2@db".into(),
+                ),
+                Act::Exit(1),
+            ],
+        )
+        .write(&dir, "server.sh");
+    let (running, _) = gateway(&script, "", "backoff_initial = \"50ms\"").await;
+    let addr = running.addr;
+    let sid = open_session(addr).await;
+    let leak = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "leak", "arguments": {}}});
+    let reply = post(addr, Some(&sid), leak).await.json();
+    assert_eq!(reply["error"]["code"], -32080, "{reply}");
+    let message = reply["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("being restarted"), "{message}");
+    assert!(
+        !message.contains("stderr") && !message.contains("hunter2"),
+        "{message}"
+    );
+    let (_, all) = clients(&running, &dir.join("pids"), 1).await;
+    stop_leaving_nothing(running, &all).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_before_the_reply_turn_the_response_into_an_sse_stream() {
     let dir = TempDir::new("gw-sse");
     let (running, _) = gateway(&script(&dir), "", "").await;

@@ -14,8 +14,10 @@
 //!   [`LINEAGE_VAR`] every descendant inherits) and reaps those zombies by pid only, so tokio's
 //!   own `wait` on the child still gets the child's status.
 //! - Stderr is passed through to our stderr as the child wrote it (the client logs a server's
-//!   stderr the same way without the supervisor), and its tail is kept in a bounded ring
-//!   ([`StderrRing`]) to explain a crash in the error the client gets.
+//!   stderr the same way without the supervisor), or, in the gateway ([`Stderr::Log`]), logged
+//!   line by line, inert and with secrets hidden, since there the process's stderr is the
+//!   gateway's own log; its tail is kept in a bounded ring ([`StderrRing`]) to explain a
+//!   crash.
 
 use super::lines::{Clipped, LineRead, LineReader};
 use mcpulse_transport::stdio::kill_group;
@@ -373,15 +375,30 @@ fn state_and_parent(pid: u32) -> Option<(String, u32)> {
     Some((state, fields.next()?.parse().ok()?))
 }
 
+/// Where a child's stderr goes besides the ring.
+#[derive(Debug, Clone)]
+pub enum Stderr {
+    /// To our stderr, byte for byte (`mcpulse supervise`: the client logs it as its own).
+    PassThrough,
+    /// To our log, a line an event at `info` (`child_stderr`), each line inert, cut to
+    /// [`STDERR_LOG_LINE`] bytes, these values hidden: the gateway, whose stderr is its log,
+    /// which a child must not forge nor fill with its credentials.
+    Log(mcpulse_wire::redact::Secrets),
+}
+
+/// The longest stderr line logged whole in [`Stderr::Log`] (longer ones are cut there).
+pub const STDERR_LOG_LINE: usize = 4096;
+
 impl Child {
     /// Spawns generation `generation` of the child. Its stdout lines (at most `max_line`
-    /// bytes each) and its exit go to `events`; its stderr to our stderr and `ring`.
+    /// bytes each) and its exit go to `events`; its stderr to `ring` and as `stderr` says.
     pub fn spawn(
         cmd: &Program,
         generation: u64,
         max_line: usize,
         events: mpsc::Sender<ChildEvent>,
         ring: Arc<StderrRing>,
+        stderr: Stderr,
     ) -> Result<Child, SpawnError> {
         let instance = INSTANCE.fetch_add(1, Ordering::Relaxed);
         let lineage = format!("{}{instance}-{generation}", lineage_prefix());
@@ -460,8 +477,11 @@ impl Child {
                 drop(stdout_done);
             });
         }
-        if let Some(stderr) = child.stderr.take() {
-            tokio::spawn(pass_stderr(stderr, ring));
+        if let Some(pipe) = child.stderr.take() {
+            match stderr {
+                Stderr::PassThrough => drop(tokio::spawn(pass_stderr(pipe, ring))),
+                Stderr::Log(secrets) => drop(tokio::spawn(log_stderr(pipe, ring, pid, secrets))),
+            }
         }
         let (exit_tx, exited) = watch::channel(None);
         tokio::spawn(async move {
@@ -840,6 +860,53 @@ async fn pass_stderr(stderr: tokio::process::ChildStderr, ring: Arc<StderrRing>)
     }
 }
 
+/// Logs the child's stderr a line an event ([`Stderr::Log`]) and keeps it in the ring. A line
+/// longer than [`STDERR_LOG_LINE`] is logged in pieces of that size; memory stays at one
+/// piece whatever the child writes.
+async fn log_stderr(
+    stderr: tokio::process::ChildStderr,
+    ring: Arc<StderrRing>,
+    pid: u32,
+    secrets: mcpulse_wire::redact::Secrets,
+) {
+    let mut stderr = stderr;
+    let mut buf = vec![0u8; 8192];
+    let mut line: Vec<u8> = Vec::new();
+    let emit = |line: &mut Vec<u8>| {
+        let text = String::from_utf8_lossy(line);
+        let text = secrets.hide(text.trim_end_matches(['\r', '\n']));
+        if !text.trim().is_empty() {
+            tracing::info!(pid, line = %mcpulse_wire::text::inert(&text, STDERR_LOG_LINE), "child_stderr");
+        }
+        line.clear();
+    };
+    loop {
+        let n = match stderr.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let chunk = &buf[..n];
+        ring.push(chunk);
+        for piece in chunk.split_inclusive(|b| *b == b'\n') {
+            let mut rest = piece;
+            while !rest.is_empty() {
+                let take = rest
+                    .len()
+                    .min(STDERR_LOG_LINE.saturating_sub(line.len()).max(1));
+                line.extend_from_slice(&rest[..take]);
+                rest = &rest[take..];
+                if line.len() >= STDERR_LOG_LINE {
+                    emit(&mut line);
+                }
+            }
+            if piece.ends_with(b"\n") {
+                emit(&mut line);
+            }
+        }
+    }
+    emit(&mut line);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -885,5 +952,86 @@ mod tests {
         let none = StderrRing::new(0);
         none.push(b"x");
         assert_eq!(none.tail(10), "");
+    }
+
+    /// Collects the `line` field of `child_stderr` events.
+    struct StderrLines(Arc<Mutex<Vec<String>>>);
+
+    impl tracing::Subscriber for StderrLines {
+        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, event: &tracing::Event<'_>) {
+            struct Line(Option<String>);
+            impl tracing::field::Visit for Line {
+                fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+                    if f.name() == "line" {
+                        self.0 = Some(format!("{v:?}"));
+                    }
+                }
+            }
+            let mut line = Line(None);
+            event.record(&mut line);
+            if let Some(l) = line.0 {
+                self.0.lock().unwrap_or_else(|p| p.into_inner()).push(l);
+            }
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    #[tokio::test]
+    async fn stderr_as_log_lines_is_inert_cut_and_hides_secrets() {
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let _guard = tracing::subscriber::set_default(StderrLines(lines.clone()));
+        let mut secrets = mcpulse_wire::redact::Secrets::default();
+        secrets.add("hunter2hunter2");
+        let script = format!(
+            "exec >&2; printf 'one\\n\\033[2Jforged\\r\\nthe password is hunter2hunter2\\n'; head -c {} /dev/zero | tr '\\0' x; printf 'tail'",
+            STDERR_LOG_LINE + 10
+        );
+        let (tx, mut rx) = mpsc::channel(16);
+        let ring = Arc::new(StderrRing::new(1 << 16));
+        let child = Child::spawn(
+            &Program {
+                program: "sh".into(),
+                args: vec!["-c".into(), script],
+            },
+            1,
+            1 << 20,
+            tx,
+            ring.clone(),
+            Stderr::Log(secrets),
+        )
+        .unwrap();
+        // The exit comes after the last stdout line; the stderr task ends at its EOF.
+        while let Some(event) = rx.recv().await {
+            if matches!(event, ChildEvent::Exited { .. }) {
+                break;
+            }
+        }
+        let until = Instant::now() + Duration::from_secs(5);
+        while lines.lock().unwrap().len() < 5 && Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        child.stop(Duration::from_millis(100)).await;
+        let lines = lines.lock().unwrap().clone();
+        assert_eq!(lines.len(), 5, "{lines:?} ring: {:?}", ring.tail(200));
+        assert_eq!(lines[0], "one");
+        assert!(
+            !lines[1].contains('\u{1b}') && lines[1].ends_with("forged"),
+            "{lines:?}"
+        );
+        assert_eq!(lines[2], "the password is <redacted>");
+        // A line past the cap is logged in pieces of the cap: the cap, then the rest.
+        assert_eq!(lines[3].len(), STDERR_LOG_LINE);
+        assert_eq!(lines[4], format!("{}tail", "x".repeat(10)));
+        // The ring keeps the bytes as written (the crash message's tail hides them later).
+        assert!(ring.tail(1 << 16).contains("hunter2hunter2"));
     }
 }

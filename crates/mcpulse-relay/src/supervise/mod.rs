@@ -67,12 +67,33 @@ pub struct Settings {
     /// How long a restarted child has to answer the replayed `initialize`; past it the start
     /// counts as failed (and goes through the restart policy).
     pub start_timeout: Duration,
+    /// Whether the errors a client gets when the server exits or is given up on end with the
+    /// server's stderr tail. On for `mcpulse supervise` (the client spawned the server, on its
+    /// own machine: the tail tells its user why); off in the gateway, whose clients are remote
+    /// and may be others than the one whose request the server was serving. The log has it
+    /// either way.
+    pub stderr_in_errors: bool,
+    /// Whether the server's stderr is logged line by line, inert and with `secrets` hidden
+    /// ([`child::Stderr::Log`]), rather than passed to our stderr byte for byte. Off for
+    /// `mcpulse supervise` (its stderr is the client's log of the server); on in the gateway,
+    /// whose stderr is its own log.
+    pub stderr_as_log_lines: bool,
+    /// Values hidden in the stderr tail wherever it is shown (the log included): the command
+    /// line's secrets ([`mcpulse_wire::redact::argv_secrets`], set by [`Settings::new`]), and
+    /// the config's `${VAR}` values where there is a config.
+    pub secrets: mcpulse_wire::redact::Secrets,
 }
 
 impl Settings {
     /// The CLI's defaults, for `program`.
     pub fn new(program: Program) -> Settings {
+        let argv: Vec<String> = std::iter::once(program.program.clone())
+            .chain(program.args.iter().cloned())
+            .collect();
         Settings {
+            secrets: mcpulse_wire::redact::argv_secrets(&argv),
+            stderr_in_errors: true,
+            stderr_as_log_lines: false,
             program,
             heartbeat_interval: Duration::from_secs(30),
             heartbeat_timeout: Duration::from_secs(5),

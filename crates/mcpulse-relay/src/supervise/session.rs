@@ -548,17 +548,27 @@ impl Session {
         self.observer.status(&self.status);
     }
 
-    /// The child's stderr tail, inert, for an error message ("" when empty).
+    /// The child's stderr tail, its secrets hidden, inert, for a log line ("" when empty).
     fn stderr_tail(&self) -> String {
         let tail = self.ring.tail(STDERR_TAIL);
-        let tail = tail.trim();
+        let tail = self.s.secrets.hide(tail.trim());
         if tail.is_empty() {
             String::new()
         } else {
             format!(
                 "; its stderr ended with: {}",
-                text::inert(tail, STDERR_TAIL)
+                text::inert(&tail, STDERR_TAIL)
             )
+        }
+    }
+
+    /// [`Session::stderr_tail`] for an error a client gets: "" unless
+    /// [`super::Settings::stderr_in_errors`].
+    fn stderr_tail_for_clients(&self) -> String {
+        if self.s.stderr_in_errors {
+            self.stderr_tail()
+        } else {
+            String::new()
         }
     }
 
@@ -608,6 +618,11 @@ impl Session {
             self.s.max_message_size,
             self.events.clone(),
             self.ring.clone(),
+            if self.s.stderr_as_log_lines {
+                super::child::Stderr::Log(self.s.secrets.clone())
+            } else {
+                super::child::Stderr::PassThrough
+            },
         );
         match spawned {
             Ok(child) => {
@@ -707,7 +722,8 @@ impl Session {
             return;
         }
         let why = describe(&reason);
-        let tail = self.stderr_tail();
+        let tail = self.stderr_tail_for_clients();
+        let logged_tail = self.stderr_tail();
         if let Some(child) = self.child.take() {
             let grace = self.s.stop_grace;
             self.stopping.push(tokio::spawn(child.stop(grace)));
@@ -755,7 +771,8 @@ impl Session {
             }
             Decision::GiveUp { reason: budget } => {
                 let fatal = format!("{budget} (last: the server {why}){tail}");
-                tracing::error!(reason = %text::message(&fatal), "supervise: giving up");
+                let logged = format!("{budget} (last: the server {why}){logged_tail}");
+                tracing::error!(reason = %text::message(&logged), "supervise: giving up");
                 // Without the stderr tail: /readyz answers any local user, and a server's
                 // stderr may hold what it was given (a connection string, a token).
                 self.status.fatal_reason = Some(format!("{budget} (last: the server {why})"));
