@@ -572,3 +572,68 @@ async fn a_secret_in_the_upstream_urls_path_is_never_shown_to_clients() {
         .await
         .unwrap();
 }
+
+/// A POST of `body` as it is (any bytes), on a connection of its own: the status and body.
+async fn post_bytes(addr: std::net::SocketAddr, body: &[u8]) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    s.write_all(body).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(BOUND, s.read_to_end(&mut answer))
+        .await
+        .unwrap()
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let status = answer.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http_a_body_the_gateway_cannot_read_is_refused_not_relayed_unpoliced() {
+    let up = upstream().await;
+    let toml = format!("[upstream]\nurl = \"{}\"\n", up.url("/mcp"));
+    let (running, shared) = start(&toml).await;
+    let addr = running.addr;
+    let batch = br#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow"}}]"#;
+    let (status, body) = post_bytes(addr, batch).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains("-32600") && body.contains("batches are not supported"),
+        "{body}"
+    );
+    let (status, body) = post_bytes(addr, b"{not json").await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("-32700"), "{body}");
+    let twice = br#"{"jsonrpc":"2.0","id":2,"method":"tools/call","method":"tools/call","params":{"name":"slow"}}"#;
+    let (status, body) = post_bytes(addr, twice).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("-32600"), "{body}");
+    // None reached the upstream, and a readable call still goes through.
+    assert!(
+        up.requests()
+            .iter()
+            .all(|r| r.rpc_method().as_deref() != Some("tools/call")),
+        "relayed"
+    );
+    let ok = post(addr, None, &call(3, "echo")).await;
+    assert_eq!(ok.text(), "ok", "{}", ok.body);
+    assert_eq!(
+        metric(
+            &shared,
+            "mcpulse_gateway_requests_total{method=\"tools/call\",tool=\"_other\",outcome=\"ok\"}"
+        ),
+        1.0
+    );
+    tokio::time::timeout(BOUND, running.shutdown())
+        .await
+        .unwrap();
+}

@@ -317,7 +317,14 @@ impl HttpUpstream {
                 return relay::rpc_error(status, None, code, &message, None);
             }
         };
-        let mut call = Call::of(&body);
+        let mut call = match Call::of(&body) {
+            Some(call) => call,
+            // A POST whose envelope the gateway cannot read would pass every policy, metric
+            // and log line unseen: refused, as over stdio (a batch, a bare value, invalid JSON,
+            // an object with a duplicate key).
+            None if parts.method == Method::POST => return unreadable(&body),
+            None => Call::default(),
+        };
         // The peer as the door's listener saw it (axum's ConnectInfo; none: not trusted).
         let peer = parts
             .extensions
@@ -722,18 +729,35 @@ fn progress_token(body: &[u8]) -> Option<serde_json::Value> {
     (t.is_string() || t.is_number()).then_some(t)
 }
 
+/// The answer to a POST body that is not one JSON-RPC message the gateway can read: the same
+/// as the stdio door's (`serve::stdio_request`).
+fn unreadable(body: &[u8]) -> Response {
+    let (code, message) = match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
+        Err(_) => (codes::PARSE_ERROR, "Parse error"),
+        Ok(_) if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') => (
+            codes::INVALID_REQUEST,
+            "Invalid Request: batches are not supported; send one message per POST",
+        ),
+        Ok(_) => (
+            codes::INVALID_REQUEST,
+            "Invalid Request: not one JSON-RPC message (a JSON object, each key once)",
+        ),
+    };
+    relay::rpc_error(StatusCode::BAD_REQUEST, None, code, message, None)
+}
+
 impl Call {
-    fn of(body: &[u8]) -> Call {
-        let Some(env) = Envelope::parse(body) else {
-            return Call::default();
-        };
+    /// What the relay reads of a POSTed body; `None` when it is not a JSON object the
+    /// envelope reader can read.
+    fn of(body: &[u8]) -> Option<Call> {
+        let env = Envelope::parse(body)?;
         if env.kind() != Kind::Request {
-            return Call::default();
+            return Some(Call::default());
         }
         let id = env.id_text().map(str::to_owned);
         let key = env.id_text().map(|i| canonical_id(i).into_owned());
         let method = env.method.as_deref().map(crate::metrics::method_label);
-        Call {
+        Some(Call {
             id,
             key,
             method,
@@ -742,7 +766,7 @@ impl Call {
             permit: std::sync::Mutex::new(None),
             timer: None,
             progress: None,
-        }
+        })
     }
 
     fn id(&self) -> Option<&str> {

@@ -54,6 +54,8 @@ pub mod codes {
     pub const UPSTREAM_UNAVAILABLE: i64 = -32000;
     /// The request could not be read or relayed as sent (JSON-RPC's Invalid Request).
     pub const INVALID_REQUEST: i64 = -32600;
+    /// JSON-RPC's own: the body is not JSON.
+    pub const PARSE_ERROR: i64 = -32700;
 }
 /// How much of a 5xx body is quoted in the error.
 const SNIPPET_BYTES: usize = 512;
