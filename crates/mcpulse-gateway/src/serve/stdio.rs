@@ -1440,12 +1440,8 @@ fn is_cancelled(reply: &Value) -> bool {
 }
 
 fn outcome(reply: &Value) -> Outcome {
-    if let Some(code) = reply
-        .get("error")
-        .map(|e| e.get("code").and_then(Value::as_i64).unwrap_or(0))
-    {
-        // The supervisor's own codes (lost in a crash, gave up, queue full...) and ours.
-        return if (-32089..=-32080).contains(&code) || code == -32001 {
+    if let Some(e) = reply.get("error") {
+        return if is_ours(e) {
             Outcome::GatewayError
         } else {
             Outcome::RpcError
@@ -1544,6 +1540,17 @@ async fn progress(n: Option<&Arc<Notify>>) {
         Some(n) => n.notified().await,
         None => std::future::pending().await,
     }
+}
+
+/// Whether an error is the supervisor's or the gateway's own (lost in a crash, gave up,
+/// queue full, timed out...): one of their codes, and a message they wrote (each begins
+/// `mcpulse supervise` or `mcpulse gateway`). A server answering -32001 (the TypeScript SDK's
+/// timeout code) or -3208x itself gave an answer: a JSON-RPC error, never retried.
+fn is_ours(error: &Value) -> bool {
+    let code = error.get("code").and_then(Value::as_i64).unwrap_or(0);
+    let message = error.get("message").and_then(Value::as_str).unwrap_or("");
+    ((-32089..=-32080).contains(&code) || code == -32001)
+        && (message.starts_with("mcpulse supervise") || message.starts_with("mcpulse gateway"))
 }
 
 /// The request behind `guard` timed out: the child is told to cancel it, the client gets
@@ -1808,6 +1815,27 @@ pub(crate) fn sse_response(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_supervisors_and_gateways_own_errors_are_gateway_errors() {
+        let reply = |code: i64, message: &str| {
+            json!({"jsonrpc": "2.0", "id": 1, "error": {"code": code, "message": message}})
+        };
+        let lost = "mcpulse supervise: the server exited with code 1 while this request was in flight; it is being restarted";
+        assert_eq!(outcome(&reply(-32080, lost)), Outcome::GatewayError);
+        assert_eq!(
+            outcome(&reply(-32080, "mcpulse gateway: the server's session has ended")),
+            Outcome::GatewayError
+        );
+        // The server's own -32001 (the TypeScript SDK's timeout code) or -3208x: its answer.
+        assert_eq!(outcome(&reply(-32001, "Request timed out")), Outcome::RpcError);
+        assert_eq!(outcome(&reply(-32080, "upstream quota")), Outcome::RpcError);
+        assert_eq!(outcome(&reply(-32602, lost)), Outcome::RpcError);
+        assert_eq!(
+            crate::policy::failure_of(outcome(&reply(-32001, "Request timed out"))),
+            Some(mcpulse_policy::breaker::FailureKind::JsonRpcError)
+        );
+    }
 
     fn tally(states: &[ChildState]) -> ProcessState {
         let t = Tally::default();
