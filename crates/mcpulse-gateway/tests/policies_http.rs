@@ -637,3 +637,104 @@ async fn over_http_a_body_the_gateway_cannot_read_is_refused_not_relayed_unpolic
         .await
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http_a_clients_cancellation_answers_its_call_at_once_and_judges_nothing() {
+    // `slow_doc` never answers (no response head); `stream_doc` answers an event stream of
+    // keep-alives that never brings the reply. Both read-only, both retried on a timeout.
+    let up = FakeHttp::start(|req: &Request| {
+        let tool = req
+            .json()
+            .and_then(|v| v["params"]["name"].as_str().map(str::to_owned));
+        match (req.rpc_method().as_deref(), tool.as_deref()) {
+            (Some("tools/list"), _) => {
+                let tool = |name: &str| json!({"name": name, "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": true}});
+                rpc(req, json!({"tools": [tool("slow_doc"), tool("stream_doc")]}))
+            }
+            (Some("tools/call"), Some("slow_doc")) => Answer::silence(),
+            (Some("tools/call"), Some("stream_doc")) => Answer::chunked(
+                200,
+                "text/event-stream",
+                vec![Piece::Repeat {
+                    data: b": still working\n\n".to_vec(),
+                    every: Duration::from_millis(50),
+                }],
+            ),
+            (Some("initialize"), _) => rpc(req, mcp::initialize_result(mcp::LEGACY)),
+            _ => Answer::accepted(),
+        }
+    })
+    .await;
+    let toml = format!(
+        "[[tools]]\nname = \"*_doc\"\ntimeout = \"5s\"\nretry = {{ max_attempts = 3, backoff_initial = \"10ms\", backoff_max = \"10ms\" }}\nbreaker = {{ window_calls = 2, minimum_calls = 2, wait_in_open = \"30s\" }}\n\n[upstream]\nurl = \"{}\"\n",
+        up.url("/mcp")
+    );
+    let (running, shared) = start(&toml).await;
+    let addr = running.addr;
+    let sid = "a-session-of-the-upstreams";
+    post(
+        addr,
+        Some(sid),
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+    )
+    .await;
+    for (id, tool) in [(2, "slow_doc"), (3, "stream_doc")] {
+        let began = Instant::now();
+        let pending = tokio::spawn(async move { post(addr, Some(sid), &call(id, tool)).await });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let n = post(
+            addr,
+            Some(sid),
+            &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": id, "reason": "the user gave up"}}),
+        )
+        .await;
+        assert_eq!(n.status, 202, "{}", n.body);
+        let r = tokio::time::timeout(BOUND, pending).await.unwrap().unwrap();
+        assert_eq!(r.json()["id"], id, "{}", r.body);
+        assert_eq!(r.json()["error"]["code"], -32800, "{tool}: {}", r.body);
+        // At the cancellation, not at the 5 s timeout.
+        assert!(
+            began.elapsed() < Duration::from_secs(4),
+            "{tool}: {:?}",
+            began.elapsed()
+        );
+    }
+    let sent = |tool: &str| {
+        up.requests()
+            .iter()
+            .filter(|r| {
+                r.json()
+                    .is_some_and(|v| v["method"] == "tools/call" && v["params"]["name"] == tool)
+            })
+            .count()
+    };
+    // Never sent again, the client's cancellations relayed, and no breaker opened by two
+    // calls that ended without a verdict.
+    assert_eq!((sent("slow_doc"), sent("stream_doc")), (1, 1));
+    assert_eq!(
+        up.requests()
+            .iter()
+            .filter(|r| r.rpc_method().as_deref() == Some("notifications/cancelled"))
+            .count(),
+        2
+    );
+    assert_eq!(
+        metric(
+            &shared,
+            "mcpulse_gateway_breaker_transitions_total{breaker=\"*_doc\",to=\"open\"}"
+        ),
+        0.0
+    );
+    assert_eq!(
+        metric(
+            &shared,
+            "mcpulse_gateway_tool_timeouts_total{tool=\"slow_doc\"}"
+        ),
+        0.0
+    );
+    slots_all_free(&shared).await;
+    tokio::time::timeout(BOUND, running.shutdown())
+        .await
+        .unwrap();
+}

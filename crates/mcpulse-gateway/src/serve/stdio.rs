@@ -1818,17 +1818,21 @@ mod tests {
 
     #[test]
     fn only_the_supervisors_and_gateways_own_errors_are_gateway_errors() {
-        let reply = |code: i64, message: &str| {
-            json!({"jsonrpc": "2.0", "id": 1, "error": {"code": code, "message": message}})
-        };
+        let reply = |code: i64, message: &str| json!({"jsonrpc": "2.0", "id": 1, "error": {"code": code, "message": message}});
         let lost = "mcpulse supervise: the server exited with code 1 while this request was in flight; it is being restarted";
         assert_eq!(outcome(&reply(-32080, lost)), Outcome::GatewayError);
         assert_eq!(
-            outcome(&reply(-32080, "mcpulse gateway: the server's session has ended")),
+            outcome(&reply(
+                -32080,
+                "mcpulse gateway: the server's session has ended"
+            )),
             Outcome::GatewayError
         );
         // The server's own -32001 (the TypeScript SDK's timeout code) or -3208x: its answer.
-        assert_eq!(outcome(&reply(-32001, "Request timed out")), Outcome::RpcError);
+        assert_eq!(
+            outcome(&reply(-32001, "Request timed out")),
+            Outcome::RpcError
+        );
         assert_eq!(outcome(&reply(-32080, "upstream quota")), Outcome::RpcError);
         assert_eq!(outcome(&reply(-32602, lost)), Outcome::RpcError);
         assert_eq!(

@@ -42,9 +42,14 @@ use http_body_util::{BodyExt, Full, Limited};
 use link::Link;
 use mcpulse_policy::backoff::Backoff;
 use mcpulse_relay::supervise::envelope::{Envelope, Kind, canonical_id};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::sync::Notify;
 use tokio::time::Instant;
+
+/// JSON-RPC's `RequestCancelled` (MCP: a request its client cancelled).
+pub(super) const CANCELLED: i64 = -32800;
 
 /// What the HTTP upstream is told (the config fills it in; [`HttpSettings::new`] gives the
 /// defaults). Its `Debug` shows the URL redacted (userinfo and query values: tokens live
@@ -160,7 +165,66 @@ pub struct HttpUpstream {
     target: Result<Target, String>,
     /// Client sessions open through the upstream (`mcpulse_gateway_active_sessions`).
     sessions: Mutex<sessions::Sessions>,
+    /// The requests in flight in a session, by session and id: what a client's
+    /// `notifications/cancelled` finds ([`Inflight`]).
+    inflight: Arc<Registry>,
 }
+
+/// The requests in flight by (session id, canonical request id) ([`Inflight`]).
+type Registry = Mutex<HashMap<(String, String), Arc<Notify>>>;
+
+/// A request in flight in a legacy session, registered so that the client's
+/// `notifications/cancelled` for it (same session, same id) wakes it: the POST is then
+/// answered `-32800` at once, as over stdio, nothing is retried, and the call feeds neither
+/// its breaker nor the thresholds. Removed when dropped (the request answered, timed out, or
+/// its client gone). Requests without a session are not registered: a stateless client's
+/// cancellation is its closed stream, and an id alone does not say whose request it is.
+pub(super) struct Inflight {
+    map: Arc<Registry>,
+    key: (String, String),
+    pub(super) cancelled: Arc<Notify>,
+}
+
+impl Drop for Inflight {
+    fn drop(&mut self) {
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        if map
+            .get(&self.key)
+            .is_some_and(|n| Arc::ptr_eq(n, &self.cancelled))
+        {
+            map.remove(&self.key);
+        }
+    }
+}
+
+impl std::fmt::Debug for Inflight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inflight").finish_non_exhaustive()
+    }
+}
+
+/// The most requests registered for cancellation at once (beyond it a request is relayed
+/// as ever, only not cancellable by a notification): bounds the map whatever clients send.
+const MAX_INFLIGHT: usize = 10_000;
+
+/// `fut`, unless `cancel` is notified first (`None`).
+pub(super) async fn unless_cancelled<T>(
+    cancel: Option<&Notify>,
+    fut: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    match cancel {
+        None => Some(fut.await),
+        Some(n) => tokio::select! {
+            biased;
+            t = fut => Some(t),
+            () = n.notified() => None,
+        },
+    }
+}
+
+/// The message a request cancelled by its client is answered with (as over stdio).
+pub(super) const CANCELLED_MESSAGE: &str =
+    "mcpulse gateway: the request was cancelled by the client";
 
 struct Target {
     link: Arc<Link>,
@@ -267,6 +331,41 @@ impl HttpUpstream {
             shared,
             target,
             sessions: Mutex::new(sessions::Sessions::default()),
+            inflight: Arc::default(),
+        }
+    }
+
+    /// Registers `call` for cancellation in `session` (see [`Inflight`]).
+    fn register(&self, session: Option<&str>, call: &Call) -> Option<Inflight> {
+        let session = session?;
+        let key = call.key.as_ref()?;
+        if call.method == Some("initialize") || call.own_probe {
+            return None;
+        }
+        let key = (session.to_owned(), key.clone());
+        let cancelled = Arc::new(Notify::new());
+        let mut map = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+        // An id already in flight in the session (a client's mistake) stays the first's.
+        if map.len() >= MAX_INFLIGHT || map.contains_key(&key) {
+            return None;
+        }
+        map.insert(key.clone(), cancelled.clone());
+        drop(map);
+        Some(Inflight {
+            map: self.inflight.clone(),
+            key,
+            cancelled,
+        })
+    }
+
+    /// A client's `notifications/cancelled` for `id` in `session`: wakes that request, if it
+    /// is in flight here (the notification is relayed to the upstream as ever).
+    fn client_cancelled(&self, session: Option<&str>, id: &str) {
+        let Some(session) = session else { return };
+        let key = (session.to_owned(), canonical_id(id).into_owned());
+        let map = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = map.get(&key) {
+            n.notify_one();
         }
     }
 
@@ -331,6 +430,14 @@ impl HttpUpstream {
             .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
             .map(|c| c.0.ip());
         call.own_probe = crate::checks::is_own_probe(&parts.headers, peer);
+        let session = parts
+            .headers
+            .get(names::MCP_SESSION_ID)
+            .and_then(|v| v.to_str().ok());
+        if let Some(id) = &call.cancels {
+            self.client_cancelled(session, id);
+        }
+        call.inflight = self.register(session, &call);
         let target = match &self.target {
             Ok(t) => t,
             Err(why) => {
@@ -412,12 +519,21 @@ impl HttpUpstream {
                 Some(t) => t.deadline().min(reply_due),
                 None => reply_due,
             });
+            let cancel = call.inflight.as_ref().map(|i| &*i.cancelled);
             let sent = match deadline {
-                Some(at) => match tokio::time::timeout_at(at, target.link.send(out)).await {
-                    Ok(sent) => Ok(sent),
-                    Err(_) if call.tool_timed_out(reply_due) => Err(true),
-                    Err(_) => Err(false),
-                },
+                Some(at) => {
+                    match tokio::time::timeout_at(
+                        at,
+                        unless_cancelled(cancel, target.link.send(out)),
+                    )
+                    .await
+                    {
+                        Ok(Some(sent)) => Ok(sent),
+                        Ok(None) => return call.cancelled(self, started),
+                        Err(_) if call.tool_timed_out(reply_due) => Err(true),
+                        Err(_) => Err(false),
+                    }
+                }
                 None => Ok(target.link.send(out).await),
             };
             // Only a failure before any reply began is retried: no head (a timeout, a broken
@@ -438,10 +554,17 @@ impl HttpUpstream {
                 drop(sent);
                 // A timed-out attempt is cancelled before the next is sent (same id), within
                 // the backoff when the upstream answers in time.
-                if timed_out && let Some(cancel) = self.cancel_for(target, &parts.headers, &call) {
-                    cancel.deliver(TOOL_TIMEOUT_REASON).await;
+                // The client may cancel the call meanwhile: then it is not sent again.
+                let cancel = call.inflight.as_ref().map(|i| &*i.cancelled);
+                let backoff = async {
+                    if timed_out && let Some(c) = self.cancel_for(target, &parts.headers, &call) {
+                        c.deliver(TOOL_TIMEOUT_REASON).await;
+                    }
+                    tokio::time::sleep_until(until).await;
+                };
+                if unless_cancelled(cancel, backoff).await.is_none() {
+                    return call.cancelled(self, started);
                 }
-                tokio::time::sleep_until(until).await;
                 made += 1;
                 let settings = self.shared.policies().settings();
                 call.timer = Some(match &call.timer {
@@ -715,6 +838,10 @@ struct Call {
     timer: Option<crate::policy::Timer>,
     /// Its `progressToken`, when its timeout may be extended by progress.
     progress: Option<serde_json::Value>,
+    /// A client's `notifications/cancelled`: the id of the request it cancels, raw.
+    cancels: Option<String>,
+    /// Registered for the client's cancellation ([`Inflight`]).
+    inflight: Option<Inflight>,
 }
 
 /// A request's `params._meta.progressToken` (the body is parsed again: only for a
@@ -752,7 +879,14 @@ impl Call {
     fn of(body: &[u8]) -> Option<Call> {
         let env = Envelope::parse(body)?;
         if env.kind() != Kind::Request {
-            return Some(Call::default());
+            let cancels = (env.kind() == Kind::Notification
+                && env.method.as_deref() == Some("notifications/cancelled"))
+            .then(|| env.cancelled_id().map(str::to_owned))
+            .flatten();
+            return Some(Call {
+                cancels,
+                ..Call::default()
+            });
         }
         let id = env.id_text().map(str::to_owned);
         let key = env.id_text().map(|i| canonical_id(i).into_owned());
@@ -766,6 +900,8 @@ impl Call {
             permit: std::sync::Mutex::new(None),
             timer: None,
             progress: None,
+            cancels: None,
+            inflight: None,
         })
     }
 
@@ -776,6 +912,19 @@ impl Call {
     /// Whether the tool's timeout, not the reply timeout due at `reply_due`, is what expired.
     fn tool_timed_out(&self, reply_due: Instant) -> bool {
         self.timer.as_ref().is_some_and(|t| t.before(reply_due))
+    }
+
+    /// The answer to a request its client cancelled ([`Inflight`]): `-32800`, counted and
+    /// logged but judging nothing (its breaker trial handed back, no threshold fed).
+    fn cancelled(&self, upstream: &HttpUpstream, started: Instant) -> Response {
+        Record::new(upstream, self, started).cancelled();
+        relay::rpc_error(
+            StatusCode::OK,
+            self.id(),
+            CANCELLED,
+            CANCELLED_MESSAGE,
+            None,
+        )
     }
 
     /// The tool's timeout result for this request (the upstream exchange is dropped by the
@@ -853,6 +1002,20 @@ impl Record {
 
     fn done(&self, outcome: Outcome) {
         self.end(outcome, crate::policy::outcome_of(outcome));
+    }
+
+    /// The client cancelled the call: its permit given back unjudged, counted and logged as
+    /// a cancellation (no threshold fed).
+    fn cancelled(&self) {
+        drop(self.permit.lock().unwrap_or_else(|p| p.into_inner()).take());
+        if let (Some(method), false) = (self.method, self.own_probe) {
+            crate::serve::record_cancelled(
+                &self.shared,
+                method,
+                self.tool.as_deref(),
+                self.started,
+            );
+        }
     }
 
     fn end(&self, outcome: Outcome, breaker: mcpulse_policy::breaker::Outcome) {

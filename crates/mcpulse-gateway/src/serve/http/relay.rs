@@ -95,7 +95,7 @@ impl Exchange<'_> {
 
 /// Relays the upstream's response.
 pub async fn respond(
-    x: Exchange<'_>,
+    mut x: Exchange<'_>,
     resp: hyper::Response<Incoming>,
     sender: SendRequest<Full<Bytes>>,
 ) -> Response {
@@ -180,6 +180,7 @@ pub async fn respond(
             .clone()
             .filter(|_| x.call.tool_timed_out(x.reply_due));
         let pending = Pending {
+            inflight: x.call.inflight.take(),
             key: x.call.key.clone(),
             id: x.call.id.clone(),
             tools_list: x.call.method == Some("tools/list"),
@@ -194,7 +195,13 @@ pub async fn respond(
     }
     let max = x.upstream.settings.max_message_size;
     let deadline = x.deadline.unwrap_or_else(|| Instant::now() + NO_DEADLINE);
-    let (bytes, end) = read_body(&mut body, max, deadline).await;
+    let cancel = x.call.inflight.as_ref().map(|i| &*i.cancelled);
+    let Some((bytes, end)) =
+        super::unless_cancelled(cancel, read_body(&mut body, max, deadline)).await
+    else {
+        // The client's cancellation was relayed to the upstream; this answer is not waited for.
+        return x.call.cancelled(x.upstream, x.started);
+    };
     let failure = match end {
         BodyEnd::Complete => None,
         BodyEnd::TooLarge => Some((
@@ -290,6 +297,8 @@ struct Pending {
     progress: Option<Value>,
     /// What a legacy upstream is sent when the reply's deadline passes (super::Cancel).
     cancel: Option<super::Cancel>,
+    /// Registered for the client's `notifications/cancelled` (super::Inflight).
+    inflight: Option<super::Inflight>,
 }
 
 /// How long a timed-out call's last event waits for a client that does not read.
@@ -326,10 +335,21 @@ impl Stream {
                 None => self.deadline,
             }
             .filter(|_| pending.key.is_some());
+            let cancel = pending
+                .inflight
+                .as_ref()
+                .filter(|_| pending.key.is_some())
+                .map(|i| i.cancelled.clone());
             let next = tokio::select! {
                 biased;
                 () = self.tx.closed() => {
                     tracing::debug!(upstream = %self.label, "client left the stream; closing the upstream's");
+                    return;
+                }
+                () = notified_opt(cancel.as_deref()) => {
+                    // The client cancelled the request (its notification was relayed to the
+                    // upstream): answered now, the upstream stream closed as this returns.
+                    self.cancelled(&mut pending).await;
                     return;
                 }
                 () = crate::serve::sleep_until_opt(due) => {
@@ -479,6 +499,27 @@ impl Stream {
         let _ = tokio::time::timeout(LAST_SEND_GRACE, self.tx.send(encode(&event))).await;
     }
 
+    /// The client cancelled the pending request: the `-32800` error as a last event.
+    async fn cancelled(&self, pending: &mut Pending) {
+        if pending.key.take().is_none() {
+            return;
+        }
+        pending.record.cancelled();
+        let body = error_body(
+            pending.id.as_deref(),
+            super::CANCELLED,
+            super::CANCELLED_MESSAGE,
+            None,
+        );
+        let event = Event {
+            event: Some("message".to_owned()),
+            data: String::from_utf8_lossy(&body).into_owned(),
+            id: None,
+            retry_ms: None,
+        };
+        let _ = tokio::time::timeout(LAST_SEND_GRACE, self.tx.send(encode(&event))).await;
+    }
+
     /// The stream broke: the pending request, if any, gets a JSON-RPC error as a last event.
     async fn fail(&self, pending: &mut Pending, code: i64, cause: &str) {
         tracing::debug!(upstream = %self.label, cause = %mcpulse_wire::text::message(cause), "upstream stream ended early");
@@ -501,6 +542,14 @@ impl Stream {
 /// Whether an event's data is a `notifications/progress` with this `progressToken`. Parsed
 /// only for a call whose timeout progress may extend; an event that does not name the method
 /// is not parsed.
+/// Waits for `n`'s notification; never, without one.
+async fn notified_opt(n: Option<&tokio::sync::Notify>) {
+    match n {
+        Some(n) => n.notified().await,
+        None => std::future::pending().await,
+    }
+}
+
 fn is_progress_for(data: &[u8], token: &Value) -> bool {
     const METHOD: &[u8] = b"notifications/progress";
     if !data.windows(METHOD.len()).any(|w| w == METHOD) {
