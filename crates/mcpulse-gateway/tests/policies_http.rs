@@ -738,3 +738,57 @@ async fn over_http_a_clients_cancellation_answers_its_call_at_once_and_judges_no
         .await
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http_an_unknown_session_is_the_clients_to_fix_not_the_tools_failure() {
+    // The upstream forgot session `gone` (it restarted): 404 with a JSON-RPC error.
+    let up = FakeHttp::start(|req: &Request| {
+        if req.header("mcp-session-id") == Some("gone") {
+            return Answer::json(
+                404,
+                &json!({"jsonrpc": "2.0", "id": req.rpc_id(), "error": {"code": -32001, "message": "Session not found"}}),
+            );
+        }
+        match req.rpc_method().as_deref() {
+            Some("tools/call") => rpc(req, json!({"content": [{"type": "text", "text": "ok"}]})),
+            _ => Answer::accepted(),
+        }
+    })
+    .await;
+    let toml = format!(
+        "[[tools]]\nname = \"echo\"\nbreaker = {{ window_calls = 2, minimum_calls = 2, wait_in_open = \"30s\", count = [\"jsonrpc_error\"] }}\n\n[upstream]\nurl = \"{}\"\n",
+        up.url("/mcp")
+    );
+    let (running, shared) = start(&toml).await;
+    for id in 1..=3 {
+        let r = post(running.addr, Some("gone"), &call(id, "echo")).await;
+        assert_eq!(r.status, 404, "{}", r.body);
+        assert_eq!(r.json()["error"]["message"], "Session not found");
+    }
+    // Three 404s: no breaker opened, nothing counted as the tool's; a live session's call
+    // goes through.
+    let r = post(running.addr, Some("live"), &call(9, "echo")).await;
+    assert_eq!(r.text(), "ok", "{}", r.body);
+    assert_eq!(
+        metric(
+            &shared,
+            "mcpulse_gateway_breaker_transitions_total{breaker=\"echo\",to=\"open\"}"
+        ),
+        0.0
+    );
+    let rpc_errors: f64 = shared
+        .metrics
+        .encode()
+        .unwrap()
+        .lines()
+        .filter(|l| {
+            l.starts_with("mcpulse_gateway_requests_total{") && l.contains("outcome=\"rpc_error\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(rpc_errors, 0.0);
+    slots_all_free(&shared).await;
+    tokio::time::timeout(BOUND, running.shutdown())
+        .await
+        .unwrap();
+}

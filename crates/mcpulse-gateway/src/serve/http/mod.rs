@@ -914,6 +914,11 @@ impl Call {
         self.timer.as_ref().is_some_and(|t| t.before(reply_due))
     }
 
+    /// Neither recorded nor judged: its permit, if any, handed back unjudged.
+    fn forget(&self) {
+        drop(self.permit.lock().unwrap_or_else(|p| p.into_inner()).take());
+    }
+
     /// The answer to a request its client cancelled ([`Inflight`]): `-32800`, counted and
     /// logged but judging nothing (its breaker trial handed back, no threshold fed).
     fn cancelled(&self, upstream: &HttpUpstream, started: Instant) -> Response {

@@ -241,6 +241,13 @@ pub async fn respond(
     }
     x.target.link.release(sender);
     let mut bytes = Bytes::from(bytes);
+    if status == StatusCode::NOT_FOUND && x.request.contains_key(super::names::MCP_SESSION_ID) {
+        // The upstream does not know the session (expired, or the upstream restarted): the
+        // client must initialize again. Nothing the tool did: relayed, its permit handed back
+        // unjudged, and not counted, as the stdio upstream's own 404.
+        x.call.forget();
+        return answer(Body::from(bytes));
+    }
     if x.call.key.is_some() {
         let reply = Envelope::parse(&bytes);
         let outcome = reply.as_ref().map_or(Outcome::RpcError, outcome_of);
