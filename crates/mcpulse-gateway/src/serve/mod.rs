@@ -92,7 +92,8 @@ pub fn record(
     }
     let took = started.elapsed();
     shared.metrics.request(method, tool, took, outcome);
-    crate::metrics::log_request(method, tool, took, outcome);
+    // The method as the metrics label it (an MCP method or `_other`), over either upstream.
+    crate::metrics::log_request(crate::metrics::method_label(method), tool, took, outcome);
     if method == "tools/call"
         && let Some(tool) = tool
     {
@@ -121,7 +122,12 @@ pub(crate) fn record_cancelled(
     shared
         .metrics
         .request(method, tool, took, Outcome::RpcError);
-    crate::metrics::log_request(method, tool, took, Outcome::RpcError);
+    crate::metrics::log_request(
+        crate::metrics::method_label(method),
+        tool,
+        took,
+        Outcome::RpcError,
+    );
 }
 
 /// The tools a `tools/list` reply lists.
