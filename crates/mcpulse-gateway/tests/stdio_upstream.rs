@@ -691,6 +691,8 @@ async fn readiness_asks_one_child_of_its_own_and_readyz_follows_it() {
         "{ready}"
     );
     assert_eq!(doc["checks"]["protocol:responseTime"][0]["status"], "pass");
+    // Its list taught the metrics the tools before any client listed them (as over HTTP).
+    assert!(shared.metrics.knows_tool("echo") && shared.metrics.knows_tool("add"));
     let child = readiness_pid(&running).expect("the readiness child runs");
     let serve::Upstream::Stdio(up) = &running.upstream else {
         panic!("a stdio upstream")

@@ -1086,7 +1086,7 @@ impl StdioUpstream {
                     session.era = None;
                     continue;
                 }
-                let p = session.round(&r).await;
+                let p = session.round(&r, &shared).await;
                 if p.tools.is_some() {
                     attempt = 0;
                 }
@@ -1141,10 +1141,10 @@ fn error_of(reply: &Value) -> Option<(i64, String)> {
 }
 
 impl ReadinessSession {
-    async fn round(&mut self, r: &Readiness) -> crate::state::Protocol {
+    async fn round(&mut self, r: &Readiness, shared: &Shared) -> crate::state::Protocol {
         let started = Instant::now();
         let at_ms = crate::checks::now_ms();
-        let outcome = self.list(r, started + r.timeout).await;
+        let outcome = self.list(r, shared, started + r.timeout).await;
         let latency = started.elapsed();
         let inert = |why: &str| {
             mcpulse_wire::text::inert(why, crate::checks::MAX_OUTPUT_CHARS).into_owned()
@@ -1229,8 +1229,15 @@ impl ReadinessSession {
     }
 
     /// The handshake when one is due, then every page of `tools/list`: the tool count, the
-    /// gateway's own health tool left out.
-    async fn list(&mut self, r: &Readiness, deadline: Instant) -> Result<usize, Failed> {
+    /// gateway's own health tool left out. The tools' metric labels and retry hints are
+    /// learnt from it, as from a relayed `tools/list` (and as over an HTTP upstream, whose
+    /// readiness probe's list passes the relay): before any client lists them.
+    async fn list(
+        &mut self,
+        r: &Readiness,
+        shared: &Shared,
+        deadline: Instant,
+    ) -> Result<usize, Failed> {
         use mcpulse_wire::message::{ListKind, list};
         let era = match self.era {
             Some(e) => e,
@@ -1259,6 +1266,8 @@ impl ReadinessSession {
                     why: format!("tools/list: {why}"),
                 });
             }
+            super::learn_listed_tools(shared, &reply);
+            shared.policies().learn_hints(&reply);
             let result = reply.get("result");
             let Some(tools) = result
                 .and_then(|r| r.get("tools"))
