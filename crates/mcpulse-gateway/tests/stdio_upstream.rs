@@ -773,6 +773,8 @@ async fn listed_tools_get_labels_and_the_gateways_own_probes_are_not_counted() {
     let dir = TempDir::new("gw-labels");
     let (running, shared) = gateway(&script(&dir), "", "").await;
     let addr = running.addr;
+    // Ready: the readiness child's list has taught the labels, before any client listed.
+    health_becomes(addr, "/readyz", 200, BOUND).await;
     let sid = open_session(addr).await;
     let call = |id: i64, name: &str| {
         json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
@@ -805,16 +807,16 @@ async fn listed_tools_get_labels_and_the_gateways_own_probes_are_not_counted() {
             .find_map(|l| l.strip_prefix(line.as_str()))
             .map(|v| v.trim().to_owned())
     };
-    // Before the list: `_other` (2 and 5); after it, echo's own series: 4 and the forged one,
-    // never the three own probes.
+    // Echo's own series: 2, 4 and the forged one, never the three own probes; the name never
+    // listed (5) is `_other`.
     assert_eq!(
         count(r#"method="tools/call",tool="echo",outcome="ok""#).as_deref(),
-        Some("2"),
+        Some("3"),
         "{text}"
     );
     assert_eq!(
         count(r#"method="tools/call",tool="_other",outcome="ok""#).as_deref(),
-        Some("2"),
+        Some("1"),
         "{text}"
     );
     let (_, all) = clients(&running, &dir.join("pids"), 1).await;
