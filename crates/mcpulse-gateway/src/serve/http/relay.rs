@@ -495,15 +495,7 @@ impl Stream {
             .and_then(|i| serde_json::from_str(i).ok())
             .unwrap_or(Value::Null);
         let body = json!({"jsonrpc": "2.0", "id": id, "result": result});
-        let event = Event {
-            event: Some("message".to_owned()),
-            data: body.to_string(),
-            id: None,
-            retry_ms: None,
-        };
-        // A client that does not read gets LAST_SEND_GRACE, then the stream ends without it
-        // (so the upstream stream is closed, not held for as long as the client stays).
-        let _ = tokio::time::timeout(LAST_SEND_GRACE, self.tx.send(encode(&event))).await;
+        self.last_event(body.to_string()).await;
     }
 
     /// The client cancelled the pending request: the `-32800` error as a last event.
@@ -518,9 +510,17 @@ impl Stream {
             super::CANCELLED_MESSAGE,
             None,
         );
+        self.last_event(String::from_utf8_lossy(&body).into_owned())
+            .await;
+    }
+
+    /// The stream's last event, the gateway's own answer: a client that does not read gets
+    /// [`LAST_SEND_GRACE`], then the stream ends without it (so the upstream stream is closed,
+    /// not held for as long as the client stays).
+    async fn last_event(&self, data: String) {
         let event = Event {
             event: Some("message".to_owned()),
-            data: String::from_utf8_lossy(&body).into_owned(),
+            data,
             id: None,
             retry_ms: None,
         };
@@ -536,19 +536,11 @@ impl Stream {
         pending.record.done(Outcome::GatewayError);
         let message = format!("upstream {} {cause}", self.label);
         let body = error_body(pending.id.as_deref(), code, &message, Some(&self.label));
-        let event = Event {
-            event: Some("message".to_owned()),
-            data: String::from_utf8_lossy(&body).into_owned(),
-            id: None,
-            retry_ms: None,
-        };
-        let _ = tokio::time::timeout(LAST_SEND_GRACE, self.tx.send(encode(&event))).await;
+        self.last_event(String::from_utf8_lossy(&body).into_owned())
+            .await;
     }
 }
 
-/// Whether an event's data is a `notifications/progress` with this `progressToken`. Parsed
-/// only for a call whose timeout progress may extend; an event that does not name the method
-/// is not parsed.
 /// Waits for `n`'s notification; never, without one.
 async fn notified_opt(n: Option<&tokio::sync::Notify>) {
     match n {
@@ -557,6 +549,9 @@ async fn notified_opt(n: Option<&tokio::sync::Notify>) {
     }
 }
 
+/// Whether an event's data is a `notifications/progress` with this `progressToken`. Parsed
+/// only for a call whose timeout progress may extend; an event that does not name the method
+/// is not parsed.
 fn is_progress_for(data: &[u8], token: &Value) -> bool {
     const METHOD: &[u8] = b"notifications/progress";
     if !data.windows(METHOD.len()).any(|w| w == METHOD) {
