@@ -737,3 +737,33 @@ async fn a_stale_session_gets_404_at_once_and_a_nameless_call_is_still_limited()
     assert_eq!(hold.await.unwrap().text(), "ok");
     stop_leaving_nothing(running, &dir.join("pids")).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_leaves_a_streamed_call_gives_its_slot_back_at_once() {
+    let dir = TempDir::new("gw-policy-leave");
+    let script = StdioScript::legacy()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on_tool("slow", vec![Act::Sleep(10_000), ok()])
+        .write(&dir, "server.sh");
+    // The answer turns into a stream after 200 ms (keepalive); one slot in all.
+    let toml = format!(
+        "keepalive = \"200ms\"\n\n[concurrency]\nmax_concurrent = 1\nqueue = 0\n\n[[tools]]\nname = \"slow\"\ntimeout = \"30s\"\n\n{}",
+        upstream(&script)
+    );
+    let (running, shared) = start(&toml).await;
+    let addr = running.addr;
+    let sid = open_session(addr).await;
+    let client = post_unread(addr, Some(&sid), &call(2, "slow")).await;
+    eventually(BOUND, "the call holds the slot", || {
+        shared.policies().in_flight() == vec![("gateway".to_owned(), 1)]
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    drop(client);
+    // Long before the reply (10 s) or the timeout (30 s), as over an HTTP upstream.
+    eventually(Duration::from_secs(5), "the slot is given back", || {
+        shared.policies().in_flight() == vec![("gateway".to_owned(), 0)]
+    })
+    .await;
+    stop_leaving_nothing(running, &dir.join("pids")).await;
+}

@@ -1729,6 +1729,11 @@ impl Stream {
             let reply = loop {
                 tokio::select! {
                     biased;
+                    // The client left (a quiet call would otherwise only notice at its reply):
+                    // its slots and breaker trial are given back unjudged (dropping the permit
+                    // in `finish`), as over an HTTP upstream. Not a cancellation (the spec's
+                    // rule for a disconnect): the child is not told, its late reply dropped.
+                    () = tx.closed() => return,
                     event = events.recv(), if events_open => match event {
                         Some(frame) => {
                             // A client that stops reading blocks this send: it races the
