@@ -493,6 +493,20 @@ async fn check(
 /// The summary of a check with nothing wrong (its findings, if any, are informational).
 pub const HEALTHY_SUMMARY: &str = "healthy: the handshake and the lists succeeded";
 
+/// A check's summary: its first finding above info, `code: message`. A finding may quote the
+/// server (an error message, a stderr line), and the summary reaches every alert, incident
+/// and API answer: so it is made inert and bounded here, once ([`mcpulse_wire::text::message`]),
+/// and the alert sinks (the webhook's exact JSON included) carry it as it is.
+pub fn summary_of(report: &Report) -> String {
+    report
+        .findings
+        .iter()
+        .find(|f| f.severity != mcpulse_judge::Severity::Info)
+        .map(|f| mcpulse_wire::text::message(&format!("{}: {}", f.code, f.message)).into_owned())
+        // A recovery says why too (its transition and alert would read `reason=""`).
+        .unwrap_or_else(|| HEALTHY_SUMMARY.to_owned())
+}
+
 /// The pure part of a check: observation, state, alerts, the record to store.
 pub fn check_once(
     cfg: &TargetConfig,
@@ -551,19 +565,18 @@ pub fn check_once(
         status: Health::from_status(report.status),
         auth: report.auth.as_str().to_owned(),
         era: report.era.map(|e| e.as_str().to_owned()),
-        protocol_version: report.protocol_version.clone(),
+        // What the server said, kept for every later check, alert and API answer: inert and
+        // bounded here, once (a 4 MB version string must not ride along).
+        protocol_version: report
+            .protocol_version
+            .as_deref()
+            .map(|v| mcpulse_wire::text::field(v).into_owned()),
         grade: crate::fleet::recorded_grade(report, cfg.security),
         contract_digest: report.digests.as_ref().map(|d| d.contract.clone()),
         drift: memory.drift.clone(),
         drift_changes: memory.drift_changes.0.clone(),
         drift_changes_more: memory.drift_changes.1,
-        summary: report
-            .findings
-            .iter()
-            .find(|f| f.severity != mcpulse_judge::Severity::Info)
-            .map(|f| format!("{}: {}", f.code, f.message))
-            // A recovery says why too (its transition and alert would read `reason=""`).
-            .unwrap_or_else(|| HEALTHY_SUMMARY.to_owned()),
+        summary: summary_of(report),
         by_components: explained_by_components(report, &seen),
         server_answered: crate::fleet::server_answered(report),
         // The evidence of the grade recorded: none where no grade is.
@@ -831,6 +844,30 @@ const MAX_DRIFT_TTL_MS: i64 = 3_600_000;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_summary_quoting_the_server_is_inert_and_bounded() {
+        let mut report = judged_fixture("server-error");
+        let f = report
+            .findings
+            .iter_mut()
+            .find(|f| f.severity != mcpulse_judge::Severity::Info)
+            .expect("a finding above info");
+        f.message = format!(
+            "initialize was rejected: -32600 <!channel> \u{1b}[2J\u{202e}x\n2026-12-01 forged{}",
+            "y".repeat(5_000_000)
+        );
+        let summary = summary_of(&report);
+        assert!(
+            !summary.chars().any(mcpulse_wire::text::is_escaped),
+            "{summary:.300}"
+        );
+        assert!(summary.chars().count() <= mcpulse_wire::text::MESSAGE_CHARS);
+        assert!(
+            summary.contains("initialize was rejected: -32600"),
+            "{summary:.300}"
+        );
+    }
 
     #[test]
     fn phases_spread_and_are_stable() {

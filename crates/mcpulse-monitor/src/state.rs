@@ -269,7 +269,8 @@ impl DriftChange {
             .take(DRIFT_CHANGES_SHOWN)
             .map(|c| DriftChange {
                 code: c.code.code().to_owned(),
-                path: c.path.clone(),
+                // The path names the server's tools: inert and cut, as the diff's lines.
+                path: mcpulse_wire::text::field(&c.path).into_owned(),
                 class: c.class.as_str().to_owned(),
             })
             .collect();

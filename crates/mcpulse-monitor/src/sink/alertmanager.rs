@@ -62,7 +62,7 @@ pub const NOTICE_MS: i64 = 3_600_000;
 pub const ALERTS_PATH: &str = "/api/v2/alerts";
 
 #[derive(Debug, Serialize)]
-struct Postable {
+pub(crate) struct Postable {
     labels: BTreeMap<String, String>,
     annotations: BTreeMap<String, String>,
     #[serde(rename = "startsAt")]
@@ -123,7 +123,7 @@ pub fn body(alert: &Alert) -> Result<String, DeliveryError> {
 }
 
 /// The postable alerts that speak for one alert (its variant, and the family's others ended).
-fn postables(alert: &Alert) -> Vec<Postable> {
+pub(crate) fn postables(alert: &Alert) -> Vec<Postable> {
     let mut base = BTreeMap::new();
     for (k, v) in &alert.labels {
         if let Some(k) = label_name(k)
@@ -134,7 +134,11 @@ fn postables(alert: &Alert) -> Vec<Postable> {
     }
     base.insert("target".to_owned(), alert.target.clone());
     base.insert("dedup_key".to_owned(), alert.dedup_key.clone());
-    let annotations = BTreeMap::from([("summary".to_owned(), alert.summary.clone())]);
+    // Inert and bounded at the sink too: Alertmanager's templates pass it on to Slack and more.
+    let annotations = BTreeMap::from([(
+        "summary".to_owned(),
+        mcpulse_wire::text::message(&alert.summary).into_owned(),
+    )]);
     let starts_at = rfc3339(alert.started_ms);
     let ended = rfc3339(alert.at_ms.max(alert.started_ms));
     let post = |name: &str, severity: &str, ends_at: String| {

@@ -430,6 +430,38 @@ mod tests {
     }
 
     #[test]
+    fn alertmanagers_summary_annotation_is_inert_and_bounded_whatever_the_summary() {
+        let hostile = format!(
+            "search is down: handshake-failed: rejected <!channel> \u{1b}[2J\u{202e}x\n{}",
+            "y".repeat(100_000)
+        );
+        let a = Alert {
+            dedup_key: "k".into(),
+            action: Action::Trigger,
+            kind: Kind::Down,
+            target: "search".into(),
+            severity: "critical".into(),
+            summary: hostile,
+            at_ms: 0,
+            started_ms: 0,
+            labels: Default::default(),
+            removed: false,
+        };
+        // The summary is inert from the runner on (runner::summary_of); Alertmanager's templates
+        // render the annotation into Slack and mail, so it is made inert here again. The
+        // decoded string, not the JSON text (whose encoder escapes control characters itself).
+        let am = serde_json::to_value(alertmanager::postables(&a)).unwrap();
+        for summary in [&am[0]["annotations"]["summary"]] {
+            let summary = summary.as_str().unwrap();
+            for bad in ['\u{1b}', '\u{202e}', '\n'] {
+                assert!(!summary.contains(bad), "{bad:?} in {summary:.300}");
+            }
+            assert!(summary.chars().count() <= 1_000, "{}", summary.len());
+            assert!(summary.starts_with("search is down"), "{summary:.300}");
+        }
+    }
+
+    #[test]
     fn classification() {
         let s = |status| DeliveryError::Status {
             retry_after_ms: None,
