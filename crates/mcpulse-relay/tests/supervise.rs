@@ -861,6 +861,152 @@ async fn a_client_reply_meant_for_a_replaced_child_is_dropped() {
 }
 
 #[tokio::test]
+async fn a_cancelled_call_the_server_still_works_on_keeps_it_busy_not_hung() {
+    let dir = TempDir::new("busy-cancel");
+    let pids = dir.join("pids");
+    let script = server(
+        &pids,
+        vec![(
+            "tools/call",
+            vec![Act::Sleep(1200), Act::Result(json!({"content": []}))],
+        )],
+    )
+    .write(&dir, "s.sh");
+    let mut s = settings(&script);
+    s.heartbeat.busy_grace = Duration::from_secs(5);
+    s.heartbeat_interval = Duration::from_millis(200);
+    s.heartbeat_timeout = Duration::from_millis(150);
+    let mut c = Client::start(s);
+    c.initialize().await;
+    c.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "slow"}}))
+        .await;
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    // The user gives up; the single-threaded server is still in the call for a second.
+    c.send(
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 2, "reason": "the user gave up"}}),
+    )
+    .await;
+    c.quiet(Duration::from_millis(1500)).await;
+    let seen = c.seen.all();
+    assert!(
+        !seen.iter().any(|s| matches!(s, Seen::Restart(_))),
+        "restarted a busy server: {seen:?}"
+    );
+    assert_eq!(
+        c.seen
+            .count(|s| *s == Seen::Heartbeat(HeartbeatOutcome::Failed)),
+        0,
+        "{seen:?}"
+    );
+    let (outcome, _) = c.close().await;
+    assert_eq!(outcome.fatal, None);
+    assert_all_gone(&[&pids]);
+}
+
+#[tokio::test]
+async fn a_request_cancelled_while_queued_for_a_restart_never_reaches_a_server() {
+    let dir = TempDir::new("queued-cancel");
+    let pids = dir.join("pids");
+    let lists = dir.join("lists");
+    let script = server(
+        &pids,
+        vec![
+            ("crash", vec![Act::Exit(1)]),
+            (
+                "tools/list",
+                vec![
+                    Act::RecordLine(lists.clone()),
+                    Act::Result(json!({"tools": []})),
+                ],
+            ),
+        ],
+    )
+    .write(&dir, "s.sh");
+    let mut s = settings(&script);
+    // A restart slow enough to queue behind.
+    s.restart.backoff = Backoff {
+        initial: Duration::from_millis(400),
+        max: Duration::from_millis(400),
+    };
+    let mut c = Client::start(s);
+    c.initialize().await;
+    let lost = c.request(2, "crash", json!({})).await;
+    assert_eq!(error_code(&lost), codes::SERVER_RESTARTED);
+    // Queued while the server restarts, then cancelled by the client before it is sent.
+    c.send(json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list"}))
+        .await;
+    c.send(
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 5, "reason": "never mind"}}),
+    )
+    .await;
+    // No answer comes for it, from the restarted server or the supervisor.
+    c.quiet(Duration::from_millis(1500)).await;
+    let ok = c.request(6, "tools/list", json!({})).await;
+    assert!(ok["result"].is_object(), "{ok}");
+    let lists = std::fs::read_to_string(&lists).unwrap_or_default();
+    assert!(lists.contains("\"id\":6"), "{lists}");
+    assert!(!lists.contains("\"id\":5"), "the cancelled request was sent: {lists}");
+    let (outcome, _) = c.close().await;
+    assert_eq!(outcome.fatal, None);
+    assert_all_gone(&[&pids]);
+}
+
+#[tokio::test]
+async fn a_restarted_servers_request_reusing_an_unanswered_id_is_shown_a_new_one() {
+    let dir = TempDir::new("reused-id");
+    let pids = dir.join("pids");
+    let other = dir.join("other");
+    let script = server(
+        &pids,
+        vec![
+            (
+                "ask",
+                vec![Act::Stdout(
+                    r#"{"jsonrpc":"2.0","id":0,"method":"roots/list"}"#.into(),
+                )],
+            ),
+            ("crash", vec![Act::Exit(1)]),
+        ],
+    )
+    .otherwise(vec![Act::RecordLine(other.clone())])
+    .write(&dir, "s.sh");
+    let mut c = Client::start(settings(&script));
+    c.initialize().await;
+    // The first server asks (id 0) and dies before the client answers.
+    c.send(json!({"jsonrpc": "2.0", "method": "ask"})).await;
+    let first = c.recv().await;
+    assert_eq!(first["id"], 0, "{first}");
+    let lost = c.request(2, "crash", json!({})).await;
+    assert_eq!(error_code(&lost), codes::SERVER_RESTARTED);
+    // The restarted server numbers afresh: its id 0 is shown to the client as another id.
+    c.send(json!({"jsonrpc": "2.0", "method": "ask"})).await;
+    let second = c.recv().await;
+    assert_eq!(second["method"], "roots/list", "{second}");
+    assert_ne!(second["id"], 0, "{second}");
+    // The late answer to the first goes nowhere; the answer to the second reaches the new
+    // server under its own id.
+    c.send(json!({"jsonrpc": "2.0", "id": 0, "result": {"roots": [{"uri": "file:///stale"}]}}))
+        .await;
+    c.send(json!({"jsonrpc": "2.0", "id": second["id"], "result": {"roots": [{"uri": "file:///second"}]}}))
+        .await;
+    let ok = c.request(3, "tools/list", json!({})).await;
+    assert!(ok["result"].is_object(), "{ok}");
+    let seen = std::fs::read_to_string(&other).unwrap_or_default();
+    let replies: Vec<serde_json::Value> = seen
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|v: &serde_json::Value| v.get("result").is_some())
+        .collect();
+    assert_eq!(replies.len(), 1, "{seen}");
+    assert_eq!(replies[0]["id"], 0, "{seen}");
+    assert_eq!(replies[0]["result"]["roots"][0]["uri"], "file:///second");
+    let (_, _) = c.close().await;
+    assert_all_gone(&[&pids]);
+}
+
+#[tokio::test]
 async fn replies_written_just_before_exiting_still_reach_the_client() {
     let dir = TempDir::new("lastwords");
     let pids = dir.join("pids");

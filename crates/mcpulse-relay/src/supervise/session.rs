@@ -130,8 +130,10 @@ struct Session {
     /// or a restart), by id, with when they were sent: the child is busy with them, so they
     /// count for `--busy-grace` as if still in flight.
     expired: HashMap<String, Instant>,
-    /// Server→client requests forwarded, by id, with the generation that sent them.
-    server_requests: HashMap<String, u64>,
+    /// Server→client requests forwarded, by the id the client saw, with the generation that
+    /// sent them and, when the supervisor gave one a new id, the id its server gave it
+    /// ([`ServerRequest`]).
+    server_requests: HashMap<String, ServerRequest>,
     handshake: Handshake,
     /// Set when a restarted child negotiated differently; every request but `initialize` is
     /// answered with [`codes::SESSION_CHANGED`] until the client initializes again.
@@ -497,6 +499,25 @@ fn epoch_ms() -> i64 {
 
 /// A JSON-RPC error reply line (newline included). `id` is raw JSON; `message` is ours but may
 /// quote the server (its stderr, its exit): the caller has made it inert.
+/// A server→client request the client has not answered yet.
+#[derive(Debug, Clone)]
+struct ServerRequest {
+    /// The child that asked.
+    generation: u64,
+    /// The id its server gave it (raw JSON), when the client was shown another: a restarted
+    /// server numbers its requests afresh, so its id may be one an earlier server's request,
+    /// still unanswered, holds; the client would then take both for one request, and its late
+    /// answer to the old one would reach the new server as the answer to its own.
+    original: Option<String>,
+}
+
+/// `line` (a JSON object) with its `id` set to `id` (raw JSON); `None` if it is not one.
+fn with_id(line: &[u8], id: &str) -> Option<Vec<u8>> {
+    let mut v: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(line).ok()?;
+    v.insert("id".into(), serde_json::from_str(id).ok()?);
+    serde_json::to_vec(&v).ok()
+}
+
 fn error_line(id: &str, code: i64, message: &str) -> Vec<u8> {
     let message = serde_json::Value::String(message.to_owned());
     let mut line =
@@ -1166,15 +1187,44 @@ impl Session {
                     && let Some(id) = env.cancelled_id()
                 {
                     // The server need not answer a cancelled request: stop waiting for it.
-                    self.in_flight.remove(canonical_id(id).as_ref());
+                    let key = canonical_id(id).into_owned();
+                    if let Some(f) = self.in_flight.remove(&key) {
+                        match f.sent {
+                            // The child may go on working on it for a while (a server need
+                            // not stop at once): it still counts for --busy-grace, as a
+                            // timed-out request does, so a slow child is not taken for a hung
+                            // one and restarted.
+                            Some((g, sent)) if g == self.generation => {
+                                if self.expired.len() < MAX_SERVER_REQUESTS {
+                                    self.expired.insert(key, sent);
+                                }
+                            }
+                            // Still queued (a restart under way): it never reached a server.
+                            // It leaves the queue, nobody answers it (the client cancelled
+                            // it), and the cancellation is not sent on.
+                            None => {
+                                let before = self.queue.len();
+                                self.queue
+                                    .retain(|(_, q)| q.as_deref() != Some(key.as_str()));
+                                if self.queue.len() != before {
+                                    self.queue_bytes =
+                                        self.queue.iter().map(|(l, _)| l.len()).sum();
+                                    return;
+                                }
+                            }
+                            Some(_) => {}
+                        }
+                    }
                 }
                 line.push(b'\n');
                 self.deliver(line, None);
             }
             Kind::Response => {
-                if let Some(id) = env.id_text()
-                    && let Some(generation) = self.server_requests.remove(canonical_id(id).as_ref())
-                    && self.child.as_ref().map(|c| c.generation) != Some(generation)
+                let asked = env
+                    .id_text()
+                    .and_then(|id| self.server_requests.remove(canonical_id(id).as_ref()));
+                if let Some(r) = &asked
+                    && self.child.as_ref().map(|c| c.generation) != Some(r.generation)
                 {
                     // The child that asked is gone (restarting, or replaced already).
                     tracing::info!(
@@ -1184,6 +1234,12 @@ impl Session {
                 }
                 if self.fatal.is_some() {
                     return;
+                }
+                // A request the supervisor gave a new id: the server gets its own id back.
+                if let Some(original) = asked.and_then(|r| r.original)
+                    && let Some(restored) = with_id(&line, &original)
+                {
+                    line = restored;
                 }
                 line.push(b'\n');
                 self.deliver(line, None);
@@ -1314,17 +1370,49 @@ impl Session {
                 self.send_client(line);
             }
             Kind::Request => {
-                if let Some(id) = env.id_text().filter(|id| id.len() <= MAX_ID_LEN) {
+                let id = env
+                    .id_text()
+                    .filter(|id| id.len() <= MAX_ID_LEN)
+                    .map(str::to_owned);
+                if let Some(id) = id {
                     if self.server_requests.len() >= MAX_SERVER_REQUESTS {
                         // Unanswered ones pile up only if the client never replies: forget
                         // those of earlier children first, then all.
-                        self.server_requests.retain(|_, g| *g == generation);
+                        self.server_requests
+                            .retain(|_, r| r.generation == generation);
                         if self.server_requests.len() >= MAX_SERVER_REQUESTS {
                             self.server_requests.clear();
                         }
                     }
-                    self.server_requests
-                        .insert(canonical_id(id).into_owned(), generation);
+                    let key = canonical_id(&id).into_owned();
+                    let taken = self
+                        .server_requests
+                        .get(&key)
+                        .is_some_and(|r| r.generation != generation);
+                    if taken {
+                        // An earlier server's request, unanswered, has this id: the client is
+                        // shown another (restored in its answer, ServerRequest::original).
+                        self.counter += 1;
+                        let fresh = format!("\"mcpulse-supervise-{generation}-{}\"", self.counter);
+                        if let Some(rewritten) = with_id(&line, &fresh) {
+                            line = rewritten;
+                            self.server_requests.insert(
+                                canonical_id(&fresh).into_owned(),
+                                ServerRequest {
+                                    generation,
+                                    original: Some(id),
+                                },
+                            );
+                        }
+                    } else {
+                        self.server_requests.insert(
+                            key,
+                            ServerRequest {
+                                generation,
+                                original: None,
+                            },
+                        );
+                    }
                 }
                 line.push(b'\n');
                 self.send_client(line);
