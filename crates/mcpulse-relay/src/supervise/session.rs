@@ -761,21 +761,26 @@ impl Session {
             .filter(|(_, f)| f.sent.is_some_and(|(g, _)| g == generation))
             .map(|(id, _)| id.clone())
             .collect();
+        // Decided first, so that the requests lost say what comes next.
+        let draw = self.random.hash_one(self.counter ^ self.now_ms());
+        self.counter += 1;
+        let decision = self
+            .restarts
+            .went_down(&self.s.restart, self.now_ms(), draw);
+        let next = match &decision {
+            Decision::Restart { .. } => "it is being restarted",
+            Decision::GiveUp { .. } => "it will not be restarted: its restart budget is spent",
+        };
         for id in lost {
             if let Some(f) = self.in_flight.remove(&id) {
                 self.report_call(&f, CallOutcome::Lost);
                 let message = format!(
-                    "mcpulse supervise: the server {why} while this request was in flight; it is being restarted{tail}"
+                    "mcpulse supervise: the server {why} while this request was in flight; {next}{tail}"
                 );
                 self.answer_error(&id, codes::SERVER_RESTARTED, &message);
             }
         }
-        let draw = self.random.hash_one(self.counter ^ self.now_ms());
-        self.counter += 1;
-        match self
-            .restarts
-            .went_down(&self.s.restart, self.now_ms(), draw)
-        {
+        match decision {
             Decision::Restart { delay, attempt } => {
                 tracing::warn!(reason = %text::field(&why), delay_ms = delay.as_millis() as u64, attempt, "supervise: restarting the server");
                 self.observer.restart(&reason);
@@ -1063,8 +1068,10 @@ impl Session {
                     took.as_millis(),
                     if initialize {
                         "an initialize is not cancelled: the server may still complete it"
-                    } else {
+                    } else if f.sent.is_some_and(|(g, _)| g == self.generation) {
                         "it was cancelled in the server"
+                    } else {
+                        "it was still queued behind a restart and never reached the server"
                     }
                 ),
             );
