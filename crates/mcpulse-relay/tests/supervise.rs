@@ -947,7 +947,10 @@ async fn a_request_cancelled_while_queued_for_a_restart_never_reaches_a_server()
     assert!(ok["result"].is_object(), "{ok}");
     let lists = std::fs::read_to_string(&lists).unwrap_or_default();
     assert!(lists.contains("\"id\":6"), "{lists}");
-    assert!(!lists.contains("\"id\":5"), "the cancelled request was sent: {lists}");
+    assert!(
+        !lists.contains("\"id\":5"),
+        "the cancelled request was sent: {lists}"
+    );
     let (outcome, _) = c.close().await;
     assert_eq!(outcome.fatal, None);
     assert_all_gone(&[&pids]);
@@ -1116,6 +1119,28 @@ async fn a_too_long_reply_fails_its_own_request_found_by_its_top_level_id() {
     assert_eq!(rest.len(), 1, "{rest:?}");
     assert_eq!(rest[0]["id"], 5);
     assert_eq!(error_code(&rest[0]), codes::SERVER_RESTARTED);
+    assert_all_gone(&[&pids]);
+}
+
+#[tokio::test]
+async fn the_request_lost_in_the_crash_that_spends_the_budget_is_not_promised_a_restart() {
+    let dir = TempDir::new("lastcrash");
+    let pids = dir.join("pids");
+    let script = server(&pids, vec![("crash", vec![Act::Exit(1)])]).write(&dir, "s.sh");
+    let mut s = settings(&script);
+    s.restart.max_restarts = 0; // the first crash spends the budget
+    let mut c = Client::start(s);
+    c.initialize().await;
+    let lost = c.request(2, "crash", json!({})).await;
+    assert_eq!(error_code(&lost), codes::SERVER_RESTARTED, "{lost}");
+    let message = lost["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("it will not be restarted: its restart budget is spent"),
+        "{message}"
+    );
+    assert!(!message.contains("being restarted"), "{message}");
+    let (outcome, _) = c.close().await;
+    assert!(outcome.fatal.is_some());
     assert_all_gone(&[&pids]);
 }
 
