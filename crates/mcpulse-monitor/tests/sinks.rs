@@ -1702,3 +1702,42 @@ async fn outbox_over_loopback_retries_and_isolates_a_hanging_sink() {
         .unwrap()
         .unwrap();
 }
+
+#[tokio::test]
+async fn a_sinks_credentials_are_hidden_in_its_delivery_errors() {
+    // cargo sets CARGO_MANIFEST_DIR for the tests it runs: a variable of ours, passed on.
+    let value = std::env::var("CARGO_MANIFEST_DIR").unwrap();
+    let sink = SinkKind::Command {
+        argv: vec![
+            "sh".into(),
+            "-c".into(),
+            "echo \"login failed with token $CARGO_MANIFEST_DIR\" >&2; exit 1".into(),
+        ],
+        env: vec!["CARGO_MANIFEST_DIR".into()],
+    };
+    let e = mcpulse_monitor::sink::delivery::deliver(&sink, &down(), Duration::from_secs(5))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(!e.contains(&value), "{e}");
+    assert!(e.contains("login failed with token <redacted>"), "{e}");
+    // A Slack URL is a credential: an error that quotes it shows none of it.
+    let hook = FakeHttp::start(|_req: &mcpulse_testkit::http::Request| {
+        Reply::json(
+            404,
+            &json!({"error": "no_service http://127.0.0.1/services/T000/B000/XXXXsecretXXXX"}),
+        )
+    })
+    .await;
+    let url = format!("{}/services/T000/B000/XXXXsecretXXXX", hook.url(""));
+    let e = mcpulse_monitor::sink::delivery::deliver(
+        &SinkKind::Slack { url },
+        &down(),
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(!e.contains("XXXXsecretXXXX"), "{e}");
+    assert!(e.contains("HTTP 404"), "{e}");
+}

@@ -34,6 +34,56 @@ pub async fn deliver(
     alert: &Alert,
     timeout: Duration,
 ) -> Result<(), DeliveryError> {
+    attempt(sink, alert, timeout)
+        .await
+        .map_err(|e| e.hidden(&secrets_of(sink)))
+}
+
+/// The values a sink's errors must not show: its credentials (a Slack URL is one, its path the
+/// token; a PagerDuty routing key; a webhook's secret and header values; the values of the
+/// variables a command is passed), of at least
+/// [`mcpulse_wire::redact::ARGV_SECRET_MIN_LEN`] characters.
+fn secrets_of(sink: &SinkKind) -> mcpulse_wire::redact::Secrets {
+    let mut secrets = mcpulse_wire::redact::Secrets::default();
+    let mut add = |v: &str| {
+        if v.chars().count() >= mcpulse_wire::redact::ARGV_SECRET_MIN_LEN {
+            secrets.add(v);
+        }
+    };
+    match sink {
+        SinkKind::Webhook {
+            secret, headers, ..
+        } => {
+            if let Some(s) = secret {
+                add(s);
+            }
+            for (_, v) in headers {
+                add(v);
+                // `Bearer <token>`: the token alone too.
+                if let Some((_, token)) = v.split_once(' ') {
+                    add(token);
+                }
+            }
+        }
+        SinkKind::Slack { url } => {
+            add(url);
+            // The path's last segment is the token.
+            if let Some(token) = url.trim_end_matches('/').rsplit('/').next() {
+                add(token);
+            }
+        }
+        SinkKind::PagerDuty { routing_key, .. } => add(routing_key),
+        SinkKind::Alertmanager { .. } => {}
+        SinkKind::Command { env, .. } => {
+            for v in env.iter().filter_map(|k| std::env::var(k).ok()) {
+                add(&v);
+            }
+        }
+    }
+    secrets
+}
+
+async fn attempt(sink: &SinkKind, alert: &Alert, timeout: Duration) -> Result<(), DeliveryError> {
     let deadline = Instant::now() + timeout;
     match sink {
         SinkKind::Webhook {

@@ -159,6 +159,48 @@ pub enum DeliveryError {
 }
 
 impl DeliveryError {
+    /// The error with `secrets` hidden in what it quotes (a transport error naming the URL, a
+    /// sink's answer, a command's stderr echoing what it was passed): it is logged and stored
+    /// (the status page's alerts table shows it).
+    pub fn hidden(self, secrets: &mcpulse_wire::redact::Secrets) -> DeliveryError {
+        if secrets.is_empty() {
+            return self;
+        }
+        match self {
+            DeliveryError::Status {
+                status,
+                body,
+                retry_after_ms,
+            } => DeliveryError::Status {
+                status,
+                body: secrets.hide(&body),
+                retry_after_ms,
+            },
+            DeliveryError::Unreachable(m) => DeliveryError::Unreachable(secrets.hide(&m)),
+            DeliveryError::Invalid(m) => DeliveryError::Invalid(secrets.hide(&m)),
+            DeliveryError::Expired(m) => DeliveryError::Expired(secrets.hide(&m)),
+            DeliveryError::Spawn {
+                program,
+                message,
+                permanent,
+            } => DeliveryError::Spawn {
+                program,
+                message: secrets.hide(&message),
+                permanent,
+            },
+            DeliveryError::Exit {
+                program,
+                status,
+                stderr,
+            } => DeliveryError::Exit {
+                program,
+                status,
+                stderr: secrets.hide(&stderr),
+            },
+            other => other,
+        }
+    }
+
     /// Whether retrying cannot help (see the module docs).
     pub fn is_permanent(&self) -> bool {
         match self {
