@@ -188,6 +188,69 @@ impl Contract {
         Ok(c)
     }
 
+    /// Hides `secrets` in every string the contract holds (server facts, item keys and
+    /// definitions: a server may echo what it was given into a tool's description), and, when
+    /// that changed anything, computes its digests again from what it now says: the contract
+    /// kept, shown, diffed and written to a baseline is the hidden one, and a rotated secret is
+    /// no drift. Whether anything changed.
+    pub fn hide(&mut self, secrets: &mcpulse_wire::redact::Secrets) -> bool {
+        if secrets.is_empty() {
+            return false;
+        }
+        fn walk(v: &mut Value, secrets: &mcpulse_wire::redact::Secrets, changed: &mut bool) {
+            match v {
+                Value::String(s) => hide_str(s, secrets, changed),
+                Value::Array(a) => a.iter_mut().for_each(|v| walk(v, secrets, changed)),
+                Value::Object(m) => {
+                    // Keys too (a property named after a secret), rebuilding only if needed.
+                    if m.keys().any(|k| secrets.hide(k) != *k) {
+                        let old = std::mem::take(m);
+                        for (k, v) in old {
+                            m.insert(secrets.hide(&k), v);
+                        }
+                        *changed = true;
+                    }
+                    m.values_mut().for_each(|v| walk(v, secrets, changed));
+                }
+                _ => {}
+            }
+        }
+        fn hide_str(s: &mut String, secrets: &mcpulse_wire::redact::Secrets, changed: &mut bool) {
+            let hidden = secrets.hide(s);
+            if hidden != *s {
+                *s = hidden;
+                *changed = true;
+            }
+        }
+        let mut changed = false;
+        let f = &mut self.server;
+        for s in f
+            .era
+            .iter_mut()
+            .chain(f.protocol_version.iter_mut())
+            .chain(f.instructions.iter_mut())
+            .chain(f.supported_versions.iter_mut())
+        {
+            hide_str(s, secrets, &mut changed);
+        }
+        walk(&mut f.capabilities, secrets, &mut changed);
+        walk(&mut f.server_info, secrets, &mut changed);
+        for item in self
+            .tools
+            .iter_mut()
+            .chain(self.prompts.iter_mut())
+            .chain(self.resources.iter_mut())
+            .chain(self.resource_templates.iter_mut())
+        {
+            hide_str(&mut item.key, secrets, &mut changed);
+            walk(&mut item.definition, secrets, &mut changed);
+        }
+        if changed {
+            *self = self.resealed().0;
+        }
+        changed
+    }
+
     /// The contract with every digest computed again from its content, and each stored digest
     /// (or key) that did not match it.
     ///

@@ -993,11 +993,36 @@ mod tests {
             message: quoted.into(),
             evidence: vec![quoted.into()],
         });
+        // A tool that says what it was given, in its description: the contract the monitor
+        // keeps, shows and diffs.
+        let echoed = contract(&[
+            ("query", "Connected to postgres://app:s3cr3t-path@db/prod"),
+            ("other", "nothing to hide"),
+        ]);
+        let original_digest = echoed.digest.clone();
+        r.digests = Some(mcpulse_judge::report::Digests::of(&echoed));
+        r.contract = Some(echoed);
         let mut secrets = mcpulse_wire::redact::Secrets::default();
         secrets.add("s3cr3t-path");
         r.hide(&secrets);
         let text = serde_json::to_string(&r).unwrap();
         assert!(!text.contains("s3cr3t-path"), "{text}");
         assert!(text.contains("ok/<redacted>"), "{text}");
+        let hidden = r.contract.as_ref().unwrap();
+        let kept = Accepted::new(hidden);
+        assert!(!kept.text().contains("s3cr3t-path"), "{}", kept.text());
+        assert!(kept.text().contains("app:<redacted>@db"), "{}", kept.text());
+        // Its digests are of what it now says (so a baseline of it verifies), and the report's
+        // digests follow.
+        assert_ne!(hidden.digest, original_digest);
+        assert!(hidden.resealed().1.is_empty());
+        assert_eq!(r.digests.as_ref().unwrap().contract, hidden.digest);
+        // The same contract hidden the same way has the same digest: no drift.
+        let mut again = contract(&[
+            ("query", "Connected to postgres://app:s3cr3t-path@db/prod"),
+            ("other", "nothing to hide"),
+        ]);
+        again.hide(&secrets);
+        assert_eq!(again.digest, hidden.digest);
     }
 }

@@ -129,6 +129,13 @@ impl Report {
         for line in &mut self.stderr {
             secrets.hide_in(line);
         }
+        // The contract (kept, shown, diffed, written to a baseline) and so its digests.
+        if let Some(c) = &mut self.contract
+            && c.hide(secrets)
+            && self.digests.is_some()
+        {
+            self.digests = Some(Digests::of(c));
+        }
     }
 }
 
