@@ -412,24 +412,35 @@ async fn on_mcp(State(door): State<Arc<Door>>, mut req: Request) -> Response {
     }
     match &door.upstream {
         Upstream::Http(up) => {
-            // The cap holds for a body without Content-Length too: read here, whole (the relay
-            // reads it whole anyway), so that past the cap the answer is the same 413.
-            let (parts, body) = req.into_parts();
-            if parts.method != Method::POST {
-                return up.handle(Request::from_parts(parts, body)).await;
-            }
-            let bytes = match read_body(body, max).await {
-                Ok(b) => b,
-                Err(resp) => return resp,
-            };
-            up.handle(Request::from_parts(parts, axum::body::Body::from(bytes)))
-                .await
+            // The cap holds for a body without Content-Length too: the relay's read fails past
+            // it, and answers the same 413 (it finds the limit's error and this cap in the
+            // request's extensions: `MaxBody`).
+            let (mut parts, body) = req.into_parts();
+            parts.extensions.insert(MaxBody(max));
+            let body = axum::body::Body::new(http_body_util::Limited::new(body, max));
+            up.handle(Request::from_parts(parts, body)).await
         }
         Upstream::Stdio(up) => stdio_request(&door, up, req, version).await,
     }
 }
 
-fn too_large(max: usize) -> Response {
+/// The door's `max_body`, in a request's extensions for the HTTP relay, which reads the body.
+#[derive(Debug, Clone, Copy)]
+pub struct MaxBody(pub usize);
+
+/// Whether `e` (a body's read error) is, or was caused by, a [`http_body_util::Limited`] cap.
+pub(crate) fn over_limit(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if c.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
+}
+
+pub(crate) fn too_large(max: usize) -> Response {
     refuse(
         StatusCode::PAYLOAD_TOO_LARGE,
         -32000,
@@ -441,12 +452,8 @@ fn too_large(max: usize) -> Response {
 /// `Content-Length`; a body that breaks off (the client went away) `400`.
 async fn read_body(body: axum::body::Body, max: usize) -> Result<bytes::Bytes, Response> {
     axum::body::to_bytes(body, max).await.map_err(|e| {
-        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&e);
-        while let Some(c) = cause {
-            if c.is::<http_body_util::LengthLimitError>() {
-                return too_large(max);
-            }
-            cause = c.source();
+        if over_limit(&e) {
+            return too_large(max);
         }
         refuse(
             StatusCode::BAD_REQUEST,

@@ -170,8 +170,68 @@ pub struct HttpUpstream {
     inflight: Arc<Registry>,
 }
 
-/// The requests in flight by (session id, canonical request id) ([`Inflight`]).
-type Registry = Mutex<HashMap<(String, String), Arc<Notify>>>;
+/// The requests in flight, by a keyed hash of (session id, canonical request id)
+/// ([`Inflight`]): one hash a request, no key to allocate. The hash's keys are random per
+/// process (std's SipHash), so no client can make its request collide with another's.
+struct Registry {
+    map: Mutex<HashMap<u64, Arc<Notify>, std::hash::BuildHasherDefault<Prehashed>>>,
+    keys: std::collections::hash_map::RandomState,
+}
+
+impl Registry {
+    fn key(&self, session: &str, id: &str) -> u64 {
+        use std::hash::{BuildHasher, Hash, Hasher};
+        let mut h = self.keys.build_hasher();
+        session.hash(&mut h);
+        id.hash(&mut h);
+        h.finish()
+    }
+
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<
+        '_,
+        HashMap<u64, Arc<Notify>, std::hash::BuildHasherDefault<Prehashed>>,
+    > {
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry")
+            .field("in_flight", &self.lock().len())
+            .finish()
+    }
+}
+
+impl Default for Registry {
+    fn default() -> Registry {
+        Registry {
+            map: Mutex::default(),
+            keys: std::collections::hash_map::RandomState::new(),
+        }
+    }
+}
+
+/// The hasher of a map whose keys are hashes already: passes the `u64` through.
+#[derive(Default)]
+struct Prehashed(u64);
+
+impl std::hash::Hasher for Prehashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `write_u64` is used (a `u64` key); any other input still hashes, plainly.
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
 
 /// A request in flight in a legacy session, registered so that the client's
 /// `notifications/cancelled` for it (same session, same id) wakes it: the POST is then
@@ -180,14 +240,14 @@ type Registry = Mutex<HashMap<(String, String), Arc<Notify>>>;
 /// its client gone). Requests without a session are not registered: a stateless client's
 /// cancellation is its closed stream, and an id alone does not say whose request it is.
 pub(super) struct Inflight {
-    map: Arc<Registry>,
-    key: (String, String),
+    registry: Arc<Registry>,
+    key: u64,
     pub(super) cancelled: Arc<Notify>,
 }
 
 impl Drop for Inflight {
     fn drop(&mut self) {
-        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self.registry.lock();
         if map
             .get(&self.key)
             .is_some_and(|n| Arc::ptr_eq(n, &self.cancelled))
@@ -342,17 +402,19 @@ impl HttpUpstream {
         if call.method == Some("initialize") || call.own_probe {
             return None;
         }
-        let key = (session.to_owned(), key.clone());
-        let cancelled = Arc::new(Notify::new());
-        let mut map = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
-        // An id already in flight in the session (a client's mistake) stays the first's.
-        if map.len() >= MAX_INFLIGHT || map.contains_key(&key) {
+        let key = self.inflight.key(session, key);
+        let mut map = self.inflight.lock();
+        if map.len() >= MAX_INFLIGHT {
             return None;
         }
-        map.insert(key.clone(), cancelled.clone());
+        // An id already in flight in the session (a client's mistake) stays the first's.
+        let std::collections::hash_map::Entry::Vacant(slot) = map.entry(key) else {
+            return None;
+        };
+        let cancelled = slot.insert(Arc::new(Notify::new())).clone();
         drop(map);
         Some(Inflight {
-            map: self.inflight.clone(),
+            registry: self.inflight.clone(),
             key,
             cancelled,
         })
@@ -362,9 +424,8 @@ impl HttpUpstream {
     /// is in flight here (the notification is relayed to the upstream as ever).
     fn client_cancelled(&self, session: Option<&str>, id: &str) {
         let Some(session) = session else { return };
-        let key = (session.to_owned(), canonical_id(id).into_owned());
-        let map = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = map.get(&key) {
+        let key = self.inflight.key(session, &canonical_id(id));
+        if let Some(n) = self.inflight.lock().get(&key) {
             n.notify_one();
         }
     }
@@ -396,6 +457,13 @@ impl HttpUpstream {
         {
             Ok(b) => b.to_bytes(),
             Err(e) => {
+                // The door's cap (max_body), met while reading: its own 413.
+                if !e.is::<http_body_util::LengthLimitError>()
+                    && crate::serve::over_limit(&*e)
+                    && let Some(super::MaxBody(max)) = parts.extensions.get().copied()
+                {
+                    return super::too_large(max);
+                }
                 let too_large = e.is::<http_body_util::LengthLimitError>();
                 let (status, code, message) = if too_large {
                     (
