@@ -578,6 +578,7 @@ fn resolve(
         // Over an HTTP upstream the relay lists and answers the health tool itself.
         h.health_tool = health_tool.clone();
         h.keepalive = streams.keepalive;
+        h.max_body = Some(max_body);
     }
     let checks = crate::checks::resolve_all(&raw.checks).map_err(|(i, e)| {
         // The spans of a check's keys are not kept (CheckSpec is plain serde): point at its

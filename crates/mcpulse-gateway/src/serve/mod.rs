@@ -30,6 +30,7 @@ pub(crate) mod names {
     pub const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
     pub const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
     pub const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+    pub const X_ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
 }
 
 use crate::config::{self, Gateway};
@@ -413,20 +414,15 @@ async fn on_mcp(State(door): State<Arc<Door>>, mut req: Request) -> Response {
     match &door.upstream {
         Upstream::Http(up) => {
             // The cap holds for a body without Content-Length too: the relay's read fails past
-            // it, and answers the same 413 (it finds the limit's error and this cap in the
-            // request's extensions: `MaxBody`).
-            let (mut parts, body) = req.into_parts();
-            parts.extensions.insert(MaxBody(max));
+            // it, and answers the same 413 (it finds the limit's error among the causes, and
+            // this cap in its settings: `HttpSettings::max_body`).
+            let (parts, body) = req.into_parts();
             let body = axum::body::Body::new(http_body_util::Limited::new(body, max));
             up.handle(Request::from_parts(parts, body)).await
         }
         Upstream::Stdio(up) => stdio_request(&door, up, req, version).await,
     }
 }
-
-/// The door's `max_body`, in a request's extensions for the HTTP relay, which reads the body.
-#[derive(Debug, Clone, Copy)]
-pub struct MaxBody(pub usize);
 
 /// Whether `e` (a body's read error) is, or was caused by, a [`http_body_util::Limited`] cap.
 pub(crate) fn over_limit(e: &(dyn std::error::Error + 'static)) -> bool {

@@ -1814,7 +1814,10 @@ pub(crate) fn sse_response(
         axum::http::header::CACHE_CONTROL,
         HeaderValue::from_static("no-cache"),
     );
-    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    headers.insert(
+        super::names::X_ACCEL_BUFFERING,
+        HeaderValue::from_static("no"),
+    );
     if let Some(sid) = session.and_then(|s| HeaderValue::from_str(s).ok()) {
         headers.insert("mcp-session-id", sid);
     }

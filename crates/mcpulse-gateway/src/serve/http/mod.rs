@@ -81,6 +81,9 @@ pub struct HttpSettings {
     /// The values the config's `${VAR}`s put in `url`: hidden wherever the URL is shown (a
     /// token in a path has no name to go by), [`HttpSettings::label`].
     pub secrets: mcpulse_wire::redact::Secrets,
+    /// The door's `max_body`, when a door caps request bodies before the relay reads them:
+    /// met while reading (no `Content-Length`), the relay answers the door's 413.
+    pub max_body: Option<usize>,
 }
 
 impl HttpSettings {
@@ -98,6 +101,7 @@ impl HttpSettings {
             reply_timeout: DEFAULT_REPLY_TIMEOUT,
             keepalive: Some(mcpulse_policy::keepalive::DEFAULT_INTERVAL),
             secrets: mcpulse_wire::redact::Secrets::default(),
+            max_body: None,
         }
     }
 
@@ -208,7 +212,12 @@ impl std::fmt::Debug for Registry {
 impl Default for Registry {
     fn default() -> Registry {
         Registry {
-            map: Mutex::default(),
+            // Room for the usual requests in flight, so that inserting and removing one a
+            // request does not keep rehashing a tiny table in place.
+            map: Mutex::new(HashMap::with_capacity_and_hasher(
+                64,
+                std::hash::BuildHasherDefault::default(),
+            )),
             keys: std::collections::hash_map::RandomState::new(),
         }
     }
@@ -272,14 +281,21 @@ pub(super) async fn unless_cancelled<T>(
     cancel: Option<&Notify>,
     fut: impl std::future::Future<Output = T>,
 ) -> Option<T> {
-    match cancel {
-        None => Some(fut.await),
-        Some(n) => tokio::select! {
-            biased;
-            t = fut => Some(t),
-            () = n.notified() => None,
-        },
-    }
+    let Some(n) = cancel else {
+        return Some(fut.await);
+    };
+    // By hand, not `select!`: the request first, the notification only while it waits (this
+    // wraps every relayed request of a session).
+    let notified = n.notified();
+    let mut notified = std::pin::pin!(notified);
+    let mut fut = std::pin::pin!(fut);
+    std::future::poll_fn(|cx| {
+        if let std::task::Poll::Ready(t) = fut.as_mut().poll(cx) {
+            return std::task::Poll::Ready(Some(t));
+        }
+        notified.as_mut().poll(cx).map(|()| None)
+    })
+    .await
 }
 
 /// The message a request cancelled by its client is answered with (as over stdio).
@@ -460,7 +476,7 @@ impl HttpUpstream {
                 // The door's cap (max_body), met while reading: its own 413.
                 if !e.is::<http_body_util::LengthLimitError>()
                     && crate::serve::over_limit(&*e)
-                    && let Some(super::MaxBody(max)) = parts.extensions.get().copied()
+                    && let Some(max) = self.settings.max_body
                 {
                     return super::too_large(max);
                 }

@@ -151,7 +151,7 @@ pub async fn respond(
     if sse {
         // As over stdio: a reverse proxy in front (nginx) must not buffer the stream.
         head.insert(
-            http::HeaderName::from_static("x-accel-buffering"),
+            super::names::X_ACCEL_BUFFERING,
             http::HeaderValue::from_static("no"),
         );
     }
