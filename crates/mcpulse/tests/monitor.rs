@@ -1875,14 +1875,16 @@ async fn hostile_server_text_and_imported_names_reach_the_log_inert() {
         ),
         "{log}"
     );
-    // The server's error message is in the reason, escaped and quoted.
+    // The server's error message is in the reason: made inert when the monitor wrote the
+    // check's summary (its escapes visible), then quoted by the log's logfmt (which escapes
+    // their backslashes once more: a logfmt reader gets `\x1b` back).
     assert!(
         log.contains(
-            "reason=\"handshake-failed: initialize was rejected: -32000 evil\\x1b]0;pwned\\x07"
+            "reason=\"handshake-failed: initialize was rejected: -32000 evil\\\\x1b]0;pwned\\\\x07"
         ),
         "{log}"
     );
-    assert!(log.contains("\\n\u{2714} healthy  forged\\n2026-12-01T00:00:00Z  INFO alert target=prod kind=recovered\\r\\u{9b}31mred\\u{202e}txt.exe\\u{200b}"), "{log}");
+    assert!(log.contains("\\\\n\u{2714} healthy  forged\\\\n2026-12-01T00:00:00Z  INFO alert target=prod kind=recovered\\\\r\\\\u{9b}31mred\\\\u{202e}txt.exe\\\\u{200b}"), "{log}");
 }
 
 /// Issue #14 item 7: an imported server the config would refuse is left out with a warning
