@@ -159,6 +159,15 @@ impl Client {
         input.write_all(format!("{v}\n").as_bytes()).await.unwrap();
     }
 
+    /// One line as written (a spelling `json!` would normalise).
+    async fn send_raw(&mut self, line: &str) {
+        let input = self.input.as_mut().unwrap();
+        input
+            .write_all(format!("{line}\n").as_bytes())
+            .await
+            .unwrap();
+    }
+
     async fn recv(&mut self) -> Value {
         let line = tokio::time::timeout(WAIT, self.output.next_line())
             .await
@@ -951,6 +960,32 @@ async fn a_request_cancelled_while_queued_for_a_restart_never_reaches_a_server()
         !lists.contains("\"id\":5"),
         "the cancelled request was sent: {lists}"
     );
+    let (outcome, _) = c.close().await;
+    assert_eq!(outcome.fatal, None);
+    assert_all_gone(&[&pids]);
+}
+
+#[tokio::test]
+async fn a_float_id_echoed_as_an_integer_still_finds_its_request() {
+    let dir = TempDir::new("float-id");
+    let pids = dir.join("pids");
+    // A JavaScript server parses `1.0` and echoes `1`.
+    let script = server(
+        &pids,
+        vec![(
+            "whole",
+            vec![Act::Stdout(
+                r#"{"jsonrpc":"2.0","id":1,"result":{"ok":true}}"#.into(),
+            )],
+        )],
+    )
+    .write(&dir, "s.sh");
+    let mut c = Client::start(settings(&script));
+    c.initialize().await;
+    c.send_raw(r#"{"jsonrpc":"2.0","id":1.0,"method":"whole"}"#)
+        .await;
+    let reply = c.recv().await;
+    assert_eq!(reply["result"]["ok"], true, "{reply}");
     let (outcome, _) = c.close().await;
     assert_eq!(outcome.fatal, None);
     assert_all_gone(&[&pids]);

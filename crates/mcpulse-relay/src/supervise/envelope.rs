@@ -227,8 +227,9 @@ impl<'a> Envelope<'a> {
 }
 
 /// An id as the relay keys it: two spellings of one JSON value (`"caf\u00e9"` and `"café"`,
-/// `"a\/b"` and `"a/b"`, `1e2` and `100.0`) give one key, since a server may re-encode the id
-/// it echoes. The common case (a string without escapes, an integer) is returned as it is.
+/// `"a\/b"` and `"a/b"`, `1e2`, `100.0` and `100`) give one key, since a server may re-encode
+/// the id it echoes (a JavaScript server echoes `1.0` as `1`). The common case (a string
+/// without escapes, an integer) is returned as it is.
 pub fn canonical_id(raw: &str) -> Cow<'_, str> {
     let plain = !raw.contains('\\')
         && (raw.starts_with('"') || raw.bytes().all(|b| b.is_ascii_digit() || b == b'-'));
@@ -236,6 +237,18 @@ pub fn canonical_id(raw: &str) -> Cow<'_, str> {
         return Cow::Borrowed(raw);
     }
     match serde_json::from_str::<serde_json::Value>(raw) {
+        // A whole number written as a float is the integer's key (exactly representable ones:
+        // below 2^53).
+        Ok(serde_json::Value::Number(n))
+            if n.as_f64()
+                .is_some_and(|f| f.fract() == 0.0 && f.abs() < 9_007_199_254_740_992.0)
+                && !n.is_i64()
+                && !n.is_u64() =>
+        {
+            #[allow(clippy::cast_possible_truncation)]
+            let whole = n.as_f64().map_or(0, |f| f as i64);
+            Cow::Owned(whole.to_string())
+        }
         Ok(v) => Cow::Owned(v.to_string()),
         Err(_) => Cow::Borrowed(raw),
     }
@@ -290,6 +303,13 @@ mod tests {
         assert_eq!(canonical_id(r#""a\"b""#), r#""a\"b""#);
         assert_eq!(canonical_id("-42"), "-42");
         assert_eq!(canonical_id("1e2"), canonical_id("100.0"));
+        // A whole float is the integer (a JavaScript server echoes `1.0` as `1`).
+        assert_eq!(canonical_id("1.0"), "1");
+        assert_eq!(canonical_id("1e2"), "100");
+        assert_eq!(canonical_id("-3.0"), "-3");
+        assert_eq!(canonical_id("-0.0"), "0");
+        assert_eq!(canonical_id("1.5"), "1.5");
+        assert_eq!(canonical_id("1e300"), canonical_id("1.0e300"));
     }
 
     #[test]
