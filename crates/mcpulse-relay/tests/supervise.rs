@@ -992,6 +992,42 @@ async fn a_float_id_echoed_as_an_integer_still_finds_its_request() {
 }
 
 #[tokio::test]
+async fn the_relay_goes_on_while_a_hung_server_is_being_stopped() {
+    let dir = TempDir::new("slow-stop");
+    let pids = dir.join("pids");
+    // `hang` stops reading and ignores SIGTERM: its stop takes 2 × stop_grace and a SIGKILL.
+    let script = server(&pids, vec![("hang", vec![Act::Hang])]).write(&dir, "s.sh");
+    let mut s = settings(&script);
+    s.stop_grace = Duration::from_millis(1500);
+    s.timeouts = Timeouts {
+        request: Some(Duration::from_millis(300)),
+        tools: Vec::new(),
+    };
+    let mut c = Client::start(s);
+    c.initialize().await;
+    c.send(json!({"jsonrpc": "2.0", "method": "hang"})).await;
+    // Heartbeats fail; the restart begins, and the hung server's stop takes about 3 s.
+    let until = std::time::Instant::now() + WAIT;
+    while !c.seen.all().iter().any(|s| matches!(s, Seen::Restart(_))) {
+        assert!(std::time::Instant::now() < until, "{:?}", c.seen.all());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // A request meanwhile waits in the queue, and its 300 ms deadline is kept: the loop does
+    // not wait out the old server's stop (it did: the answer came after the stop, ~3 s).
+    let asked = std::time::Instant::now();
+    let reply = c.request(9, "tools/list", json!({})).await;
+    assert_eq!(error_code(&reply), codes::REQUEST_TIMEOUT, "{reply}");
+    assert!(
+        asked.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        asked.elapsed()
+    );
+    let (outcome, _) = c.close().await;
+    assert_eq!(outcome.fatal, None);
+    assert_all_gone(&[&pids]);
+}
+
+#[tokio::test]
 async fn a_restarted_servers_request_reusing_an_unanswered_id_is_shown_a_new_one() {
     let dir = TempDir::new("reused-id");
     let pids = dir.join("pids");

@@ -499,6 +499,9 @@ fn epoch_ms() -> i64 {
 
 /// A JSON-RPC error reply line (newline included). `id` is raw JSON; `message` is ours but may
 /// quote the server (its stderr, its exit): the caller has made it inert.
+/// How often a restart waiting for the previous child's stop looks again.
+const STOP_POLL: Duration = Duration::from_millis(20);
+
 /// A server→client request the client has not answered yet.
 #[derive(Debug, Clone)]
 struct ServerRequest {
@@ -904,6 +907,13 @@ impl Session {
     async fn timers(&mut self) {
         let now = Instant::now();
         if self.backoff_until.is_some_and(|t| t <= now) && self.fatal.is_none() {
+            // The previous child's stop (up to 2 × stop_grace and the kill) may outlast the
+            // backoff: the loop must not wait for it here, or signals, request deadlines and
+            // the client's input all stall meanwhile. Looked at again shortly.
+            if self.stopping.iter().any(|stop| !stop.is_finished()) {
+                self.backoff_until = Some(now + STOP_POLL);
+                return;
+            }
             self.start().await;
             return;
         }
