@@ -650,42 +650,12 @@ mod tests {
         assert!(t.contains("# UNIT mcpulse_gateway_request_duration_seconds seconds"));
     }
 
-    /// Collects the fields of the events logged while it is the default subscriber.
-    struct Lines(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
-
-    impl tracing::Subscriber for Lines {
-        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-            true
-        }
-        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-            tracing::span::Id::from_u64(1)
-        }
-        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-        fn event(&self, event: &tracing::Event<'_>) {
-            // Strings as they are, not through `Debug` (which would escape a line break itself
-            // and hide whether the gateway made the value inert): what reaches a formatter.
-            struct Fields(String);
-            impl tracing::field::Visit for Fields {
-                fn record_str(&mut self, f: &tracing::field::Field, v: &str) {
-                    self.0.push_str(&format!("{}={v} ", f.name()));
-                }
-                fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
-                    self.0.push_str(&format!("{}={v:?} ", f.name()));
-                }
-            }
-            let mut fields = Fields(format!("{} ", event.metadata().level()));
-            event.record(&mut fields);
-            self.0.lock().unwrap().push(fields.0);
-        }
-        fn enter(&self, _: &tracing::span::Id) {}
-        fn exit(&self, _: &tracing::span::Id) {}
-    }
-
     #[test]
     fn the_request_log_line_is_inert_and_holds_no_arguments() {
-        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        tracing::subscriber::with_default(Lines(lines.clone()), || {
+        // String fields as recorded (not through Debug, which would escape a line break
+        // itself and hide whether the gateway made the value inert).
+        let logs = mcpulse_testkit::logs::Capture::new();
+        tracing::subscriber::with_default(logs.clone(), || {
             log_request(
                 "tools/call",
                 Some("evil\n2026-01-01 INFO forged\u{1b}[2J"),
@@ -693,16 +663,20 @@ mod tests {
                 Outcome::ToolError,
             );
         });
-        let lines = lines.lock().unwrap();
-        assert_eq!(lines.len(), 1);
-        let line = &lines[0];
-        assert!(line.starts_with("INFO "), "{line}");
-        assert!(line.contains("method=tools/call "), "{line}");
-        assert!(line.contains("duration_ms=1.5"), "{line}");
-        assert!(line.contains("outcome=tool_error "), "{line}");
+        let events = logs.events();
+        assert_eq!(events.len(), 1);
+        let e = &events[0];
+        assert_eq!(e.level, "INFO");
+        assert_eq!(e.field("method"), Some("tools/call"));
+        assert_eq!(e.field("duration_ms"), Some("1.5"));
+        assert_eq!(e.field("outcome"), Some("tool_error"));
         // The tool name reaches the formatter already inert: its escapes visible, one line.
-        assert!(line.contains("tool=evil"), "{line}");
-        assert!(line.contains("INFO forged"), "{line}");
+        let tool = e.field("tool").unwrap_or_default();
+        assert!(
+            tool.starts_with("evil") && tool.contains("INFO forged"),
+            "{tool}"
+        );
+        let line = e.line();
         assert!(!line.contains('\n') && !line.contains('\u{1b}'), "{line:?}");
     }
 

@@ -22,6 +22,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 pub mod http;
+pub mod logs;
 pub mod mcp;
 pub mod posture;
 pub mod run;

@@ -954,41 +954,16 @@ mod tests {
         assert_eq!(none.tail(10), "");
     }
 
-    /// Collects the `line` field of `child_stderr` events.
-    struct StderrLines(Arc<Mutex<Vec<String>>>);
-
-    impl tracing::Subscriber for StderrLines {
-        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-            true
-        }
-        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-            tracing::span::Id::from_u64(1)
-        }
-        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-        fn event(&self, event: &tracing::Event<'_>) {
-            struct Line(Option<String>);
-            impl tracing::field::Visit for Line {
-                fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
-                    if f.name() == "line" {
-                        self.0 = Some(format!("{v:?}"));
-                    }
-                }
-            }
-            let mut line = Line(None);
-            event.record(&mut line);
-            if let Some(l) = line.0 {
-                self.0.lock().unwrap_or_else(|p| p.into_inner()).push(l);
-            }
-        }
-        fn enter(&self, _: &tracing::span::Id) {}
-        fn exit(&self, _: &tracing::span::Id) {}
-    }
-
     #[tokio::test]
     async fn stderr_as_log_lines_is_inert_cut_and_hides_secrets() {
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let _guard = tracing::subscriber::set_default(StderrLines(lines.clone()));
+        let logs = mcpulse_testkit::logs::Capture::new();
+        let _guard = tracing::subscriber::set_default(logs.clone());
+        let lines = || -> Vec<String> {
+            logs.events()
+                .iter()
+                .filter_map(|e| e.field("line").map(str::to_owned))
+                .collect()
+        };
         let mut secrets = mcpulse_wire::redact::Secrets::default();
         secrets.add("hunter2hunter2");
         let script = format!(
@@ -1016,11 +991,11 @@ mod tests {
             }
         }
         let until = Instant::now() + Duration::from_secs(5);
-        while lines.lock().unwrap().len() < 5 && Instant::now() < until {
+        while lines().len() < 5 && Instant::now() < until {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         child.stop(Duration::from_millis(100)).await;
-        let lines = lines.lock().unwrap().clone();
+        let lines = lines();
         assert_eq!(lines.len(), 5, "{lines:?} ring: {:?}", ring.tail(200));
         assert_eq!(lines[0], "one");
         assert!(
