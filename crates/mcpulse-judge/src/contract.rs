@@ -203,7 +203,9 @@ impl Contract {
                 Value::Array(a) => a.iter_mut().for_each(|v| walk(v, secrets, changed)),
                 Value::Object(m) => {
                     // Keys too (a property named after a secret), rebuilding only if needed.
-                    if m.keys().any(|k| secrets.hide(k) != *k) {
+                    if m.keys()
+                        .any(|k| secrets.appears_in(k) && secrets.hide(k) != *k)
+                    {
                         let old = std::mem::take(m);
                         for (k, v) in old {
                             m.insert(secrets.hide(&k), v);
@@ -216,10 +218,13 @@ impl Contract {
             }
         }
         fn hide_str(s: &mut String, secrets: &mcpulse_wire::redact::Secrets, changed: &mut bool) {
-            let hidden = secrets.hide(s);
-            if hidden != *s {
-                *s = hidden;
-                *changed = true;
+            // Most strings hold no secret: looked for first, without allocating.
+            if secrets.appears_in(s) {
+                let hidden = secrets.hide(s);
+                if hidden != *s {
+                    *s = hidden;
+                    *changed = true;
+                }
             }
         }
         let mut changed = false;

@@ -133,6 +133,13 @@ impl Secrets {
         out
     }
 
+    /// Whether any secret value occurs in `text`: a check without allocating, for walks over
+    /// many strings. `false` means [`Secrets::hide`] would leave `text` as it is (`true` does
+    /// not mean it would change it: a secret inside a `<redacted>` already there).
+    pub fn appears_in(&self, text: &str) -> bool {
+        self.0.iter().any(|s| text.contains(s.as_str()))
+    }
+
     /// Hides secrets in `text` in place.
     pub fn hide_in(&self, text: &mut String) {
         if !self.0.is_empty() {
