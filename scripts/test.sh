@@ -5,8 +5,8 @@
 #      quick when they are already there);
 #   2. scripts/ci-packages.sh installs the Debian packages the tests run: prometheus and
 #      prometheus-alertmanager (crates/mcpulse/tests/prometheus.rs, scaleout.rs), sqlite3
-#      (history.rs), zsh, fish, groff-base, systemd (systemd-analyze) and python3-yaml
-#      (packaging.rs) (a quick dpkg check when they are there; installing them needs root: run
+#      (history.rs), chromium (browser.rs), zsh, fish, groff-base, systemd (systemd-analyze)
+#      and python3-yaml (packaging.rs) (a quick dpkg check when they are there; installing them needs root: run
 #      this as root, or run `sudo scripts/ci-packages.sh` once);
 #   3. every test of the workspace, with Cargo.lock as committed.
 # Extra arguments go to `cargo test` (e.g. scripts/test.sh -p mcpulse --test interop).

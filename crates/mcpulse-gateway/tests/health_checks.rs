@@ -304,8 +304,10 @@ async fn the_upstreams_health_tool_is_folded_in() {
 /// failure_threshold runs, not before, and recovers after success_threshold.
 #[tokio::test]
 async fn the_runner_caches_results_with_their_thresholds() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
+    // Held while the listener is gone too: no other test is handed the port meanwhile.
+    let port = mcpulse_testkit::port::KeptPort::new();
+    let listener = port.listen();
+    let addr = port.addr();
     let c = check(&format!(
         "name = \"db\"\nkind = \"tcp\"\ntarget = \"{addr}\"\ninterval = \"1s\"\ntimeout = \"500ms\"\nfailure_threshold = 2\nsuccess_threshold = 2"
     ));
@@ -340,7 +342,7 @@ async fn the_runner_caches_results_with_their_thresholds() {
     // One failure flips nothing; the second in a row does.
     assert_eq!(after_runs(2).await, CheckStatus::Pass);
     assert_eq!(after_runs(3).await, CheckStatus::Fail);
-    let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+    let listener = port.listen();
     // Recovery takes two successes in a row too.
     assert_eq!(after_runs(4).await, CheckStatus::Fail);
     assert_eq!(after_runs(5).await, CheckStatus::Pass);

@@ -373,8 +373,10 @@ fn little_upstream(listener: tokio::net::TcpListener) -> (watch::Sender<bool>, J
 /// back, a reconnect (after the backoff delay) makes requests flow again and is counted.
 #[tokio::test]
 async fn an_upstream_that_goes_down_answers_fast_and_works_again_when_back() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
+    // Held while the upstream is down too: no other test is handed the port meanwhile.
+    let port = mcpulse_testkit::port::KeptPort::new();
+    let listener = port.listen();
+    let addr = port.addr();
     let (stop, task) = little_upstream(listener);
     let gw = gateway(settings(format!("http://{addr}/mcp"))).await;
     let ok = post(&gw, &[], &request(1, "tools/list", json!({}))).await;
@@ -424,8 +426,7 @@ async fn an_upstream_that_goes_down_answers_fast_and_works_again_when_back() {
     assert_eq!(gw.shared.upstream().reconnects, 0);
 
     // Back on the same port: within a few backoff delays requests flow again.
-    let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
-    let (_stop, _task) = little_upstream(listener);
+    let (_stop, _task) = little_upstream(port.listen());
     let deadline = Instant::now() + BOUND;
     loop {
         let a = post(&gw, &[], &request(9, "tools/list", json!({}))).await;

@@ -14,7 +14,8 @@
 //!   database is down, a broken `outputSchema`, a silent tool, a destructive one), served
 //!   over stdio and Streamable HTTP;
 //! - [`tls`]: a throwaway CA issuing certificates with any validity period, for HTTPS fakes;
-//! - [`run`]: running the binary under test with a bound on its time.
+//! - [`run`]: running the binary under test with a bound on its time;
+//! - [`port`]: a loopback port held for a server that goes away and comes back on it.
 //!
 //! It owns no assertions about mcpulse: tests do. Nothing here binds a fixed port, reads the
 //! environment, or outlives its owner: servers stop and temp dirs go when dropped.
@@ -24,6 +25,7 @@
 pub mod http;
 pub mod logs;
 pub mod mcp;
+pub mod port;
 pub mod posture;
 pub mod run;
 pub mod scenario;

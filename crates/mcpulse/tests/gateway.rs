@@ -461,14 +461,15 @@ async fn a_sigkilled_gateway_leaves_no_child_or_grandchild_behind() {
 /// closes each connection (all a `tcp` check asks); down, the listener is dropped and the port
 /// refuses connections.
 struct Dependency {
-    port: u16,
+    /// Held while the dependency is down too: no other test is handed the port meanwhile.
+    port: mcpulse_testkit::port::KeptPort,
     accept: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Dependency {
     async fn start() -> Dependency {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
+        let port = mcpulse_testkit::port::KeptPort::new();
+        let listener = port.listen();
         Dependency {
             port,
             accept: Some(tokio::spawn(Dependency::serve(listener))),
@@ -488,19 +489,9 @@ impl Dependency {
         }
     }
 
-    /// Binds the same port again (retried briefly: the old socket may linger a moment).
+    /// Listens on the same port again.
     async fn restore(&mut self) {
-        let until = std::time::Instant::now() + Duration::from_secs(5);
-        let listener = loop {
-            match tokio::net::TcpListener::bind(("127.0.0.1", self.port)).await {
-                Ok(l) => break l,
-                Err(e) if std::time::Instant::now() < until => {
-                    eprintln!("rebinding {}: {e}; retrying", self.port);
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                Err(e) => panic!("rebinding {}: {e}", self.port),
-            }
-        };
+        let listener = self.port.listen();
         self.accept = Some(tokio::spawn(Dependency::serve(listener)));
     }
 }
@@ -639,7 +630,7 @@ async fn watch_a_gateway_lose_a_dependency(critical: bool) {
                 "echo $$$$ >> '{}'; exec \"$0\" demo-server stdio",
                 pids.display()
             ),
-            port = dep.port
+            port = dep.port.port()
         ),
     )
     .unwrap();

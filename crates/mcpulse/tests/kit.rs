@@ -31,14 +31,15 @@ const BOUND: Duration = Duration::from_secs(30);
 /// The TCP dependency: a listener the test holds on a port of its own, accepting and dropping
 /// connections; stopping it refuses them, restoring it binds the same port again.
 struct Dependency {
-    port: u16,
+    /// Held while the dependency is down too: no other test is handed the port meanwhile.
+    port: mcpulse_testkit::port::KeptPort,
     task: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Dependency {
     async fn start() -> Dependency {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = l.local_addr().unwrap().port();
+        let port = mcpulse_testkit::port::KeptPort::new();
+        let l = port.listen();
         Dependency {
             port,
             task: Some(Self::accept(l)),
@@ -58,9 +59,7 @@ impl Dependency {
         }
     }
     async fn restore(&mut self) {
-        let l = tokio::net::TcpListener::bind(("127.0.0.1", self.port))
-            .await
-            .unwrap();
+        let l = self.port.listen();
         self.task = Some(Self::accept(l));
     }
 }
@@ -76,7 +75,7 @@ impl Drop for Dependency {
 async fn start_example(dep: &Dependency, flag: &std::path::Path, plain: bool) -> example::Running {
     example::serve(example::Options {
         listen: "127.0.0.1:0".parse().unwrap(),
-        db: format!("127.0.0.1:{}", dep.port).parse().unwrap(),
+        db: format!("127.0.0.1:{}", dep.port.port()).parse().unwrap(),
         broken_flag: flag.to_owned(),
         plain,
         check_every: Duration::from_millis(200),

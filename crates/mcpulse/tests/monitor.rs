@@ -128,15 +128,16 @@ fn free_port() -> u16 {
 /// connection through it (the port refuses connections, as a dead server's does); restoring
 /// it binds the same port again.
 struct Killable {
-    port: u16,
+    /// Held while the server is down too: no other test is handed the port meanwhile.
+    port: mcpulse_testkit::port::KeptPort,
     backend: SocketAddr,
     front: Option<JoinHandle<()>>,
 }
 
 impl Killable {
     async fn start(backend: SocketAddr) -> Killable {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
+        let port = mcpulse_testkit::port::KeptPort::new();
+        let listener = port.listen();
         Killable {
             port,
             backend,
@@ -145,7 +146,7 @@ impl Killable {
     }
 
     fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/mcp", self.port)
+        format!("http://127.0.0.1:{}/mcp", self.port.port())
     }
 
     async fn kill(&mut self) {
@@ -156,17 +157,7 @@ impl Killable {
     }
 
     async fn restore(&mut self) {
-        let until = Instant::now() + Duration::from_secs(5);
-        let listener = loop {
-            match TcpListener::bind(("127.0.0.1", self.port)).await {
-                Ok(l) => break l,
-                Err(e) if Instant::now() < until => {
-                    eprintln!("rebinding port {}: {e}; retrying", self.port);
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                Err(e) => panic!("rebinding port {}: {e}", self.port),
-            }
-        };
+        let listener = self.port.listen();
         self.front = Some(tokio::spawn(forward(listener, self.backend)));
     }
 }
