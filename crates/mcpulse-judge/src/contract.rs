@@ -538,6 +538,8 @@ pub fn whole_digest(c: &Contract) -> String {
 }
 
 fn items_of(kind: Kind, raw: &[&Value]) -> Vec<Item> {
+    // What `$ref` expansions may add to this contract (only tools resolve refs).
+    let mut expansions = EXPANSION_BUDGET;
     let mut items: Vec<Item> = raw
         .iter()
         .map(|v| {
@@ -548,7 +550,7 @@ fn items_of(kind: Kind, raw: &[&Value]) -> Vec<Item> {
                 for key in ["inputSchema", "outputSchema"] {
                     if let Some(schema) = obj.get_mut(key) {
                         if has_ref(schema) {
-                            *schema = resolve_refs(schema);
+                            *schema = resolve_refs_within(schema, &mut expansions);
                         } else if let Some(o) = schema.as_object_mut() {
                             // What `resolve_refs` does to a schema without refs, without
                             // copying it.
@@ -643,15 +645,29 @@ fn has_ref(v: &Value) -> bool {
 
 /// Resolves local `$ref`s (`#/...` JSON pointers) within one schema, so that moving a
 /// definition into `$defs` is not drift while changing it is. Cycles and unresolvable refs are
-/// left as they are; `$defs`/`definitions` are dropped once every ref resolved.
+/// left as they are; `$defs`/`definitions` are dropped once every ref resolved. Within the
+/// bounds of [`resolve_refs_within`], with a budget of its own.
 pub fn resolve_refs(schema: &Value) -> Value {
+    let mut left = EXPANSION_BUDGET;
+    resolve_refs_within(schema, &mut left)
+}
+
+/// [`resolve_refs`], its expansions charged to `left` (estimated heap bytes, shared by every
+/// schema of one contract). A ref is left as it is when expanding it would overdraw `left`,
+/// nest the schema deeper than [`MAX_RESOLVED_DEPTH`], or pass [`MAX_EXPANSIONS`]: each
+/// expansion is a copy of its target, so a schema of a few hundred kilobytes (1,000 refs to
+/// one definition of 100,000 values) would otherwise resolve to gigabytes, and a chain of
+/// definitions to a value nested too deep to be read back from a baseline.
+pub fn resolve_refs_within(schema: &Value, left: &mut usize) -> Value {
     let mut r = Resolver {
         root: schema,
         active: Vec::new(),
         budget: MAX_EXPANSIONS,
         unresolved: false,
+        left,
+        sizes: std::collections::HashMap::new(),
     };
-    let mut out = r.resolve(schema);
+    let mut out = r.resolve(schema, 0);
     if !r.unresolved
         && let Some(obj) = out.as_object_mut()
     {
@@ -665,35 +681,82 @@ pub fn resolve_refs(schema: &Value) -> Value {
 /// referring twice to the next) costs this much and no more.
 const MAX_EXPANSIONS: usize = 1000;
 
-struct Resolver<'a> {
+/// What `$ref` expansions may add to one contract, in estimated heap bytes
+/// ([`mcpulse_wire::json::Cost`]): 8 MiB (docs/probe.md, "Memory").
+pub const EXPANSION_BUDGET: usize = 8 << 20;
+
+/// The deepest a resolved schema may nest (levels below the schema itself): a baseline nests
+/// a schema 3 levels down, and is read back with serde_json's limit of 128.
+pub const MAX_RESOLVED_DEPTH: usize = 100;
+
+struct Resolver<'a, 'b> {
     root: &'a Value,
     /// The refs being expanded: a ref met again inside itself is a cycle and stays a `$ref`.
     active: Vec<String>,
     budget: usize,
     unresolved: bool,
+    left: &'b mut usize,
+    /// Each target's estimated cost and depth, measured once.
+    sizes: std::collections::HashMap<String, (usize, usize)>,
 }
 
-impl Resolver<'_> {
-    fn resolve(&mut self, v: &Value) -> Value {
+/// A value's estimated heap cost ([`mcpulse_wire::json::Cost`], its own slot included) and
+/// depth (1 for a scalar).
+fn cost_and_depth(v: &Value) -> (usize, usize) {
+    use mcpulse_wire::json::Cost;
+    const SLOT: usize = 32;
+    match v {
+        Value::String(s) => (SLOT + Cost::string(s.len()), 1),
+        Value::Array(a) => a
+            .iter()
+            .fold((SLOT + Cost::array(a.len()), 1), |(c, d), x| {
+                let (xc, xd) = cost_and_depth(x);
+                (c.saturating_add(xc), d.max(xd + 1))
+            }),
+        Value::Object(m) => m
+            .iter()
+            .fold((SLOT + Cost::object(m.len()), 1), |(c, d), (k, x)| {
+                let (xc, xd) = cost_and_depth(x);
+                (
+                    c.saturating_add(Cost::string(k.len())).saturating_add(xc),
+                    d.max(xd + 1),
+                )
+            }),
+        _ => (SLOT, 1),
+    }
+}
+
+impl Resolver<'_, '_> {
+    /// `v`, found `depth` levels below the schema, resolved.
+    fn resolve(&mut self, v: &Value, depth: usize) -> Value {
         match v {
             Value::Object(m) => {
                 if let Some(Value::String(r)) = m.get("$ref") {
                     match r.strip_prefix('#').and_then(|p| self.root.pointer(p)) {
                         Some(target) if !self.active.contains(r) && self.budget > 0 => {
-                            self.budget -= 1;
-                            self.active.push(r.clone());
-                            let mut resolved = self.resolve(target);
-                            // Siblings of $ref (2020-12 allows them) override the target.
-                            if let Some(obj) = resolved.as_object_mut() {
-                                for (k, sv) in m {
-                                    if k != "$ref" {
-                                        let x = self.resolve(sv);
-                                        obj.insert(k.clone(), x);
+                            let (cost, levels) = *self
+                                .sizes
+                                .entry(r.clone())
+                                .or_insert_with(|| cost_and_depth(target));
+                            if cost <= *self.left && depth + levels <= MAX_RESOLVED_DEPTH {
+                                *self.left -= cost;
+                                self.budget -= 1;
+                                self.active.push(r.clone());
+                                let mut resolved = self.resolve(target, depth);
+                                // Siblings of $ref (2020-12 allows them) override the target.
+                                if let Some(obj) = resolved.as_object_mut() {
+                                    for (k, sv) in m {
+                                        if k != "$ref" {
+                                            let x = self.resolve(sv, depth + 1);
+                                            obj.insert(k.clone(), x);
+                                        }
                                     }
                                 }
+                                self.active.pop();
+                                return resolved;
                             }
-                            self.active.pop();
-                            return resolved;
+                            // over the contract's budget or too deep: left as it is
+                            self.unresolved = true;
                         }
                         // a cycle, the budget spent, a remote or dangling ref: left as it is
                         _ => self.unresolved = true,
@@ -701,11 +764,11 @@ impl Resolver<'_> {
                 }
                 Value::Object(
                     m.iter()
-                        .map(|(k, v)| (k.clone(), self.resolve(v)))
+                        .map(|(k, v)| (k.clone(), self.resolve(v, depth + 1)))
                         .collect(),
                 )
             }
-            Value::Array(a) => Value::Array(a.iter().map(|x| self.resolve(x)).collect()),
+            Value::Array(a) => Value::Array(a.iter().map(|x| self.resolve(x, depth + 1)).collect()),
             other => other.clone(),
         }
     }
@@ -751,5 +814,64 @@ mod tests {
         let _ = resolve_refs(&bomb); // bounded by MAX_EXPANSIONS, not 2^40
         let remote = json!({"properties": {"x": {"$ref": "https://example.com/s.json"}}});
         assert_eq!(resolve_refs(&remote), remote);
+    }
+
+    /// 1,000 refs to one definition of 100,000 values (a schema of about 600 KB): each
+    /// expansion a copy, 10^8 values unbounded. The expansions stop at the budget; the refs
+    /// past it stay refs (and `$defs` stays, for them).
+    #[test]
+    fn expansions_stop_at_their_budget() {
+        let big: Vec<u32> = (0..100_000).collect();
+        let mut props = serde_json::Map::new();
+        for i in 0..1000 {
+            props.insert(format!("p{i}"), json!({"$ref": "#/$defs/D"}));
+        }
+        let schema = json!({"type": "object", "properties": props, "$defs": {"D": {"enum": big}}});
+        let (input, _) = cost_and_depth(&schema);
+        let mut left = EXPANSION_BUDGET;
+        let out = resolve_refs_within(&schema, &mut left);
+        let (output, _) = cost_and_depth(&out);
+        assert!(
+            output <= input + EXPANSION_BUDGET,
+            "{output} > {input} + {EXPANSION_BUDGET}"
+        );
+        let expanded = out["properties"]
+            .as_object()
+            .unwrap()
+            .values()
+            .filter(|p| p.get("enum").is_some())
+            .count();
+        assert!((1..1000).contains(&expanded), "{expanded} expanded");
+        assert_eq!(out["properties"]["p999"]["$ref"], "#/$defs/D");
+        assert!(out.get("$defs").is_some());
+        // The budget is the contract's: a second schema finds it spent.
+        let again = resolve_refs_within(&schema, &mut left);
+        assert_eq!(again["properties"]["p0"]["$ref"], "#/$defs/D");
+    }
+
+    /// A chain of 70 definitions, each nesting the next two levels down: resolved whole, 140
+    /// levels, which a baseline could not be read back with. Expansion stops at the depth
+    /// bound, and the contract goes through its lock file and back.
+    #[test]
+    fn expansions_stop_at_a_depth_a_baseline_can_hold() {
+        let mut defs = serde_json::Map::new();
+        for i in 0..70 {
+            defs.insert(
+                format!("D{i}"),
+                json!({"type": "object", "properties": {"x": {"$ref": format!("#/$defs/D{}", i + 1)}}}),
+            );
+        }
+        defs.insert("D70".into(), json!({"type": "string"}));
+        let schema =
+            json!({"type": "object", "properties": {"x": {"$ref": "#/$defs/D0"}}, "$defs": defs});
+        let out = resolve_refs(&schema);
+        let (_, depth) = cost_and_depth(&out);
+        assert!(depth <= MAX_RESOLVED_DEPTH + 1, "{depth} levels");
+        let contract = build(Parts {
+            tools: vec![json!({"name": "deep", "inputSchema": schema})],
+            ..Parts::default()
+        });
+        let back = Contract::from_lock(&contract.to_lock()).unwrap();
+        assert_eq!(back, contract);
     }
 }

@@ -13,17 +13,18 @@ use std::sync::Arc;
 use tokio::sync::{AcquireError, OwnedSemaphorePermit, Semaphore};
 
 /// All probes in flight together may hold this much, by default: with the default 8 MiB
-/// response cap (160 MiB a probe), 12 probes at once.
+/// response cap (168 MiB a probe), 12 probes at once.
 pub const DEFAULT_PROBE_MEMORY: usize = 2 << 30;
 
 const MIB: usize = 1 << 20;
 
 /// The most memory one probe with a response cap of `max_response_bytes` may hold: its decoded
-/// replies (the judge's budget) and the contract's canonical copy of them, plus its raw replies
-/// and the transport's buffers (four times the cap).
+/// replies (the judge's budget) and the contract's canonical copy of them with its `$ref`
+/// expansions, plus its raw replies and the transport's buffers (four times the cap).
 pub fn of_probe(max_response_bytes: usize) -> usize {
     mcpulse_judge::replies::budget(max_response_bytes)
         .saturating_mul(2)
+        .saturating_add(mcpulse_judge::contract::EXPANSION_BUDGET)
         .saturating_add(max_response_bytes.saturating_mul(4))
 }
 
@@ -78,7 +79,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn probes_wait_for_memory() {
         let budget = MemoryBudget::new(400 * MIB);
-        assert_eq!(of_probe(8 * MIB), 160 * MIB);
+        assert_eq!(of_probe(8 * MIB), 168 * MIB);
         let a = budget.acquire(8 * MIB).await.unwrap();
         let b = budget.acquire(8 * MIB).await.unwrap();
         // A third default probe does not fit beside two (480 MiB > 400 MiB)...

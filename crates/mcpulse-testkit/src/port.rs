@@ -22,9 +22,7 @@ impl KeptPort {
     pub fn new() -> KeptPort {
         let holder = TcpSocket::new_v4().unwrap();
         holder.set_reuseport(true).unwrap();
-        holder
-            .bind(SocketAddr::from(([127, 0, 0, 1], 0)))
-            .unwrap();
+        holder.bind(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
         let addr = holder.local_addr().unwrap();
         KeptPort {
             _holder: holder,

@@ -63,6 +63,48 @@ fn snapshot(dir: &Dir, tools: &Value, lock: &str) -> Output {
     mcpulse(&["snapshot", "-o", lock, "--", "sh", &server, &tools_file])
 }
 
+/// A server that echoes a secret argument into a tool's description: the baseline (meant to
+/// be committed) holds it hidden, and `probe --baseline` against it finds no drift.
+#[test]
+fn a_secret_the_server_echoes_stays_out_of_the_baseline() {
+    let dir = Dir::new("secret");
+    let secret = "TOPSECRET-4f9a2c";
+    let tools = json!([{"name": "search", "description": format!("Search with key {secret}."),
+        "inputSchema": {"type": "object"}}]);
+    let tools_file = dir.path("tools.json");
+    std::fs::write(&tools_file, tools.to_string()).unwrap();
+    let server = fixture_server();
+    let lock = dir.path("base.lock");
+    let password = format!("--password={secret}");
+    let o = mcpulse(&[
+        "snapshot",
+        "-o",
+        &lock,
+        "--",
+        "sh",
+        &server,
+        &tools_file,
+        "",
+        &password,
+    ]);
+    assert_eq!(code(&o), 0, "{}", String::from_utf8_lossy(&o.stderr));
+    let text = std::fs::read_to_string(&lock).unwrap();
+    assert!(!text.contains(secret), "{text}");
+    assert!(text.contains("Search with key <redacted>."), "{text}");
+    let o = mcpulse(&[
+        "probe",
+        "--baseline",
+        &lock,
+        "--",
+        "sh",
+        &server,
+        &tools_file,
+        "",
+        &password,
+    ]);
+    assert_eq!(code(&o), 0, "{}", String::from_utf8_lossy(&o.stdout));
+}
+
 #[test]
 fn scripted_server_every_class_and_exit_code() {
     let dir = Dir::new("classes");

@@ -22,9 +22,10 @@ const MIB: usize = 1 << 20;
 const CAP: usize = 8 * MIB;
 
 /// The documented bound on a probe's peak RSS (docs/probe.md, "Memory"): 20 × the response
-/// cap plus 64 MiB of floors (the judge's budget floor and the process itself).
+/// cap plus 72 MiB of floors (the judge's budget floor and the process itself, and 8 MiB of
+/// `$ref` expansions in the contract).
 fn bound(cap: usize) -> usize {
-    20 * cap + 64 * MIB
+    20 * cap + 72 * MIB
 }
 
 /// One run of the binary, with its peak RSS.

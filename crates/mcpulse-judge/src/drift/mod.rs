@@ -229,38 +229,112 @@ fn server_diff(d: &mut Diff, old: &Contract, new: &Contract) {
     }
 }
 
+/// Both lists walked in key order at once (linear, where a lookup per item was quadratic on
+/// 10,000 tools): each key's items in the old list against its items in the new one.
 fn items_diff(d: &mut Diff, kind: Kind, old: &[Item], new: &[Item]) {
-    let find = |list: &[Item], key: &str| list.iter().position(|i| i.key == key);
-    for o in old {
-        let path = format!("{}[{}]", kind.section(), o.key);
-        match find(new, &o.key) {
-            None => d.push(
-                DriftRule::ItemRemoved,
-                path,
-                Some(&o.definition),
-                None,
-                format!("{} {:?} was removed", kind.noun(), o.key),
-            ),
-            Some(j) => {
-                let n = &new[j];
-                if n.digest != o.digest {
-                    item_diff(d, kind, &path, &o.definition, &n.definition);
-                }
+    // A contract's lists are sorted by key and digest; a hand-edited baseline may not be.
+    fn sorted(list: &[Item]) -> Vec<&Item> {
+        let mut v: Vec<&Item> = list.iter().collect();
+        v.sort_by(|a, b| a.key.cmp(&b.key).then_with(|| a.digest.cmp(&b.digest)));
+        v
+    }
+    let (old, new) = (sorted(old), sorted(new));
+    let (mut i, mut j) = (0, 0);
+    loop {
+        let key = match (old.get(i), new.get(j)) {
+            (Some(o), Some(n)) => o.key.as_str().min(n.key.as_str()),
+            (Some(o), None) => o.key.as_str(),
+            (None, Some(n)) => n.key.as_str(),
+            (None, None) => break,
+        };
+        let oe = i + old[i..].iter().take_while(|x| x.key == key).count();
+        let ne = j + new[j..].iter().take_while(|x| x.key == key).count();
+        key_diff(d, kind, key, &old[i..oe], &new[j..ne]);
+        (i, j) = (oe, ne);
+    }
+}
+
+/// The items of one key, before and after (one each, but for a server listing a name twice):
+/// the same digest on both sides is unchanged; the rest are paired in order and diffed; what
+/// is left was removed or added. A second item under a key already listed is a duplicate.
+fn key_diff(d: &mut Diff, kind: Kind, key: &str, old: &[&Item], new: &[&Item]) {
+    // Both sides sorted by digest: unchanged items matched off in one walk.
+    let (mut gone, mut came) = (Vec::new(), Vec::new());
+    let (mut i, mut j) = (0, 0);
+    while i < old.len() || j < new.len() {
+        match (old.get(i), new.get(j)) {
+            (Some(o), Some(n)) if o.digest == n.digest => (i, j) = (i + 1, j + 1),
+            (Some(o), Some(n)) if o.digest < n.digest => {
+                gone.push(*o);
+                i += 1;
             }
+            (Some(o), None) => {
+                gone.push(*o);
+                i += 1;
+            }
+            (_, Some(n)) => {
+                came.push(*n);
+                j += 1;
+            }
+            (None, None) => break,
         }
     }
-    for n in new {
-        if find(old, &n.key).is_none() {
-            let path = format!("{}[{}]", kind.section(), n.key);
+    let path = format!("{}[{}]", kind.section(), key);
+    for (o, n) in gone.iter().zip(came.iter()) {
+        let before = d.changes.len();
+        item_diff(d, kind, &path, &o.definition, &n.definition);
+        if d.changes.len() == before {
+            // The digests differ: something changed that no rule names. Never silent.
+            d.push(
+                DriftRule::OtherChanged,
+                path.clone(),
+                Some(&o.definition),
+                Some(&n.definition),
+                format!("the {} changed", kind.noun()),
+            );
+        }
+    }
+    let paired = gone.len().min(came.len());
+    for o in &gone[paired..] {
+        let message = if new.is_empty() {
+            format!("{} {key:?} was removed", kind.noun())
+        } else {
+            format!("one of the {}s named {key:?} was removed", kind.noun())
+        };
+        d.push(
+            DriftRule::ItemRemoved,
+            path.clone(),
+            Some(&o.definition),
+            None,
+            message,
+        );
+    }
+    // A key the old contract did not list is added once; each item past as many as the old
+    // contract had under it is a duplicate.
+    for (k, n) in came[paired..].iter().enumerate() {
+        let had = old.len().saturating_sub(gone.len()) + paired + k;
+        if had == 0 {
             d.push(
                 DriftRule::ItemAdded,
                 path.clone(),
                 None,
                 Some(&n.definition),
-                format!("{} {:?} was added", kind.noun(), n.key),
+                format!("{} {key:?} was added", kind.noun()),
             );
-            hidden_in_item(d, &path, &Value::Null, &n.definition);
+        } else {
+            d.push(
+                DriftRule::ItemDuplicated,
+                path.clone(),
+                None,
+                Some(&n.definition),
+                format!(
+                    "another {} named {key:?} was added: the server now lists {} under that name, and a client may call any of them",
+                    kind.noun(),
+                    new.len()
+                ),
+            );
         }
+        hidden_in_item(d, &path, &Value::Null, &n.definition);
     }
 }
 
@@ -458,16 +532,18 @@ fn prompt_args_diff(d: &mut Diff, path: &str, old: Option<&Value>, new: Option<&
 }
 
 /// Invisible, bidirectional-control and tag characters: ways to hide text from a person that a
-/// model still reads.
+/// model still reads. The invisible and bidi characters `mcpulse_wire::text` escapes, but the
+/// C0/C1 controls and the line separators.
 pub fn is_hidden_char(c: char) -> bool {
     matches!(c,
-        '\u{200B}'..='\u{200F}'   // zero-width space/joiners, LRM, RLM
-        | '\u{202A}'..='\u{202E}' // bidi embeddings and overrides
-        | '\u{2060}'..='\u{2064}' // word joiner, invisible operators
-        | '\u{2066}'..='\u{2069}' // bidi isolates
-        | '\u{FEFF}'              // zero-width no-break space
-        | '\u{00AD}'              // soft hyphen
+        '\u{00AD}'                 // soft hyphen
+        | '\u{061C}'               // Arabic letter mark (bidi)
         | '\u{180E}'
+        | '\u{200B}'..='\u{200F}'   // zero-width space/joiners, LRM, RLM
+        | '\u{202A}'..='\u{202E}' // bidi embeddings and overrides
+        | '\u{2060}'..='\u{206F}' // word joiner, invisible operators, bidi isolates, format controls
+        | '\u{FEFF}'              // zero-width no-break space
+        | '\u{FFF9}'..='\u{FFFB}' // interlinear annotation
         | '\u{E0000}'..='\u{E007F}' // tag characters
     )
 }
@@ -476,7 +552,8 @@ fn hidden_unicode(s: &str) -> usize {
     s.chars().filter(|c| is_hidden_char(*c)).count()
 }
 
-/// Every string in a value, with its path.
+/// Every string in a value, with its path: values, and object keys (a parameter's name) at
+/// `{path}.{key} (name)`.
 fn strings_in<'a>(v: &'a Value, path: &str, out: &mut Vec<(String, &'a str)>) {
     match v {
         Value::String(s) => out.push((path.to_owned(), s)),
@@ -487,6 +564,9 @@ fn strings_in<'a>(v: &'a Value, path: &str, out: &mut Vec<(String, &'a str)>) {
         }
         Value::Object(m) => {
             for (k, x) in m {
+                if k.chars().any(is_hidden_char) {
+                    out.push((format!("{path}.{k} (name)"), k));
+                }
                 strings_in(x, &format!("{path}.{k}"), out);
             }
         }
@@ -494,19 +574,25 @@ fn strings_in<'a>(v: &'a Value, path: &str, out: &mut Vec<(String, &'a str)>) {
     }
 }
 
+/// Hidden characters that appeared in `new` (a string holding more of them than the string at
+/// its path in `old`), in one pass over each side.
 fn hidden_in_item(d: &mut Diff, path: &str, old: &Value, new: &Value) {
     let mut ns = Vec::new();
     strings_in(new, path, &mut ns);
+    ns.retain(|(_, s)| s.chars().any(is_hidden_char));
+    if ns.is_empty() {
+        return;
+    }
     let mut os = Vec::new();
     strings_in(old, path, &mut os);
+    let before: std::collections::HashMap<String, usize> = os
+        .into_iter()
+        .map(|(p, s)| (p, hidden_unicode(s)))
+        .filter(|(_, n)| *n > 0)
+        .collect();
     for (p, s) in ns {
         let n = hidden_unicode(s);
-        let before = os
-            .iter()
-            .find(|(q, _)| *q == p)
-            .map(|(_, t)| hidden_unicode(t))
-            .unwrap_or(0);
-        if n > before {
+        if n > before.get(&p).copied().unwrap_or(0) {
             d.push(
                 DriftRule::HiddenUnicodeIntroduced,
                 p,
@@ -520,9 +606,17 @@ fn hidden_in_item(d: &mut Diff, path: &str, old: &Value, new: &Value) {
     }
 }
 
+/// At most ten values, then how many more.
 fn list(v: &[&Value]) -> String {
-    v.iter()
+    const SHOWN: usize = 10;
+    let mut s = v
+        .iter()
+        .take(SHOWN)
         .map(|x| x.to_string())
         .collect::<Vec<_>>()
-        .join(", ")
+        .join(", ");
+    if v.len() > SHOWN {
+        s.push_str(&format!(" and {} more", v.len() - SHOWN));
+    }
+    s
 }

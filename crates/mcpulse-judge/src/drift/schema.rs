@@ -3,7 +3,7 @@
 //! one function per JSON Schema concern, walked recursively through `properties` and `items`.
 //! Whole items (added, removed, described, annotated) are `super`'s.
 
-use super::{Diff, hidden_in_item, list, rest_diff};
+use super::{Diff, list, rest_diff};
 use crate::evidence::strings;
 use crate::rules::DriftRule;
 use serde_json::{Map, Value};
@@ -44,6 +44,9 @@ pub(super) fn schema_diff(d: &mut Diff, path: &str, old: &Value, new: &Value) {
     if old == new {
         return;
     }
+    if boolean_diff(d, path, old, new) {
+        return;
+    }
     let empty = Map::new();
     let o = old.as_object().unwrap_or(&empty);
     let n = new.as_object().unwrap_or(&empty);
@@ -61,6 +64,45 @@ pub(super) fn schema_diff(d: &mut Diff, path: &str, old: &Value, new: &Value) {
         .chain(CONSTRAINTS.iter().copied())
         .collect();
     rest_diff(d, path, o, n, &handled);
+}
+
+/// A boolean schema on either side (`true` accepts anything, `false` nothing; an object
+/// schema is in between): judged here, as narrowed or widened. Whether it was one.
+fn boolean_diff(d: &mut Diff, path: &str, old: &Value, new: &Value) -> bool {
+    // How much each accepts: false < a schema < true (`{}` accepts anything, as `true` does).
+    let rank = |v: &Value| match v {
+        Value::Bool(false) => 0,
+        Value::Bool(true) => 2,
+        Value::Object(m) if m.is_empty() => 2,
+        _ => 1,
+    };
+    if !old.is_boolean() && !new.is_boolean() {
+        return false;
+    }
+    let (o, n) = (rank(old), rank(new));
+    if n < o {
+        d.push(
+            DriftRule::TypeNarrowed,
+            path.into(),
+            Some(old),
+            Some(new),
+            if n == 0 {
+                "the schema is now `false`: it accepts no value".into()
+            } else {
+                "the schema is no longer `true`: it accepts fewer values".into()
+            },
+        );
+    } else if n > o {
+        d.push(
+            DriftRule::Widened,
+            path.into(),
+            Some(old),
+            Some(new),
+            "the schema accepts more values".into(),
+        );
+    }
+    // `{}` to `true` (or back): the same values.
+    true
 }
 
 /// `type`: fewer accepted types is narrowed, more is widened.
@@ -110,8 +152,16 @@ fn enum_diff(d: &mut Diff, path: &str, o: &Object, n: &Object) {
         n.get("enum").and_then(Value::as_array),
     ) {
         (Some(oe), Some(ne)) => {
-            let removed: Vec<&Value> = oe.iter().filter(|v| !ne.contains(v)).collect();
-            let added: Vec<&Value> = ne.iter().filter(|v| !oe.contains(v)).collect();
+            // Sets of their JSON text (a contract's values have one spelling): linear, where
+            // `contains` was quadratic on enums of 100,000 values.
+            let set = |e: &[Value]| {
+                e.iter()
+                    .map(Value::to_string)
+                    .collect::<std::collections::HashSet<String>>()
+            };
+            let (os, ns) = (set(oe), set(ne));
+            let removed: Vec<&Value> = oe.iter().filter(|v| !ns.contains(&v.to_string())).collect();
+            let added: Vec<&Value> = ne.iter().filter(|v| !os.contains(&v.to_string())).collect();
             if !removed.is_empty() {
                 d.push(
                     DriftRule::EnumNarrowed,
@@ -232,10 +282,10 @@ fn bounds_diff(d: &mut Diff, path: &str, o: &Object, n: &Object) {
     }
 }
 
-/// A parameter's description or title: what the model reads.
+/// A schema's description or title, a parameter's or the whole schema's: what the model reads.
 fn parameter_text_diff(d: &mut Diff, path: &str, o: &Object, n: &Object) {
     for k in ["description", "title"] {
-        if o.get(k) != n.get(k) && path.contains(".properties.") {
+        if o.get(k) != n.get(k) {
             let code = if k == "description" {
                 DriftRule::DescriptionChanged
             } else {
@@ -246,7 +296,11 @@ fn parameter_text_diff(d: &mut Diff, path: &str, o: &Object, n: &Object) {
                 format!("{path}.{k}"),
                 o.get(k),
                 n.get(k),
-                format!("parameter {k} changed"),
+                if path.contains(".properties.") {
+                    format!("parameter {k} changed")
+                } else {
+                    format!("the schema's {k} changed")
+                },
             );
         }
     }
@@ -307,15 +361,12 @@ fn properties_diff(d: &mut Diff, path: &str, old: &Value, new: &Value, o: &Objec
                 format!("optional parameter {a:?} was added"),
             );
         }
-        hidden_in_item(
-            d,
-            &format!("{path}.properties.{a}"),
-            &Value::Null,
-            np.get(a.as_str()).unwrap_or(&Value::Null),
-        );
     }
     for r in &nreq {
-        if op.contains_key(r) && np.contains_key(r) && !oreq.contains(r) {
+        // A parameter added as required was reported above; one required without being
+        // declared (valid JSON Schema: the call must carry it) is new to old calls too.
+        let added_here = np.contains_key(r) && !op.contains_key(r);
+        if !added_here && !oreq.contains(r) {
             d.push(
                 DriftRule::RequiredParameterAdded,
                 format!("{path}.required"),
@@ -326,7 +377,8 @@ fn properties_diff(d: &mut Diff, path: &str, old: &Value, new: &Value, o: &Objec
         }
     }
     for r in &oreq {
-        if !nreq.contains(r) && np.contains_key(r) {
+        let removed_here = op.contains_key(r) && !np.contains_key(r);
+        if !nreq.contains(r) && !removed_here {
             d.push(
                 DriftRule::Widened,
                 format!("{path}.required"),

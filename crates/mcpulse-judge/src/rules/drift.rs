@@ -57,7 +57,7 @@ crate::rule_family! {
         "`additionalProperties` became `false`.",
         "A client built against the old contract fails against the new one: old calls are rejected or old results no longer hold.";
     ConstraintTightened = "constraint-tightened", Breaking,
-        "A bound (minimum, maximum, minLength, maxLength, minItems, maxItems) tightened, or a `pattern`/`format`/`const` was added or changed.",
+        "A bound (minimum, exclusiveMinimum, maximum, exclusiveMaximum, minLength, maxLength, minItems, maxItems, minProperties, maxProperties) tightened, or a `pattern`/`format`/`const` was added or changed.",
         "A client built against the old contract fails against the new one: old calls are rejected or old results no longer hold.";
     OutputSchemaChanged = "output-schema-changed", Breaking,
         "The output schema changed incompatibly: removed, a property removed or no longer required, a type changed.",
@@ -82,6 +82,9 @@ crate::rule_family! {
         "The contract still works, but what the model reads or what a tool may do changed: review it before trusting the server again.";
     HiddenUnicodeIntroduced = "hidden-unicode-introduced", Risky,
         "Invisible, bidirectional-control or tag Unicode characters appeared in a name, title or description.",
+        "The contract still works, but what the model reads or what a tool may do changed: review it before trusting the server again.";
+    ItemDuplicated = "item-duplicated", Risky,
+        "A second tool, prompt, resource or resource template under a name (or URI) the contract already lists: a client may call either, and one may shadow the other.",
         "The contract still works, but what the model reads or what a tool may do changed: review it before trusting the server again.";
     InstructionsChanged = "instructions-changed", Risky,
         "The server's `instructions` (read by the model) changed.",

@@ -11,7 +11,7 @@ use std::io::Write;
 pub fn run(args: SnapshotArgs) -> Result<u8> {
     let (target, plan) = settings::target_and_plan(&args.target)?;
     let transcript = settings::run_probe(&target, &plan)?;
-    let Some(c) = contract::from_transcript(&transcript) else {
+    let Some(mut c) = contract::from_transcript(&transcript) else {
         // No contract: say why, with the probe's own findings.
         let mut report = judge(&transcript, &Policy::default());
         report.hide(&plan.secrets);
@@ -37,6 +37,10 @@ pub fn run(args: SnapshotArgs) -> Result<u8> {
         // never 0: no baseline was written.
         return Ok(report.status.exit_code().max(1));
     };
+    // A server may echo what it was given (a header's token, a secret argument) into a
+    // description or its instructions: the baseline, meant to be committed, holds it hidden, as
+    // `probe --baseline` compares it.
+    c.hide(&plan.secrets);
     let text = c.to_lock();
     match &args.output {
         Some(path) => {
