@@ -197,36 +197,6 @@ impl Contract {
         if secrets.is_empty() {
             return false;
         }
-        fn walk(v: &mut Value, secrets: &mcpulse_wire::redact::Secrets, changed: &mut bool) {
-            match v {
-                Value::String(s) => hide_str(s, secrets, changed),
-                Value::Array(a) => a.iter_mut().for_each(|v| walk(v, secrets, changed)),
-                Value::Object(m) => {
-                    // Keys too (a property named after a secret), rebuilding only if needed.
-                    if m.keys()
-                        .any(|k| secrets.appears_in(k) && secrets.hide(k) != *k)
-                    {
-                        let old = std::mem::take(m);
-                        for (k, v) in old {
-                            m.insert(secrets.hide(&k), v);
-                        }
-                        *changed = true;
-                    }
-                    m.values_mut().for_each(|v| walk(v, secrets, changed));
-                }
-                _ => {}
-            }
-        }
-        fn hide_str(s: &mut String, secrets: &mcpulse_wire::redact::Secrets, changed: &mut bool) {
-            // Most strings hold no secret: looked for first, without allocating.
-            if secrets.appears_in(s) {
-                let hidden = secrets.hide(s);
-                if hidden != *s {
-                    *s = hidden;
-                    *changed = true;
-                }
-            }
-        }
         let mut changed = false;
         let f = &mut self.server;
         for s in f
@@ -236,10 +206,10 @@ impl Contract {
             .chain(f.instructions.iter_mut())
             .chain(f.supported_versions.iter_mut())
         {
-            hide_str(s, secrets, &mut changed);
+            changed |= secrets.hide_str(s);
         }
-        walk(&mut f.capabilities, secrets, &mut changed);
-        walk(&mut f.server_info, secrets, &mut changed);
+        changed |= secrets.hide_value(&mut f.capabilities);
+        changed |= secrets.hide_value(&mut f.server_info);
         for item in self
             .tools
             .iter_mut()
@@ -247,8 +217,8 @@ impl Contract {
             .chain(self.resources.iter_mut())
             .chain(self.resource_templates.iter_mut())
         {
-            hide_str(&mut item.key, secrets, &mut changed);
-            walk(&mut item.definition, secrets, &mut changed);
+            changed |= secrets.hide_str(&mut item.key);
+            changed |= secrets.hide_value(&mut item.definition);
         }
         if changed {
             *self = self.resealed().0;

@@ -14,7 +14,6 @@ use mcpulse_wire::jsonrpc::{Id, Message};
 use mcpulse_wire::sse;
 use mcpulse_wire::transcript::{ErrorKind, Exchange, Outcome, Step, TransportKind};
 use mcpulse_wire::version::Era;
-use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout_at};
 
@@ -35,7 +34,7 @@ const LOST_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// An open legacy SSE stream and the endpoint to POST to.
 pub struct SseStream {
-    rx: mpsc::Receiver<Item>,
+    rx: crate::queue::Receiver<Item>,
     task: JoinHandle<()>,
     pub endpoint: Uri,
     /// The origin of the URL the stream was opened at (the target's): credentials go to an
@@ -125,7 +124,8 @@ pub async fn open(
         return (sent.finish(), None);
     }
     let mut ex = sent.ex;
-    let (tx, rx) = mpsc::channel(64);
+    // Events wait for the probe within one response cap of bytes (crate::queue).
+    let (tx, rx) = crate::queue::channel(64, limits.max_response_bytes);
     let max = limits.max_response_bytes;
     let task = tokio::spawn(async move {
         let mut decoder = sse::Decoder::new(max);
@@ -141,7 +141,11 @@ pub async fn open(
                             sse::Item::Event(e) => Item::Event(e, at),
                             sse::Item::TooLarge { reply_to, .. } => Item::TooLarge(reply_to, at),
                         };
-                        if tx.send(msg).await.is_err() {
+                        let size = match &msg {
+                            Item::Event(e, _) => event_size(e),
+                            _ => 0,
+                        };
+                        if tx.send(msg, size).await.is_err() {
                             return;
                         }
                     }
@@ -150,7 +154,7 @@ pub async fn open(
                 Chunk::End | Chunk::Timeout => Item::End,
                 Chunk::Error(e) => Item::Error(e),
             };
-            let _ = tx.send(item).await;
+            let _ = tx.send(item, 0).await;
             return;
         }
     });
@@ -206,7 +210,7 @@ pub async fn open(
                 }
             }
             Ok(Some(Item::Event(ev, at_ms))) => {
-                taken = taken.saturating_add(ev.data.len());
+                taken = taken.saturating_add(event_size(&ev) + crate::FRAME_COST);
                 if taken > max {
                     ex.outcome = Outcome::TooLarge { limit: max };
                     break;
@@ -444,7 +448,7 @@ impl SseStream {
                     }
                     // Anything else, a repeated reply to another request included, is this
                     // exchange's to take in.
-                    taken = taken.saturating_add(ev.data.len());
+                    taken = taken.saturating_add(event_size(&ev) + crate::FRAME_COST);
                     if taken > limits.max_response_bytes {
                         ex.outcome = Outcome::TooLarge {
                             limit: limits.max_response_bytes,
@@ -464,6 +468,12 @@ impl SseStream {
         ex.elapsed_ms = clock.since(started);
         ex
     }
+}
+
+/// The bytes an event holds: its data, and its name and id (each may be as long as the cap, and
+/// the transcript keeps the name).
+fn event_size(e: &sse::Event) -> usize {
+    e.data.len() + e.event.as_ref().map_or(0, String::len) + e.id.as_ref().map_or(0, String::len)
 }
 
 /// The request in flight (of `in_flight`) that an event is the reply to, if any.

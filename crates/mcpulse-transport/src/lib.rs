@@ -16,6 +16,7 @@ pub mod clock;
 pub mod command;
 pub mod http;
 pub mod legacy_sse;
+mod queue;
 pub mod reference;
 pub mod stdio;
 pub mod streamable_http;
@@ -39,6 +40,11 @@ pub struct Limits {
     /// The most bytes one response (body, SSE stream or stdout line) may take.
     pub max_response_bytes: usize,
 }
+
+/// What one message kept in a transcript costs beside its own bytes (its frame, the allocation
+/// of its text, the list's spare room), charged against the response cap with them: a stream of
+/// tiny messages (`data:1` events, `{}` lines) then holds about the cap, not ten times it.
+pub const FRAME_COST: usize = 128;
 
 /// How much of a non-JSON-RPC body is kept in a transcript for a person to read.
 pub const BODY_SNIPPET: usize = 2048;

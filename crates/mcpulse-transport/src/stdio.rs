@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{ChildStdin, Command};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::time::{Instant, timeout_at};
 
 /// The most stderr lines kept per process; later ones are counted, not kept.
@@ -66,7 +66,7 @@ pub struct StdioChild {
     clock: Clock,
     pgid: Option<i32>,
     stdin: Option<ChildStdin>,
-    rx: mpsc::Receiver<Out>,
+    rx: crate::queue::Receiver<Out>,
     exited: watch::Receiver<bool>,
     record: Arc<Mutex<Process>>,
     closed_stdin_at: Option<Instant>,
@@ -158,7 +158,8 @@ impl StdioChild {
         rec.pid = pid;
         let record = Arc::new(Mutex::new(rec));
         let stdin = child.stdin.take();
-        let (tx, rx) = mpsc::channel(256);
+        // Lines wait for the probe within one response cap of bytes (crate::queue).
+        let (tx, rx) = crate::queue::channel(256, limits.max_response_bytes);
         if let Some(stdout) = child.stdout.take() {
             let record = record.clone();
             let max = limits.max_response_bytes;
@@ -413,7 +414,7 @@ impl StdioChild {
                     // Replies kept for the other requests in flight are not counted here: one
                     // each, each a line within the cap. Anything else (a repeat included) is.
                     if keep_for.is_none() {
-                        taken = taken.saturating_add(raw.len());
+                        taken = taken.saturating_add(raw.len() + crate::FRAME_COST);
                         if taken > self.max_response_bytes {
                             ex.outcome = Outcome::TooLarge {
                                 limit: self.max_response_bytes,
@@ -561,7 +562,7 @@ enum WriteError {
 
 async fn read_stdout(
     mut stdout: tokio::process::ChildStdout,
-    tx: mpsc::Sender<Out>,
+    tx: crate::queue::Sender<Out>,
     record: Arc<Mutex<Process>>,
     max: usize,
     clock: Clock,
@@ -590,13 +591,13 @@ async fn read_stdout(
     if let Some(line) = decoder.finish() {
         let _ = handle_line(line, &tx, &record, clock.at()).await;
     }
-    let _ = tx.send(Out::Closed).await;
+    let _ = tx.send(Out::Closed, 0).await;
 }
 
 /// Routes one stdout line; false when nobody listens any more.
 async fn handle_line(
     line: Line,
-    tx: &mpsc::Sender<Out>,
+    tx: &crate::queue::Sender<Out>,
     record: &Mutex<Process>,
     at_ms: f64,
 ) -> bool {
@@ -604,7 +605,8 @@ async fn handle_line(
         Line::Text(t) if t.trim().is_empty() => true,
         Line::Text(t) => {
             if jsonrpc::peek(&t).is_ok() {
-                tx.send(Out::Frame(at_ms, t)).await.is_ok()
+                let size = t.len();
+                tx.send(Out::Frame(at_ms, t), size).await.is_ok()
             } else {
                 let mut shown = t;
                 truncate(&mut shown, MAX_STDERR_LINE);
@@ -616,7 +618,7 @@ async fn handle_line(
         // at the deadline.
         Line::TooLong {
             reply_to: Some(id), ..
-        } => tx.send(Out::TooLarge(at_ms, id)).await.is_ok(),
+        } => tx.send(Out::TooLarge(at_ms, id), 0).await.is_ok(),
         Line::TooLong {
             len_at_least,
             reply_to: None,

@@ -326,10 +326,13 @@ async fn read_sse_reply(
 ) {
     let mut decoder = sse::Decoder::new(limits.max_response_bytes);
     let mut total = 0usize;
+    // The bytes read, and crate::FRAME_COST for each event kept.
+    let mut charged = 0usize;
     loop {
         match http::next_chunk(body, deadline).await {
             Chunk::Data(d) => {
                 total += d.len();
+                charged = charged.saturating_add(d.len());
                 ex.body_bytes = total;
                 for item in decoder.push(&d) {
                     match item {
@@ -340,6 +343,7 @@ async fn read_sse_reply(
                             return;
                         }
                         sse::Item::Event(ev) => {
+                            charged = charged.saturating_add(crate::FRAME_COST);
                             if let Some(done) = take_event(ex, ev, id, clock.at()) {
                                 ex.outcome = done;
                                 return;
@@ -347,7 +351,7 @@ async fn read_sse_reply(
                         }
                     }
                 }
-                if total > limits.max_response_bytes {
+                if charged > limits.max_response_bytes {
                     ex.outcome = Outcome::TooLarge {
                         limit: limits.max_response_bytes,
                     };

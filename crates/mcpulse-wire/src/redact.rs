@@ -146,6 +146,49 @@ impl Secrets {
             *text = self.hide(text);
         }
     }
+
+    /// Hides secrets in `text` in place, looking first (no allocation for a text without one);
+    /// whether it changed.
+    pub fn hide_str(&self, text: &mut String) -> bool {
+        if !self.appears_in(text) {
+            return false;
+        }
+        let hidden = self.hide(text);
+        let changed = hidden != *text;
+        *text = hidden;
+        changed
+    }
+
+    /// Hides secrets in every string of `v`, object keys included (a property named after a
+    /// secret); whether anything changed.
+    pub fn hide_value(&self, v: &mut serde_json::Value) -> bool {
+        use serde_json::Value;
+        if self.0.is_empty() {
+            return false;
+        }
+        match v {
+            Value::String(s) => self.hide_str(s),
+            Value::Array(a) => a.iter_mut().fold(false, |c, v| self.hide_value(v) | c),
+            Value::Object(m) => {
+                let mut changed = false;
+                // Keys rebuilt only when one holds a secret.
+                if m.keys().any(|k| self.appears_in(k) && self.hide(k) != *k) {
+                    let old = std::mem::take(m);
+                    for (k, v) in old {
+                        m.insert(self.hide(&k), v);
+                    }
+                    changed = true;
+                }
+                m.values_mut().fold(changed, |c, v| self.hide_value(v) | c)
+            }
+            _ => false,
+        }
+    }
+
+    /// [`Secrets::hide_str`] on an optional text.
+    pub fn hide_opt(&self, text: &mut Option<String>) -> bool {
+        text.as_mut().is_some_and(|t| self.hide_str(t))
+    }
 }
 
 /// `text` with every byte of every occurrence of `secrets` (overlapping ones too) replaced:

@@ -115,6 +115,40 @@ impl Transcript {
     }
 }
 
+impl Transcript {
+    /// Hides `secrets` in what the server sent as well (frames, bodies, response headers, SSE
+    /// event names, health documents, stdout noise): for a transcript written out, once it has
+    /// been judged (the judge reads the frames as they came; the report hides what it quotes).
+    /// A secret is a property of the value: the user's token echoed by a server stays hidden in
+    /// the file too.
+    pub fn hide_received(&mut self, secrets: &Secrets) {
+        if secrets.is_empty() {
+            return;
+        }
+        self.hide(secrets);
+        for x in &mut self.exchanges {
+            if let Some(r) = &mut x.response {
+                for (_, v) in &mut r.headers {
+                    secrets.hide_str(v);
+                }
+            }
+            for f in &mut x.frames {
+                secrets.hide_str(&mut f.raw);
+                secrets.hide_opt(&mut f.sse_event);
+            }
+            secrets.hide_opt(&mut x.body);
+        }
+        for h in &mut self.health {
+            secrets.hide_opt(&mut h.body);
+        }
+        for p in &mut self.processes {
+            for l in &mut p.stdout_noise {
+                secrets.hide_str(&mut l.line);
+            }
+        }
+    }
+}
+
 /// The most bytes of a health endpoint's body kept (and read: a longer body is cut here and
 /// marked `truncated`). Health documents are small; a body this large is itself a finding.
 pub const HEALTH_BODY_CAP: usize = 64 * 1024;

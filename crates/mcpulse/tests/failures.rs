@@ -2115,6 +2115,47 @@ async fn a_header_value_the_server_echoes_is_hidden_in_the_report() {
     );
 }
 
+/// A server that echoes the user's token as its name, its version and its tools' names: hidden
+/// wherever it lands (the JSON report, the human report, the transcript file), not only in
+/// the messages that quote it. A secret is a property of the value, not of the field.
+#[tokio::test]
+async fn a_token_the_server_echoes_as_its_name_and_tools_is_hidden_everywhere() {
+    const TOKEN: &str = "tok-echoed-77d0e1c3";
+    let server = serve(scenario::hostile("tok-echoed-77d0e1c3", mcp::LEGACY, false)).await;
+    let url = server.url("/mcp");
+    let dir = TempDir::new("echoed-everywhere");
+    let transcript = dir.join("transcript.json");
+    for json in [true, false] {
+        let mut args = vec![
+            "probe",
+            "--era",
+            "legacy",
+            "--timeout",
+            TIMEOUT,
+            "--transcript",
+            transcript.to_str().unwrap(),
+            "-H",
+            "Authorization: Bearer ${MCPULSE_TEST_TOKEN}",
+        ];
+        if json {
+            args.push("--json");
+        }
+        args.push(&url);
+        let run = run_with(
+            &args,
+            &[("MCPULSE_TEST_TOKEN", TOKEN), ("NO_COLOR", "1")],
+            parse_secs(TIMEOUT) + SLACK,
+        )
+        .await;
+        assert!(!run.stdout.contains(TOKEN), "{}", run.stdout);
+        assert!(!run.stderr.contains(TOKEN), "{}", run.stderr);
+        assert!(run.stdout.contains("<redacted>"), "{}", run.stdout);
+        let written = std::fs::read_to_string(&transcript).unwrap();
+        assert!(!written.contains(TOKEN), "{written}");
+        assert!(written.contains("<redacted>"), "{written}");
+    }
+}
+
 #[tokio::test]
 async fn bearer_token_is_not_sent_to_the_metadata_document() {
     let token = format!("tok-{}-{}", std::process::id(), line!());

@@ -353,3 +353,42 @@ async fn a_health_tool_text_of_tiny_objects() {
     );
     assert!(m.peak < bound(CAP), "{} bytes", m.peak);
 }
+
+/// The three lists each answered on an SSE stream of 8 MiB of the smallest events (`data:1`,
+/// a million of them) before the reply: each kept event costs its frame besides its byte, so
+/// a stream is cut at the cap counting both (each held ~10 × the cap in frames before: 3 lists
+/// went past the bound).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sse_replies_of_tiny_events() {
+    let noise = "data:1\n\n".repeat(PAGE / 8);
+    let server = FakeHttp::start(move |req: &Request| {
+        let id = req.rpc_id().unwrap_or(Value::Null);
+        let list = |key: &str| {
+            Reply::bytes(
+                200,
+                "text/event-stream",
+                format!(
+                    "{noise}data:{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{{\"resultType\":\"complete\",\"{key}\":[]}}}}\n\n"
+                ),
+            )
+        };
+        match req.rpc_method().as_deref() {
+            Some("server/discover") => {
+                let mut r = mcp::discover_result();
+                r["capabilities"] = serde_json::json!({"tools": {}, "prompts": {}, "resources": {}});
+                Reply::json(200, &mcp::result(&id, r))
+            }
+            Some("tools/list") => list("tools"),
+            Some("prompts/list") => list("prompts"),
+            Some("resources/list") => list("resources"),
+            _ => Reply::json(400, &mcp::error(&id, -32022, "modern only")),
+        }
+    })
+    .await;
+    let m = probe(&server, &[]).await;
+    show(
+        "three lists, each on an SSE stream of a million tiny events",
+        &m,
+    );
+    assert!(m.peak < bound(CAP), "{} bytes", m.peak);
+}

@@ -109,14 +109,62 @@ pub struct Report {
 
 impl Report {
     /// Hides `secrets` (values that must not be shown: what `${VAR}` read, the user's header
-    /// values, what the argv rule hides) in what the report says in words. The probe hid them
-    /// in what it recorded about the target, but a server may echo them back: in an error
-    /// message a finding quotes, in security evidence, in its stderr.
+    /// values, what the argv rule hides) in every string the report holds. The probe hid them
+    /// in what it recorded about the target, but a server may echo them back anywhere: in an
+    /// error message a finding quotes, in security evidence, in its stderr, as its name or
+    /// version, in a tool's description, in a `WWW-Authenticate` challenge.
     pub fn hide(&mut self, secrets: &mcpulse_wire::redact::Secrets) {
         if secrets.is_empty() {
             return;
         }
         secrets.hide_in(&mut self.target);
+        secrets.hide_opt(&mut self.protocol_version);
+        for v in &mut self.supported_versions {
+            secrets.hide_str(v);
+        }
+        secrets.hide_opt(&mut self.instructions);
+        if let Some(s) = &mut self.server {
+            secrets.hide_opt(&mut s.name);
+            secrets.hide_opt(&mut s.version);
+            secrets.hide_opt(&mut s.title);
+        }
+        if let Some(c) = &mut self.capabilities {
+            secrets.hide_value(c);
+        }
+        if let Some(a) = &mut self.auth_detail {
+            secrets.hide_opt(&mut a.www_authenticate);
+            secrets.hide_opt(&mut a.scheme);
+            secrets.hide_opt(&mut a.scope);
+            secrets.hide_opt(&mut a.resource_metadata_url);
+            secrets.hide_opt(&mut a.resource_metadata_error);
+            if let Some(m) = &mut a.resource_metadata {
+                secrets.hide_value(m);
+            }
+        }
+        for t in &mut self.tools {
+            secrets.hide_str(&mut t.name);
+            secrets.hide_opt(&mut t.title);
+            secrets.hide_opt(&mut t.description);
+        }
+        for c in &mut self.calls {
+            secrets.hide_str(&mut c.tool);
+        }
+        for c in &mut self.components {
+            secrets.hide_str(&mut c.name);
+            secrets.hide_opt(&mut c.tool);
+        }
+        if let Some(d) = &mut self.drift {
+            for c in &mut d.changes {
+                secrets.hide_str(&mut c.path);
+                secrets.hide_str(&mut c.message);
+                if let Some(v) = &mut c.old {
+                    secrets.hide_value(v);
+                }
+                if let Some(v) = &mut c.new {
+                    secrets.hide_value(v);
+                }
+            }
+        }
         for f in &mut self.findings {
             secrets.hide_in(&mut f.message);
         }

@@ -67,6 +67,7 @@ pub fn run(args: ProbeArgs) -> Result<u8> {
     let verdict = report_and_print(&args, &judged, budget, baseline.as_ref(), &plan.secrets);
     unfinished.finish(&mut transcript);
     if let (Some(path), Some(file)) = (&args.transcript, transcript_file) {
+        transcript.hide_received(&plan.secrets);
         write_transcript(path, file, &transcript)?;
     }
     verdict
@@ -101,10 +102,11 @@ fn health_only(args: &ProbeArgs, url: &str) -> Result<u8> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let transcript = runtime.block_on(mcpulse_probe::probe_health(url, &plan));
+    let mut transcript = runtime.block_on(mcpulse_probe::probe_health(url, &plan));
     runtime.shutdown_background();
     let verdict = report_and_print(args, &transcript, budget, None, &plan.secrets);
     if let (Some(path), Some(file)) = (&args.transcript, transcript_file) {
+        transcript.hide_received(&plan.secrets);
         write_transcript(path, file, &transcript)?;
     }
     verdict
