@@ -1,7 +1,8 @@
 //! An rmcp server with all of mcpulse-kit (docs/kit.md walks through it):
 //!
-//! - tools `echo`, `add` and `report` (a long one that reports progress), each under a
-//!   timeout, a circuit breaker and a concurrency limit, and the opt-in `health_check` tool;
+//! - tools `echo` and `add`, each under a timeout, a circuit breaker and a concurrency limit,
+//!   and `report` (a long one that reports progress) under a longer timeout and a lower limit,
+//!   without a breaker; and the opt-in `health_check` tool;
 //! - dependency checks: `inventory-db`, a critical TCP connect to `--db HOST:PORT`; and
 //!   `feature-flags`, a non-critical check that is down while the file `--broken-flag PATH`
 //!   exists (break it on purpose: `touch PATH`; mend it: `rm PATH`);
@@ -163,7 +164,8 @@ pub fn build(o: &Options) -> std::io::Result<(ToolRouter<Example>, Option<Health
             .interval(o.check_every)
             .failure_threshold(1),
         );
-    // Every tool: a timeout, a concurrency limit and a circuit breaker; `report` its own.
+    // Every tool: a timeout, a concurrency limit and a circuit breaker; `report` its own
+    // (longer, lower, no breaker).
     let everyday = ToolPolicy::new()
         .timeout(Duration::from_secs(10))
         .max_concurrent(32)

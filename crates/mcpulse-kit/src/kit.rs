@@ -336,7 +336,8 @@ impl Guard {
                         let when = match retry_at_ms {
                             Some(at) => format!(
                                 "; it lets a trial call through in {}",
-                                mcpulse_wire::units::human_duration(u128::from(
+                                // Rounded up, as /readyz says it: never an early "29s".
+                                mcpulse_policy::check::human_ceil(Duration::from_millis(
                                     at.saturating_sub(now)
                                 ))
                             ),
@@ -394,6 +395,20 @@ impl Guard {
                     Outcome::Failure(FailureKind::Timeout),
                     Counted::PolicyError,
                 )
+            }
+            Some(Some(Err(e))) if e.code == rmcp::model::ErrorCode::INVALID_PARAMS => {
+                // The client's arguments did not fit the tool: the client's mistake, not the
+                // tool's failure, so its breaker trial is handed back unjudged (one client's
+                // bad calls must not open the breaker for every session). rmcp's router answers
+                // a deserialisation failure as an `isError` result: counted as what the client
+                // gets.
+                drop(permit);
+                let counted = if e.message.starts_with("failed to deserialize parameters:") {
+                    Counted::ToolError
+                } else {
+                    Counted::RpcError
+                };
+                return (Err(e), counted);
             }
             Some(Some(Err(e))) => (
                 Err(e),

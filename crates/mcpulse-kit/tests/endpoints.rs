@@ -135,6 +135,38 @@ async fn metrics_have_the_gateways_names() {
     same_as_the_gateways_table(&body);
 }
 
+/// One client's calls with arguments that do not fit the tool: answered as `isError` results
+/// by rmcp, counted as such, and not the tool's failure: its breaker stays closed for every
+/// other session.
+#[tokio::test]
+async fn a_clients_bad_arguments_do_not_open_the_tools_breaker() {
+    use mcpulse_kit::ToolPolicy;
+    use mcpulse_policy::breaker::BreakerPolicy;
+    let breaker = BreakerPolicy {
+        minimum_calls: 2,
+        failure_rate: 0.5,
+        wait_in_open: Duration::from_secs(60),
+        ..BreakerPolicy::default()
+    };
+    let kit =
+        Kit::new(Health::new("kit-test", "1")).tool("sleep", ToolPolicy::new().breaker(breaker));
+    let served = serve(Some(kit)).await;
+    let mut s = Session::open(&served.url()).await;
+    for _ in 0..5 {
+        let r = s.call("sleep", serde_json::json!({"ms": "x"})).await;
+        assert_eq!(r["isError"], true, "{r}");
+    }
+    let r = s.call("sleep", serde_json::json!({"ms": 1})).await;
+    assert_eq!(r["content"][0]["text"], "slept 1 ms", "{r}");
+    let body = get(served.addr, "/metrics").await.body;
+    for line in [
+        r#"mcpulse_gateway_requests_total{method="tools/call",tool="sleep",outcome="tool_error"} 5"#,
+        r#"mcpulse_gateway_breaker_state{breaker="sleep",state="closed"} 1"#,
+    ] {
+        assert!(body.contains(line), "{line} missing in:\n{body}");
+    }
+}
+
 /// The gateway's documented metrics (docs/gateway.md `## Metrics`): name -> the label keys
 /// its row names in backquotes (a superset: values are backquoted too).
 fn gateway_table() -> std::collections::HashMap<String, String> {

@@ -222,10 +222,12 @@ impl Health {
             .unwrap_or(CheckStatus::Pass)
     }
 
-    /// Drops the checks `?exclude=` names (kube-apiserver's way to ignore one check).
+    /// Drops the checks `?exclude=` names (kube-apiserver's way to ignore one check): by
+    /// name, or by the full key (`search:breaker`) where a dependency and a tool's breaker
+    /// share a name and only one is meant.
     pub fn without(mut self, exclude: &[String]) -> Health {
         self.checks
-            .retain(|c| !exclude.iter().any(|e| *e == c.name));
+            .retain(|c| !exclude.iter().any(|e| *e == c.name || *e == c.key));
         self
     }
 
@@ -317,8 +319,10 @@ pub fn tool_word(s: CheckStatus) -> &'static str {
 }
 
 /// A `health_check` tool's answer (the gateway's and the kit's): `status` ok/degraded/down,
-/// `checks` keyed by name, each its health+json check object, and the document's `output`
-/// when it has one. The caller puts it in `structuredContent` and, as JSON, in a text block.
+/// `checks` keyed by name (a name already taken, as a dependency and a tool's breaker may
+/// share one, by the full key, `search:breaker`: neither hides the other), each its health+json
+/// check object, and the document's `output` when it has one. The caller puts it in
+/// `structuredContent` and, as JSON, in a text block.
 pub fn tool_content(h: &Health) -> Value {
     let doc = h.to_json();
     let mut checks = Map::new();
@@ -327,7 +331,12 @@ pub fn tool_content(h: &Health) -> Value {
             let Some(obj) = all.get(c.key.as_ref()).and_then(|a| a.get(0)) else {
                 continue;
             };
-            checks.insert(c.name.to_string(), obj.clone());
+            let key = if checks.contains_key(c.name.as_ref()) {
+                c.key.to_string()
+            } else {
+                c.name.to_string()
+            };
+            checks.insert(key, obj.clone());
         }
     }
     let mut content = json!({
@@ -365,6 +374,34 @@ mod tests {
                     .output("gave up"),
             ],
         }
+    }
+
+    /// A dependency and a tool's breaker named alike: both in the health tool's content, and
+    /// `?exclude=` can leave out either one by its key.
+    #[test]
+    fn a_dependency_and_a_breaker_named_alike_hide_neither() {
+        let h = Health {
+            service_id: "kit".into(),
+            version: "1".into(),
+            description: "test".into(),
+            checks: vec![
+                Check::new("search:responseTime", "search", "datastore")
+                    .status(CheckStatus::Warn)
+                    .output("slow"),
+                Check::new("search:breaker", "search", "component").observed("closed", "state"),
+            ],
+        };
+        let content = tool_content(&h);
+        assert_eq!(content["status"], "degraded");
+        assert_eq!(content["checks"]["search"]["componentType"], "datastore");
+        assert_eq!(
+            content["checks"]["search:breaker"]["observedValue"],
+            "closed"
+        );
+        let only_dep = h.clone().without(&["search:breaker".into()]);
+        assert_eq!(only_dep.checks.len(), 1);
+        assert_eq!(only_dep.checks[0].key, "search:responseTime");
+        assert!(h.without(&["search".into()]).checks.is_empty());
     }
 
     #[test]
