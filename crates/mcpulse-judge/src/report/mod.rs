@@ -333,9 +333,16 @@ impl Layers {
                 .collect();
             Status::from_findings(&f)
         };
+        let liveness = worst(crate::rules::Layer::Liveness);
+        // A server never reached (refused, not started, silent) was asked nothing of its MCP:
+        // its protocol is not checked, not healthy, unless something was found there.
+        let asked = liveness != Status::Down
+            || findings
+                .iter()
+                .any(|f| f.code.layer() == crate::rules::Layer::Protocol);
         Layers {
-            liveness: Some(worst(crate::rules::Layer::Liveness)),
-            protocol: Some(worst(crate::rules::Layer::Protocol)),
+            liveness: Some(liveness),
+            protocol: asked.then(|| worst(crate::rules::Layer::Protocol)),
             dependencies: dependencies_checked.then(|| worst(crate::rules::Layer::Dependencies)),
         }
     }
