@@ -21,6 +21,12 @@
 //!   (word joiner, invisible operators, deprecated format controls), U+FEFF (BOM), U+FFF9–U+FFFB
 //!   (interlinear annotation) and the tag characters U+E0000–U+E007F (invisible ASCII).
 //!
+//! - the two ways a CI log line becomes a workflow command (GitHub Actions and Azure
+//!   Pipelines read `::command::` at the start of a line, after spaces, and a legacy `##[command]`
+//!   anywhere in it): a text beginning with `::` has its first colon escaped (`\x3a:`), and
+//!   the second `#` of every `##[` (`#\x23[`), so that a server's name printed by `mcpulse diff`
+//!   or `probe` in a CI job cannot raise an annotation, mask a value or end the job's groups.
+//!
 //! Everything else passes as is: a backslash is not doubled, so the escapes are for reading, not
 //! for decoding (the `--json` report has the exact text).
 //!
@@ -83,10 +89,29 @@ pub fn inert(s: &str, max: usize) -> Cow<'_, str> {
 /// Whether `s` is returned as it is: within `max` and nothing to escape. Printable ASCII, the
 /// usual case, is checked a byte at a time.
 fn is_plain(s: &str, max: usize) -> bool {
+    if workflow_command(s) {
+        return false;
+    }
     if s.len() <= max && s.bytes().all(|b| (0x20..0x7f).contains(&b)) {
         return true;
     }
     (s.len() <= max || s.chars().count() <= max) && !s.chars().any(is_escaped)
+}
+
+/// Whether `s` holds what a CI runner would take for a workflow command (module docs).
+fn workflow_command(s: &str) -> bool {
+    s.starts_with("::") || s.contains("##[")
+}
+
+/// The escape for the character at byte `i` of `s` that [`workflow_command`] looks for: the
+/// first colon of a leading `::`, the second `#` of a `##[`.
+fn workflow_escape(s: &str, i: usize, c: char) -> Option<&'static str> {
+    let b = s.as_bytes();
+    match c {
+        ':' if i == 0 && b.get(1) == Some(&b':') => Some("\\x3a"),
+        '#' if i > 0 && b[i - 1] == b'#' && b.get(i + 1) == Some(&b'[') => Some("\\x23"),
+        _ => None,
+    }
 }
 
 /// Text of our own that spans lines (an error with its cause chain, a config error pointing
@@ -159,11 +184,14 @@ fn render(s: &str, max: usize, quoting: bool) -> String {
     let mut cut = 0usize;
     let mut esc = [0u8; 12];
     let mut utf8 = [0u8; 4];
-    for c in s.chars() {
-        let (piece, n): (&str, usize) = match escape(c, quoting, &mut esc) {
-            // Escapes are ASCII: one character per byte.
+    for (i, c) in s.char_indices() {
+        let (piece, n): (&str, usize) = match workflow_escape(s, i, c) {
             Some(e) => (e, e.len()),
-            None => (c.encode_utf8(&mut utf8), 1),
+            None => match escape(c, quoting, &mut esc) {
+                // Escapes are ASCII: one character per byte.
+                Some(e) => (e, e.len()),
+                None => (c.encode_utf8(&mut utf8), 1),
+            },
         };
         if chars + n > max {
             out.truncate(cut);
@@ -184,6 +212,18 @@ fn render(s: &str, max: usize, quoting: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ci_workflow_commands_are_broken() {
+        assert_eq!(field("::error title=x::pwned"), "\\x3a:error title=x::pwned");
+        assert_eq!(
+            message("a ##[error]pwned and ##[group]"),
+            "a #\\x23[error]pwned and #\\x23[group]"
+        );
+        assert_eq!(lines("ok\n::add-mask::x"), "ok\n\\x3a:add-mask::x");
+        // Not at the start, or a lone `#[`: as is.
+        assert!(matches!(field("a::b #[x]"), Cow::Borrowed(_)));
+    }
 
     #[test]
     fn plain_text_is_borrowed() {
