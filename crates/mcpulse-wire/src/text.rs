@@ -215,7 +215,10 @@ mod tests {
 
     #[test]
     fn ci_workflow_commands_are_broken() {
-        assert_eq!(field("::error title=x::pwned"), "\\x3a:error title=x::pwned");
+        assert_eq!(
+            field("::error title=x::pwned"),
+            "\\x3a:error title=x::pwned"
+        );
         assert_eq!(
             message("a ##[error]pwned and ##[group]"),
             "a #\\x23[error]pwned and #\\x23[group]"

@@ -428,3 +428,54 @@ fn hand_edited_baselines_are_verified_not_trusted() {
     let o = mcpulse(&["diff", &base, &base]);
     assert_eq!(code(&o), 0);
 }
+
+/// `mcpulse diff old new | head` under `set -o pipefail`: the reader closing the pipe does not
+/// make a breaking drift exit 0, and `--accept` still rewrites the baseline.
+#[test]
+fn a_closed_pipe_keeps_the_exit_code_and_the_accept() {
+    use mcpulse_judge::contract::{Parts, build};
+    let dir = Dir::new("closed-pipe");
+    // 3,000 tools removed: far more output than a pipe holds.
+    let tools: Vec<Value> = (0..3000)
+        .map(|i| json!({"name": format!("tool_{i:04}"), "inputSchema": {"type": "object"}}))
+        .collect();
+    let old = build(Parts {
+        target: "t".into(),
+        tools,
+        ..Parts::default()
+    });
+    let new = build(Parts {
+        target: "t".into(),
+        ..Parts::default()
+    });
+    let (old_path, new_path) = (dir.path("old.lock"), dir.path("new.lock"));
+    std::fs::write(&old_path, old.to_lock()).unwrap();
+    std::fs::write(&new_path, new.to_lock()).unwrap();
+    let run = |args: &[&str]| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_mcpulse"))
+            .args(args)
+            .env("NO_COLOR", "1")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The reader is gone before anything is written.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    for json in [false, true] {
+        let mut args = vec!["diff", &old_path, &new_path];
+        if json {
+            args.insert(1, "--json");
+        }
+        let (code, stderr) = run(&args);
+        assert_eq!(code, Some(2), "json={json}: {stderr}");
+    }
+    let (code, stderr) = run(&["diff", "--accept", &old_path, &new_path]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&old_path).unwrap(), new.to_lock());
+}

@@ -9,14 +9,9 @@ use anstyle::{AnsiColor, Style};
 use anyhow::Result;
 use mcpulse_judge::{Report, Severity, Status};
 use mcpulse_wire::text;
-use std::io::Write;
 
 pub fn print(r: &Report, color: anstream::ColorChoice) -> Result<()> {
-    let mut out = anstream::AutoStream::new(std::io::stdout().lock(), color);
-    let s = render(r);
-    out.write_all(s.as_bytes())?;
-    out.flush()?;
-    Ok(())
+    super::write_stdout(render(r).as_bytes(), color)
 }
 
 fn paint(style: Style, text: &str) -> String {
@@ -260,10 +255,7 @@ fn fmt_ms(v: f64) -> String {
 
 /// `mcpulse diff` for people.
 pub fn print_drift(d: &mcpulse_judge::drift::Drift, color: anstream::ColorChoice) -> Result<()> {
-    let mut out = anstream::AutoStream::new(std::io::stdout().lock(), color);
-    out.write_all(render_drift(d).as_bytes())?;
-    out.flush()?;
-    Ok(())
+    super::write_stdout(render_drift(d).as_bytes(), color)
 }
 
 /// The drift: a headline, then one line per change with where, what, and old → new.
