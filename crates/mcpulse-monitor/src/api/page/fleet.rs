@@ -95,7 +95,8 @@ impl FleetQuery {
                 "sort" => {
                     return Err("sort must be name, state, since, last, grade or tools".into());
                 }
-                "dir" => f.desc = v == "desc",
+                "dir" if v == "asc" || v == "desc" => f.desc = v == "desc",
+                "dir" => return Err("dir must be asc or desc".into()),
                 "page" => {
                     f.page = v
                         .parse()
@@ -536,6 +537,8 @@ mod tests {
         );
         assert!(FleetQuery::parse(vec![("per_page".into(), "0".into())]).is_err());
         assert!(FleetQuery::parse(vec![("sort".into(), "x".into())]).is_err());
+        assert!(FleetQuery::parse(vec![("dir".into(), "up".into())]).is_err());
+        assert!(FleetQuery::parse(vec![("dir".into(), "desc".into())]).is_ok_and(|f| f.desc));
     }
 
     #[test]
