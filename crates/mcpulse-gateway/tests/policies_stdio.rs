@@ -38,6 +38,22 @@ async fn retrying_gateway(
     std::net::SocketAddr,
     String,
 ) {
+    retrying_gateway_with(dir, "", tools, acts, retry).await
+}
+
+/// [`retrying_gateway`] with top-level settings (`top`) before the tables.
+async fn retrying_gateway_with(
+    dir: &TempDir,
+    top: &str,
+    tools: serde_json::Value,
+    acts: Vec<(&str, Vec<Act>)>,
+    retry: &str,
+) -> (
+    Running,
+    std::sync::Arc<mcpulse_gateway::state::Shared>,
+    std::net::SocketAddr,
+    String,
+) {
     let mut init = mcpulse_testkit::mcp::initialize_result(mcpulse_testkit::mcp::LEGACY);
     init["capabilities"] = json!({"tools": {}});
     let mut script = StdioScript::new()
@@ -49,7 +65,7 @@ async fn retrying_gateway(
     }
     let script = script.write(dir, "server.sh");
     let toml = format!(
-        "[[tools]]\nname = \"*_doc\"\nretry = {retry}\n\n{}backoff_initial = \"50ms\"\nbackoff_max = \"100ms\"\n",
+        "{top}\n[[tools]]\nname = \"*_doc\"\nretry = {retry}\n\n{}backoff_initial = \"50ms\"\nbackoff_max = \"100ms\"\n",
         upstream(&script)
     );
     let (running, shared) = start(&toml).await;
@@ -557,6 +573,105 @@ async fn over_stdio_retries_stop_at_the_calls_deadline() {
             "mcpulse_gateway_retries_total{tool=\"read_doc\",result=\"retried\"}"
         ),
         1.0
+    );
+    stop_leaving_nothing(running, &dir.join("pids")).await;
+}
+
+/// Over stdio a call unanswered at `keepalive` has its answer turned into a stream (a keep-alive
+/// comment first). While that stream has carried nothing but keep-alives, a failure is retried
+/// within it, as before the stream began: a crash after `keepalive`, and a timeout past it (with
+/// the defaults, 30 s against 15 s, a timeout was never retried over stdio).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_already_streaming_keep_alives_is_still_retried() {
+    let dir = TempDir::new("gw-policy-retry-stream");
+    let tools = json!({"tools": [
+        {"name": "read_doc", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": true}},
+        {"name": "slow_doc", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": true}},
+    ]});
+    let (running, shared, addr, sid) = retrying_gateway_with(
+        &dir,
+        "keepalive = \"100ms\"",
+        tools,
+        vec![
+            // The first call crashes the server 400 ms in (past keepalive); later ones answer.
+            (
+                "read_doc",
+                vec![
+                    Act::Sleep(400),
+                    Act::FirstTimeElse(dir.join("crashed"), Box::new(Act::Exit(1)), Box::new(ok())),
+                ],
+            ),
+            // The first call takes 2.5 s (timed out at 1 s); later ones answer at once.
+            (
+                "slow_doc",
+                vec![
+                    Act::FirstTimeElse(dir.join("slept"), Box::new(Act::Sleep(2500)), Box::new(Act::Sleep(0))),
+                    ok(),
+                ],
+            ),
+        ],
+        "{ max_attempts = 3, backoff_initial = \"10ms\", backoff_max = \"10ms\", on = [\"transport\", \"timeout\"] }\ntimeout = \"2s\"",
+    )
+    .await;
+    let r = post(addr, Some(&sid), &call(2, "read_doc")).await;
+    assert!(
+        r.body.starts_with(':'),
+        "a keep-alive came first: {}",
+        r.body
+    );
+    assert_eq!(r.text(), "ok", "retried within the stream: {}", r.body);
+    assert_eq!(r.json()["id"], 2);
+    let r = post(addr, Some(&sid), &call(3, "slow_doc")).await;
+    assert!(r.body.starts_with(':'), "{}", r.body);
+    assert_eq!(r.text(), "ok", "retried after its timeout: {}", r.body);
+    for tool in ["read_doc", "slow_doc"] {
+        assert_eq!(
+            metric(
+                &shared,
+                &format!("mcpulse_gateway_retries_total{{tool=\"{tool}\",result=\"retried\"}}")
+            ),
+            1.0,
+            "{tool}"
+        );
+    }
+    stop_leaving_nothing(running, &dir.join("pids")).await;
+}
+
+/// A stream that has carried something of the server's (a log notification) is never sent
+/// again: the client saw the attempt. Its failure is the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_call_the_client_saw_messages_of_is_not_retried() {
+    let dir = TempDir::new("gw-policy-retry-seen");
+    let tools = json!({"tools": [
+        {"name": "read_doc", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": true}},
+    ]});
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/message",
+        "params": {"level": "info", "data": "reading"}})
+    .to_string();
+    let (running, shared, addr, sid) = retrying_gateway_with(
+        &dir,
+        "keepalive = \"100ms\"",
+        tools,
+        vec![(
+            "read_doc",
+            vec![
+                Act::Stdout(note),
+                Act::Sleep(400),
+                Act::FirstTimeElse(dir.join("crashed"), Box::new(Act::Exit(1)), Box::new(ok())),
+            ],
+        )],
+        "{ max_attempts = 3, backoff_initial = \"10ms\", backoff_max = \"10ms\" }",
+    )
+    .await;
+    let r = post(addr, Some(&sid), &call(2, "read_doc")).await;
+    assert!(r.body.contains("reading"), "{}", r.body);
+    assert_eq!(r.json()["error"]["code"], -32080, "{}", r.body);
+    assert_eq!(
+        metric(
+            &shared,
+            "mcpulse_gateway_retries_total{tool=\"read_doc\",result=\"retried\"}"
+        ),
+        0.0
     );
     stop_leaving_nothing(running, &dir.join("pids")).await;
 }

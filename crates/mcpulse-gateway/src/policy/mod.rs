@@ -334,6 +334,24 @@ pub struct Permit {
     started: Instant,
 }
 
+/// What a call's later attempts need of its [`Permit`] (its entry, its admission time), without
+/// the permit itself: the retries of a streamed answer run in the stream's task while the
+/// permit waits to be judged with the last reply.
+#[derive(Debug, Clone, Copy)]
+pub struct Attempts {
+    rule: Option<usize>,
+    started: Instant,
+}
+
+impl Permit {
+    pub fn attempts(&self) -> Attempts {
+        Attempts {
+            rule: self.rule,
+            started: self.started,
+        }
+    }
+}
+
 impl std::fmt::Debug for Permit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Permit")
@@ -610,7 +628,7 @@ impl Policies {
 
     /// The first attempt's timer of a call admitted with `permit`: the tool's timeout, and
     /// the call's deadline (its entry's `retry.deadline`, from the admission) when it has one.
-    pub fn timer(&self, permit: &Permit, tool: &str) -> Timer {
+    pub fn timer(&self, permit: Attempts, tool: &str) -> Timer {
         let cutoff = permit
             .rule
             .and_then(|i| self.settings.tools.get(i)?.retry?.deadline)
@@ -628,7 +646,7 @@ impl Policies {
     /// (`retry.deadline`, when set), and the gateway's retry budget allows it.
     pub fn retry_after(
         &self,
-        permit: &Permit,
+        permit: Attempts,
         tool: &str,
         made: u32,
         failure: FailureKind,

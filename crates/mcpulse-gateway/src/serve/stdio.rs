@@ -701,7 +701,7 @@ impl StdioUpstream {
                 let policies = self.shared.policies();
                 match policies.admit(name, &self.shared).await {
                     Ok(p) => {
-                        let timer = policies.timer(&p, name);
+                        let timer = policies.timer(p.attempts(), name);
                         (Some(p), Some(timer))
                     }
                     Err(refusal) => {
@@ -760,10 +760,20 @@ impl StdioUpstream {
         worker.touch();
         let up = self.clone();
         // A copy of the request only when its entry opts in to retries.
-        let again = permit
-            .as_ref()
-            .filter(|p| up.shared.policies().may_retry(p))
-            .map(|_| (message.clone(), id.clone()));
+        let mut again = match (&permit, tool.as_deref()) {
+            (Some(p), Some(name)) if up.shared.policies().may_retry(p) => Some(Again {
+                up: up.clone(),
+                worker: worker.clone(),
+                attempts: p.attempts(),
+                tool: name.to_owned(),
+                message: message.clone(),
+                id: id.clone(),
+                sse,
+                health_tool: health_tool.map(str::to_owned),
+                made: 1,
+            }),
+            _ => None,
+        };
         let mut reply = Call {
             worker: worker.clone(),
             message,
@@ -774,10 +784,10 @@ impl StdioUpstream {
         }
         .run(health_tool.map(str::to_owned))
         .await;
-        if let (Some((message, id)), Some(p), Some(name)) = (&again, &permit, tool.as_deref()) {
-            reply = up
-                .retry(&worker, p, name, (message, id, sse), reply, health_tool)
-                .await;
+        if let Some(a) = &mut again {
+            while let Some(next) = a.after(&reply).await {
+                reply = next;
+            }
         }
         let sid_header = minted.clone();
         let finish = move |reply: &Value, timed_out: bool| {
@@ -836,64 +846,7 @@ impl StdioUpstream {
                 let sid = sid_header.filter(|_| v.get("result").is_some());
                 json_reply(&v, sid.as_deref(), modern)
             }
-            Reply::Stream(stream) => stream.into_response(sid_header.as_deref(), finish),
-        }
-    }
-
-    /// Sends a failed `tools/call` again while its retry policy says so (crate::policy:
-    /// opt-in, annotated tools only, backoff with jitter, the budget). A reply that has
-    /// started streaming is never sent again. Returns the last reply.
-    async fn retry(
-        &self,
-        worker: &Arc<Worker>,
-        permit: &crate::policy::Permit,
-        tool: &str,
-        (message, id, sse): (&serde_json::Map<String, Value>, &Value, bool),
-        mut reply: Reply,
-        health_tool: Option<&str>,
-    ) -> Reply {
-        let policies = self.shared.policies();
-        let mut made = 1;
-        loop {
-            let failure = match &reply {
-                Reply::Json(_, true) => Some(mcpulse_policy::breaker::FailureKind::Timeout),
-                // The client cancelled it: never sent again.
-                Reply::Json(v, false) if is_cancelled(v) => None,
-                Reply::Json(v, false) => crate::policy::failure_of(outcome(v)),
-                Reply::Stream(_) => None,
-            };
-            let Some(failure) = failure else {
-                return reply;
-            };
-            let Some(delay) =
-                policies.retry_after(permit, tool, made, failure, &self.shared.metrics)
-            else {
-                return reply;
-            };
-            {
-                // The client may cancel the call while it waits: then it is not sent again.
-                let backoff = Backoff::new(worker, id);
-                tokio::select! {
-                    () = tokio::time::sleep(delay) => {}
-                    () = backoff.cancelled.notified() => {
-                        return Reply::Json(
-                            error(id, CANCELLED, "mcpulse gateway: the request was cancelled by the client"),
-                            false,
-                        );
-                    }
-                }
-            }
-            made += 1;
-            reply = Call {
-                worker: worker.clone(),
-                message: message.clone(),
-                id: id.clone(),
-                sse,
-                keepalive: self.limits.keepalive,
-                timer: Some(policies.timer(permit, tool)),
-            }
-            .run(health_tool.map(str::to_owned))
-            .await;
+            Reply::Stream(stream) => stream.into_response(sid_header.as_deref(), finish, again),
         }
     }
 
@@ -1522,6 +1475,73 @@ enum Reply {
     Stream(Box<Stream>),
 }
 
+/// What it takes to send a failed `tools/call` again while its retry policy says so
+/// (crate::policy: opt-in, annotated tools only, backoff with jitter, the budget, the deadline):
+/// used on the reply before anything was sent to the client, and by a streamed answer whose
+/// stream has carried nothing but keep-alive comments (the gateway's own, at `keepalive`).
+struct Again {
+    up: Arc<StdioUpstream>,
+    worker: Arc<Worker>,
+    attempts: crate::policy::Attempts,
+    tool: String,
+    message: serde_json::Map<String, Value>,
+    id: Value,
+    sse: bool,
+    health_tool: Option<String>,
+    /// Attempts made so far, the first included.
+    made: u32,
+}
+
+impl Again {
+    /// After an attempt answered `reply`: the next attempt's reply when the failure is one to
+    /// retry and the policy allows another (after its backoff), a cancellation's answer when the
+    /// client cancels during the backoff, `None` when `reply` stands.
+    async fn after(&mut self, reply: &Reply) -> Option<Reply> {
+        let failure = match reply {
+            Reply::Json(_, true) => mcpulse_policy::breaker::FailureKind::Timeout,
+            // The client cancelled it: never sent again.
+            Reply::Json(v, false) if is_cancelled(v) => return None,
+            Reply::Json(v, false) => crate::policy::failure_of(outcome(v))?,
+            // A stream already answering: its own task decides.
+            Reply::Stream(_) => return None,
+        };
+        let policies = self.up.shared.policies();
+        let delay = policies.retry_after(
+            self.attempts,
+            &self.tool,
+            self.made,
+            failure,
+            &self.up.shared.metrics,
+        )?;
+        {
+            // The client may cancel the call while it waits: then it is not sent again.
+            let backoff = Backoff::new(&self.worker, &self.id);
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                () = backoff.cancelled.notified() => {
+                    return Some(Reply::Json(
+                        error(&self.id, CANCELLED, "mcpulse gateway: the request was cancelled by the client"),
+                        false,
+                    ));
+                }
+            }
+        }
+        self.made += 1;
+        Some(
+            Call {
+                worker: self.worker.clone(),
+                message: self.message.clone(),
+                id: self.id.clone(),
+                sse: self.sse,
+                keepalive: self.up.limits.keepalive,
+                timer: Some(policies.timer(self.attempts, &self.tool)),
+            }
+            .run(self.health_tool.clone())
+            .await,
+        )
+    }
+}
+
 /// A request turned SSE: what was received so far, and the rest to come.
 pub(crate) struct Stream {
     first: Bytes,
@@ -1701,99 +1721,146 @@ impl Call {
 impl Stream {
     /// The SSE response: the messages so far, the rest as they come, the reply last (then the
     /// stream ends). `finish` sees the reply (or the error standing for it) and whether it
-    /// is the gateway's timeout result.
+    /// is the gateway's timeout result. While the stream has carried nothing but the gateway's
+    /// keep-alive comments, a failed attempt is retried within it as `again` allows (the
+    /// client saw nothing of the attempt), its keep-alives going on meanwhile.
     fn into_response(
         self,
         session: Option<&str>,
         finish: impl FnOnce(&Value, bool) + Send + 'static,
+        mut again: Option<Again>,
     ) -> Response {
         // The waiter's queue (EVENTS) is the buffer; this hand-over to hyper holds a few.
         let (tx, rx) = mpsc::channel(HANDOVER);
         let Stream {
             first,
-            guard,
+            mut guard,
             mut events,
             mut reply,
             id,
-            health_tool,
+            mut health_tool,
             keepalive,
             mut timer,
-            progressed,
+            mut progressed,
         } = self;
         tokio::spawn(async move {
+            // Whether the client has been sent anything of the server's (then no retry).
+            let mut relayed = first.as_ref() != mcpulse_policy::keepalive::COMMENT;
             if tx.send(first).await.is_err() {
                 return;
             }
-            let mut events_open = true;
-            // `None`: the timer expired.
-            let reply = loop {
-                tokio::select! {
-                    biased;
-                    // The client left (a quiet call would otherwise only notice at its reply):
-                    // its slots and breaker trial are given back unjudged (dropping the permit
-                    // in `finish`), as over an HTTP upstream. Not a cancellation (the spec's
-                    // rule for a disconnect): the child is not told, its late reply dropped.
-                    () = tx.closed() => return,
-                    event = events.recv(), if events_open => match event {
-                        Some(frame) => {
-                            // A client that stops reading blocks this send: it races the
-                            // timer, so the call still times out (the server told, the slots
-                            // and the breaker trial given back) while the client stays.
-                            let sent = tokio::select! {
-                                biased;
-                                sent = tx.send(frame) => Some(sent.is_ok()),
-                                () = expiry(timer.as_ref()) => None,
-                            };
-                            match sent {
-                                Some(true) => {}
-                                Some(false) => return,
-                                None => break None,
+            'attempts: loop {
+                let mut events_open = true;
+                // `None`: the timer expired.
+                let got = loop {
+                    tokio::select! {
+                        biased;
+                        // The client left (a quiet call would otherwise only notice at its
+                        // reply): its slots and breaker trial are given back unjudged (dropping
+                        // the permit in `finish`), as over an HTTP upstream. Not a cancellation
+                        // (the spec's rule for a disconnect): the child is not told, its late
+                        // reply dropped.
+                        () = tx.closed() => return,
+                        event = events.recv(), if events_open => match event {
+                            Some(frame) => {
+                                relayed = true;
+                                // A client that stops reading blocks this send: it races the
+                                // timer, so the call still times out (the server told, the
+                                // slots and the breaker trial given back) while the client stays.
+                                let sent = tokio::select! {
+                                    biased;
+                                    sent = tx.send(frame) => Some(sent.is_ok()),
+                                    () = expiry(timer.as_ref()) => None,
+                                };
+                                match sent {
+                                    Some(true) => {}
+                                    Some(false) => return,
+                                    None => break None,
+                                }
+                            }
+                            None => events_open = false,
+                        },
+                        r = &mut reply => break Some(r),
+                        () = progress(progressed.as_ref()) => {
+                            if let Some(t) = &mut timer {
+                                t.progressed();
                             }
                         }
-                        None => events_open = false,
+                        () = expiry(timer.as_ref()) => break None,
+                    }
+                };
+                // This attempt's answer, and whether it is the gateway's timeout result.
+                let (mut answer, mut timed_out) = match got {
+                    None => match &timer {
+                        Some(t) => (time_out(&guard, &id, t).await, true),
+                        None => return,
                     },
-                    r = &mut reply => break Some(r),
-                    () = progress(progressed.as_ref()) => {
-                        if let Some(t) = &mut timer {
-                            t.progressed();
+                    Some(r) => {
+                        drop(guard);
+                        let mut r = r.unwrap_or_else(|_| {
+                            error(
+                                &id,
+                                SESSION_ENDED,
+                                "mcpulse gateway: the server's session ended before it answered",
+                            )
+                        });
+                        if let Some(name) = &health_tool {
+                            super::inject_reply(&mut r, name);
+                        }
+                        (r, false)
+                    }
+                };
+                if !relayed && let Some(a) = again.as_mut() {
+                    let mut attempt = Reply::Json(answer, timed_out);
+                    loop {
+                        let next = tokio::select! {
+                            biased;
+                            () = tx.closed() => return,
+                            next = a.after(&attempt) => next,
+                        };
+                        match next {
+                            None => break,
+                            Some(Reply::Stream(s)) => {
+                                // The next attempt streams too: this stream carries it.
+                                let s = *s;
+                                relayed = s.first.as_ref() != mcpulse_policy::keepalive::COMMENT;
+                                if tx.send(s.first).await.is_err() {
+                                    return;
+                                }
+                                guard = s.guard;
+                                events = s.events;
+                                reply = s.reply;
+                                health_tool = s.health_tool;
+                                timer = s.timer;
+                                progressed = s.progressed;
+                                continue 'attempts;
+                            }
+                            Some(json) => {
+                                // Nothing of the earlier attempt is left to send.
+                                events = mpsc::channel(1).1;
+                                attempt = json;
+                            }
                         }
                     }
-                    () = expiry(timer.as_ref()) => break None,
+                    let Reply::Json(v, t) = attempt else {
+                        return;
+                    };
+                    (answer, timed_out) = (v, t);
                 }
-            };
-            let Some(reply) = reply else {
-                if let Some(t) = &timer {
-                    let result = time_out(&guard, &id, t).await;
-                    finish(&result, true);
-                    let _ = tx
-                        .send(sse_frame(&serde_json::to_vec(&result).unwrap_or_default()))
-                        .await;
+                // Judged and its slots freed before the last frames go out (a client that
+                // does not read them holds nothing).
+                finish(&answer, timed_out);
+                // Everything the server sent before its reply is in `events` by now.
+                while let Ok(frame) = events.try_recv() {
+                    if tx.send(frame).await.is_err() {
+                        return;
+                    }
                 }
+                let _ = tx
+                    .send(sse_frame(&serde_json::to_vec(&answer).unwrap_or_default()))
+                    .await;
                 return;
-            };
-            drop(guard);
-            let mut reply = reply.unwrap_or_else(|_| {
-                error(
-                    &id,
-                    SESSION_ENDED,
-                    "mcpulse gateway: the server's session ended before it answered",
-                )
-            });
-            if let Some(name) = &health_tool {
-                super::inject_reply(&mut reply, name);
             }
-            // Judged and its slots freed before the last frames go out (a client that does
-            // not read them holds nothing).
-            finish(&reply, false);
-            // Everything the server sent before its reply is in `events` by now.
-            while let Ok(frame) = events.try_recv() {
-                if tx.send(frame).await.is_err() {
-                    return;
-                }
-            }
-            let _ = tx
-                .send(sse_frame(&serde_json::to_vec(&reply).unwrap_or_default()))
-                .await;
         });
         sse_response(rx, session, keepalive)
     }

@@ -572,7 +572,7 @@ impl HttpUpstream {
             let policies = self.shared.policies().clone();
             match policies.admit(&tool, &self.shared).await {
                 Ok(p) => {
-                    let timer = policies.timer(&p, &tool);
+                    let timer = policies.timer(p.attempts(), &tool);
                     // Its progress may push the timeout back: the token it reports it under.
                     if timer.extends() {
                         call.progress = progress_token(&body);
@@ -817,7 +817,7 @@ impl HttpUpstream {
         if !policies.may_retry(permit) {
             return None;
         }
-        policies.retry_after(permit, tool, made, failure, &self.shared.metrics)
+        policies.retry_after(permit.attempts(), tool, made, failure, &self.shared.metrics)
     }
 
     /// Folds an exchange into the session count (see [`sessions`]).
