@@ -601,7 +601,7 @@ async fn a_call_already_streaming_keep_alives_is_still_retried() {
                     Act::FirstTimeElse(dir.join("crashed"), Box::new(Act::Exit(1)), Box::new(ok())),
                 ],
             ),
-            // The first call takes 2.5 s (timed out at 1 s); later ones answer at once.
+            // The first call takes 2.5 s (timed out at 2 s); later ones answer at once.
             (
                 "slow_doc",
                 vec![

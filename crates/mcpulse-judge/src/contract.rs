@@ -508,36 +508,48 @@ pub fn whole_digest(c: &Contract) -> String {
 }
 
 fn items_of(kind: Kind, raw: &[&Value]) -> Vec<Item> {
-    // What `$ref` expansions may add to this contract (only tools resolve refs).
-    let mut expansions = EXPANSION_BUDGET;
-    let mut items: Vec<Item> = raw
+    // Canonical, keyed and ordered first (by key, then by the digest of what the server sent):
+    // the contract-wide `$ref` budget is then spent in an order the server's listing order does
+    // not change, so that a contract past the budget has one digest however it is listed.
+    let mut defs: Vec<(String, String, Value)> = raw
         .iter()
         .map(|v| {
-            let mut def = canonical(v);
-            if kind == Kind::Tool
-                && let Some(obj) = def.as_object_mut()
-            {
-                for key in ["inputSchema", "outputSchema"] {
-                    if let Some(schema) = obj.get_mut(key) {
-                        if has_ref(schema) {
-                            *schema = resolve_refs_within(schema, &mut expansions);
-                        } else if let Some(o) = schema.as_object_mut() {
-                            // What `resolve_refs` does to a schema without refs, without
-                            // copying it.
-                            o.remove("$defs");
-                            o.remove("definitions");
-                        }
-                    }
-                }
-            }
+            let def = canonical(v);
             let key = def
                 .get(kind.key_field())
                 .and_then(Value::as_str)
                 .unwrap_or("")
                 .to_owned();
+            (key, digest(&def), def)
+        })
+        .collect();
+    defs.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+    // What `$ref` expansions may add to this contract (only tools resolve refs).
+    let mut expansions = EXPANSION_BUDGET;
+    let mut items: Vec<Item> = defs
+        .into_iter()
+        .map(|(key, raw_digest, mut def)| {
+            let mut resolved = false;
+            if kind == Kind::Tool
+                && let Some(obj) = def.as_object_mut()
+            {
+                for k in ["inputSchema", "outputSchema"] {
+                    if let Some(schema) = obj.get_mut(k) {
+                        if has_ref(schema) {
+                            *schema = resolve_refs_within(schema, &mut expansions);
+                            resolved = true;
+                        } else if let Some(o) = schema.as_object_mut() {
+                            // What `resolve_refs` does to a schema without refs, without
+                            // copying it.
+                            resolved |= o.remove("$defs").is_some();
+                            resolved |= o.remove("definitions").is_some();
+                        }
+                    }
+                }
+            }
             Item {
                 key,
-                digest: digest(&def),
+                digest: if resolved { digest(&def) } else { raw_digest },
                 definition: def,
             }
         })
@@ -817,6 +829,33 @@ mod tests {
         // The budget is the contract's: a second schema finds it spent.
         let again = resolve_refs_within(&schema, &mut left);
         assert_eq!(again["properties"]["p0"]["$ref"], "#/$defs/D");
+    }
+
+    /// Two tools whose refs together need more than the contract's budget: which of them is
+    /// resolved does not depend on the order the server listed them in (a server listing in
+    /// hash order would drift on every probe).
+    #[test]
+    fn the_budget_is_spent_in_a_stable_order() {
+        let big: Vec<u32> = (0..20_000).collect();
+        let tool = |name: &str| {
+            let props: serde_json::Map<String, Value> = (0..4)
+                .map(|i| (format!("p{i}"), json!({"$ref": "#/$defs/D"})))
+                .collect();
+            json!({"name": name, "inputSchema": {"type": "object", "properties": props, "$defs": {"D": {"enum": big}}}})
+        };
+        let (a, b) = (tool("alpha"), tool("beta"));
+        let one = build(Parts {
+            tools: vec![a.clone(), b.clone()],
+            ..Parts::default()
+        });
+        let other = build(Parts {
+            tools: vec![b, a],
+            ..Parts::default()
+        });
+        assert_eq!(one.digest, other.digest);
+        // And the budget did bind: the second tool kept a ref.
+        assert!(one.tools[1].definition.to_string().contains("$ref"));
+        assert!(!one.tools[0].definition.to_string().contains("$ref"));
     }
 
     /// A chain of 70 definitions, each nesting the next two levels down: resolved whole, 140

@@ -422,6 +422,25 @@ fn what_no_rule_names_is_still_reported() {
     has(&d, "type-narrowed", Class::Breaking);
     let d = edited(|t| t["inputSchema"]["properties"]["limit"] = json!(true));
     has(&d, "widened", Class::Info);
+    // `true` to a schema of annotations only: the same values, a new description.
+    let loose = |limit: Value| {
+        let mut s = base_schema();
+        s["properties"]["limit"] = limit;
+        contract_with(vec![
+            tool("search", s),
+            tool("fetch", json!({"type": "object"})),
+        ])
+    };
+    let d = drift::diff(
+        &loose(json!(true)),
+        &loose(json!({"description": "free text"})),
+    );
+    assert!(
+        !d.changes.iter().any(|c| c.class == Class::Breaking),
+        "{:?}",
+        codes(&d)
+    );
+    has(&d, "description-changed", Class::Risky);
     // Anything else: the item changed, at least `other-changed`.
     let d = edited(|t| t["inputSchema"]["items"] = json!([{"type": "string"}]));
     assert!(!d.changes.is_empty());

@@ -21,11 +21,12 @@
 //!   (word joiner, invisible operators, deprecated format controls), U+FEFF (BOM), U+FFF9–U+FFFB
 //!   (interlinear annotation) and the tag characters U+E0000–U+E007F (invisible ASCII).
 //!
-//! - the two ways a CI log line becomes a workflow command (GitHub Actions and Azure
-//!   Pipelines read `::command::` at the start of a line, after spaces, and a legacy `##[command]`
-//!   anywhere in it): a text beginning with `::` has its first colon escaped (`\x3a:`), and
-//!   the second `#` of every `##[` (`#\x23[`), so that a server's name printed by `mcpulse diff`
-//!   or `probe` in a CI job cannot raise an annotation, mask a value or end the job's groups.
+//! - the ways a CI log line becomes a workflow command (GitHub Actions reads `::command::` at
+//!   the start of a line, after spaces, and a legacy `##[command]` anywhere in it; Azure
+//!   Pipelines reads `##vso[command]` anywhere): a text beginning with `::` (after white space)
+//!   has that first colon escaped (`\x3a:`), and the second `#` of every `##[` and `##vso[`
+//!   (`#\x23[`), so that a server's name printed by `mcpulse diff` or `probe` in a CI job
+//!   cannot raise an annotation, mask a value or stop the job's commands.
 //!
 //! Everything else passes as is: a backslash is not doubled, so the escapes are for reading, not
 //! for decoding (the `--json` report has the exact text).
@@ -100,16 +101,22 @@ fn is_plain(s: &str, max: usize) -> bool {
 
 /// Whether `s` holds what a CI runner would take for a workflow command (module docs).
 fn workflow_command(s: &str) -> bool {
-    s.starts_with("::") || s.contains("##[")
+    s.trim_start().starts_with("::") || s.contains("##[") || s.contains("##vso[")
 }
 
 /// The escape for the character at byte `i` of `s` that [`workflow_command`] looks for: the
-/// first colon of a leading `::`, the second `#` of a `##[`.
-fn workflow_escape(s: &str, i: usize, c: char) -> Option<&'static str> {
+/// first colon of a `::` at `lead` (where the text starts after white space), the second `#`
+/// of a `##[` or `##vso[`.
+fn workflow_escape(s: &str, lead: usize, i: usize, c: char) -> Option<&'static str> {
     let b = s.as_bytes();
     match c {
-        ':' if i == 0 && b.get(1) == Some(&b':') => Some("\\x3a"),
-        '#' if i > 0 && b[i - 1] == b'#' && b.get(i + 1) == Some(&b'[') => Some("\\x23"),
+        ':' if i == lead && b.get(i + 1) == Some(&b':') => Some("\\x3a"),
+        '#' if i > 0
+            && b[i - 1] == b'#'
+            && (b[i + 1..].starts_with(b"[") || b[i + 1..].starts_with(b"vso[")) =>
+        {
+            Some("\\x23")
+        }
         _ => None,
     }
 }
@@ -136,6 +143,7 @@ pub fn quoted(s: &str, max: usize) -> String {
 /// is written this way, so a value can neither end the line nor pass for another field.
 pub fn log_value(s: &str) -> Cow<'_, str> {
     let bare = !s.is_empty()
+        && !workflow_command(s)
         && s.len() <= MESSAGE_CHARS
         && !s
             .chars()
@@ -184,8 +192,9 @@ fn render(s: &str, max: usize, quoting: bool) -> String {
     let mut cut = 0usize;
     let mut esc = [0u8; 12];
     let mut utf8 = [0u8; 4];
+    let lead = s.len() - s.trim_start().len();
     for (i, c) in s.char_indices() {
-        let (piece, n): (&str, usize) = match workflow_escape(s, i, c) {
+        let (piece, n): (&str, usize) = match workflow_escape(s, lead, i, c) {
             Some(e) => (e, e.len()),
             None => match escape(c, quoting, &mut esc) {
                 // Escapes are ASCII: one character per byte.
@@ -224,6 +233,13 @@ mod tests {
             "a #\\x23[error]pwned and #\\x23[group]"
         );
         assert_eq!(lines("ok\n::add-mask::x"), "ok\n\\x3a:add-mask::x");
+        // After white space too (the runner trims it), and Azure's form.
+        assert_eq!(message("  \u{a0}::error::x"), "  \u{a0}\\x3a:error::x");
+        assert_eq!(
+            message("##vso[task.setvariable]x"),
+            "#\\x23vso[task.setvariable]x"
+        );
+        assert_eq!(log_value("##[error]x"), "\"#\\x23[error]x\"");
         // Not at the start, or a lone `#[`: as is.
         assert!(matches!(field("a::b #[x]"), Cow::Borrowed(_)));
     }

@@ -69,14 +69,30 @@ pub(super) fn schema_diff(d: &mut Diff, path: &str, old: &Value, new: &Value) {
 /// A boolean schema on either side (`true` accepts anything, `false` nothing; an object
 /// schema is in between): judged here, as narrowed or widened. Whether it was one.
 fn boolean_diff(d: &mut Diff, path: &str, old: &Value, new: &Value) -> bool {
-    // How much each accepts: false < a schema < true (`{}` accepts anything, as `true` does).
+    // How much each accepts: false < a schema < true (a schema of annotations only, `{}` or
+    // `{"description": ...}`, accepts anything, as `true` does).
+    const ANNOTATIONS: &[&str] = &[
+        "description",
+        "title",
+        "$comment",
+        "examples",
+        "default",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+    ];
     let rank = |v: &Value| match v {
         Value::Bool(false) => 0,
         Value::Bool(true) => 2,
-        Value::Object(m) if m.is_empty() => 2,
+        Value::Object(m) if m.keys().all(|k| ANNOTATIONS.contains(&k.as_str())) => 2,
         _ => 1,
     };
     if !old.is_boolean() && !new.is_boolean() {
+        return false;
+    }
+    if rank(old) == 2 && rank(new) == 2 {
+        // The same values either way: what changed, if anything, is text (the object side's
+        // description), judged as any schema's.
         return false;
     }
     let (o, n) = (rank(old), rank(new));

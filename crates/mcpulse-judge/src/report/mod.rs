@@ -315,7 +315,12 @@ impl Default for Layers {
 }
 
 impl Layers {
-    fn of(findings: &[Finding], dependencies_checked: bool, health_only: bool) -> Layers {
+    fn of(
+        findings: &[Finding],
+        dependencies_checked: bool,
+        health_only: bool,
+        handshake_answered: bool,
+    ) -> Layers {
         if health_only {
             // Only the endpoint was read: whatever it found (unreachable included) is about
             // what the server reports of itself, and nothing was asked of the server's MCP.
@@ -334,9 +339,11 @@ impl Layers {
             Status::from_findings(&f)
         };
         let liveness = worst(crate::rules::Layer::Liveness);
-        // A server never reached (refused, not started, silent) was asked nothing of its MCP:
-        // its protocol is not checked, not healthy, unless something was found there.
+        // A server never reached (refused, not resolved, not started) was asked nothing of its
+        // MCP: its protocol is not checked, not healthy, unless something was found there or
+        // its handshake was answered (a server that crashed later was reached).
         let asked = liveness != Status::Down
+            || handshake_answered
             || findings
                 .iter()
                 .any(|f| f.code.layer() == crate::rules::Layer::Protocol);
@@ -431,6 +438,7 @@ pub fn judge(tr: &Transcript, policy: &Policy) -> Report {
         &findings,
         !tr.calls.is_empty() || !tr.health.is_empty(),
         tr.target.kind == mcpulse_wire::transcript::TargetKind::Health,
+        report.protocol_version.is_some() || report.server.is_some(),
     );
     report.grade = report.security.grade.clone();
     report.findings = findings;
@@ -550,5 +558,23 @@ impl<'a> Judgement<'a> {
         if bad {
             self.add(Rule::JsonRpcEnvelope.finding("a reply lacked \"jsonrpc\": \"2.0\""));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::Rule;
+
+    /// The protocol layer of a server never reached is not checked; of one whose handshake
+    /// was answered before it died, it is judged (healthy here).
+    #[test]
+    fn the_protocol_layer_is_judged_once_the_server_was_reached() {
+        let refused = [Rule::ConnectFailed.finding("refused")];
+        assert_eq!(Layers::of(&refused, false, false, false).protocol, None);
+        let crashed = [Rule::ProcessExitedAfterHandshake.finding("exited")];
+        let l = Layers::of(&crashed, false, false, true);
+        assert_eq!(l.liveness, Some(Status::Down));
+        assert_eq!(l.protocol, Some(Status::Healthy));
     }
 }

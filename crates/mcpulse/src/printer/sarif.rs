@@ -79,9 +79,9 @@ pub fn log(r: &Report) -> Value {
             "ruleId": f.code,
             "ruleIndex": rule_ids.iter().position(|c| *c == f.code.code()).unwrap_or(0),
             "level": level,
-            "message": {"text": f.message},
+            "message": {"text": shown(&f.message)},
             "locations": [location.clone()],
-            "properties": {"severity": f.severity.as_str(), "security-severity": sev, "evidence": f.evidence},
+            "properties": {"severity": f.severity.as_str(), "security-severity": sev, "evidence": f.evidence.iter().map(|e| shown(e)).collect::<Vec<_>>()},
         }));
     }
     for f in &r.findings {
@@ -89,7 +89,7 @@ pub fn log(r: &Report) -> Value {
             "ruleId": f.code,
             "ruleIndex": rule_ids.iter().position(|c| *c == f.code.code()).unwrap_or(0),
             "level": health_level(f.severity),
-            "message": {"text": f.message},
+            "message": {"text": shown(&f.message)},
             "locations": [location.clone()],
             "properties": {"severity": f.severity.as_str()},
         }));
@@ -113,6 +113,21 @@ pub fn log(r: &Report) -> Value {
 
 /// Where a finding is: the server's URL, or for a stdio server its command line as a logical
 /// location (a command line is not a URI).
+/// A message as a code-scanning page shows it to people: inert and cut as every text from a
+/// server is ([`mcpulse_wire::text::message`]), and SARIF's embedded-link brackets escaped
+/// (`\[`, `\]`, §3.11.6), so that a server's error text cannot become a link in the alert.
+fn shown(s: &str) -> String {
+    let inert = mcpulse_wire::text::message(s);
+    let mut out = String::with_capacity(inert.len());
+    for c in inert.chars() {
+        if matches!(c, '[' | ']') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
 fn location(target: &str) -> Value {
     if target.starts_with("http://") || target.starts_with("https://") {
         json!({"physicalLocation": {"artifactLocation": {"uri": uri_reference(target)}}})
@@ -132,6 +147,18 @@ fn uri_reference(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn messages_are_inert_and_link_free() {
+        assert_eq!(
+            shown("x\u{202e}y\n[Fix here](https://evil.example)"),
+            "x\\u{202e}y\\n\\[Fix here\\](https://evil.example)"
+        );
+        assert_eq!(
+            shown("tools/list failed: HTTP 500"),
+            "tools/list failed: HTTP 500"
+        );
+    }
 
     #[test]
     fn uris() {
