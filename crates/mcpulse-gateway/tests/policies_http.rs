@@ -9,7 +9,9 @@ mod policies_support;
 
 use mcpulse_testkit::http::{FakeHttp, Piece, Reply as Answer, Request};
 use mcpulse_testkit::mcp;
-use policies_support::{BOUND, call, eventually, metric, post, post_unread, slots_all_free, start};
+use policies_support::{
+    BOUND, call, eventually, metric, post, post_bytes, post_unread, slots_all_free, start,
+};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -573,30 +575,6 @@ async fn a_secret_in_the_upstream_urls_path_is_never_shown_to_clients() {
         .unwrap();
 }
 
-/// A POST of `body` as it is (any bytes), on a connection of its own: the status and body.
-async fn post_bytes(addr: std::net::SocketAddr, body: &[u8]) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let head = format!(
-        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    s.write_all(head.as_bytes()).await.unwrap();
-    s.write_all(body).await.unwrap();
-    let mut answer = Vec::new();
-    tokio::time::timeout(BOUND, s.read_to_end(&mut answer))
-        .await
-        .unwrap()
-        .unwrap();
-    let answer = String::from_utf8_lossy(&answer).into_owned();
-    let status = answer.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let body = answer
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_http_a_body_the_gateway_cannot_read_is_refused_not_relayed_unpoliced() {
     let up = upstream().await;
@@ -617,6 +595,18 @@ async fn over_http_a_body_the_gateway_cannot_read_is_refused_not_relayed_unpolic
     let (status, body) = post_bytes(addr, twice).await;
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("-32600"), "{body}");
+    // Twice inside what the policies read: a tool's name, the params, a _meta of another type
+    // (read leniently, the call was policed as a nameless one while the upstream ran the last
+    // name).
+    for body in [
+        &br#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"echo","name":"slow"}}"#[..],
+        br#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"echo"},"params":{"name":"slow"}}"#,
+        br#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"slow","_meta":{"io.modelcontextprotocol/protocolVersion":5}}}"#,
+    ] {
+        let (status, answer) = post_bytes(addr, body).await;
+        assert_eq!(status, 400, "{answer}");
+        assert!(answer.contains("-32600"), "{answer}");
+    }
     // None reached the upstream, and a readable call still goes through.
     assert!(
         up.requests()

@@ -10,7 +10,8 @@ mod policies_support;
 use mcpulse_gateway::serve::Running;
 use mcpulse_testkit::stdio::{Act, StdioScript, TempDir, kill, read_pids, still_running_after};
 use policies_support::{
-    BOUND, call, eventually, get, metric, open_session, post, post_unread, slots_all_free, start,
+    BOUND, call, eventually, get, metric, open_session, post, post_bytes, post_unread,
+    slots_all_free, start,
 };
 use serde_json::json;
 use std::path::Path;
@@ -673,6 +674,24 @@ async fn a_streamed_call_the_client_saw_messages_of_is_not_retried() {
         ),
         0.0
     );
+    stop_leaving_nothing(running, &dir.join("pids")).await;
+}
+
+/// A key given twice in what the policies read is refused at the stdio door as at the HTTP
+/// door (the docs' door table), not read last-wins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_stdio_a_name_given_twice_is_refused() {
+    let dir = TempDir::new("gw-policy-twice");
+    let script = StdioScript::legacy()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on_tool("echo", vec![ok()])
+        .write(&dir, "server.sh");
+    let (running, _) = start(&upstream(&script)).await;
+    let addr = running.addr;
+    let body = br#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"echo","name":"delete_all"}}"#;
+    let (status, answer) = post_bytes(addr, body).await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer.contains("-32600") && answer.contains("each key once"), "{answer}");
     stop_leaving_nothing(running, &dir.join("pids")).await;
 }
 

@@ -486,6 +486,17 @@ async fn stdio_request(
         Err(resp) => return resp,
     };
     let message = match serde_json::from_slice::<Value>(&bytes) {
+        // Read as the HTTP door reads it (the envelope and the params the policies look at,
+        // each key once): a JSON object whose last key would win here is refused there too.
+        Ok(Value::Object(_))
+            if mcpulse_relay::supervise::envelope::Envelope::strict(&bytes).is_none() =>
+        {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                -32600,
+                "Invalid Request: not one JSON-RPC message (a JSON object, each key once)",
+            );
+        }
         Ok(Value::Object(m)) => m,
         Ok(Value::Array(_)) => {
             return refuse(

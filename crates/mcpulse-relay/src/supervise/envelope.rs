@@ -157,6 +157,17 @@ impl<'a> Envelope<'a> {
             .or_else(|| Envelope::loose(line))
     }
 
+    /// [`Envelope::parse`] without the lenient fallback: `None` also when a field the relay
+    /// reads has an unexpected type or is given twice (`"params":{"name":"a","name":"b"}`).
+    /// For a door that relays the body as it came: a reader where the last key wins would run
+    /// a tool other than the one the policies saw.
+    pub fn strict(line: &'a [u8]) -> Option<Envelope<'a>> {
+        if line.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+            return None;
+        }
+        serde_json::from_slice(line).ok()
+    }
+
     /// The id and method of an object whose other fields do not have the expected types
     /// (`"params":{"name":7}`, `"method":7`): the server still answers it (with an error,
     /// likely), so the relay must still route that answer. Only on the failure path.

@@ -959,9 +959,11 @@ fn unreadable(body: &[u8]) -> Response {
 
 impl Call {
     /// What the relay reads of a POSTed body; `None` when it is not a JSON object the
-    /// envelope reader can read.
+    /// envelope reader can read strictly: the body goes upstream as it came, so a key given
+    /// twice in what the policies read (the tool's name, `params`) or a field of another type
+    /// must not leave them reading less than the upstream will.
     fn of(body: &[u8]) -> Option<Call> {
-        let env = Envelope::parse(body)?;
+        let env = Envelope::strict(body)?;
         if env.kind() != Kind::Request {
             let cancels = (env.kind() == Kind::Notification
                 && env.method.as_deref() == Some("notifications/cancelled"))
