@@ -95,7 +95,7 @@ pub enum Upstream {
     /// A stdio server: one supervised child per legacy session.
     Stdio(Box<Settings>),
     /// A Streamable HTTP server.
-    Http(HttpSettings),
+    Http(Box<HttpSettings>),
 }
 
 /// What the front door lets in (Origin, Host, body size).
@@ -692,7 +692,7 @@ fn upstream(
                 http.reply_timeout = duration(src, v, "upstream.reply_timeout")?;
             }
             http.max_message_size = max_message_size;
-            Ok(Upstream::Http(http))
+            Ok(Upstream::Http(Box::new(http)))
         }
         (Some(cmd), None) => {
             let mut argv = Vec::with_capacity(cmd.get_ref().len());

@@ -96,7 +96,7 @@ impl Answer {
 
     fn is_sse(&self) -> bool {
         self.header("content-type")
-            .is_some_and(|c| c.starts_with("text/event-stream"))
+            .is_some_and(|c| c.to_ascii_lowercase().starts_with("text/event-stream"))
     }
 
     /// The JSON-RPC messages of the body: the JSON body, or each SSE event's data.
@@ -1262,4 +1262,88 @@ async fn a_relayed_stream_gets_the_gateways_keepalives_not_the_upstreams() {
         );
     }
     server.abort();
+}
+
+/// A client that stops reading its stream after the reply has been relayed: no request
+/// deadline bounds the sends any more, so `stalled_client` does. The stream ends and the
+/// upstream's stream is closed, instead of both being held for as long as the client stays
+/// connected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_after_its_reply_does_not_hold_the_upstream() {
+    use tokio::io::AsyncWriteExt;
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/message",
+        "params": {"level": "info", "data": "x".repeat(64 * 1024)}});
+    let up = FakeHttp::start(move |req: &mcpulse_testkit::http::Request| {
+        let id = req.rpc_id().unwrap_or(Value::Null);
+        let reply = json!({"jsonrpc": "2.0", "id": id, "result": {"content": []}});
+        Reply::chunked(
+            200,
+            "text/event-stream",
+            vec![
+                Piece::Data(format!("event: message\ndata: {reply}\n\n").into_bytes()),
+                // After its reply the upstream goes on talking, for ever.
+                Piece::Repeat {
+                    data: format!("event: message\ndata: {note}\n\n").into_bytes(),
+                    every: Duration::from_millis(1),
+                },
+            ],
+        )
+    })
+    .await;
+    let mut s = settings(up.url("/mcp"));
+    s.stalled_client = Duration::from_millis(300);
+    let gw = gateway(s).await;
+    // A client that sends the call and never reads a byte.
+    let body = request(7, "tools/call", json!({"name": "echo"})).to_string();
+    let mut client = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\n\r\n",
+        gw.addr,
+        body.len()
+    );
+    client.write_all(head.as_bytes()).await.unwrap();
+    client.write_all(body.as_bytes()).await.unwrap();
+    let t0 = Instant::now();
+    loop {
+        if up
+            .abandoned()
+            .iter()
+            .any(|a| a.request.rpc_id() == Some(json!(7)))
+        {
+            break;
+        }
+        assert!(t0.elapsed() < BOUND, "the upstream stream is still held");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(client);
+}
+
+/// Media types are case-insensitive: an upstream answering `Text/Event-Stream` is relayed as
+/// the SSE stream it is (it was read as one JSON body, which it is not).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_sse_answer_is_recognised_whatever_the_case_of_its_media_type() {
+    let up = FakeHttp::start(move |req: &mcpulse_testkit::http::Request| {
+        let id = req.rpc_id().unwrap_or(Value::Null);
+        let reply = json!({"jsonrpc": "2.0", "id": id, "result": {"tools": []}});
+        Reply::chunked(
+            200,
+            "Text/Event-Stream",
+            vec![Piece::Data(
+                format!("event: message\ndata: {reply}\n\n").into_bytes(),
+            )],
+        )
+    })
+    .await;
+    let gw = gateway(settings(up.url("/mcp"))).await;
+    let a = post(&gw, &[], &request(3, "tools/list", json!({}))).await;
+    assert_eq!(a.status, 200, "{a:?}");
+    assert_eq!(a.reply(3)["result"]["tools"], json!([]), "{a:?}");
+    // Judged as the reply it is (read as a JSON body, it was no reply at all).
+    let lines = request_lines(&gw);
+    assert!(
+        lines.iter().any(|l| l.contains("method=\"tools/list\"")
+            && l.contains("outcome=\"ok\"")
+            && l.ends_with(" 1")),
+        "{lines:?}"
+    );
 }

@@ -522,8 +522,14 @@ async fn over_http_a_tools_call_without_a_string_name_is_still_timed() {
         up.url("/mcp")
     );
     let (running, _shared) = start(&toml).await;
-    let odd = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+    // A name of another type is refused at the door (the policies cannot read it)...
+    let odd = json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call",
         "params": {"name": 5, "arguments": {}}});
+    let r = post(running.addr, None, &odd).await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    // ...and one without a name is timed as every call is.
+    let odd = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"arguments": {}}});
     let r = tokio::time::timeout(BOUND, post(running.addr, None, &odd))
         .await
         .unwrap();
@@ -606,6 +612,29 @@ async fn over_http_a_body_the_gateway_cannot_read_is_refused_not_relayed_unpolic
         let (status, answer) = post_bytes(addr, body).await;
         assert_eq!(status, 400, "{answer}");
         assert!(answer.contains("-32600"), "{answer}");
+    }
+    // A protocol version that is not visible ASCII is no known version (it was taken for
+    // absent, and the request relayed).
+    {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let body = br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"slow"}}"#;
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut head = format!(
+            "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\nMCP-Protocol-Version: 2025-06-18",
+            body.len()
+        )
+        .into_bytes();
+        head.extend_from_slice(b"\xa0\r\n\r\n");
+        s.write_all(&head).await.unwrap();
+        s.write_all(body).await.unwrap();
+        let mut answer = Vec::new();
+        tokio::time::timeout(BOUND, s.read_to_end(&mut answer))
+            .await
+            .unwrap()
+            .unwrap();
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+        assert!(answer.contains("Unsupported protocol version"), "{answer}");
     }
     // None reached the upstream, and a readable call still goes through.
     assert!(

@@ -691,7 +691,10 @@ async fn over_stdio_a_name_given_twice_is_refused() {
     let body = br#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"echo","name":"delete_all"}}"#;
     let (status, answer) = post_bytes(addr, body).await;
     assert_eq!(status, 400, "{answer}");
-    assert!(answer.contains("-32600") && answer.contains("each key once"), "{answer}");
+    assert!(
+        answer.contains("-32600") && answer.contains("each key once"),
+        "{answer}"
+    );
     stop_leaving_nothing(running, &dir.join("pids")).await;
 }
 
@@ -862,9 +865,9 @@ async fn a_stale_session_gets_404_at_once_and_a_nameless_call_is_still_limited()
     let r = post(addr, Some("bogus-session"), &call(2, "slow")).await;
     assert_eq!(r.status, 404, "{}", r.body);
     assert!(started.elapsed() < Duration::from_millis(400));
-    // A tools/call whose name is not a string still takes a slot of [concurrency].
-    let nameless =
-        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": 7}});
+    // A tools/call without a name still takes a slot of [concurrency] (one whose name is not
+    // a string is refused at the door: the policies cannot read it).
+    let nameless = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {}});
     let r = post(addr, Some(&sid), &nameless).await;
     assert_eq!(r.status, 503, "{}", r.body);
     assert_eq!(r.json()["error"]["code"], -32085, "{}", r.body);

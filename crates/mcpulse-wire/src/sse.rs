@@ -171,20 +171,30 @@ impl Decoder {
             }
             None => (&text[..], ""),
         };
+        // What the event holds so far: its data, name and id count together against the cap
+        // (each line alone is within it; three of them would be three times it).
+        let name_len = self.pending.event.as_ref().map_or(0, String::len);
+        let id_len = self.pending.id.as_ref().map_or(0, String::len);
+        let held = self.pending.data.len() + name_len + id_len;
         match field {
             "event" => {
-                self.pending.event = Some(value.to_owned());
+                if held - name_len + value.len() > self.max_event {
+                    self.oversize = true;
+                    self.oversize_len += value.len();
+                } else {
+                    self.pending.event = Some(value.to_owned());
+                }
                 self.has_fields = true;
             }
             "data" => {
-                let over = self.oversize || self.pending.data.len() + value.len() > self.max_event;
+                let over = self.oversize || held + value.len() > self.max_event;
                 if over && !line_sniffed {
                     // JSON takes the newline that joins data lines as whitespace.
                     let sniffer = data_sniffer(&mut self.sniffer, &self.pending.data);
                     sniffer.push(b"\n");
                     sniffer.push(value.as_bytes());
                 }
-                if self.pending.data.len() + value.len() > self.max_event {
+                if held + value.len() > self.max_event {
                     self.oversize = true;
                     self.oversize_len += value.len();
                 } else {
@@ -197,7 +207,10 @@ impl Decoder {
                 self.has_fields = true;
             }
             "id" => {
-                if !value.contains('\0') {
+                if held - id_len + value.len() > self.max_event {
+                    self.oversize = true;
+                    self.oversize_len += value.len();
+                } else if !value.contains('\0') {
                     self.pending.id = Some(value.to_owned());
                 }
                 self.has_fields = true;
@@ -293,6 +306,27 @@ mod tests {
         assert_eq!(a, b);
         assert_eq!(a[0].kind(), "endpoint");
         assert_eq!(a[0].retry_ms, Some(100));
+    }
+
+    /// An event's name, id and data count together against the cap: three lines each within
+    /// it are one event of three times it.
+    #[test]
+    fn name_id_and_data_count_together() {
+        let mut d = Decoder::new(16);
+        let e = "e".repeat(16);
+        let i = "i".repeat(16);
+        let v = "d".repeat(16);
+        let items = d.push(format!("event: {e}\nid: {i}\ndata: {v}\n\ndata: ok\n\n").as_bytes());
+        assert!(matches!(items[0], Item::TooLarge { .. }), "{items:?}");
+        assert!(
+            matches!(&items[1], Item::Event(ev) if ev.data == "ok"),
+            "{items:?}"
+        );
+        // Within the cap together: one event.
+        let items = d.push(b"event: message\nid: 7\ndata: {}\n\n");
+        assert!(
+            matches!(&items[0], Item::Event(ev) if ev.kind() == "message" && ev.id.as_deref() == Some("7"))
+        );
     }
 
     #[test]

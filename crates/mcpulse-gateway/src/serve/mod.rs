@@ -387,7 +387,10 @@ async fn on_mcp(State(door): State<Arc<Door>>, mut req: Request) -> Response {
             .insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
         return r;
     }
-    let version = header_str(headers, names::MCP_PROTOCOL_VERSION).map(str::to_owned);
+    // A value that is not visible ASCII is no known version either (it was taken for absent).
+    let version = headers
+        .get(names::MCP_PROTOCOL_VERSION)
+        .map(|v| v.to_str().unwrap_or("\u{fffd}").to_owned());
     if let Some(v) = &version
         && !mcpulse_wire::version::is_known(v)
     {
@@ -807,7 +810,7 @@ pub async fn start(gateway: &Gateway, shared: Arc<Shared>) -> Result<Running, St
             shared.clone(),
         )),
         config::Upstream::Http(h) => {
-            let up = Arc::new(http::HttpUpstream::new(h.clone(), shared.clone()));
+            let up = Arc::new(http::HttpUpstream::new((**h).clone(), shared.clone()));
             // Dial once now: the process state is Up (or reconnecting) before any client.
             let warm = up.clone();
             tokio::spawn(async move { warm.warm_up().await });

@@ -467,7 +467,16 @@ impl Worker {
 pub(crate) fn sse_frame(json: &[u8]) -> Bytes {
     let mut out = Vec::with_capacity(json.len() + 24);
     out.extend_from_slice(b"event: message\ndata: ");
+    // A child's line may hold a bare CR, which JSON takes as white space between tokens (never
+    // inside a string) but SSE as the end of the line: as a space, the data stays one line
+    // and the same JSON.
+    let at = out.len();
     out.extend_from_slice(json);
+    for b in &mut out[at..] {
+        if *b == b'\r' {
+            *b = b' ';
+        }
+    }
     out.extend_from_slice(b"\n\n");
     Bytes::from(out)
 }
@@ -693,7 +702,7 @@ impl StdioUpstream {
             return super::unknown_session();
         }
         // The call policies: admitted (or refused at the door, before any stream), and timed.
-        // A `tools/call` without a string name gets the gateway-wide limit and the default
+        // A `tools/call` without a name gets the gateway-wide limit and the default
         // timeout (as the name "", which no listed tool has).
         let policed = tool.as_deref().or((method == "tools/call").then_some(""));
         let (permit, timer) = match policed {
@@ -1899,6 +1908,20 @@ pub(crate) fn sse_response(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A child's bare CR (JSON white space) would end the SSE line: sent as a space.
+    #[test]
+    fn a_bare_cr_in_a_childs_line_stays_inside_its_data() {
+        let frame = sse_frame(b"{\"jsonrpc\":\"2.0\"\r\r,\"method\":\"x\"}");
+        assert!(!frame.contains(&b'\r'));
+        let mut d = mcpulse_wire::sse::Decoder::new(1024);
+        let items = d.push(&frame);
+        let [mcpulse_wire::sse::Item::Event(e)] = &items[..] else {
+            panic!("{items:?}");
+        };
+        let v: Value = serde_json::from_str(&e.data).unwrap();
+        assert_eq!(v["method"], "x");
+    }
 
     #[test]
     fn only_the_supervisors_and_gateways_own_errors_are_gateway_errors() {

@@ -84,6 +84,10 @@ pub struct HttpSettings {
     /// The door's `max_body`, when a door caps request bodies before the relay reads them:
     /// met while reading (no `Content-Length`), the relay answers the door's 413.
     pub max_body: Option<usize>,
+    /// How long a relayed event waits for a client that reads nothing when no request
+    /// deadline bounds the wait (its reply, and what follows it; a GET stream): then the
+    /// stream ends, and the upstream's with it. 30 s ([`relay::STALLED_CLIENT`]).
+    pub stalled_client: Duration,
 }
 
 impl HttpSettings {
@@ -102,6 +106,7 @@ impl HttpSettings {
             keepalive: Some(mcpulse_policy::keepalive::DEFAULT_INTERVAL),
             secrets: mcpulse_wire::redact::Secrets::default(),
             max_body: None,
+            stalled_client: relay::STALLED_CLIENT,
         }
     }
 
@@ -561,7 +566,7 @@ impl HttpUpstream {
             return resp;
         }
         // The call policies: admitted (or refused here, before anything is sent), and timed.
-        // A `tools/call` without a string name gets the gateway-wide limit and the default
+        // A `tools/call` without a name gets the gateway-wide limit and the default
         // timeout (as the name "", which no listed tool has), as over stdio.
         let policed = match (call.method, &call.tool_name) {
             (Some("tools/call"), Some(tool)) => Some(tool.clone()),

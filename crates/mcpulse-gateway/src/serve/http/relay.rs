@@ -139,7 +139,12 @@ pub async fn respond(
         .headers
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.trim_start().starts_with("text/event-stream"));
+        // Media types are case-insensitive (RFC 9110 §8.3.1): `Text/Event-Stream` is SSE too.
+        .is_some_and(|v| {
+            v.trim_start()
+                .get(..17)
+                .is_some_and(|t| t.eq_ignore_ascii_case("text/event-stream"))
+        });
     // The answer's status and forwarded headers, one pass over the upstream's headers; the
     // body is set once known (`answer`).
     let mut head = http::HeaderMap::new();
@@ -173,6 +178,7 @@ pub async fn respond(
             deadline: x.deadline,
             reply_due: x.reply_due,
             timed_out: x.upstream.timed_out(),
+            stalled: x.upstream.settings.stalled_client,
         };
         let tool_timer = x
             .call
@@ -311,6 +317,11 @@ struct Pending {
 /// How long a timed-out call's last event waits for a client that does not read.
 const LAST_SEND_GRACE: Duration = Duration::from_secs(1);
 
+/// How long an event waits for a client that reads nothing when no request deadline bounds
+/// the wait (the reply and what follows it, a GET stream): then the stream ends, and with it
+/// the upstream's, rather than being held for as long as the client stays connected.
+pub(crate) const STALLED_CLIENT: Duration = Duration::from_secs(30);
+
 struct Stream {
     link: Arc<Link>,
     label: String,
@@ -326,6 +337,8 @@ struct Stream {
     reply_due: Instant,
     /// The error's cause when it is not.
     timed_out: String,
+    /// How long an event with no deadline waits for a client that reads nothing.
+    stalled: Duration,
 }
 
 impl Stream {
@@ -447,13 +460,25 @@ impl Stream {
         }
         // A client that stops reading blocks this send: it races the reply's deadline, so the
         // call still times out (its slots and breaker trial given back, the upstream stream
-        // closed as the caller returns) while the client stays connected.
-        let due = self.deadline.filter(|_| pending.key.is_some());
+        // closed as the caller returns) while the client stays connected. With no deadline left
+        // (the reply sent, a GET stream), it races STALLED_CLIENT, so that the upstream's
+        // stream is not held for as long as the client stays.
+        let due = match &pending.key {
+            Some(_) => self.deadline,
+            None => Some(tokio::time::Instant::now() + self.stalled),
+        };
         tokio::select! {
             biased;
             sent = self.tx.send(encode(&event)) => sent.is_ok(),
             () = crate::serve::sleep_until_opt(due) => {
-                self.expire(pending).await;
+                if pending.key.is_some() {
+                    self.expire(pending).await;
+                } else {
+                    tracing::info!(
+                        after_ms = u64::try_from(self.stalled.as_millis()).unwrap_or(u64::MAX),
+                        "a client read nothing of its stream; the stream was ended"
+                    );
+                }
                 false
             }
         }
