@@ -10,7 +10,7 @@ mod policies_support;
 use mcpulse_testkit::http::{FakeHttp, Piece, Reply as Answer, Request};
 use mcpulse_testkit::mcp;
 use policies_support::{
-    BOUND, call, eventually, metric, post, post_bytes, post_unread, slots_all_free, start,
+    BOUND, call, eventually, metric, post, post_bytes, post_raw, post_unread, slots_all_free, start,
 };
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -615,27 +615,10 @@ async fn over_http_a_body_the_gateway_cannot_read_is_refused_not_relayed_unpolic
     }
     // A protocol version that is not visible ASCII is no known version (it was taken for
     // absent, and the request relayed).
-    {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let body = br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"slow"}}"#;
-        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let mut head = format!(
-            "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\nMCP-Protocol-Version: 2025-06-18",
-            body.len()
-        )
-        .into_bytes();
-        head.extend_from_slice(b"\xa0\r\n\r\n");
-        s.write_all(&head).await.unwrap();
-        s.write_all(body).await.unwrap();
-        let mut answer = Vec::new();
-        tokio::time::timeout(BOUND, s.read_to_end(&mut answer))
-            .await
-            .unwrap()
-            .unwrap();
-        let answer = String::from_utf8_lossy(&answer);
-        assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
-        assert!(answer.contains("Unsupported protocol version"), "{answer}");
-    }
+    let body = br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"slow"}}"#;
+    let (status, answer) = post_raw(addr, b"MCP-Protocol-Version: 2025-06-18\xa0\r\n", body).await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer.contains("Unsupported protocol version"), "{answer}");
     // None reached the upstream, and a readable call still goes through.
     assert!(
         up.requests()

@@ -293,13 +293,17 @@ impl Worker {
 
     /// Sends one message to the child (a line, newline added).
     async fn send(&self, message: &Value) -> bool {
+        match line_of(message) {
+            Some(line) => self.send_line(line).await,
+            None => false,
+        }
+    }
+
+    /// Sends a line made by [`line_of`].
+    async fn send_line(&self, line: Vec<u8>) -> bool {
         let Some(tx) = self.sender() else {
             return false;
         };
-        let Ok(mut line) = serde_json::to_vec(message) else {
-            return false;
-        };
-        line.push(b'\n');
         tx.send(line).await.is_ok()
     }
 
@@ -1646,10 +1650,18 @@ impl Call {
         };
         message.insert("id".into(), Value::String(key));
         // A wedged child (its input full) blocks the send: it races the timer.
-        let message = Value::Object(message);
+        // Written out and dropped before the wait: a waiting request holds its line only until
+        // the child's writer takes it, not its decoded body (16 to 32 times its size) for as
+        // long as the call runs.
+        let line = line_of(&Value::Object(message));
         let sent = tokio::select! {
             biased;
-            sent = worker.send(&message) => sent,
+            sent = async {
+                match line {
+                    Some(line) => worker.send_line(line).await,
+                    None => false,
+                }
+            } => sent,
             () = expiry(timer.as_ref()) => {
                 if let Some(t) = &timer {
                     return Reply::Json(time_out(&guard, &id, t).await, true);
@@ -1873,6 +1885,13 @@ impl Stream {
         });
         sse_response(rx, session, keepalive)
     }
+}
+
+/// A message as the line a child reads (newline included); `None` if it cannot be written.
+fn line_of(message: &Value) -> Option<Vec<u8>> {
+    let mut line = serde_json::to_vec(message).ok()?;
+    line.push(b'\n');
+    Some(line)
 }
 
 /// A `text/event-stream` response fed by `rx`; it ends when every sender is gone.

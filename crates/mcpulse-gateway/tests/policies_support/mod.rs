@@ -186,13 +186,20 @@ pub async fn slots_all_free(shared: &Shared) {
 
 /// A POST of `body` as it is (any bytes), on a connection of its own: the status and body.
 pub async fn post_bytes(addr: std::net::SocketAddr, body: &[u8]) -> (u16, String) {
+    post_raw(addr, b"", body).await
+}
+
+/// [`post_bytes`] with more header lines (`extra`: raw bytes, each line ending in CRLF).
+pub async fn post_raw(addr: std::net::SocketAddr, extra: &[u8], body: &[u8]) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     let head = format!(
-        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
         body.len()
     );
     s.write_all(head.as_bytes()).await.unwrap();
+    s.write_all(extra).await.unwrap();
+    s.write_all(b"\r\n").await.unwrap();
     s.write_all(body).await.unwrap();
     let mut answer = Vec::new();
     tokio::time::timeout(BOUND, s.read_to_end(&mut answer))
