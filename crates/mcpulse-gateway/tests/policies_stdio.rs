@@ -638,6 +638,60 @@ async fn a_call_already_streaming_keep_alives_is_still_retried() {
     stop_leaving_nothing(running, &dir.join("pids")).await;
 }
 
+/// A retry waiting out its backoff inside a stream (the answer began as keep-alives) is
+/// cancelled by the client as one waiting before any stream: answered -32800 at once, never
+/// sent again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_call_cancelled_during_its_retry_backoff_is_not_sent_again() {
+    let dir = TempDir::new("gw-policy-retry-stream-cancel");
+    let runs = dir.join("runs");
+    let crashed = dir.join("crashed");
+    let tools = json!({"tools": [
+        {"name": "read_doc", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": true}},
+    ]});
+    let (running, _, addr, sid) = retrying_gateway_with(
+        &dir,
+        "keepalive = \"100ms\"",
+        tools,
+        vec![(
+            "read_doc",
+            vec![
+                Act::RecordLine(runs.clone()),
+                Act::Sleep(300),
+                Act::FirstTimeElse(crashed.clone(), Box::new(Act::Exit(1)), Box::new(ok())),
+            ],
+        )],
+        "{ max_attempts = 3, backoff_initial = \"60s\", backoff_max = \"60s\", on = [\"transport\"] }",
+    )
+    .await;
+    let pending = {
+        let sid = sid.clone();
+        tokio::spawn(async move { post(addr, Some(&sid), &call(2, "read_doc")).await })
+    };
+    eventually(BOUND, "the first attempt crashes the server", || {
+        crashed.exists()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = Instant::now();
+    cancel(addr, &sid, 2).await;
+    let r = tokio::time::timeout(Duration::from_secs(5), pending)
+        .await
+        .expect("the cancelled call is answered at once")
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert!(
+        r.body.starts_with(':'),
+        "it had become a stream: {}",
+        r.body
+    );
+    assert_eq!(r.json()["error"]["code"], -32800, "{}", r.body);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let ran = std::fs::read_to_string(&runs).unwrap_or_default();
+    assert_eq!(ran.lines().count(), 1, "the child ran it once: {ran}");
+    stop_leaving_nothing(running, &dir.join("pids")).await;
+}
+
 /// A stream that has carried something of the server's (a log notification) is never sent
 /// again: the client saw the attempt. Its failure is the answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

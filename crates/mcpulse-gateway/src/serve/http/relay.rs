@@ -314,6 +314,9 @@ struct Pending {
     inflight: Option<super::Inflight>,
 }
 
+/// How much of an upstream frame is decoded at a time (see `Stream::run`).
+const DECODE_SLICE: usize = 4096;
+
 /// How long a timed-out call's last event waits for a client that does not read.
 const LAST_SEND_GRACE: Duration = Duration::from_secs(1);
 
@@ -408,7 +411,12 @@ impl Stream {
             let Ok(data) = frame.into_data() else {
                 continue;
             };
-            for item in decoder.push(&data) {
+            // Decoded a slice at a time: a frame of hyper's (up to ~400 KiB) of the smallest
+            // events (`id\n\n`) would be 100,000 of them held at once.
+            for item in data
+                .chunks(DECODE_SLICE)
+                .flat_map(|piece| decoder.push(piece))
+            {
                 match item {
                     Item::Event(event) => {
                         if !self.relay(event, &mut pending).await {
