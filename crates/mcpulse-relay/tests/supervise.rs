@@ -1193,6 +1193,50 @@ async fn a_too_long_reply_fails_its_own_request_found_by_its_top_level_id() {
     assert_all_gone(&[&pids]);
 }
 
+/// A request of the server's (sampling) over --max-message-size never reaches the client: the
+/// server is answered with an error at once, instead of waiting out its own timeout.
+#[tokio::test]
+async fn a_too_long_request_of_the_servers_is_answered_to_the_server() {
+    let dir = TempDir::new("toolong-request");
+    let pids = dir.join("pids");
+    let replies = dir.join("replies");
+    let big = format!(
+        r#"{{"jsonrpc":"2.0","id":"s1","method":"sampling/createMessage","params":{{"text":"{}"}}}}"#,
+        "x".repeat(8000)
+    );
+    let script = server(
+        &pids,
+        vec![("x/ask", vec![Act::Stdout(big), Act::Result(json!({}))])],
+    )
+    .otherwise(vec![Act::RecordLine(replies.clone())])
+    .write(&dir, "s.sh");
+    let mut s = settings(&script);
+    s.max_message_size = 2000;
+    let mut c = Client::start(s);
+    c.initialize().await;
+    let reply = c.request(3, "x/ask", json!({})).await;
+    assert!(reply["result"].is_object(), "{reply}");
+    let t0 = std::time::Instant::now();
+    let seen = loop {
+        let seen = std::fs::read_to_string(&replies).unwrap_or_default();
+        if seen.contains(r#""id":"s1""#) || t0.elapsed() > Duration::from_secs(5) {
+            break seen;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let line: serde_json::Value = serde_json::from_str(
+        seen.lines()
+            .find(|l| l.contains(r#""id":"s1""#))
+            .unwrap_or("null"),
+    )
+    .unwrap();
+    assert_eq!(line["id"], "s1", "{seen}");
+    assert_eq!(error_code(&line), codes::MESSAGE_TOO_LARGE, "{seen}");
+    let (_, rest) = c.close().await;
+    assert!(rest.is_empty(), "the client saw nothing of it: {rest:?}");
+    assert_all_gone(&[&pids]);
+}
+
 #[tokio::test]
 async fn the_request_lost_in_the_crash_that_spends_the_budget_is_not_promised_a_restart() {
     let dir = TempDir::new("lastcrash");

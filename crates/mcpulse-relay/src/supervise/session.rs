@@ -1489,18 +1489,32 @@ impl Session {
             max = self.s.max_message_size,
             "supervise: a server message over --max-message-size, dropped"
         );
-        if let Some(id) = clipped.id.filter(|_| clipped.reply)
-            && let Some(f) = self.in_flight.remove(&id)
+        let Clipped { id, reply } = clipped;
+        if let Some(id) = id.as_ref().filter(|_| reply)
+            && let Some(f) = self.in_flight.remove(id)
         {
             self.report_call(&f, CallOutcome::RpcError);
             self.answer_error(
-                &id,
+                id,
                 codes::MESSAGE_TOO_LARGE,
                 &format!(
                     "mcpulse supervise: the server's reply is longer than --max-message-size ({} bytes) and was dropped",
                     self.s.max_message_size
                 ),
             );
+        } else if let Some(id) = id.filter(|_| !reply)
+            && let Some(child) = &self.child
+        {
+            // A request of the server's (sampling, elicitation, roots) the client will never
+            // see: the server is told at once, rather than waiting out its own timeout.
+            child.send(error_line(
+                &id,
+                codes::MESSAGE_TOO_LARGE,
+                &format!(
+                    "mcpulse supervise: the request is longer than --max-message-size ({} bytes) and was not passed to the client",
+                    self.s.max_message_size
+                ),
+            ));
         }
     }
 
