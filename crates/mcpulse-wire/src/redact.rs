@@ -175,7 +175,16 @@ impl Secrets {
                 if m.keys().any(|k| self.appears_in(k) && self.hide(k) != *k) {
                     let old = std::mem::take(m);
                     for (k, v) in old {
-                        m.insert(self.hide(&k), v);
+                        // Two keys may hide alike (`TOKEN`, `TOKEN_2`): numbered, so that
+                        // neither value is lost.
+                        let hidden = self.hide(&k);
+                        let mut key = hidden.clone();
+                        let mut n = 2;
+                        while m.contains_key(&key) {
+                            key = format!("{hidden} ({n})");
+                            n += 1;
+                        }
+                        m.insert(key, v);
                     }
                     changed = true;
                 }
@@ -441,6 +450,22 @@ pub fn looks_like_token(a: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::{REDACTED, Secrets};
+
+    /// Keys that hide alike keep both their values, numbered.
+    #[test]
+    fn keys_that_hide_alike_lose_no_value() {
+        let mut secrets = Secrets::default();
+        secrets.add("tok-123456");
+        let mut v = serde_json::json!({"tok-123456": 1, "tok-123456tok-123456": 2, "plain": 3});
+        assert!(secrets.hide_value(&mut v));
+        let m = v.as_object().unwrap();
+        assert_eq!(m.len(), 3, "{v}");
+        assert_eq!(m["plain"], 3);
+        let mut values: Vec<i64> = m.values().filter_map(serde_json::Value::as_i64).collect();
+        values.sort_unstable();
+        assert_eq!(values, [1, 2, 3]);
+        assert!(m.keys().all(|k| !k.contains("tok-")), "{v}");
+    }
 
     #[test]
     fn hiding_twice_changes_nothing_even_when_a_secret_is_a_piece_of_the_marker() {
