@@ -509,7 +509,7 @@ async fn a_body_over_max_body_without_content_length_gets_413_over_http_too() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn over_http_a_tools_call_without_a_string_name_is_still_timed() {
+async fn over_http_a_tools_call_without_a_name_is_timed_and_one_of_another_type_refused() {
     let up = FakeHttp::start(|req: &Request| match req.rpc_method().as_deref() {
         Some("initialize") => rpc(req, mcp::initialize_result(mcp::LEGACY)),
         Some("tools/list") => rpc(req, mcp::tools_list_result(mcp::tools(&["x"]), None, false)),

@@ -1204,9 +1204,15 @@ async fn a_too_long_request_of_the_servers_is_answered_to_the_server() {
         r#"{{"jsonrpc":"2.0","id":"s1","method":"sampling/createMessage","params":{{"text":"{}"}}}}"#,
         "x".repeat(8000)
     );
+    // A long line with an id and no method (a log line, a broken reply) is no request: the
+    // server is sent nothing for it.
+    let noise = format!(r#"{{"id":"s0","msg":"{}"}}"#, "y".repeat(8000));
     let script = server(
         &pids,
-        vec![("x/ask", vec![Act::Stdout(big), Act::Result(json!({}))])],
+        vec![(
+            "x/ask",
+            vec![Act::Stdout(noise), Act::Stdout(big), Act::Result(json!({}))],
+        )],
     )
     .otherwise(vec![Act::RecordLine(replies.clone())])
     .write(&dir, "s.sh");
@@ -1232,6 +1238,7 @@ async fn a_too_long_request_of_the_servers_is_answered_to_the_server() {
     .unwrap();
     assert_eq!(line["id"], "s1", "{seen}");
     assert_eq!(error_code(&line), codes::MESSAGE_TOO_LARGE, "{seen}");
+    assert!(!seen.contains(r#""id":"s0""#), "{seen}");
     let (_, rest) = c.close().await;
     assert!(rest.is_empty(), "the client saw nothing of it: {rest:?}");
     assert_all_gone(&[&pids]);

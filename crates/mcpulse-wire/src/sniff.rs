@@ -131,6 +131,11 @@ impl ReplySniffer {
         self.top != Top::Broken && self.answers && !self.method
     }
 
+    /// Whether it has a top-level `method` (a request, given an id; else a notification).
+    pub fn is_request(&self) -> bool {
+        self.top != Top::Broken && self.method
+    }
+
     fn string_byte(&mut self, b: u8) {
         let top_level = self.depth == 1;
         if self.escaped {

@@ -152,9 +152,10 @@ impl Decoder {
         if self.oversize && line.is_empty() {
             // Over the cap by a line that is not data (a long `id:` or comment), the data kept
             // whole is looked at now.
+            let len_at_least = self.oversize_len + self.held();
             let sniffer = data_sniffer(&mut self.sniffer, &self.pending.data);
             out.push(Item::TooLarge {
-                len_at_least: self.oversize_len + self.pending.data.len(),
+                len_at_least,
                 reply_to: sniffer.reply_id(),
             });
             self.reset();
@@ -223,6 +224,13 @@ impl Decoder {
             }
             _ => {}
         }
+    }
+
+    /// What the pending event holds: its data, name and id.
+    fn held(&self) -> usize {
+        self.pending.data.len()
+            + self.pending.event.as_ref().map_or(0, String::len)
+            + self.pending.id.as_ref().map_or(0, String::len)
     }
 
     fn has_data(&self) -> bool {
@@ -313,11 +321,13 @@ mod tests {
     #[test]
     fn name_id_and_data_count_together() {
         let mut d = Decoder::new(16);
-        let e = "e".repeat(16);
-        let i = "i".repeat(16);
-        let v = "d".repeat(16);
-        let items = d.push(format!("event: {e}\nid: {i}\ndata: {v}\n\ndata: ok\n\n").as_bytes());
-        assert!(matches!(items[0], Item::TooLarge { .. }), "{items:?}");
+        // Each line within the cap (16 bytes); the event's name, id and data together (24)
+        // over it.
+        let items = d.push(b"event: eeeeeeeee\nid: iiiiiiiiiiii\ndata: ddd\n\ndata: ok\n\n");
+        assert!(
+            matches!(items[0], Item::TooLarge { len_at_least, .. } if len_at_least >= 24),
+            "{items:?}"
+        );
         assert!(
             matches!(&items[1], Item::Event(ev) if ev.data == "ok"),
             "{items:?}"

@@ -491,8 +491,9 @@ async fn stdio_request(
     let message = match serde_json::from_slice::<Value>(&bytes) {
         // Read as the HTTP door reads it (the envelope and the params the policies look at,
         // each key once): a JSON object whose last key would win here is refused there too.
-        Ok(Value::Object(_))
-            if mcpulse_relay::supervise::envelope::Envelope::strict(&bytes).is_none() =>
+        Ok(Value::Object(m))
+            if m.get("method").and_then(Value::as_str) == Some("tools/call")
+                && mcpulse_relay::supervise::envelope::Envelope::strict(&bytes).is_none() =>
         {
             return refuse(
                 StatusCode::BAD_REQUEST,

@@ -23,10 +23,10 @@ pub(super) async fn probe(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>)
         challenge_metadata(client, uri, ctx, i).await;
         return ctx.mark_done();
     };
-    // The session's requests go to the endpoint the server named: on another origin, under the
-    // guard a redirect is under (a public server may not send the probe to a private address).
-    let public = crate::context::target_is_public(ctx, client);
-    client.deny_private = guard_endpoint(uri, &stream.endpoint, public);
+    // The session's requests go to the endpoint the server named: under the guard a redirect
+    // is under (a public server may not send the probe to a private address, by naming one,
+    // by a redirect from its endpoint, or by a name that resolves elsewhere the next time).
+    client.deny_private = crate::context::target_is_public(ctx, client);
     let mut wire = Wire::Sse { client, stream };
     let i = initialize(&mut wire, ctx, Step::Initialize).await;
     if let Initialized::Ok { capabilities, .. } = classify_initialize(ctx.ex(i)) {
@@ -48,28 +48,5 @@ pub(super) async fn probe(client: &mut HttpClient, uri: &Uri, ctx: &mut Ctx<'_>)
     {
         checks.await.record(client, ctx);
         drop(stream);
-    }
-}
-
-/// Whether the session's requests to `endpoint` (named by the stream of `target`) are under
-/// the SSRF guard: when it is on another origin than a public target.
-fn guard_endpoint(target: &Uri, endpoint: &Uri, target_public: bool) -> bool {
-    use mcpulse_transport::http::origin;
-    target_public && origin(endpoint) != origin(target)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_endpoint_elsewhere_than_a_public_target_is_guarded() {
-        let t: Uri = "https://mcp.example.com/sse".parse().unwrap();
-        let same: Uri = "https://mcp.example.com/messages?s=1".parse().unwrap();
-        let other: Uri = "http://10.0.0.5/admin".parse().unwrap();
-        assert!(guard_endpoint(&t, &other, true));
-        assert!(!guard_endpoint(&t, &same, true));
-        // A private or loopback target may name any endpoint (it is one already).
-        assert!(!guard_endpoint(&t, &other, false));
     }
 }

@@ -28,6 +28,8 @@ pub struct Clipped {
     pub id: Option<String>,
     /// Whether it was a reply (`result` or `error`, no `method`).
     pub reply: bool,
+    /// Whether it had a top-level `method` (a request when it has an id).
+    pub request: bool,
 }
 
 /// One read.
@@ -47,6 +49,7 @@ fn clipped(sniffer: &ReplySniffer) -> Clipped {
             .id_raw()
             .map(|raw| super::envelope::canonical_id(&String::from_utf8_lossy(raw)).into_owned()),
         reply: sniffer.is_reply(),
+        request: sniffer.is_request(),
     }
 }
 
@@ -289,14 +292,16 @@ mod tests {
                 r.next_line().await,
                 LineRead::TooLong(Clipped {
                     id: Some("7".into()),
-                    reply: true
+                    reply: true,
+                    request: false,
                 })
             );
             assert_eq!(
                 r.next_line().await,
                 LineRead::TooLong(Clipped {
                     id: Some("\"café\"".into()),
-                    reply: false
+                    reply: false,
+                    request: true,
                 })
             );
             assert_eq!(r.next_line().await, LineRead::Line(b"ok".to_vec()));
@@ -463,7 +468,8 @@ mod tests {
                 LineRead::Line(b"{\"id\":1}".to_vec()),
                 LineRead::TooLong(Clipped {
                     id: Some("9".into()),
-                    reply: false
+                    reply: false,
+                    request: true,
                 }),
                 LineRead::Line(b"short".to_vec()),
                 LineRead::TooLong(Clipped::default()),

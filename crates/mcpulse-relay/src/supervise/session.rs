@@ -1489,7 +1489,7 @@ impl Session {
             max = self.s.max_message_size,
             "supervise: a server message over --max-message-size, dropped"
         );
-        let Clipped { id, reply } = clipped;
+        let Clipped { id, reply, request } = clipped;
         if let Some(id) = id.as_ref().filter(|_| reply)
             && let Some(f) = self.in_flight.remove(id)
         {
@@ -1502,7 +1502,7 @@ impl Session {
                     self.s.max_message_size
                 ),
             );
-        } else if let Some(id) = id.filter(|_| !reply)
+        } else if let Some(id) = id.filter(|_| request)
             && let Some(child) = &self.child
         {
             // A request of the server's (sampling, elicitation, roots) the client will never

@@ -86,7 +86,7 @@ pub struct HttpSettings {
     pub max_body: Option<usize>,
     /// How long a relayed event waits for a client that reads nothing when no request
     /// deadline bounds the wait (its reply, and what follows it; a GET stream): then the
-    /// stream ends, and the upstream's with it. 30 s ([`relay::STALLED_CLIENT`]).
+    /// stream ends, and the upstream's with it. 30 s by default.
     pub stalled_client: Duration,
 }
 
@@ -603,7 +603,8 @@ impl HttpUpstream {
             // Each attempt has its own reply timeout and tool timeout.
             let reply_due =
                 if made == 1 { started } else { Instant::now() } + self.settings.reply_timeout;
-            // A GET stream has no reply pending: it waits as long as the client stays.
+            // A GET stream has no reply pending: no deadline (its events each wait at most
+            // `stalled_client` for a client that reads nothing).
             let deadline = (parts.method != Method::GET).then(|| match &call.timer {
                 Some(t) => t.deadline().min(reply_due),
                 None => reply_due,
@@ -968,7 +969,12 @@ impl Call {
     /// twice in what the policies read (the tool's name, `params`) or a field of another type
     /// must not leave them reading less than the upstream will.
     fn of(body: &[u8]) -> Option<Call> {
-        let env = Envelope::strict(body)?;
+        // Strictly for a `tools/call` (what the policies read); leniently for the rest, which
+        // the upstream answers as it will.
+        let env = match Envelope::strict(body) {
+            Some(env) => env,
+            None => Envelope::parse(body).filter(|e| e.method.as_deref() != Some("tools/call"))?,
+        };
         if env.kind() != Kind::Request {
             let cancels = (env.kind() == Kind::Notification
                 && env.method.as_deref() == Some("notifications/cancelled"))
