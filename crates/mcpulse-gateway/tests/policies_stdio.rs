@@ -643,53 +643,18 @@ async fn a_call_already_streaming_keep_alives_is_still_retried() {
 /// sent again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streamed_call_cancelled_during_its_retry_backoff_is_not_sent_again() {
-    let dir = TempDir::new("gw-policy-retry-stream-cancel");
-    let runs = dir.join("runs");
-    let crashed = dir.join("crashed");
-    let tools = json!({"tools": [
-        {"name": "read_doc", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": true}},
-    ]});
-    let (running, _, addr, sid) = retrying_gateway_with(
-        &dir,
+    // The first attempt crashes 300 ms in, past keepalive (100 ms): the answer is a stream.
+    let r = cancelled_during_backoff(
+        "gw-policy-retry-stream-cancel",
         "keepalive = \"100ms\"",
-        tools,
-        vec![(
-            "read_doc",
-            vec![
-                Act::RecordLine(runs.clone()),
-                Act::Sleep(300),
-                Act::FirstTimeElse(crashed.clone(), Box::new(Act::Exit(1)), Box::new(ok())),
-            ],
-        )],
-        "{ max_attempts = 3, backoff_initial = \"60s\", backoff_max = \"60s\", on = [\"transport\"] }",
+        300,
     )
     .await;
-    let pending = {
-        let sid = sid.clone();
-        tokio::spawn(async move { post(addr, Some(&sid), &call(2, "read_doc")).await })
-    };
-    eventually(BOUND, "the first attempt crashes the server", || {
-        crashed.exists()
-    })
-    .await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let started = Instant::now();
-    cancel(addr, &sid, 2).await;
-    let r = tokio::time::timeout(Duration::from_secs(5), pending)
-        .await
-        .expect("the cancelled call is answered at once")
-        .unwrap();
-    assert!(started.elapsed() < Duration::from_secs(2));
     assert!(
         r.body.starts_with(':'),
         "it had become a stream: {}",
         r.body
     );
-    assert_eq!(r.json()["error"]["code"], -32800, "{}", r.body);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let ran = std::fs::read_to_string(&runs).unwrap_or_default();
-    assert_eq!(ran.lines().count(), 1, "the child ran it once: {ran}");
-    stop_leaving_nothing(running, &dir.join("pids")).await;
 }
 
 /// A stream that has carried something of the server's (a log notification) is never sent
@@ -803,20 +768,31 @@ async fn a_clients_cancellations_do_not_open_the_tools_breaker() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_cancelled_while_it_waits_to_be_retried_is_not_sent_again() {
-    let dir = TempDir::new("gw-policy-cancel-retry");
+    cancelled_during_backoff("gw-policy-cancel-retry", "", 0).await;
+}
+
+/// A call whose first attempt crashes the server `crash_after` ms in (retried after a 60 s
+/// backoff), cancelled by its client while it waits: answered -32800 at once, and the child ran
+/// it once. Returns the answer.
+async fn cancelled_during_backoff(
+    name: &str,
+    top: &str,
+    crash_after: u64,
+) -> policies_support::Reply {
+    let dir = TempDir::new(name);
     let runs = dir.join("runs");
     let crashed = dir.join("crashed");
     let tools = json!({"tools": [{"name": "read_doc", "inputSchema": {"type": "object"},
         "annotations": {"readOnlyHint": true}}]});
-    // The first call crashes the server (lost: retried after a backoff); later ones answer.
-    // A long backoff (full jitter up to 60 s): the cancellation comes while it waits.
-    let (running, _, addr, sid) = retrying_gateway(
+    let (running, _, addr, sid) = retrying_gateway_with(
         &dir,
+        top,
         tools,
         vec![(
             "read_doc",
             vec![
                 Act::RecordLine(runs.clone()),
+                Act::Sleep(crash_after),
                 Act::FirstTimeElse(crashed.clone(), Box::new(Act::Exit(1)), Box::new(ok())),
             ],
         )],
@@ -845,6 +821,7 @@ async fn a_call_cancelled_while_it_waits_to_be_retried_is_not_sent_again() {
     let ran = std::fs::read_to_string(&runs).unwrap_or_default();
     assert_eq!(ran.lines().count(), 1, "the child ran it once: {ran}");
     stop_leaving_nothing(running, &dir.join("pids")).await;
+    r
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
