@@ -441,6 +441,35 @@ fn what_no_rule_names_is_still_reported() {
         codes(&d)
     );
     has(&d, "description-changed", Class::Risky);
+    // anyOf/oneOf: an alternative removed narrows, one added widens, both is other-changed.
+    let alt = |limit: Value| {
+        let mut s = base_schema();
+        s["properties"]["limit"] = limit;
+        contract_with(vec![
+            tool("search", s),
+            tool("fetch", json!({"type": "object"})),
+        ])
+    };
+    let two = json!({"anyOf": [{"type": "string"}, {"type": "integer"}]});
+    let one = json!({"anyOf": [{"type": "string"}]});
+    has(
+        &drift::diff(&alt(two.clone()), &alt(one.clone())),
+        "type-narrowed",
+        Class::Breaking,
+    );
+    has(
+        &drift::diff(&alt(one.clone()), &alt(two)),
+        "widened",
+        Class::Info,
+    );
+    let other = json!({"anyOf": [{"type": "boolean"}]});
+    let d = drift::diff(&alt(one), &alt(other));
+    assert!(
+        !d.changes.iter().any(|c| c.class == Class::Breaking),
+        "{:?}",
+        codes(&d)
+    );
+    has(&d, "other-changed", Class::Info);
     // Anything else: the item changed, at least `other-changed`.
     let d = edited(|t| t["inputSchema"]["items"] = json!([{"type": "string"}]));
     assert!(!d.changes.is_empty());

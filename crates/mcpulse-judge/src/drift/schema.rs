@@ -35,6 +35,8 @@ const HANDLED: &[&str] = &[
     "items",
     "description",
     "title",
+    "anyOf",
+    "oneOf",
 ];
 
 type Object = Map<String, Value>;
@@ -57,6 +59,7 @@ pub(super) fn schema_diff(d: &mut Diff, path: &str, old: &Value, new: &Value) {
     parameter_text_diff(d, path, o, n);
     properties_diff(d, path, old, new, o, n);
     items_schema_diff(d, path, o, n);
+    alternatives_diff(d, path, o, n);
     let handled: Vec<&str> = HANDLED
         .iter()
         .copied()
@@ -119,6 +122,51 @@ fn boolean_diff(d: &mut Diff, path: &str, old: &Value, new: &Value) -> bool {
     }
     // `{}` to `true` (or back): the same values.
     true
+}
+
+/// `anyOf` / `oneOf`: alternatives only removed (or the list newly added) accept less, and
+/// break old calls; only added (or the list removed) accept more; both at once cannot be told
+/// without comparing the alternatives themselves, and are `other-changed`.
+fn alternatives_diff(d: &mut Diff, path: &str, o: &Object, n: &Object) {
+    for k in ["anyOf", "oneOf"] {
+        let (ov, nv) = (o.get(k), n.get(k));
+        if ov == nv {
+            continue;
+        }
+        let set = |v: Option<&Value>| -> Option<std::collections::HashSet<String>> {
+            v.and_then(Value::as_array)
+                .map(|a| a.iter().map(Value::to_string).collect())
+        };
+        let (rule, message) = match (set(ov), set(nv)) {
+            (Some(os), Some(ns)) => {
+                let removed = os.difference(&ns).count();
+                let added = ns.difference(&os).count();
+                match (removed, added) {
+                    (r, 0) if r > 0 => (
+                        DriftRule::TypeNarrowed,
+                        format!("{r} {k} alternative(s) removed"),
+                    ),
+                    (0, a) if a > 0 => {
+                        (DriftRule::Widened, format!("{a} {k} alternative(s) added"))
+                    }
+                    _ => (
+                        DriftRule::OtherChanged,
+                        format!("{k} alternatives changed ({removed} removed, {added} added)"),
+                    ),
+                }
+            }
+            (None, Some(_)) => (
+                DriftRule::TypeNarrowed,
+                format!("a {k} now restricts the values"),
+            ),
+            (Some(_), None) => (
+                DriftRule::Widened,
+                format!("the {k} restriction was removed"),
+            ),
+            (None, None) => (DriftRule::OtherChanged, format!("{k} changed")),
+        };
+        d.push(rule, format!("{path}.{k}"), ov, nv, message);
+    }
 }
 
 /// `type`: fewer accepted types is narrowed, more is widened.

@@ -48,7 +48,7 @@ crate::rule_family! {
         "A parameter was removed and another with the same schema added: a rename.",
         "A client built against the old contract fails against the new one: old calls are rejected or old results no longer hold.";
     TypeNarrowed = "type-narrowed", Breaking,
-        "A parameter's type changed or accepts fewer types.",
+        "A parameter's type changed or accepts fewer types, or `anyOf`/`oneOf` alternatives were removed (or such a list added).",
         "A client built against the old contract fails against the new one: old calls are rejected or old results no longer hold.";
     EnumNarrowed = "enum-narrowed", Breaking,
         "Values were removed from an `enum`.",
@@ -96,7 +96,7 @@ crate::rule_family! {
         "An optional parameter was added.",
         "Compatible: reported so that nothing changes silently.";
     Widened = "widened", Info,
-        "A change that accepts more: a type or enum widened, a bound loosened, a parameter no longer required, `additionalProperties` opened.",
+        "A change that accepts more: a type or enum widened, a bound loosened, a parameter no longer required, `additionalProperties` opened, `anyOf`/`oneOf` alternatives added (or such a list removed).",
         "Compatible: reported so that nothing changes silently.";
     AnnotationChanged = "annotation-changed", Info,
         "An annotation changed without widening risk.",
