@@ -441,6 +441,17 @@ fn what_no_rule_names_is_still_reported() {
         codes(&d)
     );
     has(&d, "description-changed", Class::Risky);
+    // An output array's element type changed: readers break.
+    let out = |item: &str| {
+        let mut t = tool("search", base_schema());
+        t["outputSchema"] = json!({"type": "object", "properties": {"hits": {"type": "array", "items": {"type": item}}}});
+        contract_with(vec![t, tool("fetch", json!({"type": "object"}))])
+    };
+    has(
+        &drift::diff(&out("string"), &out("integer")),
+        "output-schema-changed",
+        Class::Breaking,
+    );
     // anyOf/oneOf: an alternative removed narrows, one added widens, both is other-changed.
     let alt = |limit: Value| {
         let mut s = base_schema();

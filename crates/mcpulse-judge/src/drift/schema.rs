@@ -541,6 +541,14 @@ fn output_walk(d: &mut Diff, path: &str, o: &Value, n: &Value) {
             _ => {}
         }
     }
+    // An array's items: what a reader takes out of each element.
+    if let (Some(oi), Some(ni)) = (o_obj.get("items"), n_obj.get("items"))
+        && oi != ni
+        && oi.is_object()
+        && ni.is_object()
+    {
+        output_walk(d, &format!("{path}.items"), oi, ni);
+    }
     let (oreq, nreq) = (required(o), required(n));
     for r in &oreq {
         if !nreq.contains(r) {
