@@ -686,7 +686,7 @@ struct Resolver<'a, 'b> {
 /// depth (1 for a scalar).
 fn cost_and_depth(v: &Value) -> (usize, usize) {
     use mcpulse_wire::json::Cost;
-    const SLOT: usize = 32;
+    const SLOT: usize = Cost::SLOT;
     match v {
         Value::String(s) => (SLOT + Cost::string(s.len()), 1),
         Value::Array(a) => a

@@ -97,7 +97,8 @@ impl JsonError {
 pub struct Cost;
 
 impl Cost {
-    const SLOT: usize = 32;
+    /// A value's slot (in its array, map or parent), what every value costs besides its heap.
+    pub const SLOT: usize = 32;
     const ALLOC: usize = 16;
     const NODE: usize = 11 * (24 + Self::SLOT) + 48;
 

@@ -142,9 +142,7 @@ impl Secrets {
 
     /// Hides secrets in `text` in place.
     pub fn hide_in(&self, text: &mut String) {
-        if !self.0.is_empty() {
-            *text = self.hide(text);
-        }
+        self.hide_str(text);
     }
 
     /// Hides secrets in `text` in place, looking first (no allocation for a text without one);
