@@ -166,6 +166,53 @@ struct Routes {
     /// client's id and what tells the retry loop that the client cancelled it. One entry per
     /// `tools/call` being retried, gone when its wait ends ([`Backoff`]).
     backing_off: Vec<(Value, Arc<Notify>)>,
+    /// The ids of the client's latest cancellations that found nothing to cancel, newest
+    /// last: a retried call's failed attempt may have been answered (no longer in `waiting`)
+    /// and its backoff not yet begun (not yet in `backing_off`) when the notification came.
+    /// Its backoff, beginning, finds the id here and ends at once. An id is taken out when a
+    /// request with that id is sent (ids are unique within a session, but a cancellation of
+    /// a request already answered must not cancel a later one that reuses its id).
+    missed: std::collections::VecDeque<Value>,
+}
+
+/// The most cancellations of nothing remembered per session ([`Routes::missed`]): a retried
+/// call's window is microseconds, so a few are plenty, and a client sending many costs little.
+const MISSED_CANCELS: usize = 16;
+
+impl Routes {
+    /// A client's cancellation of `id` found no request waiting: the backoff of a call
+    /// between attempts is told; with none, `id` is remembered for one about to begin.
+    fn cancel_between(&mut self, id: Value) {
+        if let Some(i) = self.backing_off.iter().position(|(b, _)| *b == id) {
+            self.backing_off.swap_remove(i).1.notify_one();
+            return;
+        }
+        if self.missed.len() >= MISSED_CANCELS {
+            self.missed.pop_front();
+        }
+        self.missed.push_back(id);
+    }
+
+    /// A retry's backoff for `id` begins: what wakes it when the client cancels the call,
+    /// already woken when the cancellation came just before.
+    fn back_off(&mut self, id: &Value) -> Arc<Notify> {
+        let cancelled = Arc::new(Notify::new());
+        if let Some(i) = self.missed.iter().position(|m| m == id) {
+            self.missed.remove(i);
+            // A stored permit: the backoff's first wait ends at once.
+            cancelled.notify_one();
+        }
+        self.backing_off.push((id.clone(), cancelled.clone()));
+        cancelled
+    }
+
+    /// A request with the client's `id` is sent: an earlier cancellation of that id was of
+    /// something else.
+    fn sending(&mut self, id: &Value) {
+        if !self.missed.is_empty() {
+            self.missed.retain(|m| m != id);
+        }
+    }
 }
 
 /// A retry's backoff registered in [`Routes::backing_off`], taken out when dropped (the wait
@@ -177,10 +224,7 @@ struct Backoff<'a> {
 
 impl<'a> Backoff<'a> {
     fn new(worker: &'a Worker, id: &Value) -> Backoff<'a> {
-        let cancelled = Arc::new(Notify::new());
-        lock(&worker.routes)
-            .backing_off
-            .push((id.clone(), cancelled.clone()));
+        let cancelled = lock(&worker.routes).back_off(id);
         Backoff { worker, cancelled }
     }
 }
@@ -435,9 +479,7 @@ impl Worker {
             .map(|(k, _)| k.clone())
         else {
             // Between two attempts of a retried call: the retry is not sent.
-            if let Some(i) = routes.backing_off.iter().position(|(b, _)| *b == id) {
-                routes.backing_off.swap_remove(i).1.notify_one();
-            }
+            routes.cancel_between(id);
             return false;
         };
         if let Some(w) = routes.waiting.remove(&key) {
@@ -1631,6 +1673,7 @@ impl Call {
             routes.next += 1;
             let seq = routes.next;
             let key = format!("gw-{seq}");
+            routes.sending(&id);
             routes.waiting.insert(
                 key.clone(),
                 Waiter {
@@ -1927,6 +1970,48 @@ pub(crate) fn sse_response(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Whether `n` has been notified (a stored permit), without waiting.
+    fn woken(n: &Notify) -> bool {
+        let notified = n.notified();
+        let mut notified = std::pin::pin!(notified);
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        notified.as_mut().poll(&mut cx).is_ready()
+    }
+
+    /// A cancellation that comes after a failed attempt was answered and before its retry's
+    /// backoff began (found in neither list) still stops the retry.
+    #[test]
+    fn a_cancellation_just_before_a_retrys_backoff_stops_it() {
+        let mut routes = Routes::default();
+        routes.cancel_between(json!(7));
+        let cancelled = routes.back_off(&json!(7));
+        assert!(woken(&cancelled), "the backoff begins cancelled");
+        assert!(routes.missed.is_empty(), "used once");
+        // Another call's backoff is not touched by it.
+        let other = routes.back_off(&json!(8));
+        assert!(!woken(&other));
+        // During a backoff: that backoff is woken, nothing is remembered.
+        routes.cancel_between(json!(8));
+        assert!(woken(&other));
+        assert!(routes.missed.is_empty());
+    }
+
+    /// A cancellation of a request already answered does not cancel a later request that
+    /// reuses its id, and the remembered ids are bounded.
+    #[test]
+    fn a_remembered_cancellation_is_forgotten_when_its_id_is_sent_again() {
+        let mut routes = Routes::default();
+        routes.cancel_between(json!("a"));
+        routes.sending(&json!("a"));
+        assert!(!woken(&routes.back_off(&json!("a"))));
+        for i in 0..1000 {
+            routes.cancel_between(json!(i));
+        }
+        assert_eq!(routes.missed.len(), MISSED_CANCELS);
+        assert_eq!(routes.missed.back(), Some(&json!(999)));
+    }
 
     /// A child's bare CR (JSON white space) would end the SSE line: sent as a space.
     #[test]
