@@ -1171,21 +1171,61 @@ async fn past_max_connections_a_new_connection_gets_503_and_is_closed() {
 /// few MiB on loopback), the rest dropped, and the reply last.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_does_not_read_a_big_stream_holds_a_bounded_buffer() {
-    let dir = TempDir::new("gw-slow-reader");
+    let queued = mcpulse_gateway::serve::stdio::EVENTS + mcpulse_gateway::serve::stdio::HANDOVER;
+    unread_flood("gw-slow-reader", 16 << 10, 3000, "", queued).await;
+}
+
+/// The same with messages of 256 KiB under a 1 MiB `max_message_size`: the queues' count
+/// (256) would hold 64 MiB of them; their bytes are bounded too, by the stream's budget
+/// (`max_message_size`, at least 4 MiB), so the client gets about 16 and the sockets' share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_does_not_read_big_messages_holds_a_bounded_number_of_bytes() {
+    let size = 256 << 10;
+    let queued = mcpulse_gateway::serve::stdio::budget(1 << 20) / size;
+    unread_flood(
+        "gw-slow-reader-bytes",
+        size,
+        120,
+        "max_message_size = \"1MiB\"",
+        queued,
+    )
+    .await;
+}
+
+/// A child floods `count` notifications of `size` bytes before its reply to a client that
+/// reads nothing until the child is done; the client then gets at most `queued` of them
+/// beside what the sockets and hyper held, and the reply last. The child knows it is done
+/// when the gateway answers the request it sends after them (a `ping` as large as a note,
+/// which the full stream cannot carry: answered with an error at once, after everything
+/// before it was routed).
+async fn unread_flood(name: &str, size: usize, count: usize, upstream: &str, queued: usize) {
+    let dir = TempDir::new(name);
     let note = json!({"jsonrpc": "2.0", "method": "notifications/message",
-        "params": {"level": "info", "data": "x".repeat(16 << 10)}});
+        "params": {"level": "info", "data": "x".repeat(size)}});
     let script = StdioScript::legacy()
         .at_start(Act::RecordPid(dir.join("pids")))
         .on_tool(
             "flood",
             vec![
-                Act::Repeat(Box::new(Act::Stdout(note.to_string())), 3000),
+                Act::Repeat(Box::new(Act::Stdout(note.to_string())), count),
+                // As large as a note, so that it does not fit where a note does not.
+                Act::Stdout(
+                    json!({"jsonrpc": "2.0", "id": "flood-done", "method": "ping",
+                        "params": {"_meta": {"pad": "x".repeat(size)}}})
+                    .to_string(),
+                ),
+            ],
+        )
+        .on_line(
+            r#""id":"flood-done""#,
+            vec![
+                Act::RecordLine(dir.join("answer")),
                 Act::RecordPid(dir.join("flooded")),
-                Act::Result(json!({"content": [{"type": "text", "text": "flooded"}]})),
+                Act::ResultToPrevious(json!({"content": [{"type": "text", "text": "flooded"}]})),
             ],
         )
         .write(&dir, "server.sh");
-    let (running, _) = gateway(&script, "", "").await;
+    let (running, _) = gateway(&script, "", upstream).await;
     let addr = running.addr;
     let sid = open_session(addr).await;
     let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
@@ -1202,9 +1242,13 @@ async fn a_client_that_does_not_read_a_big_stream_holds_a_bounded_buffer() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let answer = std::fs::read_to_string(dir.join("answer")).unwrap();
+    assert!(
+        answer.contains("the client's stream is full"),
+        "the server's request was answered: {answer}"
+    );
     let frames = timed_frames(resp.into_body(), tokio::time::Instant::now()).await;
-    let mut decoder = mcpulse_wire::sse::Decoder::new(1 << 20);
+    let mut decoder = mcpulse_wire::sse::Decoder::new(2 << 20);
     let events: Vec<Value> = frames
         .iter()
         .flat_map(|(_, d)| decoder.push(d))
@@ -1214,21 +1258,20 @@ async fn a_client_that_does_not_read_a_big_stream_holds_a_bounded_buffer() {
         })
         .collect();
     let notes = events.len() - 1;
-    let queues = mcpulse_gateway::serve::stdio::EVENTS + mcpulse_gateway::serve::stdio::HANDOVER;
     // The sockets: the kernel's most for the gateway's sending buffer, and the client's
     // receiving one (the kernel doubles what was set); and hyper's buffers on both sides
-    // (about 400 KiB each: 64 notes).
+    // (about 400 KiB each, and a frame being written: 1 MiB each allowed).
     let wmem = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_wmem").unwrap_or_default();
     let wmem: usize = wmem
         .split_whitespace()
         .last()
         .and_then(|n| n.parse().ok())
         .unwrap_or(4 << 20);
-    let limit = queues + (wmem + (128 << 10)) / (16 << 10) + 64;
-    eprintln!("{notes} of 3000 notifications reached the client (bound {limit})");
+    let limit = queued + (wmem + (128 << 10) + (2 << 20)) / size + 2;
+    eprintln!("{notes} of {count} notifications reached the client (bound {limit})");
     assert!(
         notes <= limit,
-        "{notes} of 3000 notifications buffered for a client that read none (bound {limit})"
+        "{notes} of {count} notifications buffered for a client that read none (bound {limit})"
     );
     let reply = events.last().unwrap();
     assert_eq!(reply["id"], 3);

@@ -165,6 +165,14 @@ impl StdioScript {
         self
     }
 
+    /// What to do on a message whose line contains `text` (as the server reads it: the
+    /// client's JSON is compact, `"id":"x"` without spaces): a reply to a request of the
+    /// server's, say.
+    pub fn on_line(mut self, text: &str, acts: Vec<Act>) -> StdioScript {
+        self.rules.push((quote(text), acts));
+        self
+    }
+
     /// What to do on a message no rule matched (replies from the client included); by default
     /// nothing.
     pub fn otherwise(mut self, acts: Vec<Act>) -> StdioScript {

@@ -10,13 +10,14 @@
 //! - [`reference`]: RFC 3986 resolution of the URLs a server names (`endpoint`, `Location`);
 //! - [`streamable_http`]: one JSON-RPC POST whose reply is JSON or an SSE stream;
 //! - [`legacy_sse`]: the 2024-11-05 GET stream + `endpoint` event + POST transport;
-//! - [`stdio`]: a child process in its own process group, NDJSON over its stdin/stdout.
+//! - [`stdio`]: a child process in its own process group, NDJSON over its stdin/stdout;
+//! - [`queue`]: a hand-over between tasks bounded by bytes as well as by count.
 
 pub mod clock;
 pub mod command;
 pub mod http;
 pub mod legacy_sse;
-mod queue;
+pub mod queue;
 pub mod reference;
 pub mod stdio;
 pub mod streamable_http;

@@ -247,17 +247,72 @@ pub(crate) async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
 /// Frames are whole events, so a comment always falls between two events. hyper polls the
 /// body only when it can write: a client that does not read gets no pile of comments (at
 /// most one is waiting in hyper's buffer), and a stream past its end gets none.
-pub struct ChannelBody {
-    rx: mpsc::Receiver<Bytes>,
+pub struct ChannelBody<R = mpsc::Receiver<Bytes>> {
+    rx: R,
     keepalive: mcpulse_policy::keepalive::KeepAlive,
     /// Time 0 of the keep-alive clock: when the stream opened.
     origin: tokio::time::Instant,
     timer: Pin<Box<tokio::time::Sleep>>,
 }
 
-impl ChannelBody {
+/// What a [`ChannelBody`] reads its frames from: a channel of frames, or of frames still
+/// counted against a byte-bounded queue ([`Frame`], [`mcpulse_transport::queue`]), given back
+/// as each is handed to hyper.
+pub trait Frames: Send + Unpin + 'static {
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>>;
+}
+
+impl Frames for mpsc::Receiver<Bytes> {
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
+        self.poll_recv(cx)
+    }
+}
+
+impl Frames for mpsc::Receiver<Frame> {
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
+        self.poll_recv(cx).map(|f| f.map(Bytes::from))
+    }
+}
+
+impl Frames for mcpulse_transport::queue::Receiver<Bytes> {
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
+        self.poll_recv_charged(cx).map(|f| f.map(Bytes::from))
+    }
+}
+
+/// An SSE frame on its way to a client: the gateway's own, or a server's still counted
+/// against the byte bound of the queue it came through until hyper takes it.
+pub(crate) enum Frame {
+    Free(Bytes),
+    Charged(mcpulse_transport::queue::Charged<Bytes>),
+}
+
+impl From<Frame> for Bytes {
+    fn from(f: Frame) -> Bytes {
+        match f {
+            Frame::Free(b) => b,
+            Frame::Charged(c) => c.into(),
+        }
+    }
+}
+
+impl Frame {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Frame::Free(b) => b,
+            Frame::Charged(c) => &c.item,
+        }
+    }
+
+    /// Whether this is the gateway's keep-alive comment (nothing of the server's).
+    pub(crate) fn is_keepalive(&self) -> bool {
+        self.bytes() == mcpulse_policy::keepalive::COMMENT
+    }
+}
+
+impl<R: Frames> ChannelBody<R> {
     /// A stream from `rx`, with a comment after each `keepalive` of silence (`None`: never).
-    pub fn new(rx: mpsc::Receiver<Bytes>, keepalive: Option<Duration>) -> ChannelBody {
+    pub fn new(rx: R, keepalive: Option<Duration>) -> ChannelBody<R> {
         let origin = tokio::time::Instant::now();
         ChannelBody {
             rx,
@@ -272,7 +327,7 @@ impl ChannelBody {
     }
 }
 
-impl hyper::body::Body for ChannelBody {
+impl<R: Frames> hyper::body::Body for ChannelBody<R> {
     type Data = Bytes;
     type Error = std::convert::Infallible;
 
@@ -281,7 +336,7 @@ impl hyper::body::Body for ChannelBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
         let this = self.get_mut();
-        match this.rx.poll_recv(cx) {
+        match this.rx.poll_next(cx) {
             Poll::Ready(Some(frame)) => {
                 let now = this.now_ms();
                 this.keepalive.wrote(now);

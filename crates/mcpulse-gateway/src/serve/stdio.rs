@@ -20,10 +20,11 @@
 //!
 //! Bounds: a request body is the door's `max_body`; a line from the relay is at most the
 //! child's `max_message_size`; each waiting POST buffers at most [`EVENTS`] server messages
-//! (plus [`HANDOVER`] once it streams) and each GET stream [`EVENTS`] SSE frames (past either,
-//! notifications are dropped and counted in the log, never the reply: a client that does not
-//! read holds no more than that, and never holds the child back, which may serve other
-//! streams); sessions are `max_sessions`, the pool `stateless_pool`.
+//! and each GET stream [`EVENTS`] SSE frames, and either at most [`budget`] bytes of them
+//! until hyper takes them (past either, notifications are dropped and counted in the log,
+//! never the reply: a client that does not read holds no more than that, and never holds the
+//! child back, which may serve other streams); sessions are `max_sessions`, the pool
+//! `stateless_pool`.
 
 use super::record;
 use crate::metrics::Outcome;
@@ -46,8 +47,24 @@ use tokio::time::Instant;
 
 /// Server messages buffered per waiting POST, and SSE frames per GET stream.
 pub const EVENTS: usize = 256;
-/// Frames between a POST's stream task and hyper (the queue before it is [`EVENTS`]).
+/// Frames between a POST's stream task and hyper (the queue before it is [`EVENTS`]; the
+/// server's frames here still count against the stream's [`budget`]).
 pub const HANDOVER: usize = 4;
+/// The least [`budget`] of a stream, whatever `max_message_size`: room for a burst of
+/// ordinary notifications.
+pub const MIN_BUDGET: usize = 4 << 20;
+
+/// The bytes of server messages a waiting POST or a GET stream holds at most, from the
+/// child's reader until hyper takes them: `max_message_size`, at least [`MIN_BUDGET`]. A
+/// message larger than what is left waits for none: it is dropped as when the count is full
+/// (a message alone always passes, being at most `max_message_size`).
+pub fn budget(max_message_size: usize) -> usize {
+    max_message_size.max(MIN_BUDGET)
+}
+
+type Events = mcpulse_transport::queue::Sender<Bytes>;
+type EventsRx = mcpulse_transport::queue::Receiver<Bytes>;
+use super::Frame;
 /// The in-memory pipe between a worker and its relay (each direction).
 const PIPE: usize = 256 << 10;
 /// The JSON-RPC code when the session's relay ended with the request unanswered (the
@@ -148,7 +165,7 @@ struct Waiter {
     /// Order of arrival: server messages without a token go to the latest waiter.
     seq: u64,
     reply: oneshot::Sender<Value>,
-    events: mpsc::Sender<Bytes>,
+    events: Events,
     /// Told of each progress notification for this request, when its timeout may extend.
     progressed: Option<Arc<Notify>>,
 }
@@ -158,7 +175,7 @@ struct Routes {
     waiting: HashMap<String, Waiter>,
     next: u64,
     /// The session's GET stream (SSE frames).
-    listen: Option<mpsc::Sender<Bytes>>,
+    listen: Option<Events>,
     dropped: u64,
     /// Timed-out calls' cancellations the child's full input could not take.
     cancels_dropped: u64,
@@ -244,6 +261,8 @@ pub(crate) struct Worker {
     routes: Mutex<Routes>,
     last_used: Mutex<Instant>,
     fatal: Arc<AtomicBool>,
+    /// Each stream's [`budget`] of server messages held.
+    budget: usize,
     /// The relay, the reader and the writer; `None` once taken to be awaited.
     tasks: Mutex<Option<JoinHandle<()>>>,
 }
@@ -267,6 +286,7 @@ impl Worker {
             routes: Mutex::new(Routes::default()),
             last_used: Mutex::new(Instant::now()),
             fatal,
+            budget: budget(max),
             tasks: Mutex::new(None),
         });
         // Spawned (not awaited here) so that the child is forked from a runtime thread (the
@@ -403,19 +423,31 @@ impl Worker {
             .or_else(|| routes.waiting.values().max_by_key(|w| w.seq))
             .map(|w| w.events.clone())
             .or_else(|| routes.listen.clone());
-        let delivered = target.is_some_and(|t| t.try_send(frame).is_ok());
-        if delivered {
+        let size = frame.len();
+        let sent = match target {
+            Some(t) => t.try_send(frame, size),
+            None => Err(mcpulse_transport::queue::Full::Closed),
+        };
+        let Err(why) = sent else {
             return;
-        }
+        };
         routes.dropped += 1;
         let dropped = routes.dropped;
         drop(routes);
         if is_request {
             // Nobody can carry it to the client: answer for the client, so the server does
             // not wait for ever.
+            let message = match why {
+                mcpulse_transport::queue::Full::Closed => {
+                    "mcpulse gateway: no client stream is open to carry this request (open a GET stream, or send it during a POST)"
+                }
+                mcpulse_transport::queue::Full::Full => {
+                    "mcpulse gateway: the client's stream is full (the client is not reading it fast enough); this request was not delivered"
+                }
+            };
             let answer = json!({"jsonrpc": "2.0", "id": msg.get("id"), "error": {
                 "code": -32603,
-                "message": "mcpulse gateway: no client stream is open to carry this request (open a GET stream, or send it during a POST)",
+                "message": message,
             }});
             if let Some(tx) = self.sender()
                 && let Ok(mut line) = serde_json::to_vec(&answer)
@@ -917,7 +949,7 @@ impl StdioUpstream {
         let Some(worker) = lock(&self.sessions).get(sid).cloned() else {
             return super::unknown_session();
         };
-        let (tx, rx) = mpsc::channel(EVENTS);
+        let (tx, rx) = mcpulse_transport::queue::channel(EVENTS, worker.budget);
         {
             let mut routes = lock(&worker.routes);
             if routes.listen.as_ref().is_some_and(|l| !l.is_closed()) {
@@ -1599,9 +1631,9 @@ impl Again {
 
 /// A request turned SSE: what was received so far, and the rest to come.
 pub(crate) struct Stream {
-    first: Bytes,
+    first: Frame,
     guard: WaitGuard,
-    events: mpsc::Receiver<Bytes>,
+    events: EventsRx,
     reply: oneshot::Receiver<Value>,
     id: Value,
     health_tool: Option<String>,
@@ -1659,7 +1691,7 @@ impl Call {
             mut timer,
         } = self;
         let (reply_tx, mut reply_rx) = oneshot::channel();
-        let (events_tx, mut events_rx) = mpsc::channel(EVENTS);
+        let (events_tx, mut events_rx) = mcpulse_transport::queue::channel(EVENTS, worker.budget);
         let progress_token = message
             .get("params")
             .and_then(|p| p.get("_meta"))
@@ -1734,8 +1766,8 @@ impl Call {
         loop {
             let first = tokio::select! {
                 biased;
-                event = events_rx.recv(), if events_open => match event {
-                    Some(first) if sse => first,
+                event = events_rx.recv_charged(), if events_open => match event {
+                    Some(first) if sse => Frame::Charged(first),
                     // The client takes JSON only: what comes before the reply has no way to it.
                     Some(_) => continue,
                     None => {
@@ -1765,7 +1797,7 @@ impl Call {
                 }
                 // The reply is late: the response turns into a stream now, its first bytes
                 // a keep-alive comment, so that a proxy does not cut the wait.
-                () = &mut turn => Bytes::from_static(mcpulse_policy::keepalive::COMMENT),
+                () = &mut turn => Frame::Free(Bytes::from_static(mcpulse_policy::keepalive::COMMENT)),
             };
             return Reply::Stream(Box::new(Stream {
                 first,
@@ -1809,7 +1841,7 @@ impl Stream {
         } = self;
         tokio::spawn(async move {
             // Whether the client has been sent anything of the server's (then no retry).
-            let mut relayed = first.as_ref() != mcpulse_policy::keepalive::COMMENT;
+            let mut relayed = !first.is_keepalive();
             if tx.send(first).await.is_err() {
                 return;
             }
@@ -1825,8 +1857,9 @@ impl Stream {
                         // (the spec's rule for a disconnect): the child is not told, its late
                         // reply dropped.
                         () = tx.closed() => return,
-                        event = events.recv(), if events_open => match event {
+                        event = events.recv_charged(), if events_open => match event {
                             Some(frame) => {
+                                let frame = Frame::Charged(frame);
                                 relayed = true;
                                 // A client that stops reading blocks this send: it races the
                                 // timer, so the call still times out (the server told, the
@@ -1887,7 +1920,7 @@ impl Stream {
                             Some(Reply::Stream(s)) => {
                                 // The next attempt streams too: this stream carries it.
                                 let s = *s;
-                                relayed = s.first.as_ref() != mcpulse_policy::keepalive::COMMENT;
+                                relayed = !s.first.is_keepalive();
                                 if tx.send(s.first).await.is_err() {
                                     return;
                                 }
@@ -1901,7 +1934,7 @@ impl Stream {
                             }
                             Some(json) => {
                                 // Nothing of the earlier attempt is left to send.
-                                events = mpsc::channel(1).1;
+                                events = mcpulse_transport::queue::channel(1, 1).1;
                                 attempt = json;
                             }
                         }
@@ -1915,13 +1948,15 @@ impl Stream {
                 // does not read them holds nothing).
                 finish(&answer, timed_out);
                 // Everything the server sent before its reply is in `events` by now.
-                while let Ok(frame) = events.try_recv() {
-                    if tx.send(frame).await.is_err() {
+                while let Some(frame) = events.try_recv_charged() {
+                    if tx.send(Frame::Charged(frame)).await.is_err() {
                         return;
                     }
                 }
                 let _ = tx
-                    .send(sse_frame(&serde_json::to_vec(&answer).unwrap_or_default()))
+                    .send(Frame::Free(sse_frame(
+                        &serde_json::to_vec(&answer).unwrap_or_default(),
+                    )))
                     .await;
                 return;
             }
@@ -1938,8 +1973,8 @@ fn line_of(message: &Value) -> Option<Vec<u8>> {
 }
 
 /// A `text/event-stream` response fed by `rx`; it ends when every sender is gone.
-pub(crate) fn sse_response(
-    rx: mpsc::Receiver<Bytes>,
+pub(crate) fn sse_response<R: super::Frames>(
+    rx: R,
     session: Option<&str>,
     keepalive: Option<Duration>,
 ) -> Response {
