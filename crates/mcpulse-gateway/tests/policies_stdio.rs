@@ -442,21 +442,27 @@ async fn a_dependency_failing_its_check_makes_its_tools_fail_fast_until_it_passe
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn progress_with_the_calls_token_extends_its_timeout_up_to_the_maximum() {
     let dir = TempDir::new("gw-policy-progress");
-    let progress = json!({"jsonrpc": "2.0", "method": "notifications/progress",
+    // `report` reports progress with the token its call carries; `report_other` with a token
+    // of its own (not its call's).
+    let stranger = json!({"jsonrpc": "2.0", "method": "notifications/progress",
         "params": {"progressToken": "tok-1", "progress": 1}})
     .to_string();
-    let mut acts = Vec::new();
+    let (mut own, mut other) = (Vec::new(), Vec::new());
     for _ in 0..5 {
-        acts.push(Act::Stdout(progress.clone()));
-        acts.push(Act::Sleep(200));
+        own.push(Act::Progress("working".into()));
+        own.push(Act::Sleep(200));
+        other.push(Act::Stdout(stranger.clone()));
+        other.push(Act::Sleep(200));
     }
-    acts.push(ok());
+    own.push(ok());
+    other.push(ok());
     let script = StdioScript::legacy()
         .at_start(Act::RecordPid(dir.join("pids")))
-        .on_tool("report", acts)
+        .on_tool("report_other", other)
+        .on_tool("report", own)
         .write(&dir, "server.sh");
     let toml = format!(
-        "[[tools]]\nname = \"report\"\ntimeout = \"400ms\"\nprogress_extends = true\nmax_timeout = \"3s\"\n\n{}",
+        "[[tools]]\nname = \"report*\"\ntimeout = \"400ms\"\nprogress_extends = true\nmax_timeout = \"3s\"\n\n{}",
         upstream(&script)
     );
     let (running, _) = start(&toml).await;
@@ -478,9 +484,10 @@ async fn progress_with_the_calls_token_extends_its_timeout_up_to_the_maximum() {
         "reporting progress kept it alive: {}",
         r.body
     );
-    // The same call with another token: the progress is not its own, so 400 ms is all it gets.
+    // A call whose server reports progress under another token (the one the first call's
+    // client chose: the child never saw it): not its own, so 400 ms is all it gets.
     let other = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-        "params": {"name": "report", "arguments": {}, "_meta": {"progressToken": "tok-2"}}});
+        "params": {"name": "report_other", "arguments": {}, "_meta": {"progressToken": "tok-2"}}});
     let started = Instant::now();
     let r = post(addr, Some(&sid), &other).await;
     assert!(started.elapsed() < Duration::from_millis(900));

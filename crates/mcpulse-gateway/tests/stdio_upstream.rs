@@ -498,6 +498,153 @@ async fn stateless_requests_use_the_pool_and_the_health_tool_is_the_gateways() {
     stop_leaving_nothing(running, &all).await;
 }
 
+/// Two stateless clients on one pooled child, each with progress token 0 (the TypeScript
+/// SDK's first): the child sees a token of the gateway's for each request, and each client
+/// gets its own request's progress, with its own token back. A log line the child writes
+/// while both wait names no request: it reaches neither client (on a pooled child, only a
+/// request waiting alone gets such a message).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pooled_childs_progress_reaches_only_the_client_whose_request_it_reports() {
+    let dir = TempDir::new("gw-pool-progress");
+    let log = json!({"jsonrpc": "2.0", "method": "notifications/message",
+        "params": {"level": "info", "data": "whose?"}});
+    let script = StdioScript::legacy()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on_tool(
+            "first",
+            vec![
+                Act::RecordLine(dir.join("calls")),
+                Act::Progress("first's progress".into()),
+                // The second request is waiting too by now.
+                Act::Sleep(600),
+                Act::Stdout(log.to_string()),
+                Act::Result(json!({"content": [{"type": "text", "text": "first"}]})),
+            ],
+        )
+        .on_tool(
+            "second",
+            vec![
+                Act::RecordLine(dir.join("calls")),
+                Act::Progress("second's progress".into()),
+                Act::Result(json!({"content": [{"type": "text", "text": "second"}]})),
+            ],
+        )
+        .write(&dir, "server.sh");
+    let (running, _) = gateway(&script, "stateless_pool = 1", "").await;
+    let addr = running.addr;
+    let call = |id: i64, tool: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": tool, "arguments": {}, "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+                "progressToken": 0}}})
+    };
+    let headers = [("mcp-protocol-version", "2026-07-28")];
+    let first = request(addr, "POST", &headers, Some(call(1, "first")));
+    let second = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        request(addr, "POST", &headers, Some(call(1, "second"))).await
+    };
+    let (a, b) = tokio::join!(first, second);
+    let events = |r: &Reply| -> Vec<Value> {
+        r.body
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .map(|d| serde_json::from_str(d).unwrap())
+            .collect()
+    };
+    for (r, tool) in [(&a, "first"), (&b, "second")] {
+        assert_eq!(r.status, 200, "{}", r.body);
+        let events = events(r);
+        let progress: Vec<&Value> = events
+            .iter()
+            .filter(|e| e["method"] == "notifications/progress")
+            .collect();
+        assert_eq!(progress.len(), 1, "{tool}: {events:?}");
+        assert_eq!(
+            progress[0]["params"]["message"],
+            format!("{tool}'s progress")
+        );
+        assert_eq!(
+            progress[0]["params"]["progressToken"], 0,
+            "the client's token back"
+        );
+        assert!(
+            !events
+                .iter()
+                .any(|e| e["method"] == "notifications/message"),
+            "{tool} got a message naming no request: {events:?}"
+        );
+        let reply = events.last().unwrap();
+        assert_eq!(reply["result"]["content"][0]["text"], tool);
+    }
+    let calls = std::fs::read_to_string(dir.join("calls")).unwrap();
+    let tokens: Vec<Value> = calls
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["params"]["_meta"]["progressToken"].clone()
+        })
+        .collect();
+    assert_eq!(tokens.len(), 2, "{calls}");
+    assert_ne!(
+        tokens[0], tokens[1],
+        "one child, two requests, two tokens: {calls}"
+    );
+    let (theirs, all) = clients(&running, &dir.join("pids"), 1).await;
+    assert_eq!(theirs.len(), 1, "one pool child: {theirs:?}");
+    stop_leaving_nothing(running, &all).await;
+}
+
+/// A server's request during a call whose client takes JSON only (no stream to carry it)
+/// is answered for the client at once, so that the server does not wait for ever, and the
+/// call is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_request_during_a_json_only_call_is_answered_for_the_client() {
+    let dir = TempDir::new("gw-json-only");
+    let script = StdioScript::legacy()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on_tool(
+            "asks",
+            vec![Act::Stdout(
+                r#"{"jsonrpc":"2.0","id":"srv-1","method":"roots/list"}"#.into(),
+            )],
+        )
+        .on_line(
+            r#""id":"srv-1""#,
+            vec![
+                Act::RecordLine(dir.join("answer")),
+                Act::ResultToPrevious(json!({"content": [{"type": "text", "text": "asked"}]})),
+            ],
+        )
+        .write(&dir, "server.sh");
+    let (running, _) = gateway(&script, "", "").await;
+    let addr = running.addr;
+    let sid = open_session(addr).await;
+    let call = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+        "params": {"name": "asks", "arguments": {}}});
+    let r = request(
+        addr,
+        "POST",
+        &[("mcp-session-id", &sid), ("accept", "application/json")],
+        Some(call),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        r.json()["result"]["content"][0]["text"],
+        "asked",
+        "{}",
+        r.body
+    );
+    let answer = std::fs::read_to_string(dir.join("answer")).unwrap();
+    assert!(
+        answer.contains("no client stream is open"),
+        "the server's request was answered: {answer}"
+    );
+    let (_, all) = clients(&running, &dir.join("pids"), 1).await;
+    stop_leaving_nothing(running, &all).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_stops_every_child_and_grandchild() {
     let dir = TempDir::new("gw-shutdown");

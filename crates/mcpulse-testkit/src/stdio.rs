@@ -96,6 +96,9 @@ pub enum Act {
     /// The first act while a file exists at the path, the second otherwise: a dependency the
     /// test takes down (creates the file) and brings back (removes it).
     IfExists(PathBuf, Box<Act>, Box<Act>),
+    /// A `notifications/progress` for the request being handled, with the `progressToken` its
+    /// line carries (a string or a number, spliced as the line has it) and this `message`.
+    Progress(String),
     /// Ignore SIGTERM from here on, and so do the processes the script starts after it (an
     /// ignored signal stays ignored across fork and exec).
     IgnoreSigterm,
@@ -290,6 +293,15 @@ fn render_act(act: &Act) -> String {
             render_act(then),
             render_act(otherwise)
         ),
+        Act::Progress(message) => {
+            let text = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                "params": {"progressToken": "__TOKEN__", "progress": 1, "message": message}})
+            .to_string();
+            format!(
+                "token=$(printf '%s\\n' \"$line\" | sed -n -e 's/.*\"progressToken\":\\([0-9][0-9]*\\).*/\\1/p' -e 's/.*\"progressToken\":\\(\"[^\"]*\"\\).*/\\1/p')\nprintf '%s\\n' {}\n",
+                quote(&text).replace(r#""__TOKEN__""#, r#"'"$token"'"#)
+            )
+        }
         Act::RecordLine(file) => format!(
             "printf '%s\\n' \"$line\" >> {}\n",
             quote(&file.to_string_lossy())

@@ -14,9 +14,11 @@
 //!   at most once (its waiter is removed as it is delivered); a late reply finds no waiter and
 //!   is dropped;
 //! - a server notification or request goes on the SSE stream of a POST still waiting (the
-//!   request it reports progress on, by `progressToken`, else the latest one), else on the
-//!   session's GET stream; a server request nobody can carry is answered with an error at
-//!   once, so the server does not wait for ever.
+//!   request it names by `progressToken` or subscription id, which are rewritten as ids are,
+//!   else the latest one that takes a stream), else on the session's GET stream; on a pooled
+//!   child (any client's requests) a message naming no request goes only to a request waiting
+//!   alone; a server request nobody can carry is answered with an error at once, so the server
+//!   does not wait for ever.
 //!
 //! Bounds: a request body is the door's `max_body`; a line from the relay is at most the
 //! child's `max_message_size`; each waiting POST buffers at most [`EVENTS`] server messages
@@ -160,8 +162,14 @@ impl Observer for WorkerObserver {
 struct Waiter {
     /// The client's id, restored on the reply.
     id: Value,
-    /// The request's `progressToken`, to route its progress notifications.
+    /// The `progressToken` the child was given for this request (the gateway's key for it,
+    /// unique in this child, so that two clients of a pooled child choosing the same token
+    /// never get each other's progress), to route its progress notifications.
     progress: Option<Value>,
+    /// The token the client chose, restored on the way out.
+    client_token: Option<Value>,
+    /// Whether the client takes an SSE stream (else server messages have no way to it).
+    sse: bool,
     /// Order of arrival: server messages without a token go to the latest waiter.
     seq: u64,
     reply: oneshot::Sender<Value>,
@@ -263,6 +271,10 @@ pub(crate) struct Worker {
     fatal: Arc<AtomicBool>,
     /// Each stream's [`budget`] of server messages held.
     budget: usize,
+    /// A child of the stateless pool, serving requests of any client: a server message that
+    /// does not name its request (by progress token or subscription id) goes to a client only
+    /// when one request is waiting.
+    pooled: AtomicBool,
     /// The relay, the reader and the writer; `None` once taken to be awaited.
     tasks: Mutex<Option<JoinHandle<()>>>,
 }
@@ -287,6 +299,7 @@ impl Worker {
             last_used: Mutex::new(Instant::now()),
             fatal,
             budget: budget(max),
+            pooled: AtomicBool::new(false),
             tasks: Mutex::new(None),
         });
         // Spawned (not awaited here) so that the child is forked from a runtime thread (the
@@ -389,14 +402,23 @@ impl Worker {
             return;
         };
         if !msg.contains_key("method") {
-            let Some(key) = msg.get("id").and_then(Value::as_str) else {
+            let Some(key) = msg.get("id").and_then(Value::as_str).map(str::to_owned) else {
                 return;
             };
             // A late reply (its request timed out or was cancelled) never gets here: the
             // relay stopped tracking the id when it passed the cancellation on; it drops the
             // reply and tells the observer (counted in `late_replies`).
-            let waiter = lock(&self.routes).waiting.remove(key);
+            let waiter = lock(&self.routes).waiting.remove(&key);
             if let Some(w) = waiter {
+                // A subscription's end names it by the id the child saw.
+                if let Some(meta) = msg
+                    .get_mut("result")
+                    .and_then(|r| r.get_mut("_meta"))
+                    .and_then(Value::as_object_mut)
+                    && meta.get(SUBSCRIPTION_ID).and_then(Value::as_str) == Some(key.as_str())
+                {
+                    meta.insert(SUBSCRIPTION_ID.into(), w.id.clone());
+                }
                 msg.insert("id".into(), w.id);
                 let _ = w.reply.send(Value::Object(msg));
             }
@@ -404,25 +426,50 @@ impl Worker {
         }
         let progress = msg.get("method").and_then(Value::as_str) == Some("notifications/progress");
         let is_request = msg.contains_key("id");
-        let token = msg
-            .get("params")
-            .and_then(|p| p.get("progressToken"))
-            .cloned();
-        let frame = sse_frame(line);
+        let mut frame = sse_frame(line);
         let mut routes = lock(&self.routes);
-        let owner = token.as_ref().and_then(|t| {
-            routes
-                .waiting
-                .values()
-                .find(|w| w.progress.as_ref() == Some(t))
+        // The request a message names, by the progress token or the subscription id the
+        // gateway gave the child (its key for the request), with what to restore.
+        let named = named_request(&msg);
+        let owner = named.as_ref().and_then(|(key, field)| {
+            let w = routes.waiting.get(key.as_str())?;
+            match field {
+                Named::Progress => w.progress.is_some().then(|| (w, w.client_token.clone())),
+                Named::Subscription => Some((w, Some(w.id.clone()))),
+            }
         });
-        if progress && let Some(n) = owner.and_then(|w| w.progressed.as_ref()) {
+        if progress && let Some(n) = owner.as_ref().and_then(|(w, _)| w.progressed.as_ref()) {
             n.notify_one();
         }
-        let target = owner
-            .or_else(|| routes.waiting.values().max_by_key(|w| w.seq))
-            .map(|w| w.events.clone())
-            .or_else(|| routes.listen.clone());
+        let pooled = self.pooled.load(Ordering::Relaxed);
+        let target = match (&named, owner) {
+            (_, Some((w, restore))) => {
+                if let (Some((_, field)), Some(value)) = (&named, restore) {
+                    field.restore(&mut msg, value);
+                    frame = sse_frame(&serde_json::to_vec(&msg).unwrap_or_default());
+                }
+                w.sse.then(|| w.events.clone())
+            }
+            // Names a request no longer waiting (late progress): nobody's.
+            (Some(_), None) => None,
+            // Names none: the latest request that takes a stream, else the GET stream; on a
+            // pooled child (requests of any client) only the one request waiting, if one is.
+            (None, None) if pooled => match routes.waiting.len() {
+                1 => routes
+                    .waiting
+                    .values()
+                    .find(|w| w.sse)
+                    .map(|w| w.events.clone()),
+                _ => None,
+            },
+            (None, None) => routes
+                .waiting
+                .values()
+                .filter(|w| w.sse)
+                .max_by_key(|w| w.seq)
+                .map(|w| w.events.clone())
+                .or_else(|| routes.listen.clone()),
+        };
         let size = frame.len();
         let sent = match target {
             Some(t) => t.try_send(frame, size),
@@ -539,6 +586,50 @@ impl Worker {
         routes.listen = None;
         drop(lock(&self.input).take());
     }
+}
+
+/// The `_meta` key by which a 2026-07-28 server names the `subscriptions/listen` request a
+/// notification belongs to (its JSON-RPC id: the gateway's key, as the child saw it).
+const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+
+/// How a child's message names the request it belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Named {
+    /// `params.progressToken`.
+    Progress,
+    /// `params._meta["io.modelcontextprotocol/subscriptionId"]`.
+    Subscription,
+}
+
+impl Named {
+    /// Puts back the client's own value where the child's names its request.
+    fn restore(self, msg: &mut serde_json::Map<String, Value>, value: Value) {
+        let Some(params) = msg.get_mut("params").and_then(Value::as_object_mut) else {
+            return;
+        };
+        match self {
+            Named::Progress => {
+                params.insert("progressToken".into(), value);
+            }
+            Named::Subscription => {
+                if let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut) {
+                    meta.insert(SUBSCRIPTION_ID.into(), value);
+                }
+            }
+        }
+    }
+}
+
+/// The gateway's key of the request a child's message names, if it names one (a value that
+/// is not a string names none of the gateway's: the key `""`, which no request has).
+fn named_request(msg: &serde_json::Map<String, Value>) -> Option<(String, Named)> {
+    let params = msg.get("params")?;
+    let key = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    if let Some(t) = params.get("progressToken") {
+        return Some((key(t), Named::Progress));
+    }
+    let s = params.get("_meta")?.get(SUBSCRIPTION_ID)?;
+    Some((key(s), Named::Subscription))
 }
 
 /// One SSE `message` event carrying one JSON-RPC line.
@@ -705,6 +796,7 @@ impl StdioUpstream {
             Some(w) if w.busy() == 0 || pool.len() >= self.limits.pool => w,
             _ => {
                 let w = self.spawn_worker();
+                w.pooled.store(true, Ordering::Relaxed);
                 pool.push(w.clone());
                 w
             }
@@ -1692,12 +1784,12 @@ impl Call {
         } = self;
         let (reply_tx, mut reply_rx) = oneshot::channel();
         let (events_tx, mut events_rx) = mcpulse_transport::queue::channel(EVENTS, worker.budget);
-        let progress_token = message
+        let client_token = message
             .get("params")
             .and_then(|p| p.get("_meta"))
             .and_then(|m| m.get("progressToken"))
             .cloned();
-        let progressed = (progress_token.is_some() && timer.as_ref().is_some_and(|t| t.extends()))
+        let progressed = (client_token.is_some() && timer.as_ref().is_some_and(|t| t.extends()))
             .then(|| Arc::new(Notify::new()));
         let list_tools = message.get("method").and_then(Value::as_str) == Some("tools/list");
         let key = {
@@ -1710,7 +1802,9 @@ impl Call {
                 key.clone(),
                 Waiter {
                     id: id.clone(),
-                    progress: progress_token,
+                    progress: client_token.is_some().then(|| Value::String(key.clone())),
+                    client_token: client_token.clone(),
+                    sse,
                     seq,
                     reply: reply_tx,
                     events: events_tx,
@@ -1723,6 +1817,15 @@ impl Call {
             worker: worker.clone(),
             key: key.clone(),
         };
+        // The child sees the gateway's key as the request's id and as its progress token.
+        if client_token.is_some()
+            && let Some(meta) = message
+                .get_mut("params")
+                .and_then(|p| p.get_mut("_meta"))
+                .and_then(Value::as_object_mut)
+        {
+            meta.insert("progressToken".into(), Value::String(key.clone()));
+        }
         message.insert("id".into(), Value::String(key));
         // A wedged child (its input full) blocks the send: it races the timer.
         // Written out and dropped before the wait: a waiting request holds its line only until
