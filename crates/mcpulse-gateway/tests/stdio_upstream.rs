@@ -645,6 +645,63 @@ async fn a_server_request_during_a_json_only_call_is_answered_for_the_client() {
     stop_leaving_nothing(running, &all).await;
 }
 
+/// A session whose server crashed until its supervisor gave up is ended: its client gets
+/// 404 (and so initializes a new session, as the spec has it), not a -32081 for every request
+/// for ever, and its slot is free; the health tool is not answered for a session that is
+/// gone either. A new session gets a new child.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_whose_server_was_given_up_on_ends_and_its_client_gets_404() {
+    let dir = TempDir::new("gw-spent");
+    let script = StdioScript::legacy()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on_tool("die", vec![Act::Exit(1)])
+        .write(&dir, "server.sh");
+    let (running, shared) = gateway(
+        &script,
+        "health_tool = \"health_check\"\nmax_sessions = 1",
+        "max_restarts = 1\nbackoff_initial = \"10ms\"\nbackoff_max = \"20ms\"",
+    )
+    .await;
+    let addr = running.addr;
+    let sid = open_session(addr).await;
+    let die = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "die", "arguments": {}}});
+    let r = post(addr, Some(&sid), die.clone()).await;
+    assert_eq!(r.json()["error"]["code"], -32080, "{}", r.body);
+    let until = tokio::time::Instant::now() + BOUND;
+    let mut answers = 0;
+    loop {
+        let r = post(addr, Some(&sid), die.clone()).await;
+        if r.status == 404 {
+            break;
+        }
+        answers += 1;
+        assert!(
+            tokio::time::Instant::now() < until,
+            "the session was never ended: {answers} answers, the last {}",
+            r.body
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let health = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "health_check", "arguments": {}}});
+    assert_eq!(post(addr, Some(&sid), health).await.status, 404);
+    // The slot is free (max_sessions = 1): a new session, a new child, working.
+    let until = tokio::time::Instant::now() + BOUND;
+    while policies_support::metric(&shared, "mcpulse_gateway_active_sessions") != 0.0 {
+        assert!(
+            tokio::time::Instant::now() < until,
+            "the slot was not freed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let fresh = open_session(addr).await;
+    let r = post(addr, Some(&fresh), tools_list(4)).await;
+    assert_eq!(r.json()["result"]["tools"][0]["name"], "echo", "{}", r.body);
+    let (_, all) = clients(&running, &dir.join("pids"), 1).await;
+    stop_leaving_nothing(running, &all).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_stops_every_child_and_grandchild() {
     let dir = TempDir::new("gw-shutdown");

@@ -72,6 +72,8 @@ const PIPE: usize = 256 << 10;
 /// The JSON-RPC code when the session's relay ended with the request unanswered (the
 /// supervisor's "server restarted" code: the client treats both the same way).
 const SESSION_ENDED: i64 = mcpulse_relay::supervise::codes::SERVER_RESTARTED;
+/// The relay's answer once a restarted server negotiated differently from the client.
+const SESSION_CHANGED: i64 = mcpulse_relay::supervise::codes::SESSION_CHANGED;
 /// The answer to a request the client cancelled, on the POST still open for it (LSP's
 /// `RequestCancelled`; MCP leaves it to the implementation).
 const CANCELLED: i64 = -32800;
@@ -104,8 +106,25 @@ impl Tally {
     /// The upstream's state: up while any child runs; else starting, backoff or fatal, in
     /// that order, as the children are; with no child at all, up once one has run (children
     /// start on demand: none running is not a failure), starting before.
+    #[cfg(test)]
     fn process(&self) -> ProcessState {
-        let states = lock(&self.states);
+        self.process_of(&lock(&self.states))
+    }
+
+    /// Records child `key`'s state (`None`: the child is gone) and publishes the upstream's,
+    /// both under the states' lock: two children changing at once publish in the order they
+    /// changed, so a stale state never overwrites a newer one (with more than one thread).
+    fn set(&self, key: u64, state: Option<ChildState>, shared: &Shared) {
+        let mut states = lock(&self.states);
+        match state {
+            Some(s) => states.insert(key, s),
+            None => states.remove(&key),
+        };
+        let process = self.process_of(&states);
+        shared.update_upstream(|u| u.process = process);
+    }
+
+    fn process_of(&self, states: &HashMap<u64, ChildState>) -> ProcessState {
         let any = |f: &dyn Fn(ChildState) -> bool| states.values().any(|s| f(*s));
         if any(&|s| matches!(s, ChildState::Running | ChildState::Busy)) {
             self.ever_up.store(true, Ordering::Relaxed);
@@ -140,12 +159,10 @@ impl Observer for WorkerObserver {
         if let Some(pid) = &self.pid {
             pid.store(status.pid.unwrap_or(0), Ordering::Relaxed);
         }
-        lock(&self.tally.states).insert(self.key, status.state);
         if status.state == ChildState::Fatal {
             self.fatal.store(true, Ordering::Relaxed);
         }
-        let process = self.tally.process();
-        self.shared.update_upstream(|u| u.process = process);
+        self.tally.set(self.key, Some(status.state), &self.shared);
     }
 
     fn restart(&self, reason: &RestartReason) {
@@ -271,6 +288,10 @@ pub(crate) struct Worker {
     fatal: Arc<AtomicBool>,
     /// Each stream's [`budget`] of server messages held.
     budget: usize,
+    /// The restarted server negotiated another protocol version or other capabilities than
+    /// the session's client did (the relay answers everything `-32082`): the session cannot
+    /// go on, its client must initialize a new one.
+    changed: AtomicBool,
     /// A child of the stateless pool, serving requests of any client: a server message that
     /// does not name its request (by progress token or subscription id) goes to a client only
     /// when one request is waiting.
@@ -299,6 +320,7 @@ impl Worker {
             last_used: Mutex::new(Instant::now()),
             fatal,
             budget: budget(max),
+            changed: AtomicBool::new(false),
             pooled: AtomicBool::new(false),
             tasks: Mutex::new(None),
         });
@@ -349,6 +371,12 @@ impl Worker {
 
     fn touch(&self) {
         *lock(&self.last_used) = Instant::now();
+    }
+
+    /// Whether this child's session cannot go on: its supervisor gave up on the server (the
+    /// restart budget spent), or the restarted server negotiated differently.
+    fn spent(&self) -> bool {
+        self.fatal.load(Ordering::Relaxed) || self.changed.load(Ordering::Relaxed)
     }
 
     /// Idle: nothing waiting, no GET stream, and no request for `idle`.
@@ -408,6 +436,11 @@ impl Worker {
             // A late reply (its request timed out or was cancelled) never gets here: the
             // relay stopped tracking the id when it passed the cancellation on; it drops the
             // reply and tells the observer (counted in `late_replies`).
+            if msg.get("error").is_some_and(|e| {
+                is_ours(e) && e.get("code").and_then(Value::as_i64) == Some(SESSION_CHANGED)
+            }) {
+                self.changed.store(true, Ordering::Relaxed);
+            }
             let waiter = lock(&self.routes).waiting.remove(&key);
             if let Some(w) = waiter {
                 // A subscription's end names it by the id the child saw.
@@ -632,6 +665,15 @@ fn named_request(msg: &serde_json::Map<String, Value>) -> Option<(String, Named)
     Some((key(s), Named::Subscription))
 }
 
+/// 400: a legacy request without a session id.
+fn session_required() -> Response {
+    super::refuse(
+        StatusCode::BAD_REQUEST,
+        -32000,
+        "Bad Request: Mcp-Session-Id header is required (initialize first, or send a 2026-07-28 request with MCP-Protocol-Version)",
+    )
+}
+
 /// One SSE `message` event carrying one JSON-RPC line.
 pub(crate) fn sse_frame(json: &[u8]) -> Bytes {
     let mut out = Vec::with_capacity(json.len() + 24);
@@ -758,9 +800,30 @@ impl StdioUpstream {
     }
 
     fn forget(&self, worker: &Worker) {
-        lock(&self.tally.states).remove(&worker.key);
-        let process = self.tally.process();
-        self.shared.update_upstream(|u| u.process = process);
+        self.tally.set(worker.key, None, &self.shared);
+    }
+
+    /// The worker of session `sid`, unless there is none, or it cannot go on ([`Worker::spent`]):
+    /// then the session is ended (its child stopped, its GET stream closed) and its client,
+    /// answered 404, initializes a new one, as the spec has a client do.
+    fn session(self: &Arc<Self>, sid: &str) -> Option<Arc<Worker>> {
+        let mut sessions = lock(&self.sessions);
+        let worker = sessions.get(sid)?;
+        if !worker.spent() {
+            return Some(worker.clone());
+        }
+        let w = sessions.remove(sid)?;
+        drop(sessions);
+        tracing::warn!(
+            "a session's server cannot go on (its restart budget is spent, or it came back with another protocol version or capabilities): ending the session; its client gets 404 and initializes a new one"
+        );
+        let up = self.clone();
+        tokio::spawn(async move {
+            up.shared.metrics.session_closed();
+            w.close(up.stop_bound()).await;
+            up.forget(&w);
+        });
+        None
     }
 
     async fn end_session(&self, id: &str) -> bool {
@@ -824,7 +887,7 @@ impl StdioUpstream {
                 return super::refuse(StatusCode::BAD_REQUEST, -32600, "not a JSON-RPC message");
             }
             let worker = match &session {
-                Some(s) => match lock(&self.sessions).get(s).cloned() {
+                Some(s) => match self.session(s) {
                     Some(w) => Some(w),
                     None => return super::unknown_session(),
                 },
@@ -851,6 +914,16 @@ impl StdioUpstream {
                     .map(str::to_owned)
             })
             .flatten();
+        // A stale session is told so before anything else (the health tool's answer
+        // included), and before it can queue for (and hold) a slot.
+        let worker = match &session {
+            Some(s) => match self.session(s) {
+                Some(w) => Some(w),
+                None => return super::unknown_session(),
+            },
+            None if !modern && method != "initialize" => return session_required(),
+            None => None,
+        };
         if let (Some(name), Some(health)) = (tool.as_deref(), health_tool)
             && name == health
         {
@@ -864,12 +937,6 @@ impl StdioUpstream {
                 own_probe,
             );
             return json_reply(&reply, None, modern);
-        }
-        // A stale session is told so before it can queue for (and hold) a slot.
-        if let Some(s) = &session
-            && !lock(&self.sessions).contains_key(s)
-        {
-            return super::unknown_session();
         }
         // The call policies: admitted (or refused at the door, before any stream), and timed.
         // A `tools/call` without a name gets the gateway-wide limit and the default
@@ -898,8 +965,9 @@ impl StdioUpstream {
             }
             _ => (None, None),
         };
-        let (worker, minted) = match (&session, method.as_str()) {
-            (Some(s), _) => match lock(&self.sessions).get(s).cloned() {
+        let (worker, minted) = match (worker, method.as_str()) {
+            // Checked above, and still there unless it ended meanwhile (while queued).
+            (Some(_), _) => match session.as_deref().and_then(|s| self.session(s)) {
                 Some(w) => (w, None),
                 None => return super::unknown_session(),
             },
@@ -928,13 +996,7 @@ impl StdioUpstream {
                 (w, Some(sid))
             }
             (None, _) if modern => (self.pooled(), None),
-            (None, _) => {
-                return super::refuse(
-                    StatusCode::BAD_REQUEST,
-                    -32000,
-                    "Bad Request: Mcp-Session-Id header is required (initialize first, or send a 2026-07-28 request with MCP-Protocol-Version)",
-                );
-            }
+            (None, _) => return session_required(),
         };
         worker.touch();
         let up = self.clone();
@@ -1030,7 +1092,7 @@ impl StdioUpstream {
     }
 
     /// `GET`: the session's stream of server messages sent outside any request.
-    pub fn listen(&self, session: Option<&str>) -> Response {
+    pub fn listen(self: &Arc<Self>, session: Option<&str>) -> Response {
         let Some(sid) = session else {
             return super::refuse(
                 StatusCode::METHOD_NOT_ALLOWED,
@@ -1038,7 +1100,7 @@ impl StdioUpstream {
                 "Method not allowed: a GET stream needs an Mcp-Session-Id (stateless requests have none)",
             );
         };
-        let Some(worker) = lock(&self.sessions).get(sid).cloned() else {
+        let Some(worker) = self.session(sid) else {
             return super::unknown_session();
         };
         let (tx, rx) = mcpulse_transport::queue::channel(EVENTS, worker.budget);
@@ -1100,6 +1162,15 @@ impl StdioUpstream {
             .filter(|(_, w)| w.idle_for(self.limits.idle_timeout, now))
             .map(|(k, _)| k.clone())
             .collect();
+        // Sessions whose server cannot go on end too, also with a GET stream open.
+        let spent: Vec<String> = lock(&self.sessions)
+            .iter()
+            .filter(|(_, w)| w.spent())
+            .map(|(k, _)| k.clone())
+            .collect();
+        for sid in spent {
+            self.session(&sid);
+        }
         let mut stops = tokio::task::JoinSet::new();
         for sid in idle {
             tracing::info!(
