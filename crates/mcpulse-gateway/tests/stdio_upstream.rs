@@ -702,6 +702,133 @@ async fn a_session_whose_server_was_given_up_on_ends_and_its_client_gets_404() {
     stop_leaving_nothing(running, &all).await;
 }
 
+/// A 2026-07-28 client that closes its stream cancels its request (the spec: on HTTP the
+/// closed stream is the cancellation; on stdio the client must send `notifications/cancelled`,
+/// which the gateway does for it). A legacy client's disconnect is not a cancellation: its
+/// request runs on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stateless_clients_closed_stream_cancels_its_request_on_the_child() {
+    let dir = TempDir::new("gw-closed-stream");
+    let script = StdioScript::legacy()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        // Works for ever (never answers).
+        .on_tool("slow", vec![Act::RecordLine(dir.join("calls"))])
+        .on(
+            "notifications/cancelled",
+            vec![Act::RecordLine(dir.join("cancels"))],
+        )
+        .write(&dir, "server.sh");
+    let (running, _) = gateway(&script, "", "").await;
+    let addr = running.addr;
+    let slow = |id: i64| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": "slow", "arguments": {}}})
+    };
+    let calls = |n: usize| {
+        let file = dir.join("calls");
+        async move {
+            let until = tokio::time::Instant::now() + BOUND;
+            loop {
+                let text = std::fs::read_to_string(&file).unwrap_or_default();
+                if text.lines().count() >= n {
+                    return text;
+                }
+                assert!(tokio::time::Instant::now() < until, "{n} calls never came");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    // Legacy: the client goes away once its call reached the child.
+    let sid = open_session(addr).await;
+    let legacy = tokio::spawn(async move { post(addr, Some(&sid), slow(1)).await });
+    calls(1).await;
+    legacy.abort();
+    // Stateless.
+    let mut modern = slow(2);
+    modern["params"]["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {}});
+    let stateless = tokio::spawn(async move {
+        request(
+            addr,
+            "POST",
+            &[("mcp-protocol-version", "2026-07-28")],
+            Some(modern),
+        )
+        .await
+    });
+    let text = calls(2).await;
+    stateless.abort();
+    let modern_key =
+        serde_json::from_str::<Value>(text.lines().nth(1).unwrap()).unwrap()["id"].clone();
+    let until = tokio::time::Instant::now() + BOUND;
+    let cancels = loop {
+        let c = std::fs::read_to_string(dir.join("cancels")).unwrap_or_default();
+        if !c.is_empty() {
+            break c;
+        }
+        assert!(
+            tokio::time::Instant::now() < until,
+            "no cancellation reached the child"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    // Only the stateless request's (the legacy one's would have come first, at once).
+    let lines: Vec<Value> = cancels
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1, "{cancels}");
+    assert_eq!(lines[0]["params"]["requestId"], modern_key, "{cancels}");
+    let (_, all) = clients(&running, &dir.join("pids"), 2).await;
+    stop_leaving_nothing(running, &all).await;
+}
+
+/// The gateway's own readiness request that outlives its deadline is cancelled on the child
+/// (else a server hung on it would keep one more request per round, and the relay one more
+/// entry in its table, until it refuses everything).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_readiness_request_past_its_deadline_is_cancelled_on_the_child() {
+    let dir = TempDir::new("gw-ready-cancel");
+    let script = StdioScript::new()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on(
+            "initialize",
+            vec![Act::Result(json!({"protocolVersion": "2025-11-25",
+                "capabilities": {"tools": {}}, "serverInfo": {"name": "s", "version": "1"}}))],
+        )
+        // Hangs on its list (never answers).
+        .on("tools/list", vec![Act::RecordLine(dir.join("lists"))])
+        .on(
+            "notifications/cancelled",
+            vec![Act::RecordLine(dir.join("cancels"))],
+        )
+        .write(&dir, "server.sh");
+    let (running, _) = gateway(
+        &script,
+        "readiness_interval = \"1s\"\nreadiness_timeout = \"300ms\"",
+        "",
+    )
+    .await;
+    let until = tokio::time::Instant::now() + BOUND;
+    let cancels = loop {
+        let c = std::fs::read_to_string(dir.join("cancels")).unwrap_or_default();
+        if !c.is_empty() {
+            break c;
+        }
+        assert!(
+            tokio::time::Instant::now() < until,
+            "the readiness request was never cancelled"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let lists = std::fs::read_to_string(dir.join("lists")).unwrap();
+    let first: Value = serde_json::from_str(lists.lines().next().unwrap()).unwrap();
+    let cancel: Value = serde_json::from_str(cancels.lines().next().unwrap()).unwrap();
+    assert_eq!(cancel["params"]["requestId"], first["id"], "{cancels}");
+    let (_, all) = clients(&running, &dir.join("pids"), 0).await;
+    stop_leaving_nothing(running, &all).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_stops_every_child_and_grandchild() {
     let dir = TempDir::new("gw-shutdown");

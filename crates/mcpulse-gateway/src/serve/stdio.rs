@@ -543,7 +543,8 @@ impl Worker {
         );
     }
 
-    /// Gives up on the request sent as `key` (it timed out): its waiter goes, and the server
+    /// Gives up on the request sent as `key` (it timed out, its stateless client closed its
+    /// stream, or the gateway's own request passed its deadline): its waiter goes, and the server
     /// is told with `notifications/cancelled` (the relay passes it to the child, which should
     /// stop the work, and drops the reply if it still comes).
     ///
@@ -567,7 +568,7 @@ impl Worker {
             tracing::warn!(
                 worker = self.key,
                 dropped,
-                "the server's input is full (it stopped reading?): a timed-out call's notifications/cancelled was dropped"
+                "the server's input is full (it stopped reading?): the notifications/cancelled for a request given up on (timed out, or its client gone) was dropped"
             );
         }
     }
@@ -698,17 +699,39 @@ pub(crate) fn error(id: &Value, code: i64, message: &str) -> Value {
 }
 
 /// Removes a waiter when its POST goes away unanswered (the client disconnected): a reply
-/// arriving later then finds no waiter and is dropped.
+/// arriving later then finds no waiter and is dropped. With `abandon`, the child is told too
+/// (`notifications/cancelled`, [`Worker::abandon`]): a 2026-07-28 client's closed stream *is*
+/// its cancellation (a legacy client's disconnect is not, as the spec has it), and a request
+/// of the gateway's own that outlived its deadline is given up on.
 struct WaitGuard {
     worker: Arc<Worker>,
     key: String,
+    abandon: Option<&'static str>,
+}
+
+impl WaitGuard {
+    /// Nothing to tell the child (the request never reached it).
+    fn disarm(&mut self) {
+        self.abandon = None;
+    }
 }
 
 impl Drop for WaitGuard {
     fn drop(&mut self) {
-        lock(&self.worker.routes).waiting.remove(&self.key);
+        let waiting = lock(&self.worker.routes)
+            .waiting
+            .remove(&self.key)
+            .is_some();
+        if waiting && let Some(reason) = self.abandon {
+            self.worker.abandon(&self.key, reason);
+        }
     }
 }
+
+/// Why a stateless client's request was cancelled on the child.
+const CLOSED_STREAM: &str = "mcpulse gateway: the client closed its stream (its cancellation)";
+/// Why a request of the gateway's own (readiness, a `tool` check) was cancelled on the child.
+const OWN_DEADLINE: &str = "mcpulse gateway: the health check's deadline passed";
 
 /// A stdio command behind the gateway.
 pub struct StdioUpstream {
@@ -1010,6 +1033,7 @@ impl StdioUpstream {
                 message: message.clone(),
                 id: id.clone(),
                 sse,
+                modern,
                 health_tool: health_tool.map(str::to_owned),
                 made: 1,
             }),
@@ -1022,6 +1046,7 @@ impl StdioUpstream {
             sse,
             keepalive: self.limits.keepalive,
             timer,
+            abandon: modern.then_some(CLOSED_STREAM),
         }
         .run(health_tool.map(str::to_owned))
         .await;
@@ -1516,6 +1541,7 @@ async fn ask(worker: Arc<Worker>, message: Value, deadline: Instant) -> Result<V
         sse: false,
         keepalive: None,
         timer: None,
+        abandon: Some(OWN_DEADLINE),
     };
     match tokio::time::timeout_at(deadline, call.run(None)).await {
         Ok(Reply::Json(v, _)) => Ok(v),
@@ -1715,6 +1741,9 @@ struct Call {
     keepalive: Option<Duration>,
     /// A `tools/call`'s timeout ([`crate::policy::Timer`]).
     timer: Option<crate::policy::Timer>,
+    /// Why the child is told to cancel the request if it is given up on unanswered (the
+    /// future dropped): `None` to let it run ([`WaitGuard`]).
+    abandon: Option<&'static str>,
 }
 
 /// How a request is answered: one JSON reply (`true`: the gateway's timeout result), or an
@@ -1737,6 +1766,8 @@ struct Again {
     message: serde_json::Map<String, Value>,
     id: Value,
     sse: bool,
+    /// A 2026-07-28 request: its client's closed stream cancels it.
+    modern: bool,
     health_tool: Option<String>,
     /// Attempts made so far, the first included.
     made: u32,
@@ -1785,6 +1816,7 @@ impl Again {
                 sse: self.sse,
                 keepalive: self.up.limits.keepalive,
                 timer: Some(policies.timer(self.attempts, &self.tool)),
+                abandon: self.modern.then_some(CLOSED_STREAM),
             }
             .run(self.health_tool.clone())
             .await,
@@ -1852,6 +1884,7 @@ impl Call {
             sse,
             keepalive,
             mut timer,
+            abandon,
         } = self;
         let (reply_tx, mut reply_rx) = oneshot::channel();
         let (events_tx, mut events_rx) = mcpulse_transport::queue::channel(EVENTS, worker.budget);
@@ -1884,9 +1917,10 @@ impl Call {
             );
             key
         };
-        let guard = WaitGuard {
+        let mut guard = WaitGuard {
             worker: worker.clone(),
             key: key.clone(),
+            abandon,
         };
         // The child sees the gateway's key as the request's id and as its progress token.
         if client_token.is_some()
@@ -1919,6 +1953,7 @@ impl Call {
             }
         };
         if !sent {
+            guard.disarm();
             drop(guard);
             return Reply::Json(
                 error(
