@@ -287,6 +287,72 @@ async fn a_failing_dependency_opens_the_breaker_which_fails_fast_half_opens_and_
     stop_leaving_nothing(running, &dir.join("pids")).await;
 }
 
+/// Calls queued for a slot when the breaker opens (on the calls ahead of them) are refused
+/// by it when their turn comes, not sent to the failing upstream with the permit they got
+/// while it was closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_queued_when_the_breaker_opens_are_refused_not_sent() {
+    let dir = TempDir::new("gw-policy-queued-breaker");
+    let sent = dir.join("sent");
+    let script = StdioScript::legacy()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .on_tool(
+            "query_db",
+            vec![
+                Act::RecordLine(sent.clone()),
+                Act::Sleep(200),
+                Act::Result(json!({"content": [{"type": "text",
+                    "text": "connection refused"}], "isError": true})),
+            ],
+        )
+        .write(&dir, "server.sh");
+    let toml = format!(
+        "[[tools]]\nname = \"query_*\"\nmax_concurrent = 1\nqueue = 8\nbreaker = {{ window_calls = 2, minimum_calls = 2, failure_rate = 0.5, wait_in_open = \"30s\" }}\n\n{}",
+        upstream(&script)
+    );
+    let (running, _) = start(&toml).await;
+    let addr = running.addr;
+    let sid = open_session(addr).await;
+    let calls = (1..=5).map(|id| {
+        let sid = sid.clone();
+        async move {
+            // In order: each queues behind the ones before.
+            tokio::time::sleep(Duration::from_millis(20 * id as u64)).await;
+            post(addr, Some(&sid), &call(id, "query_db")).await
+        }
+    });
+    let replies = futures_join_all(calls).await;
+    let texts: Vec<String> = replies.iter().map(|r| r.text()).collect();
+    assert_eq!(texts[0], "connection refused");
+    assert_eq!(texts[1], "connection refused");
+    for t in &texts[2..] {
+        assert!(
+            t.contains("is open"),
+            "refused by the open breaker: {texts:?}"
+        );
+    }
+    let n = std::fs::read_to_string(&sent).unwrap().lines().count();
+    assert_eq!(
+        n, 2,
+        "only the calls before it opened reached the server: {texts:?}"
+    );
+    stop_leaving_nothing(running, &dir.join("pids")).await;
+}
+
+/// Runs every future at once, their outputs in order.
+async fn futures_join_all<F>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futures.map(tokio::spawn).collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.unwrap());
+    }
+    out
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_at_ten_times_the_limit_is_answered_in_full_and_none_waits_past_its_queue_timeout()
 {

@@ -238,9 +238,20 @@ impl Health {
                 loop {
                     ticks.tick().await;
                     let start = Instant::now();
-                    let outcome = match tokio::time::timeout(check.timeout, check.probe.run()).await
-                    {
-                        Ok(o) => o,
+                    // Each run in a task of its own: a check that panics (an `unwrap` on the
+                    // database's error, most likely while the database is down) is a failed
+                    // run, not a check whose last status stands for ever.
+                    let probe = check.probe.clone();
+                    let mut run = Aborting(tokio::spawn(async move { probe.run().await }));
+                    let outcome = match tokio::time::timeout(check.timeout, &mut run.0).await {
+                        Ok(Ok(o)) => o,
+                        Ok(Err(_)) => Outcome {
+                            status: Status::Down,
+                            latency: None,
+                            detail: Some(
+                                "the check panicked (the process's log has its message)".into(),
+                            ),
+                        },
                         Err(_) => Outcome {
                             status: Status::Down,
                             latency: None,
@@ -353,5 +364,14 @@ impl Drop for Running {
         for t in &self.tasks {
             t.abort();
         }
+    }
+}
+/// A task aborted when dropped: a check's run cut by its timeout, or left when the checks
+/// stop, does not run on.
+struct Aborting<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for Aborting<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }

@@ -154,6 +154,46 @@ async fn a_hung_check_is_cut_by_its_timeout_and_a_non_critical_one_only_warns() 
     );
 }
 
+/// A check that panics is a failed run, every time it runs, not a check stuck at its last
+/// status (or at "not checked yet") for ever; and it recovers when it stops panicking.
+#[tokio::test(start_paused = true)]
+async fn a_check_that_panics_fails_and_keeps_being_run() {
+    let runs = Arc::new(AtomicU32::new(0));
+    let counted = runs.clone();
+    let health = Health::new("t", "1")
+        .with_check(
+            Check::from_fn("db", move || {
+                let n = counted.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    if n < 3 {
+                        panic!("called `Result::unwrap()` on an `Err` value: connection refused");
+                    }
+                    Outcome::ok("fine")
+                }
+            })
+            .interval(Duration::from_secs(1)),
+        )
+        .min_tools(0);
+    health.tools_loaded(0);
+    let _running = health.start();
+    settle().await;
+    let r = health.readiness();
+    let doc = json(&r);
+    assert_eq!(r.status(), CheckStatus::Fail, "{doc}");
+    let output = doc["checks"]["db:responseTime"][0]["output"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(output.contains("panicked"), "{doc}");
+    assert!(
+        !output.contains("connection refused"),
+        "the panic's text stays in the log: {doc}"
+    );
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(runs.load(Ordering::SeqCst) >= 4, "it kept being run");
+    assert_eq!(health.readiness().status(), CheckStatus::Pass);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_dependency_detail_is_made_inert() {
     let health = Health::new("t", "1")

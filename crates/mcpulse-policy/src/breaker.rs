@@ -25,7 +25,13 @@
 //!
 //! Every permit must come back, through `record` or `cancel`: a trial permit dropped on the floor
 //! keeps its half-open slot until the next transition. The gateway guarantees an outcome for
-//! every call it lets through (its timeout turns a hang into [`FailureKind::Timeout`]).
+//! every call it lets through (its timeout turns a hang into [`FailureKind::Timeout`]). A caller
+//! with no timeout (the kit's tools may have none) is bounded too: once every trial slot has
+//! been taken for `slow_call_duration` with a trial still unjudged, the breaker opens again
+//! ([`Reason::TrialsHung`]).
+//!
+//! With a count window, `minimum_calls` is cut to the window's size ([`BreakerPolicy::minimum`]):
+//! a window of 5 calls with the default minimum of 10 would otherwise never judge a rate.
 //!
 //! The window is cleared on every transition, so each state judges only its own calls.
 //! Transitions are returned as [`Transition`] values with their reason and figures, for the
@@ -156,6 +162,16 @@ impl Default for BreakerPolicy {
 }
 
 impl BreakerPolicy {
+    /// The calls the window must hold before a rate is judged: `minimum_calls`, but no more
+    /// than a count window holds (as resilience4j does), or the breaker could never open.
+    pub fn minimum(&self) -> u32 {
+        let minimum = self.minimum_calls.max(1);
+        match self.window {
+            WindowSpec::Count { calls } => minimum.min(calls.clamp(1, crate::window::MAX_COUNT)),
+            WindowSpec::Time { .. } => minimum,
+        }
+    }
+
     /// Whether every setting is in range (see [`Invalid`]).
     pub fn validate(&self) -> Result<(), Invalid> {
         self.window.validate()?;
@@ -215,6 +231,10 @@ pub enum Reason {
     TrialsSucceeded { trials: u32 },
     /// A trial failed (`None`: it was slow).
     TrialFailed { failure: Option<FailureKind> },
+    /// Every trial slot has been taken for `slow_call_duration` with a trial still unjudged:
+    /// a trial that hangs (a caller with no timeout of its own) would otherwise hold the
+    /// breaker half-open, refusing everything, for ever.
+    TrialsHung { after_ms: u64 },
 }
 
 /// One change of state, to log and count.
@@ -250,8 +270,15 @@ pub enum Admission {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     Closed,
-    Open { until_ms: u64 },
-    HalfOpen { admitted: u32, succeeded: u32 },
+    Open {
+        until_ms: u64,
+    },
+    HalfOpen {
+        admitted: u32,
+        succeeded: u32,
+        /// Since when every trial slot is taken (`None`: one is free).
+        full_since_ms: Option<u64>,
+    },
 }
 
 /// One breaker's state.
@@ -312,6 +339,10 @@ impl Breaker {
     /// Moves an open breaker whose wait is over to half-open. `try_acquire` does this itself;
     /// call it from a health check so `/readyz` does not show a breaker open for ever when no
     /// call comes.
+    ///
+    /// Also opens a half-open breaker again whose trial slots have all been taken for
+    /// `slow_call_duration` with a trial still unjudged ([`Reason::TrialsHung`]): such a trial
+    /// would count as slow, or it hangs.
     pub fn poll(&mut self, now_ms: u64) -> Option<Transition> {
         match self.state {
             State::Open { until_ms } if now_ms >= until_ms => Some(self.go(
@@ -319,9 +350,17 @@ impl Breaker {
                 State::HalfOpen {
                     admitted: 0,
                     succeeded: 0,
+                    full_since_ms: None,
                 },
                 Reason::WaitOver,
             )),
+            State::HalfOpen {
+                full_since_ms: Some(since),
+                ..
+            } if now_ms.saturating_sub(since) >= millis(self.policy.slow_call_duration) => {
+                let after_ms = now_ms.saturating_sub(since);
+                Some(self.open(now_ms, Reason::TrialsHung { after_ms }))
+            }
             _ => None,
         }
     }
@@ -338,9 +377,17 @@ impl Breaker {
                 state: BreakerState::Open,
                 retry_at_ms: Some(*until_ms),
             },
-            State::HalfOpen { admitted, .. } => {
-                if *admitted < self.policy.half_open_trials.max(1) {
+            State::HalfOpen {
+                admitted,
+                full_since_ms,
+                ..
+            } => {
+                let trials = self.policy.half_open_trials.max(1);
+                if *admitted < trials {
                     *admitted += 1;
+                    if *admitted >= trials {
+                        *full_since_ms = Some(now_ms);
+                    }
                     Admission::Permitted(Permit {
                         generation: self.generation,
                     })
@@ -386,7 +433,7 @@ impl Breaker {
                     },
                 );
                 let stats = self.window.stats(now_ms);
-                if stats.calls < u64::from(self.policy.minimum_calls.max(1)) {
+                if stats.calls < u64::from(self.policy.minimum()) {
                     return None;
                 }
                 let reason = if stats.failure_rate() >= self.policy.failure_rate {
@@ -422,13 +469,24 @@ impl Breaker {
         }
     }
 
+    /// Whether `permit` is of the breaker's current state (no transition since it was given):
+    /// a call that waited for other slots after its admission checks it before it is sent.
+    pub fn is_current(&self, permit: &Permit) -> bool {
+        permit.generation == self.generation
+    }
+
     /// The call admitted with `permit` was not made, or its outcome will never be known (the
     /// client cancelled it): in half-open its trial slot is free again.
     pub fn cancel(&mut self, permit: Permit) {
         if permit.generation == self.generation
-            && let State::HalfOpen { admitted, .. } = &mut self.state
+            && let State::HalfOpen {
+                admitted,
+                full_since_ms,
+                ..
+            } = &mut self.state
         {
             *admitted = admitted.saturating_sub(1);
+            *full_since_ms = None;
         }
     }
 
@@ -492,6 +550,81 @@ mod tests {
             }
         }
         call(b, now, FAIL).unwrap_or_else(|| panic!("did not open"))
+    }
+
+    /// A count window smaller than `minimum_calls` (5 calls, the default minimum of 10) still
+    /// opens: the minimum is cut to what the window holds.
+    #[test]
+    fn a_count_window_smaller_than_the_minimum_still_opens() {
+        let mut b = Breaker::new(BreakerPolicy {
+            window: WindowSpec::Count { calls: 5 },
+            ..BreakerPolicy::default()
+        });
+        assert_eq!(b.policy().minimum(), 5);
+        for _ in 0..4 {
+            assert_eq!(call(&mut b, 0, FAIL), None);
+        }
+        let t = call(&mut b, 0, FAIL).unwrap_or_else(|| panic!("never opened"));
+        assert_eq!(t.to, BreakerState::Open);
+        // A time window keeps its minimum.
+        let timed = BreakerPolicy {
+            window: WindowSpec::Time {
+                span: Duration::from_secs(60),
+                buckets: 6,
+            },
+            ..BreakerPolicy::default()
+        };
+        assert_eq!(timed.minimum(), 10);
+    }
+
+    /// Trials that hang (a caller with no timeout) do not hold the breaker half-open for ever:
+    /// once every slot has been taken for `slow_call_duration`, it opens again; their late
+    /// outcomes are stale, and the next wait ends in a new half-open with free slots.
+    #[test]
+    fn hung_trials_open_the_breaker_again_after_the_slow_call_duration() {
+        let mut b = Breaker::new(policy());
+        let opened = open_it(&mut b, 0).at_ms;
+        let wait = millis(policy().wait_in_open);
+        let half = opened + wait;
+        let hung = [permit(&mut b, half), permit(&mut b, half + 10)];
+        // Every slot taken: refused, but not for ever.
+        assert!(matches!(
+            b.try_acquire(half + 1_000).0,
+            Admission::Rejected {
+                state: BreakerState::HalfOpen,
+                ..
+            }
+        ));
+        let (admission, t) = b.try_acquire(half + 10 + 2_000);
+        let t = t.unwrap_or_else(|| panic!("still half-open"));
+        assert_eq!(t.reason, Reason::TrialsHung { after_ms: 2_000 });
+        assert_eq!(t.to, BreakerState::Open);
+        assert!(matches!(
+            admission,
+            Admission::Rejected {
+                state: BreakerState::Open,
+                ..
+            }
+        ));
+        for p in hung {
+            assert_eq!(
+                b.record(half + 5_000, p, Outcome::Success, MS),
+                None,
+                "stale"
+            );
+        }
+        let again = half + 10 + 2_000 + wait;
+        let _ = permit(&mut b, again);
+        assert_eq!(b.state(), BreakerState::HalfOpen);
+        // A slot given back (cancelled) restarts the count: not hung.
+        let mut b = Breaker::new(policy());
+        let opened = open_it(&mut b, 0).at_ms;
+        let half = opened + wait;
+        let first = permit(&mut b, half);
+        let _second = permit(&mut b, half);
+        b.cancel(first);
+        assert_eq!(b.poll(half + 5_000), None);
+        assert_eq!(b.state(), BreakerState::HalfOpen);
     }
 
     #[test]
@@ -756,7 +889,12 @@ mod tests {
                     }
                     _ => {}
                 }
-                if let State::HalfOpen { admitted, succeeded } = b.state {
+                if let State::HalfOpen {
+                    admitted,
+                    succeeded,
+                    ..
+                } = b.state
+                {
                     let current = in_flight.iter().filter(|(_, g)| *g == b.generation).count();
                     proptest::prop_assert!(admitted <= p.half_open_trials);
                     proptest::prop_assert_eq!(admitted as usize, current + succeeded as usize);

@@ -441,6 +441,10 @@ fn transition(breaker: &str, t: &Transition, metrics: &Metrics) {
             Some(k) => format!("a trial call failed ({})", k.as_str()),
             None => "a trial call was slow".to_owned(),
         },
+        breaker::Reason::TrialsHung { after_ms } => format!(
+            "every trial call was still unanswered after {}",
+            mcpulse_wire::units::human_duration(u128::from(after_ms))
+        ),
     };
     let level_warn = t.to == BreakerState::Open;
     if level_warn {
@@ -564,6 +568,33 @@ impl Policies {
         if let Some(l) = &self.gateway {
             l.acquire(self, metrics).await?;
             permit.gateway_slot = true;
+        }
+        if permit.tool_slot || permit.gateway_slot {
+            // A breaker that changed state while the call waited for its slots (it opened on
+            // the calls ahead in the queue): its permit is of the old state, which would send
+            // the call to the failing upstream anyway. Asked again: an open breaker refuses it
+            // now (its slots given back as the permit drops).
+            if let Some(i) = rule
+                && let Some(b) = self.rules.get(i).and_then(|r| r.breaker.as_ref())
+                && permit
+                    .breaker
+                    .as_ref()
+                    .is_some_and(|p| !lock(b).is_current(p))
+            {
+                permit.breaker = None;
+                let name = self.pattern(i).unwrap_or_default();
+                permit.breaker = Some(self.try_breaker(b, name, metrics)?);
+            }
+            if let Some((i, _)) = dep
+                && let Some((name, Some(b))) = self.deps.get(i)
+                && permit
+                    .dep_breaker
+                    .as_ref()
+                    .is_some_and(|p| !lock(b).is_current(p))
+            {
+                permit.dep_breaker = None;
+                permit.dep_breaker = Some(self.try_breaker(b, name, metrics)?);
+            }
         }
         permit.started = Instant::now();
         if permit
