@@ -1733,3 +1733,103 @@ async fn orphans_of_many_sessions_in_one_process_are_all_reaped() {
     let files: Vec<&std::path::Path> = files[1..].iter().map(|p| p.as_path()).collect();
     assert_all_gone(&files);
 }
+
+/// JSON-RPC allows a null result (a Go server's `nil`, a Rust one's `()`): such a reply is a
+/// reply. It reaches the client, and a `ping` answered with it is a heartbeat answered (it was
+/// taken for junk: every heartbeat missed, the server restarted every few intervals).
+#[tokio::test]
+async fn a_null_result_is_a_reply_to_the_client_and_to_the_heartbeat() {
+    let dir = TempDir::new("null-result");
+    let pids = dir.join("pids");
+    let script = server(
+        &pids,
+        vec![
+            ("ping", vec![Act::Result(Value::Null)]),
+            ("x/nothing", vec![Act::Result(Value::Null)]),
+        ],
+    )
+    .write(&dir, "s.sh");
+    let mut c = Client::start(settings(&script));
+    c.initialize().await;
+    let reply = c.request(2, "x/nothing", json!({})).await;
+    assert!(reply["result"].is_null(), "{reply}");
+    assert!(reply.get("result").is_some(), "{reply}");
+    // Several heartbeats go by, each answered with a null result: none missed, no restart.
+    let until = std::time::Instant::now() + WAIT;
+    while c
+        .seen
+        .count(|s| *s == Seen::Heartbeat(HeartbeatOutcome::Ok))
+        < 4
+    {
+        assert!(std::time::Instant::now() < until, "{:?}", c.seen.all());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let seen = c.seen.all();
+    assert_eq!(
+        c.seen
+            .count(|s| *s == Seen::Heartbeat(HeartbeatOutcome::Failed)),
+        0,
+        "{seen:?}"
+    );
+    assert!(
+        !seen.iter().any(|s| matches!(s, Seen::Restart(_))),
+        "{seen:?}"
+    );
+    assert!(!seen.iter().any(|s| matches!(s, Seen::Junk(_))), "{seen:?}");
+    let (outcome, rest) = c.close().await;
+    assert_eq!(outcome.fatal, None);
+    assert!(rest.is_empty(), "{rest:?}");
+    assert_eq!(read_pids(&pids).len(), 1, "restarted");
+    assert_all_gone(&[&pids]);
+}
+
+/// A client's reply with a null result to a server's request is routed as a reply: dropped when
+/// meant for a server since replaced, and given back the id its server used when the client was
+/// shown another (it went through raw, as if it were no reply).
+#[tokio::test]
+async fn a_client_reply_with_a_null_result_is_routed_as_a_reply() {
+    let dir = TempDir::new("null-client-reply");
+    let pids = dir.join("pids");
+    let other = dir.join("other");
+    let script = server(
+        &pids,
+        vec![
+            (
+                "ask",
+                vec![Act::Stdout(
+                    r#"{"jsonrpc":"2.0","id":0,"method":"elicitation/create"}"#.into(),
+                )],
+            ),
+            ("crash", vec![Act::Exit(1)]),
+        ],
+    )
+    .otherwise(vec![Act::RecordLine(other.clone())])
+    .write(&dir, "s.sh");
+    let mut c = Client::start(settings(&script));
+    c.initialize().await;
+    c.send(json!({"jsonrpc": "2.0", "method": "ask"})).await;
+    assert_eq!(c.recv().await["id"], 0);
+    let lost = c.request(2, "crash", json!({})).await;
+    assert_eq!(error_code(&lost), codes::SERVER_RESTARTED);
+    c.send(json!({"jsonrpc": "2.0", "method": "ask"})).await;
+    let second = c.recv().await;
+    assert_ne!(second["id"], 0, "{second}");
+    // The stale answer (for the first server) and the answer to the second, both null.
+    c.send_raw(r#"{"jsonrpc":"2.0","id":0,"result":null}"#)
+        .await;
+    c.send(json!({"jsonrpc": "2.0", "id": second["id"], "result": null}))
+        .await;
+    let ok = c.request(3, "tools/list", json!({})).await;
+    assert!(ok["result"].is_object(), "{ok}");
+    let seen = std::fs::read_to_string(&other).unwrap_or_default();
+    let replies: Vec<Value> = seen
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|v: &Value| v.get("result").is_some())
+        .collect();
+    assert_eq!(replies.len(), 1, "{seen}");
+    assert_eq!(replies[0]["id"], 0, "{seen}");
+    assert!(replies[0]["result"].is_null(), "{seen}");
+    let (_, _) = c.close().await;
+    assert_all_gone(&[&pids]);
+}
