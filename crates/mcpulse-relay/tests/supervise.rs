@@ -8,6 +8,7 @@
 use mcpulse_relay::status::{CallOutcome, ChildState, HeartbeatOutcome, Observer, RestartReason};
 use mcpulse_relay::supervise::{
     Backoff, HeartbeatPolicy, Outcome, Program, RestartPolicy, Settings, Timeouts, codes, run,
+    run_until,
 };
 use mcpulse_testkit::stdio::{read_pids, still_running_after};
 use mcpulse_testkit::{Act, StdioScript, TempDir};
@@ -1831,5 +1832,139 @@ async fn a_client_reply_with_a_null_result_is_routed_as_a_reply() {
     assert_eq!(replies[0]["id"], 0, "{seen}");
     assert!(replies[0]["result"].is_null(), "{seen}");
     let (_, _) = c.close().await;
+    assert_all_gone(&[&pids]);
+}
+
+/// A server that floods its stdout (`yes`, far faster than the relay) while a client reads as
+/// fast as the pipe goes: the loop must still read the client, fire its timers and obey a stop.
+/// It handled the server's messages first in every turn, and once the turn's budget of work
+/// (tokio's 128 units a task poll) was spent on them, the client, the timer and the stop all
+/// looked not ready: none of them ever ran while the flood lasted.
+#[tokio::test]
+async fn a_flooding_server_does_not_starve_the_clients_input_the_timers_or_a_stop() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use tokio::io::AsyncReadExt;
+    let dir = TempDir::new("flood");
+    let pids = dir.join("pids");
+    let note = r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"flood"}}"#;
+    let script =
+        server(&pids, vec![("tools/call", vec![Act::Flood(note.into())])]).write(&dir, "s.sh");
+    let _reap = Reap(vec![pids.clone()]);
+    let mut s = settings(&script);
+    // Heartbeats out of the way: the flooding server reads nothing more, so answers none.
+    s.heartbeat_interval = Duration::from_secs(600);
+    s.timeouts = Timeouts {
+        request: Some(Duration::from_millis(300)),
+        tools: Vec::new(),
+    };
+    let (mut input, sup_in) = tokio::io::duplex(1 << 20);
+    let (sup_out, mut output) = tokio::io::duplex(1 << 20);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(run_until(
+        s,
+        sup_in,
+        sup_out,
+        Arc::new(Recorder::default()),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    // The client's reader, a megabyte a read: it keeps the relay's backlog towards the client
+    // near empty, so that the relay never stops reading the server for it.
+    let flooded = Arc::new(AtomicU64::new(0));
+    let (found, mut answers) = tokio::sync::mpsc::unbounded_channel::<Value>();
+    let counter = flooded.clone();
+    let reader = tokio::spawn(async move {
+        let mut buf = vec![0u8; 1 << 20];
+        let mut pending: Vec<u8> = Vec::new();
+        loop {
+            let n = match output.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            pending.extend_from_slice(&buf[..n]);
+            let mut start = 0;
+            while let Some(i) = pending[start..].iter().position(|b| *b == b'\n') {
+                let line = &pending[start..start + i];
+                start += i + 1;
+                if line == note.as_bytes() {
+                    counter.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    let _ = found.send(serde_json::from_slice(line).unwrap());
+                }
+            }
+            pending.drain(..start);
+        }
+    });
+    let mut answer = async |what: &str| {
+        tokio::time::timeout(Duration::from_secs(5), answers.recv())
+            .await
+            .unwrap_or_else(|_| panic!("no answer to {what} within 5 s"))
+            .unwrap()
+    };
+    let send = async |input: &mut DuplexStream, v: Value| {
+        input.write_all(format!("{v}\n").as_bytes()).await.unwrap();
+    };
+    send(
+        &mut input,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}),
+    )
+    .await;
+    assert_eq!(answer("initialize").await["id"], 1);
+    send(
+        &mut input,
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .await;
+    let call = std::time::Instant::now();
+    send(
+        &mut input,
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "flood"}}),
+    )
+    .await;
+    let until = std::time::Instant::now() + WAIT;
+    while flooded.load(Ordering::Relaxed) < 10_000 {
+        assert!(std::time::Instant::now() < until, "no flood");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The client's next request, during the flood: read, forwarded and timed.
+    let asked = std::time::Instant::now();
+    send(
+        &mut input,
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}),
+    )
+    .await;
+    let mut got = vec![answer("the flood").await, answer("the flood").await];
+    got.sort_by_key(|v| v["id"].as_i64());
+    assert_eq!(got[0]["id"], 2, "{got:?}");
+    assert_eq!(error_code(&got[0]), codes::REQUEST_TIMEOUT, "{got:?}");
+    assert_eq!(got[1]["id"], 3, "{got:?}");
+    assert_eq!(error_code(&got[1]), codes::REQUEST_TIMEOUT, "{got:?}");
+    // 300 ms deadlines, on a loaded machine: answered well before the 5 s wait ran out.
+    assert!(
+        call.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        call.elapsed()
+    );
+    assert!(
+        asked.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        asked.elapsed()
+    );
+    let before = flooded.load(Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        flooded.load(Ordering::Relaxed) > before,
+        "the flood had stopped"
+    );
+    // A stop (a signal, in `mcpulse supervise`) during the flood ends the supervisor.
+    stop.send(()).unwrap();
+    let outcome = tokio::time::timeout(WAIT, task)
+        .await
+        .expect("the supervisor did not stop within 10 s")
+        .unwrap();
+    assert_eq!(outcome.fatal, None);
+    drop(input);
+    reader.abort();
     assert_all_gone(&[&pids]);
 }

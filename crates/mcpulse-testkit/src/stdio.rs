@@ -6,7 +6,8 @@
 //! stdout), and a script shows that behaviour in a few readable lines. Replies echo the
 //! request's numeric id (mcpulse's ids are 1, 2, 3... in order), extracted with `sed`.
 //!
-//! Run a script as `sh <path>`; it needs nothing but `sh`, `sed`, `printf` and `sleep`.
+//! Run a script as `sh <path>`; it needs nothing but `sh`, `sed`, `printf` and `sleep` (and
+//! `yes` for [`Act::Flood`]).
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -96,6 +97,9 @@ pub enum Act {
     /// The first act while a file exists at the path, the second otherwise: a dependency the
     /// test takes down (creates the file) and brings back (removes it).
     IfExists(PathBuf, Box<Act>, Box<Act>),
+    /// Write this line to stdout over and over, as fast as the pipe takes it, for ever (the
+    /// script becomes `yes`: it reads nothing more): a server flooding its stdout.
+    Flood(String),
     /// Ignore SIGTERM from here on, and so do the processes the script starts after it (an
     /// ignored signal stays ignored across fork and exec).
     IgnoreSigterm,
@@ -264,6 +268,7 @@ fn render_act(act: &Act) -> String {
         Act::Exit(code) => format!("exit {code}\n"),
         Act::Hang => "trap '' TERM\nexec sleep 100000\n".to_owned(),
         Act::IgnoreSigterm => "trap '' TERM\n".to_owned(),
+        Act::Flood(line) => format!("exec yes {}\n", quote(line)),
         Act::Sleep(ms) => format!("sleep {}.{:03}\n", ms / 1000, ms % 1000),
         Act::SpawnGrandchild(file) => format!(
             "sleep 100000 </dev/null >/dev/null 2>&1 &\necho $! >> {}\n",

@@ -219,7 +219,7 @@ where
         out.wake.clone(),
         out_backlog.clone(),
     ));
-    let (events, mut child_rx) = mpsc::channel(256);
+    let (events, mut child_rx) = mpsc::channel(EVENTS);
     let random = std::collections::hash_map::RandomState::new();
     let id_prefix = format!(
         "mcpulse-{}-{:x}-",
@@ -265,6 +265,8 @@ where
     // One timer for the session, moved when the next wake changes: not a new one registered
     // and dropped in the timer wheel for every message.
     let mut timer = std::pin::pin!(sleep_until(Instant::now()));
+    // Which side is looked at first when both have something (see `Turn`).
+    let mut client_first = false;
     loop {
         let wake = session.next_wake();
         if let Some(w) = wake
@@ -277,48 +279,92 @@ where
             .as_ref()
             .is_none_or(|c| c.stdin_backlog.load(Ordering::Relaxed) <= session.backlog_bound());
         let to_client_ok = session.out_backlog.load(Ordering::Relaxed) <= session.backlog_bound();
-        tokio::select! {
-            biased;
-            event = child_rx.recv(), if to_client_ok => match event {
-                Some(ChildEvent::Line(g, line)) => session.child_line(g, line),
-                Some(ChildEvent::TooLong(g, clipped)) => session.child_too_long(g, clipped),
-                Some(ChildEvent::Exited(g, status)) => {
-                    if g == session.generation && session.closing_until.is_some() {
-                        break;
-                    }
-                    session.child_exited(g, status);
-                }
-                None => {}
-            },
-            // The client is read only while both sides drain: a client message may be answered
-            // by the supervisor itself (FATAL, a full queue, a too-long request), and a client
-            // that writes without reading would otherwise grow those answers without bound.
-            line = client.next_line(), if client_open && to_child_ok && to_client_ok => match line {
-                LineRead::Line(line) if line.is_empty() => {}
-                LineRead::Line(line) => session.client_line(line),
-                LineRead::TooLong(clipped) => session.client_too_long(clipped),
-                LineRead::Eof => {
-                    client_open = false;
-                    if !session.client_closed() {
-                        break;
-                    }
-                }
-            },
-            // A stalled side (see the module docs) is looked at again every few milliseconds;
-            // without this, a client and a child both not reading would leave no branch.
-            () = tokio::time::sleep(STALL_POLL), if !to_client_ok || !to_child_ok => {}
-            () = timer.as_mut(), if wake.is_some() => {
-                if session.closing_until.is_some_and(|t| t <= Instant::now()) {
-                    break;
-                }
-                session.timers().await;
+        // The client is read only while both sides drain: a client message may be answered by
+        // the supervisor itself (FATAL, a full queue, a too-long request), and a client that
+        // writes without reading would otherwise grow those answers without bound.
+        let read_client = client_open && to_child_ok && to_client_ok;
+        // A stalled side (see the module docs) is looked at again every few milliseconds;
+        // without this, a client and a child both not reading would leave no branch.
+        let stalled = !to_client_ok || !to_child_ok;
+        // The stop and the timer first, then the two sides, whichever did not go last time
+        // first. A side that always has a message (a server flooding its stdout) would
+        // otherwise win every turn; and once a task's turn has spent tokio's budget (128 units
+        // of work), every later branch looks not ready, turn after turn: the client, the
+        // timers and the stop would never run while the flood lasts.
+        let turn = if client_first {
+            tokio::select! {
+                biased;
+                () = &mut stop => Turn::Stop,
+                () = timer.as_mut(), if wake.is_some() => Turn::Timer,
+                line = client.next_line(), if read_client => Turn::Client(line),
+                event = child_rx.recv(), if to_client_ok => Turn::Child(event),
+                () = tokio::time::sleep(STALL_POLL), if stalled => Turn::Stalled,
             }
-            () = &mut stop => {
+        } else {
+            tokio::select! {
+                biased;
+                () = &mut stop => Turn::Stop,
+                () = timer.as_mut(), if wake.is_some() => Turn::Timer,
+                event = child_rx.recv(), if to_client_ok => Turn::Child(event),
+                line = client.next_line(), if read_client => Turn::Client(line),
+                () = tokio::time::sleep(STALL_POLL), if stalled => Turn::Stalled,
+            }
+        };
+        match turn {
+            Turn::Stop => {
                 tracing::info!("supervise: signalled; stopping the server");
                 session.s.stop_grace = session.s.stop_grace.min(SIGNAL_GRACE);
                 session.signalled = true;
                 break;
             }
+            Turn::Timer => {
+                // What the server sent before the deadline, already read, is heard first (as
+                // when the server's side went first in every turn): a heartbeat's or a
+                // request's reply waiting in the channel is not taken for a miss. Bounded by
+                // the channel's capacity, so the timers still run during a flood.
+                if to_client_ok {
+                    let mut closed = false;
+                    for _ in 0..EVENTS {
+                        let Ok(event) = child_rx.try_recv() else {
+                            break;
+                        };
+                        if session.child_event(event) {
+                            closed = true;
+                            break;
+                        }
+                    }
+                    if closed {
+                        break;
+                    }
+                }
+                if session.closing_until.is_some_and(|t| t <= Instant::now()) {
+                    break;
+                }
+                session.timers().await;
+            }
+            Turn::Child(event) => {
+                client_first = true;
+                if let Some(event) = event
+                    && session.child_event(event)
+                {
+                    break;
+                }
+            }
+            Turn::Client(line) => {
+                client_first = false;
+                match line {
+                    LineRead::Line(line) if line.is_empty() => {}
+                    LineRead::Line(line) => session.client_line(line),
+                    LineRead::TooLong(clipped) => session.client_too_long(clipped),
+                    LineRead::Eof => {
+                        client_open = false;
+                        if !session.client_closed() {
+                            break;
+                        }
+                    }
+                }
+            }
+            Turn::Stalled => {}
         }
     }
     drop(client);
@@ -350,6 +396,18 @@ where
         fatal: session.fatal,
     }
 }
+
+/// What woke the relay loop.
+enum Turn {
+    Stop,
+    Timer,
+    Child(Option<ChildEvent>),
+    Client(LineRead),
+    Stalled,
+}
+
+/// The capacity of the channel of the child's events (lines and exit).
+const EVENTS: usize = 256;
 
 /// The client's output stream and the lines waiting for it, shared by the session (which writes
 /// a line straight through when nothing waits before it: no task hand-off on the reply's path)
@@ -831,6 +889,22 @@ impl Session {
             self.fatal.as_deref().unwrap_or("restart budget spent")
         );
         self.answer_error(id, codes::SUPERVISOR_GAVE_UP, &message);
+    }
+
+    /// One event of a child's. Returns whether the loop ends: the current child exited after
+    /// the client closed its input.
+    fn child_event(&mut self, event: ChildEvent) -> bool {
+        match event {
+            ChildEvent::Line(g, line) => self.child_line(g, line),
+            ChildEvent::TooLong(g, clipped) => self.child_too_long(g, clipped),
+            ChildEvent::Exited(g, status) => {
+                if g == self.generation && self.closing_until.is_some() {
+                    return true;
+                }
+                self.child_exited(g, status);
+            }
+        }
+        false
     }
 
     fn child_exited(&mut self, generation: u64, status: ExitStatus) {
