@@ -1968,3 +1968,104 @@ async fn a_flooding_server_does_not_starve_the_clients_input_the_timers_or_a_sto
     reader.abort();
     assert_all_gone(&[&pids]);
 }
+
+/// A command that is not there (or not executable) is said at once: the client's initialize is
+/// answered with what to fix, not after the whole restart budget (~31 s by default) of
+/// retrying a program that cannot run.
+#[tokio::test]
+async fn a_program_that_cannot_run_is_fatal_at_once_with_what_to_fix() {
+    let dir = TempDir::new("no-program");
+    let not_executable = dir.join("server.sh");
+    std::fs::write(&not_executable, "#!/bin/sh\nexit 0\n").unwrap();
+    let cases = [
+        (
+            "mcpulse-test-no-such-server".to_owned(),
+            "command not found (check the command and PATH)",
+        ),
+        (
+            dir.join("missing/server").to_string_lossy().into_owned(),
+            "command not found (check the command and PATH)",
+        ),
+        (
+            not_executable.to_string_lossy().into_owned(),
+            "permission denied (check that it is a file you may execute)",
+        ),
+    ];
+    for (program, what) in cases {
+        let mut s = Settings::new(Program {
+            program: program.clone(),
+            args: Vec::new(),
+        });
+        // The CLI's own restart policy: 1 s → 60 s backoff, 5 restarts.
+        s.restart = RestartPolicy::default();
+        let mut c = Client::start(s);
+        let asked = std::time::Instant::now();
+        let reply = c
+            .request(1, "initialize", json!({"protocolVersion": "2025-06-18"}))
+            .await;
+        assert!(
+            asked.elapsed() < Duration::from_secs(2),
+            "{program}: answered after {:?}",
+            asked.elapsed()
+        );
+        assert_eq!(error_code(&reply), codes::SUPERVISOR_GAVE_UP, "{reply}");
+        let message = reply["error"]["message"].as_str().unwrap();
+        assert!(message.contains("could not be started"), "{message}");
+        assert!(message.contains(&program), "{message}");
+        assert!(message.contains(what), "{message}");
+        let seen = c.seen.all();
+        assert!(seen.contains(&Seen::State(ChildState::Fatal)), "{seen:?}");
+        assert!(
+            !seen.iter().any(|s| matches!(s, Seen::Restart(_))),
+            "retried: {seen:?}"
+        );
+        // Every later request too, at once.
+        let again = c.request(2, "tools/list", json!({})).await;
+        assert_eq!(error_code(&again), codes::SUPERVISOR_GAVE_UP, "{again}");
+        let (outcome, _) = c.close().await;
+        assert!(outcome.fatal.is_some_and(|f| f.contains(what)));
+    }
+}
+
+/// Once a server has run, a failed start is a restart like any other (its program may be
+/// being reinstalled): backoff and the restart budget, not FATAL at once.
+#[tokio::test]
+async fn a_program_gone_after_a_first_start_is_retried_by_the_restart_policy() {
+    let dir = TempDir::new("program-gone");
+    let pids = dir.join("pids");
+    let script = server(&pids, vec![("crash", vec![Act::Exit(1)])]).write(&dir, "s.sh");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let link = dir.join("server");
+    std::os::unix::fs::symlink(&script, &link).unwrap();
+    let mut s = settings(&script);
+    s.program = Program {
+        program: link.to_string_lossy().into_owned(),
+        args: Vec::new(),
+    };
+    s.restart.backoff = Backoff {
+        initial: Duration::from_millis(300),
+        max: Duration::from_millis(300),
+    };
+    let mut c = Client::start(s);
+    c.initialize().await;
+    std::fs::remove_file(&link).unwrap();
+    let lost = c.request(2, "crash", json!({})).await;
+    assert_eq!(error_code(&lost), codes::SERVER_RESTARTED, "{lost}");
+    let until = std::time::Instant::now() + WAIT;
+    while !c.seen.all().contains(&Seen::Restart("spawn_failed")) {
+        assert!(std::time::Instant::now() < until, "{:?}", c.seen.all());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(!c.seen.all().contains(&Seen::State(ChildState::Fatal)));
+    // Back: the next restart starts it, and the session goes on.
+    std::os::unix::fs::symlink(&script, &link).unwrap();
+    let ok = c.request(3, "tools/list", json!({})).await;
+    assert!(ok["result"].is_object(), "{ok}");
+    let (outcome, _) = c.close().await;
+    assert_eq!(outcome.fatal, None);
+    assert_eq!(read_pids(&pids).len(), 2);
+    assert_all_gone(&[&pids]);
+}

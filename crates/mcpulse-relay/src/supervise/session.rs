@@ -26,7 +26,7 @@
 //! plain pipe would apply).
 
 use super::Settings;
-use super::child::{Child, ChildEvent, ExitStatus, StderrRing};
+use super::child::{Child, ChildEvent, ExitStatus, SpawnError, StderrRing};
 use super::codes;
 use super::envelope::{Envelope, Kind, canonical_id, raw_result};
 use super::lines::{Clipped, LineRead, LineReader};
@@ -155,6 +155,8 @@ struct Session {
     status: Status,
     /// Stopping on a signal: the stops of replaced children get a bounded wait too.
     signalled: bool,
+    /// A child was started once: a program that cannot be run is fatal only before that.
+    started_once: bool,
 }
 
 /// Runs the supervisor until the client closes `input`: relays it to the child and the
@@ -259,6 +261,7 @@ where
         random,
         status: Status::new(ChildState::Starting, epoch_ms()),
         signalled: false,
+        started_once: false,
     };
     session.start().await;
     let mut client_open = true;
@@ -714,6 +717,7 @@ impl Session {
                     "supervise: child started"
                 );
                 self.child = Some(child);
+                self.started_once = true;
                 self.restarts.started(self.now_ms());
                 self.heartbeat.reset();
                 self.set_state(ChildState::Starting);
@@ -722,6 +726,28 @@ impl Session {
             Err(e) => {
                 let message = e.to_string();
                 tracing::warn!(error = %text::field(&message), "supervise: the server could not be started");
+                // A program that is not there, or not executable, will not be at the next try
+                // either: the first start says so at once, rather than after the whole restart
+                // budget (half a minute by default) while the client's initialize waits. Once
+                // a child has run, a failed start is a restart like any other (the program
+                // may be being reinstalled).
+                let hint = match &e {
+                    SpawnError::NotFound(_) => Some("check the command and PATH"),
+                    SpawnError::PermissionDenied(_) => {
+                        Some("check that it is a file you may execute")
+                    }
+                    SpawnError::Other { .. } => None,
+                };
+                if let Some(hint) = hint
+                    && !self.started_once
+                {
+                    let why = format!(
+                        "the server could not be started: {} ({hint})",
+                        text::field(&self.s.secrets.hide(&message))
+                    );
+                    self.give_up(why.clone(), why.clone(), why);
+                    return;
+                }
                 self.went_down(RestartReason::SpawnFailed { message });
             }
         }
@@ -859,24 +885,33 @@ impl Session {
             Decision::GiveUp { reason: budget } => {
                 let fatal = format!("{budget} (last: the server {why}){tail}");
                 let logged = format!("{budget} (last: the server {why}){logged_tail}");
-                tracing::error!(reason = %text::message(&logged), "supervise: giving up");
                 // Without the stderr tail: /readyz answers any local user, and a server's
                 // stderr may hold what it was given (a connection string, a token).
-                self.status.fatal_reason = Some(format!("{budget} (last: the server {why})"));
-                self.fatal = Some(fatal);
-                self.set_state(ChildState::Fatal);
-                let queued: Vec<_> = self.queue.drain(..).collect();
-                self.queue_bytes = 0;
-                for (_, id) in queued {
-                    if let Some(id) = id {
-                        self.fail_fatal(&id);
-                    }
-                }
-                let ids: Vec<String> = self.in_flight.keys().cloned().collect();
-                for id in ids {
-                    self.fail_fatal(&id);
-                }
+                let shown = format!("{budget} (last: the server {why})");
+                self.give_up(fatal, logged, shown);
             }
+        }
+    }
+
+    /// FATAL: never starts the server again; every request waiting or in flight, and every
+    /// later one, is answered with `fatal` ([`codes::SUPERVISOR_GAVE_UP`]). `logged` goes to
+    /// the log, `shown` to the status (`/readyz`).
+    fn give_up(&mut self, fatal: String, logged: String, shown: String) {
+        tracing::error!(reason = %text::message(&logged), "supervise: giving up");
+        self.status.fatal_reason = Some(shown);
+        self.fatal = Some(fatal);
+        self.backoff_until = None;
+        self.set_state(ChildState::Fatal);
+        let queued: Vec<_> = self.queue.drain(..).collect();
+        self.queue_bytes = 0;
+        for (_, id) in queued {
+            if let Some(id) = id {
+                self.fail_fatal(&id);
+            }
+        }
+        let ids: Vec<String> = self.in_flight.keys().cloned().collect();
+        for id in ids {
+            self.fail_fatal(&id);
         }
     }
 
