@@ -2069,3 +2069,120 @@ async fn a_program_gone_after_a_first_start_is_retried_by_the_restart_policy() {
     assert_eq!(read_pids(&pids).len(), 2);
     assert_all_gone(&[&pids]);
 }
+
+/// A client's reply to a request of the server's (sampling, elicitation) over
+/// --max-message-size is dropped, and the server is told at once with -32084 under its own id,
+/// rather than waiting out its own timeout (it was told nothing).
+#[tokio::test]
+async fn a_too_long_client_reply_to_a_server_request_is_answered_to_the_server() {
+    let dir = TempDir::new("toolong-client-reply");
+    let pids = dir.join("pids");
+    let replies = dir.join("replies");
+    let script = server(
+        &pids,
+        vec![(
+            "ask",
+            vec![Act::Stdout(
+                r#"{"jsonrpc":"2.0","id":"s1","method":"sampling/createMessage","params":{}}"#
+                    .into(),
+            )],
+        )],
+    )
+    .otherwise(vec![Act::RecordLine(replies.clone())])
+    .write(&dir, "s.sh");
+    let mut s = settings(&script);
+    s.max_message_size = 2000;
+    let mut c = Client::start(s);
+    c.initialize().await;
+    c.send(json!({"jsonrpc": "2.0", "method": "ask"})).await;
+    let asked = c.recv().await;
+    assert_eq!(asked["id"], "s1", "{asked}");
+    // The SDKs' key order: the id after a long result.
+    let long = format!(
+        r#"{{"jsonrpc":"2.0","result":{{"role":"assistant","content":{{"type":"text","text":"{}"}}}},"id":"s1"}}"#,
+        "x".repeat(8000)
+    );
+    c.send_raw(&long).await;
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    let seen = loop {
+        let seen = std::fs::read_to_string(&replies).unwrap_or_default();
+        if seen.contains(r#""id":"s1""#) || std::time::Instant::now() > until {
+            break seen;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let line: Value = serde_json::from_str(
+        seen.lines()
+            .find(|l| l.contains(r#""id":"s1""#))
+            .unwrap_or_else(|| panic!("the server was told nothing: {seen:?}")),
+    )
+    .unwrap();
+    assert_eq!(error_code(&line), codes::MESSAGE_TOO_LARGE, "{line}");
+    assert!(
+        line["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("the client's reply is longer than --max-message-size"),
+        "{line}"
+    );
+    let (_, rest) = c.close().await;
+    assert!(rest.is_empty(), "{rest:?}");
+    assert_all_gone(&[&pids]);
+}
+
+/// The same when the client was shown another id (a restarted server reused one an earlier
+/// server's request still holds): the server is told under its own id.
+#[tokio::test]
+async fn a_too_long_client_reply_under_a_shown_id_is_answered_under_the_servers_id() {
+    let dir = TempDir::new("toolong-client-reply-renamed");
+    let pids = dir.join("pids");
+    let replies = dir.join("replies");
+    let script = server(
+        &pids,
+        vec![
+            (
+                "ask",
+                vec![Act::Stdout(
+                    r#"{"jsonrpc":"2.0","id":0,"method":"roots/list"}"#.into(),
+                )],
+            ),
+            ("crash", vec![Act::Exit(1)]),
+        ],
+    )
+    .otherwise(vec![Act::RecordLine(replies.clone())])
+    .write(&dir, "s.sh");
+    let mut s = settings(&script);
+    s.max_message_size = 2000;
+    let mut c = Client::start(s);
+    c.initialize().await;
+    c.send(json!({"jsonrpc": "2.0", "method": "ask"})).await;
+    assert_eq!(c.recv().await["id"], 0);
+    let lost = c.request(2, "crash", json!({})).await;
+    assert_eq!(error_code(&lost), codes::SERVER_RESTARTED);
+    c.send(json!({"jsonrpc": "2.0", "method": "ask"})).await;
+    let second = c.recv().await;
+    let shown = second["id"].as_str().unwrap().to_owned();
+    let long = format!(
+        r#"{{"jsonrpc":"2.0","result":{{"roots":[{{"uri":"file:///{}"}}]}},"id":"{shown}"}}"#,
+        "x".repeat(8000)
+    );
+    c.send_raw(&long).await;
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    let seen = loop {
+        let seen = std::fs::read_to_string(&replies).unwrap_or_default();
+        if seen.contains("\"error\"") || std::time::Instant::now() > until {
+            break seen;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let errors: Vec<Value> = seen
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|v: &Value| v.get("error").is_some())
+        .collect();
+    assert_eq!(errors.len(), 1, "{seen}");
+    assert_eq!(errors[0]["id"], 0, "{seen}");
+    assert_eq!(error_code(&errors[0]), codes::MESSAGE_TOO_LARGE, "{seen}");
+    let (_, _) = c.close().await;
+    assert_all_gone(&[&pids]);
+}

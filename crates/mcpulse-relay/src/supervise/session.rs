@@ -1410,8 +1410,10 @@ impl Session {
             max = self.s.max_message_size,
             "supervise: a client message over --max-message-size, dropped"
         );
-        // A request is answered; a too-long reply to a server request just goes missing.
-        if let Some(id) = clipped.id.filter(|_| !clipped.reply) {
+        let Clipped { id, reply, .. } = clipped;
+        let Some(id) = id else { return };
+        if !reply {
+            // A request is answered.
             self.answer_error(
                 &id,
                 codes::MESSAGE_TOO_LARGE,
@@ -1420,6 +1422,29 @@ impl Session {
                     self.s.max_message_size
                 ),
             );
+            return;
+        }
+        // A reply to a request of the server's: the server is told, under the id it gave the
+        // request, rather than waiting out its own timeout (as for its too-long requests, the
+        // other way). Not a server since replaced, which never asked.
+        let Some(asked) = self.server_requests.remove(&id) else {
+            return;
+        };
+        if self.fatal.is_some() {
+            return;
+        }
+        if let Some(child) = &self.child
+            && child.generation == asked.generation
+        {
+            let original = asked.original.as_deref().unwrap_or(&id);
+            child.send(error_line(
+                original,
+                codes::MESSAGE_TOO_LARGE,
+                &format!(
+                    "mcpulse supervise: the client's reply is longer than --max-message-size ({} bytes) and was dropped",
+                    self.s.max_message_size
+                ),
+            ));
         }
     }
 
