@@ -2186,3 +2186,49 @@ async fn a_too_long_client_reply_under_a_shown_id_is_answered_under_the_servers_
     let (_, _) = c.close().await;
     assert_all_gone(&[&pids]);
 }
+
+/// A client whose `notifications/initialized` comes while the server restarts (it crashed
+/// between the `initialize` reply and the notification): the restarted server gets it once,
+/// from the replay. It was also queued, and the queue's flush sent it a second time.
+#[tokio::test]
+async fn initialized_sent_during_a_restart_reaches_the_new_server_once() {
+    let dir = TempDir::new("initialized-once");
+    let pids = dir.join("pids");
+    let lines = dir.join("lines");
+    // Restarted servers take 500 ms to start: the notification comes while it restarts.
+    let mut c = Client::start(settings(&queue_server(&dir, &pids, &lines)));
+    c.request(
+        1,
+        "initialize",
+        json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}),
+    )
+    .await;
+    let lost = c.request(2, "crash", json!({})).await;
+    assert_eq!(error_code(&lost), codes::SERVER_RESTARTED, "{lost}");
+    c.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await;
+    let ok = c.request(3, "tools/list", json!({})).await;
+    assert!(ok["result"].is_object(), "{ok}");
+    let (outcome, _) = c.close().await;
+    assert_eq!(outcome.fatal, None);
+    assert_all_gone(&[&pids]);
+    let all: Vec<Value> = std::fs::read_to_string(&lines)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let second = all
+        .iter()
+        .rposition(|v| v["method"] == "initialize")
+        .unwrap();
+    let methods: Vec<&str> = all[second..]
+        .iter()
+        .map(|v| v["method"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        methods,
+        ["initialize", "notifications/initialized", "tools/list"],
+        "{all:?}"
+    );
+    assert_eq!(read_pids(&pids).len(), 2);
+}

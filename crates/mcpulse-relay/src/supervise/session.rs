@@ -753,12 +753,20 @@ impl Session {
         }
     }
 
+    /// Whether a new child is given the client's handshake again (its `initialize`, then, once
+    /// answered alike, its `notifications/initialized`) before any other message.
+    fn will_replay(&self) -> bool {
+        !self.handshake.modern
+            && self.handshake.negotiated.is_some()
+            && self.handshake.initialize.is_some()
+    }
+
     /// A new child: replay the legacy handshake, or open the gate at once.
     fn begin_session(&mut self) {
-        let replay = if self.handshake.modern || self.handshake.negotiated.is_none() {
-            None
-        } else {
+        let replay = if self.will_replay() {
             self.handshake.initialize.clone()
+        } else {
+            None
         };
         match replay.and_then(|line| {
             let mut v: serde_json::Value = serde_json::from_slice(&line).ok()?;
@@ -1308,6 +1316,14 @@ impl Session {
                             self.set_state(ChildState::Running);
                         }
                         self.next_beat = Some(Instant::now() + self.s.heartbeat_interval);
+                    }
+                    // During a restart that replays the handshake (the replay under way, or
+                    // to come at the next start) the replay sends it, just recorded, right
+                    // after the replayed initialize's reply: queued as well, the queue's flush
+                    // would send it a second time.
+                    let restarting = !(self.ready && self.child.is_some());
+                    if restarting && self.will_replay() {
+                        return;
                     }
                 } else if method == "notifications/cancelled"
                     && let Some(id) = env.cancelled_id()
