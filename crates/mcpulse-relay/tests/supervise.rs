@@ -2232,3 +2232,36 @@ async fn initialized_sent_during_a_restart_reaches_the_new_server_once() {
     );
     assert_eq!(read_pids(&pids).len(), 2);
 }
+
+/// The stderr tail quoted in a crash's error is cut to 600 bytes after its secrets are hidden,
+/// not before: a secret across the cut is hidden whole (its end showed, unhidden).
+#[tokio::test]
+async fn a_secret_across_the_cut_of_the_stderr_tail_is_hidden_whole() {
+    let dir = TempDir::new("tail-secret");
+    let pids = dir.join("pids");
+    let secret = "s3cr3tT0k3nValue-0123456789";
+    // The tail's last 600 bytes start 9 bytes before the secret's end.
+    let line = format!("{}{secret}{}", "x".repeat(100), "y".repeat(590));
+    let script = server(
+        &pids,
+        vec![("crash", vec![Act::Stderr(line), Act::Exit(3)])],
+    )
+    .write(&dir, "s.sh");
+    let mut s = settings(&script);
+    s.secrets.add(secret);
+    let mut c = Client::start(s);
+    c.initialize().await;
+    let lost = c.request(2, "crash", json!({})).await;
+    assert_eq!(error_code(&lost), codes::SERVER_RESTARTED);
+    let message = lost["error"]["message"].as_str().unwrap();
+    assert!(message.contains("exited with code 3"), "{message}");
+    assert!(
+        message.contains(&format!("<redacted>{}", "y".repeat(100))),
+        "{message}"
+    );
+    assert!(!message.contains(&secret[secret.len() - 9..]), "{message}");
+    assert!(!message.contains("xxx"), "{message}");
+    let (outcome, _) = c.close().await;
+    assert_eq!(outcome.fatal, None);
+    assert_all_gone(&[&pids]);
+}

@@ -635,14 +635,18 @@ impl Session {
 
     /// The child's stderr tail, its secrets hidden, inert, for a log line ("" when empty).
     fn stderr_tail(&self) -> String {
-        let tail = self.ring.tail(STDERR_TAIL);
-        let tail = self.s.secrets.hide(tail.trim());
+        // Secrets are hidden before the cut, with enough before it to see a secret that the
+        // cut would split: hiding after cutting showed the part of one after the cut.
+        let text = self.ring.tail(STDERR_TAIL + self.s.secrets.longest());
+        let from = text.len().saturating_sub(STDERR_TAIL);
+        let tail = self.s.secrets.hide_from(&text, from);
+        let tail = tail.trim();
         if tail.is_empty() {
             String::new()
         } else {
             format!(
                 "; its stderr ended with: {}",
-                text::inert(&tail, STDERR_TAIL)
+                text::inert(tail, STDERR_TAIL)
             )
         }
     }
