@@ -2265,3 +2265,73 @@ async fn a_secret_across_the_cut_of_the_stderr_tail_is_hidden_whole() {
     assert_eq!(outcome.fatal, None);
     assert_all_gone(&[&pids]);
 }
+
+/// A client's JSON-RPC batch (2025-03-26; removed in 2025-06-18) is not forwarded: its requests
+/// were not tracked and the server's array answer was dropped as junk, so they were never
+/// answered. Each request in it is answered at once with -32600, in one array; the server sees
+/// nothing of it, and the session goes on.
+#[tokio::test]
+async fn a_client_batch_is_answered_with_an_error_per_request_and_not_forwarded() {
+    let dir = TempDir::new("batch");
+    let pids = dir.join("pids");
+    let lines = dir.join("lines");
+    let record = |acts: Vec<Act>| {
+        let mut v = vec![Act::RecordLine(lines.clone())];
+        v.extend(acts);
+        v
+    };
+    let script = server(
+        &pids,
+        vec![
+            (
+                "tools/list",
+                record(vec![Act::Result(json!({"tools": []}))]),
+            ),
+            ("notifications/x", record(vec![])),
+        ],
+    )
+    .otherwise(vec![Act::RecordLine(lines.clone())])
+    .write(&dir, "s.sh");
+    let mut c = Client::start(settings(&script));
+    c.initialize().await;
+    c.send(json!([
+        {"jsonrpc": "2.0", "id": 7, "method": "tools/list"},
+        {"jsonrpc": "2.0", "method": "notifications/x"},
+        {"jsonrpc": "2.0", "id": "b", "method": "tools/list", "params": {}},
+    ]))
+    .await;
+    let answer = c.recv().await;
+    let answers = answer.as_array().unwrap_or_else(|| panic!("{answer}"));
+    assert_eq!(answers.len(), 2, "{answer}");
+    assert_eq!(answers[0]["id"], 7, "{answer}");
+    assert_eq!(answers[1]["id"], "b", "{answer}");
+    for a in answers {
+        assert_eq!(error_code(a), codes::INVALID_REQUEST, "{answer}");
+        assert!(
+            a["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("mcpulse supervise: batches are not supported;"),
+            "{answer}"
+        );
+    }
+    // An empty batch: one error, id null.
+    c.send_raw("[]").await;
+    let empty = c.recv().await;
+    assert_eq!(error_code(&empty), codes::INVALID_REQUEST, "{empty}");
+    assert!(empty["id"].is_null(), "{empty}");
+    let ok = c.request(8, "tools/list", json!({})).await;
+    assert!(ok["result"].is_object(), "{ok}");
+    let (outcome, rest) = c.close().await;
+    assert_eq!(outcome.fatal, None);
+    assert!(rest.is_empty(), "{rest:?}");
+    let got = std::fs::read_to_string(&lines).unwrap_or_default();
+    assert!(!got.contains('['), "the server got the batch: {got}");
+    let got: Vec<&str> = got
+        .lines()
+        .filter(|l| !l.contains("notifications/initialized"))
+        .collect();
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!(got[0].contains("\"id\":8"), "{got:?}");
+    assert_all_gone(&[&pids]);
+}

@@ -17,7 +17,9 @@
 //! - server→client requests (sampling, elicitation, roots) are forwarded and remembered with the
 //!   child's generation: the client's reply is dropped if that child has since been replaced;
 //! - notifications pass both ways (the client's `notifications/cancelled` included);
-//! - a child stdout line that is not a JSON object is junk: reported, never forwarded.
+//! - a child stdout line that is not a JSON object is junk: reported, never forwarded;
+//! - a client batch (a JSON array) is not forwarded: each request in it is answered with
+//!   [`codes::INVALID_REQUEST`].
 //!
 //! Bounds: a message is at most `max_message_size` bytes; the restart queue at most
 //! `queue_max_messages` / `queue_max_bytes`; the stderr ring `stderr_ring` bytes; bytes waiting
@@ -583,13 +585,20 @@ fn with_id(line: &[u8], id: &str) -> Option<Vec<u8>> {
 }
 
 fn error_line(id: &str, code: i64, message: &str) -> Vec<u8> {
-    let message = serde_json::Value::String(message.to_owned());
-    let mut line =
-        format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":{code},"message":{message}}}}}"#)
-            .into_bytes();
+    let mut line = error_object(id, code, message).into_bytes();
     line.push(b'\n');
     line
 }
+
+/// [`error_line`] without its newline.
+fn error_object(id: &str, code: i64, message: &str) -> String {
+    let message = serde_json::Value::String(message.to_owned());
+    format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":{code},"message":{message}}}}}"#)
+}
+
+/// What the client is told of each request in a batch.
+const NO_BATCHES: &str =
+    "mcpulse supervise: batches are not supported; send each message on its own line";
 
 impl Session {
     fn now_ms(&self) -> u64 {
@@ -1244,6 +1253,10 @@ impl Session {
     // ---- the client's messages -------------------------------------------------------------
 
     fn client_line(&mut self, mut line: Vec<u8>) {
+        if line.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') && self.client_batch(&line)
+        {
+            return;
+        }
         let Some(env) = Envelope::parse(&line) else {
             // Not JSON: the server answers it (a parse error), as it would without us.
             line.push(b'\n');
@@ -1395,6 +1408,57 @@ impl Session {
                 self.deliver(line, None);
             }
         }
+    }
+
+    /// A JSON-RPC batch from the client (an array of messages; 2025-03-26 allowed them,
+    /// 2025-06-18 removed them): not forwarded, since its requests would not be tracked and the
+    /// server's array answer could not be routed. Each request in it is answered at once with
+    /// [`codes::INVALID_REQUEST`], together in one array as JSON-RPC answers a batch; its
+    /// notifications and replies are dropped (logged). An empty array gets one such error, id
+    /// null. Returns false when `line` is not a JSON array (then it goes on as any line).
+    fn client_batch(&mut self, line: &[u8]) -> bool {
+        let Ok(items) = serde_json::from_slice::<Vec<&serde_json::value::RawValue>>(line) else {
+            return false;
+        };
+        if items.is_empty() {
+            self.send_client(error_line(
+                "null",
+                codes::INVALID_REQUEST,
+                "mcpulse supervise: an empty batch",
+            ));
+            return true;
+        }
+        let mut answers: Vec<String> = Vec::new();
+        let mut dropped = 0usize;
+        for item in &items {
+            match Envelope::parse(item.get().as_bytes()) {
+                Some(env) if env.kind() == Kind::Request => answers.push(error_object(
+                    env.id_text().unwrap_or("null"),
+                    codes::INVALID_REQUEST,
+                    NO_BATCHES,
+                )),
+                _ => dropped += 1,
+            }
+        }
+        tracing::warn!(
+            requests = answers.len(),
+            dropped,
+            "supervise: a client batch, not forwarded (batches are not supported): its requests answered with an error, its other messages dropped"
+        );
+        if !answers.is_empty() {
+            let mut out =
+                Vec::with_capacity(answers.iter().map(|a| a.len() + 1).sum::<usize>() + 2);
+            out.push(b'[');
+            for (i, a) in answers.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(a.as_bytes());
+            }
+            out.extend_from_slice(b"]\n");
+            self.send_client(out);
+        }
+        true
     }
 
     /// Writes a client message to the child, or queues it while the child restarts.
