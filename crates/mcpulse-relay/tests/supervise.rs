@@ -8,6 +8,7 @@
 use mcpulse_relay::status::{CallOutcome, ChildState, HeartbeatOutcome, Observer, RestartReason};
 use mcpulse_relay::supervise::{
     Backoff, HeartbeatPolicy, Outcome, Program, RestartPolicy, Settings, Timeouts, codes, run,
+    run_until,
 };
 use mcpulse_testkit::stdio::{read_pids, still_running_after};
 use mcpulse_testkit::{Act, StdioScript, TempDir};
@@ -1732,4 +1733,605 @@ async fn orphans_of_many_sessions_in_one_process_are_all_reaped() {
     }
     let files: Vec<&std::path::Path> = files[1..].iter().map(|p| p.as_path()).collect();
     assert_all_gone(&files);
+}
+
+/// JSON-RPC allows a null result (a Go server's `nil`, a Rust one's `()`): such a reply is a
+/// reply. It reaches the client, and a `ping` answered with it is a heartbeat answered (it was
+/// taken for junk: every heartbeat missed, the server restarted every few intervals).
+#[tokio::test]
+async fn a_null_result_is_a_reply_to_the_client_and_to_the_heartbeat() {
+    let dir = TempDir::new("null-result");
+    let pids = dir.join("pids");
+    let script = server(
+        &pids,
+        vec![
+            ("ping", vec![Act::Result(Value::Null)]),
+            ("x/nothing", vec![Act::Result(Value::Null)]),
+        ],
+    )
+    .write(&dir, "s.sh");
+    let mut c = Client::start(settings(&script));
+    c.initialize().await;
+    let reply = c.request(2, "x/nothing", json!({})).await;
+    assert!(reply["result"].is_null(), "{reply}");
+    assert!(reply.get("result").is_some(), "{reply}");
+    // Several heartbeats go by, each answered with a null result: none missed, no restart.
+    let until = std::time::Instant::now() + WAIT;
+    while c
+        .seen
+        .count(|s| *s == Seen::Heartbeat(HeartbeatOutcome::Ok))
+        < 4
+    {
+        assert!(std::time::Instant::now() < until, "{:?}", c.seen.all());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let seen = c.seen.all();
+    assert_eq!(
+        c.seen
+            .count(|s| *s == Seen::Heartbeat(HeartbeatOutcome::Failed)),
+        0,
+        "{seen:?}"
+    );
+    assert!(
+        !seen.iter().any(|s| matches!(s, Seen::Restart(_))),
+        "{seen:?}"
+    );
+    assert!(!seen.iter().any(|s| matches!(s, Seen::Junk(_))), "{seen:?}");
+    let (outcome, rest) = c.close().await;
+    assert_eq!(outcome.fatal, None);
+    assert!(rest.is_empty(), "{rest:?}");
+    assert_eq!(read_pids(&pids).len(), 1, "restarted");
+    assert_all_gone(&[&pids]);
+}
+
+/// A client's reply with a null result to a server's request is routed as a reply: dropped when
+/// meant for a server since replaced, and given back the id its server used when the client was
+/// shown another (it went through raw, as if it were no reply).
+#[tokio::test]
+async fn a_client_reply_with_a_null_result_is_routed_as_a_reply() {
+    let dir = TempDir::new("null-client-reply");
+    let pids = dir.join("pids");
+    let other = dir.join("other");
+    let script = server(
+        &pids,
+        vec![
+            (
+                "ask",
+                vec![Act::Stdout(
+                    r#"{"jsonrpc":"2.0","id":0,"method":"elicitation/create"}"#.into(),
+                )],
+            ),
+            ("crash", vec![Act::Exit(1)]),
+        ],
+    )
+    .otherwise(vec![Act::RecordLine(other.clone())])
+    .write(&dir, "s.sh");
+    let mut c = Client::start(settings(&script));
+    c.initialize().await;
+    c.send(json!({"jsonrpc": "2.0", "method": "ask"})).await;
+    assert_eq!(c.recv().await["id"], 0);
+    let lost = c.request(2, "crash", json!({})).await;
+    assert_eq!(error_code(&lost), codes::SERVER_RESTARTED);
+    c.send(json!({"jsonrpc": "2.0", "method": "ask"})).await;
+    let second = c.recv().await;
+    assert_ne!(second["id"], 0, "{second}");
+    // The stale answer (for the first server) and the answer to the second, both null.
+    c.send_raw(r#"{"jsonrpc":"2.0","id":0,"result":null}"#)
+        .await;
+    c.send(json!({"jsonrpc": "2.0", "id": second["id"], "result": null}))
+        .await;
+    let ok = c.request(3, "tools/list", json!({})).await;
+    assert!(ok["result"].is_object(), "{ok}");
+    let seen = std::fs::read_to_string(&other).unwrap_or_default();
+    let replies: Vec<Value> = seen
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|v: &Value| v.get("result").is_some())
+        .collect();
+    assert_eq!(replies.len(), 1, "{seen}");
+    assert_eq!(replies[0]["id"], 0, "{seen}");
+    assert!(replies[0]["result"].is_null(), "{seen}");
+    let (_, _) = c.close().await;
+    assert_all_gone(&[&pids]);
+}
+
+/// A server that floods its stdout (`yes`, far faster than the relay) while a client reads as
+/// fast as the pipe goes: the loop must still read the client, fire its timers and obey a stop.
+/// It handled the server's messages first in every turn, and once the turn's budget of work
+/// (tokio's 128 units a task poll) was spent on them, the client, the timer and the stop all
+/// looked not ready: none of them ever ran while the flood lasted.
+#[tokio::test]
+async fn a_flooding_server_does_not_starve_the_clients_input_the_timers_or_a_stop() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use tokio::io::AsyncReadExt;
+    let dir = TempDir::new("flood");
+    let pids = dir.join("pids");
+    let note = r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"flood"}}"#;
+    let script =
+        server(&pids, vec![("tools/call", vec![Act::Flood(note.into())])]).write(&dir, "s.sh");
+    let _reap = Reap(vec![pids.clone()]);
+    let mut s = settings(&script);
+    // Heartbeats out of the way: the flooding server reads nothing more, so answers none.
+    s.heartbeat_interval = Duration::from_secs(600);
+    s.timeouts = Timeouts {
+        request: Some(Duration::from_millis(300)),
+        tools: Vec::new(),
+    };
+    let (mut input, sup_in) = tokio::io::duplex(1 << 20);
+    let (sup_out, mut output) = tokio::io::duplex(1 << 20);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(run_until(
+        s,
+        sup_in,
+        sup_out,
+        Arc::new(Recorder::default()),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    // The client's reader, a megabyte a read: it keeps the relay's backlog towards the client
+    // near empty, so that the relay never stops reading the server for it.
+    let flooded = Arc::new(AtomicU64::new(0));
+    let (found, mut answers) = tokio::sync::mpsc::unbounded_channel::<Value>();
+    let counter = flooded.clone();
+    let reader = tokio::spawn(async move {
+        let mut buf = vec![0u8; 1 << 20];
+        let mut pending: Vec<u8> = Vec::new();
+        loop {
+            let n = match output.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            pending.extend_from_slice(&buf[..n]);
+            let mut start = 0;
+            while let Some(i) = pending[start..].iter().position(|b| *b == b'\n') {
+                let line = &pending[start..start + i];
+                start += i + 1;
+                if line == note.as_bytes() {
+                    counter.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    let _ = found.send(serde_json::from_slice(line).unwrap());
+                }
+            }
+            pending.drain(..start);
+        }
+    });
+    let mut answer = async |what: &str| {
+        tokio::time::timeout(Duration::from_secs(5), answers.recv())
+            .await
+            .unwrap_or_else(|_| panic!("no answer to {what} within 5 s"))
+            .unwrap()
+    };
+    let send = async |input: &mut DuplexStream, v: Value| {
+        input.write_all(format!("{v}\n").as_bytes()).await.unwrap();
+    };
+    send(
+        &mut input,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}),
+    )
+    .await;
+    assert_eq!(answer("initialize").await["id"], 1);
+    send(
+        &mut input,
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .await;
+    let call = std::time::Instant::now();
+    send(
+        &mut input,
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "flood"}}),
+    )
+    .await;
+    let until = std::time::Instant::now() + WAIT;
+    while flooded.load(Ordering::Relaxed) < 10_000 {
+        assert!(std::time::Instant::now() < until, "no flood");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The client's next request, during the flood: read, forwarded and timed.
+    let asked = std::time::Instant::now();
+    send(
+        &mut input,
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}),
+    )
+    .await;
+    let mut got = vec![answer("the flood").await, answer("the flood").await];
+    got.sort_by_key(|v| v["id"].as_i64());
+    assert_eq!(got[0]["id"], 2, "{got:?}");
+    assert_eq!(error_code(&got[0]), codes::REQUEST_TIMEOUT, "{got:?}");
+    assert_eq!(got[1]["id"], 3, "{got:?}");
+    assert_eq!(error_code(&got[1]), codes::REQUEST_TIMEOUT, "{got:?}");
+    // 300 ms deadlines, on a loaded machine: answered well before the 5 s wait ran out.
+    assert!(
+        call.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        call.elapsed()
+    );
+    assert!(
+        asked.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        asked.elapsed()
+    );
+    let before = flooded.load(Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        flooded.load(Ordering::Relaxed) > before,
+        "the flood had stopped"
+    );
+    // A stop (a signal, in `mcpulse supervise`) during the flood ends the supervisor.
+    stop.send(()).unwrap();
+    let outcome = tokio::time::timeout(WAIT, task)
+        .await
+        .expect("the supervisor did not stop within 10 s")
+        .unwrap();
+    assert_eq!(outcome.fatal, None);
+    drop(input);
+    reader.abort();
+    assert_all_gone(&[&pids]);
+}
+
+/// A command that is not there (or not executable) is said at once: the client's initialize is
+/// answered with what to fix, not after the whole restart budget (~31 s by default) of
+/// retrying a program that cannot run.
+#[tokio::test]
+async fn a_program_that_cannot_run_is_fatal_at_once_with_what_to_fix() {
+    let dir = TempDir::new("no-program");
+    let not_executable = dir.join("server.sh");
+    std::fs::write(&not_executable, "#!/bin/sh\nexit 0\n").unwrap();
+    let cases = [
+        (
+            "mcpulse-test-no-such-server".to_owned(),
+            "command not found (check the command and PATH)",
+        ),
+        (
+            dir.join("missing/server").to_string_lossy().into_owned(),
+            "command not found (check the command and PATH)",
+        ),
+        (
+            not_executable.to_string_lossy().into_owned(),
+            "permission denied (check that it is a file you may execute)",
+        ),
+    ];
+    for (program, what) in cases {
+        let mut s = Settings::new(Program {
+            program: program.clone(),
+            args: Vec::new(),
+        });
+        // The CLI's own restart policy: 1 s → 60 s backoff, 5 restarts.
+        s.restart = RestartPolicy::default();
+        let mut c = Client::start(s);
+        let asked = std::time::Instant::now();
+        let reply = c
+            .request(1, "initialize", json!({"protocolVersion": "2025-06-18"}))
+            .await;
+        assert!(
+            asked.elapsed() < Duration::from_secs(2),
+            "{program}: answered after {:?}",
+            asked.elapsed()
+        );
+        assert_eq!(error_code(&reply), codes::SUPERVISOR_GAVE_UP, "{reply}");
+        let message = reply["error"]["message"].as_str().unwrap();
+        assert!(message.contains("could not be started"), "{message}");
+        assert!(message.contains(&program), "{message}");
+        assert!(message.contains(what), "{message}");
+        let seen = c.seen.all();
+        assert!(seen.contains(&Seen::State(ChildState::Fatal)), "{seen:?}");
+        assert!(
+            !seen.iter().any(|s| matches!(s, Seen::Restart(_))),
+            "retried: {seen:?}"
+        );
+        // Every later request too, at once.
+        let again = c.request(2, "tools/list", json!({})).await;
+        assert_eq!(error_code(&again), codes::SUPERVISOR_GAVE_UP, "{again}");
+        let (outcome, _) = c.close().await;
+        assert!(outcome.fatal.is_some_and(|f| f.contains(what)));
+    }
+}
+
+/// Once a server has run, a failed start is a restart like any other (its program may be
+/// being reinstalled): backoff and the restart budget, not FATAL at once.
+#[tokio::test]
+async fn a_program_gone_after_a_first_start_is_retried_by_the_restart_policy() {
+    let dir = TempDir::new("program-gone");
+    let pids = dir.join("pids");
+    let script = server(&pids, vec![("crash", vec![Act::Exit(1)])]).write(&dir, "s.sh");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let link = dir.join("server");
+    std::os::unix::fs::symlink(&script, &link).unwrap();
+    let mut s = settings(&script);
+    s.program = Program {
+        program: link.to_string_lossy().into_owned(),
+        args: Vec::new(),
+    };
+    s.restart.backoff = Backoff {
+        initial: Duration::from_millis(300),
+        max: Duration::from_millis(300),
+    };
+    let mut c = Client::start(s);
+    c.initialize().await;
+    std::fs::remove_file(&link).unwrap();
+    let lost = c.request(2, "crash", json!({})).await;
+    assert_eq!(error_code(&lost), codes::SERVER_RESTARTED, "{lost}");
+    let until = std::time::Instant::now() + WAIT;
+    while !c.seen.all().contains(&Seen::Restart("spawn_failed")) {
+        assert!(std::time::Instant::now() < until, "{:?}", c.seen.all());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(!c.seen.all().contains(&Seen::State(ChildState::Fatal)));
+    // Back: the next restart starts it, and the session goes on.
+    std::os::unix::fs::symlink(&script, &link).unwrap();
+    let ok = c.request(3, "tools/list", json!({})).await;
+    assert!(ok["result"].is_object(), "{ok}");
+    let (outcome, _) = c.close().await;
+    assert_eq!(outcome.fatal, None);
+    assert_eq!(read_pids(&pids).len(), 2);
+    assert_all_gone(&[&pids]);
+}
+
+/// A client's reply to a request of the server's (sampling, elicitation) over
+/// --max-message-size is dropped, and the server is told at once with -32084 under its own id,
+/// rather than waiting out its own timeout (it was told nothing).
+#[tokio::test]
+async fn a_too_long_client_reply_to_a_server_request_is_answered_to_the_server() {
+    let dir = TempDir::new("toolong-client-reply");
+    let pids = dir.join("pids");
+    let replies = dir.join("replies");
+    let script = server(
+        &pids,
+        vec![(
+            "ask",
+            vec![Act::Stdout(
+                r#"{"jsonrpc":"2.0","id":"s1","method":"sampling/createMessage","params":{}}"#
+                    .into(),
+            )],
+        )],
+    )
+    .otherwise(vec![Act::RecordLine(replies.clone())])
+    .write(&dir, "s.sh");
+    let mut s = settings(&script);
+    s.max_message_size = 2000;
+    let mut c = Client::start(s);
+    c.initialize().await;
+    c.send(json!({"jsonrpc": "2.0", "method": "ask"})).await;
+    let asked = c.recv().await;
+    assert_eq!(asked["id"], "s1", "{asked}");
+    // The SDKs' key order: the id after a long result.
+    let long = format!(
+        r#"{{"jsonrpc":"2.0","result":{{"role":"assistant","content":{{"type":"text","text":"{}"}}}},"id":"s1"}}"#,
+        "x".repeat(8000)
+    );
+    c.send_raw(&long).await;
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    let seen = loop {
+        let seen = std::fs::read_to_string(&replies).unwrap_or_default();
+        if seen.contains(r#""id":"s1""#) || std::time::Instant::now() > until {
+            break seen;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let line: Value = serde_json::from_str(
+        seen.lines()
+            .find(|l| l.contains(r#""id":"s1""#))
+            .unwrap_or_else(|| panic!("the server was told nothing: {seen:?}")),
+    )
+    .unwrap();
+    assert_eq!(error_code(&line), codes::MESSAGE_TOO_LARGE, "{line}");
+    assert!(
+        line["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("the client's reply is longer than --max-message-size"),
+        "{line}"
+    );
+    let (_, rest) = c.close().await;
+    assert!(rest.is_empty(), "{rest:?}");
+    assert_all_gone(&[&pids]);
+}
+
+/// The same when the client was shown another id (a restarted server reused one an earlier
+/// server's request still holds): the server is told under its own id.
+#[tokio::test]
+async fn a_too_long_client_reply_under_a_shown_id_is_answered_under_the_servers_id() {
+    let dir = TempDir::new("toolong-client-reply-renamed");
+    let pids = dir.join("pids");
+    let replies = dir.join("replies");
+    let script = server(
+        &pids,
+        vec![
+            (
+                "ask",
+                vec![Act::Stdout(
+                    r#"{"jsonrpc":"2.0","id":0,"method":"roots/list"}"#.into(),
+                )],
+            ),
+            ("crash", vec![Act::Exit(1)]),
+        ],
+    )
+    .otherwise(vec![Act::RecordLine(replies.clone())])
+    .write(&dir, "s.sh");
+    let mut s = settings(&script);
+    s.max_message_size = 2000;
+    let mut c = Client::start(s);
+    c.initialize().await;
+    c.send(json!({"jsonrpc": "2.0", "method": "ask"})).await;
+    assert_eq!(c.recv().await["id"], 0);
+    let lost = c.request(2, "crash", json!({})).await;
+    assert_eq!(error_code(&lost), codes::SERVER_RESTARTED);
+    c.send(json!({"jsonrpc": "2.0", "method": "ask"})).await;
+    let second = c.recv().await;
+    let shown = second["id"].as_str().unwrap().to_owned();
+    let long = format!(
+        r#"{{"jsonrpc":"2.0","result":{{"roots":[{{"uri":"file:///{}"}}]}},"id":"{shown}"}}"#,
+        "x".repeat(8000)
+    );
+    c.send_raw(&long).await;
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    let seen = loop {
+        let seen = std::fs::read_to_string(&replies).unwrap_or_default();
+        if seen.contains("\"error\"") || std::time::Instant::now() > until {
+            break seen;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let errors: Vec<Value> = seen
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|v: &Value| v.get("error").is_some())
+        .collect();
+    assert_eq!(errors.len(), 1, "{seen}");
+    assert_eq!(errors[0]["id"], 0, "{seen}");
+    assert_eq!(error_code(&errors[0]), codes::MESSAGE_TOO_LARGE, "{seen}");
+    let (_, _) = c.close().await;
+    assert_all_gone(&[&pids]);
+}
+
+/// A client whose `notifications/initialized` comes while the server restarts (it crashed
+/// between the `initialize` reply and the notification): the restarted server gets it once,
+/// from the replay. It was also queued, and the queue's flush sent it a second time.
+#[tokio::test]
+async fn initialized_sent_during_a_restart_reaches_the_new_server_once() {
+    let dir = TempDir::new("initialized-once");
+    let pids = dir.join("pids");
+    let lines = dir.join("lines");
+    // Restarted servers take 500 ms to start: the notification comes while it restarts.
+    let mut c = Client::start(settings(&queue_server(&dir, &pids, &lines)));
+    c.request(
+        1,
+        "initialize",
+        json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}),
+    )
+    .await;
+    let lost = c.request(2, "crash", json!({})).await;
+    assert_eq!(error_code(&lost), codes::SERVER_RESTARTED, "{lost}");
+    c.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await;
+    let ok = c.request(3, "tools/list", json!({})).await;
+    assert!(ok["result"].is_object(), "{ok}");
+    let (outcome, _) = c.close().await;
+    assert_eq!(outcome.fatal, None);
+    assert_all_gone(&[&pids]);
+    let all: Vec<Value> = std::fs::read_to_string(&lines)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let second = all
+        .iter()
+        .rposition(|v| v["method"] == "initialize")
+        .unwrap();
+    let methods: Vec<&str> = all[second..]
+        .iter()
+        .map(|v| v["method"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        methods,
+        ["initialize", "notifications/initialized", "tools/list"],
+        "{all:?}"
+    );
+    assert_eq!(read_pids(&pids).len(), 2);
+}
+
+/// The stderr tail quoted in a crash's error is cut to 600 bytes after its secrets are hidden,
+/// not before: a secret across the cut is hidden whole (its end showed, unhidden).
+#[tokio::test]
+async fn a_secret_across_the_cut_of_the_stderr_tail_is_hidden_whole() {
+    let dir = TempDir::new("tail-secret");
+    let pids = dir.join("pids");
+    let secret = "s3cr3tT0k3nValue-0123456789";
+    // The tail's last 600 bytes start 9 bytes before the secret's end.
+    let line = format!("{}{secret}{}", "x".repeat(100), "y".repeat(590));
+    let script = server(
+        &pids,
+        vec![("crash", vec![Act::Stderr(line), Act::Exit(3)])],
+    )
+    .write(&dir, "s.sh");
+    let mut s = settings(&script);
+    s.secrets.add(secret);
+    let mut c = Client::start(s);
+    c.initialize().await;
+    let lost = c.request(2, "crash", json!({})).await;
+    assert_eq!(error_code(&lost), codes::SERVER_RESTARTED);
+    let message = lost["error"]["message"].as_str().unwrap();
+    assert!(message.contains("exited with code 3"), "{message}");
+    assert!(
+        message.contains(&format!("<redacted>{}", "y".repeat(100))),
+        "{message}"
+    );
+    assert!(!message.contains(&secret[secret.len() - 9..]), "{message}");
+    assert!(!message.contains("xxx"), "{message}");
+    let (outcome, _) = c.close().await;
+    assert_eq!(outcome.fatal, None);
+    assert_all_gone(&[&pids]);
+}
+
+/// A client's JSON-RPC batch (2025-03-26; removed in 2025-06-18) is not forwarded: its requests
+/// were not tracked and the server's array answer was dropped as junk, so they were never
+/// answered. Each request in it is answered at once with -32600, in one array; the server sees
+/// nothing of it, and the session goes on.
+#[tokio::test]
+async fn a_client_batch_is_answered_with_an_error_per_request_and_not_forwarded() {
+    let dir = TempDir::new("batch");
+    let pids = dir.join("pids");
+    let lines = dir.join("lines");
+    let record = |acts: Vec<Act>| {
+        let mut v = vec![Act::RecordLine(lines.clone())];
+        v.extend(acts);
+        v
+    };
+    let script = server(
+        &pids,
+        vec![
+            (
+                "tools/list",
+                record(vec![Act::Result(json!({"tools": []}))]),
+            ),
+            ("notifications/x", record(vec![])),
+        ],
+    )
+    .otherwise(vec![Act::RecordLine(lines.clone())])
+    .write(&dir, "s.sh");
+    let mut c = Client::start(settings(&script));
+    c.initialize().await;
+    c.send(json!([
+        {"jsonrpc": "2.0", "id": 7, "method": "tools/list"},
+        {"jsonrpc": "2.0", "method": "notifications/x"},
+        {"jsonrpc": "2.0", "id": "b", "method": "tools/list", "params": {}},
+    ]))
+    .await;
+    let answer = c.recv().await;
+    let answers = answer.as_array().unwrap_or_else(|| panic!("{answer}"));
+    assert_eq!(answers.len(), 2, "{answer}");
+    assert_eq!(answers[0]["id"], 7, "{answer}");
+    assert_eq!(answers[1]["id"], "b", "{answer}");
+    for a in answers {
+        assert_eq!(error_code(a), codes::INVALID_REQUEST, "{answer}");
+        assert!(
+            a["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("mcpulse supervise: batches are not supported;"),
+            "{answer}"
+        );
+    }
+    // An empty batch: one error, id null.
+    c.send_raw("[]").await;
+    let empty = c.recv().await;
+    assert_eq!(error_code(&empty), codes::INVALID_REQUEST, "{empty}");
+    assert!(empty["id"].is_null(), "{empty}");
+    let ok = c.request(8, "tools/list", json!({})).await;
+    assert!(ok["result"].is_object(), "{ok}");
+    let (outcome, rest) = c.close().await;
+    assert_eq!(outcome.fatal, None);
+    assert!(rest.is_empty(), "{rest:?}");
+    let got = std::fs::read_to_string(&lines).unwrap_or_default();
+    assert!(!got.contains('['), "the server got the batch: {got}");
+    let got: Vec<&str> = got
+        .lines()
+        .filter(|l| !l.contains("notifications/initialized"))
+        .collect();
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!(got[0].contains("\"id\":8"), "{got:?}");
+    assert_all_gone(&[&pids]);
 }

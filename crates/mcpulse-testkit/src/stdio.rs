@@ -6,7 +6,8 @@
 //! stdout), and a script shows that behaviour in a few readable lines. Replies echo the
 //! request's numeric id (mcpulse's ids are 1, 2, 3... in order), extracted with `sed`.
 //!
-//! Run a script as `sh <path>`; it needs nothing but `sh`, `sed`, `printf` and `sleep`.
+//! Run a script as `sh <path>`; it needs nothing but `sh`, `sed`, `printf` and `sleep` (and
+//! `yes` for [`Act::Flood`]).
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -99,6 +100,9 @@ pub enum Act {
     /// A `notifications/progress` for the request being handled, with the `progressToken` its
     /// line carries (a string or a number, spliced as the line has it) and this `message`.
     Progress(String),
+    /// Write this line to stdout over and over, as fast as the pipe takes it, for ever (the
+    /// script becomes `yes`: it reads nothing more): a server flooding its stdout.
+    Flood(String),
     /// Ignore SIGTERM from here on, and so do the processes the script starts after it (an
     /// ignored signal stays ignored across fork and exec).
     IgnoreSigterm,
@@ -267,6 +271,7 @@ fn render_act(act: &Act) -> String {
         Act::Exit(code) => format!("exit {code}\n"),
         Act::Hang => "trap '' TERM\nexec sleep 100000\n".to_owned(),
         Act::IgnoreSigterm => "trap '' TERM\n".to_owned(),
+        Act::Flood(line) => format!("exec yes {}\n", quote(line)),
         Act::Sleep(ms) => format!("sleep {}.{:03}\n", ms / 1000, ms % 1000),
         Act::SpawnGrandchild(file) => format!(
             "sleep 100000 </dev/null >/dev/null 2>&1 &\necho $! >> {}\n",

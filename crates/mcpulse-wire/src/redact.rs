@@ -196,6 +196,91 @@ impl Secrets {
     pub fn hide_opt(&self, text: &mut Option<String>) -> bool {
         text.as_mut().is_some_and(|t| self.hide_str(t))
     }
+
+    /// The longest secret value, in bytes (0 when there is none): how much context before a
+    /// cut [`Secrets::hide_from`] needs.
+    pub fn longest(&self) -> usize {
+        self.0.first().map_or(0, String::len)
+    }
+
+    /// The end of `text` from byte `from` on (moved forward to a character boundary) with
+    /// every secret hidden, for showing the tail of a longer text: the bytes before `from` are
+    /// context only, never shown. An occurrence of a secret that begins before `from` and runs
+    /// past it is hidden whole (the result then starts with [`REDACTED`]), so the cut never
+    /// shows a part of one, as hiding after cutting did. Give it [`Secrets::longest`] bytes of
+    /// context before `from`: an occurrence that begins before `text` does cannot reach
+    /// `from` then. Overlapping occurrences are hidden as one, as by [`Secrets::hide`]; unlike
+    /// it, a `<redacted>` already in the text is not treated apart.
+    pub fn hide_from(&self, text: &str, from: usize) -> String {
+        let mut from = from.min(text.len());
+        while !text.is_char_boundary(from) {
+            from += 1;
+        }
+        let mut out = String::with_capacity(text.len() - from);
+        let mut shown = from;
+        for (start, end) in self.runs(text.as_bytes()) {
+            if end <= from {
+                continue;
+            }
+            out.push_str(text.get(shown..start.max(shown)).unwrap_or(""));
+            out.push_str(REDACTED);
+            shown = end;
+        }
+        out.push_str(text.get(shown..).unwrap_or(""));
+        out
+    }
+
+    /// Where to end a piece of a text still being written, each piece hidden on its own
+    /// ([`Secrets::hide`]): before the bytes at its end that begin a secret (the bytes still to
+    /// come may complete it), and never inside an occurrence of one (moved back to the start
+    /// of the run of occurrences the cut would split). Cut the piece there and keep the rest
+    /// to start the next one. `text.len()` when nothing is in the way; 0 when the whole text
+    /// is in the way (a secret longer than the piece).
+    pub fn piece_end(&self, text: &[u8]) -> usize {
+        // The longest end of the text that is the start of a secret (not a whole one).
+        let open = self
+            .0
+            .iter()
+            .filter_map(|s| {
+                let s = s.as_bytes();
+                (1..s.len().min(text.len() + 1))
+                    .rev()
+                    .find(|&n| text.ends_with(&s[..n]))
+            })
+            .max()
+            .unwrap_or(0);
+        let at = text.len() - open;
+        self.runs(text)
+            .into_iter()
+            .find(|&(start, end)| start < at && at < end)
+            .map_or(at, |(start, _)| start)
+    }
+
+    /// The runs of occurrences of secrets in `text` (overlapping occurrences merged), as byte
+    /// ranges, in order.
+    fn runs(&self, text: &[u8]) -> Vec<(usize, usize)> {
+        let mut runs: Vec<(usize, usize)> = Vec::new();
+        if self.0.is_empty() {
+            return runs;
+        }
+        for i in 0..text.len() {
+            let rest = &text[i..];
+            let Some(end) = self
+                .0
+                .iter()
+                .filter(|s| rest.starts_with(s.as_bytes()))
+                .map(|s| i + s.len())
+                .max()
+            else {
+                continue;
+            };
+            match runs.last_mut() {
+                Some(run) if i < run.1 => run.1 = run.1.max(end),
+                _ => runs.push((i, end)),
+            }
+        }
+        runs
+    }
 }
 
 /// `text` with every byte of every occurrence of `secrets` (overlapping ones too) replaced:
@@ -543,6 +628,53 @@ mod tests {
         );
     }
     use super::*;
+
+    #[test]
+    fn a_tail_cut_inside_a_secret_shows_none_of_it() {
+        let mut secrets = Secrets::default();
+        secrets.add("hunter2hunter2");
+        assert_eq!(secrets.longest(), 14);
+        let text = "log: hunter2hunter2 and more";
+        // A cut inside the secret: hidden whole, not its end shown.
+        let from = text.find("ter2hunter2").unwrap();
+        assert_eq!(secrets.hide_from(text, from), "<redacted> and more");
+        // A cut before it, after it, at its very start and end.
+        assert_eq!(secrets.hide_from(text, 0), "log: <redacted> and more");
+        assert_eq!(secrets.hide_from(text, 5), "<redacted> and more");
+        assert_eq!(secrets.hide_from(text, 19), " and more");
+        assert_eq!(secrets.hide_from(text, text.len()), "");
+        // Overlapping secrets across the cut: one marker for the run.
+        secrets.add("xab");
+        secrets.add("abcdef");
+        assert_eq!(secrets.hide_from("0xabcdef1", 4), "<redacted>1");
+        // Not a character boundary: moved forward.
+        assert_eq!(Secrets::default().hide_from("é!", 1), "!");
+    }
+
+    #[test]
+    fn a_piece_ends_before_a_secret_not_inside_it() {
+        let mut secrets = Secrets::default();
+        secrets.add("hunter2HUNTER3");
+        // Nothing in the way.
+        assert_eq!(secrets.piece_end(b"xxxx"), 4);
+        assert_eq!(secrets.piece_end(b"xxxxhunter2HUNTER3"), 18);
+        assert_eq!(Secrets::default().piece_end(b"xxxxhunt"), 8);
+        // The start of a secret at the end: kept for the next piece.
+        assert_eq!(secrets.piece_end(b"xxxxhunt"), 4);
+        assert_eq!(secrets.piece_end(b"xxxxhunter2HUNTER"), 4);
+        assert_eq!(secrets.piece_end(b"xxxxh"), 4);
+        // A secret that repeats itself ends with its own start: kept, it may go on.
+        let mut periodic = Secrets::default();
+        periodic.add("abab");
+        assert_eq!(periodic.piece_end(b"xxabab"), 2);
+        // An occurrence that the kept end would split: kept whole.
+        secrets.add("xab");
+        secrets.add("abcdef");
+        assert_eq!(secrets.piece_end(b"0xabcde"), 1);
+        assert_eq!(secrets.piece_end(b"0xabcdef"), 8);
+        // All of it in the way.
+        assert_eq!(secrets.piece_end(b"hunter2HUN"), 0);
+    }
 
     #[test]
     fn urls_lose_secrets() {

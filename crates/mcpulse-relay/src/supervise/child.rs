@@ -861,7 +861,7 @@ async fn pass_stderr(stderr: tokio::process::ChildStderr, ring: Arc<StderrRing>)
 }
 
 /// Logs the child's stderr a line an event ([`Stderr::Log`]) and keeps it in the ring. A line
-/// longer than [`STDERR_LOG_LINE`] is logged in pieces of that size; memory stays at one
+/// longer than [`STDERR_LOG_LINE`] is logged in pieces of at most that size; memory stays at one
 /// piece whatever the child writes.
 async fn log_stderr(
     stderr: tokio::process::ChildStderr,
@@ -872,13 +872,28 @@ async fn log_stderr(
     let mut stderr = stderr;
     let mut buf = vec![0u8; 8192];
     let mut line: Vec<u8> = Vec::new();
-    let emit = |line: &mut Vec<u8>| {
-        let text = String::from_utf8_lossy(line);
+    let log = |piece: &[u8]| {
+        let text = String::from_utf8_lossy(piece);
         let text = secrets.hide(text.trim_end_matches(['\r', '\n']));
         if !text.trim().is_empty() {
             tracing::info!(pid, line = %mcpulse_wire::text::inert(&text, STDERR_LOG_LINE), "child_stderr");
         }
+    };
+    let emit = |line: &mut Vec<u8>| {
+        log(line);
         line.clear();
+    };
+    // A line over the cap is cut where no secret is split, and before its last bytes when
+    // they begin one that the next bytes may complete: that part starts the next piece, so
+    // each piece hides its secrets whole (cutting at the cap showed a secret across it in two
+    // parts, neither hidden). Only a secret longer than a piece is still cut.
+    let emit_full = |line: &mut Vec<u8>| {
+        let cut = match secrets.piece_end(line) {
+            0 => line.len(),
+            cut => cut,
+        };
+        log(&line[..cut]);
+        line.drain(..cut);
     };
     loop {
         let n = match stderr.read(&mut buf).await {
@@ -896,7 +911,7 @@ async fn log_stderr(
                 line.extend_from_slice(&rest[..take]);
                 rest = &rest[take..];
                 if line.len() >= STDERR_LOG_LINE {
-                    emit(&mut line);
+                    emit_full(&mut line);
                 }
             }
             if piece.ends_with(b"\n") {
@@ -952,6 +967,61 @@ mod tests {
         let none = StderrRing::new(0);
         none.push(b"x");
         assert_eq!(none.tail(10), "");
+    }
+
+    /// A line over the cap with a secret across the cap: logged in pieces that each hide it
+    /// whole, never a part of it in each (the cut at the cap split it, neither part hidden).
+    #[tokio::test]
+    async fn a_secret_across_the_cut_of_a_long_stderr_line_is_hidden_whole() {
+        let logs = mcpulse_testkit::logs::Capture::new();
+        let _guard = tracing::subscriber::set_default(logs.clone());
+        let secret = "s3cr3tT0k3nValue";
+        let mut secrets = mcpulse_wire::redact::Secrets::default();
+        secrets.add(secret);
+        // The secret starts 5 bytes before the cap; a second line ends with its start only.
+        let script = format!(
+            "exec >&2; head -c {} /dev/zero | tr '\\0' x; printf '{secret}tail\\nend s3cr3\\n'",
+            STDERR_LOG_LINE - 5
+        );
+        let (tx, mut rx) = mpsc::channel(16);
+        let child = Child::spawn(
+            &Program {
+                program: "sh".into(),
+                args: vec!["-c".into(), script],
+            },
+            1,
+            1 << 20,
+            tx,
+            Arc::new(StderrRing::new(1 << 16)),
+            Stderr::Log(secrets),
+        )
+        .unwrap();
+        while let Some(event) = rx.recv().await {
+            if matches!(event, ChildEvent::Exited { .. }) {
+                break;
+            }
+        }
+        let lines = || -> Vec<String> {
+            logs.events()
+                .iter()
+                .filter_map(|e| e.field("line").map(str::to_owned))
+                .collect()
+        };
+        let until = Instant::now() + Duration::from_secs(5);
+        while lines().len() < 3 && Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        child.stop(Duration::from_millis(100)).await;
+        let lines = lines();
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        // The first piece ends before the secret; the second has it hidden whole.
+        assert_eq!(lines[0], "x".repeat(STDERR_LOG_LINE - 5));
+        assert_eq!(lines[1], "<redacted>tail");
+        // A secret's start that nothing completes is no secret.
+        assert_eq!(lines[2], "end s3cr3");
+        for line in &lines {
+            assert!(!line.contains("s3cr3tT0k"), "{line}");
+        }
     }
 
     #[tokio::test]

@@ -22,11 +22,20 @@ pub struct Envelope<'a> {
     pub method: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     pub params: Option<Params<'a>>,
-    /// The result, read in the same pass only as far as its `isError`.
-    #[serde(default)]
+    /// The result, read in the same pass only as far as its `isError`. `Some` whenever the
+    /// key is there, `"result": null` included: JSON-RPC allows a null result (a Go `nil`, a
+    /// Rust `()`), and it is a reply like any other.
+    #[serde(default, deserialize_with = "present")]
     pub result: Option<ResultHead>,
     #[serde(default)]
     pub error: Option<IgnoredAny>,
+}
+
+/// A field that is `Some` whenever its key is present, whatever its value (`null` too):
+/// serde's own `Option` reads `null` as absent. An absent key is `None` through
+/// `#[serde(default)]`.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<ResultHead>, D::Error> {
+    ResultHead::deserialize(d).map(Some)
 }
 
 /// What the relay reads of a result: whether it is a tool error (`"isError": true`). Any JSON
@@ -80,6 +89,12 @@ impl<'de> Deserialize<'de> for ResultHead {
                 Ok(ResultHead::default())
             }
             fn visit_str<E>(self, _: &str) -> Result<ResultHead, E> {
+                Ok(ResultHead::default())
+            }
+            fn visit_unit<E>(self) -> Result<ResultHead, E> {
+                Ok(ResultHead::default())
+            }
+            fn visit_none<E>(self) -> Result<ResultHead, E> {
                 Ok(ResultHead::default())
             }
         }
@@ -178,7 +193,7 @@ impl<'a> Envelope<'a> {
             id: Option<&'a RawValue>,
             #[serde(borrow, default)]
             method: Option<&'a RawValue>,
-            #[serde(default)]
+            #[serde(default, deserialize_with = "present")]
             result: Option<ResultHead>,
             #[serde(default)]
             error: Option<IgnoredAny>,
@@ -294,6 +309,19 @@ mod tests {
             assert_eq!(e.kind(), Kind::Response);
             assert!(!e.is_tool_error());
         }
+        // A null result is a result (Go's nil, Rust's ()): a reply, not junk.
+        let null = br#"{"jsonrpc":"2.0","id":4,"result":null}"#;
+        let e = Envelope::parse(null).unwrap();
+        assert_eq!(e.kind(), Kind::Response);
+        assert!(!e.is_tool_error());
+        assert_eq!(Envelope::strict(null).unwrap().kind(), Kind::Response);
+        // No result key and no error: not a reply.
+        assert_eq!(
+            Envelope::parse(br#"{"jsonrpc":"2.0","id":4}"#)
+                .unwrap()
+                .kind(),
+            Kind::Other
+        );
         let err = br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"x"}}"#;
         assert_eq!(Envelope::parse(err).unwrap().kind(), Kind::Response);
         let modern = br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
@@ -335,5 +363,10 @@ mod tests {
         let e = Envelope::parse(br#"{"jsonrpc":"2.0","id":"x","method":7}"#).unwrap();
         assert_eq!(e.kind(), Kind::Request);
         assert_eq!(e.id_text(), Some(r#""x""#));
+        // The lenient reading keeps a null result a reply too.
+        let e = Envelope::parse(br#"{"jsonrpc":"2.0","id":5,"result":null,"method":7}"#);
+        assert_eq!(e.unwrap().kind(), Kind::Request);
+        let e = Envelope::parse(br#"{"jsonrpc":"2.0","id":5,"result":null,"params":7}"#);
+        assert_eq!(e.unwrap().kind(), Kind::Response);
     }
 }

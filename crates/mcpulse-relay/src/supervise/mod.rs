@@ -47,6 +47,9 @@ pub mod codes {
     /// Not forwarded: too many requests in flight (10,000), or an id over 1 KiB; the
     /// supervisor bounds what it tracks.
     pub const TOO_MANY_REQUESTS: i64 = -32085;
+    /// JSON-RPC's own "Invalid Request": each request of a client's batch (a JSON array of
+    /// messages), which the supervisor does not forward.
+    pub const INVALID_REQUEST: i64 = -32600;
 }
 
 /// Everything the supervisor is told, resolved and validated (by the CLI).

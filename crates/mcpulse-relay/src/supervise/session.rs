@@ -17,7 +17,9 @@
 //! - server→client requests (sampling, elicitation, roots) are forwarded and remembered with the
 //!   child's generation: the client's reply is dropped if that child has since been replaced;
 //! - notifications pass both ways (the client's `notifications/cancelled` included);
-//! - a child stdout line that is not a JSON object is junk: reported, never forwarded.
+//! - a child stdout line that is not a JSON object is junk: reported, never forwarded;
+//! - a client batch (a JSON array) is not forwarded: each request in it is answered with
+//!   [`codes::INVALID_REQUEST`].
 //!
 //! Bounds: a message is at most `max_message_size` bytes; the restart queue at most
 //! `queue_max_messages` / `queue_max_bytes`; the stderr ring `stderr_ring` bytes; bytes waiting
@@ -26,7 +28,7 @@
 //! plain pipe would apply).
 
 use super::Settings;
-use super::child::{Child, ChildEvent, ExitStatus, StderrRing};
+use super::child::{Child, ChildEvent, ExitStatus, SpawnError, StderrRing};
 use super::codes;
 use super::envelope::{Envelope, Kind, canonical_id, raw_result};
 use super::lines::{Clipped, LineRead, LineReader};
@@ -155,6 +157,8 @@ struct Session {
     status: Status,
     /// Stopping on a signal: the stops of replaced children get a bounded wait too.
     signalled: bool,
+    /// A child was started once: a program that cannot be run is fatal only before that.
+    started_once: bool,
 }
 
 /// Runs the supervisor until the client closes `input`: relays it to the child and the
@@ -219,7 +223,7 @@ where
         out.wake.clone(),
         out_backlog.clone(),
     ));
-    let (events, mut child_rx) = mpsc::channel(256);
+    let (events, mut child_rx) = mpsc::channel(EVENTS);
     let random = std::collections::hash_map::RandomState::new();
     let id_prefix = format!(
         "mcpulse-{}-{:x}-",
@@ -259,12 +263,15 @@ where
         random,
         status: Status::new(ChildState::Starting, epoch_ms()),
         signalled: false,
+        started_once: false,
     };
     session.start().await;
     let mut client_open = true;
     // One timer for the session, moved when the next wake changes: not a new one registered
     // and dropped in the timer wheel for every message.
     let mut timer = std::pin::pin!(sleep_until(Instant::now()));
+    // Which side is looked at first when both have something (see `Turn`).
+    let mut client_first = false;
     loop {
         let wake = session.next_wake();
         if let Some(w) = wake
@@ -277,48 +284,92 @@ where
             .as_ref()
             .is_none_or(|c| c.stdin_backlog.load(Ordering::Relaxed) <= session.backlog_bound());
         let to_client_ok = session.out_backlog.load(Ordering::Relaxed) <= session.backlog_bound();
-        tokio::select! {
-            biased;
-            event = child_rx.recv(), if to_client_ok => match event {
-                Some(ChildEvent::Line(g, line)) => session.child_line(g, line),
-                Some(ChildEvent::TooLong(g, clipped)) => session.child_too_long(g, clipped),
-                Some(ChildEvent::Exited(g, status)) => {
-                    if g == session.generation && session.closing_until.is_some() {
-                        break;
-                    }
-                    session.child_exited(g, status);
-                }
-                None => {}
-            },
-            // The client is read only while both sides drain: a client message may be answered
-            // by the supervisor itself (FATAL, a full queue, a too-long request), and a client
-            // that writes without reading would otherwise grow those answers without bound.
-            line = client.next_line(), if client_open && to_child_ok && to_client_ok => match line {
-                LineRead::Line(line) if line.is_empty() => {}
-                LineRead::Line(line) => session.client_line(line),
-                LineRead::TooLong(clipped) => session.client_too_long(clipped),
-                LineRead::Eof => {
-                    client_open = false;
-                    if !session.client_closed() {
-                        break;
-                    }
-                }
-            },
-            // A stalled side (see the module docs) is looked at again every few milliseconds;
-            // without this, a client and a child both not reading would leave no branch.
-            () = tokio::time::sleep(STALL_POLL), if !to_client_ok || !to_child_ok => {}
-            () = timer.as_mut(), if wake.is_some() => {
-                if session.closing_until.is_some_and(|t| t <= Instant::now()) {
-                    break;
-                }
-                session.timers().await;
+        // The client is read only while both sides drain: a client message may be answered by
+        // the supervisor itself (FATAL, a full queue, a too-long request), and a client that
+        // writes without reading would otherwise grow those answers without bound.
+        let read_client = client_open && to_child_ok && to_client_ok;
+        // A stalled side (see the module docs) is looked at again every few milliseconds;
+        // without this, a client and a child both not reading would leave no branch.
+        let stalled = !to_client_ok || !to_child_ok;
+        // The stop and the timer first, then the two sides, whichever did not go last time
+        // first. A side that always has a message (a server flooding its stdout) would
+        // otherwise win every turn; and once a task's turn has spent tokio's budget (128 units
+        // of work), every later branch looks not ready, turn after turn: the client, the
+        // timers and the stop would never run while the flood lasts.
+        let turn = if client_first {
+            tokio::select! {
+                biased;
+                () = &mut stop => Turn::Stop,
+                () = timer.as_mut(), if wake.is_some() => Turn::Timer,
+                line = client.next_line(), if read_client => Turn::Client(line),
+                event = child_rx.recv(), if to_client_ok => Turn::Child(event),
+                () = tokio::time::sleep(STALL_POLL), if stalled => Turn::Stalled,
             }
-            () = &mut stop => {
+        } else {
+            tokio::select! {
+                biased;
+                () = &mut stop => Turn::Stop,
+                () = timer.as_mut(), if wake.is_some() => Turn::Timer,
+                event = child_rx.recv(), if to_client_ok => Turn::Child(event),
+                line = client.next_line(), if read_client => Turn::Client(line),
+                () = tokio::time::sleep(STALL_POLL), if stalled => Turn::Stalled,
+            }
+        };
+        match turn {
+            Turn::Stop => {
                 tracing::info!("supervise: signalled; stopping the server");
                 session.s.stop_grace = session.s.stop_grace.min(SIGNAL_GRACE);
                 session.signalled = true;
                 break;
             }
+            Turn::Timer => {
+                // What the server sent before the deadline, already read, is heard first (as
+                // when the server's side went first in every turn): a heartbeat's or a
+                // request's reply waiting in the channel is not taken for a miss. Bounded by
+                // the channel's capacity, so the timers still run during a flood.
+                if to_client_ok {
+                    let mut closed = false;
+                    for _ in 0..EVENTS {
+                        let Ok(event) = child_rx.try_recv() else {
+                            break;
+                        };
+                        if session.child_event(event) {
+                            closed = true;
+                            break;
+                        }
+                    }
+                    if closed {
+                        break;
+                    }
+                }
+                if session.closing_until.is_some_and(|t| t <= Instant::now()) {
+                    break;
+                }
+                session.timers().await;
+            }
+            Turn::Child(event) => {
+                client_first = true;
+                if let Some(event) = event
+                    && session.child_event(event)
+                {
+                    break;
+                }
+            }
+            Turn::Client(line) => {
+                client_first = false;
+                match line {
+                    LineRead::Line(line) if line.is_empty() => {}
+                    LineRead::Line(line) => session.client_line(line),
+                    LineRead::TooLong(clipped) => session.client_too_long(clipped),
+                    LineRead::Eof => {
+                        client_open = false;
+                        if !session.client_closed() {
+                            break;
+                        }
+                    }
+                }
+            }
+            Turn::Stalled => {}
         }
     }
     drop(client);
@@ -350,6 +401,18 @@ where
         fatal: session.fatal,
     }
 }
+
+/// What woke the relay loop.
+enum Turn {
+    Stop,
+    Timer,
+    Child(Option<ChildEvent>),
+    Client(LineRead),
+    Stalled,
+}
+
+/// The capacity of the channel of the child's events (lines and exit).
+const EVENTS: usize = 256;
 
 /// The client's output stream and the lines waiting for it, shared by the session (which writes
 /// a line straight through when nothing waits before it: no task hand-off on the reply's path)
@@ -522,13 +585,20 @@ fn with_id(line: &[u8], id: &str) -> Option<Vec<u8>> {
 }
 
 fn error_line(id: &str, code: i64, message: &str) -> Vec<u8> {
-    let message = serde_json::Value::String(message.to_owned());
-    let mut line =
-        format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":{code},"message":{message}}}}}"#)
-            .into_bytes();
+    let mut line = error_object(id, code, message).into_bytes();
     line.push(b'\n');
     line
 }
+
+/// [`error_line`] without its newline.
+fn error_object(id: &str, code: i64, message: &str) -> String {
+    let message = serde_json::Value::String(message.to_owned());
+    format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":{code},"message":{message}}}}}"#)
+}
+
+/// What the client is told of each request in a batch.
+const NO_BATCHES: &str =
+    "mcpulse supervise: batches are not supported; send each message on its own line";
 
 impl Session {
     fn now_ms(&self) -> u64 {
@@ -574,14 +644,18 @@ impl Session {
 
     /// The child's stderr tail, its secrets hidden, inert, for a log line ("" when empty).
     fn stderr_tail(&self) -> String {
-        let tail = self.ring.tail(STDERR_TAIL);
-        let tail = self.s.secrets.hide(tail.trim());
+        // Secrets are hidden before the cut, with enough before it to see a secret that the
+        // cut would split: hiding after cutting showed the part of one after the cut.
+        let text = self.ring.tail(STDERR_TAIL + self.s.secrets.longest());
+        let from = text.len().saturating_sub(STDERR_TAIL);
+        let tail = self.s.secrets.hide_from(&text, from);
+        let tail = tail.trim();
         if tail.is_empty() {
             String::new()
         } else {
             format!(
                 "; its stderr ended with: {}",
-                text::inert(&tail, STDERR_TAIL)
+                text::inert(tail, STDERR_TAIL)
             )
         }
     }
@@ -656,6 +730,7 @@ impl Session {
                     "supervise: child started"
                 );
                 self.child = Some(child);
+                self.started_once = true;
                 self.restarts.started(self.now_ms());
                 self.heartbeat.reset();
                 self.set_state(ChildState::Starting);
@@ -664,17 +739,47 @@ impl Session {
             Err(e) => {
                 let message = e.to_string();
                 tracing::warn!(error = %text::field(&message), "supervise: the server could not be started");
+                // A program that is not there, or not executable, will not be at the next try
+                // either: the first start says so at once, rather than after the whole restart
+                // budget (half a minute by default) while the client's initialize waits. Once
+                // a child has run, a failed start is a restart like any other (the program
+                // may be being reinstalled).
+                let hint = match &e {
+                    SpawnError::NotFound(_) => Some("check the command and PATH"),
+                    SpawnError::PermissionDenied(_) => {
+                        Some("check that it is a file you may execute")
+                    }
+                    SpawnError::Other { .. } => None,
+                };
+                if let Some(hint) = hint
+                    && !self.started_once
+                {
+                    let why = format!(
+                        "the server could not be started: {} ({hint})",
+                        text::field(&self.s.secrets.hide(&message))
+                    );
+                    self.give_up(why.clone(), why.clone(), why);
+                    return;
+                }
                 self.went_down(RestartReason::SpawnFailed { message });
             }
         }
     }
 
+    /// Whether a new child is given the client's handshake again (its `initialize`, then, once
+    /// answered alike, its `notifications/initialized`) before any other message.
+    fn will_replay(&self) -> bool {
+        !self.handshake.modern
+            && self.handshake.negotiated.is_some()
+            && self.handshake.initialize.is_some()
+    }
+
     /// A new child: replay the legacy handshake, or open the gate at once.
     fn begin_session(&mut self) {
-        let replay = if self.handshake.modern || self.handshake.negotiated.is_none() {
-            None
-        } else {
+        let replay = if self.will_replay() {
             self.handshake.initialize.clone()
+        } else {
+            None
         };
         match replay.and_then(|line| {
             let mut v: serde_json::Value = serde_json::from_slice(&line).ok()?;
@@ -801,24 +906,33 @@ impl Session {
             Decision::GiveUp { reason: budget } => {
                 let fatal = format!("{budget} (last: the server {why}){tail}");
                 let logged = format!("{budget} (last: the server {why}){logged_tail}");
-                tracing::error!(reason = %text::message(&logged), "supervise: giving up");
                 // Without the stderr tail: /readyz answers any local user, and a server's
                 // stderr may hold what it was given (a connection string, a token).
-                self.status.fatal_reason = Some(format!("{budget} (last: the server {why})"));
-                self.fatal = Some(fatal);
-                self.set_state(ChildState::Fatal);
-                let queued: Vec<_> = self.queue.drain(..).collect();
-                self.queue_bytes = 0;
-                for (_, id) in queued {
-                    if let Some(id) = id {
-                        self.fail_fatal(&id);
-                    }
-                }
-                let ids: Vec<String> = self.in_flight.keys().cloned().collect();
-                for id in ids {
-                    self.fail_fatal(&id);
-                }
+                let shown = format!("{budget} (last: the server {why})");
+                self.give_up(fatal, logged, shown);
             }
+        }
+    }
+
+    /// FATAL: never starts the server again; every request waiting or in flight, and every
+    /// later one, is answered with `fatal` ([`codes::SUPERVISOR_GAVE_UP`]). `logged` goes to
+    /// the log, `shown` to the status (`/readyz`).
+    fn give_up(&mut self, fatal: String, logged: String, shown: String) {
+        tracing::error!(reason = %text::message(&logged), "supervise: giving up");
+        self.status.fatal_reason = Some(shown);
+        self.fatal = Some(fatal);
+        self.backoff_until = None;
+        self.set_state(ChildState::Fatal);
+        let queued: Vec<_> = self.queue.drain(..).collect();
+        self.queue_bytes = 0;
+        for (_, id) in queued {
+            if let Some(id) = id {
+                self.fail_fatal(&id);
+            }
+        }
+        let ids: Vec<String> = self.in_flight.keys().cloned().collect();
+        for id in ids {
+            self.fail_fatal(&id);
         }
     }
 
@@ -831,6 +945,22 @@ impl Session {
             self.fatal.as_deref().unwrap_or("restart budget spent")
         );
         self.answer_error(id, codes::SUPERVISOR_GAVE_UP, &message);
+    }
+
+    /// One event of a child's. Returns whether the loop ends: the current child exited after
+    /// the client closed its input.
+    fn child_event(&mut self, event: ChildEvent) -> bool {
+        match event {
+            ChildEvent::Line(g, line) => self.child_line(g, line),
+            ChildEvent::TooLong(g, clipped) => self.child_too_long(g, clipped),
+            ChildEvent::Exited(g, status) => {
+                if g == self.generation && self.closing_until.is_some() {
+                    return true;
+                }
+                self.child_exited(g, status);
+            }
+        }
+        false
     }
 
     fn child_exited(&mut self, generation: u64, status: ExitStatus) {
@@ -1123,6 +1253,10 @@ impl Session {
     // ---- the client's messages -------------------------------------------------------------
 
     fn client_line(&mut self, mut line: Vec<u8>) {
+        if line.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') && self.client_batch(&line)
+        {
+            return;
+        }
         let Some(env) = Envelope::parse(&line) else {
             // Not JSON: the server answers it (a parse error), as it would without us.
             line.push(b'\n');
@@ -1200,6 +1334,14 @@ impl Session {
                         }
                         self.next_beat = Some(Instant::now() + self.s.heartbeat_interval);
                     }
+                    // During a restart that replays the handshake (the replay under way, or
+                    // to come at the next start) the replay sends it, just recorded, right
+                    // after the replayed initialize's reply: queued as well, the queue's flush
+                    // would send it a second time.
+                    let restarting = !(self.ready && self.child.is_some());
+                    if restarting && self.will_replay() {
+                        return;
+                    }
                 } else if method == "notifications/cancelled"
                     && let Some(id) = env.cancelled_id()
                 {
@@ -1268,6 +1410,57 @@ impl Session {
         }
     }
 
+    /// A JSON-RPC batch from the client (an array of messages; 2025-03-26 allowed them,
+    /// 2025-06-18 removed them): not forwarded, since its requests would not be tracked and the
+    /// server's array answer could not be routed. Each request in it is answered at once with
+    /// [`codes::INVALID_REQUEST`], together in one array as JSON-RPC answers a batch; its
+    /// notifications and replies are dropped (logged). An empty array gets one such error, id
+    /// null. Returns false when `line` is not a JSON array (then it goes on as any line).
+    fn client_batch(&mut self, line: &[u8]) -> bool {
+        let Ok(items) = serde_json::from_slice::<Vec<&serde_json::value::RawValue>>(line) else {
+            return false;
+        };
+        if items.is_empty() {
+            self.send_client(error_line(
+                "null",
+                codes::INVALID_REQUEST,
+                "mcpulse supervise: an empty batch",
+            ));
+            return true;
+        }
+        let mut answers: Vec<String> = Vec::new();
+        let mut dropped = 0usize;
+        for item in &items {
+            match Envelope::parse(item.get().as_bytes()) {
+                Some(env) if env.kind() == Kind::Request => answers.push(error_object(
+                    env.id_text().unwrap_or("null"),
+                    codes::INVALID_REQUEST,
+                    NO_BATCHES,
+                )),
+                _ => dropped += 1,
+            }
+        }
+        tracing::warn!(
+            requests = answers.len(),
+            dropped,
+            "supervise: a client batch, not forwarded (batches are not supported): its requests answered with an error, its other messages dropped"
+        );
+        if !answers.is_empty() {
+            let mut out =
+                Vec::with_capacity(answers.iter().map(|a| a.len() + 1).sum::<usize>() + 2);
+            out.push(b'[');
+            for (i, a) in answers.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(a.as_bytes());
+            }
+            out.extend_from_slice(b"]\n");
+            self.send_client(out);
+        }
+        true
+    }
+
     /// Writes a client message to the child, or queues it while the child restarts.
     fn deliver(&mut self, line: Vec<u8>, id: Option<String>) {
         if self.ready && self.child.is_some() {
@@ -1301,8 +1494,10 @@ impl Session {
             max = self.s.max_message_size,
             "supervise: a client message over --max-message-size, dropped"
         );
-        // A request is answered; a too-long reply to a server request just goes missing.
-        if let Some(id) = clipped.id.filter(|_| !clipped.reply) {
+        let Clipped { id, reply, .. } = clipped;
+        let Some(id) = id else { return };
+        if !reply {
+            // A request is answered.
             self.answer_error(
                 &id,
                 codes::MESSAGE_TOO_LARGE,
@@ -1311,6 +1506,29 @@ impl Session {
                     self.s.max_message_size
                 ),
             );
+            return;
+        }
+        // A reply to a request of the server's: the server is told, under the id it gave the
+        // request, rather than waiting out its own timeout (as for its too-long requests, the
+        // other way). Not a server since replaced, which never asked.
+        let Some(asked) = self.server_requests.remove(&id) else {
+            return;
+        };
+        if self.fatal.is_some() {
+            return;
+        }
+        if let Some(child) = &self.child
+            && child.generation == asked.generation
+        {
+            let original = asked.original.as_deref().unwrap_or(&id);
+            child.send(error_line(
+                original,
+                codes::MESSAGE_TOO_LARGE,
+                &format!(
+                    "mcpulse supervise: the client's reply is longer than --max-message-size ({} bytes) and was dropped",
+                    self.s.max_message_size
+                ),
+            ));
         }
     }
 
