@@ -657,9 +657,11 @@ fn end_old_labels(
             continue;
         };
         let (url, alerts, target) = (url.clone(), alerts.clone(), old_cfg.name.clone());
+        let cfg = cfg.clone();
         tokio::spawn(async move {
             if let Err(e) = crate::sink::alertmanager::post_now(&url, RESEND_TIMEOUT, &alerts).await
             {
+                let e = crate::sink::hide(&cfg, e);
                 tracing::warn!(sink = %format!("alertmanager #{i}"), %target, error = %e, "ending the alerts under the old labels failed; they clear within 24 h");
             }
         });
@@ -711,7 +713,7 @@ async fn resend_loop(
                 }
                 Err(e) => tracing::warn!(
                     sink = %format!("alertmanager #{i} ({id})"),
-                    error = %e,
+                    error = %crate::sink::hide(cfg, e),
                     "re-sending the open incidents failed; trying again at the next re-send"
                 ),
             }

@@ -463,6 +463,7 @@ fn cfg(kind: SinkKind, targets: &[&str], on: &[&str]) -> AlertConfig {
         kind,
         targets: targets.iter().map(|s| s.to_string()).collect(),
         on: on.iter().map(|s| s.to_string()).collect(),
+        secrets: Default::default(),
     }
 }
 

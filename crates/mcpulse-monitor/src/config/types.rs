@@ -206,6 +206,12 @@ pub struct AlertConfig {
     /// Only these alert kinds (`down`, `degraded`, `recovered`, `drift`, `auth`, `protocol`,
     /// `grade`, `flapping`); empty means all.
     pub on: Vec<String>,
+    /// What `${VAR}` read from the environment for this sink (its URL, routing key, secret,
+    /// header values), whatever its length, and the path of a URL that came from there (where
+    /// a Teams or Discord webhook keeps its token): hidden in every error the sink's
+    /// deliveries and re-sends log or store, besides what [`crate::sink::delivery`] hides by
+    /// kind.
+    pub secrets: Secrets,
 }
 
 #[derive(Debug, Clone, PartialEq)]

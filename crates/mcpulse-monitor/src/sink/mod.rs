@@ -62,7 +62,7 @@ pub mod webhook;
 pub use crate::clock::Timebase;
 pub use backoff::{BACKOFF_BASE_MS, BACKOFF_CAP_MS, RETRY_AFTER_CAP_MS, next_attempt, retry_after};
 pub(crate) use delivery::post;
-pub use delivery::{Deliver, Sinks, deliver};
+pub use delivery::{Deliver, Sinks, deliver, deliver_to, hide};
 pub use outbox::{Outbox, OutboxOptions, run_outbox, run_outbox_with};
 
 use crate::alert::{Action, Alert, Kind};
@@ -387,6 +387,7 @@ mod tests {
             kind,
             targets: targets.iter().map(|t| (*t).to_owned()).collect(),
             on: Vec::new(),
+            secrets: Default::default(),
         }
     }
 
