@@ -70,6 +70,7 @@ pub fn load(path: &Path, opts: &Options) -> Result<Config, MonitorError> {
     let env = |k: &str| std::env::var(k).ok();
     let mut cfg = config::load_listening(path, &env, opts.listen)?;
     let mut names = cfg.targets.iter().map(|t| t.name.clone()).collect();
+    let from_file = cfg.targets.len();
     for imp in &opts.imports {
         crate::config::import::Fleet {
             targets: &mut cfg.targets,
@@ -84,8 +85,11 @@ pub fn load(path: &Path, opts: &Options) -> Result<Config, MonitorError> {
             MonitorError::Other(format!("{}: target {:?}: {e}", path.display(), t.name))
         })?;
     }
+    // The servers `--import` added have the file's `[defaults]`: their flap windows too.
+    let imported = config::flap_window_warnings(cfg.targets.get(from_file..).unwrap_or_default());
+    cfg.warnings.extend(imported);
     for w in &cfg.warnings {
-        tracing::warn!(reason = %w, "an imported server is not monitored");
+        tracing::warn!(reason = %w, "config warning");
     }
     Ok(cfg)
 }

@@ -588,7 +588,7 @@ pub fn check_once(
     let thresholds = Thresholds {
         failure: cfg.failure_threshold,
         success: cfg.success_threshold,
-        flap_window_ms: cfg.flap_window.as_millis() as i64,
+        flap_window_ms: i64::try_from(cfg.flap_window.as_millis()).unwrap_or(i64::MAX),
         flap_threshold: cfg.flap_threshold,
     };
     let had_drift = memory

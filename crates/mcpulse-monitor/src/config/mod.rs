@@ -331,6 +331,8 @@ fn parse_listening(
         env,
         (&mut targets, &mut names),
     )?;
+    let mut warnings = warnings;
+    warnings.extend(flap_window_warnings(&targets));
     let alerts = alerts(&raw.alerts, &names, &src, env)?;
     let modules = modules(&raw.modules, &defaults, &src, env)?;
     let maintenance = maintenance(&raw.maintenance, &src)?;
@@ -424,6 +426,69 @@ fn imports(
         fleet.import(&path, defaults, env).map_err(|e| at(&e))?;
     }
     Ok(warnings)
+}
+
+/// A warning for each `flap_window` too short to hold the `flap_threshold + 1` transitions of
+/// a target flapping as fast as its thresholds allow ([`types::min_flap_window`]): such
+/// flapping is never detected. One line for the targets that share the settings (a window set
+/// in `[defaults]` is named once, not once per target), naming the first few.
+pub fn flap_window_warnings(targets: &[TargetConfig]) -> Vec<String> {
+    // (window, interval, failure, success, threshold) -> the targets with them
+    let mut short: BTreeMap<(Duration, Duration, u32, u32, u32), Vec<&str>> = BTreeMap::new();
+    for t in targets {
+        let need = types::min_flap_window(
+            t.interval,
+            t.failure_threshold,
+            t.success_threshold,
+            t.flap_threshold,
+        );
+        if t.flap_window < need {
+            short
+                .entry((
+                    t.flap_window,
+                    t.interval,
+                    t.failure_threshold,
+                    t.success_threshold,
+                    t.flap_threshold,
+                ))
+                .or_default()
+                .push(&t.name);
+        }
+    }
+    short
+        .into_iter()
+        .map(|((window, interval, failure, success, threshold), names)| {
+            let need = types::min_flap_window(interval, failure, success, threshold);
+            let shown: Vec<String> = names.iter().take(3).map(|n| format!("{n:?}")).collect();
+            let who = match names.len() {
+                1 => format!("target {}", shown.join("")),
+                n if n <= 3 => format!("targets {}", shown.join(", ")),
+                n => format!("targets {} and {} more", shown.join(", "), n - 3),
+            };
+            format!(
+                "{who}: flap_window {} cannot hold the {} transitions (more than flap_threshold {threshold}) of a server flapping as fast as failure_threshold {failure} and success_threshold {success} allow at interval {}, so that flapping is never detected: set flap_window to at least {}, or remove it (the default is 21 checks, more when the thresholds need it)",
+                exact(window),
+                u64::from(threshold) + 1,
+                exact(interval),
+                exact(need),
+            )
+        })
+        .collect()
+}
+
+/// A duration as a config value would write it, exactly (`11m`, `90s`, `1500ms`).
+fn exact(d: Duration) -> String {
+    let ms = d.as_millis();
+    let s = ms / 1000;
+    if !ms.is_multiple_of(1000) {
+        format!("{ms}ms")
+    } else if s != 0 && s.is_multiple_of(3600) {
+        format!("{}h", s / 3600)
+    } else if s != 0 && s.is_multiple_of(60) {
+        format!("{}m", s / 60)
+    } else {
+        format!("{s}s")
+    }
 }
 
 /// `[[alerts]]`: the sinks, each naming only configured targets (`names`).
@@ -1031,11 +1096,13 @@ fn apply(
         (&raw.interval, "interval", &mut d.interval),
         (&raw.timeout, "timeout", &mut d.timeout),
         (&raw.latency_budget, "latency_budget", &mut d.latency_budget),
-        (&raw.flap_window, "flap_window", &mut d.flap_window),
     ] {
         if let Some(v) = v {
             *slot = dur(v, key)?;
         }
+    }
+    if let Some(w) = &raw.flap_window {
+        d.flap_window = Some(dur(w, "flap_window")?);
     }
     if let Some(r) = &raw.reminder {
         d.reminder = Some(dur(r, "reminder")?);

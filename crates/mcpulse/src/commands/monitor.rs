@@ -31,7 +31,8 @@ pub fn check(args: CheckConfigArgs) -> Result<u8> {
     };
     match daemon::load(&args.config, &opts) {
         Ok(cfg) => {
-            // Imported servers left out: the config is valid, but they will not be monitored.
+            // Valid, but not working as meant: imported servers left out (not monitored), flap
+            // windows too short to see flapping.
             for w in &cfg.warnings {
                 anstream::eprintln!("warning: {w}");
             }

@@ -1,6 +1,9 @@
-//! Alert sinks as the config file gives them: every sink URL is `${VAR}`-expanded and checked
-//! when the config is read (a sink that cannot be posted to is a config error, not an alert set
-//! aside at delivery), and what came from the environment stays hidden in delivery errors.
+//! What the config file is checked for beyond its syntax:
+//! - alert sinks: every sink URL is `${VAR}`-expanded and checked when the config is read (a
+//!   sink that cannot be posted to is a config error, not an alert set aside at delivery), and
+//!   what came from the environment stays hidden in delivery errors;
+//! - flap windows: the default fits the interval and thresholds, and a window set too short to
+//!   ever see flapping is warned about.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -152,4 +155,54 @@ async fn a_webhook_url_from_the_environment_is_expanded_and_hidden_in_errors() {
     assert!(!shown.contains("T0K3N"), "{shown}");
     assert!(!shown.contains(&fake.url(path)), "{shown}");
     assert!(!sinks.describe(&ids[0]).contains("T0K3N"));
+}
+
+/// The default flap window is the last 21 checks (or more when the thresholds need it), and a
+/// window too short to hold `flap_threshold + 1` transitions at the fastest is a warning
+/// (check-config prints it, the daemon logs it), once for the targets that share it.
+#[test]
+fn flap_windows_fit_the_thresholds_or_are_warned_about() {
+    let targets = "[[targets]]\nname = \"a\"\nurl = \"http://127.0.0.1:1/a\"\n[[targets]]\nname = \"b\"\nurl = \"http://127.0.0.1:1/b\"\n";
+    let c = parse(targets, &env).unwrap();
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    assert_eq!(c.targets[0].flap_window, Duration::from_secs(21 * 60));
+    // Thresholds that need more than 21 checks: 2 × (10 + 2) + 1 = 25.
+    let c = parse(
+        &format!("[defaults]\nfailure_threshold = 10\n{targets}"),
+        &env,
+    )
+    .unwrap();
+    assert_eq!(c.targets[0].flap_window, Duration::from_secs(25 * 60));
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    // The old default, written out: too short for the default thresholds (11 minutes needed).
+    let c = parse(
+        &format!("[defaults]\nflap_window = \"10m\"\n{targets}"),
+        &env,
+    )
+    .unwrap();
+    assert_eq!(
+        c.warnings,
+        [
+            "targets \"a\", \"b\": flap_window 10m cannot hold the 5 transitions (more than flap_threshold 4) of a server flapping as fast as failure_threshold 3 and success_threshold 2 allow at interval 1m, so that flapping is never detected: set flap_window to at least 11m, or remove it (the default is 21 checks, more when the thresholds need it)"
+        ]
+    );
+    assert_eq!(
+        c.targets[0].flap_window,
+        Duration::from_secs(600),
+        "kept as written"
+    );
+    // Enough, and a target of its own that is not.
+    let c = parse(
+        &format!("[defaults]\nflap_window = \"11m\"\n{targets}interval = \"90s\"\n"),
+        &env,
+    )
+    .unwrap();
+    assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+    assert!(
+        c.warnings[0].starts_with("target \"b\": flap_window 11m cannot hold")
+            && c.warnings[0].contains("at interval 90s")
+            && c.warnings[0].contains("set flap_window to at least 990s"),
+        "{:?}",
+        c.warnings
+    );
 }
