@@ -151,6 +151,7 @@ pub async fn run(
     for t in &cfg.targets {
         let memory = resume(&store, &mut resumed, &t.name);
         fleet.resume(t, &memory.state, &memory.incidents);
+        fleet.set_baseline_error(&t.name, memory.baseline_error.clone());
         memories.insert(t.name.clone(), memory);
     }
     let sinks: Arc<RwLock<Vec<AlertConfig>>> = Arc::new(RwLock::new(cfg.alerts.clone()));
@@ -299,11 +300,30 @@ fn resume(
     name: &str,
 ) -> Memory {
     let (state, incidents) = resumed.remove(name).unwrap_or_default();
-    let accepted = store
+    // A baseline that cannot be read is an error, not "no baseline": taken for none, the
+    // first check would overwrite it with whatever the server serves now, accepting a drift
+    // nobody saw. Drift is not judged until a contract is accepted again.
+    let read = store
         .lock()
-        .ok()
-        .and_then(|s| s.accepted_contract(name).ok().flatten())
-        .and_then(|text| runner::Accepted::from_lock(&text).ok());
+        .unwrap_or_else(|p| p.into_inner())
+        .accepted_contract(name);
+    let (accepted, baseline_error) = match read {
+        Ok(None) => (None, None),
+        Ok(Some(text)) => match runner::Accepted::from_lock(&text) {
+            Ok(a) => (Some(a), None),
+            Err(e) => (
+                None,
+                Some(format!("the stored baseline cannot be parsed: {e}")),
+            ),
+        },
+        Err(e) => (
+            None,
+            Some(format!("reading the stored baseline failed: {e}")),
+        ),
+    };
+    if let Some(e) = &baseline_error {
+        tracing::error!(target = %name, error = %e, "drift is not judged until a contract is accepted again: `mcpulse monitor accept {name}` makes the current one the baseline");
+    }
     let drift = state.last.as_ref().and_then(|o| o.drift.clone());
     let drift_changes = state
         .last
@@ -319,6 +339,7 @@ fn resume(
         drift_changes,
         // Recomputed at the first check (drift_checked_ms is 0): not kept across restarts.
         drift_diff: Default::default(),
+        baseline_error,
     }
 }
 
@@ -526,6 +547,9 @@ async fn reload(
             }
             let memory = resume(store, &mut stored, &t.name);
             shared.fleet.resume(t, &memory.state, &memory.incidents);
+            shared
+                .fleet
+                .set_baseline_error(&t.name, memory.baseline_error.clone());
             start(running, t.clone(), memory, shared);
         }
     }

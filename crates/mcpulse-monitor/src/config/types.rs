@@ -32,7 +32,8 @@ pub struct Config {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServerConfig {
     pub listen: SocketAddr,
-    /// A read-only bearer token for the API (`/livez` and `/readyz` stay open).
+    /// A bearer token for the API (`/livez` and `/readyz` stay open). Every route but one only
+    /// reads; `POST /api/v1/targets/{name}/accept` (a new drift baseline) needs it configured.
     pub token: Option<String>,
     /// Whether `/probe?target=<URL>` may probe URLs that are not configured targets.
     pub allow_url_probes: bool,
