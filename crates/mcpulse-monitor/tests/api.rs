@@ -1700,4 +1700,24 @@ async fn accepting_a_baseline_needs_the_token_and_shows_as_pending() {
     assert!(view.get("accept_pending").is_none(), "{view}");
     let r = get(s.addr, path, &[("authorization", TOKEN)]).await;
     assert_eq!(r.status, 405, "{}", r.body);
+
+    // A health-only target has no contract: nothing to accept.
+    let h = start(
+        "[server]\ntoken = \"s3cret-token\"\n[[targets]]\nname = \"h\"\nhealth_url = \"http://127.0.0.1:9/readyz\"\n",
+        Arc::new(FakeHistory::default()),
+    )
+    .await;
+    let r = post(
+        h.addr,
+        "/api/v1/targets/h/accept",
+        &[("authorization", TOKEN)],
+    )
+    .await;
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert!(
+        r.json()["error"].as_str().unwrap().contains("health-only"),
+        "{}",
+        r.body
+    );
+    assert!(h.fleet.get("h").is_some_and(|v| !v.accept_pending));
 }

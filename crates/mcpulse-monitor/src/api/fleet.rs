@@ -141,7 +141,8 @@ pub(super) async fn target_handler(
 ///
 /// The one call that changes what the monitor alerts on, so it needs the token even where the
 /// API is otherwise open (no `[server] token`, on loopback): 403 without one configured. A
-/// bearer only: the status page's cookie is for reads (the middleware refuses it here).
+/// bearer only: the status page's cookie is for reads (the middleware refuses it here). 404 for
+/// an unknown target, 409 for a health-only one (it has no contract).
 pub(super) async fn accept_handler(
     State(s): State<ApiState>,
     p: Result<Path<String>, PathRejection>,
@@ -154,6 +155,19 @@ pub(super) async fn accept_handler(
         return error(
             StatusCode::FORBIDDEN,
             "accepting a baseline changes what the monitor alerts on, so it needs the API token: set token = \"${MCPULSE_API_TOKEN}\" in [server], reload the monitor, and send the token as a bearer",
+        );
+    }
+    let health_only = s.with_config(|c| {
+        c.targets
+            .iter()
+            .any(|t| t.name == name && matches!(t.endpoint, crate::config::Endpoint::Health(_)))
+    });
+    if health_only {
+        return error(
+            StatusCode::CONFLICT,
+            format!(
+                "target {name:?} is health-only (health_url without url or command): its checks read an HTTP endpoint, not an MCP contract, so there is no baseline to accept"
+            ),
         );
     }
     if !s.fleet.request_accept(&name) {
