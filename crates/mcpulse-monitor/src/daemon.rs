@@ -70,6 +70,7 @@ pub fn load(path: &Path, opts: &Options) -> Result<Config, MonitorError> {
     let env = |k: &str| std::env::var(k).ok();
     let mut cfg = config::load_listening(path, &env, opts.listen)?;
     let mut names = cfg.targets.iter().map(|t| t.name.clone()).collect();
+    let from_file = cfg.targets.len();
     for imp in &opts.imports {
         crate::config::import::Fleet {
             targets: &mut cfg.targets,
@@ -84,8 +85,11 @@ pub fn load(path: &Path, opts: &Options) -> Result<Config, MonitorError> {
             MonitorError::Other(format!("{}: target {:?}: {e}", path.display(), t.name))
         })?;
     }
+    // The servers `--import` added have the file's `[defaults]`: their flap windows too.
+    let imported = config::flap_window_warnings(cfg.targets.get(from_file..).unwrap_or_default());
+    cfg.warnings.extend(imported);
     for w in &cfg.warnings {
-        tracing::warn!(reason = %w, "an imported server is not monitored");
+        tracing::warn!(reason = %w, "config warning");
     }
     Ok(cfg)
 }
@@ -147,6 +151,7 @@ pub async fn run(
     for t in &cfg.targets {
         let memory = resume(&store, &mut resumed, &t.name);
         fleet.resume(t, &memory.state, &memory.incidents);
+        fleet.set_baseline_error(&t.name, memory.baseline_error.clone());
         memories.insert(t.name.clone(), memory);
     }
     let sinks: Arc<RwLock<Vec<AlertConfig>>> = Arc::new(RwLock::new(cfg.alerts.clone()));
@@ -155,6 +160,7 @@ pub async fn run(
     let (removals_tx, removals_rx) = mpsc::unbounded_channel::<RemovalJob>();
     let wake_outbox = Arc::new(Notify::new());
     let (stop_all_tx, stop_all) = watch::channel(false);
+    let (closing_tx, closing) = watch::channel(false);
 
     let writer = tokio::spawn(write_loop(
         store.clone(),
@@ -164,6 +170,7 @@ pub async fn run(
         fleet.clone(),
         wake_outbox.clone(),
         clock.clone(),
+        closing,
     ));
     let outbox = tokio::spawn(crate::sink::run_outbox(
         StoreOutbox::new(store.clone()),
@@ -250,7 +257,10 @@ pub async fn run(
             }
         }
     }
-    // Shutdown: targets first (no new records), then the writer drains, then the rest.
+    // Shutdown: targets first (no new records), then the writer drains, then the rest. A
+    // write that is failing is not retried from now on (the writer would otherwise hold the
+    // shutdown for as long as the store fails).
+    let _ = closing_tx.send(true);
     fleet.set_scheduler_running(false);
     // Every target is told first, then all are awaited: one slow probe does not hold the
     // others' shutdown back.
@@ -290,11 +300,30 @@ fn resume(
     name: &str,
 ) -> Memory {
     let (state, incidents) = resumed.remove(name).unwrap_or_default();
-    let accepted = store
+    // A baseline that cannot be read is an error, not "no baseline": taken for none, the
+    // first check would overwrite it with whatever the server serves now, accepting a drift
+    // nobody saw. Drift is not judged until a contract is accepted again.
+    let read = store
         .lock()
-        .ok()
-        .and_then(|s| s.accepted_contract(name).ok().flatten())
-        .and_then(|text| runner::Accepted::from_lock(&text).ok());
+        .unwrap_or_else(|p| p.into_inner())
+        .accepted_contract(name);
+    let (accepted, baseline_error) = match read {
+        Ok(None) => (None, None),
+        Ok(Some(text)) => match runner::Accepted::from_lock(&text) {
+            Ok(a) => (Some(a), None),
+            Err(e) => (
+                None,
+                Some(format!("the stored baseline cannot be parsed: {e}")),
+            ),
+        },
+        Err(e) => (
+            None,
+            Some(format!("reading the stored baseline failed: {e}")),
+        ),
+    };
+    if let Some(e) = &baseline_error {
+        tracing::error!(target = %name, error = %e, "drift is not judged until a contract is accepted again: `mcpulse monitor accept {name}` makes the current one the baseline");
+    }
     let drift = state.last.as_ref().and_then(|o| o.drift.clone());
     let drift_changes = state
         .last
@@ -310,6 +339,7 @@ fn resume(
         drift_changes,
         // Recomputed at the first check (drift_checked_ms is 0): not kept across restarts.
         drift_diff: Default::default(),
+        baseline_error,
     }
 }
 
@@ -517,16 +547,27 @@ async fn reload(
             }
             let memory = resume(store, &mut stored, &t.name);
             shared.fleet.resume(t, &memory.state, &memory.incidents);
+            shared
+                .fleet
+                .set_baseline_error(&t.name, memory.baseline_error.clone());
             start(running, t.clone(), memory, shared);
         }
     }
 }
 
-/// How often a batch is tried before it is given up (about ten minutes of retrying).
+/// How often a batch **without alerts** is tried before it is given up (about ten minutes of
+/// retrying): it is history only, and the next batch written carries each target's state on.
+/// A batch that holds alerts is never given up while the monitor runs (see [`write_with_retry`]).
 const MAX_WRITE_ATTEMPTS: u32 = 64;
 
+/// The longest wait between two attempts at a failing write.
+const MAX_WRITE_BACKOFF: Duration = Duration::from_secs(10);
+
 /// Batches check records into store transactions, and writes removals after the records
-/// queued before them; wakes the outbox when alerts were stored.
+/// queued before them; wakes the outbox when alerts were stored. `closing` turns true when the
+/// monitor shuts down: a write that is failing then stops being retried (see
+/// [`write_with_retry`]).
+#[allow(clippy::too_many_arguments)]
 async fn write_loop(
     store: Arc<Mutex<Store>>,
     mut rx: mpsc::Receiver<CheckRecord>,
@@ -535,6 +576,7 @@ async fn write_loop(
     fleet: Fleet,
     wake: Arc<Notify>,
     clock: Clock,
+    closing: watch::Receiver<bool>,
 ) {
     loop {
         let (batch, removal) = tokio::select! {
@@ -560,23 +602,28 @@ async fn write_loop(
             }
         };
         if !batch.is_empty() {
-            let alerts = batch.iter().any(|r| !r.alerts.is_empty());
+            let alerts: usize = batch.iter().map(|r| r.alerts.len()).sum();
             let (batch, sinks) = (Arc::new(batch), sinks.clone());
             let n = batch.len();
-            write_with_retry(&store, &fleet, &clock, n, move |s| {
+            let what = Batch { records: n, alerts };
+            write_with_retry(&store, &fleet, &clock, &closing, what, move |s| {
                 // The sinks are read under the store's lock, as a reload swaps them.
                 let ids = sink_ids(&sinks.read().unwrap_or_else(|p| p.into_inner()));
                 s.record(&batch, &ids)
             })
             .await;
-            if alerts {
+            if alerts > 0 {
                 wake.notify_one();
             }
         }
         if let Some(job) = removal {
             let alerts = !job.removal.alerts.is_empty();
+            let what = Batch {
+                records: 1,
+                alerts: job.removal.alerts.len(),
+            };
             let removal = Arc::new(job.removal);
-            write_with_retry(&store, &fleet, &clock, 1, move |s| {
+            write_with_retry(&store, &fleet, &clock, &closing, what, move |s| {
                 s.record_removal(&removal)
             })
             .await;
@@ -588,21 +635,41 @@ async fn write_loop(
     }
 }
 
-/// Runs a store write off the async threads, retrying a failure rather than dropping it: it
-/// holds alerts that exist nowhere else. Meanwhile the bounded channel holds the checks back
-/// and /readyz says why.
+/// What one store write holds: records (or a removal), and how many alerts among them.
+#[derive(Debug, Clone, Copy)]
+struct Batch {
+    records: usize,
+    alerts: usize,
+}
+
+/// Runs a store write off the async threads, retrying a failure (backing off from 200 ms to
+/// [`MAX_WRITE_BACKOFF`]) rather than dropping it. Meanwhile the bounded channel holds the
+/// checks back and /readyz says why.
+///
+/// A write that holds alerts is retried for as long as the monitor runs: its outbox rows are
+/// the only copy of those alerts, and the check that raised them has already opened the
+/// incident in memory, so no later check would raise them again: dropping it would leave an
+/// outage nobody is paged for. (Before, every batch was given up after about ten minutes of a
+/// failing store, alerts and all.) A write without alerts is history only and is given up
+/// after [`MAX_WRITE_ATTEMPTS`], as the next batch carries each target's state on.
+///
+/// Once `closing` is true (the monitor is shutting down), a failing write is not tried again:
+/// what it held is lost, logged as an error, and the next start resumes from the store, whose
+/// state predates it, so a target still down is found down and paged again.
 async fn write_with_retry<F>(
     store: &Arc<Mutex<Store>>,
     fleet: &Fleet,
     clock: &Clock,
-    records: usize,
+    closing: &watch::Receiver<bool>,
+    what: Batch,
     write: F,
 ) where
     F: Fn(&mut Store) -> Result<(), StoreError> + Send + Sync + 'static,
 {
     let write = Arc::new(write);
     let mut delay = Duration::from_millis(200);
-    for attempt in 1.. {
+    let mut closing = closing.clone();
+    for attempt in 1u32.. {
         let (store, write) = (store.clone(), write.clone());
         let result = tokio::task::spawn_blocking(move || {
             let mut s = store.lock().unwrap_or_else(|p| p.into_inner());
@@ -617,17 +684,28 @@ async fn write_with_retry<F>(
             Ok(Err(e)) => e.to_string(),
             Err(e) => format!("the store writer panicked: {e}"),
         };
-        tracing::error!(error = %error, attempt, "writing check results failed; retrying");
+        tracing::error!(error = %error, attempt, records = what.records, alerts = what.alerts, "writing check results failed; retrying");
         fleet.store_failed(clock(), &error);
-        if attempt >= MAX_WRITE_ATTEMPTS {
+        if *closing.borrow() {
             tracing::error!(
-                records,
-                "giving up on a batch of check results after {MAX_WRITE_ATTEMPTS} attempts"
+                records = what.records,
+                alerts = what.alerts,
+                "shutting down with the store failing: these check results and alerts are not written; the next start resumes from the store and pages again what is still down"
             );
             return;
         }
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_secs(10));
+        if what.alerts == 0 && attempt >= MAX_WRITE_ATTEMPTS {
+            tracing::error!(
+                records = what.records,
+                "giving up on a batch of check results (history only, no alerts) after {MAX_WRITE_ATTEMPTS} attempts; the next batch carries the targets' state on"
+            );
+            return;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = closing.wait_for(|c| *c) => {}
+        }
+        delay = (delay * 2).min(MAX_WRITE_BACKOFF);
     }
 }
 
@@ -657,9 +735,11 @@ fn end_old_labels(
             continue;
         };
         let (url, alerts, target) = (url.clone(), alerts.clone(), old_cfg.name.clone());
+        let cfg = cfg.clone();
         tokio::spawn(async move {
             if let Err(e) = crate::sink::alertmanager::post_now(&url, RESEND_TIMEOUT, &alerts).await
             {
+                let e = crate::sink::hide(&cfg, e);
                 tracing::warn!(sink = %format!("alertmanager #{i}"), %target, error = %e, "ending the alerts under the old labels failed; they clear within 24 h");
             }
         });
@@ -711,7 +791,7 @@ async fn resend_loop(
                 }
                 Err(e) => tracing::warn!(
                     sink = %format!("alertmanager #{i} ({id})"),
-                    error = %e,
+                    error = %crate::sink::hide(cfg, e),
                     "re-sending the open incidents failed; trying again at the next re-send"
                 ),
             }
@@ -935,5 +1015,89 @@ mod tests {
             let _ = r.stop.send(true);
         }
         drop(job);
+    }
+
+    /// A store that keeps failing for longer than the ten minutes a batch used to be retried:
+    /// the batch holding a trigger (the only copy of that alert: its check already opened the
+    /// incident in memory, so no later check raises it again) is kept, and written with its
+    /// outbox row once the store works again. The failure is a real one of the real file: a
+    /// trigger refuses every insert of a check row, as a full disk would, until it is dropped.
+    /// And once the monitor shuts down, a failing write no longer holds the shutdown.
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_with_alerts_outlives_a_failing_store_and_is_written_when_it_recovers() {
+        let dir = TempDir::new("store-failing");
+        let path = dir.join("mcpulse.db");
+        let store = Arc::new(Mutex::new(Store::open(&path).unwrap()));
+        let disk = rusqlite::Connection::open(&path).unwrap();
+        let fill = "CREATE TRIGGER full_disk BEFORE INSERT ON checks BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END;";
+        disk.execute_batch(fill).unwrap();
+        let cfg = config::parse(
+            "[[alerts]]\nkind = \"webhook\"\nurl = \"http://127.0.0.1:9/hook\"\n",
+            "monitor.toml",
+            dir.path(),
+            &|_| None,
+        )
+        .unwrap();
+        let (tx, rx) = mpsc::channel(16);
+        let (removals_tx, removals_rx) = mpsc::unbounded_channel::<RemovalJob>();
+        let fleet = Fleet::new();
+        let (closing_tx, closing) = watch::channel(false);
+        let writer = tokio::spawn(write_loop(
+            store.clone(),
+            rx,
+            removals_rx,
+            Arc::new(RwLock::new(cfg.alerts)),
+            fleet.clone(),
+            Arc::new(Notify::new()),
+            Arc::new(|| 1_000),
+            closing,
+        ));
+        let with_trigger = |at_ms: i64| {
+            let mut r = down(at_ms);
+            let alert = r.incidents["status"].alert(
+                "gone",
+                &BTreeMap::new(),
+                crate::alert::Action::Trigger,
+                "gone is down".into(),
+                at_ms,
+            );
+            r.alerts = vec![alert];
+            r
+        };
+        tx.send(with_trigger(1_000)).await.unwrap();
+        let pending = |store: &Arc<Mutex<Store>>| {
+            store
+                .lock()
+                .unwrap()
+                .due_alerts(i64::MAX / 2, 10)
+                .unwrap()
+                .len()
+        };
+        // Twenty minutes of a failing store: twice as long as the batch used to be kept.
+        tokio::time::sleep(Duration::from_secs(20 * 60)).await;
+        assert_eq!(pending(&store), 0);
+        assert!(!writer.is_finished());
+        // The disk is freed: the batch is written at the next attempt, its alert queued.
+        disk.execute_batch("DROP TRIGGER full_disk;").unwrap();
+        tokio::time::sleep(MAX_WRITE_BACKOFF + Duration::from_secs(1)).await;
+        assert_eq!(pending(&store), 1, "the trigger's outbox row");
+        assert_eq!(
+            store.lock().unwrap().load_states().unwrap()["gone"].1.len(),
+            1,
+            "the incident"
+        );
+
+        // Failing again, and shutting down: the write is given up (logged) rather than
+        // holding the shutdown for as long as the store fails.
+        disk.execute_batch(fill).unwrap();
+        tx.send(with_trigger(2_000)).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        closing_tx.send(true).unwrap();
+        drop((tx, removals_tx));
+        tokio::time::timeout(Duration::from_secs(1), writer)
+            .await
+            .expect("the writer stops")
+            .unwrap();
+        assert_eq!(pending(&store), 1);
     }
 }

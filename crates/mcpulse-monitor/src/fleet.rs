@@ -31,6 +31,11 @@ pub struct Fleet {
 struct Inner {
     targets: BTreeMap<String, TargetView>,
     monitor: MonitorHealth,
+    /// Targets whose next contract is to become the baseline (`POST …/accept`), taken by
+    /// their next check that has one ([`Fleet::take_accept`]).
+    accepts: std::collections::BTreeSet<String>,
+    /// Targets whose stored baseline could not be read: drift is not judged for them.
+    baseline_errors: BTreeMap<String, String>,
 }
 
 /// What the API shows about one target.
@@ -72,6 +77,14 @@ pub struct TargetView {
     /// for `/metrics` (the API's percentiles come from the history).
     #[serde(skip)]
     pub tools: BTreeMap<String, ToolCalls>,
+    /// A `POST …/accept` waits for the next check with a contract, which becomes the
+    /// baseline; absent when none waits.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub accept_pending: bool,
+    /// Why the stored baseline (the accepted contract) could not be read: drift is not
+    /// judged until a contract is accepted again. Absent when it could.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline_error: Option<String>,
 }
 
 /// The upper bounds (seconds) of the synthetic-call latency histogram's buckets: from a fast
@@ -257,6 +270,8 @@ impl TargetView {
             incidents: Vec::new(),
             components: Vec::new(),
             tools: BTreeMap::new(),
+            accept_pending: false,
+            baseline_error: None,
         }
     }
 
@@ -332,6 +347,17 @@ pub struct Snapshot {
     /// By name.
     pub targets: Vec<TargetView>,
     pub monitor: MonitorHealth,
+}
+
+impl Inner {
+    /// A copy of `view` with what the fleet keeps beside the views: a pending accept, a
+    /// baseline that could not be read (the views are rebuilt at each check and reload).
+    fn complete(&self, view: &TargetView) -> TargetView {
+        let mut v = view.clone();
+        v.accept_pending = self.accepts.contains(&v.name);
+        v.baseline_error = self.baseline_errors.get(&v.name).cloned();
+        v
+    }
 }
 
 impl Fleet {
@@ -424,12 +450,43 @@ impl Fleet {
     }
 
     pub fn remove(&self, name: &str) {
-        self.write().targets.remove(name);
+        let mut g = self.write();
+        g.targets.remove(name);
+        g.accepts.remove(name);
+        g.baseline_errors.remove(name);
     }
 
     /// One target's view.
     pub fn get(&self, name: &str) -> Option<TargetView> {
-        self.read().targets.get(name).cloned()
+        let g = self.read();
+        g.targets.get(name).map(|v| g.complete(v))
+    }
+
+    /// Asks that the contract of `name`'s next check that has one become its baseline (drift
+    /// baseline), resolving its drift incident. `false` when no such target is configured.
+    pub fn request_accept(&self, name: &str) -> bool {
+        let mut g = self.write();
+        if !g.targets.contains_key(name) {
+            return false;
+        }
+        g.accepts.insert(name.to_owned());
+        true
+    }
+
+    /// Whether a contract of `name` is to be accepted, forgetting the request: its check
+    /// calls this when it has a contract to accept.
+    pub fn take_accept(&self, name: &str) -> bool {
+        self.write().accepts.remove(name)
+    }
+
+    /// Records why `name`'s stored baseline could not be read (`None`: it could, or a new
+    /// one was accepted), for the API to show.
+    pub fn set_baseline_error(&self, name: &str, error: Option<String>) {
+        let mut g = self.write();
+        match error {
+            Some(e) => g.baseline_errors.insert(name.to_owned(), e),
+            None => g.baseline_errors.remove(name),
+        };
     }
 
     /// Whether a target of this name is in the fleet.
@@ -455,7 +512,7 @@ impl Fleet {
     pub fn snapshot(&self) -> Snapshot {
         let g = self.read();
         Snapshot {
-            targets: g.targets.values().cloned().collect(),
+            targets: g.targets.values().map(|v| g.complete(v)).collect(),
             monitor: g.monitor.clone(),
         }
     }

@@ -18,8 +18,10 @@
 //! - [`store`]: SQLite, with [`store::adapters`] (the outbox and history views async code uses);
 //! - [`sink`]: payloads per sink, [`sink::delivery`], [`sink::outbox`], [`sink::backoff`];
 //! - [`api`]: the HTTP API, one module per concern; [`metrics`]: the Prometheus text;
-//! - [`clock`]: the one wall clock, made by the [`daemon`] and passed in.
+//! - [`clock`]: the one wall clock, made by the [`daemon`] and passed in;
+//! - [`accept`]: the client side of `POST /api/v1/targets/{name}/accept` (a new drift baseline).
 
+pub mod accept;
 pub mod alert;
 pub mod api;
 pub mod check;

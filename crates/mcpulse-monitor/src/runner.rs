@@ -98,6 +98,10 @@ pub struct Memory {
     pub drift_changes: (Vec<crate::state::DriftChange>, usize),
     /// The whole classified diff of that drift (bounded), for its drift event.
     pub drift_diff: (Vec<crate::state::DriftDiffLine>, usize),
+    /// Why the stored baseline could not be read, when it could not: drift is then not judged
+    /// (and the baseline not replaced by whatever the server serves now, which would accept a
+    /// drift nobody saw) until a contract is accepted (`POST /api/v1/targets/{name}/accept`).
+    pub baseline_error: Option<String>,
 }
 
 /// The accepted contract (the drift baseline), kept as its compact JSON text and digest.
@@ -516,10 +520,28 @@ pub fn check_once(
     at: i64,
     shared: &Shared,
 ) -> CheckRecord {
-    // Drift against the accepted contract, no faster than the server's cache TTL.
+    // Drift against the accepted contract, no faster than the server's cache TTL. A contract
+    // accepted through the API becomes the baseline at the first check that has one.
     let mut new_contract = None;
+    let accept = report.contract.is_some() && shared.fleet.take_accept(&cfg.name);
     if let Some(current) = &report.contract {
         match &memory.accepted {
+            _ if accept => {
+                let accepted = Accepted::new(current);
+                tracing::info!(target = %cfg.name, digest = %accepted.digest(), "the current contract is accepted as the baseline");
+                new_contract = Some(accepted.text().to_owned());
+                memory.accepted = Some(accepted);
+                memory.drift = None;
+                memory.drift_changes = Default::default();
+                memory.drift_diff = Default::default();
+                memory.drift_checked_ms = at;
+                if memory.baseline_error.take().is_some() {
+                    shared.fleet.set_baseline_error(&cfg.name, None);
+                }
+            }
+            // The stored baseline could not be read: nothing to judge against, and nothing
+            // replaces it but an accept.
+            _ if memory.baseline_error.is_some() => {}
             None => {
                 let accepted = Accepted::new(current);
                 new_contract = Some(accepted.text().to_owned());
@@ -588,7 +610,7 @@ pub fn check_once(
     let thresholds = Thresholds {
         failure: cfg.failure_threshold,
         success: cfg.success_threshold,
-        flap_window_ms: cfg.flap_window.as_millis() as i64,
+        flap_window_ms: i64::try_from(cfg.flap_window.as_millis()).unwrap_or(i64::MAX),
         flap_threshold: cfg.flap_threshold,
     };
     let had_drift = memory

@@ -9,6 +9,8 @@
 //!   failure threshold (alert). degraded ⇄ down after failure_threshold results of the other.
 //!   flapping: more than flap_threshold transitions within flap_window; transitions are still
 //!   recorded but alert once, as "flapping", until the window calms down (half the threshold).
+//!   The default window is derived from the interval and thresholds so that it can hold them
+//!   (`config::Defaults::flap_window_or_derived`).
 //! ```
 //!
 //! Drift, auth posture, protocol era/version and grade are signals of their own: a change in

@@ -1574,3 +1574,150 @@ async fn probe_remembers_no_era_between_requests() {
         assert_eq!(discovers, k, "probe {k}: {:?}", legacy.methods());
     }
 }
+
+async fn post(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Resp {
+    post_body(addr, path, headers, "").await
+}
+
+async fn post_body(addr: SocketAddr, path: &str, headers: &[(&str, &str)], body: &str) -> Resp {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let mut req = http::Request::builder()
+        .method("POST")
+        .uri(path)
+        .header("host", addr.to_string());
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = sender
+        .send_request(
+            req.body(http_body_util::Full::new(Bytes::from(body.to_owned())))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    Resp {
+        status,
+        headers,
+        body: String::from_utf8(body.to_vec()).unwrap(),
+    }
+}
+
+/// `POST /api/v1/targets/{name}/accept` changes what the monitor alerts on: it needs the token
+/// even where the API is otherwise open (403 without one configured, saying what to set), a
+/// bearer (the page's cookie is for reads), and a configured target; it is answered 202 and the
+/// target's view shows `accept_pending` until its next check takes the contract.
+#[tokio::test]
+async fn accepting_a_baseline_needs_the_token_and_shows_as_pending() {
+    let open = start(
+        "[[targets]]\nname = \"a\"\nurl = \"http://a.example/mcp\"\n",
+        Arc::new(FakeHistory::default()),
+    )
+    .await;
+    let r = post(open.addr, "/api/v1/targets/a/accept", &[]).await;
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert!(
+        r.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("set token = \"${MCPULSE_API_TOKEN}\" in [server]"),
+        "{}",
+        r.body
+    );
+    assert!(open.fleet.get("a").is_some_and(|v| !v.accept_pending));
+
+    let s = start(TWO_TARGETS, Arc::new(FakeHistory::default())).await;
+    let path = "/api/v1/targets/search/accept";
+    assert_eq!(post(s.addr, path, &[]).await.status, 401);
+    assert_eq!(
+        post(s.addr, path, &[("authorization", "Bearer wrong")])
+            .await
+            .status,
+        401
+    );
+    // The status page's cookie (what `/login` sets) is not enough for a change.
+    let login = post_body(
+        s.addr,
+        "/login",
+        &[("content-type", "application/x-www-form-urlencoded")],
+        "token=s3cret-token",
+    )
+    .await;
+    let cookie = login
+        .headers
+        .get("set-cookie")
+        .and_then(|c| c.to_str().ok())
+        .and_then(|c| c.split(';').next())
+        .unwrap_or_else(|| panic!("no cookie: {} {}", login.status, login.body));
+    assert_eq!(
+        get(s.addr, "/api/v1/targets/search", &[("cookie", cookie)])
+            .await
+            .status,
+        200,
+        "the cookie reads"
+    );
+    assert_eq!(post(s.addr, path, &[("cookie", cookie)]).await.status, 401);
+    let r = post(
+        s.addr,
+        "/api/v1/targets/nope/accept",
+        &[("authorization", TOKEN)],
+    )
+    .await;
+    assert_eq!(r.status, 404, "{}", r.body);
+    let r = post(s.addr, path, &[("authorization", TOKEN)]).await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    assert_eq!(r.json()["accept_pending"], true);
+    let view = get(
+        s.addr,
+        "/api/v1/targets/search",
+        &[("authorization", TOKEN)],
+    )
+    .await
+    .json();
+    assert_eq!(view["accept_pending"], true, "{view}");
+    assert!(
+        get(s.addr, "/api/v1/targets/files", &[("authorization", TOKEN)])
+            .await
+            .json()
+            .get("accept_pending")
+            .is_none()
+    );
+    // Taken by the next check with a contract.
+    assert!(s.fleet.take_accept("search"));
+    let view = get(
+        s.addr,
+        "/api/v1/targets/search",
+        &[("authorization", TOKEN)],
+    )
+    .await
+    .json();
+    assert!(view.get("accept_pending").is_none(), "{view}");
+    let r = get(s.addr, path, &[("authorization", TOKEN)]).await;
+    assert_eq!(r.status, 405, "{}", r.body);
+
+    // A health-only target has no contract: nothing to accept.
+    let h = start(
+        "[server]\ntoken = \"s3cret-token\"\n[[targets]]\nname = \"h\"\nhealth_url = \"http://127.0.0.1:9/readyz\"\n",
+        Arc::new(FakeHistory::default()),
+    )
+    .await;
+    let r = post(
+        h.addr,
+        "/api/v1/targets/h/accept",
+        &[("authorization", TOKEN)],
+    )
+    .await;
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert!(
+        r.json()["error"].as_str().unwrap().contains("health-only"),
+        "{}",
+        r.body
+    );
+    assert!(h.fleet.get("h").is_some_and(|v| !v.accept_pending));
+}

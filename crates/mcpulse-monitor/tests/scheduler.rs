@@ -565,6 +565,92 @@ async fn thresholds_give_one_down_alert_and_one_recovery() {
     assert_eq!(view.since_ms, Some(h.wall(p + interval * 13)));
 }
 
+/// With the default interval, thresholds and flap settings, a server that goes down for 3
+/// checks and comes back for 2, again and again, is flapping: one `flapping` alert. Its checks
+/// do not land on the dot (here each probe takes 10 ms more than the one before, a server
+/// slowing down as it flaps): 5 transitions take 10 intervals and a little more, which the
+/// old fixed 10-minute window never held (it held them only when every check ran on the dot).
+#[tokio::test(start_paused = true)]
+async fn with_the_defaults_a_server_down_three_checks_up_two_is_flapping() {
+    let mut h = Harness::new(64);
+    let cfg = one("security = false\nera = \"legacy\"", "svc");
+    assert_eq!(cfg.interval, secs(60), "the default interval");
+    assert_eq!(
+        (
+            cfg.failure_threshold,
+            cfg.success_threshold,
+            cfg.flap_threshold
+        ),
+        (3, 2, 4)
+    );
+    let interval = cfg.interval;
+    let p = runner::phase("svc", interval);
+    let slower = |k: u64, up: bool| Step {
+        up,
+        takes: Duration::from_millis(10 * k),
+    };
+    // Two healthy checks, then six rounds of down 3, up 2.
+    let mut steps = vec![slower(0, true), slower(1, true)];
+    for round in 0..6u64 {
+        for i in 0..5u64 {
+            steps.push(slower(2 + round * 5 + i, i >= 3));
+        }
+    }
+    let checks = steps.len() as u32;
+    h.prober.script("svc", steps);
+    let r = h.start(&cfg, Memory::default());
+    h.run_until(p + interval * checks - secs(30)).await;
+    r.stop().await;
+    let records = h.take("svc");
+    assert_eq!(records.len(), checks as usize);
+    let flapping: Vec<_> = alerts(&records)
+        .into_iter()
+        .filter(|a| a.1 == Kind::Flapping)
+        .collect();
+    assert!(
+        matches!(
+            flapping.first(),
+            Some((Action::Trigger, Kind::Flapping, ..))
+        ),
+        "{:?}",
+        alerts(&records)
+    );
+    // Detected at the fifth transition: the third outage confirmed, at its third down check
+    // (check 2 + 2·5 + 2 = 14).
+    let first = records
+        .iter()
+        .position(|r| r.state.flapping)
+        .expect("flapping");
+    assert_eq!(first, 14, "{:?}", alerts(&records));
+}
+
+/// With the defaults, one outage and its recovery are two transitions: not flapping.
+#[tokio::test(start_paused = true)]
+async fn with_the_defaults_one_outage_and_recovery_is_not_flapping() {
+    let mut h = Harness::new(64);
+    let cfg = one("security = false\nera = \"legacy\"", "svc");
+    let interval = cfg.interval;
+    let p = runner::phase("svc", interval);
+    let mut steps = vec![UP, UP];
+    steps.extend([DOWN; 6]);
+    steps.extend([UP; 20]);
+    let checks = steps.len() as u32;
+    h.prober.script("svc", steps);
+    let r = h.start(&cfg, Memory::default());
+    h.run_until(p + interval * checks - secs(30)).await;
+    r.stop().await;
+    let records = h.take("svc");
+    assert!(records.iter().all(|r| !r.state.flapping));
+    let kinds: Vec<(Action, Kind)> = alerts(&records).iter().map(|a| (a.0, a.1)).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            (Action::Trigger, Kind::Down),
+            (Action::Resolve, Kind::Recovered)
+        ]
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn reminders_fire_at_the_configured_interval() {
     let mut h = Harness::new(64);

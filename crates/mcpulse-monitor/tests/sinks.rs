@@ -463,6 +463,7 @@ fn cfg(kind: SinkKind, targets: &[&str], on: &[&str]) -> AlertConfig {
         kind,
         targets: targets.iter().map(|s| s.to_string()).collect(),
         on: on.iter().map(|s| s.to_string()).collect(),
+        secrets: Default::default(),
     }
 }
 
@@ -1740,4 +1741,106 @@ async fn a_sinks_credentials_are_hidden_in_its_delivery_errors() {
     .to_string();
     assert!(!e.contains("XXXXsecretXXXX"), "{e}");
     assert!(e.contains("HTTP 404"), "{e}");
+}
+
+/// What a server chose — a dependency's name in its health document, an error message the
+/// summary quotes — cannot ping a channel or dress a link in any sink a person reads through a
+/// chat renderer: Slack, Alertmanager (whose usual Slack templates render annotations and labels
+/// as unescaped mrkdwn) and PagerDuty. Neither `<!channel>` nor a bare `@channel` / `@here` /
+/// `@everyone` survives in their payloads. The webhook (and the command sink's stdin) carry
+/// the exact text, as documented: a program reads them, not a chat renderer.
+#[test]
+fn server_text_cannot_ping_a_channel_or_make_a_link_in_any_chat_sink() {
+    let hostile = "<!channel> <https://evil.example|login> @channel @HERE @everyone & @all";
+    let family = alert::component_family(hostile);
+    let incident = alert::Incident {
+        dedup_key: alert::dedup_key("search", &family),
+        family,
+        kind: Kind::Down,
+        severity: "critical".into(),
+        summary: String::new(),
+        opened_ms: T0,
+        notified_ms: T0,
+    };
+    let a = incident.alert(
+        "search",
+        &labels(),
+        Action::Trigger,
+        format!("{hostile} down behind search: health-failed: {hostile}"),
+        T0,
+    );
+    assert_eq!(a.labels.get("component").map(String::as_str), Some(hostile));
+    let surviving = |payload: &str| -> Vec<&'static str> {
+        [
+            "<!channel>",
+            "<https://",
+            "|login>",
+            "@channel",
+            "@HERE",
+            "@everyone",
+            "@all",
+        ]
+        .into_iter()
+        .filter(|bad| payload.contains(bad))
+        .collect()
+    };
+    // The decoded strings, not the JSON text.
+    let strings = |v: &Value| -> String {
+        fn walk(v: &Value, out: &mut String) {
+            match v {
+                Value::String(s) => {
+                    out.push_str(s);
+                    out.push('\n');
+                }
+                Value::Array(a) => a.iter().for_each(|v| walk(v, out)),
+                Value::Object(m) => m.iter().for_each(|(k, v)| {
+                    out.push_str(k);
+                    out.push('\n');
+                    walk(v, out);
+                }),
+                _ => {}
+            }
+        }
+        let mut out = String::new();
+        walk(v, &mut out);
+        out
+    };
+    let slack = strings(&json_of(
+        &slack::request("https://hooks.example/services/T/B/X", &a)
+            .unwrap()
+            .body,
+    ));
+    let am = strings(&json_of(&alertmanager::body(&a).unwrap()));
+    let pd = strings(&json_of(&pagerduty::body("R0UT1NG", &a).unwrap().unwrap()));
+    for (sink, payload) in [("slack", &slack), ("alertmanager", &am), ("pagerduty", &pd)] {
+        assert_eq!(surviving(payload), Vec::<&str>::new(), "{sink}: {payload}");
+        // Still legible: the same words, with look-alikes or entities.
+        assert!(payload.contains("channel"), "{sink}: {payload}");
+        assert!(payload.contains("evil.example"), "{sink}: {payload}");
+    }
+    // Alertmanager: no markup character at all in what the server chose (an entity would show
+    // as `&lt;` in mail), and the component label is stable, so it stays the alert's identity.
+    let postables = json_of(&alertmanager::body(&a).unwrap());
+    let component = postables[0]["labels"]["component"].as_str().unwrap();
+    let summary = postables[0]["annotations"]["summary"].as_str().unwrap();
+    for text in [component, summary] {
+        assert!(!text.contains(['<', '>', '&']), "{text}");
+    }
+    assert_eq!(
+        component,
+        json_of(&alertmanager::body(&a).unwrap())[0]["labels"]["component"]
+    );
+    // Other `@`s are left alone.
+    let mail = mk(
+        Action::Trigger,
+        Kind::Down,
+        "critical",
+        "search is down: mail ops@example.com",
+        "status",
+    );
+    assert!(slack::line(&mail).contains("ops@example.com"));
+    // The webhook carries the exact text.
+    let hook = json_of(&webhook::body(&a).unwrap());
+    assert_eq!(hook["labels"]["component"], hostile);
+    assert!(hook["summary"].as_str().unwrap().starts_with(hostile));
 }

@@ -149,15 +149,19 @@ const MONITOR_HELP: &str = "\
 Examples:
   mcpulse monitor --config mcpulse.toml
   mcpulse monitor --config mcpulse.toml --import ~/.cursor/mcp.json
+  mcpulse monitor accept search --config mcpulse.toml
 
 Signals: SIGINT/SIGTERM stop cleanly; SIGHUP reloads the config (an invalid file is reported
 and the running config kept). See docs/monitor.md.";
 
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct MonitorArgs {
+    #[command(subcommand)]
+    pub action: Option<MonitorAction>,
     /// The config file (TOML; see docs/monitor.md).
-    #[arg(long, short = 'c', value_name = "FILE")]
-    pub config: std::path::PathBuf,
+    #[arg(long, short = 'c', value_name = "FILE", required = true)]
+    pub config: Option<std::path::PathBuf>,
     /// Also monitor the mcpServers of an MCP client config (Claude Desktop, Cursor, VS Code,
     /// Claude Code); repeatable.
     #[arg(long, value_name = "FILE")]
@@ -171,6 +175,41 @@ pub struct MonitorArgs {
     /// error, warn, info (transitions and alerts), debug (every check) or trace.
     #[arg(long, default_value = "info", value_name = "LEVEL")]
     pub log_level: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MonitorAction {
+    /// Make a target's current contract its drift baseline, through the running monitor's
+    /// API (after a planned change of its tools): its drift incident resolves.
+    #[command(after_help = ACCEPT_HELP)]
+    Accept(AcceptArgs),
+}
+
+const ACCEPT_HELP: &str = "\
+Examples:
+  mcpulse monitor accept search --config /etc/mcpulse/mcpulse.toml
+  mcpulse monitor accept search --config mcpulse.toml --url http://127.0.0.1:9477
+
+The monitor's next check of the target that reaches the server takes its contract as the
+baseline. Needs the API token ([server] token, read from the config with ${VAR} expanded).
+Exit status: 0 accepted, 1 refused or unreachable, 2 asked but not yet taken within --wait,
+3 could not run (bad arguments, an invalid config).";
+
+#[derive(Debug, Args)]
+pub struct AcceptArgs {
+    /// The target's name, as in the config.
+    #[arg(value_name = "TARGET")]
+    pub target: String,
+    /// The monitor's config file: its API address and token are read from it.
+    #[arg(long, short = 'c', value_name = "FILE")]
+    pub config: std::path::PathBuf,
+    /// The monitor's API, when it listens elsewhere than [server] listen (e.g. --listen).
+    #[arg(long, value_name = "URL")]
+    pub url: Option<String>,
+    /// How long to wait for the check that takes the contract (default: two of the target's
+    /// intervals and its timeout, at least 5 s).
+    #[arg(long, value_name = "DURATION")]
+    pub wait: Option<String>,
 }
 
 #[derive(Debug, Args)]

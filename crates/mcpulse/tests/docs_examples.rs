@@ -105,7 +105,14 @@ fn every_toml_example_in_the_docs_passes_check_config() {
                 .env("HOME", &home)
                 .env("NO_COLOR", "1");
             for var in env_refs(&body) {
-                cmd.env(&var, format!("example-{}", var.to_lowercase()));
+                // A variable that holds a URL (a Slack webhook) gets one: sink URLs are
+                // checked when the config is read.
+                let value = if var.ends_with("_URL") {
+                    format!("https://hooks.example.com/{}", var.to_lowercase())
+                } else {
+                    format!("example-{}", var.to_lowercase())
+                };
+                cmd.env(&var, value);
             }
             let out = cmd.output().unwrap();
             assert_eq!(

@@ -2448,3 +2448,283 @@ async fn the_status_page_docs_commands_work_against_the_demo() {
         .unwrap();
     assert_eq!(status.code(), Some(0), "{status}");
 }
+
+// ---- accepting a new baseline ----------------------------------------------------------------
+
+/// The API token of the accept test's monitor.
+const API_TOKEN: &str = "api-token-7c1e5b";
+
+/// `method path` with an optional bearer: the status and the body as JSON (a string when it
+/// is not JSON).
+async fn api_call(addr: SocketAddr, method: &str, path: &str, token: Option<&str>) -> (u16, Value) {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let chunked = head
+        .lines()
+        .any(|l| l.eq_ignore_ascii_case("transfer-encoding: chunked"));
+    let body = if chunked {
+        dechunk(body)
+    } else {
+        body.to_owned()
+    };
+    (
+        status,
+        serde_json::from_str(&body).unwrap_or(Value::String(body)),
+    )
+}
+
+/// The target's view, read with the token, once `pred` holds.
+async fn view_when(m: &Monitor, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    let until = Instant::now() + PATIENCE;
+    loop {
+        let (status, v) = api_call(m.api, "GET", "/api/v1/targets/svc", Some(API_TOKEN)).await;
+        if status == 200 && pred(&v) {
+            return v;
+        }
+        assert!(Instant::now() < until, "svc never {what}: {v}\n{}", m.log());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `mcpulse monitor accept svc` against `m`: exit code, stdout, stderr.
+fn accept_cli(config: &Path, m: &Monitor) -> (Option<i32>, String, String) {
+    let out = std::process::Command::new(BIN)
+        .args(["monitor", "accept", "svc", "--config"])
+        .arg(config)
+        .args(["--url", &format!("http://{}", m.api), "--wait", "10s"])
+        .env(SECRET_ENV, SECRET)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The stored baseline of `svc`, as the store keeps it.
+fn stored_baseline(db: &Path) -> Option<String> {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    conn.query_row("SELECT contract FROM targets WHERE name = 'svc'", [], |r| {
+        r.get(0)
+    })
+    .unwrap()
+}
+
+/// After a planned change of a server's tools, `mcpulse monitor accept` makes its current
+/// contract the baseline through the running monitor's API: the breaking drift's incident
+/// resolves (its resolve reaches the webhook), the stored baseline is the new contract, and
+/// later checks raise nothing. The call needs the token (a wrong one is 401). Then a stored
+/// baseline that cannot be read: after a restart the monitor says so in the target's view and
+/// judges no drift, and does not overwrite it with whatever the server serves, until an accept
+/// replaces it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accepting_the_current_contract_resolves_the_drift_and_replaces_an_unreadable_baseline() {
+    use mcpulse_testkit::tools;
+    let dir = TempDir::new("monitor-accept");
+    let version = Arc::new(AtomicUsize::new(0));
+    let without = |name: &str| {
+        let mut c = tools::catalogue("ok");
+        c.retain(|t| t.tool["name"] != name);
+        assert_eq!(c.len() + 1, tools::catalogue("ok").len(), "{name}");
+        tools::http_server(c)
+    };
+    let server = FakeHttp::start_script(scenario::shifting(
+        vec![
+            tools::http_server(tools::catalogue("ok")),
+            without("weather"),
+            without("ping_db"),
+        ],
+        version.clone(),
+    ))
+    .await;
+    let hook = Receiver::start(true).await;
+    let config = dir.join("monitor.toml");
+    write_config(
+        &config,
+        &format!(
+            "[server]\ntoken = \"{API_TOKEN}\"\n\n{}",
+            config_text(
+                &[("svc", &url_target(&server.url("/mcp")))],
+                Some(&hook.url())
+            )
+        ),
+    );
+    let db = dir.join("mcpulse.db");
+    let mut m = Monitor::start(&dir, &config, &[]).await;
+    view_when(&m, "healthy", |v| v["status"] == "healthy").await;
+
+    // A tool removed: breaking drift, one page.
+    version.store(1, Ordering::SeqCst);
+    let drift_key = dedup_key("svc", "drift");
+    let about_drift = |action: &str| {
+        hook.accepted()
+            .into_iter()
+            .filter(|d| d.field("dedup_key") == drift_key && d.field("action") == action)
+            .count()
+    };
+    view_when(&m, "drifting", |v| v["drift"] == "breaking").await;
+    let until = Instant::now() + PATIENCE;
+    while about_drift("trigger") == 0 {
+        assert!(Instant::now() < until, "no drift page: {:?}", hook.all());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // Without the token, or with a wrong one: refused, nothing pending.
+    let accept_path = "/api/v1/targets/svc/accept";
+    let (status, v) = api_call(m.api, "POST", accept_path, None).await;
+    assert_eq!(status, 401, "{v}");
+    let (status, v) = api_call(m.api, "POST", accept_path, Some("wrong")).await;
+    assert_eq!(status, 401, "{v}");
+    let (status, v) = api_call(
+        m.api,
+        "POST",
+        "/api/v1/targets/nope/accept",
+        Some(API_TOKEN),
+    )
+    .await;
+    assert_eq!(status, 404, "{v}");
+    let (_, v) = api_call(m.api, "GET", "/api/v1/targets/svc", Some(API_TOKEN)).await;
+    assert!(v.get("accept_pending").is_none(), "{v}");
+
+    // Accepted through the CLI: the incident resolves, and the baseline is the new contract.
+    let (code, out, err) = accept_cli(&config, &m);
+    assert_eq!(code, Some(0), "{out}{err}\n{}", m.log());
+    assert_eq!(
+        out.trim(),
+        "svc: its current contract is the baseline now; the breaking drift is accepted and its incident resolved"
+    );
+    let view = view_when(&m, "without its drift incident", |v| {
+        v["drift"].is_null()
+            && !v["incidents"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|i| i["family"] == "drift")
+    })
+    .await;
+    assert!(view.get("accept_pending").is_none(), "{view}");
+    let until = Instant::now() + PATIENCE;
+    while about_drift("resolve") == 0 {
+        assert!(Instant::now() < until, "no drift resolve: {:?}", hook.all());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let baseline = stored_baseline(&db).expect("a baseline");
+    assert!(
+        !baseline.contains("\"weather\"") && baseline.contains("\"ping_db\""),
+        "{baseline}"
+    );
+    // Later checks judge against it: nothing new.
+    let n = api_call(
+        m.api,
+        "GET",
+        "/api/v1/targets/svc/history?limit=1000",
+        Some(API_TOKEN),
+    )
+    .await
+    .1["items"]
+        .as_array()
+        .unwrap()
+        .len();
+    let until = Instant::now() + PATIENCE;
+    loop {
+        let (_, h) = api_call(
+            m.api,
+            "GET",
+            "/api/v1/targets/svc/history?limit=1000",
+            Some(API_TOKEN),
+        )
+        .await;
+        if h["items"].as_array().unwrap().len() >= n + 2 {
+            break;
+        }
+        assert!(Instant::now() < until, "no more checks");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!((about_drift("trigger"), about_drift("resolve")), (1, 1));
+    m.sigterm(Duration::from_secs(10)).await;
+
+    // A stored baseline that cannot be read.
+    {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute(
+            "UPDATE targets SET contract = '{\"not\": \"a baseline\"}' WHERE name = 'svc'",
+            [],
+        )
+        .unwrap();
+    }
+    // The server changes while the monitor is down: against the real baseline that would be
+    // breaking drift (ping_db removed), against none it would be taken as the baseline.
+    version.store(2, Ordering::SeqCst);
+    let m = Monitor::start(&dir, &config, &[]).await;
+    let view = view_when(&m, "showing the baseline error", |v| {
+        v["baseline_error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("the stored baseline cannot be parsed"))
+    })
+    .await;
+    assert!(view["drift"].is_null(), "{view}");
+    assert!(
+        m.log()
+            .contains("drift is not judged until a contract is accepted again"),
+        "{}",
+        m.log()
+    );
+    let (_, h) = api_call(
+        m.api,
+        "GET",
+        "/api/v1/targets/svc/history?limit=1000",
+        Some(API_TOKEN),
+    )
+    .await;
+    let n = h["items"].as_array().unwrap().len();
+    let until = Instant::now() + PATIENCE;
+    loop {
+        let (_, h) = api_call(
+            m.api,
+            "GET",
+            "/api/v1/targets/svc/history?limit=1000",
+            Some(API_TOKEN),
+        )
+        .await;
+        if h["items"].as_array().unwrap().len() >= n + 3 {
+            break;
+        }
+        assert!(Instant::now() < until, "no more checks");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        stored_baseline(&db).as_deref(),
+        Some("{\"not\": \"a baseline\"}"),
+        "not overwritten"
+    );
+    assert_eq!(about_drift("trigger"), 1, "no drift judged");
+
+    // An accept replaces it.
+    let (code, out, err) = accept_cli(&config, &m);
+    assert_eq!(code, Some(0), "{out}{err}\n{}", m.log());
+    view_when(&m, "without the baseline error", |v| {
+        v.get("baseline_error").is_none()
+    })
+    .await;
+    let baseline = stored_baseline(&db).expect("a baseline");
+    assert!(
+        baseline.contains("\"weather\"") && !baseline.contains("\"ping_db\""),
+        "{baseline}"
+    );
+}

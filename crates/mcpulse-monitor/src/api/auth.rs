@@ -1,12 +1,13 @@
-//! The API token: a read-only bearer token (`[server] token`) in front of every route but the
-//! health endpoints, compared in constant time.
+//! The API token: a bearer token (`[server] token`) in front of every route but the health
+//! endpoints, compared in constant time.
 //!
 //! A browser cannot send a bearer header by itself, so the status page has a second way in: the
 //! token typed once into `/login`, which sets a cookie (`HttpOnly`, `SameSite=Strict`,
 //! `Path=/`, for the browser session) holding a digest of the token, never the token itself.
-//! The cookie is accepted for `GET` and `HEAD` only (every protected route is read-only
-//! anyway), and is checked in constant time like the bearer. `SameSite=Strict` keeps other
-//! sites' pages from sending it; `HttpOnly` keeps it from the page's own script.
+//! The cookie is accepted for `GET` and `HEAD` only (every protected route but
+//! `POST …/accept` only reads, and that one takes a bearer alone), and is checked in constant
+//! time like the bearer. `SameSite=Strict` keeps other sites' pages from sending it; `HttpOnly`
+//! keeps it from the page's own script.
 //!
 //! This module does not own the routes ([`super::router`] decides which are protected) or the
 //! token's configuration ([`crate::config`]).

@@ -1,5 +1,6 @@
 //! The JSON API over the fleet: `/api/v1/fleet`, `/api/v1/targets` and
-//! `/api/v1/targets/{name}` (a target's view with its uptime and latency windows).
+//! `/api/v1/targets/{name}` (a target's view with its uptime and latency windows), and its one
+//! change: `POST /api/v1/targets/{name}/accept` (a new drift baseline).
 //!
 //! This module does not own the fleet's contents ([`crate::fleet`]) or the history
 //! ([`super::history`]).
@@ -132,4 +133,54 @@ pub(super) async fn target_handler(
         tools,
     })
     .into_response()
+}
+
+/// `POST /api/v1/targets/{name}/accept`: the contract of the target's next check that reaches
+/// the server becomes its baseline, and its drift incident is resolved (after a planned change
+/// of its tools). 202: asked; the target's view shows `accept_pending` until that check.
+///
+/// The one call that changes what the monitor alerts on, so it needs the token even where the
+/// API is otherwise open (no `[server] token`, on loopback): 403 without one configured. A
+/// bearer only: the status page's cookie is for reads (the middleware refuses it here). 404 for
+/// an unknown target, 409 for a health-only one (it has no contract).
+pub(super) async fn accept_handler(
+    State(s): State<ApiState>,
+    p: Result<Path<String>, PathRejection>,
+) -> Response {
+    let name = match target_name(p) {
+        Ok(n) => n,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    if s.with_config(|c| c.server.token.is_none()) {
+        return error(
+            StatusCode::FORBIDDEN,
+            "accepting a baseline changes what the monitor alerts on, so it needs the API token: set token = \"${MCPULSE_API_TOKEN}\" in [server], reload the monitor, and send the token as a bearer",
+        );
+    }
+    let health_only = s.with_config(|c| {
+        c.targets
+            .iter()
+            .any(|t| t.name == name && matches!(t.endpoint, crate::config::Endpoint::Health(_)))
+    });
+    if health_only {
+        return error(
+            StatusCode::CONFLICT,
+            format!(
+                "target {name:?} is health-only (health_url without url or command): its checks read an HTTP endpoint, not an MCP contract, so there is no baseline to accept"
+            ),
+        );
+    }
+    if !s.fleet.request_accept(&name) {
+        return unknown_target(&name);
+    }
+    tracing::info!(target = %name, "accept requested through the API: the next check's contract becomes the baseline");
+    (
+        StatusCode::ACCEPTED,
+        Json(json!({
+            "target": name,
+            "accept_pending": true,
+            "message": "the contract of the target's next check that reaches the server becomes its baseline, and its drift incident is resolved; the target's view shows accept_pending until then",
+        })),
+    )
+        .into_response()
 }

@@ -11,13 +11,15 @@
 //! | `GET /api/v1/targets` | every target's view | token |
 //! | `GET /api/v1/targets/{name}` | one target: state, last check, findings, incidents, uptime stats | token |
 //! | `GET /api/v1/targets/{name}/history?limit=&before=` | its checks, newest first, keyset-paged (410 for a cursor that is gone) | token |
+//! | `POST /api/v1/targets/{name}/accept` | the next check's contract becomes the drift baseline; 202 (`accept_pending` in the view until then) | token, required (403 without one configured) |
 //! | `GET /` , `GET /targets/{name}` | the status page (HTML, [`page`]) | token |
 //! | `GET /badges/{name}/{badge}` | SVG badges and Shields endpoint JSON ([`badges`]) | token |
 //! | `GET /assets/status.{css,js}` | the page's stylesheet and script (no data) | open |
 //!
-//! The token (`[server] token`) is a read-only bearer token, compared in constant time; the
-//! health endpoints stay open so a load balancer or kubelet needs no secret. Nothing here
-//! changes the monitor.
+//! The token (`[server] token`) is a bearer token, compared in constant time; the health
+//! endpoints stay open so a load balancer or kubelet needs no secret. Nothing here changes the
+//! monitor but `…/accept`, which a person asks for after a planned change of a server's
+//! contract, and which needs the token whatever else is open.
 //!
 //! `/probe` is stateless, like blackbox_exporter's: Prometheus decides what is probed and when
 //! (and shards targets across any number of monitors with `hashmod`), and Alertmanager routes
@@ -54,7 +56,7 @@ use axum::extract::Request;
 use axum::http::{StatusCode, header};
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use serde_json::json;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -227,6 +229,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/v1/fleet", get(fleet::fleet_handler))
         .route("/api/v1/targets", get(fleet::targets_handler))
         .route("/api/v1/targets/{name}", get(fleet::target_handler))
+        .route("/api/v1/targets/{name}/accept", post(fleet::accept_handler))
         .route(
             "/api/v1/targets/{name}/history",
             get(history::history_handler),
@@ -325,7 +328,7 @@ async fn method_not_allowed(req: Request) -> Response {
     error(
         StatusCode::METHOD_NOT_ALLOWED,
         format!(
-            "{} is not allowed here: the API is read-only (GET)",
+            "{} is not allowed here: the API is read-only (GET), but for POST /api/v1/targets/{{name}}/accept",
             req.method()
         ),
     )

@@ -145,7 +145,7 @@ pub(crate) fn target_from(
         failure_threshold: s.failure_threshold,
         success_threshold: s.success_threshold,
         latency_budget: s.latency_budget,
-        flap_window: s.flap_window,
+        flap_window: s.flap_window_or_derived(),
         flap_threshold: s.flap_threshold,
         reminder: s.reminder,
         era: s.era,

@@ -6,8 +6,10 @@
 //! ([`check_name`], [`check_header_name`], [`check_header_value`], [`check_url`]) are the ones
 //! the importer applies to client configs too. Validation is linear in the number of targets:
 //! repeats are found in a set, and line numbers are counted only for the error returned.
-//! Defaults live in one place ([`Defaults::default`]). `${VAR}` in header values and the API
-//! token is read from the environment at load time, so secrets stay out of the file.
+//! Defaults live in one place ([`Defaults::default`]). `${VAR}` in header values, the API
+//! token and every alert sink's URL, routing key and secret is read from the environment at
+//! load time, so secrets stay out of the file; sink URLs are checked with [`check_url`] like
+//! target URLs, so a sink that could never deliver is a config error, not alerts set aside.
 //!
 //! Layout: [`types`] (what a valid config is), [`check`] (the rules a target must pass, shared
 //! with imports), [`import`] (MCP client config files), and this module, which reads the file
@@ -188,9 +190,9 @@ impl RawTarget {
 #[serde(deny_unknown_fields)]
 struct RawAlert {
     kind: String,
-    url: Option<String>,
+    url: Option<At<String>>,
     secret: Option<String>,
-    routing_key: Option<String>,
+    routing_key: Option<At<String>>,
     command: Option<Vec<String>>,
     /// Command sinks: the monitor's variables the command may see (beyond the clean base).
     #[serde(default)]
@@ -329,6 +331,8 @@ fn parse_listening(
         env,
         (&mut targets, &mut names),
     )?;
+    let mut warnings = warnings;
+    warnings.extend(flap_window_warnings(&targets));
     let alerts = alerts(&raw.alerts, &names, &src, env)?;
     let modules = modules(&raw.modules, &defaults, &src, env)?;
     let maintenance = maintenance(&raw.maintenance, &src)?;
@@ -424,6 +428,69 @@ fn imports(
     Ok(warnings)
 }
 
+/// A warning for each `flap_window` too short to hold the `flap_threshold + 1` transitions of
+/// a target flapping as fast as its thresholds allow ([`types::min_flap_window`]): such
+/// flapping is never detected. One line for the targets that share the settings (a window set
+/// in `[defaults]` is named once, not once per target), naming the first few.
+pub fn flap_window_warnings(targets: &[TargetConfig]) -> Vec<String> {
+    // (window, interval, failure, success, threshold) -> the targets with them
+    let mut short: BTreeMap<(Duration, Duration, u32, u32, u32), Vec<&str>> = BTreeMap::new();
+    for t in targets {
+        let need = types::min_flap_window(
+            t.interval,
+            t.failure_threshold,
+            t.success_threshold,
+            t.flap_threshold,
+        );
+        if t.flap_window < need {
+            short
+                .entry((
+                    t.flap_window,
+                    t.interval,
+                    t.failure_threshold,
+                    t.success_threshold,
+                    t.flap_threshold,
+                ))
+                .or_default()
+                .push(&t.name);
+        }
+    }
+    short
+        .into_iter()
+        .map(|((window, interval, failure, success, threshold), names)| {
+            let need = types::min_flap_window(interval, failure, success, threshold);
+            let shown: Vec<String> = names.iter().take(3).map(|n| format!("{n:?}")).collect();
+            let who = match names.len() {
+                1 => format!("target {}", shown.join("")),
+                n if n <= 3 => format!("targets {}", shown.join(", ")),
+                n => format!("targets {} and {} more", shown.join(", "), n - 3),
+            };
+            format!(
+                "{who}: flap_window {} cannot hold the {} transitions (more than flap_threshold {threshold}) of a server flapping as fast as failure_threshold {failure} and success_threshold {success} allow at interval {}, so that flapping is never detected: set flap_window to at least {}, or remove it (the default is 21 checks, more when the thresholds need it)",
+                exact(window),
+                u64::from(threshold) + 1,
+                exact(interval),
+                exact(need),
+            )
+        })
+        .collect()
+}
+
+/// A duration as a config value would write it, exactly (`11m`, `90s`, `1500ms`).
+fn exact(d: Duration) -> String {
+    let ms = d.as_millis();
+    let s = ms / 1000;
+    if !ms.is_multiple_of(1000) {
+        format!("{ms}ms")
+    } else if s != 0 && s.is_multiple_of(3600) {
+        format!("{}h", s / 3600)
+    } else if s != 0 && s.is_multiple_of(60) {
+        format!("{}m", s / 60)
+    } else {
+        format!("{s}s")
+    }
+}
+
 /// `[[alerts]]`: the sinks, each naming only configured targets (`names`).
 fn alerts(
     raw: &[At<RawAlert>],
@@ -436,21 +503,29 @@ fn alerts(
         let span = a.span().start;
         let r = a.get_ref();
         let at = |m: String| src.at(span, format!("alert {:?}: {m}", r.kind));
-        let need_url = || r.url.clone().ok_or_else(|| at("needs url = \"…\"".into()));
+        let need_url = || r.url.as_ref().ok_or_else(|| at("needs url = \"…\"".into()));
+        // What `${VAR}` reads for this sink: hidden wherever its errors land.
+        let mut secrets = Secrets::default();
         let what = format!("alert {:?}", r.kind);
         let kind = match r.kind.as_str() {
             "webhook" => SinkKind::Webhook {
-                url: need_url()?,
-                secret: r.secret.as_deref().map(|s| expand(s, env)).transpose().map_err(|m| at(format!("secret: {m}")))?,
-                headers: headers(&r.headers, src, env, &what, &mut Secrets::default())?,
+                url: sink_url(need_url()?, src, env, &what, &mut secrets)?,
+                secret: r.secret.as_deref().map(|s| mcpulse_wire::env::expand_marked(s, env)).transpose().map_err(|m| at(format!("secret: {m}")))?.map(|e| {
+                    secrets.extend(&e.secrets);
+                    e.value
+                }),
+                headers: headers(&r.headers, src, env, &what, &mut secrets)?,
             },
-            "slack" => SinkKind::Slack { url: expand(&need_url()?, env).map_err(|m| at(format!("url: {m}")))? },
+            "slack" => SinkKind::Slack { url: sink_url(need_url()?, src, env, &what, &mut secrets)? },
             "pagerduty" => SinkKind::PagerDuty {
-                routing_key: expand(r.routing_key.as_deref().ok_or_else(|| at("needs routing_key = \"${PAGERDUTY_KEY}\"".into()))?, env).map_err(|m| at(format!("routing_key: {m}")))?,
-                url: r.url.clone().unwrap_or_else(|| "https://events.pagerduty.com/v2/enqueue".into()),
+                routing_key: routing_key(r.routing_key.as_ref().ok_or_else(|| at("needs routing_key = \"${PAGERDUTY_KEY}\"".into()))?, src, env, &what, &mut secrets)?,
+                url: match &r.url {
+                    Some(u) => sink_url(u, src, env, &what, &mut secrets)?,
+                    None => crate::sink::pagerduty::DEFAULT_URL.to_owned(),
+                },
             },
             "alertmanager" => SinkKind::Alertmanager {
-                url: need_url()?,
+                url: sink_url(need_url()?, src, env, &what, &mut secrets)?,
                 resend: match &r.resend {
                     Some(d) => duration(d.get_ref()).map_err(|m| src.at(d.span().start, format!("{what}: resend: {m}")))?,
                     None => DEFAULT_RESEND,
@@ -499,9 +574,73 @@ fn alerts(
             kind,
             targets: r.targets.iter().map(|t| t.get_ref().clone()).collect(),
             on: r.on.clone(),
+            secrets,
         });
     }
     Ok(alerts)
+}
+
+/// A sink's `url`: `${VAR}` expanded, then checked as a target's URL is (http or https, a
+/// host, no credentials), here rather than at the first alert, which would be set aside as
+/// undeliverable with every one after it. A URL from the environment is secret (a Slack or
+/// Teams webhook URL is the credential): the error shows it `<redacted>` and names the
+/// variable, and the value and its path join `secrets`.
+fn sink_url(
+    u: &At<String>,
+    src: &Source<'_>,
+    env: &dyn Fn(&str) -> Option<String>,
+    what: &str,
+    secrets: &mut Secrets,
+) -> Result<String, ConfigError> {
+    let at = |m: String| src.at(u.span().start, format!("{what}: {m}"));
+    let e =
+        mcpulse_wire::env::expand_marked(u.get_ref(), env).map_err(|m| at(format!("url: {m}")))?;
+    if let Err(bad) = check_url(&e.value) {
+        return Err(at(if e.secrets.is_empty() {
+            bad.to_string()
+        } else {
+            format!(
+                "url {:?} comes from the environment, and its value is not a URL the monitor can post to: {}; set the variable to the sink's full URL, e.g. https://hooks.example.com/…",
+                u.get_ref(),
+                e.secrets.hide(&bad.to_string())
+            )
+        }));
+    }
+    if !e.secrets.is_empty() {
+        secrets.extend(&e.secrets);
+        if let Ok(uri) = e.value.parse::<http::Uri>()
+            && let Some(pq) = uri.path_and_query().map(|p| p.as_str())
+            && pq.chars().count() >= mcpulse_wire::redact::ARGV_SECRET_MIN_LEN
+        {
+            secrets.add(pq);
+        }
+    }
+    Ok(e.value)
+}
+
+/// A PagerDuty sink's `routing_key`, `${VAR}` expanded: required, and not empty (PagerDuty
+/// refuses every event without one, so each alert would be set aside at delivery).
+fn routing_key(
+    k: &At<String>,
+    src: &Source<'_>,
+    env: &dyn Fn(&str) -> Option<String>,
+    what: &str,
+    secrets: &mut Secrets,
+) -> Result<String, ConfigError> {
+    let at = |m: String| src.at(k.span().start, format!("{what}: routing_key: {m}"));
+    let e = mcpulse_wire::env::expand_marked(k.get_ref(), env).map_err(|m| at(m.to_string()))?;
+    if e.value.trim().is_empty() {
+        return Err(at(if e.secrets.is_empty() && !k.get_ref().contains("${") {
+            "is empty: write routing_key = \"${PAGERDUTY_KEY}\" and set that variable to the integration key of the PagerDuty service".to_owned()
+        } else {
+            format!(
+                "{:?} is empty (its environment variable is set, but empty), so PagerDuty would refuse every event: set the variable to the integration key of the PagerDuty service",
+                k.get_ref()
+            )
+        }));
+    }
+    secrets.extend(&e.secrets);
+    Ok(e.value)
 }
 
 /// `[modules.<name>]`: `/probe`'s settings for URLs outside the config, with `default` built
@@ -957,11 +1096,13 @@ fn apply(
         (&raw.interval, "interval", &mut d.interval),
         (&raw.timeout, "timeout", &mut d.timeout),
         (&raw.latency_budget, "latency_budget", &mut d.latency_budget),
-        (&raw.flap_window, "flap_window", &mut d.flap_window),
     ] {
         if let Some(v) = v {
             *slot = dur(v, key)?;
         }
+    }
+    if let Some(w) = &raw.flap_window {
+        d.flap_window = Some(dur(w, "flap_window")?);
     }
     if let Some(r) = &raw.reminder {
         d.reminder = Some(dur(r, "reminder")?);

@@ -22,15 +22,18 @@ pub struct Config {
     pub alerts: Vec<AlertConfig>,
     pub modules: BTreeMap<String, ModuleConfig>,
     pub maintenance: Vec<Maintenance>,
-    /// Imported servers that were left out, one line each naming the file, the server and
-    /// why (`check-config` prints them, the daemon logs them).
+    /// What is valid but will not work as meant, one line each (`check-config` prints them,
+    /// the daemon logs them): imported servers that were left out (naming the file, the server
+    /// and why), and flap windows too short to ever see flapping
+    /// ([`super::flap_window_warnings`]).
     pub warnings: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServerConfig {
     pub listen: SocketAddr,
-    /// A read-only bearer token for the API (`/livez` and `/readyz` stay open).
+    /// A bearer token for the API (`/livez` and `/readyz` stay open). Every route but one only
+    /// reads; `POST /api/v1/targets/{name}/accept` (a new drift baseline) needs it configured.
     pub token: Option<String>,
     /// Whether `/probe?target=<URL>` may probe URLs that are not configured targets.
     pub allow_url_probes: bool,
@@ -82,7 +85,9 @@ pub struct Defaults {
     pub success_threshold: u32,
     pub latency_budget: Duration,
     /// A target with more than `flap_threshold` transitions within `flap_window` is flapping.
-    pub flap_window: Duration,
+    /// `None` (the default): derived from the target's interval and thresholds,
+    /// [`Defaults::flap_window_or_derived`].
+    pub flap_window: Option<Duration>,
     pub flap_threshold: u32,
     /// Re-send an open incident's alert this often (none: never).
     pub reminder: Option<Duration>,
@@ -106,7 +111,7 @@ impl Default for Defaults {
             failure_threshold: 3,
             success_threshold: 2,
             latency_budget: Duration::from_secs(3),
-            flap_window: Duration::from_secs(600),
+            flap_window: None,
             flap_threshold: 4,
             reminder: None,
             era: EraMode::Auto,
@@ -115,6 +120,58 @@ impl Default for Defaults {
             allow_side_effects: false,
         }
     }
+}
+
+/// The checks a default flap window spans: Nagios keeps a service's last 21 states for its
+/// flap detection (`MAX_STATE_HISTORY_ENTRIES`), so 20 possible transitions.
+pub const FLAP_WINDOW_CHECKS: u32 = 21;
+
+impl Defaults {
+    /// The flap window these settings give: `flap_window` when set, else the last
+    /// [`FLAP_WINDOW_CHECKS`] checks (21 × interval), or [`min_flap_window`] when the
+    /// thresholds need more. A fixed default (it was 10 minutes) cannot fit every interval:
+    /// with the default interval and thresholds, 5 transitions take at least 10 intervals,
+    /// exactly 10 minutes, so a window of 10 minutes held them only when every check ran on
+    /// the dot, and flapping was practically never detected.
+    pub fn flap_window_or_derived(&self) -> Duration {
+        self.flap_window.unwrap_or_else(|| {
+            self.interval
+                .saturating_mul(FLAP_WINDOW_CHECKS)
+                .max(self.min_flap_window())
+        })
+    }
+
+    /// [`min_flap_window`] for these settings.
+    pub fn min_flap_window(&self) -> Duration {
+        min_flap_window(
+            self.interval,
+            self.failure_threshold,
+            self.success_threshold,
+            self.flap_threshold,
+        )
+    }
+}
+
+/// The shortest flap window in which a target flapping as fast as its thresholds allow is
+/// seen flapping: `flap_threshold + 1` transitions (flapping is *more* than `flap_threshold`),
+/// each down after `failure` checks and back up after `success`, span `flap_threshold` gaps of
+/// alternately `failure` and `success` intervals (the larger first when their number is odd),
+/// and one interval more for checks that do not run on the dot (a probe's duration, a wait for
+/// the concurrency limit). With the defaults (60 s, 3, 2, 4): 2 × (3 + 2) + 1 = 11 intervals,
+/// 11 minutes.
+pub fn min_flap_window(
+    interval: Duration,
+    failure: u32,
+    success: u32,
+    flap_threshold: u32,
+) -> Duration {
+    let gaps = u64::from(flap_threshold);
+    let (f, s) = (u64::from(failure), u64::from(success));
+    let checks = (gaps / 2)
+        .saturating_mul(f.saturating_add(s))
+        .saturating_add((gaps % 2).saturating_mul(f.max(s)))
+        .saturating_add(1);
+    interval.saturating_mul(u32::try_from(checks).unwrap_or(u32::MAX))
 }
 
 /// How to reach a target.
@@ -206,6 +263,12 @@ pub struct AlertConfig {
     /// Only these alert kinds (`down`, `degraded`, `recovered`, `drift`, `auth`, `protocol`,
     /// `grade`, `flapping`); empty means all.
     pub on: Vec<String>,
+    /// What `${VAR}` read from the environment for this sink (its URL, routing key, secret,
+    /// header values), whatever its length, and the path of a URL that came from there (where
+    /// a Teams or Discord webhook keeps its token): hidden in every error the sink's
+    /// deliveries and re-sends log or store, besides what [`crate::sink::delivery`] hides by
+    /// kind.
+    pub secrets: Secrets,
 }
 
 #[derive(Debug, Clone, PartialEq)]

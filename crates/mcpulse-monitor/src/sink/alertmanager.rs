@@ -46,8 +46,19 @@
 //!
 //! `startsAt` is the incident's opening time; annotations carry the `summary`. No
 //! `generatorURL` is sent (the monitor has no public URL of its own yet).
+//!
+//! ## Server text
+//!
+//! Alertmanager's usual Slack templates put annotations and labels into a message as mrkdwn,
+//! unescaped. So what a server chose — the `summary` (which can quote its error messages) and
+//! the `component` label (a dependency's name from its health document) — goes through
+//! [`super::chat_text`]: inert, and `<`, `>`, `&` replaced by the full-width `＜`, `＞`, `＆`,
+//! `@channel`, `@here`, `@all`, `@everyone` given a full-width `＠`. `<!channel>` arrives as
+//! `＜!channel＞`: read as written, pinging nobody, in Slack and in every other receiver
+//! (an entity such as `&lt;` would show literally in mail). The target's name and its labels
+//! from the config are the operator's, and are sent as written (routes match on them).
 
-use super::{DeliveryError, HttpPost, rfc3339, to_json};
+use super::{DeliveryError, HttpPost, chat_text, rfc3339, to_json};
 use crate::alert::{Action, Alert, Kind};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -125,7 +136,10 @@ pub fn body(alert: &Alert) -> Result<String, DeliveryError> {
 /// The postable alerts that speak for one alert (its variant, and the family's others ended).
 pub(crate) fn postables(alert: &Alert) -> Vec<Postable> {
     let mut base = BTreeMap::new();
-    for (k, v) in &alert.labels {
+    // A dependency's name is the key a server chose in its health document: chat-safe, as the
+    // summary (the same name always gives the same value, so the label set stays the alert's
+    // identity).
+    for (k, v) in super::chat_labels(&alert.labels).iter() {
         if let Some(k) = label_name(k)
             && !v.is_empty()
         {
@@ -134,10 +148,11 @@ pub(crate) fn postables(alert: &Alert) -> Vec<Postable> {
     }
     base.insert("target".to_owned(), alert.target.clone());
     base.insert("dedup_key".to_owned(), alert.dedup_key.clone());
-    // Inert and bounded at the sink too: Alertmanager's templates pass it on to Slack and more.
+    // Inert, bounded and chat-safe at the sink too: Alertmanager's templates pass it on to
+    // Slack (as mrkdwn, unescaped), mail and more.
     let annotations = BTreeMap::from([(
         "summary".to_owned(),
-        mcpulse_wire::text::message(&alert.summary).into_owned(),
+        chat_text(&alert.summary, mcpulse_wire::text::MESSAGE_CHARS),
     )]);
     let starts_at = rfc3339(alert.started_ms);
     let ended = rfc3339(alert.at_ms.max(alert.started_ms));

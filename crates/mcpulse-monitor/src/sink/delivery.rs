@@ -39,6 +39,26 @@ pub async fn deliver(
         .map_err(|e| e.hidden(&secrets_of(sink)))
 }
 
+/// [`deliver`] to a configured sink: its errors hide what its `${VAR}`s read too
+/// ([`AlertConfig::secrets`]).
+pub async fn deliver_to(
+    sink: &AlertConfig,
+    alert: &Alert,
+    timeout: Duration,
+) -> Result<(), DeliveryError> {
+    attempt(&sink.kind, alert, timeout)
+        .await
+        .map_err(|e| hide(sink, e))
+}
+
+/// `e` with every secret of the sink hidden: its credentials by kind, and what its `${VAR}`s
+/// read ([`AlertConfig::secrets`]). For every error of a sink that is logged or stored.
+pub fn hide(sink: &AlertConfig, e: DeliveryError) -> DeliveryError {
+    let mut secrets = secrets_of(&sink.kind);
+    secrets.extend(&sink.secrets);
+    e.hidden(&secrets)
+}
+
 /// The values a sink's errors must not show: its credentials (a Slack URL is one, its path the
 /// token; a PagerDuty routing key; a webhook's secret and header values; the values of the
 /// variables a command is passed), of at least
@@ -220,7 +240,7 @@ impl Deliver for Sinks {
                 tracing::debug!(sink = %id, dedup_key = %alert.dedup_key, "not for this sink's filters");
                 return Ok(());
             }
-            deliver(&cfg.kind, alert, timeout).await
+            deliver_to(&cfg, alert, timeout).await
         }
     }
 

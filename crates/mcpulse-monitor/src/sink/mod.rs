@@ -62,7 +62,7 @@ pub mod webhook;
 pub use crate::clock::Timebase;
 pub use backoff::{BACKOFF_BASE_MS, BACKOFF_CAP_MS, RETRY_AFTER_CAP_MS, next_attempt, retry_after};
 pub(crate) use delivery::post;
-pub use delivery::{Deliver, Sinks, deliver};
+pub use delivery::{Deliver, Sinks, deliver, deliver_to, hide};
 pub use outbox::{Outbox, OutboxOptions, run_outbox, run_outbox_with};
 
 use crate::alert::{Action, Alert, Kind};
@@ -229,6 +229,77 @@ fn quoted(body: &str) -> String {
 
 pub(crate) use mcpulse_wire::units::{format_rfc3339 as rfc3339, human_duration};
 
+// ---- text for chat renderers -------------------------------------------------------------
+
+/// The mentions a chat renderer turns into a page of everyone in a channel: Slack's and
+/// Mattermost's `@channel`, `@here`, `@all`, Discord's `@everyone` (and `@here`).
+const MENTIONS: &[&str] = &["channel", "here", "all", "everyone"];
+
+/// What an `@` before a [`MENTIONS`] word becomes: the full-width commercial at (U+FF20), which
+/// reads the same and pings nobody. Not an invisible joiner after the `@`: the text rule
+/// ([`mcpulse_wire::text`]) shows those as escapes (`\u{2060}`), by design.
+pub const MENTION_AT: char = '\u{ff20}';
+
+/// `s` with every `@channel`, `@here`, `@all` and `@everyone` (any case, and any word that
+/// starts so: `@channels` too) given [`MENTION_AT`] in place of its `@`, so that text a server
+/// chose cannot ping a channel through a sink whose receiver renders mentions (Slack, or
+/// Mattermost and Discord through their Slack-compatible webhooks, or Alertmanager's chat
+/// templates). Other `@`s (`ops@example.com`) are left as they are.
+pub fn defuse_mentions(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for (i, c) in s.char_indices() {
+        let rest = s.get(i + c.len_utf8()..).unwrap_or_default();
+        let mention = c == '@'
+            && MENTIONS.iter().any(|m| {
+                rest.get(..m.len())
+                    .is_some_and(|w| w.eq_ignore_ascii_case(m))
+            });
+        out.push(if mention { MENTION_AT } else { c });
+    }
+    out
+}
+
+/// An alert's labels for a receiver people read: the `component` label (a dependency's name,
+/// the key a server chose in its health document) made [`chat_text`], the target's labels
+/// from the config as written. The same name always gives the same value.
+pub(crate) fn chat_labels(
+    labels: &std::collections::BTreeMap<String, String>,
+) -> std::borrow::Cow<'_, std::collections::BTreeMap<String, String>> {
+    match labels.get("component") {
+        None => std::borrow::Cow::Borrowed(labels),
+        Some(c) => {
+            let mut l = labels.clone();
+            l.insert(
+                "component".to_owned(),
+                chat_text(c, mcpulse_wire::text::FIELD_CHARS),
+            );
+            std::borrow::Cow::Owned(l)
+        }
+    }
+}
+
+/// Server text for a receiver that renders it as chat markup without escaping it first, as
+/// Alertmanager's usual Slack templates do with annotations and labels: inert and cut to `max`
+/// characters ([`mcpulse_wire::text::inert`]), then `<`, `>` and `&` replaced by their
+/// full-width look-alikes (`＜`, `＞`, `＆`, U+FF1C, U+FF1E, U+FF06) and mentions defused
+/// ([`defuse_mentions`]). So `<!channel>` or `<https://evil|login>` can neither ping a channel
+/// nor dress a link, in Slack's mrkdwn or anywhere else. Look-alikes rather than `&lt;`:
+/// Alertmanager passes the same text to mail (HTML-escaped again), PagerDuty, OpsGenie and
+/// more, where an entity would show as the literal `&lt;`.
+pub fn chat_text(s: &str, max: usize) -> String {
+    let inert = mcpulse_wire::text::inert(s, max);
+    let replaced: String = inert
+        .chars()
+        .map(|c| match c {
+            '<' => '\u{ff1c}',
+            '>' => '\u{ff1e}',
+            '&' => '\u{ff06}',
+            c => c,
+        })
+        .collect();
+    defuse_mentions(&replaced)
+}
+
 /// Serializes a payload. Our payload types cannot fail to encode, but an error is still an
 /// error, not a panic.
 pub(crate) fn to_json<T: Serialize>(v: &T) -> Result<String, DeliveryError> {
@@ -387,6 +458,7 @@ mod tests {
             kind,
             targets: targets.iter().map(|t| (*t).to_owned()).collect(),
             on: Vec::new(),
+            secrets: Default::default(),
         }
     }
 

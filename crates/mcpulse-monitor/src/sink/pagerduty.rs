@@ -22,7 +22,11 @@
 //! anything else becomes `error`. The summary and the source (the target's name) are made inert
 //! ([`mcpulse_wire::text`]: control, bidi and invisible characters become visible escapes), the
 //! summary cut at PagerDuty's 1024 characters and the source at 200: both are shown to the
-//! person paged, in the app, in push notifications and in SMS.
+//! person paged, in the app, in push notifications and in SMS. The summary, which can quote
+//! what a server said, is also made chat-safe ([`super::chat_text`]: `<`, `>`, `&` as their
+//! full-width look-alikes, `@channel`-style mentions with a full-width `＠`), as PagerDuty's
+//! chat integrations post it on; so is the `component` label in `custom_details` (a
+//! dependency's name, as the server chose it).
 
 use super::{DeliveryError, HttpPost, rfc3339, to_json};
 use crate::alert::{Action, Alert, Kind};
@@ -58,7 +62,7 @@ struct Details<'a> {
     kind: Kind,
     action: Action,
     started_at: String,
-    labels: &'a BTreeMap<String, String>,
+    labels: std::borrow::Cow<'a, BTreeMap<String, String>>,
 }
 
 fn severity(s: &str) -> &'static str {
@@ -79,7 +83,7 @@ pub fn body(routing_key: &str, alert: &Alert) -> Result<Option<String>, Delivery
         Action::Notify => return Ok(None),
     };
     let payload = with_payload.then(|| Payload {
-        summary: text::inert(&alert.summary, 1024).into_owned(),
+        summary: super::chat_text(&alert.summary, 1024),
         source: text::field(&alert.target),
         severity: severity(&alert.severity),
         timestamp: rfc3339(alert.at_ms),
@@ -89,7 +93,7 @@ pub fn body(routing_key: &str, alert: &Alert) -> Result<Option<String>, Delivery
             kind: alert.kind,
             action: alert.action,
             started_at: rfc3339(alert.started_ms),
-            labels: &alert.labels,
+            labels: super::chat_labels(&alert.labels),
         },
     });
     to_json(&Event {

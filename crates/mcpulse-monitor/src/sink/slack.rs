@@ -17,7 +17,9 @@
 //! made inert first ([`mcpulse_wire::text`]: control, bidi and invisible characters become
 //! visible escapes such as `\n` or `\x1b`, and it is cut at 1000 characters), then Slack's
 //! mrkdwn control characters (`&`, `<`, `>`) are escaped, so a summary can neither break the
-//! line nor ping `<!channel>` or make a link.
+//! line nor ping `<!channel>` or make a link; and `@channel`, `@here`, `@all`, `@everyone`
+//! get a full-width `＠` ([`super::defuse_mentions`]), which Slack-compatible receivers that
+//! read bare mentions (Mattermost, Discord) do not take for one.
 //! Slack answers `200 ok`; a revoked or mistyped webhook is a 403/404/410, which is permanent.
 
 use super::{DeliveryError, HttpPost, human_duration, rfc3339, to_json};
@@ -44,7 +46,7 @@ pub fn line(alert: &Alert) -> String {
         Action::Remind => format!("STILL {kind}"),
         Action::Resolve => "RESOLVED".to_owned(),
     };
-    let summary = escape(&text::inert(&alert.summary, 1000));
+    let summary = super::defuse_mentions(&escape(&text::inert(&alert.summary, 1000)));
     let open_for = u128::try_from(alert.at_ms.saturating_sub(alert.started_ms)).unwrap_or(0);
     let when = match alert.action {
         Action::Trigger => format!(" · since {}", clock(alert.started_ms)),

@@ -1,11 +1,16 @@
 //! `mcpulse monitor` and `mcpulse check-config`.
 
-use crate::cli::{CheckConfigArgs, MonitorArgs};
+use crate::cli::{AcceptArgs, CheckConfigArgs, MonitorAction, MonitorArgs};
 use crate::printer::count;
 use anyhow::{Context, Result};
 use mcpulse_monitor::daemon::{self, Options};
 
 pub fn run(args: MonitorArgs) -> Result<u8> {
+    let config = match (args.action, &args.config) {
+        (Some(MonitorAction::Accept(a)), _) => return accept(a),
+        (None, Some(c)) => c.clone(),
+        (None, None) => anyhow::bail!("mcpulse monitor needs --config FILE"),
+    };
     init_logging(&args.log_level)?;
     let opts = Options {
         imports: args.import.clone(),
@@ -16,11 +21,7 @@ pub fn run(args: MonitorArgs) -> Result<u8> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(daemon::run(
-        args.config.clone(),
-        opts,
-        std::future::pending(),
-    ))?;
+    runtime.block_on(daemon::run(config, opts, std::future::pending()))?;
     Ok(0)
 }
 
@@ -31,7 +32,8 @@ pub fn check(args: CheckConfigArgs) -> Result<u8> {
     };
     match daemon::load(&args.config, &opts) {
         Ok(cfg) => {
-            // Imported servers left out: the config is valid, but they will not be monitored.
+            // Valid, but not working as meant: imported servers left out (not monitored), flap
+            // windows too short to see flapping.
             for w in &cfg.warnings {
                 anstream::eprintln!("warning: {w}");
             }
@@ -62,6 +64,68 @@ pub fn check(args: CheckConfigArgs) -> Result<u8> {
         Err(e) => {
             // The error can quote the file (an imported target's name): inert, line by line.
             anstream::eprintln!("{}", mcpulse_wire::text::lines(&e.to_string()));
+            Ok(1)
+        }
+    }
+}
+
+/// `mcpulse monitor accept TARGET`: asks the running monitor (its API, from the config) to make
+/// the target's current contract its baseline, and waits for the check that does.
+fn accept(args: AcceptArgs) -> Result<u8> {
+    use mcpulse_monitor::accept::{AcceptError, Api, Outcome};
+    let env = |k: &str| std::env::var(k).ok();
+    let cfg = match mcpulse_monitor::config::load(&args.config, &env) {
+        Ok(c) => c,
+        Err(e) => {
+            anstream::eprintln!("{}", mcpulse_wire::text::lines(&e.to_string()));
+            return Ok(crate::EXIT_COULD_NOT_RUN);
+        }
+    };
+    let Some(target) = cfg.targets.iter().find(|t| t.name == args.target) else {
+        anstream::eprintln!(
+            "{}: no target named {:?} in {}: the names are the [[targets]] name values",
+            mcpulse_wire::text::field(&args.target),
+            mcpulse_wire::text::field(&args.target),
+            args.config.display()
+        );
+        return Ok(crate::EXIT_COULD_NOT_RUN);
+    };
+    let wait = match &args.wait {
+        Some(w) => mcpulse_monitor::config::duration(w)
+            .with_context(|| format!("--wait {w:?}: write e.g. 30s or 2m"))?,
+        None => (target.interval * 2 + target.timeout).max(std::time::Duration::from_secs(5)),
+    };
+    let api = Api::of(&cfg, args.url.as_deref());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let name = mcpulse_wire::text::field(&args.target).into_owned();
+    match runtime.block_on(api.accept(&args.target, wait)) {
+        Ok(Outcome::Accepted { drift_before }) => {
+            match drift_before {
+                Some(d) => println!(
+                    "{name}: its current contract is the baseline now; the {} drift is accepted and its incident resolved",
+                    mcpulse_wire::text::field(&d)
+                ),
+                None => println!("{name}: its current contract is the baseline now"),
+            }
+            Ok(0)
+        }
+        Ok(Outcome::Pending { waited }) => {
+            println!(
+                "{name}: asked; no check reached the server within {}: the next one that does takes its contract as the baseline (the target's view shows accept_pending until then)",
+                mcpulse_wire::units::human_duration(waited.as_millis())
+            );
+            Ok(2)
+        }
+        Err(
+            e @ (AcceptError::Refused { .. }
+            | AcceptError::Unreachable { .. }
+            | AcceptError::Timeout { .. }
+            | AcceptError::Invalid(_)),
+        ) => {
+            anstream::eprintln!("{name}: {}", mcpulse_wire::text::lines(&e.to_string()));
             Ok(1)
         }
     }
