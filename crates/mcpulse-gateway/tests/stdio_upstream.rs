@@ -829,6 +829,33 @@ async fn a_readiness_request_past_its_deadline_is_cancelled_on_the_child() {
     stop_leaving_nothing(running, &all).await;
 }
 
+/// A readiness `initialize` that outlives its round (a server slow to start) is not
+/// cancelled: the spec forbids cancelling `initialize`, and a server that honoured it would
+/// never answer the handshake. Readiness then passes on the answer that comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_initialize_is_never_cancelled() {
+    let dir = TempDir::new("gw-slow-init");
+    let script = StdioScript::legacy()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .at_start(Act::Sleep(800))
+        .on(
+            "notifications/cancelled",
+            vec![Act::RecordLine(dir.join("cancels"))],
+        )
+        .write(&dir, "server.sh");
+    let (running, _) = gateway(
+        &script,
+        "readiness_interval = \"1s\"\nreadiness_timeout = \"300ms\"",
+        "",
+    )
+    .await;
+    health_becomes(running.addr, "/readyz", 200, BOUND).await;
+    let cancels = std::fs::read_to_string(dir.join("cancels")).unwrap_or_default();
+    assert!(cancels.is_empty(), "initialize was cancelled: {cancels}");
+    let (_, all) = clients(&running, &dir.join("pids"), 0).await;
+    stop_leaving_nothing(running, &all).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_stops_every_child_and_grandchild() {
     let dir = TempDir::new("gw-shutdown");

@@ -26,9 +26,11 @@
 //! Every permit must come back, through `record` or `cancel`: a trial permit dropped on the floor
 //! keeps its half-open slot until the next transition. The gateway guarantees an outcome for
 //! every call it lets through (its timeout turns a hang into [`FailureKind::Timeout`]). A caller
-//! with no timeout (the kit's tools may have none) is bounded too: once every trial slot has
-//! been taken for `slow_call_duration` with a trial still unjudged, the breaker opens again
-//! ([`Reason::TrialsHung`]).
+//! with no timeout (the kit's tools may have none) is bounded too, when slow calls are judged
+//! (`slow_call_rate`, on by default): once every trial slot has been taken for
+//! `slow_call_duration` with a trial still unjudged, the breaker opens again
+//! ([`Reason::TrialsHung`]), as such a trial will count as slow. With slow calls off, a trial is
+//! never judged by its time: give the calls a timeout.
 //!
 //! With a count window, `minimum_calls` is cut to the window's size ([`BreakerPolicy::minimum`]):
 //! a window of 5 calls with the default minimum of 10 would otherwise never judge a rate.
@@ -341,8 +343,8 @@ impl Breaker {
     /// call comes.
     ///
     /// Also opens a half-open breaker again whose trial slots have all been taken for
-    /// `slow_call_duration` with a trial still unjudged ([`Reason::TrialsHung`]): such a trial
-    /// would count as slow, or it hangs.
+    /// `slow_call_duration` with a trial still unjudged ([`Reason::TrialsHung`]), when slow
+    /// calls are judged: such a trial will count as slow, or it hangs.
     pub fn poll(&mut self, now_ms: u64) -> Option<Transition> {
         match self.state {
             State::Open { until_ms } if now_ms >= until_ms => Some(self.go(
@@ -357,7 +359,9 @@ impl Breaker {
             State::HalfOpen {
                 full_since_ms: Some(since),
                 ..
-            } if now_ms.saturating_sub(since) >= millis(self.policy.slow_call_duration) => {
+            } if self.policy.slow_call_rate.is_some()
+                && now_ms.saturating_sub(since) >= millis(self.policy.slow_call_duration) =>
+            {
                 let after_ms = now_ms.saturating_sub(since);
                 Some(self.open(now_ms, Reason::TrialsHung { after_ms }))
             }
@@ -624,6 +628,17 @@ mod tests {
         let _second = permit(&mut b, half);
         b.cancel(first);
         assert_eq!(b.poll(half + 5_000), None);
+        assert_eq!(b.state(), BreakerState::HalfOpen);
+        // With slow calls off, a long trial is not judged by its time.
+        let mut b = Breaker::new(BreakerPolicy {
+            slow_call_rate: None,
+            ..policy()
+        });
+        let opened = open_it(&mut b, 0).at_ms;
+        let half = opened + wait;
+        let _a = permit(&mut b, half);
+        let _b = permit(&mut b, half);
+        assert_eq!(b.poll(half + 3_600_000), None);
         assert_eq!(b.state(), BreakerState::HalfOpen);
     }
 

@@ -77,6 +77,8 @@ const SESSION_CHANGED: i64 = mcpulse_relay::supervise::codes::SESSION_CHANGED;
 /// The answer to a request the client cancelled, on the POST still open for it (LSP's
 /// `RequestCancelled`; MCP leaves it to the implementation).
 const CANCELLED: i64 = -32800;
+/// Its message.
+const CANCELLED_BY_CLIENT: &str = "mcpulse gateway: the request was cancelled by the client";
 
 /// What bounds the stdio side.
 #[derive(Debug, Clone)]
@@ -187,7 +189,8 @@ struct Waiter {
     client_token: Option<Value>,
     /// Whether the client takes an SSE stream (else server messages have no way to it).
     sse: bool,
-    /// Order of arrival: server messages without a token go to the latest waiter.
+    /// Order of arrival: a server message naming no request goes to the latest waiter that
+    /// takes a stream (on a session's child).
     seq: u64,
     reply: oneshot::Sender<Value>,
     events: Events,
@@ -202,7 +205,8 @@ struct Routes {
     /// The session's GET stream (SSE frames).
     listen: Option<Events>,
     dropped: u64,
-    /// Timed-out calls' cancellations the child's full input could not take.
+    /// Cancellations of requests given up on (timed out, a stateless client gone, the
+    /// gateway's own past their deadline) the child's full input could not take.
     cancels_dropped: u64,
     /// Calls waiting out a retry's backoff (no request in flight, so not in `waiting`): the
     /// client's id and what tells the retry loop that the client cancelled it. One entry per
@@ -224,10 +228,12 @@ const MISSED_CANCELS: usize = 16;
 impl Routes {
     /// A client's cancellation of `id` found no request waiting: the backoff of a call
     /// between attempts is told; with none, `id` is remembered for one about to begin.
+    ///
+    /// Remembered in both cases: a backoff whose sleep ended as the notification came (its
+    /// wake-up then seen by nobody) has its next attempt stopped by [`Routes::take_missed`].
     fn cancel_between(&mut self, id: Value) {
         if let Some(i) = self.backing_off.iter().position(|(b, _)| *b == id) {
             self.backing_off.swap_remove(i).1.notify_one();
-            return;
         }
         if self.missed.len() >= MISSED_CANCELS {
             self.missed.pop_front();
@@ -246,6 +252,18 @@ impl Routes {
         }
         self.backing_off.push((id.clone(), cancelled.clone()));
         cancelled
+    }
+
+    /// A retry's next attempt of `id` is about to be sent: whether the client cancelled it
+    /// since the last attempt ended (then it is not sent; the cancellation is used up).
+    fn take_missed(&mut self, id: &Value) -> bool {
+        match self.missed.iter().position(|m| m == id) {
+            Some(i) => {
+                self.missed.remove(i);
+                true
+            }
+            None => false,
+        }
     }
 
     /// A request with the client's `id` is sent: an earlier cancellation of that id was of
@@ -459,8 +477,7 @@ impl Worker {
         }
         let progress = msg.get("method").and_then(Value::as_str) == Some("notifications/progress");
         let is_request = msg.contains_key("id");
-        let mut frame = sse_frame(line);
-        let mut routes = lock(&self.routes);
+        let routes = lock(&self.routes);
         // The request a message names, by the progress token or the subscription id the
         // gateway gave the child (its key for the request), with what to restore.
         let named = named_request(&msg);
@@ -475,11 +492,14 @@ impl Worker {
             n.notify_one();
         }
         let pooled = self.pooled.load(Ordering::Relaxed);
+        // What to put back where the child's message names its request (the client's own
+        // token or id), done after the lock is let go: re-writing a large message must not
+        // hold every other request of this child.
+        let mut restore = None;
         let target = match (&named, owner) {
-            (_, Some((w, restore))) => {
-                if let (Some((_, field)), Some(value)) = (&named, restore) {
-                    field.restore(&mut msg, value);
-                    frame = sse_frame(&serde_json::to_vec(&msg).unwrap_or_default());
+            (_, Some((w, value))) => {
+                if let (Some((_, field)), Some(value)) = (&named, value) {
+                    restore = Some((*field, value));
                 }
                 w.sse.then(|| w.events.clone())
             }
@@ -503,17 +523,29 @@ impl Worker {
                 .map(|w| w.events.clone())
                 .or_else(|| routes.listen.clone()),
         };
-        let size = frame.len();
+        drop(routes);
         let sent = match target {
-            Some(t) => t.try_send(frame, size),
+            Some(t) => {
+                let frame = match restore {
+                    Some((field, value)) => {
+                        field.restore(&mut msg, value);
+                        sse_frame(&serde_json::to_vec(&msg).unwrap_or_default())
+                    }
+                    None => sse_frame(line),
+                };
+                let size = frame.len();
+                t.try_send(frame, size)
+            }
             None => Err(mcpulse_transport::queue::Full::Closed),
         };
         let Err(why) = sent else {
             return;
         };
-        routes.dropped += 1;
-        let dropped = routes.dropped;
-        drop(routes);
+        let dropped = {
+            let mut routes = lock(&self.routes);
+            routes.dropped += 1;
+            routes.dropped
+        };
         if is_request {
             // Nobody can carry it to the client: answer for the client, so the server does
             // not wait for ever.
@@ -596,11 +628,7 @@ impl Worker {
             return false;
         };
         if let Some(w) = routes.waiting.remove(&key) {
-            let _ = w.reply.send(error(
-                &w.id,
-                CANCELLED,
-                "mcpulse gateway: the request was cancelled by the client",
-            ));
+            let _ = w.reply.send(error(&w.id, CANCELLED, CANCELLED_BY_CLIENT));
         }
         params.insert("requestId".into(), Value::String(key));
         true
@@ -707,13 +735,6 @@ struct WaitGuard {
     worker: Arc<Worker>,
     key: String,
     abandon: Option<&'static str>,
-}
-
-impl WaitGuard {
-    /// Nothing to tell the child (the request never reached it).
-    fn disarm(&mut self) {
-        self.abandon = None;
-    }
 }
 
 impl Drop for WaitGuard {
@@ -1047,6 +1068,7 @@ impl StdioUpstream {
             keepalive: self.limits.keepalive,
             timer,
             abandon: modern.then_some(CLOSED_STREAM),
+            retry: false,
         }
         .run(health_tool.map(str::to_owned))
         .await;
@@ -1542,6 +1564,7 @@ async fn ask(worker: Arc<Worker>, message: Value, deadline: Instant) -> Result<V
         keepalive: None,
         timer: None,
         abandon: Some(OWN_DEADLINE),
+        retry: false,
     };
     match tokio::time::timeout_at(deadline, call.run(None)).await {
         Ok(Reply::Json(v, _)) => Ok(v),
@@ -1742,8 +1765,12 @@ struct Call {
     /// A `tools/call`'s timeout ([`crate::policy::Timer`]).
     timer: Option<crate::policy::Timer>,
     /// Why the child is told to cancel the request if it is given up on unanswered (the
-    /// future dropped): `None` to let it run ([`WaitGuard`]).
+    /// future dropped): `None` to let it run ([`WaitGuard`]). Never for `initialize` (the
+    /// spec forbids cancelling it).
     abandon: Option<&'static str>,
+    /// A retry's attempt: a cancellation of its id that came since the last attempt ended
+    /// ([`Routes::missed`]) stops it before it is sent.
+    retry: bool,
 }
 
 /// How a request is answered: one JSON reply (`true`: the gateway's timeout result), or an
@@ -1801,7 +1828,7 @@ impl Again {
                 () = tokio::time::sleep(delay) => {}
                 () = backoff.cancelled.notified() => {
                     return Some(Reply::Json(
-                        error(&self.id, CANCELLED, "mcpulse gateway: the request was cancelled by the client"),
+                        error(&self.id, CANCELLED, CANCELLED_BY_CLIENT),
                         false,
                     ));
                 }
@@ -1817,6 +1844,7 @@ impl Again {
                 keepalive: self.up.limits.keepalive,
                 timer: Some(policies.timer(self.attempts, &self.tool)),
                 abandon: self.modern.then_some(CLOSED_STREAM),
+                retry: true,
             }
             .run(self.health_tool.clone())
             .await,
@@ -1885,7 +1913,10 @@ impl Call {
             keepalive,
             mut timer,
             abandon,
+            retry,
         } = self;
+        let abandon =
+            abandon.filter(|_| message.get("method").and_then(Value::as_str) != Some("initialize"));
         let (reply_tx, mut reply_rx) = oneshot::channel();
         let (events_tx, mut events_rx) = mcpulse_transport::queue::channel(EVENTS, worker.budget);
         let client_token = message
@@ -1898,6 +1929,10 @@ impl Call {
         let list_tools = message.get("method").and_then(Value::as_str) == Some("tools/list");
         let key = {
             let mut routes = lock(&worker.routes);
+            if retry && routes.take_missed(&id) {
+                // Cancelled between the attempts: not sent again.
+                return Reply::Json(error(&id, CANCELLED, CANCELLED_BY_CLIENT), false);
+            }
             routes.next += 1;
             let seq = routes.next;
             let key = format!("gw-{seq}");
@@ -1917,10 +1952,11 @@ impl Call {
             );
             key
         };
+        // Not armed before the line is sent: a request the child never got is not cancelled.
         let mut guard = WaitGuard {
             worker: worker.clone(),
             key: key.clone(),
-            abandon,
+            abandon: None,
         };
         // The child sees the gateway's key as the request's id and as its progress token.
         if client_token.is_some()
@@ -1953,7 +1989,6 @@ impl Call {
             }
         };
         if !sent {
-            guard.disarm();
             drop(guard);
             return Reply::Json(
                 error(
@@ -1964,6 +1999,7 @@ impl Call {
                 false,
             );
         }
+        guard.abandon = abandon;
         let health = health_tool.filter(|_| list_tools);
         // The events' sender goes with the waiter, as the reply is delivered: from then on
         // only the reply branch is live.
@@ -2062,9 +2098,10 @@ impl Stream {
                         biased;
                         // The client left (a quiet call would otherwise only notice at its
                         // reply): its slots and breaker trial are given back unjudged (dropping
-                        // the permit in `finish`), as over an HTTP upstream. Not a cancellation
-                        // (the spec's rule for a disconnect): the child is not told, its late
-                        // reply dropped.
+                        // the permit in `finish`), as over an HTTP upstream. For a legacy client
+                        // not a cancellation (the spec's rule for a disconnect): the child is not
+                        // told, its late reply dropped; a 2026-07-28 client's closed stream is its
+                        // cancellation: the guard, dropped, tells the child.
                         () = tx.closed() => return,
                         event = events.recv_charged(), if events_open => match event {
                             Some(frame) => {
@@ -2236,10 +2273,13 @@ mod tests {
         // Another call's backoff is not touched by it.
         let other = routes.back_off(&json!(8));
         assert!(!woken(&other));
-        // During a backoff: that backoff is woken, nothing is remembered.
+        // During a backoff: that backoff is woken, and the cancellation remembered, for a
+        // backoff whose sleep ended as it came (its wake-up seen by nobody): the next attempt
+        // is stopped before it is sent, once.
         routes.cancel_between(json!(8));
         assert!(woken(&other));
-        assert!(routes.missed.is_empty());
+        assert!(routes.take_missed(&json!(8)));
+        assert!(!routes.take_missed(&json!(8)));
     }
 
     /// A cancellation of a request already answered does not cancel a later request that
