@@ -973,9 +973,27 @@ async fn a_child_that_dies_during_initialize_or_cannot_start_gets_the_client_an_
     let r = post(running.addr, None, initialize(1)).await;
     assert_eq!(r.json()["id"], 1);
     assert!(r.json()["error"]["code"].is_i64(), "{}", r.body);
+    assert!(
+        r.body.contains("could not be started") && r.body.contains("check the command and PATH"),
+        "{}",
+        r.body
+    );
     // Still serving.
     let again = post(running.addr, None, initialize(2)).await;
     assert_eq!(again.json()["id"], 2);
+    // /readyz says why, not only that a budget was spent.
+    let until = tokio::time::Instant::now() + BOUND;
+    loop {
+        let (status, body) = health(running.addr, "/readyz").await;
+        if status == 503 && body.contains("given up on (the server could not be started") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < until,
+            "/readyz: {status} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     tokio::time::timeout(BOUND, running.shutdown())
         .await
         .unwrap();
@@ -1720,7 +1738,9 @@ async fn readiness_recovers_after_its_childs_restart_budget_is_spent() {
     let mut said_so = false;
     loop {
         let (status, body) = health(addr, "/readyz").await;
-        said_so |= status == 503 && body.contains("restart budget is spent; a new one starts in");
+        said_so |= status == 503
+            && body.contains("the readiness child was given up on (")
+            && body.contains("; a new one starts in");
         if status == 200 {
             break;
         }

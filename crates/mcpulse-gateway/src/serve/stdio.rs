@@ -151,7 +151,7 @@ struct WorkerObserver {
     key: u64,
     shared: Arc<Shared>,
     tally: Arc<Tally>,
-    fatal: Arc<AtomicBool>,
+    fatal: Arc<Fate>,
     /// Where the child's pid goes (0 while none runs): the readiness session's only.
     pid: Option<Arc<AtomicU32>>,
 }
@@ -162,7 +162,7 @@ impl Observer for WorkerObserver {
             pid.store(status.pid.unwrap_or(0), Ordering::Relaxed);
         }
         if status.state == ChildState::Fatal {
-            self.fatal.store(true, Ordering::Relaxed);
+            self.fatal.give_up(status.fatal_reason.clone());
         }
         self.tally.set(self.key, Some(status.state), &self.shared);
     }
@@ -297,13 +297,38 @@ impl Drop for Backoff<'_> {
     }
 }
 
+/// Whether a child's supervisor gave up on it, and why (the supervisor's words, without the
+/// server's stderr: they reach `/readyz`).
+#[derive(Debug, Default)]
+pub(crate) struct Fate {
+    gave_up: AtomicBool,
+    why: Mutex<Option<String>>,
+}
+
+impl Fate {
+    fn give_up(&self, why: Option<String>) {
+        if let Some(w) = why {
+            *lock(&self.why) = Some(w);
+        }
+        self.gave_up.store(true, Ordering::Relaxed);
+    }
+
+    fn is_fatal(&self) -> bool {
+        self.gave_up.load(Ordering::Relaxed)
+    }
+
+    fn why(&self) -> Option<String> {
+        lock(&self.why).clone()
+    }
+}
+
 /// One supervised child and the HTTP side of its relay.
 pub(crate) struct Worker {
     key: u64,
     input: Mutex<Option<mpsc::Sender<Vec<u8>>>>,
     routes: Mutex<Routes>,
     last_used: Mutex<Instant>,
-    fatal: Arc<AtomicBool>,
+    fatal: Arc<Fate>,
     /// Each stream's [`budget`] of server messages held.
     budget: usize,
     /// The restarted server negotiated another protocol version or other capabilities than
@@ -323,7 +348,7 @@ impl Worker {
         key: u64,
         settings: Settings,
         observer: Arc<dyn Observer>,
-        fatal: Arc<AtomicBool>,
+        fatal: Arc<Fate>,
         mut stop: watch::Receiver<bool>,
     ) -> Arc<Worker> {
         let (ours, theirs) = tokio::io::duplex(PIPE);
@@ -394,7 +419,7 @@ impl Worker {
     /// Whether this child's session cannot go on: its supervisor gave up on the server (the
     /// restart budget spent), or the restarted server negotiated differently.
     fn spent(&self) -> bool {
-        self.fatal.load(Ordering::Relaxed) || self.changed.load(Ordering::Relaxed)
+        self.fatal.is_fatal() || self.changed.load(Ordering::Relaxed)
     }
 
     /// Idle: nothing waiting, no GET stream, and no request for `idle`.
@@ -821,7 +846,7 @@ impl StdioUpstream {
 
     fn spawn_observed(&self, pid: Option<Arc<AtomicU32>>) -> Arc<Worker> {
         let key = self.next.fetch_add(1, Ordering::Relaxed);
-        let fatal = Arc::new(AtomicBool::new(false));
+        let fatal = Arc::new(Fate::default());
         let observer = Arc::new(Logs::new(WorkerObserver {
             key,
             shared: self.shared.clone(),
@@ -889,10 +914,10 @@ impl StdioUpstream {
         let mut pool = lock(&self.pool);
         let gone: Vec<Arc<Worker>> = pool
             .iter()
-            .filter(|w| w.fatal.load(Ordering::Relaxed) || w.sender().is_none())
+            .filter(|w| w.fatal.is_fatal() || w.sender().is_none())
             .cloned()
             .collect();
-        pool.retain(|w| !w.fatal.load(Ordering::Relaxed) && w.sender().is_some());
+        pool.retain(|w| !w.fatal.is_fatal() && w.sender().is_some());
         for w in gone {
             self.forget(&w);
             let bound = self.stop_bound();
@@ -1288,8 +1313,7 @@ impl StdioUpstream {
                     _ = stop.wait_for(|s| *s) => return,
                     _ = ticks.tick() => {}
                 }
-                let gone = session.worker.fatal.load(Ordering::Relaxed)
-                    || session.worker.sender().is_none();
+                let gone = session.worker.fatal.is_fatal() || session.worker.sender().is_none();
                 if gone {
                     let Some(upstream) = up.upgrade() else { return };
                     use std::hash::BuildHasher;
@@ -1307,7 +1331,11 @@ impl StdioUpstream {
                             tools: None,
                             latency: Duration::ZERO,
                             error: Some(format!(
-                                "the readiness child's restart budget is spent; a new one starts in {} ms",
+                                "the readiness child was given up on ({}); a new one starts in {} ms",
+                                session.worker.fatal.why().map_or_else(
+                                    || "its restart budget is spent".to_owned(),
+                                    |w| mcpulse_wire::text::message(&w).into_owned()
+                                ),
                                 wait.as_millis()
                             )),
                         },
