@@ -2269,7 +2269,7 @@ async fn a_secret_across_the_cut_of_the_stderr_tail_is_hidden_whole() {
 /// A client's JSON-RPC batch (2025-03-26; removed in 2025-06-18) is not forwarded: its requests
 /// were not tracked and the server's array answer was dropped as junk, so they were never
 /// answered. Each request in it is answered at once with -32600, in one array; the server sees
-/// nothing of it, and the session goes on.
+/// none of them (its notification goes on alone), and the session goes on.
 #[tokio::test]
 async fn a_client_batch_is_answered_with_an_error_per_request_and_not_forwarded() {
     let dir = TempDir::new("batch");
@@ -2331,7 +2331,122 @@ async fn a_client_batch_is_answered_with_an_error_per_request_and_not_forwarded(
         .lines()
         .filter(|l| !l.contains("notifications/initialized"))
         .collect();
-    assert_eq!(got.len(), 1, "{got:?}");
-    assert!(got[0].contains("\"id\":8"), "{got:?}");
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert!(got[0].contains("notifications/x"), "{got:?}");
+    assert!(got[1].contains("\"id\":8"), "{got:?}");
+    assert_all_gone(&[&pids]);
+}
+
+/// A 2025-03-26 client may batch what is not a request: its replies to the server's requests,
+/// its `notifications/initialized`, a `notifications/cancelled`. Each goes on as if it came on
+/// a line of its own (they were dropped: the server waited out its own timeout for the reply,
+/// the handshake never completed, the cancelled request stayed in flight); the batch's
+/// requests and its items that are no message (`1`, `{"foo":"boo"}`) are answered -32600, the
+/// latter with a null id, as JSON-RPC answers a batch; a batch with nothing to answer gets no
+/// answer.
+#[tokio::test]
+async fn a_client_batchs_replies_and_notifications_go_on_as_if_sent_alone() {
+    let dir = TempDir::new("batch-passed");
+    let pids = dir.join("pids");
+    let lines = dir.join("lines");
+    let script = server(
+        &pids,
+        vec![(
+            "ask",
+            vec![Act::Stdout(
+                r#"{"jsonrpc":"2.0","id":"s1","method":"sampling/createMessage","params":{}}"#
+                    .into(),
+            )],
+        )],
+    )
+    .otherwise(vec![Act::RecordLine(lines.clone())])
+    .write(&dir, "s.sh");
+    let mut c = Client::start(settings(&script));
+    // The initialize alone: its notifications/initialized comes in a batch.
+    let init = c
+        .request(
+            1,
+            "initialize",
+            json!({"protocolVersion": "2025-03-26", "capabilities": {"sampling": {}}, "clientInfo": {"name": "t", "version": "1"}}),
+        )
+        .await;
+    assert!(init["result"].is_object(), "{init}");
+    c.send(json!({"jsonrpc": "2.0", "method": "ask"})).await;
+    let asked = c.recv().await;
+    assert_eq!(asked["id"], "s1", "{asked}");
+    // A request the server never answers (no rule), cancelled in a batch below.
+    c.send(json!({"jsonrpc": "2.0", "id": 5, "method": "slow", "params": {}}))
+        .await;
+    c.send(json!([
+        {"jsonrpc": "2.0", "id": "s1", "result": {"role": "assistant", "content": {"type": "text", "text": "ok"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+    ]))
+    .await;
+    // Nothing to answer: no answer.
+    c.quiet(Duration::from_millis(300)).await;
+    // The handshake is complete: the heartbeats begin.
+    let until = std::time::Instant::now() + Duration::from_secs(3);
+    while c
+        .seen
+        .count(|s| *s == Seen::Heartbeat(HeartbeatOutcome::Ok))
+        == 0
+    {
+        assert!(
+            std::time::Instant::now() < until,
+            "no heartbeat: the handshake never completed: {:?}",
+            c.seen.all()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    c.send(json!([
+        {"jsonrpc": "2.0", "id": 7, "method": "tools/list"},
+        1,
+        {"foo": "boo"},
+        {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 5, "reason": "no longer needed"}},
+    ]))
+    .await;
+    let answer = c.recv().await;
+    let answers = answer.as_array().unwrap_or_else(|| panic!("{answer}"));
+    assert_eq!(answers.len(), 3, "{answer}");
+    assert_eq!(answers[0]["id"], 7, "{answer}");
+    assert!(
+        answers[0]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("batches are not supported"),
+        "{answer}"
+    );
+    for a in answers {
+        assert_eq!(error_code(a), codes::INVALID_REQUEST, "{answer}");
+    }
+    for a in &answers[1..] {
+        assert!(a["id"].is_null(), "{answer}");
+        assert!(
+            a["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("not a JSON-RPC request, notification or reply"),
+            "{answer}"
+        );
+    }
+    let ok = c.request(8, "tools/list", json!({})).await;
+    assert!(ok["result"].is_object(), "{ok}");
+    // The cancelled request is not waited for: nothing is left to answer at the close.
+    let (outcome, rest) = c.close().await;
+    assert_eq!(outcome.fatal, None);
+    assert!(rest.is_empty(), "{rest:?}");
+    // The server got each, alone, in order (what it answers by rule is not recorded).
+    let got: Vec<Value> = std::fs::read_to_string(&lines)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(got.len(), 4, "{got:?}");
+    assert_eq!(got[0]["method"], "slow", "{got:?}");
+    assert_eq!(got[1]["id"], "s1", "{got:?}");
+    assert_eq!(got[1]["result"]["content"]["text"], "ok", "{got:?}");
+    assert_eq!(got[2]["method"], "notifications/initialized", "{got:?}");
+    assert_eq!(got[3]["method"], "notifications/cancelled", "{got:?}");
+    assert_eq!(got[3]["params"]["requestId"], 5, "{got:?}");
     assert_all_gone(&[&pids]);
 }

@@ -18,8 +18,9 @@
 //!   child's generation: the client's reply is dropped if that child has since been replaced;
 //! - notifications pass both ways (the client's `notifications/cancelled` included);
 //! - a child stdout line that is not a JSON object is junk: reported, never forwarded;
-//! - a client batch (a JSON array) is not forwarded: each request in it is answered with
-//!   [`codes::INVALID_REQUEST`].
+//! - a client batch (a JSON array): its notifications and replies go on one by one, as if
+//!   each came on a line of its own; each request in it, and each item that is no message,
+//!   is answered with [`codes::INVALID_REQUEST`] and not forwarded.
 //!
 //! Bounds: a message is at most `max_message_size` bytes; the restart queue at most
 //! `queue_max_messages` / `queue_max_bytes`; the stderr ring `stderr_ring` bytes; bytes waiting
@@ -599,6 +600,9 @@ fn error_object(id: &str, code: i64, message: &str) -> String {
 /// What the client is told of each request in a batch.
 const NO_BATCHES: &str =
     "mcpulse supervise: batches are not supported; send each message on its own line";
+/// What the client is told of each item of a batch that is no message (`[1,2,3]`).
+const NOT_A_MESSAGE: &str =
+    "mcpulse supervise: an item of the batch is not a JSON-RPC request, notification or reply";
 
 impl Session {
     fn now_ms(&self) -> u64 {
@@ -1252,11 +1256,16 @@ impl Session {
 
     // ---- the client's messages -------------------------------------------------------------
 
-    fn client_line(&mut self, mut line: Vec<u8>) {
+    fn client_line(&mut self, line: Vec<u8>) {
         if line.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') && self.client_batch(&line)
         {
             return;
         }
+        self.client_message(line);
+    }
+
+    /// One message of the client's (a line, or a notification or reply out of a batch).
+    fn client_message(&mut self, mut line: Vec<u8>) {
         let Some(env) = Envelope::parse(&line) else {
             // Not JSON: the server answers it (a parse error), as it would without us.
             line.push(b'\n');
@@ -1411,11 +1420,15 @@ impl Session {
     }
 
     /// A JSON-RPC batch from the client (an array of messages; 2025-03-26 allowed them,
-    /// 2025-06-18 removed them): not forwarded, since its requests would not be tracked and the
-    /// server's array answer could not be routed. Each request in it is answered at once with
-    /// [`codes::INVALID_REQUEST`], together in one array as JSON-RPC answers a batch; its
-    /// notifications and replies are dropped (logged). An empty array gets one such error, id
-    /// null. Returns false when `line` is not a JSON array (then it goes on as any line).
+    /// 2025-06-18 removed them). Its notifications and replies go on one by one, as if each
+    /// came on a line of its own ([`Session::client_message`]): a reply to a request of the
+    /// server's reaches it, a `notifications/initialized` completes the handshake, a
+    /// `notifications/cancelled` stops the wait. Its requests are not forwarded, since they
+    /// would go untracked and the server's array answer could not be routed: each is answered
+    /// at once with [`codes::INVALID_REQUEST`] under its id, and so is each item that is no
+    /// message (`[1,2,3]`), under a null id, all together in one array as JSON-RPC answers a
+    /// batch (nothing when every item went on). An empty array gets one such error, id null.
+    /// Returns false when `line` is not a JSON array (then it goes on as any line).
     fn client_batch(&mut self, line: &[u8]) -> bool {
         let Ok(items) = serde_json::from_slice::<Vec<&serde_json::value::RawValue>>(line) else {
             return false;
@@ -1429,35 +1442,51 @@ impl Session {
             return true;
         }
         let mut answers: Vec<String> = Vec::new();
-        let mut dropped = 0usize;
+        let (mut requests, mut invalid, mut passed) = (0usize, 0usize, 0usize);
         for item in &items {
-            match Envelope::parse(item.get().as_bytes()) {
-                Some(env) if env.kind() == Kind::Request => answers.push(error_object(
-                    env.id_text().unwrap_or("null"),
-                    codes::INVALID_REQUEST,
-                    NO_BATCHES,
-                )),
-                _ => dropped += 1,
+            let bytes = item.get().as_bytes();
+            match Envelope::parse(bytes).map(|env| (env.kind(), env.id_text())) {
+                Some((Kind::Request, id)) => {
+                    requests += 1;
+                    answers.push(error_object(
+                        id.unwrap_or("null"),
+                        codes::INVALID_REQUEST,
+                        NO_BATCHES,
+                    ));
+                }
+                Some((Kind::Notification | Kind::Response, _)) => {
+                    passed += 1;
+                    self.client_message(bytes.to_vec());
+                }
+                Some((Kind::Other, _)) | None => {
+                    invalid += 1;
+                    answers.push(error_object("null", codes::INVALID_REQUEST, NOT_A_MESSAGE));
+                }
             }
+        }
+        if answers.is_empty() {
+            tracing::debug!(
+                passed,
+                "supervise: a client batch of notifications and replies, passed on one by one"
+            );
+            return true;
         }
         tracing::warn!(
-            requests = answers.len(),
-            dropped,
-            "supervise: a client batch, not forwarded (batches are not supported): its requests answered with an error, its other messages dropped"
+            requests,
+            invalid,
+            passed,
+            "supervise: a client batch (batches of requests are not supported): its requests and invalid items answered with an error, its notifications and replies passed on one by one"
         );
-        if !answers.is_empty() {
-            let mut out =
-                Vec::with_capacity(answers.iter().map(|a| a.len() + 1).sum::<usize>() + 2);
-            out.push(b'[');
-            for (i, a) in answers.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                out.extend_from_slice(a.as_bytes());
+        let mut out = Vec::with_capacity(answers.iter().map(|a| a.len() + 1).sum::<usize>() + 2);
+        out.push(b'[');
+        for (i, a) in answers.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
             }
-            out.extend_from_slice(b"]\n");
-            self.send_client(out);
+            out.extend_from_slice(a.as_bytes());
         }
+        out.extend_from_slice(b"]\n");
+        self.send_client(out);
         true
     }
 
