@@ -284,7 +284,7 @@ where
             .child
             .as_ref()
             .is_none_or(|c| c.stdin_backlog.load(Ordering::Relaxed) <= session.backlog_bound());
-        let to_client_ok = session.out_backlog.load(Ordering::Relaxed) <= session.backlog_bound();
+        let to_client_ok = session.client_ok();
         // The client is read only while both sides drain: a client message may be answered by
         // the supervisor itself (FATAL, a full queue, a too-long request), and a client that
         // writes without reading would otherwise grow those answers without bound.
@@ -327,21 +327,15 @@ where
                 // What the server sent before the deadline, already read, is heard first (as
                 // when the server's side went first in every turn): a heartbeat's or a
                 // request's reply waiting in the channel is not taken for a miss. Bounded by
-                // the channel's capacity, so the timers still run during a flood.
-                if to_client_ok {
-                    let mut closed = false;
-                    for _ in 0..EVENTS {
-                        let Ok(event) = child_rx.try_recv() else {
-                            break;
-                        };
-                        if session.child_event(event) {
-                            closed = true;
-                            break;
-                        }
-                    }
-                    if closed {
-                        break;
-                    }
+                // the channel's capacity, so the timers still run during a flood, and by the
+                // client's backlog, looked at before each event as the loop does.
+                if take_in_received(
+                    &mut session,
+                    &mut child_rx,
+                    Session::client_ok,
+                    Session::child_event,
+                ) {
+                    break;
                 }
                 if session.closing_until.is_some_and(|t| t <= Instant::now()) {
                     break;
@@ -414,6 +408,32 @@ enum Turn {
 
 /// The capacity of the channel of the child's events (lines and exit).
 const EVENTS: usize = 256;
+
+/// Takes in the child's events already received (at most [`EVENTS`]) before the timers judge
+/// a deadline, each only while `client_ok` (the client's backlog within its bound), looked at
+/// before each one as the loop does before each turn: an event passed on to the client grows
+/// that backlog, and a client that stops reading partway must stop the taking in, or the
+/// server's side would hold 256 more messages than the documented bound. Generic so that a
+/// unit test drives it without a session. Returns whether an event ends the loop.
+fn take_in_received<S, E>(
+    session: &mut S,
+    events: &mut mpsc::Receiver<E>,
+    client_ok: impl Fn(&S) -> bool,
+    mut handle: impl FnMut(&mut S, E) -> bool,
+) -> bool {
+    for _ in 0..EVENTS {
+        if !client_ok(session) {
+            return false;
+        }
+        let Ok(event) = events.try_recv() else {
+            return false;
+        };
+        if handle(session, event) {
+            return true;
+        }
+    }
+    false
+}
 
 /// The client's output stream and the lines waiting for it, shared by the session (which writes
 /// a line straight through when nothing waits before it: no task hand-off on the reply's path)
@@ -611,6 +631,12 @@ impl Session {
 
     fn backlog_bound(&self) -> usize {
         self.s.queue_max_bytes.max(self.s.max_message_size)
+    }
+
+    /// Whether the bytes waiting for the client are within their bound: the child is read only
+    /// then.
+    fn client_ok(&self) -> bool {
+        self.out_backlog.load(Ordering::Relaxed) <= self.backlog_bound()
     }
 
     fn next_id(&mut self, what: &str) -> String {
@@ -1063,7 +1089,7 @@ impl Session {
         if self.s.timeouts.any() {
             self.expire_requests(now);
         }
-        let client_stalled = self.out_backlog.load(Ordering::Relaxed) > self.backlog_bound();
+        let client_stalled = !self.client_ok();
         if let Some(p) = self.beat.as_mut()
             && p.deadline <= now
             && client_stalled
@@ -1803,5 +1829,81 @@ fn describe(reason: &RestartReason) -> String {
         RestartReason::SpawnFailed { message } => {
             format!("could not be started ({})", text::field(message))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stand-in for the session: each event taken in is a message of `size` bytes passed on
+    /// to a client that does not read, so it grows the backlog.
+    struct Stalled {
+        backlog: usize,
+        bound: usize,
+        taken: usize,
+    }
+
+    fn full_channel(size: usize) -> mpsc::Receiver<usize> {
+        let (tx, rx) = mpsc::channel(EVENTS);
+        for _ in 0..EVENTS {
+            tx.try_send(size).unwrap();
+        }
+        rx
+    }
+
+    fn take_in(s: &mut Stalled, rx: &mut mpsc::Receiver<usize>, ends: bool) -> bool {
+        take_in_received(
+            s,
+            rx,
+            |s| s.backlog <= s.bound,
+            |s, size| {
+                s.backlog += size;
+                s.taken += 1;
+                ends
+            },
+        )
+    }
+
+    /// The events taken in before the timers stop once the client's backlog is past its bound
+    /// (a client that stopped reading partway): at most one message past it, as in any turn of
+    /// the loop, not the whole channel (256 messages) past it, as when the bound was looked at
+    /// once before the taking in.
+    #[test]
+    fn the_events_taken_in_before_the_timers_stop_at_the_clients_bound() {
+        let mut rx = full_channel(100);
+        let mut s = Stalled {
+            backlog: 750,
+            bound: 1000,
+            taken: 0,
+        };
+        assert!(!take_in(&mut s, &mut rx, false));
+        // 750 → 850 → 950 → 1050: past the bound after the third.
+        assert_eq!(s.taken, 3);
+        assert_eq!(s.backlog, 1050);
+        assert_eq!(rx.len(), EVENTS - 3, "the rest wait in the channel");
+        // Still stalled: nothing more.
+        assert!(!take_in(&mut s, &mut rx, false));
+        assert_eq!(s.taken, 3);
+        // The client read: the rest are taken in, at most the channel's capacity.
+        s.backlog = 0;
+        s.bound = usize::MAX;
+        assert!(!take_in(&mut s, &mut rx, false));
+        assert_eq!(s.taken, EVENTS);
+        assert!(rx.is_empty());
+    }
+
+    /// An event that ends the loop (the child's exit after the client's EOF) ends the taking in.
+    #[test]
+    fn an_event_that_ends_the_loop_ends_the_taking_in() {
+        let mut rx = full_channel(1);
+        let mut s = Stalled {
+            backlog: 0,
+            bound: 1000,
+            taken: 0,
+        };
+        assert!(take_in(&mut s, &mut rx, true));
+        assert_eq!(s.taken, 1);
+        assert_eq!(rx.len(), EVENTS - 1);
     }
 }
