@@ -2450,3 +2450,50 @@ async fn a_client_batchs_replies_and_notifications_go_on_as_if_sent_alone() {
     assert_eq!(got[3]["params"]["requestId"], 5, "{got:?}");
     assert_all_gone(&[&pids]);
 }
+
+/// A batch's answer is one error an item it does not pass on, ~150 bytes even for an item as
+/// short as `1`: a batch of more than 10,000 messages is refused whole (one -32600, id null)
+/// rather than answered with up to 75 times its own size; none of it reaches the server. One
+/// of 10,000 is still taken apart.
+#[tokio::test]
+async fn a_batch_of_more_than_10000_messages_is_refused_whole() {
+    let dir = TempDir::new("batch-huge");
+    let pids = dir.join("pids");
+    let lines = dir.join("lines");
+    let script = server(&pids, vec![])
+        .otherwise(vec![Act::RecordLine(lines.clone())])
+        .write(&dir, "s.sh");
+    let mut c = Client::start(settings(&script));
+    c.initialize().await;
+    let note = r#"{"jsonrpc":"2.0","method":"notifications/x"}"#;
+    let items = |n: usize| {
+        let mut v = vec!["1"; n - 1];
+        v.push(note);
+        format!("[{}]", v.join(","))
+    };
+    c.send_raw(&items(10_001)).await;
+    let refused = c.recv().await;
+    assert_eq!(error_code(&refused), codes::INVALID_REQUEST, "{refused}");
+    assert!(refused["id"].is_null(), "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("a batch of more than 10000 messages; none of it was forwarded"),
+        "{refused}"
+    );
+    c.send_raw(&items(10_000)).await;
+    let answers = c.recv().await;
+    let answers = answers.as_array().unwrap();
+    assert_eq!(answers.len(), 9_999);
+    assert!(answers.iter().all(|a| a["id"].is_null()));
+    let ok = c.request(2, "tools/list", json!({})).await;
+    assert!(ok["result"].is_object(), "{ok}");
+    let (outcome, rest) = c.close().await;
+    assert_eq!(outcome.fatal, None);
+    assert!(rest.is_empty(), "{rest:?}");
+    // Only the second batch's notification reached the server.
+    let got = std::fs::read_to_string(&lines).unwrap_or_default();
+    assert_eq!(got.matches("notifications/x").count(), 1, "{got}");
+    assert_all_gone(&[&pids]);
+}

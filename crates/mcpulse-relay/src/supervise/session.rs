@@ -620,6 +620,49 @@ fn error_object(id: &str, code: i64, message: &str) -> String {
 /// What the client is told of each request in a batch.
 const NO_BATCHES: &str =
     "mcpulse supervise: batches are not supported; send each message on its own line";
+/// The most messages of a client batch taken apart: a larger batch is refused whole (one
+/// [`codes::INVALID_REQUEST`], id null, none of it forwarded), so that the answer to it (an
+/// error of ~150 bytes an item, for items as short as `1`) stays within a few MiB, and its
+/// items are not all held at once.
+const MAX_BATCH: usize = 10_000;
+
+/// A client batch's items, the first [`MAX_BATCH`] kept; `more` when there were others (read
+/// through, not kept).
+struct Batch<'a> {
+    items: Vec<&'a serde_json::value::RawValue>,
+    more: bool,
+}
+
+impl<'de> serde::Deserialize<'de> for Batch<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Batch<'de>, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Batch<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON-RPC batch (an array)")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Batch<'de>, A::Error> {
+                let mut batch = Batch {
+                    items: Vec::new(),
+                    more: false,
+                };
+                while let Some(item) = seq.next_element::<&'de serde_json::value::RawValue>()? {
+                    if batch.items.len() < MAX_BATCH {
+                        batch.items.push(item);
+                    } else {
+                        batch.more = true;
+                    }
+                }
+                Ok(batch)
+            }
+        }
+        d.deserialize_seq(Visit)
+    }
+}
+
 /// What the client is told of each item of a batch that is no message (`[1,2,3]`).
 const NOT_A_MESSAGE: &str =
     "mcpulse supervise: an item of the batch is not a JSON-RPC request, notification or reply";
@@ -1453,12 +1496,27 @@ impl Session {
     /// would go untracked and the server's array answer could not be routed: each is answered
     /// at once with [`codes::INVALID_REQUEST`] under its id, and so is each item that is no
     /// message (`[1,2,3]`), under a null id, all together in one array as JSON-RPC answers a
-    /// batch (nothing when every item went on). An empty array gets one such error, id null.
+    /// batch (nothing when every item went on). An empty array gets one such error, id null,
+    /// and so does a batch of more than [`MAX_BATCH`] messages, none of which goes on.
     /// Returns false when `line` is not a JSON array (then it goes on as any line).
     fn client_batch(&mut self, line: &[u8]) -> bool {
-        let Ok(items) = serde_json::from_slice::<Vec<&serde_json::value::RawValue>>(line) else {
+        let Ok(Batch { items, more }) = serde_json::from_slice::<Batch<'_>>(line) else {
             return false;
         };
+        if more {
+            tracing::warn!(
+                max = MAX_BATCH,
+                "supervise: a client batch of too many messages, refused whole"
+            );
+            self.send_client(error_line(
+                "null",
+                codes::INVALID_REQUEST,
+                &format!(
+                    "mcpulse supervise: a batch of more than {MAX_BATCH} messages; none of it was forwarded"
+                ),
+            ));
+            return true;
+        }
         if items.is_empty() {
             self.send_client(error_line(
                 "null",
