@@ -1969,6 +1969,10 @@ async fn a_flooding_server_does_not_starve_the_clients_input_the_timers_or_a_sto
     assert_all_gone(&[&pids]);
 }
 
+/// What a program that is not found is said to be.
+const NOT_FOUND: &str =
+    "not found (the program, or the interpreter its first line names; check the command and PATH)";
+
 /// A command that is not there (or not executable) is said at once: the client's initialize is
 /// answered with what to fix, not after the whole restart budget (~31 s by default) of
 /// retrying a program that cannot run.
@@ -1978,13 +1982,10 @@ async fn a_program_that_cannot_run_is_fatal_at_once_with_what_to_fix() {
     let not_executable = dir.join("server.sh");
     std::fs::write(&not_executable, "#!/bin/sh\nexit 0\n").unwrap();
     let cases = [
-        (
-            "mcpulse-test-no-such-server".to_owned(),
-            "command not found (check the command and PATH)",
-        ),
+        ("mcpulse-test-no-such-server".to_owned(), NOT_FOUND),
         (
             dir.join("missing/server").to_string_lossy().into_owned(),
-            "command not found (check the command and PATH)",
+            NOT_FOUND,
         ),
         (
             not_executable.to_string_lossy().into_owned(),
@@ -2025,6 +2026,53 @@ async fn a_program_that_cannot_run_is_fatal_at_once_with_what_to_fix() {
         let (outcome, _) = c.close().await;
         assert!(outcome.fatal.is_some_and(|f| f.contains(what)));
     }
+}
+
+/// A script whose `#!` line names an interpreter that is not there (`#!/usr/bin/python3` in a
+/// slim image): `execve` fails with ENOENT as for a missing program, though the script is
+/// there and executable. The error said "command not found", sending its reader to look for a
+/// script that was right there; it says which two things may be missing.
+#[tokio::test]
+async fn a_script_whose_interpreter_is_missing_is_not_called_a_missing_command() {
+    let dir = TempDir::new("no-interpreter");
+    let script = dir.join("server.py");
+    std::fs::write(
+        &script,
+        "#!/nonexistent/mcpulse-test-python3\nprint('never')\n",
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let program = script.to_string_lossy().into_owned();
+    let mut s = Settings::new(Program {
+        program: program.clone(),
+        args: Vec::new(),
+    });
+    s.restart = RestartPolicy::default();
+    let mut c = Client::start(s);
+    let asked = std::time::Instant::now();
+    let reply = c
+        .request(1, "initialize", json!({"protocolVersion": "2025-06-18"}))
+        .await;
+    assert!(
+        asked.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert_eq!(error_code(&reply), codes::SUPERVISOR_GAVE_UP, "{reply}");
+    let message = reply["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!("could not be started: {program}: {NOT_FOUND}")),
+        "{message}"
+    );
+    assert!(!message.contains("command not found"), "{message}");
+    assert!(c.seen.all().contains(&Seen::FatalReason(format!(
+        "the server could not be started: {program}: {NOT_FOUND}"
+    ))));
+    let (outcome, _) = c.close().await;
+    assert!(outcome.fatal.is_some_and(|f| f.contains(NOT_FOUND)));
 }
 
 /// Once a server has run, a failed start is a restart like any other (its program may be

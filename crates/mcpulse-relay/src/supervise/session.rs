@@ -29,7 +29,7 @@
 //! plain pipe would apply).
 
 use super::Settings;
-use super::child::{Child, ChildEvent, ExitStatus, SpawnError, StderrRing};
+use super::child::{Child, ChildEvent, ExitStatus, StderrRing};
 use super::codes;
 use super::envelope::{Envelope, Kind, canonical_id, raw_result};
 use super::lines::{Clipped, LineRead, LineReader};
@@ -814,22 +814,17 @@ impl Session {
                 tracing::warn!(error = %text::field(&message), "supervise: the server could not be started");
                 // A program that is not there, or not executable, will not be at the next try
                 // either: the first start says so at once, rather than after the whole restart
-                // budget (half a minute by default) while the client's initialize waits. Once
-                // a child has run, a failed start is a restart like any other (the program
-                // may be being reinstalled).
-                let hint = match &e {
-                    SpawnError::NotFound(_) => Some("check the command and PATH"),
-                    SpawnError::PermissionDenied(_) => {
-                        Some("check that it is a file you may execute")
-                    }
-                    SpawnError::Other { .. } => None,
-                };
-                if let Some(hint) = hint
+                // budget (half a minute by default) while the client's initialize waits. Not
+                // found may be the interpreter a script's `#!` line names: the message says
+                // both. Once a child has run, a failed start is a restart like any other (the
+                // program may be being reinstalled). A program that appears later (a volume
+                // mounted late) is not started by this supervisor: FATAL is for good.
+                if let Some((program, what)) = e.with_hint()
                     && !self.started_once
                 {
                     let why = format!(
-                        "the server could not be started: {} ({hint})",
-                        text::field(&self.s.secrets.hide(&message))
+                        "the server could not be started: {}: {what}",
+                        text::field(&self.s.secrets.hide(program))
                     );
                     self.give_up(why.clone(), why.clone(), why);
                     return;
