@@ -999,6 +999,62 @@ async fn a_child_that_dies_during_initialize_or_cannot_start_gets_the_client_an_
         .unwrap();
 }
 
+/// A command that is not there yet (a volume mounted late): each child that tries it is given
+/// up on at once, the `initialize` that started it answered -32081 saying what to fix (no
+/// session), a stateless request likewise; once the program is there, the gateway starts it
+/// without a restart: the readiness child is replaced after a backoff and `/readyz` passes, the
+/// pool replaces its given-up child, and the next `initialize` opens a session (as
+/// docs/gateway.md says; `mcpulse supervise` stays FATAL until its client reconnects).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_that_appears_late_is_started_by_the_next_child() {
+    let dir = TempDir::new("gw-late-program");
+    let program = dir.join("server");
+    let text = format!(
+        "listen = \"127.0.0.1:0\"\nreadiness_interval = \"1s\"\nreadiness_timeout = \"1s\"\n[upstream]\ncommand = [{:?}]\nstop_grace = \"300ms\"\nbackoff_initial = \"50ms\"\nbackoff_max = \"200ms\"\n",
+        program.to_str().unwrap()
+    );
+    let g = config::parse(&text, "test.toml", &|_| None).unwrap();
+    let running = serve::start(&g, Arc::new(Shared::default())).await.unwrap();
+    let addr = running.addr;
+    let r = post(addr, None, initialize(1)).await;
+    assert_eq!(r.json()["id"], 1, "{}", r.body);
+    assert_eq!(r.json()["error"]["code"], -32081, "{}", r.body);
+    assert!(
+        r.json()["error"]["message"].as_str().unwrap().contains(
+            "not found (the program, or the interpreter its first line names; check the command and PATH)"
+        ),
+        "{}",
+        r.body
+    );
+    assert!(!r.headers.contains_key("mcp-session-id"), "no session");
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {}});
+    let stateless = |id: i64| json!({"jsonrpc": "2.0", "id": id, "method": "tools/list", "params": {"_meta": meta}});
+    let modern = [("mcp-protocol-version", "2026-07-28")];
+    let r = request(addr, "POST", &modern, Some(stateless(2))).await;
+    assert_eq!(r.json()["error"]["code"], -32081, "{}", r.body);
+    // The volume is mounted: the program is there.
+    let staged = dir.join("server.tmp");
+    StdioScript::legacy()
+        .at_start(Act::RecordPid(dir.join("pids")))
+        .write(&dir, "server.tmp");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::rename(&staged, &program).unwrap();
+    health_becomes(addr, "/readyz", 200, BOUND).await;
+    let r = request(addr, "POST", &modern, Some(stateless(3))).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["result"]["tools"][0]["name"], "echo", "{}", r.body);
+    let sid = open_session(addr).await;
+    let l = post(addr, Some(&sid), tools_list(4)).await;
+    assert_eq!(l.json()["result"]["tools"][0]["name"], "echo", "{}", l.body);
+    let (theirs, all) = clients(&running, &dir.join("pids"), 2).await;
+    assert_eq!(theirs.len(), 2, "a pool child and a session's: {all:?}");
+    stop_leaving_nothing(running, &all).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_requests_with_the_same_id_each_get_their_own_reply_once() {
     // The scripted server answers in order, the slow call first: each reply must still reach

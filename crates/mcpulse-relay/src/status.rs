@@ -37,7 +37,7 @@ pub enum RestartReason {
     },
     /// It missed this many heartbeats in a row.
     Unresponsive { failures: u32 },
-    /// It could not be started (command not found, permission denied...).
+    /// It could not be started (program or interpreter not found, permission denied...).
     SpawnFailed { message: String },
 }
 

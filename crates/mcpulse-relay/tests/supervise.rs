@@ -1969,6 +1969,10 @@ async fn a_flooding_server_does_not_starve_the_clients_input_the_timers_or_a_sto
     assert_all_gone(&[&pids]);
 }
 
+/// What a program that is not found is said to be.
+const NOT_FOUND: &str =
+    "not found (the program, or the interpreter its first line names; check the command and PATH)";
+
 /// A command that is not there (or not executable) is said at once: the client's initialize is
 /// answered with what to fix, not after the whole restart budget (~31 s by default) of
 /// retrying a program that cannot run.
@@ -1978,13 +1982,10 @@ async fn a_program_that_cannot_run_is_fatal_at_once_with_what_to_fix() {
     let not_executable = dir.join("server.sh");
     std::fs::write(&not_executable, "#!/bin/sh\nexit 0\n").unwrap();
     let cases = [
-        (
-            "mcpulse-test-no-such-server".to_owned(),
-            "command not found (check the command and PATH)",
-        ),
+        ("mcpulse-test-no-such-server".to_owned(), NOT_FOUND),
         (
             dir.join("missing/server").to_string_lossy().into_owned(),
-            "command not found (check the command and PATH)",
+            NOT_FOUND,
         ),
         (
             not_executable.to_string_lossy().into_owned(),
@@ -2025,6 +2026,53 @@ async fn a_program_that_cannot_run_is_fatal_at_once_with_what_to_fix() {
         let (outcome, _) = c.close().await;
         assert!(outcome.fatal.is_some_and(|f| f.contains(what)));
     }
+}
+
+/// A script whose `#!` line names an interpreter that is not there (`#!/usr/bin/python3` in a
+/// slim image): `execve` fails with ENOENT as for a missing program, though the script is
+/// there and executable. The error said "command not found", sending its reader to look for a
+/// script that was right there; it says which two things may be missing.
+#[tokio::test]
+async fn a_script_whose_interpreter_is_missing_is_not_called_a_missing_command() {
+    let dir = TempDir::new("no-interpreter");
+    let script = dir.join("server.py");
+    std::fs::write(
+        &script,
+        "#!/nonexistent/mcpulse-test-python3\nprint('never')\n",
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let program = script.to_string_lossy().into_owned();
+    let mut s = Settings::new(Program {
+        program: program.clone(),
+        args: Vec::new(),
+    });
+    s.restart = RestartPolicy::default();
+    let mut c = Client::start(s);
+    let asked = std::time::Instant::now();
+    let reply = c
+        .request(1, "initialize", json!({"protocolVersion": "2025-06-18"}))
+        .await;
+    assert!(
+        asked.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert_eq!(error_code(&reply), codes::SUPERVISOR_GAVE_UP, "{reply}");
+    let message = reply["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!("could not be started: {program}: {NOT_FOUND}")),
+        "{message}"
+    );
+    assert!(!message.contains("command not found"), "{message}");
+    assert!(c.seen.all().contains(&Seen::FatalReason(format!(
+        "the server could not be started: {program}: {NOT_FOUND}"
+    ))));
+    let (outcome, _) = c.close().await;
+    assert!(outcome.fatal.is_some_and(|f| f.contains(NOT_FOUND)));
 }
 
 /// Once a server has run, a failed start is a restart like any other (its program may be
@@ -2269,7 +2317,7 @@ async fn a_secret_across_the_cut_of_the_stderr_tail_is_hidden_whole() {
 /// A client's JSON-RPC batch (2025-03-26; removed in 2025-06-18) is not forwarded: its requests
 /// were not tracked and the server's array answer was dropped as junk, so they were never
 /// answered. Each request in it is answered at once with -32600, in one array; the server sees
-/// nothing of it, and the session goes on.
+/// none of them (its notification goes on alone), and the session goes on.
 #[tokio::test]
 async fn a_client_batch_is_answered_with_an_error_per_request_and_not_forwarded() {
     let dir = TempDir::new("batch");
@@ -2331,7 +2379,169 @@ async fn a_client_batch_is_answered_with_an_error_per_request_and_not_forwarded(
         .lines()
         .filter(|l| !l.contains("notifications/initialized"))
         .collect();
-    assert_eq!(got.len(), 1, "{got:?}");
-    assert!(got[0].contains("\"id\":8"), "{got:?}");
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert!(got[0].contains("notifications/x"), "{got:?}");
+    assert!(got[1].contains("\"id\":8"), "{got:?}");
+    assert_all_gone(&[&pids]);
+}
+
+/// A 2025-03-26 client may batch what is not a request: its replies to the server's requests,
+/// its `notifications/initialized`, a `notifications/cancelled`. Each goes on as if it came on
+/// a line of its own (they were dropped: the server waited out its own timeout for the reply,
+/// the handshake never completed, the cancelled request stayed in flight); the batch's
+/// requests and its items that are no message (`1`, `{"foo":"boo"}`) are answered -32600, the
+/// latter with a null id, as JSON-RPC answers a batch; a batch with nothing to answer gets no
+/// answer.
+#[tokio::test]
+async fn a_client_batchs_replies_and_notifications_go_on_as_if_sent_alone() {
+    let dir = TempDir::new("batch-passed");
+    let pids = dir.join("pids");
+    let lines = dir.join("lines");
+    let script = server(
+        &pids,
+        vec![(
+            "ask",
+            vec![Act::Stdout(
+                r#"{"jsonrpc":"2.0","id":"s1","method":"sampling/createMessage","params":{}}"#
+                    .into(),
+            )],
+        )],
+    )
+    .otherwise(vec![Act::RecordLine(lines.clone())])
+    .write(&dir, "s.sh");
+    let mut c = Client::start(settings(&script));
+    // The initialize alone: its notifications/initialized comes in a batch.
+    let init = c
+        .request(
+            1,
+            "initialize",
+            json!({"protocolVersion": "2025-03-26", "capabilities": {"sampling": {}}, "clientInfo": {"name": "t", "version": "1"}}),
+        )
+        .await;
+    assert!(init["result"].is_object(), "{init}");
+    c.send(json!({"jsonrpc": "2.0", "method": "ask"})).await;
+    let asked = c.recv().await;
+    assert_eq!(asked["id"], "s1", "{asked}");
+    // A request the server never answers (no rule), cancelled in a batch below.
+    c.send(json!({"jsonrpc": "2.0", "id": 5, "method": "slow", "params": {}}))
+        .await;
+    c.send(json!([
+        {"jsonrpc": "2.0", "id": "s1", "result": {"role": "assistant", "content": {"type": "text", "text": "ok"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+    ]))
+    .await;
+    // Nothing to answer: no answer.
+    c.quiet(Duration::from_millis(300)).await;
+    // The handshake is complete: the heartbeats begin.
+    let until = std::time::Instant::now() + Duration::from_secs(3);
+    while c
+        .seen
+        .count(|s| *s == Seen::Heartbeat(HeartbeatOutcome::Ok))
+        == 0
+    {
+        assert!(
+            std::time::Instant::now() < until,
+            "no heartbeat: the handshake never completed: {:?}",
+            c.seen.all()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    c.send(json!([
+        {"jsonrpc": "2.0", "id": 7, "method": "tools/list"},
+        1,
+        {"foo": "boo"},
+        {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 5, "reason": "no longer needed"}},
+    ]))
+    .await;
+    let answer = c.recv().await;
+    let answers = answer.as_array().unwrap_or_else(|| panic!("{answer}"));
+    assert_eq!(answers.len(), 3, "{answer}");
+    assert_eq!(answers[0]["id"], 7, "{answer}");
+    assert!(
+        answers[0]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("batches are not supported"),
+        "{answer}"
+    );
+    for a in answers {
+        assert_eq!(error_code(a), codes::INVALID_REQUEST, "{answer}");
+    }
+    for a in &answers[1..] {
+        assert!(a["id"].is_null(), "{answer}");
+        assert!(
+            a["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("not a JSON-RPC request, notification or reply"),
+            "{answer}"
+        );
+    }
+    let ok = c.request(8, "tools/list", json!({})).await;
+    assert!(ok["result"].is_object(), "{ok}");
+    // The cancelled request is not waited for: nothing is left to answer at the close.
+    let (outcome, rest) = c.close().await;
+    assert_eq!(outcome.fatal, None);
+    assert!(rest.is_empty(), "{rest:?}");
+    // The server got each, alone, in order (what it answers by rule is not recorded).
+    let got: Vec<Value> = std::fs::read_to_string(&lines)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(got.len(), 4, "{got:?}");
+    assert_eq!(got[0]["method"], "slow", "{got:?}");
+    assert_eq!(got[1]["id"], "s1", "{got:?}");
+    assert_eq!(got[1]["result"]["content"]["text"], "ok", "{got:?}");
+    assert_eq!(got[2]["method"], "notifications/initialized", "{got:?}");
+    assert_eq!(got[3]["method"], "notifications/cancelled", "{got:?}");
+    assert_eq!(got[3]["params"]["requestId"], 5, "{got:?}");
+    assert_all_gone(&[&pids]);
+}
+
+/// A batch's answer is one error an item it does not pass on, ~150 bytes even for an item as
+/// short as `1`: a batch of more than 10,000 messages is refused whole (one -32600, id null)
+/// rather than answered with up to 75 times its own size; none of it reaches the server. One
+/// of 10,000 is still taken apart.
+#[tokio::test]
+async fn a_batch_of_more_than_10000_messages_is_refused_whole() {
+    let dir = TempDir::new("batch-huge");
+    let pids = dir.join("pids");
+    let lines = dir.join("lines");
+    let script = server(&pids, vec![])
+        .otherwise(vec![Act::RecordLine(lines.clone())])
+        .write(&dir, "s.sh");
+    let mut c = Client::start(settings(&script));
+    c.initialize().await;
+    let note = r#"{"jsonrpc":"2.0","method":"notifications/x"}"#;
+    let items = |n: usize| {
+        let mut v = vec!["1"; n - 1];
+        v.push(note);
+        format!("[{}]", v.join(","))
+    };
+    c.send_raw(&items(10_001)).await;
+    let refused = c.recv().await;
+    assert_eq!(error_code(&refused), codes::INVALID_REQUEST, "{refused}");
+    assert!(refused["id"].is_null(), "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("a batch of more than 10000 messages; none of it was forwarded"),
+        "{refused}"
+    );
+    c.send_raw(&items(10_000)).await;
+    let answers = c.recv().await;
+    let answers = answers.as_array().unwrap();
+    assert_eq!(answers.len(), 9_999);
+    assert!(answers.iter().all(|a| a["id"].is_null()));
+    let ok = c.request(2, "tools/list", json!({})).await;
+    assert!(ok["result"].is_object(), "{ok}");
+    let (outcome, rest) = c.close().await;
+    assert_eq!(outcome.fatal, None);
+    assert!(rest.is_empty(), "{rest:?}");
+    // Only the second batch's notification reached the server.
+    let got = std::fs::read_to_string(&lines).unwrap_or_default();
+    assert_eq!(got.matches("notifications/x").count(), 1, "{got}");
     assert_all_gone(&[&pids]);
 }

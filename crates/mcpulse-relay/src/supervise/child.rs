@@ -153,7 +153,10 @@ pub struct Child {
 /// Why a child could not be started.
 #[derive(Debug, thiserror::Error)]
 pub enum SpawnError {
-    #[error("{0}: command not found")]
+    /// `ENOENT` from `execve`: the program is not there, or it is a script whose `#!` line
+    /// names an interpreter that is not (`#!/usr/bin/python3` in a slim image); the kernel
+    /// does not say which.
+    #[error("{0}: not found (the program, or the interpreter its first line names)")]
     NotFound(String),
     #[error("{0}: permission denied")]
     PermissionDenied(String),
@@ -162,6 +165,24 @@ pub enum SpawnError {
         program: String,
         source: std::io::Error,
     },
+}
+
+impl SpawnError {
+    /// For a start that would fail again alike (not found, not executable): the program, and
+    /// what went wrong with what to fix (to follow `"<program>: "`); `None` for the others.
+    pub fn with_hint(&self) -> Option<(&str, &'static str)> {
+        match self {
+            SpawnError::NotFound(program) => Some((
+                program,
+                "not found (the program, or the interpreter its first line names; check the command and PATH)",
+            )),
+            SpawnError::PermissionDenied(program) => Some((
+                program,
+                "permission denied (check that it is a file you may execute)",
+            )),
+            SpawnError::Other { .. } => None,
+        }
+    }
 }
 
 /// Makes this process a child subreaper, so that orphaned descendants of the child (a

@@ -48,7 +48,8 @@ pub mod codes {
     /// supervisor bounds what it tracks.
     pub const TOO_MANY_REQUESTS: i64 = -32085;
     /// JSON-RPC's own "Invalid Request": each request of a client's batch (a JSON array of
-    /// messages), which the supervisor does not forward.
+    /// messages), which the supervisor does not forward, and each item of a batch that is no
+    /// message (id null).
     pub const INVALID_REQUEST: i64 = -32600;
 }
 

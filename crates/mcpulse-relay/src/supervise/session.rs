@@ -18,8 +18,9 @@
 //!   child's generation: the client's reply is dropped if that child has since been replaced;
 //! - notifications pass both ways (the client's `notifications/cancelled` included);
 //! - a child stdout line that is not a JSON object is junk: reported, never forwarded;
-//! - a client batch (a JSON array) is not forwarded: each request in it is answered with
-//!   [`codes::INVALID_REQUEST`].
+//! - a client batch (a JSON array): its notifications and replies go on one by one, as if
+//!   each came on a line of its own; each request in it, and each item that is no message,
+//!   is answered with [`codes::INVALID_REQUEST`] and not forwarded.
 //!
 //! Bounds: a message is at most `max_message_size` bytes; the restart queue at most
 //! `queue_max_messages` / `queue_max_bytes`; the stderr ring `stderr_ring` bytes; bytes waiting
@@ -28,7 +29,7 @@
 //! plain pipe would apply).
 
 use super::Settings;
-use super::child::{Child, ChildEvent, ExitStatus, SpawnError, StderrRing};
+use super::child::{Child, ChildEvent, ExitStatus, StderrRing};
 use super::codes;
 use super::envelope::{Envelope, Kind, canonical_id, raw_result};
 use super::lines::{Clipped, LineRead, LineReader};
@@ -283,7 +284,7 @@ where
             .child
             .as_ref()
             .is_none_or(|c| c.stdin_backlog.load(Ordering::Relaxed) <= session.backlog_bound());
-        let to_client_ok = session.out_backlog.load(Ordering::Relaxed) <= session.backlog_bound();
+        let to_client_ok = session.client_ok();
         // The client is read only while both sides drain: a client message may be answered by
         // the supervisor itself (FATAL, a full queue, a too-long request), and a client that
         // writes without reading would otherwise grow those answers without bound.
@@ -326,21 +327,15 @@ where
                 // What the server sent before the deadline, already read, is heard first (as
                 // when the server's side went first in every turn): a heartbeat's or a
                 // request's reply waiting in the channel is not taken for a miss. Bounded by
-                // the channel's capacity, so the timers still run during a flood.
-                if to_client_ok {
-                    let mut closed = false;
-                    for _ in 0..EVENTS {
-                        let Ok(event) = child_rx.try_recv() else {
-                            break;
-                        };
-                        if session.child_event(event) {
-                            closed = true;
-                            break;
-                        }
-                    }
-                    if closed {
-                        break;
-                    }
+                // the channel's capacity, so the timers still run during a flood, and by the
+                // client's backlog, looked at before each event as the loop does.
+                if take_in_received(
+                    &mut session,
+                    &mut child_rx,
+                    Session::client_ok,
+                    Session::child_event,
+                ) {
+                    break;
                 }
                 if session.closing_until.is_some_and(|t| t <= Instant::now()) {
                     break;
@@ -413,6 +408,32 @@ enum Turn {
 
 /// The capacity of the channel of the child's events (lines and exit).
 const EVENTS: usize = 256;
+
+/// Takes in the child's events already received (at most [`EVENTS`]) before the timers judge
+/// a deadline, each only while `client_ok` (the client's backlog within its bound), looked at
+/// before each one as the loop does before each turn: an event passed on to the client grows
+/// that backlog, and a client that stops reading partway must stop the taking in, or the
+/// server's side would hold 256 more messages than the documented bound. Generic so that a
+/// unit test drives it without a session. Returns whether an event ends the loop.
+fn take_in_received<S, E>(
+    session: &mut S,
+    events: &mut mpsc::Receiver<E>,
+    client_ok: impl Fn(&S) -> bool,
+    mut handle: impl FnMut(&mut S, E) -> bool,
+) -> bool {
+    for _ in 0..EVENTS {
+        if !client_ok(session) {
+            return false;
+        }
+        let Ok(event) = events.try_recv() else {
+            return false;
+        };
+        if handle(session, event) {
+            return true;
+        }
+    }
+    false
+}
 
 /// The client's output stream and the lines waiting for it, shared by the session (which writes
 /// a line straight through when nothing waits before it: no task hand-off on the reply's path)
@@ -599,6 +620,52 @@ fn error_object(id: &str, code: i64, message: &str) -> String {
 /// What the client is told of each request in a batch.
 const NO_BATCHES: &str =
     "mcpulse supervise: batches are not supported; send each message on its own line";
+/// The most messages of a client batch taken apart: a larger batch is refused whole (one
+/// [`codes::INVALID_REQUEST`], id null, none of it forwarded), so that the answer to it (an
+/// error of ~150 bytes an item, for items as short as `1`) stays within a few MiB, and its
+/// items are not all held at once.
+const MAX_BATCH: usize = 10_000;
+
+/// A client batch's items, the first [`MAX_BATCH`] kept; `more` when there were others (read
+/// through, not kept).
+struct Batch<'a> {
+    items: Vec<&'a serde_json::value::RawValue>,
+    more: bool,
+}
+
+impl<'de> serde::Deserialize<'de> for Batch<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Batch<'de>, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Batch<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON-RPC batch (an array)")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Batch<'de>, A::Error> {
+                let mut batch = Batch {
+                    items: Vec::new(),
+                    more: false,
+                };
+                while let Some(item) = seq.next_element::<&'de serde_json::value::RawValue>()? {
+                    if batch.items.len() < MAX_BATCH {
+                        batch.items.push(item);
+                    } else {
+                        batch.more = true;
+                    }
+                }
+                Ok(batch)
+            }
+        }
+        d.deserialize_seq(Visit)
+    }
+}
+
+/// What the client is told of each item of a batch that is no message (`[1,2,3]`).
+const NOT_A_MESSAGE: &str =
+    "mcpulse supervise: an item of the batch is not a JSON-RPC request, notification or reply";
 
 impl Session {
     fn now_ms(&self) -> u64 {
@@ -607,6 +674,12 @@ impl Session {
 
     fn backlog_bound(&self) -> usize {
         self.s.queue_max_bytes.max(self.s.max_message_size)
+    }
+
+    /// Whether the bytes waiting for the client are within their bound: the child is read only
+    /// then.
+    fn client_ok(&self) -> bool {
+        self.out_backlog.load(Ordering::Relaxed) <= self.backlog_bound()
     }
 
     fn next_id(&mut self, what: &str) -> String {
@@ -741,22 +814,17 @@ impl Session {
                 tracing::warn!(error = %text::field(&message), "supervise: the server could not be started");
                 // A program that is not there, or not executable, will not be at the next try
                 // either: the first start says so at once, rather than after the whole restart
-                // budget (half a minute by default) while the client's initialize waits. Once
-                // a child has run, a failed start is a restart like any other (the program
-                // may be being reinstalled).
-                let hint = match &e {
-                    SpawnError::NotFound(_) => Some("check the command and PATH"),
-                    SpawnError::PermissionDenied(_) => {
-                        Some("check that it is a file you may execute")
-                    }
-                    SpawnError::Other { .. } => None,
-                };
-                if let Some(hint) = hint
+                // budget (half a minute by default) while the client's initialize waits. Not
+                // found may be the interpreter a script's `#!` line names: the message says
+                // both. Once a child has run, a failed start is a restart like any other (the
+                // program may be being reinstalled). A program that appears later (a volume
+                // mounted late) is not started by this supervisor: FATAL is for good.
+                if let Some((program, what)) = e.with_hint()
                     && !self.started_once
                 {
                     let why = format!(
-                        "the server could not be started: {} ({hint})",
-                        text::field(&self.s.secrets.hide(&message))
+                        "the server could not be started: {}: {what}",
+                        text::field(&self.s.secrets.hide(program))
                     );
                     self.give_up(why.clone(), why.clone(), why);
                     return;
@@ -1059,7 +1127,7 @@ impl Session {
         if self.s.timeouts.any() {
             self.expire_requests(now);
         }
-        let client_stalled = self.out_backlog.load(Ordering::Relaxed) > self.backlog_bound();
+        let client_stalled = !self.client_ok();
         if let Some(p) = self.beat.as_mut()
             && p.deadline <= now
             && client_stalled
@@ -1252,11 +1320,16 @@ impl Session {
 
     // ---- the client's messages -------------------------------------------------------------
 
-    fn client_line(&mut self, mut line: Vec<u8>) {
+    fn client_line(&mut self, line: Vec<u8>) {
         if line.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') && self.client_batch(&line)
         {
             return;
         }
+        self.client_message(line);
+    }
+
+    /// One message of the client's (a line, or a notification or reply out of a batch).
+    fn client_message(&mut self, mut line: Vec<u8>) {
         let Some(env) = Envelope::parse(&line) else {
             // Not JSON: the server answers it (a parse error), as it would without us.
             line.push(b'\n');
@@ -1411,15 +1484,34 @@ impl Session {
     }
 
     /// A JSON-RPC batch from the client (an array of messages; 2025-03-26 allowed them,
-    /// 2025-06-18 removed them): not forwarded, since its requests would not be tracked and the
-    /// server's array answer could not be routed. Each request in it is answered at once with
-    /// [`codes::INVALID_REQUEST`], together in one array as JSON-RPC answers a batch; its
-    /// notifications and replies are dropped (logged). An empty array gets one such error, id
-    /// null. Returns false when `line` is not a JSON array (then it goes on as any line).
+    /// 2025-06-18 removed them). Its notifications and replies go on one by one, as if each
+    /// came on a line of its own ([`Session::client_message`]): a reply to a request of the
+    /// server's reaches it, a `notifications/initialized` completes the handshake, a
+    /// `notifications/cancelled` stops the wait. Its requests are not forwarded, since they
+    /// would go untracked and the server's array answer could not be routed: each is answered
+    /// at once with [`codes::INVALID_REQUEST`] under its id, and so is each item that is no
+    /// message (`[1,2,3]`), under a null id, all together in one array as JSON-RPC answers a
+    /// batch (nothing when every item went on). An empty array gets one such error, id null,
+    /// and so does a batch of more than [`MAX_BATCH`] messages, none of which goes on.
+    /// Returns false when `line` is not a JSON array (then it goes on as any line).
     fn client_batch(&mut self, line: &[u8]) -> bool {
-        let Ok(items) = serde_json::from_slice::<Vec<&serde_json::value::RawValue>>(line) else {
+        let Ok(Batch { items, more }) = serde_json::from_slice::<Batch<'_>>(line) else {
             return false;
         };
+        if more {
+            tracing::warn!(
+                max = MAX_BATCH,
+                "supervise: a client batch of too many messages, refused whole"
+            );
+            self.send_client(error_line(
+                "null",
+                codes::INVALID_REQUEST,
+                &format!(
+                    "mcpulse supervise: a batch of more than {MAX_BATCH} messages; none of it was forwarded"
+                ),
+            ));
+            return true;
+        }
         if items.is_empty() {
             self.send_client(error_line(
                 "null",
@@ -1429,35 +1521,51 @@ impl Session {
             return true;
         }
         let mut answers: Vec<String> = Vec::new();
-        let mut dropped = 0usize;
+        let (mut requests, mut invalid, mut passed) = (0usize, 0usize, 0usize);
         for item in &items {
-            match Envelope::parse(item.get().as_bytes()) {
-                Some(env) if env.kind() == Kind::Request => answers.push(error_object(
-                    env.id_text().unwrap_or("null"),
-                    codes::INVALID_REQUEST,
-                    NO_BATCHES,
-                )),
-                _ => dropped += 1,
+            let bytes = item.get().as_bytes();
+            match Envelope::parse(bytes).map(|env| (env.kind(), env.id_text())) {
+                Some((Kind::Request, id)) => {
+                    requests += 1;
+                    answers.push(error_object(
+                        id.unwrap_or("null"),
+                        codes::INVALID_REQUEST,
+                        NO_BATCHES,
+                    ));
+                }
+                Some((Kind::Notification | Kind::Response, _)) => {
+                    passed += 1;
+                    self.client_message(bytes.to_vec());
+                }
+                Some((Kind::Other, _)) | None => {
+                    invalid += 1;
+                    answers.push(error_object("null", codes::INVALID_REQUEST, NOT_A_MESSAGE));
+                }
             }
+        }
+        if answers.is_empty() {
+            tracing::debug!(
+                passed,
+                "supervise: a client batch of notifications and replies, passed on one by one"
+            );
+            return true;
         }
         tracing::warn!(
-            requests = answers.len(),
-            dropped,
-            "supervise: a client batch, not forwarded (batches are not supported): its requests answered with an error, its other messages dropped"
+            requests,
+            invalid,
+            passed,
+            "supervise: a client batch (batches of requests are not supported): its requests and invalid items answered with an error, its notifications and replies passed on one by one"
         );
-        if !answers.is_empty() {
-            let mut out =
-                Vec::with_capacity(answers.iter().map(|a| a.len() + 1).sum::<usize>() + 2);
-            out.push(b'[');
-            for (i, a) in answers.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                out.extend_from_slice(a.as_bytes());
+        let mut out = Vec::with_capacity(answers.iter().map(|a| a.len() + 1).sum::<usize>() + 2);
+        out.push(b'[');
+        for (i, a) in answers.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
             }
-            out.extend_from_slice(b"]\n");
-            self.send_client(out);
+            out.extend_from_slice(a.as_bytes());
         }
+        out.extend_from_slice(b"]\n");
+        self.send_client(out);
         true
     }
 
@@ -1774,5 +1882,81 @@ fn describe(reason: &RestartReason) -> String {
         RestartReason::SpawnFailed { message } => {
             format!("could not be started ({})", text::field(message))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stand-in for the session: each event taken in is a message of `size` bytes passed on
+    /// to a client that does not read, so it grows the backlog.
+    struct Stalled {
+        backlog: usize,
+        bound: usize,
+        taken: usize,
+    }
+
+    fn full_channel(size: usize) -> mpsc::Receiver<usize> {
+        let (tx, rx) = mpsc::channel(EVENTS);
+        for _ in 0..EVENTS {
+            tx.try_send(size).unwrap();
+        }
+        rx
+    }
+
+    fn take_in(s: &mut Stalled, rx: &mut mpsc::Receiver<usize>, ends: bool) -> bool {
+        take_in_received(
+            s,
+            rx,
+            |s| s.backlog <= s.bound,
+            |s, size| {
+                s.backlog += size;
+                s.taken += 1;
+                ends
+            },
+        )
+    }
+
+    /// The events taken in before the timers stop once the client's backlog is past its bound
+    /// (a client that stopped reading partway): at most one message past it, as in any turn of
+    /// the loop, not the whole channel (256 messages) past it, as when the bound was looked at
+    /// once before the taking in.
+    #[test]
+    fn the_events_taken_in_before_the_timers_stop_at_the_clients_bound() {
+        let mut rx = full_channel(100);
+        let mut s = Stalled {
+            backlog: 750,
+            bound: 1000,
+            taken: 0,
+        };
+        assert!(!take_in(&mut s, &mut rx, false));
+        // 750 → 850 → 950 → 1050: past the bound after the third.
+        assert_eq!(s.taken, 3);
+        assert_eq!(s.backlog, 1050);
+        assert_eq!(rx.len(), EVENTS - 3, "the rest wait in the channel");
+        // Still stalled: nothing more.
+        assert!(!take_in(&mut s, &mut rx, false));
+        assert_eq!(s.taken, 3);
+        // The client read: the rest are taken in, at most the channel's capacity.
+        s.backlog = 0;
+        s.bound = usize::MAX;
+        assert!(!take_in(&mut s, &mut rx, false));
+        assert_eq!(s.taken, EVENTS);
+        assert!(rx.is_empty());
+    }
+
+    /// An event that ends the loop (the child's exit after the client's EOF) ends the taking in.
+    #[test]
+    fn an_event_that_ends_the_loop_ends_the_taking_in() {
+        let mut rx = full_channel(1);
+        let mut s = Stalled {
+            backlog: 0,
+            bound: 1000,
+            taken: 0,
+        };
+        assert!(take_in(&mut s, &mut rx, true));
+        assert_eq!(s.taken, 1);
+        assert_eq!(rx.len(), EVENTS - 1);
     }
 }
