@@ -161,7 +161,10 @@ async fn command_exit_status_output_and_a_clean_environment() {
 
     let (st, out, _) = run(&command_check(&["/nonexistent/checker"], "2s")).await;
     assert_eq!(st, CheckStatus::Fail);
-    assert_eq!(out, "/nonexistent/checker: command not found");
+    assert_eq!(
+        out,
+        "/nonexistent/checker: not found (the program, or the interpreter its first line names)"
+    );
 
     // Hostile output is inert; a flood is bounded (and does not block the command).
     let (st, out, _) = run(&command_check(

@@ -146,11 +146,7 @@ impl StdioChild {
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
-                rec.spawn_error = Some(match e.kind() {
-                    std::io::ErrorKind::NotFound => format!("{program}: command not found"),
-                    std::io::ErrorKind::PermissionDenied => format!("{program}: permission denied"),
-                    _ => format!("{program}: {e}"),
-                });
+                rec.spawn_error = Some(mcpulse_wire::text::spawn_failure(&program, &e));
                 return Err(Box::new(rec));
             }
         };

@@ -227,6 +227,21 @@ fn render(s: &str, max: usize, quoting: bool) -> String {
     out
 }
 
+/// Why a program could not be started, for a person: `NotFound` is the program or, for a
+/// script, the interpreter its `#!` line names (ENOENT says not which), so neither is called
+/// missing when the other is. The program's name is the caller's to make inert.
+pub fn spawn_failure(program: &str, e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => {
+            format!("{program}: not found (the program, or the interpreter its first line names)")
+        }
+        std::io::ErrorKind::PermissionDenied => {
+            format!("{program}: permission denied (is it a file you may execute?)")
+        }
+        _ => format!("{program}: {e}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

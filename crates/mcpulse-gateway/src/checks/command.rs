@@ -62,12 +62,10 @@ pub(super) async fn run(argv: &[String], pass: &[String], deadline: Instant) -> 
     let (mut child, _owned) = match mcpulse_relay::supervise::child::spawn_owned(&mut cmd) {
         Ok(c) => c,
         Err(e) => {
-            let why = match e.kind() {
-                std::io::ErrorKind::NotFound => "command not found".to_owned(),
-                std::io::ErrorKind::PermissionDenied => "permission denied".to_owned(),
-                _ => format!("could not start: {e}"),
-            };
-            return failed(Some(start.elapsed()), &format!("{program}: {why}"));
+            return failed(
+                Some(start.elapsed()),
+                &mcpulse_wire::text::spawn_failure(&program, &e),
+            );
         }
     };
     let pid = child.id();
