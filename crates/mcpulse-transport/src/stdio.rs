@@ -146,7 +146,7 @@ impl StdioChild {
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
-                rec.spawn_error = Some(mcpulse_wire::text::spawn_failure(&program, &e));
+                rec.spawn_error = Some(mcpulse_wire::text::spawn_failure(program, &e));
                 return Err(Box::new(rec));
             }
         };

@@ -64,7 +64,7 @@ pub(super) async fn run(argv: &[String], pass: &[String], deadline: Instant) -> 
         Err(e) => {
             return failed(
                 Some(start.elapsed()),
-                &mcpulse_wire::text::spawn_failure(&program, &e),
+                &mcpulse_wire::text::spawn_failure(program, &e),
             );
         }
     };
