@@ -234,25 +234,37 @@ pub async fn run(
             _ = term.recv() => { tracing::info!("SIGTERM: shutting down"); break }
             _ = int.recv() => { tracing::info!("SIGINT: shutting down"); break }
             _ = hup.recv() => {
-                match load(&config_path, &opts) {
-                    Err(e) => tracing::error!(error = %e, "SIGHUP: the new config is invalid; keeping the running one"),
-                    Ok(new) => {
-                        // The fleet first: departing targets leave it and changed labels
-                        // apply, so from now on no Alertmanager re-send (which lists the
-                        // fleet's open incidents) posts a departing target's incidents or a
-                        // changed target's old label set.
-                        fleet.set_config_at(&new.targets, clock());
-                        // Then the sinks: the resolves of removed targets go to the new ones.
-                        swap_sinks(&store, &sinks, &current.alerts, &new.alerts, (shared.clock)()).await;
-                        reload(&mut running, &current, &new, &shared, &store, &removals_tx, &mut pending_removals).await;
-                        *maintenance.write().unwrap_or_else(|p| p.into_inner()) = new.maintenance.clone();
-                        if let Ok(mut c) = api_config.write() { *c = new.clone(); }
-                        if new.server.listen != current.server.listen && opts.listen.is_none() {
-                            tracing::warn!(listen = %new.server.listen, "server.listen changed: restart the monitor to apply it");
+                let reloading = async {
+                    match load(&config_path, &opts) {
+                        Err(e) => tracing::error!(error = %e, "SIGHUP: the new config is invalid; keeping the running one"),
+                        Ok(new) => {
+                            // The fleet first: departing targets leave it and changed labels
+                            // apply, so from now on no Alertmanager re-send (which lists the
+                            // fleet's open incidents) posts a departing target's incidents or a
+                            // changed target's old label set.
+                            fleet.set_config_at(&new.targets, clock());
+                            // Then the sinks: the resolves of removed targets go to the new ones.
+                            swap_sinks(&store, &sinks, &current.alerts, &new.alerts, (shared.clock)()).await;
+                            reload(&mut running, &current, &new, &shared, &store, &removals_tx, &mut pending_removals).await;
+                            *maintenance.write().unwrap_or_else(|p| p.into_inner()) = new.maintenance.clone();
+                            if let Ok(mut c) = api_config.write() { *c = new.clone(); }
+                            if new.server.listen != current.server.listen && opts.listen.is_none() {
+                                tracing::warn!(listen = %new.server.listen, "server.listen changed: restart the monitor to apply it");
+                            }
+                            tracing::info!(targets = new.targets.len(), "SIGHUP: config reloaded");
+                            current = new;
                         }
-                        tracing::info!(targets = new.targets.len(), "SIGHUP: config reloaded");
-                        current = new;
                     }
+                };
+                // A reload waits for the targets it restarts (each stops at once, or after the
+                // probe in flight) and up to 5 s for a removal's write: a stop asked for
+                // meanwhile is not held back by it. The reload is left where it is (the
+                // targets it already stopped end on their own), and the shutdown stops the rest.
+                tokio::select! {
+                    () = reloading => {}
+                    _ = &mut shutdown => { tracing::warn!("shutting down during a reload"); break }
+                    _ = term.recv() => { tracing::warn!("SIGTERM during a reload: shutting down"); break }
+                    _ = int.recv() => { tracing::warn!("SIGINT during a reload: shutting down"); break }
                 }
             }
         }
@@ -269,7 +281,11 @@ pub async fn run(
         let _ = r.stop.send(true);
     }
     for r in stopping {
-        let _ = r.task.await;
+        if let Ok(memory) = r.task.await
+            && let Some(record) = memory.unsent
+        {
+            log_unwritten(&record);
+        }
     }
     drop(shared);
     drop(removals_tx);
@@ -281,6 +297,19 @@ pub async fn run(
     let _ = api.await;
     tracing::info!("mcpulse monitor stopped");
     Ok(())
+}
+
+/// A target's last check result that never reached the store writer (its queue was full: the
+/// store was failing when the monitor stopped): logged, alert by alert, as not written.
+fn log_unwritten(record: &CheckRecord) {
+    tracing::error!(
+        target = %record.target,
+        alerts = record.alerts.len(),
+        "shutting down with the store failing: the target's last check result is not written; the next start resumes from the store and pages again what is still down"
+    );
+    for a in &record.alerts {
+        tracing::error!(target = %a.target, kind = a.kind.as_str(), action = ?a.action, dedup_key = %a.dedup_key, summary = %a.summary, "alert not written (not delivered)");
+    }
 }
 
 fn signal(
@@ -340,6 +369,7 @@ fn resume(
         // Recomputed at the first check (drift_checked_ms is 0): not kept across restarts.
         drift_diff: Default::default(),
         baseline_error,
+        unsent: None,
     }
 }
 
@@ -514,6 +544,9 @@ async fn reload(
                     start(running, t.clone(), memory, shared);
                 }
                 None => {
+                    if memory.unsent.is_some() {
+                        tracing::warn!(target = %name, "removed while its last check result waited for the failing store: that result is dropped (the removal resolves its incidents)");
+                    }
                     tracing::info!(target = %name, incidents = memory.incidents.len(), "removed from the config; resolving its open incidents");
                     shared.fleet.remove(&name);
                     remove_target(&r.cfg, memory, old, new, shared, removals, pending).await;
@@ -602,10 +635,9 @@ async fn write_loop(
             }
         };
         if !batch.is_empty() {
-            let alerts: usize = batch.iter().map(|r| r.alerts.len()).sum();
+            let what = Batch::of(&batch);
+            let alerts = what.alerts.len();
             let (batch, sinks) = (Arc::new(batch), sinks.clone());
-            let n = batch.len();
-            let what = Batch { records: n, alerts };
             write_with_retry(&store, &fleet, &clock, &closing, what, move |s| {
                 // The sinks are read under the store's lock, as a reload swaps them.
                 let ids = sink_ids(&sinks.read().unwrap_or_else(|p| p.into_inner()));
@@ -620,7 +652,8 @@ async fn write_loop(
             let alerts = !job.removal.alerts.is_empty();
             let what = Batch {
                 records: 1,
-                alerts: job.removal.alerts.len(),
+                alerts: job.removal.alerts.iter().map(describe).collect(),
+                contracts: 0,
             };
             let removal = Arc::new(job.removal);
             write_with_retry(&store, &fleet, &clock, &closing, what, move |s| {
@@ -635,11 +668,38 @@ async fn write_loop(
     }
 }
 
-/// What one store write holds: records (or a removal), and how many alerts among them.
-#[derive(Debug, Clone, Copy)]
+/// What one store write holds: records (or a removal), the alerts among them (described for
+/// the log, should they be lost), and how many new baselines (accepted contracts).
+#[derive(Debug, Clone)]
 struct Batch {
     records: usize,
-    alerts: usize,
+    alerts: Vec<String>,
+    contracts: usize,
+}
+
+impl Batch {
+    fn of(records: &[CheckRecord]) -> Batch {
+        Batch {
+            records: records.len(),
+            alerts: records
+                .iter()
+                .flat_map(|r| &r.alerts)
+                .map(describe)
+                .collect(),
+            contracts: records.iter().filter(|r| r.contract.is_some()).count(),
+        }
+    }
+}
+
+/// An alert as the logs name it when it was not written: its target, kind, action and key.
+fn describe(a: &Alert) -> String {
+    format!(
+        "{} {} {:?} {}",
+        a.target,
+        a.kind.as_str(),
+        a.action,
+        a.dedup_key
+    )
 }
 
 /// Runs a store write off the async threads, retrying a failure (backing off from 200 ms to
@@ -684,17 +744,27 @@ async fn write_with_retry<F>(
             Ok(Err(e)) => e.to_string(),
             Err(e) => format!("the store writer panicked: {e}"),
         };
-        tracing::error!(error = %error, attempt, records = what.records, alerts = what.alerts, "writing check results failed; retrying");
+        tracing::error!(error = %error, attempt, records = what.records, alerts = what.alerts.len(), contracts = what.contracts, "writing check results failed; retrying");
         fleet.store_failed(clock(), &error);
         if *closing.borrow() {
             tracing::error!(
                 records = what.records,
-                alerts = what.alerts,
+                alerts = what.alerts.len(),
+                contracts = what.contracts,
                 "shutting down with the store failing: these check results and alerts are not written; the next start resumes from the store and pages again what is still down"
             );
+            for a in &what.alerts {
+                tracing::error!(alert = %a, "alert not written (not delivered)");
+            }
+            if what.contracts > 0 {
+                tracing::error!(
+                    contracts = what.contracts,
+                    "new baselines not written: accept them again after the restart (`mcpulse monitor accept TARGET`)"
+                );
+            }
             return;
         }
-        if what.alerts == 0 && attempt >= MAX_WRITE_ATTEMPTS {
+        if what.alerts.is_empty() && attempt >= MAX_WRITE_ATTEMPTS {
             tracing::error!(
                 records = what.records,
                 "giving up on a batch of check results (history only, no alerts) after {MAX_WRITE_ATTEMPTS} attempts; the next batch carries the targets' state on"
@@ -1015,6 +1085,135 @@ mod tests {
             let _ = r.stop.send(true);
         }
         drop(job);
+    }
+
+    /// A down transcript from a real probe (a loopback port nobody listens on), recorded on a
+    /// thread whose clock runs: in a paused runtime a probe's timeout would fire at once.
+    fn refused_transcript() -> mcpulse_probe::Transcript {
+        std::thread::spawn(|| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(async {
+                    let port = std::net::TcpListener::bind("127.0.0.1:0")
+                        .unwrap()
+                        .local_addr()
+                        .unwrap()
+                        .port();
+                    let url = format!("http://127.0.0.1:{port}/mcp");
+                    let plan = mcpulse_probe::Plan {
+                        timeout: Duration::from_secs(5),
+                        security: false,
+                        ..mcpulse_probe::Plan::default()
+                    };
+                    mcpulse_probe::probe(&mcpulse_probe::Target::http(&url).unwrap(), &plan).await
+                })
+        })
+        .join()
+        .unwrap()
+    }
+
+    /// Answers every probe at once with the same transcript.
+    struct Replay(mcpulse_probe::Transcript);
+
+    impl runner::Prober for Replay {
+        fn probe<'a>(
+            &'a self,
+            _: &'a mcpulse_probe::Target,
+            _: &'a mcpulse_probe::Plan,
+        ) -> std::pin::Pin<Box<dyn Future<Output = mcpulse_probe::Transcript> + Send + 'a>>
+        {
+            Box::pin(std::future::ready(self.0.clone()))
+        }
+    }
+
+    /// Review of d599b81: with the store failing, the writer holds its batch of alerts and the
+    /// queue fills; a target then waits to hand its result over. A reload that restarts it,
+    /// and a shutdown, must not wait for the store: the target stops at once, keeping the
+    /// result it could not hand over (the restarted target hands it over first).
+    #[tokio::test(start_paused = true)]
+    async fn a_reload_and_a_shutdown_are_not_held_by_a_failing_store() {
+        let dir = TempDir::new("store-failing-reload");
+        let path = dir.join("mcpulse.db");
+        let store = Arc::new(Mutex::new(Store::open(&path).unwrap()));
+        let disk = rusqlite::Connection::open(&path).unwrap();
+        disk.execute_batch("CREATE TRIGGER full_disk BEFORE INSERT ON checks BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END;").unwrap();
+        let text = |interval: &str| {
+            format!(
+                "[storage]\npath = \"mcpulse.db\"\n[[alerts]]\nkind = \"webhook\"\nurl = \"http://127.0.0.1:9/hook\"\n[[targets]]\nname = \"gone\"\nurl = \"http://127.0.0.1:9/mcp\"\ninterval = \"{interval}\"\ntimeout = \"500ms\"\nfailure_threshold = 1\n"
+            )
+        };
+        let old = config::parse(&text("1s"), "monitor.toml", dir.path(), &|_| None).unwrap();
+        let new = config::parse(&text("2s"), "monitor.toml", dir.path(), &|_| None).unwrap();
+        // The writer's queue holds one result, as the daemon's holds 4096.
+        let (records, records_rx) = mpsc::channel(1);
+        let (removals, removals_rx) = mpsc::unbounded_channel::<RemovalJob>();
+        let fleet = Fleet::new();
+        fleet.set_config(&old.targets);
+        let (closing_tx, closing) = watch::channel(false);
+        let writer = tokio::spawn(write_loop(
+            store.clone(),
+            records_rx,
+            removals_rx,
+            Arc::new(RwLock::new(old.alerts.clone())),
+            fleet.clone(),
+            Arc::new(Notify::new()),
+            Arc::new(|| 1_000),
+            closing,
+        ));
+        let shared = Shared {
+            prober: Arc::new(Replay(refused_transcript())),
+            semaphore: Arc::new(Semaphore::new(4)),
+            memory: crate::memory::MemoryBudget::default(),
+            records,
+            fleet: fleet.clone(),
+            maintenance: Arc::new(RwLock::new(Vec::new())),
+            clock: Arc::new(|| 1_000),
+        };
+        let mut running = BTreeMap::new();
+        start(
+            &mut running,
+            old.targets[0].clone(),
+            Memory::default(),
+            &shared,
+        );
+        // The first check's trigger is in the writer's failing batch, the second result in the
+        // queue, the third waits to be handed over.
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(fleet.snapshot().monitor.store_error.is_some());
+
+        let mut pending = PendingRemovals::new();
+        tokio::time::timeout(
+            Duration::from_secs(30),
+            reload(
+                &mut running,
+                &old,
+                &new,
+                &shared,
+                &store,
+                &removals,
+                &mut pending,
+            ),
+        )
+        .await
+        .expect("the reload is not held by the failing store");
+        assert_eq!(running["gone"].cfg.interval, Duration::from_secs(2));
+
+        // Shutting down, the store still failing: the target and the writer end promptly.
+        closing_tx.send(true).unwrap();
+        let r = running.remove("gone").unwrap();
+        r.stop.send(true).unwrap();
+        let memory = tokio::time::timeout(Duration::from_secs(30), r.task)
+            .await
+            .expect("the target stops")
+            .unwrap();
+        assert_eq!(memory.incidents.len(), 1, "the incident is carried on");
+        drop((shared, removals));
+        tokio::time::timeout(Duration::from_secs(30), writer)
+            .await
+            .expect("the writer stops")
+            .unwrap();
     }
 
     /// A store that keeps failing for longer than the ten minutes a batch used to be retried:

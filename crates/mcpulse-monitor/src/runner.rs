@@ -102,6 +102,10 @@ pub struct Memory {
     /// (and the baseline not replaced by whatever the server serves now, which would accept a
     /// drift nobody saw) until a contract is accepted (`POST /api/v1/targets/{name}/accept`).
     pub baseline_error: Option<String>,
+    /// The record of the last check, when the target was stopped before the store writer took
+    /// it (the writer's queue was full: the store is failing). A reload's restarted task hands
+    /// it over first; at shutdown the daemon logs it as not written.
+    pub unsent: Option<Box<CheckRecord>>,
 }
 
 /// The accepted contract (the drift baseline), kept as its compact JSON text and digest.
@@ -201,6 +205,17 @@ pub async fn run(
             return memory;
         }
     };
+    // A record the target's previous run could not hand over before it was stopped.
+    if let Some(record) = memory.unsent.take() {
+        match hand_over(&shared.records, *record, &mut stop).await {
+            HandOver::Sent => {}
+            HandOver::Stopped(record) => {
+                memory.unsent = Some(record);
+                return memory;
+            }
+            HandOver::WriterGone => return memory,
+        }
+    }
     let start = Instant::now() + phase(&cfg.name, cfg.interval);
     let mut ticker = tokio::time::interval_at(start, cfg.interval);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
@@ -232,9 +247,45 @@ pub async fn run(
             permit,
         ))
         .await;
-        if Box::pin(shared.records.send(record)).await.is_err() {
-            return memory; // the writer is gone: shutting down
+        match Box::pin(hand_over(&shared.records, record, &mut stop)).await {
+            HandOver::Sent => {}
+            HandOver::Stopped(record) => {
+                memory.unsent = Some(record);
+                return memory;
+            }
+            HandOver::WriterGone => return memory, // shutting down
         }
+    }
+}
+
+/// How handing a record to the store writer ended.
+enum HandOver {
+    Sent,
+    /// The target was stopped while the writer's queue was full: the record comes back.
+    Stopped(Box<CheckRecord>),
+    /// The writer is gone (shutting down).
+    WriterGone,
+}
+
+/// Hands `record` to the store writer, waiting for room in its queue, but not past a stop: a
+/// failing store fills the queue, and a target waiting there must still stop at once for a
+/// reload or a shutdown (which would otherwise wait for the store to recover). A queue with
+/// room takes the record even when a stop is pending.
+async fn hand_over(
+    records: &mpsc::Sender<CheckRecord>,
+    record: CheckRecord,
+    stop: &mut watch::Receiver<bool>,
+) -> HandOver {
+    tokio::select! {
+        biased;
+        permit = records.reserve() => match permit {
+            Ok(permit) => {
+                permit.send(record);
+                HandOver::Sent
+            }
+            Err(_) => HandOver::WriterGone,
+        },
+        _ = stop.wait_for(|s| *s) => HandOver::Stopped(Box::new(record)),
     }
 }
 
