@@ -588,9 +588,10 @@ async fn reload(
     }
 }
 
-/// How often a batch **without alerts** is tried before it is given up (about ten minutes of
-/// retrying): it is history only, and the next batch written carries each target's state on.
-/// A batch that holds alerts is never given up while the monitor runs (see [`write_with_retry`]).
+/// How often a batch **without alerts or a new baseline** is tried before it is given up (about
+/// ten minutes of retrying): it is history only, and the next batch written carries each
+/// target's state on. A batch that holds alerts or an accepted contract is never given up while
+/// the monitor runs (see [`write_with_retry`]).
 const MAX_WRITE_ATTEMPTS: u32 = 64;
 
 /// The longest wait between two attempts at a failing write.
@@ -689,6 +690,13 @@ impl Batch {
             contracts: records.iter().filter(|r| r.contract.is_some()).count(),
         }
     }
+
+    /// Whether the write is kept until it succeeds while the monitor runs: it holds the only
+    /// copy of something no later check makes again: alerts, or a new baseline (an accepted
+    /// contract is written only with the check that took it).
+    fn must_land(&self) -> bool {
+        !self.alerts.is_empty() || self.contracts > 0
+    }
 }
 
 /// An alert as the logs name it when it was not written: its target, kind, action and key.
@@ -710,8 +718,11 @@ fn describe(a: &Alert) -> String {
 /// the only copy of those alerts, and the check that raised them has already opened the
 /// incident in memory, so no later check would raise them again: dropping it would leave an
 /// outage nobody is paged for. (Before, every batch was given up after about ten minutes of a
-/// failing store, alerts and all.) A write without alerts is history only and is given up
-/// after [`MAX_WRITE_ATTEMPTS`], as the next batch carries each target's state on.
+/// failing store, alerts and all.) So is a write that holds a new baseline: the accepted
+/// contract is written only with the check that took it, and lost, the baseline the monitor
+/// judges drift against would not be the one in the store after a restart. A write with
+/// neither is history only and is given up after [`MAX_WRITE_ATTEMPTS`], as the next batch
+/// carries each target's state on.
 ///
 /// Once `closing` is true (the monitor is shutting down), a failing write is not tried again:
 /// what it held is lost, logged as an error, and the next start resumes from the store, whose
@@ -764,10 +775,10 @@ async fn write_with_retry<F>(
             }
             return;
         }
-        if what.alerts.is_empty() && attempt >= MAX_WRITE_ATTEMPTS {
+        if !what.must_land() && attempt >= MAX_WRITE_ATTEMPTS {
             tracing::error!(
                 records = what.records,
-                "giving up on a batch of check results (history only, no alerts) after {MAX_WRITE_ATTEMPTS} attempts; the next batch carries the targets' state on"
+                "giving up on a batch of check results (history only: no alerts, no new baseline) after {MAX_WRITE_ATTEMPTS} attempts; the next batch carries the targets' state on"
             );
             return;
         }
@@ -1214,6 +1225,51 @@ mod tests {
             .await
             .expect("the writer stops")
             .unwrap();
+    }
+
+    /// Review of d599b81: a batch without alerts but with a new baseline (the contract a check
+    /// accepted, written only with that check) is kept like one with alerts, not given up
+    /// after 64 attempts: the baseline would be lost.
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_with_a_new_baseline_outlives_a_failing_store() {
+        let dir = TempDir::new("store-failing-baseline");
+        let path = dir.join("mcpulse.db");
+        let store = Arc::new(Mutex::new(Store::open(&path).unwrap()));
+        let disk = rusqlite::Connection::open(&path).unwrap();
+        disk.execute_batch("CREATE TRIGGER full_disk BEFORE INSERT ON checks BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END;").unwrap();
+        let (tx, rx) = mpsc::channel(16);
+        let (_removals_tx, removals_rx) = mpsc::unbounded_channel::<RemovalJob>();
+        let (_closing_tx, closing) = watch::channel(false);
+        let writer = tokio::spawn(write_loop(
+            store.clone(),
+            rx,
+            removals_rx,
+            Arc::new(RwLock::new(Vec::new())),
+            Fleet::new(),
+            Arc::new(Notify::new()),
+            Arc::new(|| 1_000),
+            closing,
+        ));
+        let mut r = down(1_000);
+        r.incidents.clear();
+        r.contract = Some("{\"accepted\":true}".into());
+        assert!(r.alerts.is_empty());
+        tx.send(r).await.unwrap();
+        // Twenty minutes of a failing store: twice as long as history alone is kept.
+        tokio::time::sleep(Duration::from_secs(20 * 60)).await;
+        assert_eq!(
+            store.lock().unwrap().accepted_contract("gone").unwrap(),
+            None
+        );
+        disk.execute_batch("DROP TRIGGER full_disk;").unwrap();
+        tokio::time::sleep(MAX_WRITE_BACKOFF + Duration::from_secs(1)).await;
+        assert_eq!(
+            store.lock().unwrap().accepted_contract("gone").unwrap(),
+            Some("{\"accepted\":true}".to_owned()),
+            "the baseline is written once the store works again"
+        );
+        drop(tx);
+        writer.await.unwrap();
     }
 
     /// A store that keeps failing for longer than the ten minutes a batch used to be retried:
