@@ -68,6 +68,12 @@ pub enum AcceptError {
     Refused { status: u16, message: String },
     #[error("{0}")]
     Invalid(String),
+    /// The request is no longer pending, yet no new baseline was stored: the monitor
+    /// restarted (a pending accept is kept in memory only), or the target was removed.
+    #[error(
+        "the accept request is gone without a new baseline being stored (the monitor restarted, or the target was reloaded away): run the command again"
+    )]
+    Lost,
 }
 
 impl Api {
@@ -94,7 +100,8 @@ impl Api {
     }
 
     /// Asks for `target`'s next contract to become its baseline, then waits up to `wait` for
-    /// the check that takes it.
+    /// the check that takes it. Success is a fact the monitor shows only once the store has
+    /// written the new baseline: the target view's `baseline` (digest and time) changed.
     pub async fn accept(&self, target: &str, wait: Duration) -> Result<Outcome, AcceptError> {
         let path = format!("/api/v1/targets/{}", path_segment(target));
         let before = self.get_json(&path).await?;
@@ -102,17 +109,24 @@ impl Api {
             .get("drift")
             .and_then(|d| d.as_str())
             .map(str::to_owned);
+        let baseline_before = before.get("baseline").cloned();
         self.request(Method::POST, &format!("{path}/accept"))
             .await?;
         let until = Instant::now() + wait;
         loop {
             let view = self.get_json(&path).await?;
-            if view
+            let baseline = view.get("baseline").cloned();
+            let pending = view
                 .get("accept_pending")
                 .and_then(serde_json::Value::as_bool)
-                != Some(true)
-            {
-                return Ok(Outcome::Accepted { drift_before });
+                == Some(true);
+            // Pending until the store has written the baseline the request asked for (a
+            // baseline stored meanwhile by an earlier check does not answer it).
+            if !pending {
+                if baseline.is_some() && baseline != baseline_before {
+                    return Ok(Outcome::Accepted { drift_before });
+                }
+                return Err(AcceptError::Lost);
             }
             if Instant::now() >= until {
                 return Ok(Outcome::Pending { waited: wait });

@@ -149,7 +149,7 @@ pub async fn run(
     fleet.set_config_at(&cfg.targets, clock());
     let mut memories: BTreeMap<String, Memory> = BTreeMap::new();
     for t in &cfg.targets {
-        let memory = resume(&store, &mut resumed, &t.name);
+        let memory = resume(&store, &fleet, &mut resumed, &t.name);
         fleet.resume(t, &memory.state, &memory.incidents);
         fleet.set_baseline_error(&t.name, memory.baseline_error.clone());
         memories.insert(t.name.clone(), memory);
@@ -325,6 +325,7 @@ async fn wait_true(mut rx: watch::Receiver<bool>) {
 
 fn resume(
     store: &Arc<Mutex<Store>>,
+    fleet: &Fleet,
     resumed: &mut BTreeMap<String, (crate::state::TargetState, crate::alert::Incidents)>,
     name: &str,
 ) -> Memory {
@@ -335,11 +336,14 @@ fn resume(
     let read = store
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .accepted_contract(name);
+        .accepted_contract_at(name);
     let (accepted, baseline_error) = match read {
         Ok(None) => (None, None),
-        Ok(Some(text)) => match runner::Accepted::from_lock(&text) {
-            Ok(a) => (Some(a), None),
+        Ok(Some((text, at))) => match runner::Accepted::from_lock(&text) {
+            Ok(a) => {
+                fleet.baseline_stored(name, a.digest(), at.unwrap_or_default());
+                (Some(a), None)
+            }
             Err(e) => (
                 None,
                 Some(format!("the stored baseline cannot be parsed: {e}")),
@@ -578,7 +582,7 @@ async fn reload(
             if pending.remove(&t.name).is_some() {
                 stored.remove(&t.name);
             }
-            let memory = resume(store, &mut stored, &t.name);
+            let memory = resume(store, &shared.fleet, &mut stored, &t.name);
             shared.fleet.resume(t, &memory.state, &memory.incidents);
             shared
                 .fleet
@@ -638,13 +642,27 @@ async fn write_loop(
         if !batch.is_empty() {
             let what = Batch::of(&batch);
             let alerts = what.alerts.len();
+            // The new baselines, for the fleet to show once they are written.
+            let baselines: Vec<(String, String, i64)> = batch
+                .iter()
+                .filter(|r| r.contract.is_some())
+                .filter_map(|r| {
+                    let digest = r.observation.contract_digest.clone()?;
+                    Some((r.target.clone(), digest, r.at_ms))
+                })
+                .collect();
             let (batch, sinks) = (Arc::new(batch), sinks.clone());
-            write_with_retry(&store, &fleet, &clock, &closing, what, move |s| {
+            let written = write_with_retry(&store, &fleet, &clock, &closing, what, move |s| {
                 // The sinks are read under the store's lock, as a reload swaps them.
                 let ids = sink_ids(&sinks.read().unwrap_or_else(|p| p.into_inner()));
                 s.record(&batch, &ids)
             })
             .await;
+            if written {
+                for (target, digest, at_ms) in &baselines {
+                    fleet.baseline_stored(target, digest, *at_ms);
+                }
+            }
             if alerts > 0 {
                 wake.notify_one();
             }
@@ -734,7 +752,8 @@ async fn write_with_retry<F>(
     closing: &watch::Receiver<bool>,
     what: Batch,
     write: F,
-) where
+) -> bool
+where
     F: Fn(&mut Store) -> Result<(), StoreError> + Send + Sync + 'static,
 {
     let write = Arc::new(write);
@@ -750,7 +769,7 @@ async fn write_with_retry<F>(
         let error = match result {
             Ok(Ok(())) => {
                 fleet.store_ok(clock());
-                return;
+                return true;
             }
             Ok(Err(e)) => e.to_string(),
             Err(e) => format!("the store writer panicked: {e}"),
@@ -773,14 +792,14 @@ async fn write_with_retry<F>(
                     "new baselines not written: accept them again after the restart (`mcpulse monitor accept TARGET`)"
                 );
             }
-            return;
+            return false;
         }
         if !what.must_land() && attempt >= MAX_WRITE_ATTEMPTS {
             tracing::error!(
                 records = what.records,
                 "giving up on a batch of check results (history only: no alerts, no new baseline) after {MAX_WRITE_ATTEMPTS} attempts; the next batch carries the targets' state on"
             );
-            return;
+            return false;
         }
         tokio::select! {
             _ = tokio::time::sleep(delay) => {}
@@ -788,6 +807,7 @@ async fn write_with_retry<F>(
         }
         delay = (delay * 2).min(MAX_WRITE_BACKOFF);
     }
+    false // past u32::MAX attempts: not reached
 }
 
 /// A target's labels changed while it has open incidents: Alertmanager knows an alert by its
@@ -1049,7 +1069,7 @@ mod tests {
         };
         // Running, its incident resumed from the store.
         let mut stored = store.lock().unwrap().load_states().unwrap();
-        let memory = resume(&store, &mut stored, "gone");
+        let memory = resume(&store, &shared.fleet, &mut stored, "gone");
         assert_eq!(memory.incidents.len(), 1);
         shared.fleet.set_config(&with.targets);
         shared

@@ -520,6 +520,9 @@ async fn check(
     ),
 ) -> CheckRecord {
     let policy = crate::probe::policy(cfg.latency_budget);
+    // Taken before the probe: an accept requested while it runs is for the next check (this
+    // one may have fetched the contract before the request).
+    let accept_mark = shared.fleet.accept_mark();
     let (transcript, mut report) = match &cfg.endpoint {
         // One read, no era to remember; its report has no contract, so no drift either.
         crate::config::Endpoint::Health(url) => {
@@ -531,7 +534,7 @@ async fn check(
     };
     report.hide(&plan.secrets);
     let at = (shared.clock)();
-    let record = check_once(cfg, memory, &transcript, &report, at, shared);
+    let record = check_once(cfg, memory, &transcript, &report, (at, accept_mark), shared);
     // Held until the contract is taken in: that copies it (see `crate::memory`).
     drop(permit);
     shared.fleet.update_from(
@@ -562,19 +565,22 @@ pub fn summary_of(report: &Report) -> String {
         .unwrap_or_else(|| HEALTHY_SUMMARY.to_owned())
 }
 
-/// The pure part of a check: observation, state, alerts, the record to store.
+/// The pure part of a check: observation, state, alerts, the record to store. `at` is the
+/// check's time, `accept_mark` the fleet's [accept mark](crate::fleet::Fleet::accept_mark)
+/// when its probe started.
 pub fn check_once(
     cfg: &TargetConfig,
     memory: &mut Memory,
     transcript: &mcpulse_probe::Transcript,
     report: &Report,
-    at: i64,
+    (at, accept_mark): (i64, u64),
     shared: &Shared,
 ) -> CheckRecord {
     // Drift against the accepted contract, no faster than the server's cache TTL. A contract
-    // accepted through the API becomes the baseline at the first check that has one.
+    // accepted through the API becomes the baseline at the first check that has one and whose
+    // probe started after the request.
     let mut new_contract = None;
-    let accept = report.contract.is_some() && shared.fleet.take_accept(&cfg.name);
+    let accept = report.contract.is_some() && shared.fleet.take_accept(&cfg.name, accept_mark);
     if let Some(current) = &report.contract {
         match &memory.accepted {
             _ if accept => {

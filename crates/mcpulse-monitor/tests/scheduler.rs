@@ -916,3 +916,57 @@ async fn an_http_target_detects_its_era_afresh_at_least_hourly() {
     assert_eq!(records.len(), 13);
     assert!(records.iter().all(|r| r.status == Health::Healthy));
 }
+
+/// Review of c75cf77: an accept requested while a check's probe is in flight is not taken by
+/// that check (its probe may have fetched the contract before the request, the contract being
+/// accepted away): the next check's probe, started after the request, takes it. The accept
+/// stays pending until the store has written the baseline.
+#[tokio::test(start_paused = true)]
+async fn an_accept_is_taken_only_by_a_check_whose_probe_started_after_it() {
+    let mut h = Harness::new(4);
+    let cfg = one("interval = \"60s\"\ntimeout = \"30s\"", "acc");
+    h.shared.fleet.set_config(std::slice::from_ref(&cfg));
+    // Every probe takes 20 s.
+    h.prober.script(
+        "acc",
+        vec![Step {
+            up: true,
+            takes: secs(20),
+        }],
+    );
+    let phase = runner::phase("acc", secs(60));
+    let running = h.start(&cfg, Memory::default());
+    // The first check takes the first baseline.
+    h.run_until(phase + secs(30)).await;
+    let first = h.take("acc");
+    assert_eq!(first.len(), 1);
+    assert!(first[0].contract.is_some());
+    // The second check's probe runs from phase + 60 s to phase + 80 s: the accept comes
+    // in between.
+    h.run_until(phase + secs(70)).await;
+    assert!(h.shared.fleet.request_accept("acc"));
+    h.run_until(phase + secs(90)).await;
+    let second = h.take("acc");
+    assert_eq!(second.len(), 1);
+    assert_eq!(
+        second[0].contract, None,
+        "its probe started before the request"
+    );
+    assert!(h.shared.fleet.get("acc").unwrap().accept_pending);
+    // The third check's probe starts after the request: it takes it.
+    h.run_until(phase + secs(150)).await;
+    let third = h.take("acc");
+    assert_eq!(third.len(), 1);
+    assert!(third[0].contract.is_some(), "the accept is taken");
+    let view = h.shared.fleet.get("acc").unwrap();
+    assert!(view.accept_pending, "pending until the store wrote it");
+    assert_eq!(view.baseline, None);
+    let digest = third[0].observation.contract_digest.clone().unwrap();
+    h.shared
+        .fleet
+        .baseline_stored("acc", &digest, third[0].at_ms);
+    let view = h.shared.fleet.get("acc").unwrap();
+    assert!(!view.accept_pending);
+    assert_eq!(view.baseline.unwrap().accepted_ms, third[0].at_ms);
+    running.stop().await;
+}

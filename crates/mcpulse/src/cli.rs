@@ -192,7 +192,8 @@ Examples:
 
 The monitor's next check of the target that reaches the server takes its contract as the
 baseline. Needs the API token ([server] token, read from the config with ${VAR} expanded).
-Exit status: 0 accepted, 1 refused or unreachable, 2 asked but not yet taken within --wait,
+Exit status: 0 accepted (the new baseline is stored), 1 refused, unreachable or the request
+lost (a restart forgets a pending accept), 2 asked but not yet taken within --wait,
 3 could not run (bad arguments, an invalid config).";
 
 #[derive(Debug, Args)]

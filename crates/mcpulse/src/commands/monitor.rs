@@ -123,7 +123,8 @@ fn accept(args: AcceptArgs) -> Result<u8> {
             e @ (AcceptError::Refused { .. }
             | AcceptError::Unreachable { .. }
             | AcceptError::Timeout { .. }
-            | AcceptError::Invalid(_)),
+            | AcceptError::Invalid(_)
+            | AcceptError::Lost),
         ) => {
             anstream::eprintln!("{name}: {}", mcpulse_wire::text::lines(&e.to_string()));
             Ok(1)
