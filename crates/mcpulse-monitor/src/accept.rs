@@ -100,11 +100,21 @@ impl Api {
     }
 
     /// Asks for `target`'s next contract to become its baseline, then waits up to `wait` for
-    /// the check that takes it. Success is a fact the monitor shows only once the store has
-    /// written the new baseline: the target view's `baseline` (digest and time) changed.
-    pub async fn accept(&self, target: &str, wait: Duration) -> Result<Outcome, AcceptError> {
+    /// the check that takes it (`None`: two of the target's intervals and its timeout, at
+    /// least 5 s, as its view in the API gives them). Success is a fact the monitor shows only
+    /// once the store has written the new baseline: the target view's `baseline` (digest and
+    /// time) changed.
+    ///
+    /// The target is looked up by the API, not in a config file: the running monitor knows its
+    /// fleet, servers added with `--import` included (an unknown name is its `404`).
+    pub async fn accept(
+        &self,
+        target: &str,
+        wait: Option<Duration>,
+    ) -> Result<Outcome, AcceptError> {
         let path = format!("/api/v1/targets/{}", path_segment(target));
         let before = self.get_json(&path).await?;
+        let wait = wait.unwrap_or_else(|| default_wait(&before));
         let drift_before = before
             .get("drift")
             .and_then(|d| d.as_str())
@@ -209,6 +219,16 @@ impl Api {
     }
 }
 
+/// How long to wait for the check that takes an accept, from the target's view: two of its
+/// intervals and its timeout, at least 5 s.
+fn default_wait(view: &serde_json::Value) -> Duration {
+    let ms = |k: &str| view.get(k).and_then(serde_json::Value::as_u64).unwrap_or(0);
+    let total = ms("interval_ms")
+        .saturating_mul(2)
+        .saturating_add(ms("timeout_ms"));
+    Duration::from_millis(total).max(Duration::from_secs(5))
+}
+
 /// `name` as one path segment: unreserved characters as they are, every other byte
 /// percent-encoded (a target name may hold spaces, `/` or `?`).
 pub fn path_segment(name: &str) -> String {
@@ -232,5 +252,14 @@ mod tests {
         assert_eq!(path_segment("search"), "search");
         assert_eq!(path_segment("a b/c?d"), "a%20b%2Fc%3Fd");
         assert_eq!(path_segment("é"), "%C3%A9");
+    }
+
+    #[test]
+    fn the_default_wait_comes_from_the_targets_view() {
+        let view = serde_json::json!({"interval_ms": 60_000, "timeout_ms": 10_000});
+        assert_eq!(default_wait(&view), Duration::from_secs(130));
+        let fast = serde_json::json!({"interval_ms": 1_000, "timeout_ms": 500});
+        assert_eq!(default_wait(&fast), Duration::from_secs(5));
+        assert_eq!(default_wait(&serde_json::json!({})), Duration::from_secs(5));
     }
 }

@@ -1752,7 +1752,7 @@ async fn the_accept_command_succeeds_only_once_the_new_baseline_is_stored() {
         base: format!("http://{}", s.addr),
         token: Some("s3cret-token".into()),
     };
-    let wait = std::time::Duration::from_secs(30);
+    let wait = Some(std::time::Duration::from_secs(30));
     // The request vanishes: the target leaves the fleet and comes back without it.
     let fleet = s.fleet.clone();
     let config = s.config.clone();

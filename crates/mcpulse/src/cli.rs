@@ -198,10 +198,12 @@ lost (a restart forgets a pending accept), 2 asked but not yet taken within --wa
 
 #[derive(Debug, Args)]
 pub struct AcceptArgs {
-    /// The target's name, as in the config.
+    /// The target's name, as the running monitor knows it (the config's, or a server added
+    /// with `monitor --import`).
     #[arg(value_name = "TARGET")]
     pub target: String,
-    /// The monitor's config file: its API address and token are read from it.
+    /// The monitor's config file: its API address and token are read from it (the target is
+    /// looked up by the API).
     #[arg(long, short = 'c', value_name = "FILE")]
     pub config: std::path::PathBuf,
     /// The monitor's API, when it listens elsewhere than [server] listen (e.g. --listen).
