@@ -151,7 +151,6 @@ pub async fn run(
     for t in &cfg.targets {
         let memory = resume(&store, &fleet, &mut resumed, &t.name);
         fleet.resume(t, &memory.state, &memory.incidents);
-        fleet.set_baseline_error(&t.name, memory.baseline_error.clone());
         memories.insert(t.name.clone(), memory);
     }
     let sinks: Arc<RwLock<Vec<AlertConfig>>> = Arc::new(RwLock::new(cfg.alerts.clone()));
@@ -217,6 +216,15 @@ pub async fn run(
         fleet: fleet.clone(),
         maintenance: maintenance.clone(),
         clock: clock.clone(),
+        baselines: Some({
+            let store = store.clone();
+            Arc::new(move |name: &str| {
+                store
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .accepted_contract_at(name)
+            })
+        }),
     };
     let mut running: BTreeMap<String, Running> = BTreeMap::new();
     for t in &cfg.targets {
@@ -332,31 +340,14 @@ fn resume(
     let (state, incidents) = resumed.remove(name).unwrap_or_default();
     // A baseline that cannot be read is an error, not "no baseline": taken for none, the
     // first check would overwrite it with whatever the server serves now, accepting a drift
-    // nobody saw. Drift is not judged until a contract is accepted again.
+    // nobody saw. Drift is not judged until it is read (a failed read is tried again at each
+    // check) or, when its text does not parse, until a contract is accepted again.
     let read = store
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .accepted_contract_at(name);
-    let (accepted, baseline_error) = match read {
-        Ok(None) => (None, None),
-        Ok(Some((text, at))) => match runner::Accepted::from_lock(&text) {
-            Ok(a) => {
-                fleet.baseline_stored(name, a.digest(), at.unwrap_or_default());
-                (Some(a), None)
-            }
-            Err(e) => (
-                None,
-                Some(format!("the stored baseline cannot be parsed: {e}")),
-            ),
-        },
-        Err(e) => (
-            None,
-            Some(format!("reading the stored baseline failed: {e}")),
-        ),
-    };
-    if let Some(e) = &baseline_error {
-        tracing::error!(target = %name, error = %e, "drift is not judged until a contract is accepted again: `mcpulse monitor accept {name}` makes the current one the baseline");
-    }
+    let mut memory = Memory::default();
+    runner::BaselineRead::of(read).apply(name, &mut memory, fleet);
     let drift = state.last.as_ref().and_then(|o| o.drift.clone());
     let drift_changes = state
         .last
@@ -366,14 +357,13 @@ fn resume(
     Memory {
         state,
         incidents,
-        accepted,
         drift_checked_ms: 0,
         drift,
         drift_changes,
         // Recomputed at the first check (drift_checked_ms is 0): not kept across restarts.
         drift_diff: Default::default(),
-        baseline_error,
         unsent: None,
+        ..memory
     }
 }
 
@@ -584,9 +574,6 @@ async fn reload(
             }
             let memory = resume(store, &shared.fleet, &mut stored, &t.name);
             shared.fleet.resume(t, &memory.state, &memory.incidents);
-            shared
-                .fleet
-                .set_baseline_error(&t.name, memory.baseline_error.clone());
             start(running, t.clone(), memory, shared);
         }
     }
@@ -1066,6 +1053,7 @@ mod tests {
             fleet: Fleet::new(),
             maintenance: Arc::new(RwLock::new(Vec::new())),
             clock: Arc::new(|| 2_000),
+            baselines: None,
         };
         // Running, its incident resumed from the store.
         let mut stored = store.lock().unwrap().load_states().unwrap();
@@ -1201,6 +1189,7 @@ mod tests {
             fleet: fleet.clone(),
             maintenance: Arc::new(RwLock::new(Vec::new())),
             clock: Arc::new(|| 1_000),
+            baselines: None,
         };
         let mut running = BTreeMap::new();
         start(

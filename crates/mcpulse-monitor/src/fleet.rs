@@ -705,7 +705,30 @@ impl Snapshot {
                 .at(at),
         };
         let scheduler = self.scheduler_check(now_ms);
-        vec![config, store, scheduler]
+        vec![config, store, scheduler, self.baselines_check(now_ms)]
+    }
+
+    /// `warn` (still ready: checks and alerts go on) while a target's stored baseline cannot
+    /// be read or parsed: drift is not judged for it meanwhile.
+    fn baselines_check(&self, now_ms: i64) -> SelfCheck {
+        let mut check = SelfCheck::new("baselines:readable", "baselines", "datastore").at(now_ms);
+        check.observed_unit = Some("unreadable baselines".into());
+        let bad: Vec<(&str, &str)> = self
+            .targets
+            .iter()
+            .filter_map(|t| Some((t.name.as_str(), t.baseline_error.as_deref()?)))
+            .collect();
+        check.observed_value = Some(bad.len().into());
+        if let Some((name, error)) = bad.first() {
+            check.status = CheckStatus::Warn;
+            let more = match bad.len() - 1 {
+                0 => String::new(),
+                n => format!(" (and {n} more targets)"),
+            };
+            let output = format!("drift is not judged for {name}: {error}{more}");
+            check.output = Some(mcpulse_wire::text::message(&output).into_owned());
+        }
+        check
     }
 
     fn scheduler_check(&self, now_ms: i64) -> SelfCheck {
@@ -903,7 +926,7 @@ mod tests {
                 .map(|c| c.status)
                 .collect::<Vec<_>>()
         };
-        assert_eq!(at(2_000), vec![CheckStatus::Pass; 3]);
+        assert_eq!(at(2_000), vec![CheckStatus::Pass; 4]);
         // Two 60 s intervals, the 10 s timeout and the slack later, still nothing: stale.
         assert_eq!(at(1_000 + 160_001)[2], CheckStatus::Fail);
         f.store_failed(3_000, "disk I/O error");

@@ -81,6 +81,68 @@ pub struct Shared {
     /// flap windows): [`crate::clock::system`] in the daemon; in paused-time tests, one that advances with
     /// `tokio::time` (see [`crate::clock::Timebase`]).
     pub clock: crate::clock::Clock,
+    /// Reads a target's stored baseline (its accepted contract and when it was accepted): how
+    /// a target whose baseline could not be read at start or reload tries again at each check.
+    /// `None` where no store is (tests): such a read is not retried.
+    pub baselines: Option<BaselineReader>,
+}
+
+/// Reads a target's stored baseline: the contract's text and when it was accepted.
+pub type BaselineReader = Arc<
+    dyn Fn(&str) -> Result<Option<(String, Option<i64>)>, crate::store::StoreError> + Send + Sync,
+>;
+
+/// What reading a target's stored baseline gave.
+#[derive(Debug)]
+pub enum BaselineRead {
+    /// None stored: the first check's contract becomes it.
+    None,
+    /// The baseline, and when it was accepted.
+    Found(Accepted, Option<i64>),
+    /// Stored, but its text does not parse: an error until a contract is accepted.
+    Unparsable(String),
+    /// The read failed (I/O, the database locked): tried again at the next check.
+    Failed(String),
+}
+
+impl BaselineRead {
+    pub fn of(read: Result<Option<(String, Option<i64>)>, crate::store::StoreError>) -> Self {
+        match read {
+            Ok(None) => BaselineRead::None,
+            Ok(Some((text, at))) => match Accepted::from_lock(&text) {
+                Ok(a) => BaselineRead::Found(a, at),
+                Err(e) => {
+                    BaselineRead::Unparsable(format!("the stored baseline cannot be parsed: {e}"))
+                }
+            },
+            Err(e) => BaselineRead::Failed(format!(
+                "reading the stored baseline failed (tried again at the next check): {e}"
+            )),
+        }
+    }
+
+    /// Applies the read to `memory` and the fleet's view of `name`.
+    pub fn apply(self, name: &str, memory: &mut Memory, fleet: &crate::fleet::Fleet) {
+        memory.baseline_unread = matches!(self, BaselineRead::Failed(_));
+        let error = match self {
+            BaselineRead::None => None,
+            BaselineRead::Found(a, at) => {
+                fleet.baseline_stored(name, a.digest(), at.unwrap_or_default());
+                memory.accepted = Some(a);
+                None
+            }
+            BaselineRead::Unparsable(e) => {
+                tracing::error!(target = %name, error = %e, "drift is not judged until a contract is accepted again: `mcpulse monitor accept {name}` makes the current one the baseline");
+                Some(e)
+            }
+            BaselineRead::Failed(e) => {
+                tracing::error!(target = %name, error = %e, "drift is not judged until the stored baseline can be read");
+                Some(e)
+            }
+        };
+        memory.baseline_error = error.clone();
+        fleet.set_baseline_error(name, error);
+    }
 }
 
 /// The mutable part of a target that survives a reload and a restart.
@@ -102,6 +164,9 @@ pub struct Memory {
     /// (and the baseline not replaced by whatever the server serves now, which would accept a
     /// drift nobody saw) until a contract is accepted (`POST /api/v1/targets/{name}/accept`).
     pub baseline_error: Option<String>,
+    /// The stored baseline could not be read (an I/O error, the database locked), as opposed
+    /// to read and found unparsable: it is read again before the next check.
+    pub baseline_unread: bool,
     /// The record of the last check, when the target was stopped before the store writer took
     /// it (the writer's queue was full: the store is failing). A reload's restarted task hands
     /// it over first; at shutdown the daemon logs it as not written.
@@ -237,6 +302,24 @@ pub async fn run(
             p = slot => match p { Ok(p) => p, Err(_) => return memory },
             _ = stop.changed() => return memory,
         };
+        // A baseline that could not be read is read again, so that a passing store failure
+        // does not turn drift detection off until an accept.
+        if memory.baseline_unread
+            && let Some(read) = &shared.baselines
+        {
+            let (read, name) = (read.clone(), cfg.name.clone());
+            let got = tokio::task::spawn_blocking(move || read(&name)).await;
+            let got = match got {
+                Ok(r) => BaselineRead::of(r),
+                Err(e) => {
+                    BaselineRead::Failed(format!("reading the stored baseline panicked: {e}"))
+                }
+            };
+            if !matches!(got, BaselineRead::Failed(_)) {
+                tracing::info!(target = %cfg.name, "the stored baseline was read again");
+            }
+            got.apply(&cfg.name, &mut memory, &shared.fleet);
+        }
         // The check (probe, transcript, report, record) lives in futures of its own, on the
         // heap while it runs: the task at rest stays small, and a fleet has one per target.
         let record = Box::pin(check(
@@ -592,6 +675,7 @@ pub fn check_once(
                 memory.drift_changes = Default::default();
                 memory.drift_diff = Default::default();
                 memory.drift_checked_ms = at;
+                memory.baseline_unread = false;
                 if memory.baseline_error.take().is_some() {
                     shared.fleet.set_baseline_error(&cfg.name, None);
                 }
