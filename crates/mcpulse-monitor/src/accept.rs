@@ -68,6 +68,12 @@ pub enum AcceptError {
     Refused { status: u16, message: String },
     #[error("{0}")]
     Invalid(String),
+    /// The request is no longer pending, yet no new baseline was stored: the monitor
+    /// restarted (a pending accept is kept in memory only), or the target was removed.
+    #[error(
+        "the accept request is gone without a new baseline being stored (the monitor restarted, or the target was reloaded away): run the command again"
+    )]
+    Lost,
 }
 
 impl Api {
@@ -94,25 +100,43 @@ impl Api {
     }
 
     /// Asks for `target`'s next contract to become its baseline, then waits up to `wait` for
-    /// the check that takes it.
-    pub async fn accept(&self, target: &str, wait: Duration) -> Result<Outcome, AcceptError> {
+    /// the check that takes it (`None`: two of the target's intervals and its timeout, at
+    /// least 5 s, as its view in the API gives them). Success is a fact the monitor shows only
+    /// once the store has written the new baseline: the target view's `baseline` (digest and
+    /// time) changed.
+    ///
+    /// The target is looked up by the API, not in a config file: the running monitor knows its
+    /// fleet, servers added with `--import` included (an unknown name is its `404`).
+    pub async fn accept(
+        &self,
+        target: &str,
+        wait: Option<Duration>,
+    ) -> Result<Outcome, AcceptError> {
         let path = format!("/api/v1/targets/{}", path_segment(target));
         let before = self.get_json(&path).await?;
+        let wait = wait.unwrap_or_else(|| default_wait(&before));
         let drift_before = before
             .get("drift")
             .and_then(|d| d.as_str())
             .map(str::to_owned);
+        let baseline_before = before.get("baseline").cloned();
         self.request(Method::POST, &format!("{path}/accept"))
             .await?;
         let until = Instant::now() + wait;
         loop {
             let view = self.get_json(&path).await?;
-            if view
+            let baseline = view.get("baseline").cloned();
+            let pending = view
                 .get("accept_pending")
                 .and_then(serde_json::Value::as_bool)
-                != Some(true)
-            {
-                return Ok(Outcome::Accepted { drift_before });
+                == Some(true);
+            // Pending until the store has written the baseline the request asked for (a
+            // baseline stored meanwhile by an earlier check does not answer it).
+            if !pending {
+                if baseline.is_some() && baseline != baseline_before {
+                    return Ok(Outcome::Accepted { drift_before });
+                }
+                return Err(AcceptError::Lost);
             }
             if Instant::now() >= until {
                 return Ok(Outcome::Pending { waited: wait });
@@ -195,6 +219,16 @@ impl Api {
     }
 }
 
+/// How long to wait for the check that takes an accept, from the target's view: two of its
+/// intervals and its timeout, at least 5 s.
+fn default_wait(view: &serde_json::Value) -> Duration {
+    let ms = |k: &str| view.get(k).and_then(serde_json::Value::as_u64).unwrap_or(0);
+    let total = ms("interval_ms")
+        .saturating_mul(2)
+        .saturating_add(ms("timeout_ms"));
+    Duration::from_millis(total).max(Duration::from_secs(5))
+}
+
 /// `name` as one path segment: unreserved characters as they are, every other byte
 /// percent-encoded (a target name may hold spaces, `/` or `?`).
 pub fn path_segment(name: &str) -> String {
@@ -218,5 +252,14 @@ mod tests {
         assert_eq!(path_segment("search"), "search");
         assert_eq!(path_segment("a b/c?d"), "a%20b%2Fc%3Fd");
         assert_eq!(path_segment("é"), "%C3%A9");
+    }
+
+    #[test]
+    fn the_default_wait_comes_from_the_targets_view() {
+        let view = serde_json::json!({"interval_ms": 60_000, "timeout_ms": 10_000});
+        assert_eq!(default_wait(&view), Duration::from_secs(130));
+        let fast = serde_json::json!({"interval_ms": 1_000, "timeout_ms": 500});
+        assert_eq!(default_wait(&fast), Duration::from_secs(5));
+        assert_eq!(default_wait(&serde_json::json!({})), Duration::from_secs(5));
     }
 }

@@ -149,9 +149,8 @@ pub async fn run(
     fleet.set_config_at(&cfg.targets, clock());
     let mut memories: BTreeMap<String, Memory> = BTreeMap::new();
     for t in &cfg.targets {
-        let memory = resume(&store, &mut resumed, &t.name);
+        let memory = resume(&store, &fleet, &mut resumed, &t.name);
         fleet.resume(t, &memory.state, &memory.incidents);
-        fleet.set_baseline_error(&t.name, memory.baseline_error.clone());
         memories.insert(t.name.clone(), memory);
     }
     let sinks: Arc<RwLock<Vec<AlertConfig>>> = Arc::new(RwLock::new(cfg.alerts.clone()));
@@ -217,6 +216,15 @@ pub async fn run(
         fleet: fleet.clone(),
         maintenance: maintenance.clone(),
         clock: clock.clone(),
+        baselines: Some({
+            let store = store.clone();
+            Arc::new(move |name: &str| {
+                store
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .accepted_contract_at(name)
+            })
+        }),
     };
     let mut running: BTreeMap<String, Running> = BTreeMap::new();
     for t in &cfg.targets {
@@ -234,25 +242,37 @@ pub async fn run(
             _ = term.recv() => { tracing::info!("SIGTERM: shutting down"); break }
             _ = int.recv() => { tracing::info!("SIGINT: shutting down"); break }
             _ = hup.recv() => {
-                match load(&config_path, &opts) {
-                    Err(e) => tracing::error!(error = %e, "SIGHUP: the new config is invalid; keeping the running one"),
-                    Ok(new) => {
-                        // The fleet first: departing targets leave it and changed labels
-                        // apply, so from now on no Alertmanager re-send (which lists the
-                        // fleet's open incidents) posts a departing target's incidents or a
-                        // changed target's old label set.
-                        fleet.set_config_at(&new.targets, clock());
-                        // Then the sinks: the resolves of removed targets go to the new ones.
-                        swap_sinks(&store, &sinks, &current.alerts, &new.alerts, (shared.clock)()).await;
-                        reload(&mut running, &current, &new, &shared, &store, &removals_tx, &mut pending_removals).await;
-                        *maintenance.write().unwrap_or_else(|p| p.into_inner()) = new.maintenance.clone();
-                        if let Ok(mut c) = api_config.write() { *c = new.clone(); }
-                        if new.server.listen != current.server.listen && opts.listen.is_none() {
-                            tracing::warn!(listen = %new.server.listen, "server.listen changed: restart the monitor to apply it");
+                let reloading = async {
+                    match load(&config_path, &opts) {
+                        Err(e) => tracing::error!(error = %e, "SIGHUP: the new config is invalid; keeping the running one"),
+                        Ok(new) => {
+                            // The fleet first: departing targets leave it and changed labels
+                            // apply, so from now on no Alertmanager re-send (which lists the
+                            // fleet's open incidents) posts a departing target's incidents or a
+                            // changed target's old label set.
+                            fleet.set_config_at(&new.targets, clock());
+                            // Then the sinks: the resolves of removed targets go to the new ones.
+                            swap_sinks(&store, &sinks, &current.alerts, &new.alerts, (shared.clock)()).await;
+                            reload(&mut running, &current, &new, &shared, &store, &removals_tx, &mut pending_removals).await;
+                            *maintenance.write().unwrap_or_else(|p| p.into_inner()) = new.maintenance.clone();
+                            if let Ok(mut c) = api_config.write() { *c = new.clone(); }
+                            if new.server.listen != current.server.listen && opts.listen.is_none() {
+                                tracing::warn!(listen = %new.server.listen, "server.listen changed: restart the monitor to apply it");
+                            }
+                            tracing::info!(targets = new.targets.len(), "SIGHUP: config reloaded");
+                            current = new;
                         }
-                        tracing::info!(targets = new.targets.len(), "SIGHUP: config reloaded");
-                        current = new;
                     }
+                };
+                // A reload waits for the targets it restarts (each stops at once, or after the
+                // probe in flight) and up to 5 s for a removal's write: a stop asked for
+                // meanwhile is not held back by it. The reload is left where it is (the
+                // targets it already stopped end on their own), and the shutdown stops the rest.
+                tokio::select! {
+                    () = reloading => {}
+                    _ = &mut shutdown => { tracing::warn!("shutting down during a reload"); break }
+                    _ = term.recv() => { tracing::warn!("SIGTERM during a reload: shutting down"); break }
+                    _ = int.recv() => { tracing::warn!("SIGINT during a reload: shutting down"); break }
                 }
             }
         }
@@ -269,7 +289,11 @@ pub async fn run(
         let _ = r.stop.send(true);
     }
     for r in stopping {
-        let _ = r.task.await;
+        if let Ok(memory) = r.task.await
+            && let Some(record) = memory.unsent
+        {
+            log_unwritten(&record);
+        }
     }
     drop(shared);
     drop(removals_tx);
@@ -281,6 +305,19 @@ pub async fn run(
     let _ = api.await;
     tracing::info!("mcpulse monitor stopped");
     Ok(())
+}
+
+/// A target's last check result that never reached the store writer (its queue was full: the
+/// store was failing when the monitor stopped): logged, alert by alert, as not written.
+fn log_unwritten(record: &CheckRecord) {
+    tracing::error!(
+        target = %record.target,
+        alerts = record.alerts.len(),
+        "shutting down with the store failing: the target's last check result is not written; the next start resumes from the store and pages again what is still down"
+    );
+    for a in &record.alerts {
+        tracing::error!(target = %a.target, kind = a.kind.as_str(), action = ?a.action, dedup_key = %a.dedup_key, summary = %a.summary, "alert not written (not delivered)");
+    }
 }
 
 fn signal(
@@ -296,34 +333,21 @@ async fn wait_true(mut rx: watch::Receiver<bool>) {
 
 fn resume(
     store: &Arc<Mutex<Store>>,
+    fleet: &Fleet,
     resumed: &mut BTreeMap<String, (crate::state::TargetState, crate::alert::Incidents)>,
     name: &str,
 ) -> Memory {
     let (state, incidents) = resumed.remove(name).unwrap_or_default();
     // A baseline that cannot be read is an error, not "no baseline": taken for none, the
     // first check would overwrite it with whatever the server serves now, accepting a drift
-    // nobody saw. Drift is not judged until a contract is accepted again.
+    // nobody saw. Drift is not judged until it is read (a failed read is tried again at each
+    // check) or, when its text does not parse, until a contract is accepted again.
     let read = store
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .accepted_contract(name);
-    let (accepted, baseline_error) = match read {
-        Ok(None) => (None, None),
-        Ok(Some(text)) => match runner::Accepted::from_lock(&text) {
-            Ok(a) => (Some(a), None),
-            Err(e) => (
-                None,
-                Some(format!("the stored baseline cannot be parsed: {e}")),
-            ),
-        },
-        Err(e) => (
-            None,
-            Some(format!("reading the stored baseline failed: {e}")),
-        ),
-    };
-    if let Some(e) = &baseline_error {
-        tracing::error!(target = %name, error = %e, "drift is not judged until a contract is accepted again: `mcpulse monitor accept {name}` makes the current one the baseline");
-    }
+        .accepted_contract_at(name);
+    let mut memory = Memory::default();
+    runner::BaselineRead::of(read).apply(name, &mut memory, fleet);
     let drift = state.last.as_ref().and_then(|o| o.drift.clone());
     let drift_changes = state
         .last
@@ -333,13 +357,13 @@ fn resume(
     Memory {
         state,
         incidents,
-        accepted,
         drift_checked_ms: 0,
         drift,
         drift_changes,
         // Recomputed at the first check (drift_checked_ms is 0): not kept across restarts.
         drift_diff: Default::default(),
-        baseline_error,
+        unsent: None,
+        ..memory
     }
 }
 
@@ -514,6 +538,9 @@ async fn reload(
                     start(running, t.clone(), memory, shared);
                 }
                 None => {
+                    if memory.unsent.is_some() {
+                        tracing::warn!(target = %name, "removed while its last check result waited for the failing store: that result is dropped (the removal resolves its incidents)");
+                    }
                     tracing::info!(target = %name, incidents = memory.incidents.len(), "removed from the config; resolving its open incidents");
                     shared.fleet.remove(&name);
                     remove_target(&r.cfg, memory, old, new, shared, removals, pending).await;
@@ -545,19 +572,17 @@ async fn reload(
             if pending.remove(&t.name).is_some() {
                 stored.remove(&t.name);
             }
-            let memory = resume(store, &mut stored, &t.name);
+            let memory = resume(store, &shared.fleet, &mut stored, &t.name);
             shared.fleet.resume(t, &memory.state, &memory.incidents);
-            shared
-                .fleet
-                .set_baseline_error(&t.name, memory.baseline_error.clone());
             start(running, t.clone(), memory, shared);
         }
     }
 }
 
-/// How often a batch **without alerts** is tried before it is given up (about ten minutes of
-/// retrying): it is history only, and the next batch written carries each target's state on.
-/// A batch that holds alerts is never given up while the monitor runs (see [`write_with_retry`]).
+/// How often a batch **without alerts or a new baseline** is tried before it is given up (about
+/// ten minutes of retrying): it is history only, and the next batch written carries each
+/// target's state on. A batch that holds alerts or an accepted contract is never given up while
+/// the monitor runs (see [`write_with_retry`]).
 const MAX_WRITE_ATTEMPTS: u32 = 64;
 
 /// The longest wait between two attempts at a failing write.
@@ -602,16 +627,29 @@ async fn write_loop(
             }
         };
         if !batch.is_empty() {
-            let alerts: usize = batch.iter().map(|r| r.alerts.len()).sum();
+            let what = Batch::of(&batch);
+            let alerts = what.alerts.len();
+            // The new baselines, for the fleet to show once they are written.
+            let baselines: Vec<(String, String, i64)> = batch
+                .iter()
+                .filter(|r| r.contract.is_some())
+                .filter_map(|r| {
+                    let digest = r.observation.contract_digest.clone()?;
+                    Some((r.target.clone(), digest, r.at_ms))
+                })
+                .collect();
             let (batch, sinks) = (Arc::new(batch), sinks.clone());
-            let n = batch.len();
-            let what = Batch { records: n, alerts };
-            write_with_retry(&store, &fleet, &clock, &closing, what, move |s| {
+            let written = write_with_retry(&store, &fleet, &clock, &closing, what, move |s| {
                 // The sinks are read under the store's lock, as a reload swaps them.
                 let ids = sink_ids(&sinks.read().unwrap_or_else(|p| p.into_inner()));
                 s.record(&batch, &ids)
             })
             .await;
+            if written {
+                for (target, digest, at_ms) in &baselines {
+                    fleet.baseline_stored(target, digest, *at_ms);
+                }
+            }
             if alerts > 0 {
                 wake.notify_one();
             }
@@ -620,7 +658,8 @@ async fn write_loop(
             let alerts = !job.removal.alerts.is_empty();
             let what = Batch {
                 records: 1,
-                alerts: job.removal.alerts.len(),
+                alerts: job.removal.alerts.iter().map(describe).collect(),
+                contracts: 0,
             };
             let removal = Arc::new(job.removal);
             write_with_retry(&store, &fleet, &clock, &closing, what, move |s| {
@@ -635,11 +674,45 @@ async fn write_loop(
     }
 }
 
-/// What one store write holds: records (or a removal), and how many alerts among them.
-#[derive(Debug, Clone, Copy)]
+/// What one store write holds: records (or a removal), the alerts among them (described for
+/// the log, should they be lost), and how many new baselines (accepted contracts).
+#[derive(Debug, Clone)]
 struct Batch {
     records: usize,
-    alerts: usize,
+    alerts: Vec<String>,
+    contracts: usize,
+}
+
+impl Batch {
+    fn of(records: &[CheckRecord]) -> Batch {
+        Batch {
+            records: records.len(),
+            alerts: records
+                .iter()
+                .flat_map(|r| &r.alerts)
+                .map(describe)
+                .collect(),
+            contracts: records.iter().filter(|r| r.contract.is_some()).count(),
+        }
+    }
+
+    /// Whether the write is kept until it succeeds while the monitor runs: it holds the only
+    /// copy of something no later check makes again: alerts, or a new baseline (an accepted
+    /// contract is written only with the check that took it).
+    fn must_land(&self) -> bool {
+        !self.alerts.is_empty() || self.contracts > 0
+    }
+}
+
+/// An alert as the logs name it when it was not written: its target, kind, action and key.
+fn describe(a: &Alert) -> String {
+    format!(
+        "{} {} {:?} {}",
+        a.target,
+        a.kind.as_str(),
+        a.action,
+        a.dedup_key
+    )
 }
 
 /// Runs a store write off the async threads, retrying a failure (backing off from 200 ms to
@@ -650,8 +723,11 @@ struct Batch {
 /// the only copy of those alerts, and the check that raised them has already opened the
 /// incident in memory, so no later check would raise them again: dropping it would leave an
 /// outage nobody is paged for. (Before, every batch was given up after about ten minutes of a
-/// failing store, alerts and all.) A write without alerts is history only and is given up
-/// after [`MAX_WRITE_ATTEMPTS`], as the next batch carries each target's state on.
+/// failing store, alerts and all.) So is a write that holds a new baseline: the accepted
+/// contract is written only with the check that took it, and lost, the baseline the monitor
+/// judges drift against would not be the one in the store after a restart. A write with
+/// neither is history only and is given up after [`MAX_WRITE_ATTEMPTS`], as the next batch
+/// carries each target's state on.
 ///
 /// Once `closing` is true (the monitor is shutting down), a failing write is not tried again:
 /// what it held is lost, logged as an error, and the next start resumes from the store, whose
@@ -663,7 +739,8 @@ async fn write_with_retry<F>(
     closing: &watch::Receiver<bool>,
     what: Batch,
     write: F,
-) where
+) -> bool
+where
     F: Fn(&mut Store) -> Result<(), StoreError> + Send + Sync + 'static,
 {
     let write = Arc::new(write);
@@ -679,27 +756,37 @@ async fn write_with_retry<F>(
         let error = match result {
             Ok(Ok(())) => {
                 fleet.store_ok(clock());
-                return;
+                return true;
             }
             Ok(Err(e)) => e.to_string(),
             Err(e) => format!("the store writer panicked: {e}"),
         };
-        tracing::error!(error = %error, attempt, records = what.records, alerts = what.alerts, "writing check results failed; retrying");
+        tracing::error!(error = %error, attempt, records = what.records, alerts = what.alerts.len(), contracts = what.contracts, "writing check results failed; retrying");
         fleet.store_failed(clock(), &error);
         if *closing.borrow() {
             tracing::error!(
                 records = what.records,
-                alerts = what.alerts,
+                alerts = what.alerts.len(),
+                contracts = what.contracts,
                 "shutting down with the store failing: these check results and alerts are not written; the next start resumes from the store and pages again what is still down"
             );
-            return;
+            for a in &what.alerts {
+                tracing::error!(alert = %a, "alert not written (not delivered)");
+            }
+            if what.contracts > 0 {
+                tracing::error!(
+                    contracts = what.contracts,
+                    "new baselines not written: accept them again after the restart (`mcpulse monitor accept TARGET`)"
+                );
+            }
+            return false;
         }
-        if what.alerts == 0 && attempt >= MAX_WRITE_ATTEMPTS {
+        if !what.must_land() && attempt >= MAX_WRITE_ATTEMPTS {
             tracing::error!(
                 records = what.records,
-                "giving up on a batch of check results (history only, no alerts) after {MAX_WRITE_ATTEMPTS} attempts; the next batch carries the targets' state on"
+                "giving up on a batch of check results (history only: no alerts, no new baseline) after {MAX_WRITE_ATTEMPTS} attempts; the next batch carries the targets' state on"
             );
-            return;
+            return false;
         }
         tokio::select! {
             _ = tokio::time::sleep(delay) => {}
@@ -707,6 +794,7 @@ async fn write_with_retry<F>(
         }
         delay = (delay * 2).min(MAX_WRITE_BACKOFF);
     }
+    false // past u32::MAX attempts: not reached
 }
 
 /// A target's labels changed while it has open incidents: Alertmanager knows an alert by its
@@ -965,10 +1053,11 @@ mod tests {
             fleet: Fleet::new(),
             maintenance: Arc::new(RwLock::new(Vec::new())),
             clock: Arc::new(|| 2_000),
+            baselines: None,
         };
         // Running, its incident resumed from the store.
         let mut stored = store.lock().unwrap().load_states().unwrap();
-        let memory = resume(&store, &mut stored, "gone");
+        let memory = resume(&store, &shared.fleet, &mut stored, "gone");
         assert_eq!(memory.incidents.len(), 1);
         shared.fleet.set_config(&with.targets);
         shared
@@ -1015,6 +1104,181 @@ mod tests {
             let _ = r.stop.send(true);
         }
         drop(job);
+    }
+
+    /// A down transcript from a real probe (a loopback port nobody listens on), recorded on a
+    /// thread whose clock runs: in a paused runtime a probe's timeout would fire at once.
+    fn refused_transcript() -> mcpulse_probe::Transcript {
+        std::thread::spawn(|| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(async {
+                    let port = std::net::TcpListener::bind("127.0.0.1:0")
+                        .unwrap()
+                        .local_addr()
+                        .unwrap()
+                        .port();
+                    let url = format!("http://127.0.0.1:{port}/mcp");
+                    let plan = mcpulse_probe::Plan {
+                        timeout: Duration::from_secs(5),
+                        security: false,
+                        ..mcpulse_probe::Plan::default()
+                    };
+                    mcpulse_probe::probe(&mcpulse_probe::Target::http(&url).unwrap(), &plan).await
+                })
+        })
+        .join()
+        .unwrap()
+    }
+
+    /// Answers every probe at once with the same transcript.
+    struct Replay(mcpulse_probe::Transcript);
+
+    impl runner::Prober for Replay {
+        fn probe<'a>(
+            &'a self,
+            _: &'a mcpulse_probe::Target,
+            _: &'a mcpulse_probe::Plan,
+        ) -> std::pin::Pin<Box<dyn Future<Output = mcpulse_probe::Transcript> + Send + 'a>>
+        {
+            Box::pin(std::future::ready(self.0.clone()))
+        }
+    }
+
+    /// Review of d599b81: with the store failing, the writer holds its batch of alerts and the
+    /// queue fills; a target then waits to hand its result over. A reload that restarts it,
+    /// and a shutdown, must not wait for the store: the target stops at once, keeping the
+    /// result it could not hand over (the restarted target hands it over first).
+    #[tokio::test(start_paused = true)]
+    async fn a_reload_and_a_shutdown_are_not_held_by_a_failing_store() {
+        let dir = TempDir::new("store-failing-reload");
+        let path = dir.join("mcpulse.db");
+        let store = Arc::new(Mutex::new(Store::open(&path).unwrap()));
+        let disk = rusqlite::Connection::open(&path).unwrap();
+        disk.execute_batch("CREATE TRIGGER full_disk BEFORE INSERT ON checks BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END;").unwrap();
+        let text = |interval: &str| {
+            format!(
+                "[storage]\npath = \"mcpulse.db\"\n[[alerts]]\nkind = \"webhook\"\nurl = \"http://127.0.0.1:9/hook\"\n[[targets]]\nname = \"gone\"\nurl = \"http://127.0.0.1:9/mcp\"\ninterval = \"{interval}\"\ntimeout = \"500ms\"\nfailure_threshold = 1\n"
+            )
+        };
+        let old = config::parse(&text("1s"), "monitor.toml", dir.path(), &|_| None).unwrap();
+        let new = config::parse(&text("2s"), "monitor.toml", dir.path(), &|_| None).unwrap();
+        // The writer's queue holds one result, as the daemon's holds 4096.
+        let (records, records_rx) = mpsc::channel(1);
+        let (removals, removals_rx) = mpsc::unbounded_channel::<RemovalJob>();
+        let fleet = Fleet::new();
+        fleet.set_config(&old.targets);
+        let (closing_tx, closing) = watch::channel(false);
+        let writer = tokio::spawn(write_loop(
+            store.clone(),
+            records_rx,
+            removals_rx,
+            Arc::new(RwLock::new(old.alerts.clone())),
+            fleet.clone(),
+            Arc::new(Notify::new()),
+            Arc::new(|| 1_000),
+            closing,
+        ));
+        let shared = Shared {
+            prober: Arc::new(Replay(refused_transcript())),
+            semaphore: Arc::new(Semaphore::new(4)),
+            memory: crate::memory::MemoryBudget::default(),
+            records,
+            fleet: fleet.clone(),
+            maintenance: Arc::new(RwLock::new(Vec::new())),
+            clock: Arc::new(|| 1_000),
+            baselines: None,
+        };
+        let mut running = BTreeMap::new();
+        start(
+            &mut running,
+            old.targets[0].clone(),
+            Memory::default(),
+            &shared,
+        );
+        // The first check's trigger is in the writer's failing batch, the second result in the
+        // queue, the third waits to be handed over.
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(fleet.snapshot().monitor.store_error.is_some());
+
+        let mut pending = PendingRemovals::new();
+        tokio::time::timeout(
+            Duration::from_secs(30),
+            reload(
+                &mut running,
+                &old,
+                &new,
+                &shared,
+                &store,
+                &removals,
+                &mut pending,
+            ),
+        )
+        .await
+        .expect("the reload is not held by the failing store");
+        assert_eq!(running["gone"].cfg.interval, Duration::from_secs(2));
+
+        // Shutting down, the store still failing: the target and the writer end promptly.
+        closing_tx.send(true).unwrap();
+        let r = running.remove("gone").unwrap();
+        r.stop.send(true).unwrap();
+        let memory = tokio::time::timeout(Duration::from_secs(30), r.task)
+            .await
+            .expect("the target stops")
+            .unwrap();
+        assert_eq!(memory.incidents.len(), 1, "the incident is carried on");
+        drop((shared, removals));
+        tokio::time::timeout(Duration::from_secs(30), writer)
+            .await
+            .expect("the writer stops")
+            .unwrap();
+    }
+
+    /// Review of d599b81: a batch without alerts but with a new baseline (the contract a check
+    /// accepted, written only with that check) is kept like one with alerts, not given up
+    /// after 64 attempts: the baseline would be lost.
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_with_a_new_baseline_outlives_a_failing_store() {
+        let dir = TempDir::new("store-failing-baseline");
+        let path = dir.join("mcpulse.db");
+        let store = Arc::new(Mutex::new(Store::open(&path).unwrap()));
+        let disk = rusqlite::Connection::open(&path).unwrap();
+        disk.execute_batch("CREATE TRIGGER full_disk BEFORE INSERT ON checks BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END;").unwrap();
+        let (tx, rx) = mpsc::channel(16);
+        let (_removals_tx, removals_rx) = mpsc::unbounded_channel::<RemovalJob>();
+        let (_closing_tx, closing) = watch::channel(false);
+        let writer = tokio::spawn(write_loop(
+            store.clone(),
+            rx,
+            removals_rx,
+            Arc::new(RwLock::new(Vec::new())),
+            Fleet::new(),
+            Arc::new(Notify::new()),
+            Arc::new(|| 1_000),
+            closing,
+        ));
+        let mut r = down(1_000);
+        r.incidents.clear();
+        r.contract = Some("{\"accepted\":true}".into());
+        assert!(r.alerts.is_empty());
+        tx.send(r).await.unwrap();
+        // Twenty minutes of a failing store: twice as long as history alone is kept.
+        tokio::time::sleep(Duration::from_secs(20 * 60)).await;
+        assert_eq!(
+            store.lock().unwrap().accepted_contract("gone").unwrap(),
+            None
+        );
+        disk.execute_batch("DROP TRIGGER full_disk;").unwrap();
+        tokio::time::sleep(MAX_WRITE_BACKOFF + Duration::from_secs(1)).await;
+        assert_eq!(
+            store.lock().unwrap().accepted_contract("gone").unwrap(),
+            Some("{\"accepted\":true}".to_owned()),
+            "the baseline is written once the store works again"
+        );
+        drop(tx);
+        writer.await.unwrap();
     }
 
     /// A store that keeps failing for longer than the ten minutes a batch used to be retried:

@@ -31,9 +31,17 @@ pub struct Fleet {
 struct Inner {
     targets: BTreeMap<String, TargetView>,
     monitor: MonitorHealth,
-    /// Targets whose next contract is to become the baseline (`POST …/accept`), taken by
-    /// their next check that has one ([`Fleet::take_accept`]).
-    accepts: std::collections::BTreeSet<String>,
+    /// Targets whose next contract is to become the baseline (`POST …/accept`), each with the
+    /// request's stamp ([`Fleet::accept_mark`]): taken by the first check with a contract whose
+    /// probe started after the request ([`Fleet::take_accept`]).
+    accepts: BTreeMap<String, u64>,
+    /// The last stamp given to an accept request.
+    accept_stamp: u64,
+    /// Targets whose check took an accepted contract that the store has not written yet: the
+    /// accept stays pending until [`Fleet::baseline_stored`].
+    accepting: std::collections::BTreeSet<String>,
+    /// Each target's stored baseline, as the store last confirmed it.
+    baselines: BTreeMap<String, Baseline>,
     /// Targets whose stored baseline could not be read: drift is not judged for them.
     baseline_errors: BTreeMap<String, String>,
 }
@@ -85,6 +93,19 @@ pub struct TargetView {
     /// judged until a contract is accepted again. Absent when it could.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub baseline_error: Option<String>,
+    /// The stored baseline (the accepted contract): its digest and the time of the check that
+    /// took it. Set only once the store has written it; absent before any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<Baseline>,
+}
+
+/// A target's stored drift baseline, as its view shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Baseline {
+    /// `sha256:…` of the contract.
+    pub digest: String,
+    /// When the check that took it ran (ms since the epoch).
+    pub accepted_ms: i64,
 }
 
 /// The upper bounds (seconds) of the synthetic-call latency histogram's buckets: from a fast
@@ -272,6 +293,7 @@ impl TargetView {
             tools: BTreeMap::new(),
             accept_pending: false,
             baseline_error: None,
+            baseline: None,
         }
     }
 
@@ -354,8 +376,9 @@ impl Inner {
     /// baseline that could not be read (the views are rebuilt at each check and reload).
     fn complete(&self, view: &TargetView) -> TargetView {
         let mut v = view.clone();
-        v.accept_pending = self.accepts.contains(&v.name);
+        v.accept_pending = self.accepts.contains_key(&v.name) || self.accepting.contains(&v.name);
         v.baseline_error = self.baseline_errors.get(&v.name).cloned();
+        v.baseline = self.baselines.get(&v.name).cloned();
         v
     }
 }
@@ -453,7 +476,9 @@ impl Fleet {
         let mut g = self.write();
         g.targets.remove(name);
         g.accepts.remove(name);
+        g.accepting.remove(name);
         g.baseline_errors.remove(name);
+        g.baselines.remove(name);
     }
 
     /// One target's view.
@@ -464,19 +489,58 @@ impl Fleet {
 
     /// Asks that the contract of `name`'s next check that has one become its baseline (drift
     /// baseline), resolving its drift incident. `false` when no such target is configured.
+    ///
+    /// The request is stamped: only a check whose probe started after it takes it (a probe
+    /// already in flight may have fetched the contract before the request: see
+    /// [`Fleet::accept_mark`]). Kept in memory only: a restart forgets it.
     pub fn request_accept(&self, name: &str) -> bool {
         let mut g = self.write();
         if !g.targets.contains_key(name) {
             return false;
         }
-        g.accepts.insert(name.to_owned());
+        g.accept_stamp += 1;
+        let stamp = g.accept_stamp;
+        g.accepts.insert(name.to_owned(), stamp);
         true
     }
 
-    /// Whether a contract of `name` is to be accepted, forgetting the request: its check
-    /// calls this when it has a contract to accept.
-    pub fn take_accept(&self, name: &str) -> bool {
-        self.write().accepts.remove(name)
+    /// The mark a check takes just before its probe starts: the accepts requested until now
+    /// (stamped at most this) are for it, the later ones for a later check.
+    pub fn accept_mark(&self) -> u64 {
+        self.read().accept_stamp
+    }
+
+    /// Whether a contract of `name` is to be accepted by a check whose probe started at `mark`
+    /// ([`Fleet::accept_mark`]): an accept requested before it is taken (and stays pending
+    /// until the store has written the baseline: [`Fleet::baseline_stored`]); one requested
+    /// after it waits for the next check.
+    pub fn take_accept(&self, name: &str, mark: u64) -> bool {
+        let mut g = self.write();
+        match g.accepts.get(name) {
+            Some(stamp) if *stamp <= mark => {
+                g.accepts.remove(name);
+                g.accepting.insert(name.to_owned());
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The store has written `name`'s baseline (the contract with this digest, taken by the
+    /// check at `accepted_ms`): its view shows it, and an accept it answered is done.
+    pub fn baseline_stored(&self, name: &str, digest: &str, accepted_ms: i64) {
+        let mut g = self.write();
+        if !g.targets.contains_key(name) {
+            return;
+        }
+        g.accepting.remove(name);
+        g.baselines.insert(
+            name.to_owned(),
+            Baseline {
+                digest: digest.to_owned(),
+                accepted_ms,
+            },
+        );
     }
 
     /// Records why `name`'s stored baseline could not be read (`None`: it could, or a new
@@ -641,7 +705,30 @@ impl Snapshot {
                 .at(at),
         };
         let scheduler = self.scheduler_check(now_ms);
-        vec![config, store, scheduler]
+        vec![config, store, scheduler, self.baselines_check(now_ms)]
+    }
+
+    /// `warn` (still ready: checks and alerts go on) while a target's stored baseline cannot
+    /// be read or parsed: drift is not judged for it meanwhile.
+    fn baselines_check(&self, now_ms: i64) -> SelfCheck {
+        let mut check = SelfCheck::new("baselines:readable", "baselines", "datastore").at(now_ms);
+        check.observed_unit = Some("unreadable baselines".into());
+        let bad: Vec<(&str, &str)> = self
+            .targets
+            .iter()
+            .filter_map(|t| Some((t.name.as_str(), t.baseline_error.as_deref()?)))
+            .collect();
+        check.observed_value = Some(bad.len().into());
+        if let Some((name, error)) = bad.first() {
+            check.status = CheckStatus::Warn;
+            let more = match bad.len() - 1 {
+                0 => String::new(),
+                n => format!(" (and {n} more targets)"),
+            };
+            let output = format!("drift is not judged for {name}: {error}{more}");
+            check.output = Some(mcpulse_wire::text::message(&output).into_owned());
+        }
+        check
     }
 
     fn scheduler_check(&self, now_ms: i64) -> SelfCheck {
@@ -839,7 +926,7 @@ mod tests {
                 .map(|c| c.status)
                 .collect::<Vec<_>>()
         };
-        assert_eq!(at(2_000), vec![CheckStatus::Pass; 3]);
+        assert_eq!(at(2_000), vec![CheckStatus::Pass; 4]);
         // Two 60 s intervals, the 10 s timeout and the slack later, still nothing: stale.
         assert_eq!(at(1_000 + 160_001)[2], CheckStatus::Fail);
         f.store_failed(3_000, "disk I/O error");

@@ -81,6 +81,68 @@ pub struct Shared {
     /// flap windows): [`crate::clock::system`] in the daemon; in paused-time tests, one that advances with
     /// `tokio::time` (see [`crate::clock::Timebase`]).
     pub clock: crate::clock::Clock,
+    /// Reads a target's stored baseline (its accepted contract and when it was accepted): how
+    /// a target whose baseline could not be read at start or reload tries again at each check.
+    /// `None` where no store is (tests): such a read is not retried.
+    pub baselines: Option<BaselineReader>,
+}
+
+/// Reads a target's stored baseline: the contract's text and when it was accepted.
+pub type BaselineReader = Arc<
+    dyn Fn(&str) -> Result<Option<(String, Option<i64>)>, crate::store::StoreError> + Send + Sync,
+>;
+
+/// What reading a target's stored baseline gave.
+#[derive(Debug)]
+pub enum BaselineRead {
+    /// None stored: the first check's contract becomes it.
+    None,
+    /// The baseline, and when it was accepted.
+    Found(Accepted, Option<i64>),
+    /// Stored, but its text does not parse: an error until a contract is accepted.
+    Unparsable(String),
+    /// The read failed (I/O, the database locked): tried again at the next check.
+    Failed(String),
+}
+
+impl BaselineRead {
+    pub fn of(read: Result<Option<(String, Option<i64>)>, crate::store::StoreError>) -> Self {
+        match read {
+            Ok(None) => BaselineRead::None,
+            Ok(Some((text, at))) => match Accepted::from_lock(&text) {
+                Ok(a) => BaselineRead::Found(a, at),
+                Err(e) => {
+                    BaselineRead::Unparsable(format!("the stored baseline cannot be parsed: {e}"))
+                }
+            },
+            Err(e) => BaselineRead::Failed(format!(
+                "reading the stored baseline failed (tried again at the next check): {e}"
+            )),
+        }
+    }
+
+    /// Applies the read to `memory` and the fleet's view of `name`.
+    pub fn apply(self, name: &str, memory: &mut Memory, fleet: &crate::fleet::Fleet) {
+        memory.baseline_unread = matches!(self, BaselineRead::Failed(_));
+        let error = match self {
+            BaselineRead::None => None,
+            BaselineRead::Found(a, at) => {
+                fleet.baseline_stored(name, a.digest(), at.unwrap_or_default());
+                memory.accepted = Some(a);
+                None
+            }
+            BaselineRead::Unparsable(e) => {
+                tracing::error!(target = %name, error = %e, "drift is not judged until a contract is accepted again: `mcpulse monitor accept {name}` makes the current one the baseline");
+                Some(e)
+            }
+            BaselineRead::Failed(e) => {
+                tracing::error!(target = %name, error = %e, "drift is not judged until the stored baseline can be read");
+                Some(e)
+            }
+        };
+        memory.baseline_error = error.clone();
+        fleet.set_baseline_error(name, error);
+    }
 }
 
 /// The mutable part of a target that survives a reload and a restart.
@@ -102,6 +164,13 @@ pub struct Memory {
     /// (and the baseline not replaced by whatever the server serves now, which would accept a
     /// drift nobody saw) until a contract is accepted (`POST /api/v1/targets/{name}/accept`).
     pub baseline_error: Option<String>,
+    /// The stored baseline could not be read (an I/O error, the database locked), as opposed
+    /// to read and found unparsable: it is read again before the next check.
+    pub baseline_unread: bool,
+    /// The record of the last check, when the target was stopped before the store writer took
+    /// it (the writer's queue was full: the store is failing). A reload's restarted task hands
+    /// it over first; at shutdown the daemon logs it as not written.
+    pub unsent: Option<Box<CheckRecord>>,
 }
 
 /// The accepted contract (the drift baseline), kept as its compact JSON text and digest.
@@ -201,6 +270,17 @@ pub async fn run(
             return memory;
         }
     };
+    // A record the target's previous run could not hand over before it was stopped.
+    if let Some(record) = memory.unsent.take() {
+        match hand_over(&shared.records, *record, &mut stop).await {
+            HandOver::Sent => {}
+            HandOver::Stopped(record) => {
+                memory.unsent = Some(record);
+                return memory;
+            }
+            HandOver::WriterGone => return memory,
+        }
+    }
     let start = Instant::now() + phase(&cfg.name, cfg.interval);
     let mut ticker = tokio::time::interval_at(start, cfg.interval);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
@@ -222,6 +302,24 @@ pub async fn run(
             p = slot => match p { Ok(p) => p, Err(_) => return memory },
             _ = stop.changed() => return memory,
         };
+        // A baseline that could not be read is read again, so that a passing store failure
+        // does not turn drift detection off until an accept.
+        if memory.baseline_unread
+            && let Some(read) = &shared.baselines
+        {
+            let (read, name) = (read.clone(), cfg.name.clone());
+            let got = tokio::task::spawn_blocking(move || read(&name)).await;
+            let got = match got {
+                Ok(r) => BaselineRead::of(r),
+                Err(e) => {
+                    BaselineRead::Failed(format!("reading the stored baseline panicked: {e}"))
+                }
+            };
+            if !matches!(got, BaselineRead::Failed(_)) {
+                tracing::info!(target = %cfg.name, "the stored baseline was read again");
+            }
+            got.apply(&cfg.name, &mut memory, &shared.fleet);
+        }
         // The check (probe, transcript, report, record) lives in futures of its own, on the
         // heap while it runs: the task at rest stays small, and a fleet has one per target.
         let record = Box::pin(check(
@@ -232,9 +330,45 @@ pub async fn run(
             permit,
         ))
         .await;
-        if Box::pin(shared.records.send(record)).await.is_err() {
-            return memory; // the writer is gone: shutting down
+        match Box::pin(hand_over(&shared.records, record, &mut stop)).await {
+            HandOver::Sent => {}
+            HandOver::Stopped(record) => {
+                memory.unsent = Some(record);
+                return memory;
+            }
+            HandOver::WriterGone => return memory, // shutting down
         }
+    }
+}
+
+/// How handing a record to the store writer ended.
+enum HandOver {
+    Sent,
+    /// The target was stopped while the writer's queue was full: the record comes back.
+    Stopped(Box<CheckRecord>),
+    /// The writer is gone (shutting down).
+    WriterGone,
+}
+
+/// Hands `record` to the store writer, waiting for room in its queue, but not past a stop: a
+/// failing store fills the queue, and a target waiting there must still stop at once for a
+/// reload or a shutdown (which would otherwise wait for the store to recover). A queue with
+/// room takes the record even when a stop is pending.
+async fn hand_over(
+    records: &mpsc::Sender<CheckRecord>,
+    record: CheckRecord,
+    stop: &mut watch::Receiver<bool>,
+) -> HandOver {
+    tokio::select! {
+        biased;
+        permit = records.reserve() => match permit {
+            Ok(permit) => {
+                permit.send(record);
+                HandOver::Sent
+            }
+            Err(_) => HandOver::WriterGone,
+        },
+        _ = stop.wait_for(|s| *s) => HandOver::Stopped(Box::new(record)),
     }
 }
 
@@ -469,6 +603,9 @@ async fn check(
     ),
 ) -> CheckRecord {
     let policy = crate::probe::policy(cfg.latency_budget);
+    // Taken before the probe: an accept requested while it runs is for the next check (this
+    // one may have fetched the contract before the request).
+    let accept_mark = shared.fleet.accept_mark();
     let (transcript, mut report) = match &cfg.endpoint {
         // One read, no era to remember; its report has no contract, so no drift either.
         crate::config::Endpoint::Health(url) => {
@@ -480,7 +617,7 @@ async fn check(
     };
     report.hide(&plan.secrets);
     let at = (shared.clock)();
-    let record = check_once(cfg, memory, &transcript, &report, at, shared);
+    let record = check_once(cfg, memory, &transcript, &report, (at, accept_mark), shared);
     // Held until the contract is taken in: that copies it (see `crate::memory`).
     drop(permit);
     shared.fleet.update_from(
@@ -511,19 +648,22 @@ pub fn summary_of(report: &Report) -> String {
         .unwrap_or_else(|| HEALTHY_SUMMARY.to_owned())
 }
 
-/// The pure part of a check: observation, state, alerts, the record to store.
+/// The pure part of a check: observation, state, alerts, the record to store. `at` is the
+/// check's time, `accept_mark` the fleet's [accept mark](crate::fleet::Fleet::accept_mark)
+/// when its probe started.
 pub fn check_once(
     cfg: &TargetConfig,
     memory: &mut Memory,
     transcript: &mcpulse_probe::Transcript,
     report: &Report,
-    at: i64,
+    (at, accept_mark): (i64, u64),
     shared: &Shared,
 ) -> CheckRecord {
     // Drift against the accepted contract, no faster than the server's cache TTL. A contract
-    // accepted through the API becomes the baseline at the first check that has one.
+    // accepted through the API becomes the baseline at the first check that has one and whose
+    // probe started after the request.
     let mut new_contract = None;
-    let accept = report.contract.is_some() && shared.fleet.take_accept(&cfg.name);
+    let accept = report.contract.is_some() && shared.fleet.take_accept(&cfg.name, accept_mark);
     if let Some(current) = &report.contract {
         match &memory.accepted {
             _ if accept => {
@@ -535,6 +675,7 @@ pub fn check_once(
                 memory.drift_changes = Default::default();
                 memory.drift_diff = Default::default();
                 memory.drift_checked_ms = at;
+                memory.baseline_unread = false;
                 if memory.baseline_error.take().is_some() {
                     shared.fleet.set_baseline_error(&cfg.name, None);
                 }

@@ -1688,8 +1688,21 @@ async fn accepting_a_baseline_needs_the_token_and_shows_as_pending() {
             .get("accept_pending")
             .is_none()
     );
-    // Taken by the next check with a contract.
-    assert!(s.fleet.take_accept("search"));
+    // Not by a check whose probe started before the request.
+    assert!(!s.fleet.take_accept("search", 0));
+    // Taken by the next check with a contract, and pending until the store has written it.
+    let mark = s.fleet.accept_mark();
+    assert!(s.fleet.take_accept("search", mark));
+    let view = get(
+        s.addr,
+        "/api/v1/targets/search",
+        &[("authorization", TOKEN)],
+    )
+    .await
+    .json();
+    assert_eq!(view["accept_pending"], true, "{view}");
+    assert!(view.get("baseline").is_none(), "{view}");
+    s.fleet.baseline_stored("search", "sha256:ab", 1_000);
     let view = get(
         s.addr,
         "/api/v1/targets/search",
@@ -1698,6 +1711,11 @@ async fn accepting_a_baseline_needs_the_token_and_shows_as_pending() {
     .await
     .json();
     assert!(view.get("accept_pending").is_none(), "{view}");
+    assert_eq!(
+        view["baseline"],
+        serde_json::json!({"digest": "sha256:ab", "accepted_ms": 1_000}),
+        "{view}"
+    );
     let r = get(s.addr, path, &[("authorization", TOKEN)]).await;
     assert_eq!(r.status, 405, "{}", r.body);
 
@@ -1720,4 +1738,48 @@ async fn accepting_a_baseline_needs_the_token_and_shows_as_pending() {
         r.body
     );
     assert!(h.fleet.get("h").is_some_and(|v| !v.accept_pending));
+}
+
+/// Review of c75cf77: `mcpulse monitor accept` reports success from a stored fact, the view's
+/// `baseline` (digest and time) changed once the store wrote it, not from `accept_pending`
+/// turning false: a request that vanished (a restart, the target reloaded away and back) is
+/// reported as lost, not as accepted.
+#[tokio::test]
+async fn the_accept_command_succeeds_only_once_the_new_baseline_is_stored() {
+    use mcpulse_monitor::accept::{AcceptError, Api, Outcome};
+    let s = start(TWO_TARGETS, Arc::new(FakeHistory::default())).await;
+    let api = Api {
+        base: format!("http://{}", s.addr),
+        token: Some("s3cret-token".into()),
+    };
+    let wait = Some(std::time::Duration::from_secs(30));
+    // The request vanishes: the target leaves the fleet and comes back without it.
+    let fleet = s.fleet.clone();
+    let config = s.config.clone();
+    let vanish = tokio::spawn(async move {
+        while !fleet.get("search").is_some_and(|v| v.accept_pending) {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        fleet.remove("search");
+        fleet.set_config(&config.targets);
+    });
+    assert_eq!(api.accept("search", wait).await, Err(AcceptError::Lost));
+    vanish.await.unwrap();
+
+    // Taken by a check, and written: accepted.
+    let fleet = s.fleet.clone();
+    let store = tokio::spawn(async move {
+        while !fleet.get("search").is_some_and(|v| v.accept_pending) {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(fleet.take_accept("search", fleet.accept_mark()));
+        // Taken, not yet written: still pending.
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        fleet.baseline_stored("search", "sha256:ab", 2_000);
+    });
+    assert_eq!(
+        api.accept("search", wait).await,
+        Ok(Outcome::Accepted { drift_before: None })
+    );
+    store.await.unwrap();
 }

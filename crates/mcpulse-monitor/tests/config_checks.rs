@@ -60,7 +60,7 @@ fn sink_urls_and_routing_keys_are_checked_when_the_config_is_read() {
         (
             "kind = \"pagerduty\"\nrouting_key = \"k\"\nurl = \"ftp://events.example/v2/enqueue\"\n",
             (7, 7),
-            "alert \"pagerduty\": url \"ftp://events.example/v2/enqueue\" must start with http:// or https://",
+            "alert \"pagerduty\": url \"ftp://events.example/<redacted>\" must start with http:// or https://",
         ),
         (
             "kind = \"slack\"\nurl = \"https://user:pw@hooks.example/x\"\n",
@@ -71,6 +71,23 @@ fn sink_urls_and_routing_keys_are_checked_when_the_config_is_read() {
             "kind = \"webhook\"\nurl = \"https://\"\n",
             (6, 7),
             "alert \"webhook\": \"https://\" is not a valid URL",
+        ),
+        // Written in the file: its path (Slack's token, a webhook's capability) is hidden in
+        // the error, which SIGHUP logs and check-config prints.
+        (
+            "kind = \"slack\"\nurl = \"hooks.slack.example/services/T0/B0/T0K3N-abcdef\"\n",
+            (6, 7),
+            "alert \"slack\": url \"hooks.slack.example/<redacted>\" must start with http:// or https://",
+        ),
+        (
+            "kind = \"webhook\"\nurl = \"https://ops@hooks.example/T0K3N-abcdef?x=1\"\n",
+            (6, 7),
+            "\"https://<redacted>@hooks.example/<redacted>\" has credentials in the URL",
+        ),
+        (
+            "kind = \"slack\"\nurl = \"https://hooks.example/services/T0K3N abc\"\n",
+            (6, 7),
+            "alert \"slack\": \"https://hooks.example/<redacted>\" is not a valid URL",
         ),
         // From the environment: named by its variable, its value hidden.
         (

@@ -271,6 +271,7 @@ impl Harness {
             fleet: Fleet::new(),
             maintenance: Arc::new(RwLock::new(Vec::new())),
             clock: Arc::new(move || clock.now_ms()),
+            baselines: None,
         };
         Harness {
             prober,
@@ -915,4 +916,158 @@ async fn an_http_target_detects_its_era_afresh_at_least_hourly() {
     let records = h.take("web");
     assert_eq!(records.len(), 13);
     assert!(records.iter().all(|r| r.status == Health::Healthy));
+}
+
+/// Review of c75cf77: an accept requested while a check's probe is in flight is not taken by
+/// that check (its probe may have fetched the contract before the request, the contract being
+/// accepted away): the next check's probe, started after the request, takes it. The accept
+/// stays pending until the store has written the baseline.
+#[tokio::test(start_paused = true)]
+async fn an_accept_is_taken_only_by_a_check_whose_probe_started_after_it() {
+    let mut h = Harness::new(4);
+    let cfg = one("interval = \"60s\"\ntimeout = \"30s\"", "acc");
+    h.shared.fleet.set_config(std::slice::from_ref(&cfg));
+    // Every probe takes 20 s.
+    h.prober.script(
+        "acc",
+        vec![Step {
+            up: true,
+            takes: secs(20),
+        }],
+    );
+    let phase = runner::phase("acc", secs(60));
+    let running = h.start(&cfg, Memory::default());
+    // The first check takes the first baseline.
+    h.run_until(phase + secs(30)).await;
+    let first = h.take("acc");
+    assert_eq!(first.len(), 1);
+    assert!(first[0].contract.is_some());
+    // The second check's probe runs from phase + 60 s to phase + 80 s: the accept comes
+    // in between.
+    h.run_until(phase + secs(70)).await;
+    assert!(h.shared.fleet.request_accept("acc"));
+    h.run_until(phase + secs(90)).await;
+    let second = h.take("acc");
+    assert_eq!(second.len(), 1);
+    assert_eq!(
+        second[0].contract, None,
+        "its probe started before the request"
+    );
+    assert!(h.shared.fleet.get("acc").unwrap().accept_pending);
+    // The third check's probe starts after the request: it takes it.
+    h.run_until(phase + secs(150)).await;
+    let third = h.take("acc");
+    assert_eq!(third.len(), 1);
+    assert!(third[0].contract.is_some(), "the accept is taken");
+    let view = h.shared.fleet.get("acc").unwrap();
+    assert!(view.accept_pending, "pending until the store wrote it");
+    assert_eq!(view.baseline, None);
+    let digest = third[0].observation.contract_digest.clone().unwrap();
+    h.shared
+        .fleet
+        .baseline_stored("acc", &digest, third[0].at_ms);
+    let view = h.shared.fleet.get("acc").unwrap();
+    assert!(!view.accept_pending);
+    assert_eq!(view.baseline.unwrap().accepted_ms, third[0].at_ms);
+    running.stop().await;
+}
+
+/// Review of c75cf77: a stored baseline whose read failed (here the real file's `targets`
+/// table is out of reach, as a read error of the store would be) is not an error until an
+/// accept: it is read again before the next check, and drift is judged against it from then
+/// on. Meanwhile the target's view and `/readyz` (a `warn`) say why drift is not judged. A
+/// baseline whose text does not parse stays an error (only an accept replaces it).
+#[tokio::test(start_paused = true)]
+async fn a_baseline_whose_read_failed_is_read_again_at_the_next_check() {
+    use mcpulse_monitor::runner::BaselineRead;
+    use mcpulse_monitor::store::Store;
+    let dir = mcpulse_testkit::TempDir::new("baseline-read");
+    let db = dir.join("mcpulse.db");
+    let store = Arc::new(Mutex::new(Store::open(&db).unwrap()));
+    let mut h = Harness::new(4);
+    let reader = store.clone();
+    h.shared.baselines = Some(Arc::new(move |name: &str| {
+        reader.lock().unwrap().accepted_contract_at(name)
+    }));
+    let (healthy, _) = transcripts();
+    let policy = mcpulse_judge::Policy {
+        latency_budget_ms: 3000.0,
+        expect_auth: false,
+    };
+    let contract = mcpulse_judge::judge(&healthy, &policy).contract.unwrap();
+    let text = serde_json::to_string(&contract).unwrap();
+    let cfgs = targets("interval = \"60s\"", &["reread", "garbled"]);
+    h.shared.fleet.set_config(&cfgs);
+    {
+        let mut s = store.lock().unwrap();
+        s.set_accepted_contract("reread", &text, 500).unwrap();
+        s.set_accepted_contract("garbled", "{\"not\": \"a baseline\"}", 500)
+            .unwrap();
+    }
+    let disk = rusqlite::Connection::open(&db).unwrap();
+    disk.execute_batch("ALTER TABLE targets RENAME TO targets_away;")
+        .unwrap();
+    let mut reread = Memory::default();
+    BaselineRead::of(store.lock().unwrap().accepted_contract_at("reread")).apply(
+        "reread",
+        &mut reread,
+        &h.shared.fleet,
+    );
+    let error = h
+        .shared
+        .fleet
+        .get("reread")
+        .unwrap()
+        .baseline_error
+        .unwrap();
+    assert!(
+        error.starts_with("reading the stored baseline failed"),
+        "{error}"
+    );
+    let ready = h.shared.fleet.snapshot().readiness(WALL0);
+    let baselines = ready.iter().find(|c| c.name == "baselines").unwrap();
+    assert_eq!(baselines.status, mcpulse_policy::health::CheckStatus::Warn);
+    assert!(
+        baselines
+            .output
+            .as_deref()
+            .unwrap()
+            .starts_with("drift is not judged for reread: reading the stored baseline failed"),
+        "{baselines:?}"
+    );
+    // The store reads again.
+    disk.execute_batch("ALTER TABLE targets_away RENAME TO targets;")
+        .unwrap();
+    let mut garbled = Memory::default();
+    BaselineRead::of(store.lock().unwrap().accepted_contract_at("garbled")).apply(
+        "garbled",
+        &mut garbled,
+        &h.shared.fleet,
+    );
+    h.prober.script("reread", vec![UP]);
+    h.prober.script("garbled", vec![UP]);
+    let running = [h.start(&cfgs[0], reread), h.start(&cfgs[1], garbled)];
+    h.run_until(secs(61)).await;
+    let reread = h.shared.fleet.get("reread").unwrap();
+    assert_eq!(reread.baseline_error, None, "read again at its check");
+    assert_eq!(reread.baseline.unwrap().digest, contract.digest);
+    let garbled = h.shared.fleet.get("garbled").unwrap();
+    assert!(
+        garbled
+            .baseline_error
+            .unwrap()
+            .starts_with("the stored baseline cannot be parsed"),
+    );
+    let [r, g] = running;
+    let memory = r.stop().await;
+    assert!(memory.accepted.is_some());
+    assert!(!memory.baseline_unread);
+    assert!(g.stop().await.accepted.is_none());
+    // No record carries a new baseline: the garbled one is replaced by an accept alone, and
+    // the one read again is the server's contract already.
+    let records: Vec<CheckRecord> = std::iter::from_fn(|| h.records.try_recv().ok()).collect();
+    for name in ["reread", "garbled"] {
+        assert!(records.iter().any(|r| r.target == name), "{name} checked");
+    }
+    assert!(records.iter().all(|r| r.contract.is_none()), "{records:?}");
 }

@@ -1810,26 +1810,26 @@ fn server_text_cannot_ping_a_channel_or_make_a_link_in_any_chat_sink() {
             .unwrap()
             .body,
     ));
-    let am = strings(&json_of(&alertmanager::body(&a).unwrap()));
-    let pd = strings(&json_of(&pagerduty::body("R0UT1NG", &a).unwrap().unwrap()));
+    // Alertmanager's and PagerDuty's labels are identity, sent raw (see the test below): what
+    // people read is the annotations, and PagerDuty's summary.
+    let am = strings(&json_of(&alertmanager::body(&a).unwrap())[0]["annotations"]);
+    let pd =
+        strings(&json_of(&pagerduty::body("R0UT1NG", &a).unwrap().unwrap())["payload"]["summary"]);
     for (sink, payload) in [("slack", &slack), ("alertmanager", &am), ("pagerduty", &pd)] {
         assert_eq!(surviving(payload), Vec::<&str>::new(), "{sink}: {payload}");
         // Still legible: the same words, with look-alikes or entities.
         assert!(payload.contains("channel"), "{sink}: {payload}");
         assert!(payload.contains("evil.example"), "{sink}: {payload}");
     }
-    // Alertmanager: no markup character at all in what the server chose (an entity would show
-    // as `&lt;` in mail), and the component label is stable, so it stays the alert's identity.
+    // Alertmanager: no markup character at all in the annotations (an entity would show as
+    // `&lt;` in mail); the component label is the name as the server wrote it.
     let postables = json_of(&alertmanager::body(&a).unwrap());
-    let component = postables[0]["labels"]["component"].as_str().unwrap();
+    let component = postables[0]["annotations"]["component"].as_str().unwrap();
     let summary = postables[0]["annotations"]["summary"].as_str().unwrap();
     for text in [component, summary] {
         assert!(!text.contains(['<', '>', '&']), "{text}");
     }
-    assert_eq!(
-        component,
-        json_of(&alertmanager::body(&a).unwrap())[0]["labels"]["component"]
-    );
+    assert_eq!(postables[0]["labels"]["component"], hostile);
     // Other `@`s are left alone.
     let mail = mk(
         Action::Trigger,
@@ -1843,4 +1843,66 @@ fn server_text_cannot_ping_a_channel_or_make_a_link_in_any_chat_sink() {
     let hook = json_of(&webhook::body(&a).unwrap());
     assert_eq!(hook["labels"]["component"], hostile);
     assert!(hook["summary"].as_str().unwrap().starts_with(hostile));
+}
+
+/// Review of 3d3d9c3: Alertmanager knows an alert by its label set, and PagerDuty an incident
+/// by its dedup key. Making the `component` label chat-safe changed the label set of every
+/// component alert whose name holds `<`, `&` or `@channel`: an incident open across the upgrade
+/// was posted as a second alert (a second page) while the first stayed firing for 24 h. The
+/// labels and keys are byte for byte those of the release before 3d3d9c3 (written out here as
+/// its code produced them); chat-safe text is in the annotations only.
+#[test]
+fn alert_identity_is_unchanged_by_chat_safe_text() {
+    let name = "<db> & @channel";
+    let family = alert::component_family(name);
+    let incident = alert::Incident {
+        dedup_key: alert::dedup_key("search", &family),
+        family,
+        kind: Kind::Down,
+        severity: "critical".into(),
+        summary: String::new(),
+        opened_ms: T0,
+        notified_ms: T0,
+    };
+    let a = incident.alert(
+        "search",
+        &labels(),
+        Action::Trigger,
+        format!("{name} down behind search"),
+        T0,
+    );
+    // The dedup key of the release before: sha256("search\0component:<db> & @channel").
+    let key = "mcpulse-28602f70228f0301d7ecd1a8";
+    assert_eq!(a.dedup_key, key);
+    let postables = json_of(&alertmanager::body(&a).unwrap());
+    let labels_of = |i: usize| serde_json::to_string(&postables[i]["labels"]).unwrap();
+    assert_eq!(
+        labels_of(0),
+        format!(
+            r#"{{"alertname":"MCPServerDown","component":"<db> & @channel","dedup_key":"{key}","severity":"critical","target":"search","team":"search"}}"#
+        )
+    );
+    assert_eq!(
+        labels_of(1),
+        format!(
+            r#"{{"alertname":"MCPServerDegraded","component":"<db> & @channel","dedup_key":"{key}","severity":"warning","target":"search","team":"search"}}"#
+        )
+    );
+    // What people read is chat-safe.
+    assert_eq!(
+        postables[0]["annotations"]["component"],
+        "\u{ff1c}db\u{ff1e} \u{ff06} \u{ff20}channel"
+    );
+    // PagerDuty: the same dedup key, and the labels in custom_details as they were.
+    let pd = json_of(&pagerduty::body("R0UT1NG", &a).unwrap().unwrap());
+    assert_eq!(pd["dedup_key"], key);
+    assert_eq!(
+        serde_json::to_string(&pd["payload"]["custom_details"]["labels"]).unwrap(),
+        r#"{"component":"<db> & @channel","team":"search"}"#
+    );
+    // A target's own incident keeps its key too.
+    assert_eq!(
+        alert::dedup_key("search", "status"),
+        "mcpulse-b999bdc81d8e5c5edc3459d8"
+    );
 }

@@ -192,15 +192,18 @@ Examples:
 
 The monitor's next check of the target that reaches the server takes its contract as the
 baseline. Needs the API token ([server] token, read from the config with ${VAR} expanded).
-Exit status: 0 accepted, 1 refused or unreachable, 2 asked but not yet taken within --wait,
+Exit status: 0 accepted (the new baseline is stored), 1 refused, unreachable or the request
+lost (a restart forgets a pending accept), 2 asked but not yet taken within --wait,
 3 could not run (bad arguments, an invalid config).";
 
 #[derive(Debug, Args)]
 pub struct AcceptArgs {
-    /// The target's name, as in the config.
+    /// The target's name, as the running monitor knows it (the config's, or a server added
+    /// with `monitor --import`).
     #[arg(value_name = "TARGET")]
     pub target: String,
-    /// The monitor's config file: its API address and token are read from it.
+    /// The monitor's config file: its API address and token are read from it (the target is
+    /// looked up by the API).
     #[arg(long, short = 'c', value_name = "FILE")]
     pub config: std::path::PathBuf,
     /// The monitor's API, when it listens elsewhere than [server] listen (e.g. --listen).

@@ -2517,6 +2517,69 @@ fn accept_cli(config: &Path, m: &Monitor) -> (Option<i32>, String, String) {
     )
 }
 
+/// Review of c75cf77: `mcpulse monitor accept` accepts a server added with `--import` (the
+/// command had no `--import` and looked the name up in the file alone, so it refused every
+/// imported server): the target is looked up by the running monitor's API, and a name it does
+/// not know is its 404 (exit 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accept_takes_a_server_added_with_import() {
+    let dir = TempDir::new("monitor-accept-import");
+    let backend = healthy_backend().await;
+    let desktop = dir.join("claude_desktop_config.json");
+    std::fs::write(
+        &desktop,
+        serde_json::to_string(&json!({ "mcpServers": { "desk": { "url": backend.url("/mcp") } } }))
+            .unwrap(),
+    )
+    .unwrap();
+    let config = dir.join("monitor.toml");
+    write_config(
+        &config,
+        &format!(
+            "[server]\ntoken = \"{API_TOKEN}\"\n\n{}",
+            config_text(&[("own", &url_target(&backend.url("/mcp")))], None)
+        ),
+    );
+    let m = Monitor::start(&dir, &config, &["--import", desktop.to_str().unwrap()]).await;
+    let until = Instant::now() + PATIENCE;
+    loop {
+        let (_, v) = api_call(m.api, "GET", "/api/v1/targets/desk", Some(API_TOKEN)).await;
+        if v["status"] == "healthy" {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "desk never healthy: {v}\n{}",
+            m.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let accept = |name: &str| {
+        let out = std::process::Command::new(BIN)
+            .args(["monitor", "accept", name, "--config"])
+            .arg(&config)
+            .args(["--url", &format!("http://{}", m.api), "--wait", "10s"])
+            .env(SECRET_ENV, SECRET)
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, out, err) = accept("desk");
+    assert_eq!(code, Some(0), "{out}{err}\n{}", m.log());
+    assert_eq!(out.trim(), "desk: its current contract is the baseline now");
+    let (code, out, err) = accept("nope");
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(
+        err.contains("the monitor refused (HTTP 404): no target named \"nope\""),
+        "{err}"
+    );
+}
+
 /// The stored baseline of `svc`, as the store keeps it.
 fn stored_baseline(db: &Path) -> Option<String> {
     let conn = rusqlite::Connection::open(db).unwrap();

@@ -597,7 +597,10 @@ fn sink_url(
         mcpulse_wire::env::expand_marked(u.get_ref(), env).map_err(|m| at(format!("url: {m}")))?;
     if let Err(bad) = check_url(&e.value) {
         return Err(at(if e.secrets.is_empty() {
-            bad.to_string()
+            // Written in the file, but its path is still a secret by nature (a Slack or Teams
+            // webhook's token, a webhook's capability path): the error, which SIGHUP logs and
+            // check-config prints, shows the scheme and host only.
+            hide_sink_path(&e.value, &bad.to_string())
         } else {
             format!(
                 "url {:?} comes from the environment, and its value is not a URL the monitor can post to: {}; set the variable to the sink's full URL, e.g. https://hooks.example.com/…",
@@ -616,6 +619,31 @@ fn sink_url(
         }
     }
     Ok(e.value)
+}
+
+/// `text` (an error about the sink URL `url`) with the URL's path, query and fragment
+/// hidden, as written and as [`mcpulse_wire::redact::url`] shows it (quoted or not).
+fn hide_sink_path(url: &str, text: &str) -> String {
+    // What follows the host's `/` (or the host, when the path starts with `?` or `#`).
+    fn path_of(url: &str) -> Option<&str> {
+        let after = url.split_once("://").map_or(url, |(_, rest)| rest);
+        let i = after.find(['/', '?', '#'])?;
+        let rest = after.get(i..)?;
+        let rest = rest.strip_prefix('/').unwrap_or(rest);
+        (!rest.is_empty()).then_some(rest)
+    }
+    let shown = mcpulse_wire::redact::url(url);
+    let mut secrets = Secrets::default();
+    for u in [url, shown.as_str()] {
+        if let Some(path) = path_of(u) {
+            secrets.add(path);
+            let quoted = format!("{path:?}");
+            if let Some(inner) = quoted.get(1..quoted.len().saturating_sub(1)) {
+                secrets.add(inner);
+            }
+        }
+    }
+    secrets.hide(text)
 }
 
 /// A PagerDuty sink's `routing_key`, `${VAR}` expanded: required, and not empty (PagerDuty

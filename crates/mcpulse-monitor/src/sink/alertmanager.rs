@@ -50,13 +50,21 @@
 //! ## Server text
 //!
 //! Alertmanager's usual Slack templates put annotations and labels into a message as mrkdwn,
-//! unescaped. So what a server chose — the `summary` (which can quote its error messages) and
-//! the `component` label (a dependency's name from its health document) — goes through
+//! unescaped. So what a server chose is also given in the annotations as
 //! [`super::chat_text`]: inert, and `<`, `>`, `&` replaced by the full-width `＜`, `＞`, `＆`,
-//! `@channel`, `@here`, `@all`, `@everyone` given a full-width `＠`. `<!channel>` arrives as
-//! `＜!channel＞`: read as written, pinging nobody, in Slack and in every other receiver
-//! (an entity such as `&lt;` would show literally in mail). The target's name and its labels
-//! from the config are the operator's, and are sent as written (routes match on them).
+//! `@channel`, `@here`, `@all`, `@everyone` given a full-width `＠`: the `summary` (which can
+//! quote its error messages) and, for a dependency's incident, the `component` annotation (its
+//! name from the health document). `<!channel>` arrives there as `＜!channel＞`: read as
+//! written, pinging nobody, in Slack and in every other receiver (an entity such as `&lt;`
+//! would show literally in mail).
+//!
+//! The labels are not changed: Alertmanager knows an alert by its label set, so they are sent
+//! exactly as the monitor keeps them, the `component` label raw (inert already: no control,
+//! bidi or invisible characters, but `<`, `&` and `@channel` as the server wrote them), as in
+//! every earlier release: an incident open across an upgrade stays one alert. Templates that
+//! show server text should render the annotations (`.Annotations.summary`,
+//! `.Annotations.component`), not the labels. The target's name and its labels from the config
+//! are the operator's (routes match on them).
 
 use super::{DeliveryError, HttpPost, chat_text, rfc3339, to_json};
 use crate::alert::{Action, Alert, Kind};
@@ -136,10 +144,11 @@ pub fn body(alert: &Alert) -> Result<String, DeliveryError> {
 /// The postable alerts that speak for one alert (its variant, and the family's others ended).
 pub(crate) fn postables(alert: &Alert) -> Vec<Postable> {
     let mut base = BTreeMap::new();
-    // A dependency's name is the key a server chose in its health document: chat-safe, as the
-    // summary (the same name always gives the same value, so the label set stays the alert's
-    // identity).
-    for (k, v) in super::chat_labels(&alert.labels).iter() {
+    // Labels are the alert's identity in Alertmanager: sent exactly as the monitor keeps them
+    // (a dependency's name raw, already inert), byte for byte as before chat-safe text existed,
+    // so an incident open across an upgrade stays one alert. Chat-safe text goes in the
+    // annotations only.
+    for (k, v) in &alert.labels {
         if let Some(k) = label_name(k)
             && !v.is_empty()
         {
@@ -150,10 +159,17 @@ pub(crate) fn postables(alert: &Alert) -> Vec<Postable> {
     base.insert("dedup_key".to_owned(), alert.dedup_key.clone());
     // Inert, bounded and chat-safe at the sink too: Alertmanager's templates pass it on to
     // Slack (as mrkdwn, unescaped), mail and more.
-    let annotations = BTreeMap::from([(
+    let mut annotations = BTreeMap::from([(
         "summary".to_owned(),
         chat_text(&alert.summary, mcpulse_wire::text::MESSAGE_CHARS),
     )]);
+    if let Some(c) = alert.labels.get("component") {
+        // The dependency's name for templates to show: chat-safe, unlike its label.
+        annotations.insert(
+            "component".to_owned(),
+            chat_text(c, mcpulse_wire::text::FIELD_CHARS),
+        );
+    }
     let starts_at = rfc3339(alert.started_ms);
     let ended = rfc3339(alert.at_ms.max(alert.started_ms));
     let post = |name: &str, severity: &str, ends_at: String| {

@@ -259,25 +259,6 @@ pub fn defuse_mentions(s: &str) -> String {
     out
 }
 
-/// An alert's labels for a receiver people read: the `component` label (a dependency's name,
-/// the key a server chose in its health document) made [`chat_text`], the target's labels
-/// from the config as written. The same name always gives the same value.
-pub(crate) fn chat_labels(
-    labels: &std::collections::BTreeMap<String, String>,
-) -> std::borrow::Cow<'_, std::collections::BTreeMap<String, String>> {
-    match labels.get("component") {
-        None => std::borrow::Cow::Borrowed(labels),
-        Some(c) => {
-            let mut l = labels.clone();
-            l.insert(
-                "component".to_owned(),
-                chat_text(c, mcpulse_wire::text::FIELD_CHARS),
-            );
-            std::borrow::Cow::Owned(l)
-        }
-    }
-}
-
 /// Server text for a receiver that renders it as chat markup without escaping it first, as
 /// Alertmanager's usual Slack templates do with annotations and labels: inert and cut to `max`
 /// characters ([`mcpulse_wire::text::inert`]), then `<`, `>` and `&` replaced by their

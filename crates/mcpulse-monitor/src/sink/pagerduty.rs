@@ -25,8 +25,9 @@
 //! person paged, in the app, in push notifications and in SMS. The summary, which can quote
 //! what a server said, is also made chat-safe ([`super::chat_text`]: `<`, `>`, `&` as their
 //! full-width look-alikes, `@channel`-style mentions with a full-width `＠`), as PagerDuty's
-//! chat integrations post it on; so is the `component` label in `custom_details` (a
-//! dependency's name, as the server chose it).
+//! chat integrations post it on. The `dedup_key` and the labels in `custom_details` (which
+//! PagerDuty's content-based grouping and event rules can match on) are sent exactly as in
+//! earlier releases: the `component` label raw (inert already), as the server named it.
 
 use super::{DeliveryError, HttpPost, rfc3339, to_json};
 use crate::alert::{Action, Alert, Kind};
@@ -62,7 +63,7 @@ struct Details<'a> {
     kind: Kind,
     action: Action,
     started_at: String,
-    labels: std::borrow::Cow<'a, BTreeMap<String, String>>,
+    labels: &'a BTreeMap<String, String>,
 }
 
 fn severity(s: &str) -> &'static str {
@@ -93,7 +94,7 @@ pub fn body(routing_key: &str, alert: &Alert) -> Result<Option<String>, Delivery
             kind: alert.kind,
             action: alert.action,
             started_at: rfc3339(alert.started_ms),
-            labels: super::chat_labels(&alert.labels),
+            labels: &alert.labels,
         },
     });
     to_json(&Event {

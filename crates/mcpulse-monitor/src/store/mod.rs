@@ -1172,6 +1172,25 @@ impl Store {
             .map_err(|e| self.fail(e.into()))
     }
 
+    /// The accepted contract of a target and when it was accepted (`contract_ms`; `None` for
+    /// a contract set without one), if one was accepted.
+    pub fn accepted_contract_at(
+        &self,
+        target: &str,
+    ) -> Result<Option<(String, Option<i64>)>, StoreError> {
+        self.conn
+            .prepare_cached("SELECT contract, contract_ms FROM targets WHERE name = ?1")
+            .and_then(|mut s| {
+                s.query_row([target], |r| {
+                    Ok(r.get::<_, Option<String>>(0)?
+                        .map(|c| (c, r.get(1).ok().flatten())))
+                })
+                .optional()
+            })
+            .map(Option::flatten)
+            .map_err(|e| self.fail(e.into()))
+    }
+
     /// Accepts `contract` (a baseline file's JSON) as the target's contract.
     pub fn set_accepted_contract(
         &mut self,

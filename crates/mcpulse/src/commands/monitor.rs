@@ -71,6 +71,10 @@ pub fn check(args: CheckConfigArgs) -> Result<u8> {
 
 /// `mcpulse monitor accept TARGET`: asks the running monitor (its API, from the config) to make
 /// the target's current contract its baseline, and waits for the check that does.
+///
+/// The config gives only the API's address and token: the target is looked up by the API,
+/// which knows the running fleet (servers added with `monitor --import` too; an unknown name
+/// is its 404).
 fn accept(args: AcceptArgs) -> Result<u8> {
     use mcpulse_monitor::accept::{AcceptError, Api, Outcome};
     let env = |k: &str| std::env::var(k).ok();
@@ -81,19 +85,12 @@ fn accept(args: AcceptArgs) -> Result<u8> {
             return Ok(crate::EXIT_COULD_NOT_RUN);
         }
     };
-    let Some(target) = cfg.targets.iter().find(|t| t.name == args.target) else {
-        anstream::eprintln!(
-            "{}: no target named {:?} in {}: the names are the [[targets]] name values",
-            mcpulse_wire::text::field(&args.target),
-            mcpulse_wire::text::field(&args.target),
-            args.config.display()
-        );
-        return Ok(crate::EXIT_COULD_NOT_RUN);
-    };
     let wait = match &args.wait {
-        Some(w) => mcpulse_monitor::config::duration(w)
-            .with_context(|| format!("--wait {w:?}: write e.g. 30s or 2m"))?,
-        None => (target.interval * 2 + target.timeout).max(std::time::Duration::from_secs(5)),
+        Some(w) => Some(
+            mcpulse_monitor::config::duration(w)
+                .with_context(|| format!("--wait {w:?}: write e.g. 30s or 2m"))?,
+        ),
+        None => None,
     };
     let api = Api::of(&cfg, args.url.as_deref());
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -123,7 +120,8 @@ fn accept(args: AcceptArgs) -> Result<u8> {
             e @ (AcceptError::Refused { .. }
             | AcceptError::Unreachable { .. }
             | AcceptError::Timeout { .. }
-            | AcceptError::Invalid(_)),
+            | AcceptError::Invalid(_)
+            | AcceptError::Lost),
         ) => {
             anstream::eprintln!("{name}: {}", mcpulse_wire::text::lines(&e.to_string()));
             Ok(1)
