@@ -81,8 +81,14 @@ pub async fn run(
         .stderr(Stdio::piped());
     let mut child = cmd.spawn().map_err(|e| {
         let (message, permanent) = match e.kind() {
-            std::io::ErrorKind::NotFound => ("command not found".to_owned(), true),
-            std::io::ErrorKind::PermissionDenied => ("permission denied".to_owned(), true),
+            std::io::ErrorKind::NotFound => (
+                "not found (the program, or the interpreter its first line names)".to_owned(),
+                true,
+            ),
+            std::io::ErrorKind::PermissionDenied => (
+                "permission denied (is it a file you may execute?)".to_owned(),
+                true,
+            ),
             _ => (format!("could not start: {e}"), false),
         };
         DeliveryError::Spawn {
