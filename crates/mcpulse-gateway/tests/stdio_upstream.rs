@@ -88,6 +88,22 @@ fn tools_list(id: i64) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"})
 }
 
+/// The file's text once it has at least `n` lines (a scripted server's record), within BOUND.
+async fn lines_eventually(file: &Path, n: usize, what: &str) -> String {
+    let until = tokio::time::Instant::now() + BOUND;
+    loop {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        if text.lines().count() >= n {
+            return text;
+        }
+        assert!(
+            tokio::time::Instant::now() < until,
+            "{what} never reached the child"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// A gateway over `script`, with `extra` TOML before `[upstream]` and `upstream` TOML after.
 async fn gateway(script: &Path, extra: &str, upstream: &str) -> (Running, Arc<Shared>) {
     let text = format!(
@@ -724,24 +740,10 @@ async fn a_stateless_clients_closed_stream_cancels_its_request_on_the_child() {
         json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
         "params": {"name": "slow", "arguments": {}}})
     };
-    let calls = |n: usize| {
-        let file = dir.join("calls");
-        async move {
-            let until = tokio::time::Instant::now() + BOUND;
-            loop {
-                let text = std::fs::read_to_string(&file).unwrap_or_default();
-                if text.lines().count() >= n {
-                    return text;
-                }
-                assert!(tokio::time::Instant::now() < until, "{n} calls never came");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        }
-    };
     // Legacy: the client goes away once its call reached the child.
     let sid = open_session(addr).await;
     let legacy = tokio::spawn(async move { post(addr, Some(&sid), slow(1)).await });
-    calls(1).await;
+    lines_eventually(&dir.join("calls"), 1, "the legacy call").await;
     legacy.abort();
     // Stateless.
     let mut modern = slow(2);
@@ -756,22 +758,11 @@ async fn a_stateless_clients_closed_stream_cancels_its_request_on_the_child() {
         )
         .await
     });
-    let text = calls(2).await;
+    let text = lines_eventually(&dir.join("calls"), 2, "the stateless call").await;
     stateless.abort();
     let modern_key =
         serde_json::from_str::<Value>(text.lines().nth(1).unwrap()).unwrap()["id"].clone();
-    let until = tokio::time::Instant::now() + BOUND;
-    let cancels = loop {
-        let c = std::fs::read_to_string(dir.join("cancels")).unwrap_or_default();
-        if !c.is_empty() {
-            break c;
-        }
-        assert!(
-            tokio::time::Instant::now() < until,
-            "no cancellation reached the child"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let cancels = lines_eventually(&dir.join("cancels"), 1, "a cancellation").await;
     // Only the stateless request's (the legacy one's would have come first, at once).
     let lines: Vec<Value> = cancels
         .lines()
@@ -809,18 +800,12 @@ async fn a_readiness_request_past_its_deadline_is_cancelled_on_the_child() {
         "",
     )
     .await;
-    let until = tokio::time::Instant::now() + BOUND;
-    let cancels = loop {
-        let c = std::fs::read_to_string(dir.join("cancels")).unwrap_or_default();
-        if !c.is_empty() {
-            break c;
-        }
-        assert!(
-            tokio::time::Instant::now() < until,
-            "the readiness request was never cancelled"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let cancels = lines_eventually(
+        &dir.join("cancels"),
+        1,
+        "the readiness request's cancellation",
+    )
+    .await;
     let lists = std::fs::read_to_string(dir.join("lists")).unwrap();
     let first: Value = serde_json::from_str(lists.lines().next().unwrap()).unwrap();
     let cancel: Value = serde_json::from_str(cancels.lines().next().unwrap()).unwrap();
