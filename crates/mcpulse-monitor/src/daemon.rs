@@ -426,6 +426,11 @@ fn log_abandoned(abandoned: &[(SinkId, usize)], old: &[AlertConfig]) {
 /// A target's removal, for the writer, with the channel it confirms the write on.
 struct RemovalJob {
     removal: Removal,
+    /// The removed target's last check result, when it was stopped before the writer took it
+    /// (the queue was full: the store is failing). It may hold alerts no later check makes
+    /// again (a resolve of an incident its memory already closed, which the removal's own
+    /// resolves do not repeat): the writer writes it just before the removal, retried alike.
+    unsent: Option<Box<CheckRecord>>,
     written: oneshot::Sender<()>,
 }
 
@@ -497,7 +502,15 @@ async fn remove_target(
         sinks,
     };
     let (written, mut done) = oneshot::channel();
-    if removals.send(RemovalJob { removal, written }).is_err() {
+    let unsent = memory.unsent.take();
+    if removals
+        .send(RemovalJob {
+            removal,
+            unsent,
+            written,
+        })
+        .is_err()
+    {
         tracing::error!(target = %cfg.name, "the store writer is gone; the removal was not recorded");
         return;
     }
@@ -538,9 +551,6 @@ async fn reload(
                     start(running, t.clone(), memory, shared);
                 }
                 None => {
-                    if memory.unsent.is_some() {
-                        tracing::warn!(target = %name, "removed while its last check result waited for the failing store: that result is dropped (the removal resolves its incidents)");
-                    }
                     tracing::info!(target = %name, incidents = memory.incidents.len(), "removed from the config; resolving its open incidents");
                     shared.fleet.remove(&name);
                     remove_target(&r.cfg, memory, old, new, shared, removals, pending).await;
@@ -618,11 +628,14 @@ async fn write_loop(
             }
             Some(job) = removals.recv() => {
                 // The removed target stopped before the removal was sent, so its last results
-                // are already queued: they are written first.
+                // are already queued: they are written first, then the one it could not hand
+                // over (made after all of them), then the removal.
+                let mut job: RemovalJob = job;
                 let mut batch = Vec::new();
                 while let Ok(r) = rx.try_recv() {
                     batch.push(r);
                 }
+                batch.extend(job.unsent.take().map(|r| *r));
                 (batch, Some(job))
             }
         };
@@ -1229,6 +1242,147 @@ mod tests {
             .expect("the target stops")
             .unwrap();
         assert_eq!(memory.incidents.len(), 1, "the incident is carried on");
+        drop((shared, removals));
+        tokio::time::timeout(Duration::from_secs(30), writer)
+            .await
+            .expect("the writer stops")
+            .unwrap();
+    }
+
+    /// Review of 1bc4378: a target removed while its last result (which resolves an incident
+    /// its memory already closed) waited for a full queue: that result is written before the
+    /// removal, not dropped, so the resolve is queued for the sinks (the removal itself finds
+    /// no open incident to resolve).
+    #[tokio::test(start_paused = true)]
+    async fn a_removed_targets_unsent_result_is_written_with_its_removal() {
+        let dir = TempDir::new("removed-unsent");
+        let (with, without) = (config(&dir, true), config(&dir, false));
+        let path = dir.join("mcpulse.db");
+        let store = Arc::new(Mutex::new(Store::open(&path).unwrap()));
+        let hook = config::parse(
+            "[[alerts]]\nkind = \"webhook\"\nurl = \"http://127.0.0.1:9/hook\"\n",
+            "monitor.toml",
+            dir.path(),
+            &|_| None,
+        )
+        .unwrap()
+        .alerts;
+        let ids = sink_ids(&hook);
+        // Incident I of `gone` is open, its trigger written.
+        let mut opened = down(1_000);
+        let incident = opened.incidents["status"].clone();
+        opened.alerts = vec![incident.alert(
+            "gone",
+            &BTreeMap::new(),
+            crate::alert::Action::Trigger,
+            "gone is down".into(),
+            1_000,
+        )];
+        store.lock().unwrap().record(&[opened], &ids).unwrap();
+        // The store fails; the writer holds one batch and the queue (one place) is full.
+        let disk = rusqlite::Connection::open(&path).unwrap();
+        disk.execute_batch("CREATE TRIGGER full_disk BEFORE INSERT ON checks BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END;").unwrap();
+        let (records, records_rx) = mpsc::channel(1);
+        let (removals, removals_rx) = mpsc::unbounded_channel::<RemovalJob>();
+        let fleet = Fleet::new();
+        let (_closing_tx, closing) = watch::channel(false);
+        let writer = tokio::spawn(write_loop(
+            store.clone(),
+            records_rx,
+            removals_rx,
+            Arc::new(RwLock::new(hook.clone())),
+            fleet.clone(),
+            Arc::new(Notify::new()),
+            Arc::new(|| 2_000),
+            closing,
+        ));
+        let other = |at_ms| {
+            let mut r = down(at_ms);
+            r.target = "other".into();
+            r.incidents.clear();
+            r
+        };
+        records.send(other(1_100)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        records.send(other(1_200)).await.unwrap();
+        // The recovery's record R1 resolves I; the target's memory has I closed already.
+        let mut r1 = down(1_500);
+        r1.status = Health::Healthy;
+        r1.incidents.clear();
+        r1.alerts = vec![incident.alert(
+            "gone",
+            &BTreeMap::new(),
+            crate::alert::Action::Resolve,
+            "gone is up".into(),
+            1_500,
+        )];
+        let shared = Shared {
+            prober: Arc::new(Never),
+            semaphore: Arc::new(Semaphore::new(4)),
+            memory: crate::memory::MemoryBudget::default(),
+            records,
+            fleet: fleet.clone(),
+            maintenance: Arc::new(RwLock::new(Vec::new())),
+            clock: Arc::new(|| 2_000),
+            baselines: None,
+        };
+        fleet.set_config(&with.targets);
+        let mut running = BTreeMap::new();
+        let memory = Memory {
+            unsent: Some(Box::new(r1)),
+            ..Memory::default()
+        };
+        start(&mut running, with.targets[0].clone(), memory, &shared);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+
+        // Removed while R1 waits for room.
+        let mut pending = PendingRemovals::new();
+        fleet.set_config(&without.targets);
+        let with_hook = Config {
+            alerts: hook.clone(),
+            ..with.clone()
+        };
+        let without_hook = Config {
+            alerts: hook,
+            ..without.clone()
+        };
+        reload(
+            &mut running,
+            &with_hook,
+            &without_hook,
+            &shared,
+            &store,
+            &removals,
+            &mut pending,
+        )
+        .await;
+        assert!(running.is_empty());
+
+        // The store recovers: R1's resolve is queued after I's trigger.
+        disk.execute_batch("DROP TRIGGER full_disk;").unwrap();
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        let queued: Vec<String> = disk
+            .prepare("SELECT alert FROM outbox WHERE dedup_key = ?1 ORDER BY id")
+            .unwrap()
+            .query_map([dedup_key("gone", "status")], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(queued.len(), 2, "{queued:?}");
+        assert!(
+            queued[1].to_lowercase().contains("resolve"),
+            "{}",
+            queued[1]
+        );
+        assert!(
+            store
+                .lock()
+                .unwrap()
+                .load_states()
+                .unwrap()
+                .get("gone")
+                .is_none_or(|(_, i)| i.is_empty())
+        );
         drop((shared, removals));
         tokio::time::timeout(Duration::from_secs(30), writer)
             .await

@@ -169,7 +169,8 @@ pub struct Memory {
     pub baseline_unread: bool,
     /// The record of the last check, when the target was stopped before the store writer took
     /// it (the writer's queue was full: the store is failing). A reload's restarted task hands
-    /// it over first; at shutdown the daemon logs it as not written.
+    /// it over first; a removed target's goes to the writer with its removal, written before
+    /// it; at shutdown the daemon hands it to the writer.
     pub unsent: Option<Box<CheckRecord>>,
 }
 
