@@ -664,7 +664,7 @@ pub fn check_once(
     // accepted through the API becomes the baseline at the first check that has one and whose
     // probe started after the request.
     let mut new_contract = None;
-    let accept = report.contract.is_some() && shared.fleet.take_accept(&cfg.name, accept_mark);
+    let accept = report.contract.is_some() && shared.fleet.take_accept(&cfg.name, accept_mark, at);
     if let Some(current) = &report.contract {
         match &memory.accepted {
             _ if accept => {
