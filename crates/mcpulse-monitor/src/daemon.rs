@@ -242,6 +242,7 @@ pub async fn run(
             _ = term.recv() => { tracing::info!("SIGTERM: shutting down"); break }
             _ = int.recv() => { tracing::info!("SIGINT: shutting down"); break }
             _ = hup.recv() => {
+                let (halt_tx, mut halt) = watch::channel(false);
                 let reloading = async {
                     match load(&config_path, &opts) {
                         Err(e) => tracing::error!(error = %e, "SIGHUP: the new config is invalid; keeping the running one"),
@@ -253,7 +254,7 @@ pub async fn run(
                             fleet.set_config_at(&new.targets, clock());
                             // Then the sinks: the resolves of removed targets go to the new ones.
                             swap_sinks(&store, &sinks, &current.alerts, &new.alerts, (shared.clock)()).await;
-                            reload(&mut running, &current, &new, &shared, &store, &removals_tx, &mut pending_removals).await;
+                            reload(&mut running, &current, &new, &shared, &store, &removals_tx, &mut pending_removals, &mut halt).await;
                             *maintenance.write().unwrap_or_else(|p| p.into_inner()) = new.maintenance.clone();
                             if let Ok(mut c) = api_config.write() { *c = new.clone(); }
                             if new.server.listen != current.server.listen && opts.listen.is_none() {
@@ -264,15 +265,15 @@ pub async fn run(
                         }
                     }
                 };
-                // A reload waits for the targets it restarts (each stops at once, or after the
-                // probe in flight) and up to 5 s for a removal's write: a stop asked for
-                // meanwhile is not held back by it. The reload is left where it is (the
-                // targets it already stopped end on their own), and the shutdown stops the rest.
-                tokio::select! {
-                    () = reloading => {}
-                    _ = &mut shutdown => { tracing::warn!("shutting down during a reload"); break }
-                    _ = term.recv() => { tracing::warn!("SIGTERM during a reload: shutting down"); break }
-                    _ = int.recv() => { tracing::warn!("SIGINT during a reload: shutting down"); break }
+                let stop = async {
+                    tokio::select! {
+                        _ = &mut shutdown => tracing::warn!("shutting down during a reload"),
+                        _ = term.recv() => tracing::warn!("SIGTERM during a reload: shutting down"),
+                        _ = int.recv() => tracing::warn!("SIGINT during a reload: shutting down"),
+                    }
+                };
+                if finish_reload(reloading, &halt_tx, stop).await {
+                    break;
                 }
             }
         }
@@ -426,6 +427,11 @@ fn log_abandoned(abandoned: &[(SinkId, usize)], old: &[AlertConfig]) {
 /// A target's removal, for the writer, with the channel it confirms the write on.
 struct RemovalJob {
     removal: Removal,
+    /// The removed target's last check result, when it was stopped before the writer took it
+    /// (the queue was full: the store is failing). It may hold alerts no later check makes
+    /// again (a resolve of an incident its memory already closed, which the removal's own
+    /// resolves do not repeat): the writer writes it just before the removal, retried alike.
+    unsent: Option<Box<CheckRecord>>,
     written: oneshot::Sender<()>,
 }
 
@@ -443,6 +449,7 @@ type PendingRemovals = BTreeMap<String, oneshot::Receiver<()>>;
 /// a trigger still waiting there cannot land after its resolve; waits for the write, so a
 /// target added back later resumes without the incidents. A write that takes longer is left
 /// in `pending`.
+#[allow(clippy::too_many_arguments)]
 async fn remove_target(
     cfg: &TargetConfig,
     mut memory: Memory,
@@ -451,6 +458,7 @@ async fn remove_target(
     shared: &Shared,
     removals: &mpsc::UnboundedSender<RemovalJob>,
     pending: &mut PendingRemovals,
+    halt: &mut watch::Receiver<bool>,
 ) {
     let at = (shared.clock)();
     // Out of the fleet before its resolves exist: an Alertmanager re-send (which lists the
@@ -497,11 +505,25 @@ async fn remove_target(
         sinks,
     };
     let (written, mut done) = oneshot::channel();
-    if removals.send(RemovalJob { removal, written }).is_err() {
+    let unsent = memory.unsent.take();
+    if removals
+        .send(RemovalJob {
+            removal,
+            unsent,
+            written,
+        })
+        .is_err()
+    {
         tracing::error!(target = %cfg.name, "the store writer is gone; the removal was not recorded");
         return;
     }
-    match tokio::time::timeout(REMOVAL_WRITE_WAIT, &mut done).await {
+    // Shutting down, the write is not waited for: the writer writes every removal sent to it
+    // before it ends.
+    let written = tokio::select! {
+        w = tokio::time::timeout(REMOVAL_WRITE_WAIT, &mut done) => w,
+        _ = halt.wait_for(|h| *h) => return,
+    };
+    match written {
         Ok(Ok(())) => {}
         Ok(Err(_)) => {
             tracing::warn!(target = %cfg.name, "the removal could not be written; going on with the reload")
@@ -513,6 +535,41 @@ async fn remove_target(
     }
 }
 
+/// Runs a reload to its end. A stop asked for meanwhile (`stop` resolves: a signal, or the
+/// shutdown) does not drop it half-way, which would detach the target task it awaits (its
+/// memory, unsent results included, lost) and forget the removals it had not reached (their
+/// incidents left open at the sinks for ever): it is halted instead (see [`reload`]), and
+/// finishes promptly. Returns whether a stop was asked for.
+async fn finish_reload(
+    reloading: impl std::future::Future<Output = ()>,
+    halt: &watch::Sender<bool>,
+    stop: impl std::future::Future<Output = ()>,
+) -> bool {
+    tokio::pin!(reloading);
+    tokio::select! {
+        () = &mut reloading => false,
+        () = stop => {
+            let _ = halt.send(true);
+            reloading.await;
+            true
+        }
+    }
+}
+
+/// Tells every running target to stop (each then ends at once, or after its probe in flight).
+fn stop_all(running: &BTreeMap<String, Running>) {
+    for r in running.values() {
+        let _ = r.stop.send(true);
+    }
+}
+
+/// Applies a new config to the running targets. When `halt` turns true (the monitor is
+/// shutting down), every target is told to stop at once; the reload then finishes what it must
+/// not leave half-done (each target it is stopping is awaited, each removed target still gets
+/// its removal, written by the writer before it ends) without waiting for the removals' writes,
+/// and restarts and starts nothing (a changed target's memory stays in `running`, in a task
+/// already stopped, for the shutdown to collect).
+#[allow(clippy::too_many_arguments)]
 async fn reload(
     running: &mut BTreeMap<String, Running>,
     old: &Config,
@@ -521,32 +578,76 @@ async fn reload(
     store: &Arc<Mutex<Store>>,
     removals: &mpsc::UnboundedSender<RemovalJob>,
     pending: &mut PendingRemovals,
+    halt: &mut watch::Receiver<bool>,
 ) {
+    let mut halted = false;
     let names: Vec<String> = running.keys().cloned().collect();
     for name in names {
+        if !halted && *halt.borrow() {
+            halted = true;
+            stop_all(running);
+        }
         let keep = new.targets.iter().find(|t| t.name == name);
         let changed = keep.is_none_or(|t| running.get(&name).is_some_and(|r| &r.cfg != t));
-        if changed && let Some(r) = running.remove(&name) {
-            let _ = r.stop.send(true);
-            let memory = r.task.await.unwrap_or_default();
-            match keep {
-                Some(t) => {
-                    tracing::info!(target = %name, "restarting with its new settings");
-                    if t.labels != r.cfg.labels && !memory.incidents.is_empty() {
-                        end_old_labels(&r.cfg, &memory.incidents, new, shared);
-                    }
-                    start(running, t.clone(), memory, shared);
+        if !changed || (halted && keep.is_some()) {
+            continue; // unchanged, or shutting down: the shutdown stops it as it is
+        }
+        let Some(r) = running.get_mut(&name) else {
+            continue;
+        };
+        let _ = r.stop.send(true);
+        // Awaited in place: the entry leaves `running` only once its task has ended.
+        let joined = if halted {
+            None
+        } else {
+            tokio::select! {
+                j = &mut r.task => Some(j),
+                _ = halt.wait_for(|h| *h) => None,
+            }
+        };
+        let joined = match joined {
+            Some(j) => j,
+            None => {
+                if !halted {
+                    halted = true;
+                    stop_all(running);
                 }
-                None => {
-                    if memory.unsent.is_some() {
-                        tracing::warn!(target = %name, "removed while its last check result waited for the failing store: that result is dropped (the removal resolves its incidents)");
-                    }
-                    tracing::info!(target = %name, incidents = memory.incidents.len(), "removed from the config; resolving its open incidents");
-                    shared.fleet.remove(&name);
-                    remove_target(&r.cfg, memory, old, new, shared, removals, pending).await;
+                match running.get_mut(&name) {
+                    Some(r) => (&mut r.task).await,
+                    None => continue,
                 }
             }
+        };
+        let Some(r) = running.remove(&name) else {
+            continue;
+        };
+        let memory = joined.unwrap_or_default();
+        match keep {
+            Some(t) if halted => {
+                // Not restarted: its memory goes back in a task already told to stop, which
+                // hands over nothing but its unsent result, for the shutdown to collect.
+                start(running, t.clone(), memory, shared);
+                if let Some(r) = running.get(&name) {
+                    let _ = r.stop.send(true);
+                }
+            }
+            Some(t) => {
+                tracing::info!(target = %name, "restarting with its new settings");
+                if t.labels != r.cfg.labels && !memory.incidents.is_empty() {
+                    end_old_labels(&r.cfg, &memory.incidents, new, shared);
+                }
+                start(running, t.clone(), memory, shared);
+            }
+            None => {
+                tracing::info!(target = %name, incidents = memory.incidents.len(), "removed from the config; resolving its open incidents");
+                shared.fleet.remove(&name);
+                remove_target(&r.cfg, memory, old, new, shared, removals, pending, halt).await;
+            }
         }
+    }
+    if halted || *halt.borrow() {
+        stop_all(running);
+        return; // shutting down: nothing is started
     }
     // A target added back resumes what the store remembers of it (its state, open incidents
     // and accepted contract), as after a restart; but not what a removal still on its way to
@@ -605,26 +706,37 @@ async fn write_loop(
 ) {
     loop {
         let (batch, removal) = tokio::select! {
-            first = rx.recv() => {
-                let Some(first) = first else { break };
-                let mut batch = vec![first];
-                while batch.len() < 1000 {
-                    match rx.try_recv() {
-                        Ok(r) => batch.push(r),
-                        Err(_) => break,
-                    }
-                }
-                (batch, None)
-            }
-            Some(job) = removals.recv() => {
+            // Removals first: one takes the records queued before it along, in order. And
+            // none is left behind when the records' channel closes at shutdown.
+            biased;
+            Some(mut job) = removals.recv() => {
                 // The removed target stopped before the removal was sent, so its last results
-                // are already queued: they are written first.
+                // are already queued: they are written first, then the one it could not hand
+                // over (made after all of them), then the removal.
                 let mut batch = Vec::new();
                 while let Ok(r) = rx.try_recv() {
                     batch.push(r);
                 }
+                batch.extend(job.unsent.take().map(|r| *r));
                 (batch, Some(job))
             }
+            first = rx.recv() => match first {
+                Some(first) => {
+                    let mut batch = vec![first];
+                    while batch.len() < 1000 {
+                        match rx.try_recv() {
+                            Ok(r) => batch.push(r),
+                            Err(_) => break,
+                        }
+                    }
+                    (batch, None)
+                }
+                // No more records (shutting down): the removals left, then the end.
+                None => match removals.try_recv() {
+                    Ok(mut job) => (job.unsent.take().map(|r| *r).into_iter().collect(), Some(job)),
+                    Err(_) => break,
+                },
+            },
         };
         if !batch.is_empty() {
             let what = Batch::of(&batch);
@@ -1078,6 +1190,7 @@ mod tests {
             &store,
             &removals,
             &mut pending,
+            &mut watch::channel(false).1,
         )
         .await;
         let job = writer.try_recv().unwrap();
@@ -1094,6 +1207,7 @@ mod tests {
             &store,
             &removals,
             &mut pending,
+            &mut watch::channel(false).1,
         )
         .await;
         let view = shared.fleet.get("gone").unwrap();
@@ -1214,6 +1328,7 @@ mod tests {
                 &store,
                 &removals,
                 &mut pending,
+                &mut watch::channel(false).1,
             ),
         )
         .await
@@ -1233,6 +1348,253 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(30), writer)
             .await
             .expect("the writer stops")
+            .unwrap();
+    }
+
+    /// Review of 1bc4378: a target removed while its last result (which resolves an incident
+    /// its memory already closed) waited for a full queue: that result is written before the
+    /// removal, not dropped, so the resolve is queued for the sinks (the removal itself finds
+    /// no open incident to resolve).
+    #[tokio::test(start_paused = true)]
+    async fn a_removed_targets_unsent_result_is_written_with_its_removal() {
+        let dir = TempDir::new("removed-unsent");
+        let (with, without) = (config(&dir, true), config(&dir, false));
+        let path = dir.join("mcpulse.db");
+        let store = Arc::new(Mutex::new(Store::open(&path).unwrap()));
+        let hook = config::parse(
+            "[[alerts]]\nkind = \"webhook\"\nurl = \"http://127.0.0.1:9/hook\"\n",
+            "monitor.toml",
+            dir.path(),
+            &|_| None,
+        )
+        .unwrap()
+        .alerts;
+        let ids = sink_ids(&hook);
+        // Incident I of `gone` is open, its trigger written.
+        let mut opened = down(1_000);
+        let incident = opened.incidents["status"].clone();
+        opened.alerts = vec![incident.alert(
+            "gone",
+            &BTreeMap::new(),
+            crate::alert::Action::Trigger,
+            "gone is down".into(),
+            1_000,
+        )];
+        store.lock().unwrap().record(&[opened], &ids).unwrap();
+        // The store fails; the writer holds one batch and the queue (one place) is full.
+        let disk = rusqlite::Connection::open(&path).unwrap();
+        disk.execute_batch("CREATE TRIGGER full_disk BEFORE INSERT ON checks BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END;").unwrap();
+        let (records, records_rx) = mpsc::channel(1);
+        let (removals, removals_rx) = mpsc::unbounded_channel::<RemovalJob>();
+        let fleet = Fleet::new();
+        let (_closing_tx, closing) = watch::channel(false);
+        let writer = tokio::spawn(write_loop(
+            store.clone(),
+            records_rx,
+            removals_rx,
+            Arc::new(RwLock::new(hook.clone())),
+            fleet.clone(),
+            Arc::new(Notify::new()),
+            Arc::new(|| 2_000),
+            closing,
+        ));
+        let other = |at_ms| {
+            let mut r = down(at_ms);
+            r.target = "other".into();
+            r.incidents.clear();
+            r
+        };
+        records.send(other(1_100)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        records.send(other(1_200)).await.unwrap();
+        // The recovery's record R1 resolves I; the target's memory has I closed already.
+        let mut r1 = down(1_500);
+        r1.status = Health::Healthy;
+        r1.incidents.clear();
+        r1.alerts = vec![incident.alert(
+            "gone",
+            &BTreeMap::new(),
+            crate::alert::Action::Resolve,
+            "gone is up".into(),
+            1_500,
+        )];
+        let shared = Shared {
+            prober: Arc::new(Never),
+            semaphore: Arc::new(Semaphore::new(4)),
+            memory: crate::memory::MemoryBudget::default(),
+            records,
+            fleet: fleet.clone(),
+            maintenance: Arc::new(RwLock::new(Vec::new())),
+            clock: Arc::new(|| 2_000),
+            baselines: None,
+        };
+        fleet.set_config(&with.targets);
+        let mut running = BTreeMap::new();
+        let memory = Memory {
+            unsent: Some(Box::new(r1)),
+            ..Memory::default()
+        };
+        start(&mut running, with.targets[0].clone(), memory, &shared);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+
+        // Removed while R1 waits for room.
+        let mut pending = PendingRemovals::new();
+        fleet.set_config(&without.targets);
+        let with_hook = Config {
+            alerts: hook.clone(),
+            ..with.clone()
+        };
+        let without_hook = Config {
+            alerts: hook,
+            ..without.clone()
+        };
+        reload(
+            &mut running,
+            &with_hook,
+            &without_hook,
+            &shared,
+            &store,
+            &removals,
+            &mut pending,
+            &mut watch::channel(false).1,
+        )
+        .await;
+        assert!(running.is_empty());
+
+        // The store recovers: R1's resolve is queued after I's trigger.
+        disk.execute_batch("DROP TRIGGER full_disk;").unwrap();
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        let queued: Vec<String> = disk
+            .prepare("SELECT alert FROM outbox WHERE dedup_key = ?1 ORDER BY id")
+            .unwrap()
+            .query_map([dedup_key("gone", "status")], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(queued.len(), 2, "{queued:?}");
+        assert!(
+            queued[1].to_lowercase().contains("resolve"),
+            "{}",
+            queued[1]
+        );
+        assert!(
+            store
+                .lock()
+                .unwrap()
+                .load_states()
+                .unwrap()
+                .get("gone")
+                .is_none_or(|(_, i)| i.is_empty())
+        );
+        drop((shared, removals));
+        tokio::time::timeout(Duration::from_secs(30), writer)
+            .await
+            .expect("the writer stops")
+            .unwrap();
+    }
+
+    /// Answers every probe with the same transcript, after a while (a probe in flight).
+    struct Slow(mcpulse_probe::Transcript, Duration);
+
+    impl runner::Prober for Slow {
+        fn probe<'a>(
+            &'a self,
+            _: &'a mcpulse_probe::Target,
+            _: &'a mcpulse_probe::Plan,
+        ) -> std::pin::Pin<Box<dyn Future<Output = mcpulse_probe::Transcript> + Send + 'a>>
+        {
+            Box::pin(async move {
+                tokio::time::sleep(self.1).await;
+                self.0.clone()
+            })
+        }
+    }
+
+    /// Review of 1bc4378: a stop (SIGTERM, SIGINT) during a reload that waits for a probe in
+    /// flight does not drop the reload half-way: the target it was stopping is awaited, every
+    /// removed target still gets its removal (the fleet has already forgotten them: none
+    /// would ever resolve their incidents), and every other target is told to stop at once.
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_during_a_reload_finishes_its_removals_and_stops_every_target() {
+        let dir = TempDir::new("stop-during-reload");
+        let target = |name: &str, interval: &str| {
+            format!(
+                "[[targets]]\nname = \"{name}\"\nurl = \"http://127.0.0.1:9/mcp\"\ninterval = \"{interval}\"\n"
+            )
+        };
+        let old = config::parse(
+            &format!(
+                "[storage]\npath = \"mcpulse.db\"\n{}{}{}",
+                target("a", "30s"),
+                target("b", "1h"),
+                target("c", "1h")
+            ),
+            "monitor.toml",
+            dir.path(),
+            &|_| None,
+        )
+        .unwrap();
+        let new = config::parse(
+            &format!("[storage]\npath = \"mcpulse.db\"\n{}", target("c", "1h")),
+            "monitor.toml",
+            dir.path(),
+            &|_| None,
+        )
+        .unwrap();
+        let store = Arc::new(Mutex::new(Store::open(&dir.join("mcpulse.db")).unwrap()));
+        let (records, _records_rx) = mpsc::channel(16);
+        let shared = Shared {
+            prober: Arc::new(Slow(refused_transcript(), Duration::from_secs(60))),
+            semaphore: Arc::new(Semaphore::new(4)),
+            memory: crate::memory::MemoryBudget::default(),
+            records,
+            fleet: Fleet::new(),
+            maintenance: Arc::new(RwLock::new(Vec::new())),
+            clock: Arc::new(|| 1_000),
+            baselines: None,
+        };
+        shared.fleet.set_config(&old.targets);
+        let mut running = BTreeMap::new();
+        for t in &old.targets {
+            start(&mut running, t.clone(), Memory::default(), &shared);
+        }
+        // `a`'s probe is in flight: the reload waits for it. `c` checks much later.
+        assert!(runner::phase("c", Duration::from_secs(3600)) > Duration::from_secs(600));
+        tokio::time::sleep(Duration::from_secs(31)).await;
+        let (removals, mut writer) = mpsc::unbounded_channel::<RemovalJob>();
+        let mut pending = PendingRemovals::new();
+        shared.fleet.set_config(&new.targets);
+        let (halt_tx, mut halt) = watch::channel(false);
+        let stopped = finish_reload(
+            reload(
+                &mut running,
+                &old,
+                &new,
+                &shared,
+                &store,
+                &removals,
+                &mut pending,
+                &mut halt,
+            ),
+            &halt_tx,
+            tokio::time::sleep(Duration::from_secs(1)),
+        )
+        .await;
+        assert!(stopped);
+        let mut removed = Vec::new();
+        while let Ok(job) = writer.try_recv() {
+            removed.push(job.removal.target.clone());
+        }
+        assert_eq!(removed, ["a", "b"], "every removed target's removal");
+        assert_eq!(running.keys().collect::<Vec<_>>(), ["c"]);
+        assert!(
+            *running["c"].stop.borrow(),
+            "the kept target is told to stop"
+        );
+        let c = running.remove("c").unwrap();
+        tokio::time::timeout(Duration::from_secs(1), c.task)
+            .await
+            .expect("it stops at once")
             .unwrap();
     }
 

@@ -37,9 +37,11 @@ struct Inner {
     accepts: BTreeMap<String, u64>,
     /// The last stamp given to an accept request.
     accept_stamp: u64,
-    /// Targets whose check took an accepted contract that the store has not written yet: the
-    /// accept stays pending until [`Fleet::baseline_stored`].
-    accepting: std::collections::BTreeSet<String>,
+    /// Targets whose check took an accepted contract that the store has not written yet, with
+    /// the time of the last such check: the accept stays pending until
+    /// [`Fleet::baseline_stored`] confirms a baseline accepted at that time or later (an older
+    /// accept's baseline, written meanwhile, does not answer a newer one).
+    accepting: BTreeMap<String, i64>,
     /// Each target's stored baseline, as the store last confirmed it.
     baselines: BTreeMap<String, Baseline>,
     /// Targets whose stored baseline could not be read: drift is not judged for them.
@@ -376,7 +378,8 @@ impl Inner {
     /// baseline that could not be read (the views are rebuilt at each check and reload).
     fn complete(&self, view: &TargetView) -> TargetView {
         let mut v = view.clone();
-        v.accept_pending = self.accepts.contains_key(&v.name) || self.accepting.contains(&v.name);
+        v.accept_pending =
+            self.accepts.contains_key(&v.name) || self.accepting.contains_key(&v.name);
         v.baseline_error = self.baseline_errors.get(&v.name).cloned();
         v.baseline = self.baselines.get(&v.name).cloned();
         v
@@ -511,15 +514,16 @@ impl Fleet {
     }
 
     /// Whether a contract of `name` is to be accepted by a check whose probe started at `mark`
-    /// ([`Fleet::accept_mark`]): an accept requested before it is taken (and stays pending
-    /// until the store has written the baseline: [`Fleet::baseline_stored`]); one requested
-    /// after it waits for the next check.
-    pub fn take_accept(&self, name: &str, mark: u64) -> bool {
+    /// ([`Fleet::accept_mark`]) and which is stamped `at_ms`: an accept requested before it is
+    /// taken (and stays pending until the store has written the baseline of a check at
+    /// `at_ms` or later: [`Fleet::baseline_stored`]); one requested after it waits for the next
+    /// check.
+    pub fn take_accept(&self, name: &str, mark: u64, at_ms: i64) -> bool {
         let mut g = self.write();
         match g.accepts.get(name) {
             Some(stamp) if *stamp <= mark => {
                 g.accepts.remove(name);
-                g.accepting.insert(name.to_owned());
+                g.accepting.insert(name.to_owned(), at_ms);
                 true
             }
             _ => false,
@@ -527,13 +531,16 @@ impl Fleet {
     }
 
     /// The store has written `name`'s baseline (the contract with this digest, taken by the
-    /// check at `accepted_ms`): its view shows it, and an accept it answered is done.
+    /// check at `accepted_ms`): its view shows it, and the pending accept is done if that
+    /// check is the one that took it, or a later one.
     pub fn baseline_stored(&self, name: &str, digest: &str, accepted_ms: i64) {
         let mut g = self.write();
         if !g.targets.contains_key(name) {
             return;
         }
-        g.accepting.remove(name);
+        if g.accepting.get(name).is_some_and(|at| accepted_ms >= *at) {
+            g.accepting.remove(name);
+        }
         g.baselines.insert(
             name.to_owned(),
             Baseline {
@@ -816,6 +823,24 @@ mod tests {
             BTreeMap::new(),
             "test".into(),
         )
+    }
+
+    /// Review of 921158b: two overlapping accepts of one target. The older one's baseline,
+    /// stored while the newer one is taken and not written yet, does not end the newer one:
+    /// `mcpulse monitor accept` would report success before its baseline is stored.
+    #[test]
+    fn an_older_accepts_baseline_does_not_answer_a_newer_accept() {
+        let fleet = Fleet::new();
+        fleet.set_config(&[cfg("a", Endpoint::Url("https://example.com/mcp".into()))]);
+        let pending = || fleet.get("a").is_some_and(|v| v.accept_pending);
+        assert!(fleet.request_accept("a"));
+        assert!(fleet.take_accept("a", fleet.accept_mark(), 1_000));
+        assert!(fleet.request_accept("a"));
+        assert!(fleet.take_accept("a", fleet.accept_mark(), 2_000));
+        fleet.baseline_stored("a", "sha256:first", 1_000);
+        assert!(pending(), "the newer accept's baseline is not stored yet");
+        fleet.baseline_stored("a", "sha256:second", 2_000);
+        assert!(!pending());
     }
 
     #[test]

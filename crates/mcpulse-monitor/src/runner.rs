@@ -116,14 +116,17 @@ impl BaselineRead {
                 }
             },
             Err(e) => BaselineRead::Failed(format!(
-                "reading the stored baseline failed (tried again at the next check): {e}"
+                "reading the stored baseline failed (tried again before a later check, backing off up to 10 min): {e}"
             )),
         }
     }
 
-    /// Applies the read to `memory` and the fleet's view of `name`.
+    /// Applies the read to `memory` and the fleet's view of `name`. An error is logged when it
+    /// first appears and when it changes, not at every read that finds it again.
     pub fn apply(self, name: &str, memory: &mut Memory, fleet: &crate::fleet::Fleet) {
         memory.baseline_unread = matches!(self, BaselineRead::Failed(_));
+        let known = memory.baseline_error.clone();
+        let new = |e: &String| known.as_ref() != Some(e);
         let error = match self {
             BaselineRead::None => None,
             BaselineRead::Found(a, at) => {
@@ -132,11 +135,15 @@ impl BaselineRead {
                 None
             }
             BaselineRead::Unparsable(e) => {
-                tracing::error!(target = %name, error = %e, "drift is not judged until a contract is accepted again: `mcpulse monitor accept {name}` makes the current one the baseline");
+                if new(&e) {
+                    tracing::error!(target = %name, error = %e, "drift is not judged until a contract is accepted again: `mcpulse monitor accept {name}` makes the current one the baseline");
+                }
                 Some(e)
             }
             BaselineRead::Failed(e) => {
-                tracing::error!(target = %name, error = %e, "drift is not judged until the stored baseline can be read");
+                if new(&e) {
+                    tracing::error!(target = %name, error = %e, "drift is not judged until the stored baseline can be read");
+                }
                 Some(e)
             }
         };
@@ -165,11 +172,16 @@ pub struct Memory {
     /// drift nobody saw) until a contract is accepted (`POST /api/v1/targets/{name}/accept`).
     pub baseline_error: Option<String>,
     /// The stored baseline could not be read (an I/O error, the database locked), as opposed
-    /// to read and found unparsable: it is read again before the next check.
+    /// to read and found unparsable: it is read again before a later check, backing off.
     pub baseline_unread: bool,
+    /// When a failed baseline read is tried again (`None`: before the next check), and the
+    /// wait after the last failure (doubling from [`BASELINE_RETRY_FIRST`] up to
+    /// [`BASELINE_RETRY_MAX`]).
+    pub baseline_retry: Option<(Instant, Duration)>,
     /// The record of the last check, when the target was stopped before the store writer took
     /// it (the writer's queue was full: the store is failing). A reload's restarted task hands
-    /// it over first; at shutdown the daemon logs it as not written.
+    /// it over first; a removed target's goes to the writer with its removal, written before
+    /// it; at shutdown the daemon hands it to the writer.
     pub unsent: Option<Box<CheckRecord>>,
 }
 
@@ -256,6 +268,47 @@ pub fn outline_drift(base: &Contract, current: &Contract) -> Option<drift::Class
     class
 }
 
+/// The wait before a failed baseline read is tried again, after its first failure at a check.
+pub const BASELINE_RETRY_FIRST: Duration = Duration::from_secs(15);
+
+/// The longest wait between two tries of a failed baseline read.
+pub const BASELINE_RETRY_MAX: Duration = Duration::from_secs(600);
+
+/// Reads `cfg`'s stored baseline again if its last read failed and its back-off is over.
+async fn reread_baseline(cfg: &TargetConfig, memory: &mut Memory, shared: &Shared) {
+    if !memory.baseline_unread {
+        memory.baseline_retry = None;
+        return;
+    }
+    let Some(read) = &shared.baselines else {
+        return;
+    };
+    if memory
+        .baseline_retry
+        .is_some_and(|(at, _)| Instant::now() < at)
+    {
+        return;
+    }
+    let (read, name) = (read.clone(), cfg.name.clone());
+    let got = tokio::task::spawn_blocking(move || read(&name)).await;
+    let got = match got {
+        Ok(r) => BaselineRead::of(r),
+        Err(e) => BaselineRead::Failed(format!("reading the stored baseline panicked: {e}")),
+    };
+    if matches!(got, BaselineRead::Failed(_)) {
+        let wait = memory
+            .baseline_retry
+            .map_or(BASELINE_RETRY_FIRST, |(_, w)| {
+                (w * 2).min(BASELINE_RETRY_MAX)
+            });
+        memory.baseline_retry = Some((Instant::now() + wait, wait));
+    } else {
+        tracing::info!(target = %cfg.name, "the stored baseline was read again");
+        memory.baseline_retry = None;
+    }
+    got.apply(&cfg.name, memory, &shared.fleet);
+}
+
 /// Runs a target until `stop` turns true. Returns its memory, for a reload to carry over.
 pub async fn run(
     cfg: TargetConfig,
@@ -293,6 +346,11 @@ pub async fn run(
         if *stop.borrow() {
             return memory;
         }
+        // A baseline that could not be read is read again (backing off), so that a passing
+        // store failure does not turn drift detection off until an accept. Before the probe
+        // slot and the memory budget are taken: the read may wait on the store's lock, held by
+        // a writer retrying a failing write, and must not hold them meanwhile.
+        Box::pin(reread_baseline(&cfg, &mut memory, &shared)).await;
         let slot = async {
             let count = shared.semaphore.clone().acquire_owned().await?;
             let bytes = shared.memory.acquire(plan.max_response_bytes).await?;
@@ -302,24 +360,6 @@ pub async fn run(
             p = slot => match p { Ok(p) => p, Err(_) => return memory },
             _ = stop.changed() => return memory,
         };
-        // A baseline that could not be read is read again, so that a passing store failure
-        // does not turn drift detection off until an accept.
-        if memory.baseline_unread
-            && let Some(read) = &shared.baselines
-        {
-            let (read, name) = (read.clone(), cfg.name.clone());
-            let got = tokio::task::spawn_blocking(move || read(&name)).await;
-            let got = match got {
-                Ok(r) => BaselineRead::of(r),
-                Err(e) => {
-                    BaselineRead::Failed(format!("reading the stored baseline panicked: {e}"))
-                }
-            };
-            if !matches!(got, BaselineRead::Failed(_)) {
-                tracing::info!(target = %cfg.name, "the stored baseline was read again");
-            }
-            got.apply(&cfg.name, &mut memory, &shared.fleet);
-        }
         // The check (probe, transcript, report, record) lives in futures of its own, on the
         // heap while it runs: the task at rest stays small, and a fleet has one per target.
         let record = Box::pin(check(
@@ -663,7 +703,7 @@ pub fn check_once(
     // accepted through the API becomes the baseline at the first check that has one and whose
     // probe started after the request.
     let mut new_contract = None;
-    let accept = report.contract.is_some() && shared.fleet.take_accept(&cfg.name, accept_mark);
+    let accept = report.contract.is_some() && shared.fleet.take_accept(&cfg.name, accept_mark, at);
     if let Some(current) = &report.contract {
         match &memory.accepted {
             _ if accept => {

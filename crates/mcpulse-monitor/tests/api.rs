@@ -1689,10 +1689,10 @@ async fn accepting_a_baseline_needs_the_token_and_shows_as_pending() {
             .is_none()
     );
     // Not by a check whose probe started before the request.
-    assert!(!s.fleet.take_accept("search", 0));
+    assert!(!s.fleet.take_accept("search", 0, 1_000));
     // Taken by the next check with a contract, and pending until the store has written it.
     let mark = s.fleet.accept_mark();
-    assert!(s.fleet.take_accept("search", mark));
+    assert!(s.fleet.take_accept("search", mark, 1_000));
     let view = get(
         s.addr,
         "/api/v1/targets/search",
@@ -1772,7 +1772,7 @@ async fn the_accept_command_succeeds_only_once_the_new_baseline_is_stored() {
         while !fleet.get("search").is_some_and(|v| v.accept_pending) {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
-        assert!(fleet.take_accept("search", fleet.accept_mark()));
+        assert!(fleet.take_accept("search", fleet.accept_mark(), 2_000));
         // Taken, not yet written: still pending.
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
         fleet.baseline_stored("search", "sha256:ab", 2_000);

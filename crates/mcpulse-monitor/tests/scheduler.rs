@@ -1071,3 +1071,45 @@ async fn a_baseline_whose_read_failed_is_read_again_at_the_next_check() {
     }
     assert!(records.iter().all(|r| r.contract.is_none()), "{records:?}");
 }
+
+/// Review of 1e23492: a baseline read that keeps failing is read again backing off (15 s,
+/// doubling up to 10 min), not at every check; and before the probe slot is taken (the read
+/// waits on the store's lock, held by a writer retrying a failing write: it must not hold a
+/// slot of the fleet's meanwhile).
+#[tokio::test(start_paused = true)]
+async fn a_failing_baseline_read_is_retried_backing_off_and_before_the_probe_slot() {
+    use mcpulse_monitor::store::StoreError;
+    // No probe slot free at first.
+    let mut h = Harness::new(0);
+    let reads = Arc::new(AtomicUsize::new(0));
+    let counted = reads.clone();
+    h.shared.baselines = Some(Arc::new(move |_: &str| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        Err(StoreError::Locked {
+            path: "mcpulse.db".into(),
+        })
+    }));
+    let cfg = one("interval = \"10s\"\ntimeout = \"5s\"", "unread");
+    h.shared.fleet.set_config(std::slice::from_ref(&cfg));
+    h.prober.script(&cfg.name, vec![UP]);
+    let memory = Memory {
+        baseline_unread: true,
+        baseline_error: Some("reading the stored baseline failed".into()),
+        ..Memory::default()
+    };
+    let running = h.start(&cfg, memory);
+    h.run_until(Duration::from_secs(60)).await;
+    assert!(h.take("unread").is_empty(), "no slot: no check");
+    assert_eq!(reads.load(Ordering::SeqCst), 1, "read before the slot");
+
+    // Slots free: a check every 10 s for ten minutes, the read tried 15, 30, 60, 120, 240 s
+    // after the last failure.
+    h.shared.semaphore.add_permits(4);
+    h.run_until(Duration::from_secs(660)).await;
+    assert!(h.take("unread").len() >= 55);
+    let n = reads.load(Ordering::SeqCst);
+    assert!((5..=7).contains(&n), "{n} reads");
+    let memory = running.stop().await;
+    assert!(memory.baseline_unread);
+    assert!(memory.baseline_error.is_some());
+}
