@@ -289,13 +289,7 @@ pub async fn run(
     for r in &stopping {
         let _ = r.stop.send(true);
     }
-    for r in stopping {
-        if let Ok(memory) = r.task.await
-            && let Some(record) = memory.unsent
-        {
-            log_unwritten(&record);
-        }
-    }
+    collect_stopped(stopping, &shared.records).await;
     drop(shared);
     drop(removals_tx);
     let _ = writer.await;
@@ -308,6 +302,34 @@ pub async fn run(
     Ok(())
 }
 
+/// Awaits the stopped targets (the shutdown). A result stopped while it waited for room is
+/// handed to the writer once more: the queue may only be draining (the store working through a
+/// backlog). All of them within one bound (a failing store is tried once per batch by then);
+/// what still finds no room is given up, and logged. Returns how many were given up.
+async fn collect_stopped(stopping: Vec<Running>, records: &mpsc::Sender<CheckRecord>) -> usize {
+    let until = tokio::time::Instant::now() + SHUTDOWN_HAND_OVER;
+    let mut given_up = 0;
+    for r in stopping {
+        if let Ok(memory) = r.task.await
+            && let Some(record) = memory.unsent
+        {
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            if let Err(
+                mpsc::error::SendTimeoutError::Timeout(record)
+                | mpsc::error::SendTimeoutError::Closed(record),
+            ) = records.send_timeout(*record, left).await
+            {
+                log_unwritten(&record);
+                given_up += 1;
+            }
+        }
+    }
+    given_up
+}
+
+/// How long the shutdown hands the results stopped while waiting for room to the writer.
+const SHUTDOWN_HAND_OVER: Duration = Duration::from_secs(5);
+
 /// A target's last check result that never reached the store writer (its queue was full: the
 /// store was failing when the monitor stopped): logged, alert by alert, as not written.
 fn log_unwritten(record: &CheckRecord) {
@@ -316,6 +338,12 @@ fn log_unwritten(record: &CheckRecord) {
         alerts = record.alerts.len(),
         "shutting down with the store failing: the target's last check result is not written; the next start resumes from the store and pages again what is still down"
     );
+    if record.contract.is_some() {
+        tracing::error!(
+            target = %record.target,
+            "its new baseline is not written: accept it again after the restart (`mcpulse monitor accept TARGET`)"
+        );
+    }
     for a in &record.alerts {
         tracing::error!(target = %a.target, kind = a.kind.as_str(), action = ?a.action, dedup_key = %a.dedup_key, summary = %a.summary, "alert not written (not delivered)");
     }
@@ -1355,6 +1383,48 @@ mod tests {
     /// its memory already closed) waited for a full queue: that result is written before the
     /// removal, not dropped, so the resolve is queued for the sinks (the removal itself finds
     /// no open incident to resolve).
+    /// At shutdown, a result that was stopped while it waited for room in a queue that is only
+    /// draining (a healthy store behind a backlog) is still handed to the writer; only one that
+    /// finds no room within the bound is given up.
+    #[tokio::test(start_paused = true)]
+    async fn at_shutdown_a_waiting_result_still_goes_to_a_draining_writer() {
+        let dir = TempDir::new("shutdown-hand-over");
+        let cfg = config(&dir, true).targets[0].clone();
+        let stopped = |r: CheckRecord| {
+            let (stop, _) = watch::channel(true);
+            let memory = Memory {
+                unsent: Some(Box::new(r)),
+                ..Memory::default()
+            };
+            Running {
+                cfg: cfg.clone(),
+                stop,
+                task: tokio::spawn(async move { memory }),
+            }
+        };
+        let (records, mut rx) = mpsc::channel(1);
+        records.send(down(1_000)).await.unwrap();
+        let drain = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let mut got = Vec::new();
+            while let Some(r) = rx.recv().await {
+                got.push(r.at_ms);
+            }
+            got
+        });
+        let given_up = collect_stopped(vec![stopped(down(2_000))], &records).await;
+        assert_eq!(given_up, 0, "written, not given up");
+        drop(records);
+        assert_eq!(drain.await.unwrap(), vec![1_000, 2_000]);
+        // Nobody drains: given up after the bound, not held for ever.
+        let (records, _rx) = mpsc::channel(1);
+        records.send(down(1_000)).await.unwrap();
+        let started = tokio::time::Instant::now();
+        let given_up = collect_stopped(vec![stopped(down(2_000))], &records).await;
+        assert_eq!(given_up, 1);
+        assert_eq!(started.elapsed(), SHUTDOWN_HAND_OVER);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_removed_targets_unsent_result_is_written_with_its_removal() {
         let dir = TempDir::new("removed-unsent");

@@ -4,7 +4,7 @@
 //! | route | what | auth |
 //! |---|---|---|
 //! | `GET /livez` | the process answers: always 200, `application/health+json` | open |
-//! | `GET /readyz` | config loaded, store writable, checks flowing: 200 or 503, `application/health+json` (`?verbose` for text, `?exclude=<check>`) | open |
+//! | `GET /readyz` | config loaded, store writable, checks flowing, stored baselines readable (warn): 200 or 503, `application/health+json` (`?verbose` for text, `?exclude=<check>`) | open |
 //! | `GET /metrics` | the fleet in Prometheus text or OpenMetrics | token |
 //! | `GET /probe?target=&module=` | one probe now, answered as metrics (blackbox_exporter style) | token |
 //! | `GET /api/v1/fleet` | counts, percentage healthy, one line per target | token |
