@@ -303,7 +303,7 @@ async fn livez_is_the_event_loop_and_a_stdio_upstream_never_a_dependency() {
     assert_eq!(r.status, 503);
     assert!(
         r.body
-            .contains("[-]process failed: the upstream's restart budget is spent"),
+            .contains("[-]process failed: the upstream's restart budget is spent, or its command could not be started"),
         "{}",
         r.body
     );

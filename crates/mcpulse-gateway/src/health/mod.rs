@@ -35,6 +35,8 @@
 
 mod protocol;
 
+/// `process:state` when every child of a stdio upstream was given up on.
+const GIVEN_UP: &str = "the upstream's restart budget is spent, or its command could not be started: every child was given up on (the readiness child is replaced after a backoff)";
 use crate::checks::{self, Check, Context, Kind, Task};
 use crate::state::{ProcessState, Protocol, Shared};
 use axum::Router;
@@ -362,9 +364,7 @@ pub fn liveness(shared: &Shared) -> Health {
         .at(checks::now_ms());
     match upstream_kind {
         UpstreamKind::Stdio if up.process == ProcessState::Fatal => {
-            process = process
-                .status(CheckStatus::Fail)
-                .output("the upstream's restart budget is spent: nothing more will be tried");
+            process = process.status(CheckStatus::Fail).output(GIVEN_UP);
         }
         UpstreamKind::Stdio => {}
         UpstreamKind::Http => {
@@ -423,9 +423,7 @@ pub fn readiness(shared: &Shared) -> Health {
                 "the upstream is unreachable; waiting out the backoff before a reconnect"
             }
         }),
-        ProcessState::Fatal => process
-            .status(CheckStatus::Fail)
-            .output("the upstream's restart budget is spent"),
+        ProcessState::Fatal => process.status(CheckStatus::Fail).output(GIVEN_UP),
     });
     let mut protocol = level_item(
         "protocol:responseTime",
