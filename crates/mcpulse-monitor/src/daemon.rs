@@ -307,21 +307,27 @@ pub async fn run(
 /// backlog). All of them within one bound (a failing store is tried once per batch by then);
 /// what still finds no room is given up, and logged. Returns how many were given up.
 async fn collect_stopped(stopping: Vec<Running>, records: &mpsc::Sender<CheckRecord>) -> usize {
-    let until = tokio::time::Instant::now() + SHUTDOWN_HAND_OVER;
-    let mut given_up = 0;
+    // Every task joined first (each may finish a probe in flight), then the bound starts:
+    // a slow join does not eat the hand-over's time.
+    let mut unsent = Vec::new();
     for r in stopping {
         if let Ok(memory) = r.task.await
             && let Some(record) = memory.unsent
         {
-            let left = until.saturating_duration_since(tokio::time::Instant::now());
-            if let Err(
-                mpsc::error::SendTimeoutError::Timeout(record)
-                | mpsc::error::SendTimeoutError::Closed(record),
-            ) = records.send_timeout(*record, left).await
-            {
-                log_unwritten(&record);
-                given_up += 1;
-            }
+            unsent.push(record);
+        }
+    }
+    let until = tokio::time::Instant::now() + SHUTDOWN_HAND_OVER;
+    let mut given_up = 0;
+    for record in unsent {
+        let left = until.saturating_duration_since(tokio::time::Instant::now());
+        if let Err(
+            mpsc::error::SendTimeoutError::Timeout(record)
+            | mpsc::error::SendTimeoutError::Closed(record),
+        ) = records.send_timeout(*record, left).await
+        {
+            log_unwritten(&record);
+            given_up += 1;
         }
     }
     given_up
@@ -534,15 +540,15 @@ async fn remove_target(
     };
     let (written, mut done) = oneshot::channel();
     let unsent = memory.unsent.take();
-    if removals
-        .send(RemovalJob {
-            removal,
-            unsent,
-            written,
-        })
-        .is_err()
-    {
+    if let Err(mpsc::error::SendError(job)) = removals.send(RemovalJob {
+        removal,
+        unsent,
+        written,
+    }) {
         tracing::error!(target = %cfg.name, "the store writer is gone; the removal was not recorded");
+        if let Some(record) = job.unsent {
+            log_unwritten(&record);
+        }
         return;
     }
     // Shutting down, the write is not waited for: the writer writes every removal sent to it
@@ -1414,6 +1420,30 @@ mod tests {
         });
         let given_up = collect_stopped(vec![stopped(down(2_000))], &records).await;
         assert_eq!(given_up, 0, "written, not given up");
+        drop(records);
+        assert_eq!(drain.await.unwrap(), vec![1_000, 2_000]);
+        // A target slow to stop (a probe in flight) joined first does not eat the bound.
+        let (records, mut rx) = mpsc::channel(1);
+        records.send(down(1_000)).await.unwrap();
+        let (slow_stop, _) = watch::channel(true);
+        let slow = Running {
+            cfg: cfg.clone(),
+            stop: slow_stop,
+            task: tokio::spawn(async {
+                tokio::time::sleep(Duration::from_secs(10)).await;
+                Memory::default()
+            }),
+        };
+        let drain = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(10_100)).await;
+            let mut got = Vec::new();
+            while let Some(r) = rx.recv().await {
+                got.push(r.at_ms);
+            }
+            got
+        });
+        let given_up = collect_stopped(vec![slow, stopped(down(2_000))], &records).await;
+        assert_eq!(given_up, 0, "the bound starts once every task is joined");
         drop(records);
         assert_eq!(drain.await.unwrap(), vec![1_000, 2_000]);
         // Nobody drains: given up after the bound, not held for ever.
