@@ -1141,6 +1141,36 @@ mod tests {
         config::parse(&text, "monitor.toml", dir.path(), &|_| None).unwrap()
     }
 
+    /// The store's `checks` table refuses every insert (a full disk) until the trigger is
+    /// dropped through the returned connection (`DROP TRIGGER full_disk;`).
+    fn fill_disk(path: &Path) -> rusqlite::Connection {
+        let disk = rusqlite::Connection::open(path).unwrap();
+        disk.execute_batch("CREATE TRIGGER full_disk BEFORE INSERT ON checks BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END;").unwrap();
+        disk
+    }
+
+    /// The store writer over `store`, its clock stopped at `now_ms`.
+    fn writer(
+        store: &Arc<Mutex<Store>>,
+        records: mpsc::Receiver<CheckRecord>,
+        removals: mpsc::UnboundedReceiver<RemovalJob>,
+        alerts: Vec<AlertConfig>,
+        fleet: Fleet,
+        now_ms: i64,
+        closing: watch::Receiver<bool>,
+    ) -> JoinHandle<()> {
+        tokio::spawn(write_loop(
+            store.clone(),
+            records,
+            removals,
+            Arc::new(RwLock::new(alerts)),
+            fleet,
+            Arc::new(Notify::new()),
+            Arc::new(move || now_ms),
+            closing,
+        ))
+    }
+
     /// A record of `gone` confirmed down, with its incident open.
     fn down(at_ms: i64) -> CheckRecord {
         let observation = Observation::bare(Health::Down, at_ms, "connection refused");
@@ -1304,8 +1334,7 @@ mod tests {
         let dir = TempDir::new("store-failing-reload");
         let path = dir.join("mcpulse.db");
         let store = Arc::new(Mutex::new(Store::open(&path).unwrap()));
-        let disk = rusqlite::Connection::open(&path).unwrap();
-        disk.execute_batch("CREATE TRIGGER full_disk BEFORE INSERT ON checks BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END;").unwrap();
+        let _disk = fill_disk(&path);
         let text = |interval: &str| {
             format!(
                 "[storage]\npath = \"mcpulse.db\"\n[[alerts]]\nkind = \"webhook\"\nurl = \"http://127.0.0.1:9/hook\"\n[[targets]]\nname = \"gone\"\nurl = \"http://127.0.0.1:9/mcp\"\ninterval = \"{interval}\"\ntimeout = \"500ms\"\nfailure_threshold = 1\n"
@@ -1319,16 +1348,15 @@ mod tests {
         let fleet = Fleet::new();
         fleet.set_config(&old.targets);
         let (closing_tx, closing) = watch::channel(false);
-        let writer = tokio::spawn(write_loop(
-            store.clone(),
+        let writer = writer(
+            &store,
             records_rx,
             removals_rx,
-            Arc::new(RwLock::new(old.alerts.clone())),
+            old.alerts.clone(),
             fleet.clone(),
-            Arc::new(Notify::new()),
-            Arc::new(|| 1_000),
+            1_000,
             closing,
-        ));
+        );
         let shared = Shared {
             prober: Arc::new(Replay(refused_transcript())),
             semaphore: Arc::new(Semaphore::new(4)),
@@ -1385,10 +1413,6 @@ mod tests {
             .unwrap();
     }
 
-    /// Review of 1bc4378: a target removed while its last result (which resolves an incident
-    /// its memory already closed) waited for a full queue: that result is written before the
-    /// removal, not dropped, so the resolve is queued for the sinks (the removal itself finds
-    /// no open incident to resolve).
     /// At shutdown, a result that was stopped while it waited for room in a queue that is only
     /// draining (a healthy store behind a backlog) is still handed to the writer; only one that
     /// finds no room within the bound is given up.
@@ -1455,6 +1479,10 @@ mod tests {
         assert_eq!(started.elapsed(), SHUTDOWN_HAND_OVER);
     }
 
+    /// Review of 1bc4378: a target removed while its last result (which resolves an incident
+    /// its memory already closed) waited for a full queue: that result is written before the
+    /// removal, not dropped, so the resolve is queued for the sinks (the removal itself finds
+    /// no open incident to resolve).
     #[tokio::test(start_paused = true)]
     async fn a_removed_targets_unsent_result_is_written_with_its_removal() {
         let dir = TempDir::new("removed-unsent");
@@ -1482,22 +1510,20 @@ mod tests {
         )];
         store.lock().unwrap().record(&[opened], &ids).unwrap();
         // The store fails; the writer holds one batch and the queue (one place) is full.
-        let disk = rusqlite::Connection::open(&path).unwrap();
-        disk.execute_batch("CREATE TRIGGER full_disk BEFORE INSERT ON checks BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END;").unwrap();
+        let disk = fill_disk(&path);
         let (records, records_rx) = mpsc::channel(1);
         let (removals, removals_rx) = mpsc::unbounded_channel::<RemovalJob>();
         let fleet = Fleet::new();
         let (_closing_tx, closing) = watch::channel(false);
-        let writer = tokio::spawn(write_loop(
-            store.clone(),
+        let writer = writer(
+            &store,
             records_rx,
             removals_rx,
-            Arc::new(RwLock::new(hook.clone())),
+            hook.clone(),
             fleet.clone(),
-            Arc::new(Notify::new()),
-            Arc::new(|| 2_000),
+            2_000,
             closing,
-        ));
+        );
         let other = |at_ms| {
             let mut r = down(at_ms);
             r.target = "other".into();
@@ -1706,21 +1732,19 @@ mod tests {
         let dir = TempDir::new("store-failing-baseline");
         let path = dir.join("mcpulse.db");
         let store = Arc::new(Mutex::new(Store::open(&path).unwrap()));
-        let disk = rusqlite::Connection::open(&path).unwrap();
-        disk.execute_batch("CREATE TRIGGER full_disk BEFORE INSERT ON checks BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END;").unwrap();
+        let disk = fill_disk(&path);
         let (tx, rx) = mpsc::channel(16);
         let (_removals_tx, removals_rx) = mpsc::unbounded_channel::<RemovalJob>();
         let (_closing_tx, closing) = watch::channel(false);
-        let writer = tokio::spawn(write_loop(
-            store.clone(),
+        let writer = writer(
+            &store,
             rx,
             removals_rx,
-            Arc::new(RwLock::new(Vec::new())),
+            Vec::new(),
             Fleet::new(),
-            Arc::new(Notify::new()),
-            Arc::new(|| 1_000),
+            1_000,
             closing,
-        ));
+        );
         let mut r = down(1_000);
         r.incidents.clear();
         r.contract = Some("{\"accepted\":true}".into());
@@ -1754,9 +1778,7 @@ mod tests {
         let dir = TempDir::new("store-failing");
         let path = dir.join("mcpulse.db");
         let store = Arc::new(Mutex::new(Store::open(&path).unwrap()));
-        let disk = rusqlite::Connection::open(&path).unwrap();
-        let fill = "CREATE TRIGGER full_disk BEFORE INSERT ON checks BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END;";
-        disk.execute_batch(fill).unwrap();
+        let disk = fill_disk(&path);
         let cfg = config::parse(
             "[[alerts]]\nkind = \"webhook\"\nurl = \"http://127.0.0.1:9/hook\"\n",
             "monitor.toml",
@@ -1768,16 +1790,15 @@ mod tests {
         let (removals_tx, removals_rx) = mpsc::unbounded_channel::<RemovalJob>();
         let fleet = Fleet::new();
         let (closing_tx, closing) = watch::channel(false);
-        let writer = tokio::spawn(write_loop(
-            store.clone(),
+        let writer = writer(
+            &store,
             rx,
             removals_rx,
-            Arc::new(RwLock::new(cfg.alerts)),
+            cfg.alerts,
             fleet.clone(),
-            Arc::new(Notify::new()),
-            Arc::new(|| 1_000),
+            1_000,
             closing,
-        ));
+        );
         let with_trigger = |at_ms: i64| {
             let mut r = down(at_ms);
             let alert = r.incidents["status"].alert(
@@ -1815,7 +1836,7 @@ mod tests {
 
         // Failing again, and shutting down: the write is given up (logged) rather than
         // holding the shutdown for as long as the store fails.
-        disk.execute_batch(fill).unwrap();
+        fill_disk(&path);
         tx.send(with_trigger(2_000)).await.unwrap();
         tokio::time::sleep(Duration::from_secs(60)).await;
         closing_tx.send(true).unwrap();
