@@ -60,11 +60,19 @@ impl Default for KeptPort {
 mod tests {
     use super::*;
 
+    /// Whether a connection to `addr` is refused, as to a dead server, within a second (once
+    /// in a full suite run, a connect right after the listener closed was not refused at once).
     async fn refused(addr: SocketAddr) -> bool {
-        matches!(
-            tokio::net::TcpStream::connect(addr).await,
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused
-        )
+        for _ in 0..20 {
+            if matches!(
+                tokio::net::TcpStream::connect(addr).await,
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused
+            ) {
+                return true;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        false
     }
 
     #[tokio::test]
